@@ -1,0 +1,313 @@
+//! Validated builders: `Config` for a locker, `AcquireOptions` for one acquire.
+//!
+//! Builders never fail while chaining; [`Config::validate`] (called by every
+//! `Locker` constructor) and each acquire check the values and name the
+//! offending option in `InvalidConfig`.
+
+use std::time::Duration;
+
+use crate::cancel::CancelHandle;
+use crate::error::Error;
+
+/// The longest lease Redis' `PX` accepts here: 15 decimal digits of ms.
+pub(crate) const MAX_LEASE_MS: u128 = 999_999_999_999_999;
+
+/// How a locker talks to Redis and how its acquires behave.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = redlease::Config::new("my-service")
+///     .lease(Duration::from_secs(10))
+///     .wait(Duration::from_secs(5));
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) namespace: String,
+    pub(crate) lease: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) notify_poll_interval: Duration,
+    pub(crate) max_waiters: usize,
+    pub(crate) max_tracked_leases: usize,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) max_key_bytes: usize,
+    pub(crate) command_timeout: Duration,
+}
+
+impl Config {
+    /// A configuration for `namespace`, which prefixes every name stored in
+    /// Redis. Lockers that share a Redis, a namespace and a key share the lock
+    /// and its fence counter. There is no default namespace.
+    ///
+    /// Defaults: lease 10 s, wait 5 s, `poll_interval` 25 ms,
+    /// `notify_poll_interval` 250 ms, `max_waiters` 128, `max_tracked_leases`
+    /// 10 000, `shutdown_timeout` 5 s, `max_key_bytes` 1024,
+    /// `command_timeout` 2 s.
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Config {
+            namespace: namespace.into(),
+            lease: Duration::from_secs(10),
+            wait: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(25),
+            notify_poll_interval: Duration::from_millis(250),
+            max_waiters: 128,
+            max_tracked_leases: 10_000,
+            shutdown_timeout: Duration::from_secs(5),
+            max_key_bytes: 1024,
+            command_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// Default lease length for acquires: 1 ms to 999 999 999 999 999 ms,
+    /// counted in whole milliseconds (any sub-millisecond part is dropped).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Default time an acquire waits for a busy lock. `Duration::ZERO` tries
+    /// once; `Duration::MAX` waits without a deadline.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Safety poll interval while release notifications are unavailable.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Safety poll interval while release notifications are subscribed; it
+    /// covers notifications lost in transit.
+    pub fn notify_poll_interval(mut self, interval: Duration) -> Self {
+        self.notify_poll_interval = interval;
+        self
+    }
+
+    /// Most acquires in progress at once on one locker (waiting or trying).
+    pub fn max_waiters(mut self, max: usize) -> Self {
+        self.max_waiters = max;
+        self
+    }
+
+    /// Most leases one locker tracks for cleanup at shutdown.
+    pub fn max_tracked_leases(mut self, max: usize) -> Self {
+        self.max_tracked_leases = max;
+        self
+    }
+
+    /// Bound on the whole of [`shutdown`](crate::blocking::Locker::shutdown).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Longest key accepted, in UTF-8 bytes.
+    pub fn max_key_bytes(mut self, max: usize) -> Self {
+        self.max_key_bytes = max;
+        self
+    }
+
+    /// Bound on connecting and on each command; past it the command's outcome
+    /// is unknown.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The namespace this configuration was made with.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Checks every option.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first option that is out of bounds.
+    pub fn validate(&self) -> Result<(), Error> {
+        validate_namespace(&self.namespace)?;
+        lease_ms(self.lease, "lease")?;
+        positive(self.poll_interval, "poll_interval")?;
+        positive(self.notify_poll_interval, "notify_poll_interval")?;
+        positive(self.shutdown_timeout, "shutdown_timeout")?;
+        positive(self.command_timeout, "command_timeout")?;
+        at_least_one(self.max_waiters, "max_waiters")?;
+        at_least_one(self.max_tracked_leases, "max_tracked_leases")?;
+        at_least_one(self.max_key_bytes, "max_key_bytes")?;
+        Ok(())
+    }
+}
+
+fn validate_namespace(ns: &str) -> Result<(), Error> {
+    if ns.is_empty() {
+        return Err(Error::invalid_config("namespace", "must not be empty"));
+    }
+    if ns.contains(['{', '}']) {
+        return Err(Error::invalid_config(
+            "namespace",
+            "must not contain '{' or '}' (they would change the Redis Cluster hash tag)",
+        ));
+    }
+    Ok(())
+}
+
+fn positive(d: Duration, option: &'static str) -> Result<(), Error> {
+    if d.is_zero() {
+        return Err(Error::invalid_config(option, "must be greater than zero"));
+    }
+    Ok(())
+}
+
+fn at_least_one(n: usize, option: &'static str) -> Result<(), Error> {
+    if n == 0 {
+        return Err(Error::invalid_config(option, "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// The lease in whole milliseconds, checked against Redis' bounds.
+pub(crate) fn lease_ms(lease: Duration, option: &'static str) -> Result<u64, Error> {
+    let ms = lease.as_millis();
+    if ms == 0 || ms > MAX_LEASE_MS {
+        return Err(Error::invalid_config(
+            option,
+            format!("must be between 1 ms and {MAX_LEASE_MS} ms"),
+        ));
+    }
+    // Bounded by MAX_LEASE_MS above, so it fits.
+    Ok(ms as u64)
+}
+
+/// Per-acquire overrides of the locker's defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// let options = redlease::AcquireOptions::new()
+///     .wait(Duration::ZERO)
+///     .lease(Duration::from_secs(30));
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct AcquireOptions {
+    pub(crate) wait: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) cancel: Option<CancelHandle>,
+}
+
+impl AcquireOptions {
+    /// Options that keep every default of the locker's [`Config`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long this acquire may wait; `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lease length of this acquire.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Lets another thread end this acquire's wait with
+    /// [`Error::Cancelled`].
+    pub fn cancel(mut self, handle: CancelHandle) -> Self {
+        self.cancel = Some(handle);
+        self
+    }
+
+    /// Fills in the locker's defaults and checks the lease.
+    pub(crate) fn resolve(&self, config: &Config) -> Result<ResolvedOptions, Error> {
+        let lease = self.lease.unwrap_or(config.lease);
+        let lease_ms = lease_ms(lease, "lease")?;
+        Ok(ResolvedOptions {
+            wait: self.wait.unwrap_or(config.wait),
+            lease_ms,
+        })
+    }
+}
+
+/// An acquire's effective wait and lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ResolvedOptions {
+    pub(crate) wait: Duration,
+    pub(crate) lease_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn option_of(e: Error) -> &'static str {
+        match e {
+            Error::InvalidConfig { option, .. } => option,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::new("ns").validate().unwrap();
+    }
+
+    #[test]
+    fn empty_namespace_is_refused() {
+        assert_eq!(option_of(Config::new("").validate().unwrap_err()), "namespace");
+    }
+
+    #[test]
+    fn namespace_with_a_brace_is_refused() {
+        for ns in ["a{b", "a}b"] {
+            assert_eq!(option_of(Config::new(ns).validate().unwrap_err()), "namespace");
+        }
+    }
+
+    #[test]
+    fn lease_bounds_are_one_ms_to_fifteen_nines() {
+        let ok = |d| Config::new("ns").lease(d).validate().is_ok();
+        assert!(!ok(Duration::ZERO));
+        assert!(!ok(Duration::from_micros(999)));
+        assert!(ok(Duration::from_millis(1)));
+        assert!(ok(Duration::from_millis(999_999_999_999_999)));
+        assert!(!ok(Duration::from_millis(1_000_000_000_000_000)));
+        assert!(!ok(Duration::MAX));
+    }
+
+    #[test]
+    fn zero_intervals_and_limits_name_their_option() {
+        let cases: [(Config, &str); 6] = [
+            (Config::new("n").poll_interval(Duration::ZERO), "poll_interval"),
+            (Config::new("n").notify_poll_interval(Duration::ZERO), "notify_poll_interval"),
+            (Config::new("n").command_timeout(Duration::ZERO), "command_timeout"),
+            (Config::new("n").max_waiters(0), "max_waiters"),
+            (Config::new("n").max_tracked_leases(0), "max_tracked_leases"),
+            (Config::new("n").max_key_bytes(0), "max_key_bytes"),
+        ];
+        for (config, option) in cases {
+            assert_eq!(option_of(config.validate().unwrap_err()), option);
+        }
+    }
+
+    #[test]
+    fn acquire_options_fall_back_to_the_config() {
+        let config = Config::new("n").wait(Duration::from_secs(3));
+        let r = AcquireOptions::new().resolve(&config).unwrap();
+        assert_eq!(r.wait, Duration::from_secs(3));
+        assert_eq!(r.lease_ms, 10_000);
+        let r = AcquireOptions::new()
+            .lease(Duration::from_millis(1500))
+            .resolve(&config)
+            .unwrap();
+        assert_eq!(r.lease_ms, 1500);
+        assert!(AcquireOptions::new()
+            .lease(Duration::ZERO)
+            .resolve(&config)
+            .is_err());
+    }
+}

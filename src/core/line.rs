@@ -1,0 +1,276 @@
+//! One key's FIFO line of waiters inside one locker.
+//!
+//! Only the head talks to Redis, so a locker sends at most one acquire per
+//! key at a time however many of its callers wait. The head's state carries
+//! its own deadline:
+//!
+//! ```text
+//!            poll                 busy reply
+//!  Ready ──────────▶ Attempting ─────────────▶ Backoff { retry_at }
+//!    ▲                  │ notified meanwhile        │ retry_at reached
+//!    │                  └──────▶ Ready ◀────────────┤ or notification
+//!    └── new head after the old one left ◀──────────┘
+//! ```
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::lease::deadline_after;
+use super::slots::SlotId;
+
+/// Identifies one acquire in progress (a waiter) of a locker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct WaiterId(pub(crate) SlotId);
+
+/// The head's relation to Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeadState {
+    /// Should send an attempt now.
+    Ready,
+    /// An attempt is in flight; `notified` records a release notification
+    /// that arrived meanwhile, so a busy reply is retried at once.
+    Attempting { notified: bool },
+    /// Waits for a notification or `retry_at`, whichever comes first.
+    Backoff { retry_at: Option<Instant> },
+}
+
+/// What the line tells one of its waiters to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LineStep {
+    /// Send an acquire attempt now.
+    Attempt,
+    /// Wait for a wake-up or until the instant.
+    WaitUntil(Option<Instant>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Line {
+    queue: VecDeque<WaiterId>,
+    head: HeadState,
+    /// When the holder's lease ends, from the last busy reply.
+    holder_until: Option<Instant>,
+}
+
+impl Line {
+    pub(crate) fn new() -> Self {
+        Line {
+            queue: VecDeque::new(),
+            head: HeadState::Ready,
+            holder_until: None,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub(crate) fn head(&self) -> Option<WaiterId> {
+        self.queue.front().copied()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn head_state(&self) -> HeadState {
+        self.head
+    }
+
+    /// The holder's remaining time as of `now`, when a busy reply told it.
+    pub(crate) fn holder_remaining(&self, now: Instant) -> Option<Duration> {
+        self.holder_until
+            .map(|until| until.saturating_duration_since(now))
+    }
+
+    /// Appends a waiter; returns true when it is the head.
+    pub(crate) fn join(&mut self, id: WaiterId) -> bool {
+        self.queue.push_back(id);
+        if self.queue.len() == 1 {
+            self.head = HeadState::Ready;
+            return true;
+        }
+        false
+    }
+
+    /// Removes a waiter from anywhere in the line. Returns the new head when
+    /// the head changed, which must then be woken: it is `Ready`.
+    pub(crate) fn leave(&mut self, id: WaiterId) -> Option<WaiterId> {
+        let pos = self.queue.iter().position(|w| *w == id)?;
+        self.queue.remove(pos);
+        if pos != 0 {
+            return None;
+        }
+        self.head = HeadState::Ready;
+        self.head()
+    }
+
+    /// The step for waiter `id` at `now`.
+    pub(crate) fn poll(&mut self, id: WaiterId, now: Instant) -> LineStep {
+        if self.head() != Some(id) {
+            return LineStep::WaitUntil(None);
+        }
+        match self.head {
+            HeadState::Ready => {
+                self.head = HeadState::Attempting { notified: false };
+                LineStep::Attempt
+            }
+            HeadState::Backoff { retry_at } if retry_at.is_some_and(|at| at <= now) => {
+                self.head = HeadState::Attempting { notified: false };
+                LineStep::Attempt
+            }
+            HeadState::Backoff { retry_at } => LineStep::WaitUntil(retry_at),
+            HeadState::Attempting { .. } => LineStep::WaitUntil(None),
+        }
+    }
+
+    /// The head's attempt found the lock busy. It retries after
+    /// `min(remaining, safety)` (the waiter's own deadline bounds it further),
+    /// or at once if a notification arrived while the attempt was in flight.
+    pub(crate) fn handle_busy(&mut self, now: Instant, remaining: Option<Duration>, safety: Duration) {
+        let received = now;
+        self.holder_until = remaining.and_then(|r| deadline_after(received, r));
+        self.head = match self.head {
+            HeadState::Attempting { notified: true } => HeadState::Ready,
+            _ => {
+                let delay = remaining.map_or(safety, |r| r.min(safety));
+                HeadState::Backoff {
+                    retry_at: deadline_after(now, delay),
+                }
+            }
+        };
+    }
+
+    /// The head's attempt ended without a busy reply (acquired or failed);
+    /// the head leaves next, so nothing to keep.
+    pub(crate) fn handle_attempt_done(&mut self) {
+        self.holder_until = None;
+        self.head = HeadState::Ready;
+    }
+
+    /// A release notification for this key, or a reason to check at once
+    /// (subscription confirmed, subscriber reconnected). Returns the head to
+    /// wake when it should retry now.
+    pub(crate) fn handle_wake(&mut self) -> Option<WaiterId> {
+        match self.head {
+            HeadState::Backoff { .. } => {
+                self.head = HeadState::Ready;
+                self.head()
+            }
+            HeadState::Attempting { .. } => {
+                self.head = HeadState::Attempting { notified: true };
+                None
+            }
+            HeadState::Ready => None,
+        }
+    }
+
+    /// Brings a backing-off head's retry forward to at most `now + safety`
+    /// (notifications just became unavailable). Returns the head to wake.
+    pub(crate) fn clamp_retry(&mut self, now: Instant, safety: Duration) -> Option<WaiterId> {
+        if let HeadState::Backoff { retry_at } = self.head {
+            let bound = deadline_after(now, safety);
+            let sooner = match (retry_at, bound) {
+                (Some(r), Some(b)) => Some(r.min(b)),
+                (r, b) => r.or(b),
+            };
+            if sooner != retry_at {
+                self.head = HeadState::Backoff { retry_at: sooner };
+                return self.head();
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests take one real instant, then move it by hand
+mod tests {
+    use super::*;
+    use crate::core::slots::Slots;
+
+    fn ids(n: usize) -> Vec<WaiterId> {
+        let mut slots = Slots::default();
+        (0..n).map(|i| WaiterId(slots.insert(i))).collect()
+    }
+
+    const SAFETY: Duration = Duration::from_millis(250);
+
+    #[test]
+    fn only_the_head_attempts() {
+        let now = Instant::now();
+        let w = ids(2);
+        let mut line = Line::new();
+        assert!(line.join(w[0]));
+        assert!(!line.join(w[1]));
+        assert_eq!(line.poll(w[1], now), LineStep::WaitUntil(None));
+        assert_eq!(line.poll(w[0], now), LineStep::Attempt);
+        assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(None), "one attempt at a time");
+    }
+
+    #[test]
+    fn busy_head_retries_after_the_smaller_of_remaining_and_safety() {
+        let now = Instant::now();
+        let w = ids(1);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.poll(w[0], now);
+        line.handle_busy(now, Some(Duration::from_millis(40)), SAFETY);
+        let at = now + Duration::from_millis(40);
+        assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(Some(at)));
+        assert_eq!(line.poll(w[0], at), LineStep::Attempt);
+        line.handle_busy(at, Some(Duration::from_secs(9)), SAFETY);
+        assert_eq!(line.poll(w[0], at), LineStep::WaitUntil(Some(at + SAFETY)));
+        assert_eq!(line.holder_remaining(at), Some(Duration::from_secs(9)));
+    }
+
+    #[test]
+    fn head_retries_at_once_when_release_notification_arrives() {
+        let now = Instant::now();
+        let w = ids(1);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.poll(w[0], now);
+        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        assert_eq!(line.handle_wake(), Some(w[0]));
+        assert_eq!(line.poll(w[0], now), LineStep::Attempt);
+    }
+
+    #[test]
+    fn a_notification_during_the_attempt_makes_a_busy_reply_retry_at_once() {
+        let now = Instant::now();
+        let w = ids(1);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.poll(w[0], now);
+        assert_eq!(line.handle_wake(), None);
+        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        assert_eq!(line.poll(w[0], now), LineStep::Attempt);
+    }
+
+    #[test]
+    fn leaving_from_the_middle_does_not_disturb_the_head() {
+        let now = Instant::now();
+        let w = ids(3);
+        let mut line = Line::new();
+        for id in &w {
+            line.join(*id);
+        }
+        line.poll(w[0], now);
+        line.handle_busy(now, None, SAFETY);
+        assert_eq!(line.leave(w[1]), None);
+        assert_eq!(line.head_state(), HeadState::Backoff { retry_at: Some(now + SAFETY) });
+        assert_eq!(line.leave(w[0]), Some(w[2]));
+        assert_eq!(line.poll(w[2], now), LineStep::Attempt);
+    }
+
+    #[test]
+    fn clamping_brings_a_long_retry_forward_only() {
+        let now = Instant::now();
+        let w = ids(1);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.poll(w[0], now);
+        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        let fast = Duration::from_millis(25);
+        assert_eq!(line.clamp_retry(now, fast), Some(w[0]));
+        assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(Some(now + fast)));
+        assert_eq!(line.clamp_retry(now, SAFETY), None);
+    }
+}

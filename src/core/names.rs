@@ -1,0 +1,210 @@
+//! Key validation and the names stored in Redis: every name carries the
+//! lowercase hex SHA-256 of the key inside a hash tag, so the lock, its fence
+//! counter and (in cluster mode) its release channel share one slot.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+
+/// The SHA-256 of a key: identifies a key's line and its notifications
+/// without keeping the key itself.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct KeyId([u8; 32]);
+
+impl KeyId {
+    pub(crate) fn of(key: &str) -> Self {
+        KeyId(Sha256::digest(key.as_bytes()).into())
+    }
+
+    /// Parses the lowercase hex form carried by release notifications.
+    pub(crate) fn from_hex(hex: &[u8]) -> Option<Self> {
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+        }
+        Some(KeyId(out))
+    }
+
+    pub(crate) fn to_hex(self) -> String {
+        hex(&self.0)
+    }
+}
+
+// The digest identifies a key to anyone who can guess it, so Debug keeps it out.
+impl fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyId(..)")
+    }
+}
+
+fn nibble(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    s
+}
+
+/// Checks a key against the rules of SPEC §2.
+pub(crate) fn validate_key(key: &str, max_key_bytes: usize) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::InvalidKey {
+            reason: "must not be empty".into(),
+        });
+    }
+    if key.len() > max_key_bytes {
+        return Err(Error::InvalidKey {
+            reason: format!(
+                "is {} bytes long; max_key_bytes is {max_key_bytes}",
+                key.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The Redis names of one key's lock.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct LockNames {
+    pub(crate) id: KeyId,
+    /// `<ns>:lock:{<sha>}`
+    pub(crate) lock: String,
+    /// `<ns>:lock-fence:{<sha>}`
+    pub(crate) fence: String,
+}
+
+impl LockNames {
+    pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
+        let sha = id.to_hex();
+        LockNames {
+            id,
+            lock: format!("{namespace}:lock:{{{sha}}}"),
+            fence: format!("{namespace}:lock-fence:{{{sha}}}"),
+        }
+    }
+}
+
+impl fmt::Debug for LockNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LockNames(..)")
+    }
+}
+
+/// Where release notifications go and what they carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// One channel per namespace, `PUBLISH`ed; the message is the key's sha.
+    Standalone,
+    /// One sharded channel per key, `SPUBLISH`ed (Redis Cluster).
+    #[allow(dead_code, reason = "used by the Redis Cluster front ends")]
+    Sharded,
+}
+
+impl Channel {
+    pub(crate) fn name(self, namespace: &str, id: KeyId) -> String {
+        match self {
+            Channel::Standalone => format!("{namespace}:lock-released"),
+            Channel::Sharded => format!("{namespace}:lock-released:{{{}}}", id.to_hex()),
+        }
+    }
+
+    pub(crate) fn publish_command(self) -> &'static str {
+        match self {
+            Channel::Standalone => "PUBLISH",
+            Channel::Sharded => "SPUBLISH",
+        }
+    }
+}
+
+/// A 128-bit owner token, written to Redis as 32 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct OwnerToken([u8; 16]);
+
+impl OwnerToken {
+    pub(crate) fn from_bytes(bytes: [u8; 16]) -> Self {
+        OwnerToken(bytes)
+    }
+
+    pub(crate) fn to_hex(self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OwnerToken(..)")
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests take one real instant, then move it by hand
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn names_use_the_lowercase_hex_sha256_inside_a_hash_tag() {
+        let names = LockNames::new("svc", KeyId::of("job:42"));
+        let expected = hex(&Sha256::digest(b"job:42"));
+        assert_eq!(names.lock, format!("svc:lock:{{{expected}}}"));
+        assert_eq!(names.fence, format!("svc:lock-fence:{{{expected}}}"));
+        assert_eq!(expected.len(), 64);
+        assert!(expected.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+    }
+
+    #[test]
+    fn channels_follow_the_spec() {
+        let id = KeyId::of("k");
+        assert_eq!(Channel::Standalone.name("ns", id), "ns:lock-released");
+        assert_eq!(
+            Channel::Sharded.name("ns", id),
+            format!("ns:lock-released:{{{}}}", id.to_hex())
+        );
+    }
+
+    #[test]
+    fn empty_and_oversized_keys_are_invalid_and_the_message_hides_the_key() {
+        assert!(validate_key("", 1024).is_err());
+        let long = "x".repeat(1025);
+        let e = validate_key(&long, 1024).unwrap_err();
+        assert_eq!(e.code(), "INVALID_KEY");
+        assert!(!e.to_string().contains("xxxx"));
+        assert!(validate_key(&"x".repeat(1024), 1024).is_ok());
+    }
+
+    #[test]
+    fn debug_forms_hide_tokens_and_names() {
+        let t = OwnerToken::from_bytes([0xab; 16]);
+        assert!(!format!("{t:?}").contains("abab"));
+        let n = LockNames::new("ns", KeyId::of("secret"));
+        assert!(!format!("{n:?}").contains("ns:lock"));
+    }
+
+    proptest! {
+        #[test]
+        fn key_id_hex_round_trips(key in ".*") {
+            let id = KeyId::of(&key);
+            prop_assert_eq!(KeyId::from_hex(id.to_hex().as_bytes()), Some(id));
+        }
+
+        #[test]
+        fn from_hex_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = KeyId::from_hex(&bytes);
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! The three Lua scripts, the commands that run them, and the pure
+//! classification of their replies from `redis::Value`.
+//!
+//! Classification is total: every `Value` maps to an outcome or to a
+//! [`ReplyError`], never to a panic. Replies are decoded here rather than
+//! through `FromRedisValue`, whose conversion errors claim the connection is
+//! unrecoverable although the script ran.
+
+use std::fmt;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::names::{Channel, LockNames, OwnerToken};
+use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
+
+/// Acquire: KEYS = lock, fence counter; ARGV = owner token, lease ms.
+///
+/// The lock's value is `<token>:<fence>`, so an acquire replayed by a client
+/// library after a timeout finds its own token and returns the same fence
+/// without a second `INCR`. A missing counter starts from Redis `TIME` in
+/// ms × 1000, so fences keep increasing after Redis lost its data. The fence
+/// is read back with `GET` because Lua numbers are doubles and would print
+/// large counters in float notation.
+pub(crate) const ACQUIRE_LUA: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held then
+  local sep = string.find(held, ':', 1, true)
+  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+    return string.sub(held, sep + 1)
+  end
+  return redis.call('PTTL', KEYS[1])
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local now = redis.call('TIME')
+  local seed = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
+  redis.call('SET', KEYS[2], string.format('%.0f', seed))
+end
+redis.call('INCR', KEYS[2])
+local fence = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+return fence
+"#;
+
+/// Release: KEYS = lock; ARGV = owner token, publish command, channel,
+/// message. Returns 1 released, 0 expired (key gone), 2 conflict. The
+/// notification goes out only when this script deleted the key.
+pub(crate) const RELEASE_LUA: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if not held then
+  return 0
+end
+local sep = string.find(held, ':', 1, true)
+if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call(ARGV[2], ARGV[3], ARGV[4])
+  return 1
+end
+return 2
+"#;
+
+/// Renew: KEYS = lock; ARGV = owner token, lease ms. Returns 1 renewed,
+/// 0 expired, 2 conflict. Never re-creates an expired key.
+pub(crate) const RENEW_LUA: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if not held then
+  return 0
+end
+local sep = string.find(held, ':', 1, true)
+if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 2
+"#;
+
+/// Which of the three scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ScriptKind {
+    Acquire,
+    Release,
+    Renew,
+}
+
+static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_LUA));
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_LUA));
+static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_LUA));
+
+impl ScriptKind {
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            ScriptKind::Acquire => ACQUIRE_LUA,
+            ScriptKind::Release => RELEASE_LUA,
+            ScriptKind::Renew => RENEW_LUA,
+        }
+    }
+
+    /// The SHA-1 digest EVALSHA needs (computed by `redis::Script`).
+    pub(crate) fn sha1(self) -> &'static str {
+        match self {
+            ScriptKind::Acquire => ACQUIRE.get_hash(),
+            ScriptKind::Release => RELEASE.get_hash(),
+            ScriptKind::Renew => RENEW.get_hash(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ScriptKind::Acquire => "acquire",
+            ScriptKind::Release => "release",
+            ScriptKind::Renew => "renew",
+        }
+    }
+}
+
+/// One script invocation, built once and sent by either front end.
+#[derive(Clone)]
+pub(crate) struct ScriptCall {
+    pub(crate) kind: ScriptKind,
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+impl fmt::Debug for ScriptCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScriptCall")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScriptCall {
+    pub(crate) fn acquire(names: &LockNames, token: OwnerToken, lease_ms: u64) -> Self {
+        ScriptCall {
+            kind: ScriptKind::Acquire,
+            keys: vec![names.lock.clone(), names.fence.clone()],
+            args: vec![token.to_hex(), lease_ms.to_string()],
+        }
+    }
+
+    pub(crate) fn release(
+        names: &LockNames,
+        token: OwnerToken,
+        namespace: &str,
+        channel: Channel,
+    ) -> Self {
+        ScriptCall {
+            kind: ScriptKind::Release,
+            keys: vec![names.lock.clone()],
+            args: vec![
+                token.to_hex(),
+                channel.publish_command().to_owned(),
+                channel.name(namespace, names.id),
+                names.id.to_hex(),
+            ],
+        }
+    }
+
+    pub(crate) fn renew(names: &LockNames, token: OwnerToken, lease_ms: u64) -> Self {
+        ScriptCall {
+            kind: ScriptKind::Renew,
+            keys: vec![names.lock.clone()],
+            args: vec![token.to_hex(), lease_ms.to_string()],
+        }
+    }
+
+    /// `EVALSHA <sha1> <numkeys> keys.. args..`
+    pub(crate) fn evalsha(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.kind.sha1())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    /// `SCRIPT LOAD <source>`, sent after a `NOSCRIPT` reply.
+    pub(crate) fn load(&self) -> redis::Cmd {
+        load_cmd(self.kind)
+    }
+}
+
+/// `SCRIPT LOAD <source>` for one script.
+pub(crate) fn load_cmd(kind: ScriptKind) -> redis::Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(kind.source());
+    cmd
+}
+
+/// What an acquire reply says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The lock is ours with this fence.
+    Acquired(Fence),
+    /// Someone holds it; their remaining time when Redis knows it.
+    Busy(Option<Duration>),
+}
+
+/// A reply whose shape none of the scripts produce. Its `Display` names the
+/// shape only, never the content, which could be another owner's token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected reply to the {script} script: {shape}")]
+pub struct ReplyError {
+    script: &'static str,
+    shape: String,
+}
+
+impl ReplyError {
+    fn new(kind: ScriptKind, value: &Value) -> Self {
+        ReplyError {
+            script: kind.name(),
+            shape: shape_of(value),
+        }
+    }
+}
+
+fn shape_of(value: &Value) -> String {
+    match value {
+        Value::Nil => "nil".into(),
+        Value::Int(n) => format!("integer {n}"),
+        Value::BulkString(b) => format!("bulk string of {} bytes", b.len()),
+        Value::Array(a) => format!("array of {} items", a.len()),
+        Value::SimpleString(s) => format!("status of {} bytes", s.len()),
+        Value::Okay => "OK status".into(),
+        Value::Map(m) => format!("map of {} entries", m.len()),
+        Value::Set(s) => format!("set of {} items", s.len()),
+        Value::Double(_) => "double".into(),
+        Value::Boolean(_) => "boolean".into(),
+        Value::ServerError(_) => "error".into(),
+        _ => "other RESP3 value".into(),
+    }
+}
+
+/// Classifies the acquire script's reply (SPEC §3): a positive decimal
+/// string that fits `u64` is a fence, an integer ≥ -2 or nil means busy.
+pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError> {
+    match value {
+        Value::BulkString(bytes) => parse_fence(bytes)
+            .map(AcquireReply::Acquired)
+            .ok_or_else(|| ReplyError::new(ScriptKind::Acquire, value)),
+        Value::Int(ms) if *ms >= 0 => Ok(AcquireReply::Busy(Some(Duration::from_millis(
+            ms.unsigned_abs(),
+        )))),
+        // -1: held without expiry; -2: gone between the checks. Neither
+        // tells when the lock frees up.
+        Value::Int(-2 | -1) | Value::Nil => Ok(AcquireReply::Busy(None)),
+        _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+    }
+}
+
+fn parse_fence(bytes: &[u8]) -> Option<Fence> {
+    let digits = std::str::from_utf8(bytes).ok()?;
+    if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    match digits.parse::<u64>() {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(Fence::new(n)),
+    }
+}
+
+/// Classifies the release script's reply.
+pub(crate) fn classify_release(value: &Value) -> Result<ReleaseOutcome, ReplyError> {
+    match value {
+        Value::Int(1) => Ok(ReleaseOutcome::Released),
+        Value::Int(0) => Ok(ReleaseOutcome::Expired),
+        Value::Int(2) => Ok(ReleaseOutcome::Conflict),
+        _ => Err(ReplyError::new(ScriptKind::Release, value)),
+    }
+}
+
+/// Classifies the renew script's reply.
+pub(crate) fn classify_renew(value: &Value) -> Result<RenewOutcome, ReplyError> {
+    match value {
+        Value::Int(1) => Ok(RenewOutcome::Renewed),
+        Value::Int(0) => Ok(RenewOutcome::Expired),
+        Value::Int(2) => Ok(RenewOutcome::Conflict),
+        _ => Err(ReplyError::new(ScriptKind::Renew, value)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests take one real instant, then move it by hand
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_positive_decimal_string_is_a_fence() {
+        assert_eq!(
+            classify_acquire(&bulk("1796104174047001")),
+            Ok(AcquireReply::Acquired(Fence::new(1_796_104_174_047_001)))
+        );
+        assert_eq!(
+            classify_acquire(&bulk("18446744073709551615")),
+            Ok(AcquireReply::Acquired(Fence::new(u64::MAX)))
+        );
+    }
+
+    #[test]
+    fn zero_overflow_float_and_signed_strings_are_unexpected() {
+        for s in ["0", "18446744073709551616", "1.796104174047e+15", "-5", "+5", "", "12a"] {
+            assert!(classify_acquire(&bulk(s)).is_err(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn integers_from_minus_two_and_nil_are_busy() {
+        assert_eq!(
+            classify_acquire(&Value::Int(1500)),
+            Ok(AcquireReply::Busy(Some(Duration::from_millis(1500))))
+        );
+        assert_eq!(classify_acquire(&Value::Int(-1)), Ok(AcquireReply::Busy(None)));
+        assert_eq!(classify_acquire(&Value::Int(-2)), Ok(AcquireReply::Busy(None)));
+        assert_eq!(classify_acquire(&Value::Nil), Ok(AcquireReply::Busy(None)));
+        assert!(classify_acquire(&Value::Int(-3)).is_err());
+        assert!(classify_acquire(&Value::Okay).is_err());
+    }
+
+    #[test]
+    fn release_and_renew_replies_map_to_their_outcomes() {
+        assert_eq!(classify_release(&Value::Int(1)), Ok(ReleaseOutcome::Released));
+        assert_eq!(classify_release(&Value::Int(0)), Ok(ReleaseOutcome::Expired));
+        assert_eq!(classify_release(&Value::Int(2)), Ok(ReleaseOutcome::Conflict));
+        assert!(classify_release(&Value::Int(3)).is_err());
+        assert_eq!(classify_renew(&Value::Int(1)), Ok(RenewOutcome::Renewed));
+        assert_eq!(classify_renew(&Value::Int(0)), Ok(RenewOutcome::Expired));
+        assert_eq!(classify_renew(&Value::Int(2)), Ok(RenewOutcome::Conflict));
+        assert!(classify_renew(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn reply_error_names_the_shape_not_the_content() {
+        let e = classify_acquire(&bulk("secret-token:12")).unwrap_err();
+        let text = e.to_string();
+        assert!(!text.contains("secret"), "{text}");
+        assert!(text.contains("bulk string of 15 bytes"), "{text}");
+    }
+
+    #[test]
+    fn the_evalsha_command_carries_the_sha1_and_both_keys() {
+        let names = LockNames::new("ns", super::super::names::KeyId::of("k"));
+        let call = ScriptCall::acquire(&names, OwnerToken::from_bytes([1; 16]), 500);
+        let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
+        assert!(packed.contains(ScriptKind::Acquire.sha1()));
+        assert!(packed.contains(&names.lock));
+        assert!(packed.contains(&names.fence));
+        assert_eq!(ScriptKind::Acquire.sha1().len(), 40);
+    }
+
+    /// Any `redis::Value` tree, for property tests and fuzz replays.
+    pub(crate) fn arb_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            Just(Value::Okay),
+            any::<i64>().prop_map(Value::Int),
+            (-3i64..3).prop_map(Value::Int),
+            proptest::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
+            "[0-9]{0,22}".prop_map(|s| Value::BulkString(s.into_bytes())),
+            ".{0,8}".prop_map(Value::SimpleString),
+            any::<f64>().prop_map(Value::Double),
+            any::<bool>().prop_map(Value::Boolean),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Set),
+                proptest::collection::vec((inner.clone(), inner), 0..3).prop_map(Value::Map),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn classification_is_total(v in arb_value()) {
+            let _ = classify_acquire(&v);
+            let _ = classify_release(&v);
+            let _ = classify_renew(&v);
+        }
+
+        #[test]
+        fn every_accepted_fence_is_positive_and_round_trips(n in 1u64..) {
+            prop_assert_eq!(
+                classify_acquire(&Value::BulkString(n.to_string().into_bytes())),
+                Ok(AcquireReply::Acquired(Fence::new(n)))
+            );
+        }
+    }
+}

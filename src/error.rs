@@ -1,0 +1,366 @@
+//! The one public error type, its stable codes, and how a `redis::RedisError`
+//! is sorted into "certainly not applied" and "outcome unknown".
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::core::ReplyError;
+
+/// Which operation an error came from.
+///
+/// Errors say which phase failed so that a caller can tell an acquire that
+/// never started from a release whose result is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Opening a connection to Redis.
+    Connect,
+    /// The acquire script.
+    Acquire,
+    /// The release script.
+    Release,
+    /// The renew script.
+    Renew,
+    /// Loading a script after `NOSCRIPT`.
+    LoadScript,
+    /// Releasing tracked leases at shutdown.
+    Shutdown,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Connect => "connect",
+            Operation::Acquire => "acquire",
+            Operation::Release => "release",
+            Operation::Renew => "renew",
+            Operation::LoadScript => "script load",
+            Operation::Shutdown => "shutdown cleanup",
+        })
+    }
+}
+
+/// Everything that can go wrong with a lease.
+///
+/// Match on [`Error::code`] for a stable string, or on the variant. The
+/// `Display` and `Debug` forms never contain a key, an owner token or a
+/// server address; a Redis error stays reachable through
+/// [`std::error::Error::source`].
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Someone else holds the lock and the acquire was not allowed to wait
+    /// (or this locker already has a waiter for the key).
+    #[error("lock is held by another owner{}", fmt_remaining(*.remaining))]
+    Busy {
+        /// The holder's remaining lease time, when Redis reported it.
+        remaining: Option<Duration>,
+    },
+    /// The wait ran out before the lock became free.
+    #[error("gave up waiting for the lock after {waited:?}{}", fmt_remaining(*.remaining))]
+    WaitTimeout {
+        /// How long the acquire waited.
+        waited: Duration,
+        /// The holder's remaining lease time at the last attempt, when known.
+        remaining: Option<Duration>,
+    },
+    /// The locker already has `max_waiters` acquires in progress.
+    #[error("too many acquires in progress on this locker (max_waiters = {limit})")]
+    QueueFull {
+        /// The configured `max_waiters`.
+        limit: usize,
+    },
+    /// The locker already tracks `max_tracked_leases` leases.
+    #[error("too many leases held through this locker (max_tracked_leases = {limit})")]
+    TooManyLeases {
+        /// The configured `max_tracked_leases`.
+        limit: usize,
+    },
+    /// The acquire was cancelled through its [`CancelHandle`](crate::CancelHandle).
+    #[error("the acquire was cancelled")]
+    Cancelled,
+    /// The locker is shutting down or has shut down.
+    #[error("the locker is shutting down")]
+    ShuttingDown,
+    /// The command was certainly not applied: the connection could not be
+    /// opened, or Redis answered with an error.
+    #[error("redis did not apply the {op} command")]
+    ProviderFailed {
+        /// The operation that failed.
+        op: Operation,
+        /// The error reported by the redis crate.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// The command may or may not have been applied (timeout, dropped
+    /// connection after sending). Never retried automatically.
+    #[error("the outcome of the {op} command is unknown")]
+    OutcomeUnknown {
+        /// The operation whose outcome is unknown.
+        op: Operation,
+        /// The error reported by the redis crate.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Redis answered with a reply this crate does not understand; the
+    /// command may have been applied. Its code is `OUTCOME_UNKNOWN`.
+    #[error("the outcome of the {op} command is unknown")]
+    UnexpectedReply {
+        /// The operation whose reply was not understood.
+        op: Operation,
+        /// What was wrong with the reply.
+        #[source]
+        source: ReplyError,
+    },
+    /// Shutdown could not confirm every cleanup within `shutdown_timeout`.
+    #[error("shutdown could not confirm the release of {unconfirmed} lease(s) within {timeout:?}")]
+    CleanupTimeout {
+        /// Leases whose release was not confirmed.
+        unconfirmed: usize,
+        /// The configured `shutdown_timeout`.
+        timeout: Duration,
+    },
+    /// The key is empty or too long.
+    #[error("invalid key: {reason}")]
+    InvalidKey {
+        /// Why the key was refused (never the key itself).
+        reason: String,
+    },
+    /// An option has a value outside its bounds.
+    #[error("invalid config: {option}: {reason}")]
+    InvalidConfig {
+        /// The option's builder method name.
+        option: &'static str,
+        /// Why the value was refused.
+        reason: String,
+    },
+}
+
+fn fmt_remaining(remaining: Option<Duration>) -> String {
+    match remaining {
+        Some(d) => format!(" (holder's lease has {} ms left)", d.as_millis()),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// The stable code of this error, e.g. `"LOCK_BUSY"`.
+    ///
+    /// ```
+    /// let e = redlease::Error::Busy { remaining: None };
+    /// assert_eq!(e.code(), "LOCK_BUSY");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Busy { .. } => "LOCK_BUSY",
+            Error::WaitTimeout { .. } => "WAIT_TIMEOUT",
+            Error::QueueFull { .. } | Error::TooManyLeases { .. } => "QUEUE_FULL",
+            Error::Cancelled => "CANCELLED",
+            Error::ShuttingDown => "SHUTTING_DOWN",
+            Error::ProviderFailed { .. } => "PROVIDER_FAILED",
+            Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. } => "OUTCOME_UNKNOWN",
+            Error::CleanupTimeout { .. } => "CLEANUP_TIMEOUT",
+            Error::InvalidKey { .. } => "INVALID_KEY",
+            Error::InvalidConfig { .. } => "INVALID_CONFIG",
+        }
+    }
+
+    /// True when the command may have been applied although it reported an
+    /// error; such commands are never retried by this crate.
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.code() == "OUTCOME_UNKNOWN"
+    }
+
+    /// The holder's remaining lease time carried by `Busy` and `WaitTimeout`.
+    pub fn holder_remaining(&self) -> Option<Duration> {
+        match self {
+            Error::Busy { remaining } | Error::WaitTimeout { remaining, .. } => *remaining,
+            _ => None,
+        }
+    }
+
+    /// The Redis error behind a `ProviderFailed` or `OutcomeUnknown`.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            Error::ProviderFailed { source, .. } | Error::OutcomeUnknown { source, .. } => {
+                Some(source)
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid_config(option: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            option,
+            reason: reason.into(),
+        }
+    }
+
+    /// Sorts a failure of a command sent on an established connection.
+    ///
+    /// A server error reply means Redis processed and rejected the command;
+    /// every other failure (timeout, dropped connection, parse error) leaves
+    /// the outcome unknown, because the command may have been applied.
+    pub(crate) fn from_command(op: Operation, source: redis::RedisError) -> Self {
+        if is_server_reply(&source) {
+            Error::ProviderFailed { op, source }
+        } else {
+            Error::OutcomeUnknown { op, source }
+        }
+    }
+
+    /// A failure to open a connection: nothing was sent.
+    pub(crate) fn from_connect(source: redis::RedisError) -> Self {
+        Error::ProviderFailed {
+            op: Operation::Connect,
+            source,
+        }
+    }
+}
+
+/// A failed command, sorted by whether it reached Redis.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The connection could not be opened: nothing was sent.
+    NotSent(redis::RedisError),
+    /// Sent (or possibly sent) on an established connection.
+    Sent(redis::RedisError),
+}
+
+impl From<redis::RedisError> for Failure {
+    fn from(e: redis::RedisError) -> Self {
+        Failure::Sent(e)
+    }
+}
+
+impl Failure {
+    pub(crate) fn into_error(self, op: Operation) -> Error {
+        match self {
+            Failure::NotSent(source) => Error::ProviderFailed { op, source },
+            Failure::Sent(source) => Error::from_command(op, source),
+        }
+    }
+}
+
+/// A description of a redis error for logs: its kind and code only, since
+/// the detail can name a server address.
+pub(crate) fn describe(e: &redis::RedisError) -> String {
+    match e.code() {
+        Some(code) => format!("{:?} ({code})", e.kind()),
+        None if e.is_timeout() => format!("{:?} (timeout)", e.kind()),
+        None if e.is_connection_refusal() => format!("{:?} (connection refused)", e.kind()),
+        None if e.is_connection_dropped() => format!("{:?} (connection dropped)", e.kind()),
+        None => format!("{:?}", e.kind()),
+    }
+}
+
+/// Whether Redis itself answered with an error (the command was processed
+/// and rejected, so it certainly did not take effect).
+pub(crate) fn is_server_reply(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    ) || (e.code().is_some() && !e.is_io_error())
+}
+
+/// Whether the error is Redis saying it does not have the script cached.
+pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    )
+}
+
+// A hand-written Debug: the derived one would print the redis error, whose
+// detail can name a server address (MOVED replies, connection info).
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("code", &self.code());
+        match self {
+            Error::Busy { remaining } => {
+                d.field("remaining", remaining);
+            }
+            Error::WaitTimeout { waited, remaining } => {
+                d.field("waited", waited).field("remaining", remaining);
+            }
+            Error::QueueFull { limit } | Error::TooManyLeases { limit } => {
+                d.field("limit", limit);
+            }
+            Error::ProviderFailed { op, source } | Error::OutcomeUnknown { op, source } => {
+                d.field("op", op)
+                    .field("redis_kind", &source.kind())
+                    .field("redis_code", &source.code());
+            }
+            Error::UnexpectedReply { op, source } => {
+                d.field("op", op).field("reply", source);
+            }
+            Error::CleanupTimeout {
+                unconfirmed,
+                timeout,
+            } => {
+                d.field("unconfirmed", unconfirmed)
+                    .field("timeout", timeout);
+            }
+            Error::InvalidKey { reason } => {
+                d.field("reason", reason);
+            }
+            Error::InvalidConfig { option, reason } => {
+                d.field("option", option).field("reason", reason);
+            }
+            Error::Cancelled | Error::ShuttingDown => {}
+        }
+        d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_timeout() -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        ))
+    }
+
+    #[test]
+    fn timeout_is_outcome_unknown_and_keeps_the_redis_error_as_source() {
+        let e = Error::from_command(Operation::Acquire, io_timeout());
+        assert_eq!(e.code(), "OUTCOME_UNKNOWN");
+        assert!(e.is_outcome_unknown());
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn server_error_reply_is_provider_failed() {
+        let src = redis::RedisError::from((redis::ErrorKind::Extension, "OOM", "oom".into()));
+        let e = Error::from_command(Operation::Acquire, src);
+        assert_eq!(e.code(), "PROVIDER_FAILED");
+    }
+
+    #[test]
+    fn every_code_is_distinct_per_kind() {
+        let all = [
+            Error::Busy { remaining: None },
+            Error::WaitTimeout {
+                waited: Duration::ZERO,
+                remaining: None,
+            },
+            Error::QueueFull { limit: 1 },
+            Error::Cancelled,
+            Error::ShuttingDown,
+            Error::from_connect(io_timeout()),
+            Error::from_command(Operation::Release, io_timeout()),
+            Error::CleanupTimeout {
+                unconfirmed: 1,
+                timeout: Duration::ZERO,
+            },
+            Error::InvalidKey { reason: "x".into() },
+            Error::invalid_config("lease", "x"),
+        ];
+        let codes: std::collections::HashSet<_> = all.iter().map(Error::code).collect();
+        assert_eq!(codes.len(), all.len());
+    }
+}

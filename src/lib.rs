@@ -1,0 +1,75 @@
+//! Leases on Redis with fencing tokens: a distributed mutex whose every grant
+//! carries a strictly increasing number that downstream stores can check.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlease::{blocking::Locker, Config};
+//!
+//! let config = Config::new("my-service")          // namespace: required
+//!     .lease(Duration::from_secs(10))             // default lease
+//!     .wait(Duration::from_secs(5));              // default wait; ZERO = try once
+//! let locker = Locker::connect("redis://127.0.0.1:6379/0", config)?;
+//!
+//! let lease = locker.acquire("job:42")?;
+//! // Hand the fence to every store the lease protects.
+//! let fence = lease.fence();
+//! # let _ = fence;
+//! lease.release()?;
+//! locker.shutdown()?;
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! # How it works
+//!
+//! An acquire is one Lua script (one round trip): `SET NX PX` of the lock and,
+//! only if that succeeded, `INCR` of the key's fence counter, seeded from
+//! Redis `TIME` × 1000 so fences keep increasing even after Redis lost its
+//! data. Release and renew are one script each and compare the owner token.
+//! Inside one locker, waiters for a key form a FIFO line and only the head
+//! talks to Redis; a release publishes a notification that wakes the head at
+//! once, and safety polls cover notifications lost in transit.
+//!
+//! The logic lives in a sans-IO core (no I/O, no clock reads, no threads)
+//! driven by thin front ends: [`blocking`] for std threads.
+//!
+//! # Guarantees and their limits
+//!
+//! One Redis server decides who holds a lease: there is no Redlock and no
+//! global FIFO (order is kept only inside one locker). A lease's validity
+//! ([`blocking::Lease::is_valid`]) is a conservative local estimate counted
+//! from when the acquire was sent. A process can still be paused (GC, swap,
+//! a stopped VM) past its lease and act on a lock it lost; only a store that
+//! checks the fence atomically turns that into a rejected write. A fence
+//! counter that goes back through a failover with replication lag is outside
+//! the guarantee.
+//!
+//! # When not to use this
+//!
+//! If your store can do the mutual exclusion itself (a database row lock, a
+//! compare-and-set on a version), prefer it. If you need locks that survive
+//! the loss of a Redis primary without a fencing store behind them, use a
+//! consensus system (etcd, ZooKeeper) instead.
+//!
+//! # Errors
+//!
+//! One [`Error`] type with a stable [`Error::code`] per kind. A command that
+//! certainly did not take effect is `PROVIDER_FAILED`; one that may have
+//! (timeout, dropped connection, unexpected reply) is `OUTCOME_UNKNOWN` and is
+//! never retried automatically. Keys, owner tokens and server addresses never
+//! appear in `Display`, `Debug` or log lines.
+
+pub mod blocking;
+mod cancel;
+mod clock;
+mod config;
+pub(crate) mod core;
+mod entropy;
+mod error;
+mod eviction;
+mod stats;
+
+pub use crate::cancel::CancelHandle;
+pub use crate::config::{AcquireOptions, Config};
+pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
+pub use crate::error::{Error, Operation};
+pub use crate::stats::Stats;

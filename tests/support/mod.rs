@@ -1,0 +1,568 @@
+//! Shared integration-test support: throw-away `redis-server` processes on
+//! free loopback ports, plus small helpers to inspect and poke them.
+//!
+//! Include it from a test file with `mod support;`. Every test binary uses a
+//! different subset of these helpers, hence the blanket `dead_code` allow.
+//!
+//! The servers never touch the system Redis on 6379: each one listens on a
+//! port picked by the kernel, keeps its files in a fresh temporary directory,
+//! and is killed (SIGKILL + `wait`) when its [`RedisServer`] is dropped, even
+//! while paused. The child stays in the test's process group, so nextest's
+//! timeout termination takes it down too.
+#![allow(dead_code, unreachable_pub)]
+// clippy.toml forbids `Instant::now` / `thread::sleep` for the sans-IO core;
+// test scaffolding polls startups and conditions that have no event to await.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a server (or a replica link) gets to come up.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Poll interval while waiting for PING during startup.
+const STARTUP_POLL: Duration = Duration::from_millis(10);
+/// How many fresh ports to try when a server fails to start.
+const START_ATTEMPTS: usize = 5;
+/// Read/write/connect timeout of connections made by [`RedisServer::conn`].
+const CONN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Log file of every server, inside its temp dir.
+const LOG_FILE: &str = "redis.log";
+
+static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Builder for [`RedisServer`]; see [`RedisServer::builder`].
+#[derive(Debug, Default, Clone)]
+pub struct RedisServerBuilder {
+    args: Vec<String>,
+    replica_of: Option<u16>,
+}
+
+impl RedisServerBuilder {
+    /// Appends one extra `redis-server` argument (after the default ones, so
+    /// it can override them), e.g. `.arg("--maxmemory-policy").arg("allkeys-lru")`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends several extra arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Makes the server a replica of `primary` (`--replicaof 127.0.0.1 <port>`).
+    /// [`start`](Self::start) then also waits for `master_link_status:up`.
+    pub fn replica_of(mut self, primary: &RedisServer) -> Self {
+        self.replica_of = Some(primary.port());
+        self
+    }
+
+    /// Starts the server and waits until it answers PING (and, for a replica,
+    /// until its link to the primary is up). Panics on failure.
+    pub fn start(self) -> RedisServer {
+        RedisServer::launch(self.args, self.replica_of)
+    }
+}
+
+struct Running {
+    child: Child,
+    dir: PathBuf,
+}
+
+/// A `redis-server` child process on `127.0.0.1:<free port>`.
+///
+/// All methods take `&self`, so a server can be shared between threads
+/// (`&server` in scoped threads, or `Arc<RedisServer>`).
+pub struct RedisServer {
+    port: u16,
+    extra_args: Vec<String>,
+    replica_of: Option<u16>,
+    running: Mutex<Running>,
+    paused: AtomicBool,
+}
+
+impl std::fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("replica_of", &self.replica_of)
+            .field("paused", &self.paused.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
+impl RedisServer {
+    /// Starts a standalone server with the default arguments.
+    pub fn start() -> RedisServer {
+        Self::builder().start()
+    }
+
+    /// A builder for extra arguments and replicas.
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::default()
+    }
+
+    /// The TCP port the server listens on (stable across [`restart`](Self::restart)).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// The pid of the current server process (changes on restart).
+    pub fn pid(&self) -> u32 {
+        self.lock().child.id()
+    }
+
+    /// The server's temp directory (holds `redis.log`; changes on restart).
+    pub fn dir(&self) -> PathBuf {
+        self.lock().dir.clone()
+    }
+
+    /// A `redis::Client` for [`url`](Self::url).
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("redis::Client::open on a test server URL")
+    }
+
+    /// A fresh connection with 5 s connect, read and write timeouts.
+    pub fn conn(&self) -> redis::Connection {
+        self.try_conn(CONN_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connect to test redis on port {}: {e}", self.port))
+    }
+
+    /// A fresh connection with `timeout` as connect, read and write timeout.
+    pub fn try_conn(&self, timeout: Duration) -> redis::RedisResult<redis::Connection> {
+        let conn = self.client().get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(conn)
+    }
+
+    /// SIGSTOPs the server: connections are still accepted by the kernel, but
+    /// nothing is answered until [`resume`](Self::resume). Dropping a paused
+    /// server still kills it.
+    pub fn pause(&self) {
+        let pid = self.pid();
+        send_signal("-STOP", pid);
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// SIGCONTs a paused server.
+    pub fn resume(&self) {
+        let pid = self.pid();
+        send_signal("-CONT", pid);
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Pauses the server and returns a guard that resumes it when dropped
+    /// (including during a panic unwind).
+    pub fn pause_guard(&self) -> PauseGuard<'_> {
+        self.pause();
+        PauseGuard { server: self }
+    }
+
+    /// Whether the server is currently paused by [`pause`](Self::pause).
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Kills the server (SIGKILL, so nothing is saved) and starts a new one on
+    /// the same port with the same arguments; all data is lost. Waits for
+    /// PING (and for the replica link, for a replica). Panics on failure.
+    pub fn restart(&self) {
+        let mut running = self.lock();
+        kill_and_reap(&mut running.child);
+        self.paused.store(false, Ordering::SeqCst);
+        let _ = fs::remove_dir_all(&running.dir);
+        let args = base_args(self.port, &self.extra_args, self.replica_of);
+        // The port was ours a moment ago; redis sets SO_REUSEADDR, so
+        // TIME_WAIT sockets do not block the rebind. One try is enough.
+        match try_start(self.port, &args) {
+            Ok(new) => *running = new,
+            Err(msg) => panic!("restarting redis-server on port {}: {msg}", self.port),
+        }
+        drop(running);
+        if self.replica_of.is_some() {
+            self.wait_replica_link_up();
+        }
+    }
+
+    /// Runs one command on a fresh connection and returns the raw reply.
+    /// Panics on any error.
+    pub fn query(&self, cmd: &redis::Cmd) -> redis::Value {
+        let mut conn = self.conn();
+        cmd.query(&mut conn)
+            .unwrap_or_else(|e| panic!("{cmd:?} on test redis port {}: {e}", self.port))
+    }
+
+    /// Runs one command on a fresh connection, converting the reply.
+    fn query_as<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let mut conn = self.conn();
+        cmd.query(&mut conn)
+            .unwrap_or_else(|e| panic!("{cmd:?} on test redis port {}: {e}", self.port))
+    }
+
+    /// `INFO <section>` as text.
+    pub fn info(&self, section: &str) -> String {
+        self.query_as(redis::cmd("INFO").arg(section))
+    }
+
+    /// `INFO commandstats` parsed into `{command: calls}`, e.g.
+    /// `{"evalsha": 2, "script|load": 1, ...}`. The `INFO` issued here is not
+    /// counted in its own reply, but earlier helper calls are: right after
+    /// [`reset_stats`](Self::reset_stats) the map holds `"config|resetstat": 1`.
+    pub fn commandstats(&self) -> HashMap<String, u64> {
+        parse_commandstats(&self.info("commandstats"))
+    }
+
+    /// `CONFIG RESETSTAT` (zeroes commandstats among others).
+    pub fn reset_stats(&self) {
+        let _: () = self.query_as(redis::cmd("CONFIG").arg("RESETSTAT"));
+    }
+
+    /// `CLIENT KILL TYPE <kind>` (`normal`, `pubsub`, `replica`, `master`);
+    /// returns how many clients were killed. Redis's default `SKIPME yes`
+    /// spares the helper's own connection.
+    pub fn client_kill_type(&self, kind: &str) -> u64 {
+        self.query_as(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg(kind))
+    }
+
+    /// `CLIENT LIST`, one line per client (includes the helper's own connection).
+    pub fn client_list(&self) -> Vec<String> {
+        let text: String = self.query_as(redis::cmd("CLIENT").arg("LIST"));
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `KEYS <pattern>`, sorted.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self.query_as(redis::cmd("KEYS").arg(pattern));
+        keys.sort();
+        keys
+    }
+
+    /// `FLUSHALL`.
+    pub fn flushall(&self) {
+        let _: () = self.query_as(&redis::cmd("FLUSHALL"));
+    }
+
+    /// `SCRIPT FLUSH`.
+    pub fn script_flush(&self) {
+        let _: () = self.query_as(redis::cmd("SCRIPT").arg("FLUSH"));
+    }
+
+    /// `CONFIG SET <key> <value>`.
+    pub fn config_set(&self, key: &str, value: &str) {
+        let _: () = self.query_as(redis::cmd("CONFIG").arg("SET").arg(key).arg(value));
+    }
+
+    /// `CONFIG GET <key>` for a single (non-glob) parameter.
+    pub fn config_get(&self, key: &str) -> Option<String> {
+        let map: HashMap<String, String> = self.query_as(redis::cmd("CONFIG").arg("GET").arg(key));
+        map.get(key).cloned()
+    }
+
+    /// Whether `INFO replication` shows `master_link_status:up`.
+    pub fn replica_link_up(&self) -> bool {
+        self.try_conn(Duration::from_secs(1))
+            .and_then(|mut c| {
+                redis::cmd("INFO")
+                    .arg("replication")
+                    .query::<String>(&mut c)
+            })
+            .map(|info| info.lines().any(|l| l.trim() == "master_link_status:up"))
+            .unwrap_or(false)
+    }
+
+    /// The last `max_bytes` of the server's log.
+    pub fn log_tail(&self, max_bytes: u64) -> String {
+        log_tail(&self.lock().dir, max_bytes)
+    }
+
+    fn wait_replica_link_up(&self) {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while !self.replica_link_up() {
+            if Instant::now() >= deadline {
+                panic!(
+                    "replica on port {} did not reach master_link_status:up with 127.0.0.1:{} within {:?}\n\
+                     --- replica INFO replication ---\n{}\n--- replica log tail ---\n{}",
+                    self.port,
+                    self.replica_of.unwrap_or_default(),
+                    STARTUP_TIMEOUT,
+                    self.try_conn(Duration::from_secs(1))
+                        .and_then(|mut c| redis::cmd("INFO").arg("replication").query::<String>(&mut c))
+                        .unwrap_or_else(|e| format!("<INFO failed: {e}>")),
+                    self.log_tail(4096),
+                );
+            }
+            thread::sleep(STARTUP_POLL);
+        }
+    }
+
+    fn launch(extra_args: Vec<String>, replica_of: Option<u16>) -> RedisServer {
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let args = base_args(port, &extra_args, replica_of);
+            match try_start(port, &args) {
+                Ok(running) => {
+                    let server = RedisServer {
+                        port,
+                        extra_args,
+                        replica_of,
+                        running: Mutex::new(running),
+                        paused: AtomicBool::new(false),
+                    };
+                    if replica_of.is_some() {
+                        server.wait_replica_link_up();
+                    }
+                    return server;
+                }
+                Err(msg) => failures.push(format!("port {port}: {msg}")),
+            }
+        }
+        panic!(
+            "could not start redis-server after {START_ATTEMPTS} attempts:\n{}",
+            failures.join("\n")
+        );
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
+        // A panic while holding the lock must not stop Drop from killing the child.
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
+        // SIGKILL works on a SIGSTOPped process too; `wait` reaps it.
+        kill_and_reap(&mut running.child);
+        let _ = fs::remove_dir_all(&running.dir);
+    }
+}
+
+/// Resumes the server when dropped; see [`RedisServer::pause_guard`].
+#[derive(Debug)]
+pub struct PauseGuard<'a> {
+    server: &'a RedisServer,
+}
+
+impl Drop for PauseGuard<'_> {
+    fn drop(&mut self) {
+        if self.server.is_paused() {
+            self.server.resume();
+        }
+    }
+}
+
+/// Polls `cond` every 5 ms until it returns true; panics with `what` after
+/// `timeout`. For conditions with no event to await (e.g. "key gone in redis").
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Parses `INFO commandstats` text into `{command: calls}`.
+pub fn parse_commandstats(info: &str) -> HashMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("cmdstat_")?;
+            let (name, fields) = rest.split_once(':')?;
+            let calls = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+fn base_args(port: u16, extra: &[String], replica_of: Option<u16>) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--enable-debug-command",
+        "local",
+        "--protected-mode",
+        "no",
+        // Redis 7 defaults to a 5 s delay before a diskless full sync.
+        "--repl-diskless-sync-delay",
+        "0",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    if let Some(primary) = replica_of {
+        args.extend([
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            primary.to_string(),
+        ]);
+    }
+    args.extend(extra.iter().cloned());
+    args
+}
+
+/// A port that was free a moment ago (bind port 0, read it, release it).
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0 to pick a free port")
+        .port()
+}
+
+fn fresh_dir(port: u16) -> PathBuf {
+    let n = DIR_COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("redlease-test-{}-{n}-{port}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir
+}
+
+/// Spawns `redis-server` and waits for it to answer PING as *this* process
+/// (checked through `INFO server`'s `process_id`, so a concurrent server
+/// that won a port race is not mistaken for ours). On failure the child is
+/// killed, the temp dir removed, and the reason returned with the log tail.
+fn try_start(port: u16, args: &[String]) -> Result<Running, String> {
+    let dir = fresh_dir(port);
+    let log_path = dir.join(LOG_FILE);
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("open {}: {e}", log_path.display()))?;
+    let log_err = log.try_clone().map_err(|e| format!("dup log fd: {e}"))?;
+    let spawned = Command::new("redis-server")
+        .args(args)
+        .arg("--dir")
+        .arg(&dir)
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(format!("spawn redis-server (is it installed?): {e}"));
+        }
+    };
+    let fail = |child: &mut Child, why: String| {
+        kill_and_reap(child);
+        let msg = format!("{why}\n--- redis log tail ---\n{}", log_tail(&dir, 4096));
+        let _ = fs::remove_dir_all(&dir);
+        Err(msg)
+    };
+    let pid = child.id();
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let client = redis::Client::open(url.as_str()).expect("valid URL");
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return fail(&mut child, format!("redis-server exited early: {status}"))
+            }
+            Ok(None) => {}
+            Err(e) => return fail(&mut child, format!("try_wait on redis-server: {e}")),
+        }
+        if let Some(server_pid) = ping_and_pid(&client) {
+            if server_pid == pid {
+                return Ok(Running { child, dir });
+            }
+            return fail(
+                &mut child,
+                format!(
+                    "port {port} is served by another redis (pid {server_pid}), not ours ({pid})"
+                ),
+            );
+        }
+        if Instant::now() >= deadline {
+            return fail(
+                &mut child,
+                format!("redis-server (pid {pid}) did not answer PING on {url} within {STARTUP_TIMEOUT:?}"),
+            );
+        }
+        thread::sleep(STARTUP_POLL);
+    }
+}
+
+/// PING on a fresh connection; on PONG, the server's `process_id`.
+fn ping_and_pid(client: &redis::Client) -> Option<u32> {
+    let timeout = Duration::from_millis(500);
+    let mut conn = client.get_connection_with_timeout(timeout).ok()?;
+    conn.set_read_timeout(Some(timeout)).ok()?;
+    conn.set_write_timeout(Some(timeout)).ok()?;
+    let pong: String = redis::cmd("PING").query(&mut conn).ok()?;
+    if pong != "PONG" {
+        return None;
+    }
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("process_id:"))
+        .and_then(|p| p.parse().ok())
+}
+
+fn kill_and_reap(child: &mut Child) {
+    // `Child::kill` is SIGKILL; it is an error only if the child was
+    // already reaped, which `wait` then reports harmlessly.
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn send_signal(sig: &str, pid: u32) {
+    let status = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .unwrap_or_else(|e| panic!("run `kill {sig} {pid}`: {e}"));
+    assert!(status.success(), "`kill {sig} {pid}` failed: {status}");
+}
+
+fn log_tail(dir: &Path, max_bytes: u64) -> String {
+    let path = dir.join(LOG_FILE);
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) => return format!("<cannot open {}: {e}>", path.display()),
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(max_bytes)));
+    let mut buf = Vec::new();
+    let _ = file.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}

@@ -12,13 +12,14 @@
 #![allow(clippy::disallowed_methods)] // an example may read the clock and sleep
 
 use std::error::Error;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlease::{blocking::Locker, Config, Fence};
+
+mod common;
+use common::ThrowawayServer;
 
 /// The fenced store: accepts a write only if its fence is not lower than the
 /// last accepted one. Fences stay below 2^53, so Lua's doubles compare them
@@ -59,12 +60,13 @@ fn main() -> Result<(), Box<dyn Error>> {
             let script = script.clone();
             let rejected = rejected.clone();
             std::thread::spawn(move || -> Result<Vec<Fence>, redlease::Error> {
-                let mut conn = store.get_connection().map_err(|source| {
-                    redlease::Error::ProviderFailed {
-                        op: redlease::Operation::Connect,
-                        source,
-                    }
-                })?;
+                let mut conn =
+                    store
+                        .get_connection()
+                        .map_err(|source| redlease::Error::ProviderFailed {
+                            op: redlease::Operation::Connect,
+                            source,
+                        })?;
                 let mut fences = Vec::new();
                 for round in 0..rounds {
                     let lease = locker.acquire(KEY)?;
@@ -120,55 +122,4 @@ fn env_or(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A `redis-server` started for this run when `REDIS_URL` is not set.
-struct ThrowawayServer {
-    url: String,
-    child: Option<Child>,
-}
-
-impl ThrowawayServer {
-    fn start_unless_configured() -> Result<Self, Box<dyn Error>> {
-        if let Ok(url) = std::env::var("REDIS_URL") {
-            return Ok(ThrowawayServer { url, child: None });
-        }
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("REDIS_URL is not set and redis-server could not start: {e}"))?;
-        let server = ThrowawayServer {
-            url: format!("redis://127.0.0.1:{port}/0"),
-            child: Some(child),
-        };
-        let client = redis::Client::open(server.url.as_str())?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while client
-            .get_connection_with_timeout(Duration::from_millis(200))
-            .is_err()
-        {
-            if Instant::now() > deadline {
-                return Err("the throwaway redis-server did not answer within 10 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        println!("started a throwaway redis-server on port {port}");
-        Ok(server)
-    }
-
-    fn url(&self) -> String {
-        self.url.clone()
-    }
-}
-
-impl Drop for ThrowawayServer {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }

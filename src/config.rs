@@ -33,6 +33,8 @@ pub struct Config {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_key_bytes: usize,
     pub(crate) command_timeout: Duration,
+    pub(crate) min_replicas: Option<(u32, Duration)>,
+    pub(crate) fence_counter_ttl: Option<Duration>,
 }
 
 impl Config {
@@ -56,6 +58,8 @@ impl Config {
             shutdown_timeout: Duration::from_secs(5),
             max_key_bytes: 1024,
             command_timeout: Duration::from_secs(2),
+            min_replicas: None,
+            fence_counter_ttl: None,
         }
     }
 
@@ -117,6 +121,30 @@ impl Config {
         self
     }
 
+    /// After every acquire and renew, waits (`WAIT n timeout`) until `n`
+    /// replicas acknowledged the write. Fewer acknowledgements release the
+    /// lease and fail with [`Error::ReplicationFailed`]. Every lease must be at
+    /// least 1.5 × `timeout`. The wait holds the connection it runs on, so
+    /// keep `timeout` short.
+    pub fn min_replicas(mut self, n: u32, timeout: Duration) -> Self {
+        self.min_replicas = Some((n, timeout));
+        self
+    }
+
+    /// Lets a key's fence counter expire after it was unused for `ttl`
+    /// (default: counters never expire, one stays per key ever locked).
+    ///
+    /// This stays safe because a missing counter is seeded from Redis `TIME`
+    /// in ms × 1000: a re-created counter starts above every fence handed out
+    /// before, as long as the key averaged fewer than 1000 acquires per
+    /// millisecond since its counter was first seeded and the server clock
+    /// never went back. It would not be safe on a server whose clock can be
+    /// set backwards by more than `ttl`.
+    pub fn fence_counter_ttl(mut self, ttl: Duration) -> Self {
+        self.fence_counter_ttl = Some(ttl);
+        self
+    }
+
     /// The namespace this configuration was made with.
     pub fn namespace(&self) -> &str {
         &self.namespace
@@ -137,6 +165,25 @@ impl Config {
         at_least_one(self.max_waiters, "max_waiters")?;
         at_least_one(self.max_tracked_leases, "max_tracked_leases")?;
         at_least_one(self.max_key_bytes, "max_key_bytes")?;
+        if let Some(ttl) = self.fence_counter_ttl {
+            lease_ms(ttl, "fence_counter_ttl")?;
+        }
+        if let Some((n, timeout)) = self.min_replicas {
+            if n == 0 {
+                return Err(Error::invalid_config(
+                    "min_replicas",
+                    "must ask for at least 1 replica",
+                ));
+            }
+            positive(timeout, "min_replicas")?;
+            if timeout >= self.command_timeout {
+                return Err(Error::invalid_config(
+                    "min_replicas",
+                    "the replication timeout must be shorter than command_timeout",
+                ));
+            }
+            check_lease_covers_replication(self.lease, timeout)?;
+        }
         Ok(())
     }
 }
@@ -179,6 +226,21 @@ pub(crate) fn lease_ms(lease: Duration, option: &'static str) -> Result<u64, Err
     }
     // Bounded by MAX_LEASE_MS above, so it fits.
     Ok(ms as u64)
+}
+
+/// A lease must last at least 1.5 × the replication timeout (SPEC §8), or
+/// the wait for replicas could eat the lease.
+pub(crate) fn check_lease_covers_replication(
+    lease: Duration,
+    timeout: Duration,
+) -> Result<(), Error> {
+    if lease.as_secs_f64() < timeout.as_secs_f64() * 1.5 {
+        return Err(Error::invalid_config(
+            "min_replicas",
+            "the lease must be at least 1.5 times the replication timeout",
+        ));
+    }
+    Ok(())
 }
 
 /// Per-acquire overrides of the locker's defaults.
@@ -226,6 +288,9 @@ impl AcquireOptions {
     pub(crate) fn resolve(&self, config: &Config) -> Result<ResolvedOptions, Error> {
         let lease = self.lease.unwrap_or(config.lease);
         let lease_ms = lease_ms(lease, "lease")?;
+        if let Some((_, timeout)) = config.min_replicas {
+            check_lease_covers_replication(lease, timeout)?;
+        }
         Ok(ResolvedOptions {
             wait: self.wait.unwrap_or(config.wait),
             lease_ms,
@@ -238,6 +303,56 @@ impl AcquireOptions {
 pub(crate) struct ResolvedOptions {
     pub(crate) wait: Duration,
     pub(crate) lease_ms: u64,
+}
+
+/// Options of `with_lock`: how long to wait, the lease, and whether to keep
+/// the lease alive while the closure runs.
+///
+/// ```
+/// use std::time::Duration;
+/// let options = redlease::WithLock::new()
+///     .wait(Duration::from_secs(10))
+///     .lease(Duration::from_secs(30))
+///     .extend(true);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct WithLock {
+    pub(crate) acquire: AcquireOptions,
+    pub(crate) extend: bool,
+}
+
+impl WithLock {
+    /// The locker's default wait and lease, no extension.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long to wait for the lock; `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.acquire = self.acquire.wait(wait);
+        self
+    }
+
+    /// The lease length.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.acquire = self.acquire.lease(lease);
+        self
+    }
+
+    /// Renew the lease to its full length every lease/2 while the closure
+    /// runs, and signal [`LockLost`](crate::Error::LockLost) through the
+    /// closure's loss signal if a renewal fails or the lease runs out.
+    pub fn extend(mut self, extend: bool) -> Self {
+        self.extend = extend;
+        self
+    }
+
+    /// Lets another thread cancel the wait (blocking front end).
+    pub fn cancel(mut self, handle: CancelHandle) -> Self {
+        self.acquire = self.acquire.cancel(handle);
+        self
+    }
 }
 
 #[cfg(test)]
@@ -258,13 +373,19 @@ mod tests {
 
     #[test]
     fn empty_namespace_is_refused() {
-        assert_eq!(option_of(Config::new("").validate().unwrap_err()), "namespace");
+        assert_eq!(
+            option_of(Config::new("").validate().unwrap_err()),
+            "namespace"
+        );
     }
 
     #[test]
     fn namespace_with_a_brace_is_refused() {
         for ns in ["a{b", "a}b"] {
-            assert_eq!(option_of(Config::new(ns).validate().unwrap_err()), "namespace");
+            assert_eq!(
+                option_of(Config::new(ns).validate().unwrap_err()),
+                "namespace"
+            );
         }
     }
 
@@ -282,9 +403,18 @@ mod tests {
     #[test]
     fn zero_intervals_and_limits_name_their_option() {
         let cases: [(Config, &str); 6] = [
-            (Config::new("n").poll_interval(Duration::ZERO), "poll_interval"),
-            (Config::new("n").notify_poll_interval(Duration::ZERO), "notify_poll_interval"),
-            (Config::new("n").command_timeout(Duration::ZERO), "command_timeout"),
+            (
+                Config::new("n").poll_interval(Duration::ZERO),
+                "poll_interval",
+            ),
+            (
+                Config::new("n").notify_poll_interval(Duration::ZERO),
+                "notify_poll_interval",
+            ),
+            (
+                Config::new("n").command_timeout(Duration::ZERO),
+                "command_timeout",
+            ),
             (Config::new("n").max_waiters(0), "max_waiters"),
             (Config::new("n").max_tracked_leases(0), "max_tracked_leases"),
             (Config::new("n").max_key_bytes(0), "max_key_bytes"),
@@ -292,6 +422,31 @@ mod tests {
         for (config, option) in cases {
             assert_eq!(option_of(config.validate().unwrap_err()), option);
         }
+    }
+
+    #[test]
+    fn replication_needs_a_lease_of_one_and_a_half_timeouts() {
+        let base = Config::new("n").lease(Duration::from_millis(1500));
+        assert!(base
+            .clone()
+            .min_replicas(1, Duration::from_secs(1))
+            .validate()
+            .is_ok());
+        let e = base
+            .clone()
+            .min_replicas(1, Duration::from_millis(1001))
+            .validate()
+            .unwrap_err();
+        assert_eq!(option_of(e), "min_replicas");
+        assert!(base
+            .min_replicas(0, Duration::from_millis(10))
+            .validate()
+            .is_err());
+        let config = Config::new("n").min_replicas(1, Duration::from_secs(1));
+        assert!(AcquireOptions::new()
+            .lease(Duration::from_secs(1))
+            .resolve(&config)
+            .is_err());
     }
 
     #[test]

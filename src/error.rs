@@ -23,6 +23,8 @@ pub enum Operation {
     Renew,
     /// Loading a script after `NOSCRIPT`.
     LoadScript,
+    /// Waiting for replicas to acknowledge (`WAIT`).
+    Replication,
     /// Releasing tracked leases at shutdown.
     Shutdown,
 }
@@ -35,6 +37,7 @@ impl fmt::Display for Operation {
             Operation::Release => "release",
             Operation::Renew => "renew",
             Operation::LoadScript => "script load",
+            Operation::Replication => "replication wait",
             Operation::Shutdown => "shutdown cleanup",
         })
     }
@@ -126,6 +129,22 @@ pub enum Error {
         /// Why the key was refused (never the key itself).
         reason: String,
     },
+    /// Fewer replicas than `min_replicas` acknowledged the acquire or renew
+    /// in time; an acquired lease was released again.
+    #[error("only {acked} of {required} required replica(s) acknowledged the lease")]
+    ReplicationFailed {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// The configured `min_replicas`.
+        required: u32,
+    },
+    /// A lease kept alive by `with_lock(.., extend(true))` was lost.
+    #[error("the lease was lost: {cause}")]
+    LockLost {
+        /// Why.
+        #[source]
+        cause: LostCause,
+    },
     /// An option has a value outside its bounds.
     #[error("invalid config: {option}: {reason}")]
     InvalidConfig {
@@ -134,6 +153,37 @@ pub enum Error {
         /// Why the value was refused.
         reason: String,
     },
+}
+
+/// Why a lease kept alive by `with_lock` was lost.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LostCause {
+    /// A renewal found the lock gone.
+    #[error("a renewal found the lock expired")]
+    Expired,
+    /// A renewal found someone else holding the lock.
+    #[error("a renewal found the lock held by another owner")]
+    Conflict,
+    /// A renewal failed; the error says how.
+    #[error("a renewal failed")]
+    RenewFailed(#[source] Box<Error>),
+    /// The lease's local deadline passed without a confirmed renewal (Redis
+    /// did not answer in time).
+    #[error("the lease's deadline passed without a confirmed renewal")]
+    DeadlinePassed,
+}
+
+impl LostCause {
+    /// A copy of this cause (the redis error inside is cloned).
+    pub(crate) fn duplicate(&self) -> LostCause {
+        match self {
+            LostCause::Expired => LostCause::Expired,
+            LostCause::Conflict => LostCause::Conflict,
+            LostCause::DeadlinePassed => LostCause::DeadlinePassed,
+            LostCause::RenewFailed(e) => LostCause::RenewFailed(Box::new(e.duplicate())),
+        }
+    }
 }
 
 fn fmt_remaining(remaining: Option<Duration>) -> String {
@@ -162,6 +212,8 @@ impl Error {
             Error::CleanupTimeout { .. } => "CLEANUP_TIMEOUT",
             Error::InvalidKey { .. } => "INVALID_KEY",
             Error::InvalidConfig { .. } => "INVALID_CONFIG",
+            Error::ReplicationFailed { .. } => "REPLICATION_FAILED",
+            Error::LockLost { .. } => "LOCK_LOST",
         }
     }
 
@@ -186,6 +238,56 @@ impl Error {
                 Some(source)
             }
             _ => None,
+        }
+    }
+
+    /// A copy of this error; a redis error inside is cloned.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Busy { remaining } => Error::Busy {
+                remaining: *remaining,
+            },
+            Error::WaitTimeout { waited, remaining } => Error::WaitTimeout {
+                waited: *waited,
+                remaining: *remaining,
+            },
+            Error::QueueFull { limit } => Error::QueueFull { limit: *limit },
+            Error::TooManyLeases { limit } => Error::TooManyLeases { limit: *limit },
+            Error::Cancelled => Error::Cancelled,
+            Error::ShuttingDown => Error::ShuttingDown,
+            Error::ProviderFailed { op, source } => Error::ProviderFailed {
+                op: *op,
+                source: source.clone(),
+            },
+            Error::OutcomeUnknown { op, source } => Error::OutcomeUnknown {
+                op: *op,
+                source: source.clone(),
+            },
+            Error::UnexpectedReply { op, source } => Error::UnexpectedReply {
+                op: *op,
+                source: source.clone(),
+            },
+            Error::CleanupTimeout {
+                unconfirmed,
+                timeout,
+            } => Error::CleanupTimeout {
+                unconfirmed: *unconfirmed,
+                timeout: *timeout,
+            },
+            Error::InvalidKey { reason } => Error::InvalidKey {
+                reason: reason.clone(),
+            },
+            Error::InvalidConfig { option, reason } => Error::InvalidConfig {
+                option,
+                reason: reason.clone(),
+            },
+            Error::ReplicationFailed { acked, required } => Error::ReplicationFailed {
+                acked: *acked,
+                required: *required,
+            },
+            Error::LockLost { cause } => Error::LockLost {
+                cause: cause.duplicate(),
+            },
         }
     }
 
@@ -308,6 +410,12 @@ impl fmt::Debug for Error {
             Error::InvalidConfig { option, reason } => {
                 d.field("option", option).field("reason", reason);
             }
+            Error::ReplicationFailed { acked, required } => {
+                d.field("acked", acked).field("required", required);
+            }
+            Error::LockLost { cause } => {
+                d.field("cause", cause);
+            }
             Error::Cancelled | Error::ShuttingDown => {}
         }
         d.finish()
@@ -359,6 +467,13 @@ mod tests {
             },
             Error::InvalidKey { reason: "x".into() },
             Error::invalid_config("lease", "x"),
+            Error::ReplicationFailed {
+                acked: 0,
+                required: 1,
+            },
+            Error::LockLost {
+                cause: LostCause::Expired,
+            },
         ];
         let codes: std::collections::HashSet<_> = all.iter().map(Error::code).collect();
         assert_eq!(codes.len(), all.len());

@@ -30,7 +30,16 @@
 //! once, and safety polls cover notifications lost in transit.
 //!
 //! The logic lives in a sans-IO core (no I/O, no clock reads, no threads)
-//! driven by thin front ends: [`blocking`] for std threads.
+//! driven by two thin front ends with the same API: [`blocking`] for std
+//! threads and `aio` for futures on any executor (smol, async-std,
+//! `futures::executor`, or inside a tokio program, without a tokio runtime).
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `aio` | yes | the async front end `redlease::aio` (redis `smol-comp`, `futures`, `async-io`) |
+//! | `cli` | yes | the `redlease` command-line tool (a binary; the library does not use it) |
 //!
 //! # Guarantees and their limits
 //!
@@ -58,18 +67,24 @@
 //! never retried automatically. Keys, owner tokens and server addresses never
 //! appear in `Display`, `Debug` or log lines.
 
+#[cfg(feature = "aio")]
+pub mod aio;
 pub mod blocking;
 mod cancel;
 mod clock;
 mod config;
 pub(crate) mod core;
+mod driver;
 mod entropy;
 mod error;
 mod eviction;
+mod lost;
+mod replication;
 mod stats;
 
 pub use crate::cancel::CancelHandle;
-pub use crate::config::{AcquireOptions, Config};
+pub use crate::config::{AcquireOptions, Config, WithLock};
 pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
-pub use crate::error::{Error, Operation};
+pub use crate::error::{Error, LostCause, Operation};
+pub use crate::lost::Lost;
 pub use crate::stats::Stats;

@@ -27,6 +27,10 @@ pub struct Stats {
     pub tracked_leases: usize,
     /// Whether release notifications are subscribed now.
     pub subscribed: bool,
+    /// Whether a command connection is open now (async: the shared
+    /// multiplexed connection, dropped as soon as the server closes it;
+    /// blocking: at least one idle pooled connection).
+    pub connected: bool,
 }
 
 #[derive(Debug, Default)]

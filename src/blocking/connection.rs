@@ -53,11 +53,37 @@ impl Commands {
         open(&self.client, self.timeout)
     }
 
-    fn checkout(&self) -> Result<redis::Connection, redis::RedisError> {
+    /// An idle connection (flagged as reused) or a new one.
+    fn checkout(&self) -> Result<(redis::Connection, bool), redis::RedisError> {
         if let Some(conn) = self.idle.lock().pop() {
-            return Ok(conn);
+            return Ok((conn, true));
         }
-        self.connect()
+        self.connect().map(|conn| (conn, false))
+    }
+
+    /// Sends `cmd` on a working connection. A reused idle connection may have
+    /// been closed by the server meanwhile (`CLIENT KILL`, restart, idle
+    /// timeout), which a sync connection only learns by using it. So on a
+    /// reused connection the command goes out behind a `PING` in the same
+    /// write, still one round trip: if the PING's reply already finds the
+    /// connection dropped, the server closed it before reading our request,
+    /// and the command is sent again on the next connection. Only a failure
+    /// after the PONG leaves the outcome unknown.
+    fn send(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<(redis::Connection, redis::RedisResult<Value>), Failure> {
+        loop {
+            let (mut conn, reused) = self.checkout().map_err(Failure::NotSent)?;
+            if !reused {
+                let result = cmd.query::<Value>(&mut conn);
+                return Ok((conn, result));
+            }
+            match probe_and_send(&mut conn, cmd) {
+                Probe::Stale => continue,
+                Probe::Sent(result) => return Ok((conn, result)),
+            }
+        }
     }
 
     fn checkin(&self, conn: redis::Connection) {
@@ -73,21 +99,41 @@ impl Commands {
     /// Sends a script call: EVALSHA, and on `NOSCRIPT` (which Redis answers
     /// without running anything) `SCRIPT LOAD` and EVALSHA once more.
     pub(crate) fn run(&self, call: &ScriptCall, counters: &Counters) -> Result<Value, Failure> {
-        let mut conn = self.checkout().map_err(Failure::NotSent)?;
+        self.run_then(call, counters, None).0
+    }
+
+    /// Like [`run`](Self::run), then, if the script granted or renewed the
+    /// lease, `then` on the same connection (the replication `WAIT`, which
+    /// only counts the writes of its own connection).
+    pub(crate) fn run_then(
+        &self,
+        call: &ScriptCall,
+        counters: &Counters,
+        then: Option<&redis::Cmd>,
+    ) -> (Result<Value, Failure>, Option<redis::RedisResult<Value>>) {
         counters.script_sent();
-        let mut result = call.evalsha().query::<Value>(&mut conn);
+        let (mut conn, mut result) = match self.send(&call.evalsha()) {
+            Ok(sent) => sent,
+            Err(f) => return (Err(f), None),
+        };
         if matches!(&result, Err(e) if is_noscript(e)) {
             counters.noscript_reload();
-            result = call
-                .load()
-                .query::<Value>(&mut conn)
-                .and_then(|_| {
-                    counters.script_sent();
-                    call.evalsha().query::<Value>(&mut conn)
-                });
+            result = call.load().query::<Value>(&mut conn).and_then(|_| {
+                counters.script_sent();
+                call.evalsha().query::<Value>(&mut conn)
+            });
         }
-        self.finish(conn, &result);
-        result.map_err(Failure::Sent)
+        let then_reply = match (&result, then) {
+            (Ok(value), Some(cmd)) if call.kind.grants(value) => {
+                Some(cmd.query::<Value>(&mut conn))
+            }
+            _ => None,
+        };
+        match &then_reply {
+            Some(Err(e)) if !is_server_reply(e) => {}
+            _ => self.finish(conn, &result),
+        }
+        (result.map_err(Failure::Sent), then_reply)
     }
 
     /// Sends many release calls in one pipeline (one round trip), preceded
@@ -101,7 +147,7 @@ impl Commands {
         if calls.is_empty() {
             return Ok(0);
         }
-        let mut conn = self.checkout().map_err(Failure::NotSent)?;
+        let (mut conn, _) = self.checkout().map_err(Failure::NotSent)?;
         let timeout = timeout.max(Duration::from_millis(1));
         let set = conn
             .set_read_timeout(Some(timeout))
@@ -132,10 +178,40 @@ impl Commands {
         }
     }
 
+    /// Whether an idle pooled connection exists (it may still turn out
+    /// closed by the server: a sync connection only learns that by use).
+    pub(crate) fn is_connected(&self) -> bool {
+        !self.idle.lock().is_empty()
+    }
+
     /// Closes the idle connections and stops keeping new ones.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.idle.lock().clear();
+    }
+}
+
+enum Probe {
+    /// The connection was closed before the command was read: not sent.
+    Stale,
+    /// The command was sent; its reply or failure.
+    Sent(redis::RedisResult<Value>),
+}
+
+fn probe_and_send(conn: &mut redis::Connection, cmd: &redis::Cmd) -> Probe {
+    let mut bytes = redis::cmd("PING").get_packed_command();
+    bytes.extend_from_slice(&cmd.get_packed_command());
+    if let Err(e) = conn.send_packed_command(&bytes) {
+        return if e.is_connection_dropped() {
+            Probe::Stale
+        } else {
+            Probe::Sent(Err(e))
+        };
+    }
+    match conn.recv_response() {
+        Ok(_pong) => Probe::Sent(conn.recv_response().and_then(Value::extract_error)),
+        Err(e) if e.is_connection_dropped() && !e.is_timeout() => Probe::Stale,
+        Err(e) => Probe::Sent(Err(e)),
     }
 }
 
@@ -148,11 +224,13 @@ pub(crate) fn open(
     let started = Instant::now();
     let mut backoff = CONNECT_BACKOFF.iter();
     loop {
-        let attempt = client.get_connection_with_timeout(timeout).and_then(|conn| {
-            conn.set_read_timeout(Some(timeout))?;
-            conn.set_write_timeout(Some(timeout))?;
-            Ok(conn)
-        });
+        let attempt = client
+            .get_connection_with_timeout(timeout)
+            .and_then(|conn| {
+                conn.set_read_timeout(Some(timeout))?;
+                conn.set_write_timeout(Some(timeout))?;
+                Ok(conn)
+            });
         match attempt {
             Ok(conn) => return Ok(conn),
             Err(e) => match backoff.next() {

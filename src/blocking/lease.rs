@@ -2,6 +2,7 @@
 //! release (also on drop).
 
 use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,8 +31,12 @@ pub struct Lease {
     clock: Mutex<LeaseClock>,
     /// Serialises renew and release of this lease.
     op: Mutex<()>,
+    replicas: AtomicU32,
     released: bool,
 }
+
+/// `replicas` before any replication check ran.
+const NO_REPLICAS: u32 = u32::MAX;
 
 impl Lease {
     pub(crate) fn new(shared: Arc<Shared>, grant: Grant) -> Self {
@@ -41,6 +46,7 @@ impl Lease {
             fence: grant.fence,
             clock: Mutex::new(grant.clock),
             op: Mutex::new(()),
+            replicas: AtomicU32::new(NO_REPLICAS),
             released: false,
         }
     }
@@ -60,6 +66,30 @@ impl Lease {
     /// The time left by the local estimate (zero when not valid).
     pub fn remaining(&self) -> Duration {
         self.clock.lock().remaining(now())
+    }
+
+    /// How many replicas acknowledged the last acquire or renew, when
+    /// [`Config::min_replicas`](crate::Config::min_replicas) is set.
+    pub fn replicas(&self) -> Option<u32> {
+        match self.replicas.load(Ordering::SeqCst) {
+            NO_REPLICAS => None,
+            n => Some(n),
+        }
+    }
+
+    pub(crate) fn set_replicas(&self, n: u32) {
+        self.replicas
+            .store(n.min(NO_REPLICAS - 1), Ordering::SeqCst);
+    }
+
+    /// The local deadline; `None` once ended (`Some(None)`: beyond any instant).
+    pub(crate) fn valid_until(&self) -> Option<Option<std::time::Instant>> {
+        self.clock.lock().valid_until()
+    }
+
+    /// The lease length this lease was granted with.
+    pub(crate) fn lease_length(&self) -> Duration {
+        self.clock.lock().lease()
     }
 
     /// Extends the lease to its full length, counted from now.
@@ -86,7 +116,9 @@ impl Lease {
             // Bounded by the lease validation (at most 15 digits of ms).
             clock.lease().as_millis() as u64
         };
-        let call = self.shared.with_core(|core| core.renew_call(self.id, lease_ms));
+        let call = self
+            .shared
+            .with_core(|core| core.renew_call(self.id, lease_ms));
         let call = match call {
             Ok(call) => call,
             Err(e) => {
@@ -94,11 +126,27 @@ impl Lease {
                 return Err(e);
             }
         };
-        let reply = self.shared.commands.run(&call, &self.shared.counters);
+        let wait_cmd = self.shared.replication.map(|r| r.wait_cmd());
+        let (reply, acks) =
+            self.shared
+                .commands
+                .run_then(&call, &self.shared.counters, wait_cmd.as_ref());
         let (result, outcome) = self
             .shared
             .with_core(|core| core.handle_renew_reply(self.id, reply));
         self.clock.lock().handle_renew(result);
+        if let (Ok(RenewOutcome::Renewed), Some(replication)) = (&outcome, self.shared.replication)
+        {
+            match replication.verdict(acks.unwrap_or(Ok(redis::Value::Int(0)))) {
+                Ok(acked) => self.set_replicas(acked),
+                Err(e) => {
+                    drop(_serial);
+                    // Not replicated enough to count as held.
+                    let _ = self.release_now();
+                    return Err(e);
+                }
+            }
+        }
         outcome
     }
 
@@ -139,7 +187,9 @@ impl Lease {
             }
             Err(e) => Err(e),
         };
-        self.clock.lock().handle_release(result.as_ref().ok().copied());
+        self.clock
+            .lock()
+            .handle_release(result.as_ref().ok().copied());
         result
     }
 }
@@ -167,6 +217,7 @@ impl fmt::Debug for Lease {
             .field("fence", &self.fence)
             .field("valid", &self.is_valid())
             .field("remaining", &self.remaining())
+            .field("replicas", &self.replicas())
             .finish_non_exhaustive()
     }
 }

@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use event_listener::{Event, Listener};
-use parking_lot::Mutex;
 
 use super::connection::Commands;
 use super::lease::Lease;
@@ -15,12 +15,14 @@ use super::subscriber;
 use crate::cancel::CancelHandle;
 use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
-use crate::core::core::{Core, CoreEvent, CoreSettings, WaiterStep};
+use crate::core::core::{Core, CoreSettings, Grant, WaiterStep};
 use crate::core::line::WaiterId;
 use crate::core::names::Channel;
+use crate::driver::{CoreCell, StartSubscriber};
 use crate::entropy::fresh_token;
 use crate::error::{describe, Error, Failure, Operation};
 use crate::eviction;
+use crate::replication::Replication;
 use crate::stats::{Counters, Stats};
 
 /// A lease client for one Redis server, for std threads.
@@ -68,49 +70,26 @@ pub(crate) struct Shared {
     pub(crate) commands: Commands,
     pub(crate) counters: Counters,
     pub(crate) channel_name: String,
-    state: Mutex<State>,
-    /// Notified when an attempt finishes or a subscriber exits (shutdown
-    /// waits for both).
-    changed: Event,
-}
-
-struct State {
-    core: Core,
-    wakers: HashMap<WaiterId, Arc<Event>>,
-    subscribers_running: usize,
+    pub(crate) replication: Option<Replication>,
+    cell: CoreCell,
+    subscribers_running: AtomicUsize,
 }
 
 impl Shared {
-    /// Runs `f` on the core, then acts on every event it produced.
+    /// Runs `f` on the core, wakes the waiters it named, and starts the
+    /// subscriber thread when the core asked for it.
     pub(crate) fn with_core<R>(self: &Arc<Self>, f: impl FnOnce(&mut Core) -> R) -> R {
-        let (result, start_subscriber) = {
-            let mut st = self.state.lock();
-            let result = f(&mut st.core);
-            let mut start = false;
-            while let Some(event) = st.core.poll_event() {
-                match event {
-                    CoreEvent::Wake(id) => {
-                        if let Some(waker) = st.wakers.get(&id) {
-                            waker.notify(usize::MAX);
-                        }
-                    }
-                    CoreEvent::StartSubscriber => start = true,
-                }
-            }
-            if start {
-                st.subscribers_running += 1;
-            }
-            (result, start)
-        };
-        if start_subscriber {
+        let (result, StartSubscriber(start)) = self.cell.with(f);
+        if start {
+            self.subscribers_running.fetch_add(1, Ordering::SeqCst);
             subscriber::spawn(self.clone());
         }
         result
     }
 
     pub(crate) fn subscriber_exited(&self) {
-        self.state.lock().subscribers_running -= 1;
-        self.changed.notify(usize::MAX);
+        self.subscribers_running.fetch_sub(1, Ordering::SeqCst);
+        self.cell.notify_changed();
     }
 
     /// Releases orphaned tokens (acquires whose outcome was unknown or that
@@ -139,7 +118,12 @@ impl Shared {
         id: WaiterId,
         wake: &Event,
         cancel: Option<&CancelHandle>,
-    ) -> Result<crate::core::core::Grant, Error> {
+    ) -> (
+        Result<Grant, Error>,
+        Option<redis::RedisResult<redis::Value>>,
+    ) {
+        let wait_cmd = self.replication.map(|r| r.wait_cmd());
+        let mut acks = None;
         loop {
             // Listen before looking, so a wake between the two is not lost.
             let listener = wake.listen();
@@ -152,18 +136,21 @@ impl Shared {
             match step {
                 WaiterStep::Attempt(call) => {
                     drop(listener);
-                    let reply = self.commands.run(&call, &self.counters);
-                    let summary = self.with_core(|core| core.handle_acquire_reply(now(), id, reply));
+                    let (reply, then) =
+                        self.commands
+                            .run_then(&call, &self.counters, wait_cmd.as_ref());
+                    acks = then;
+                    let summary =
+                        self.with_core(|core| core.handle_acquire_reply(now(), id, reply));
                     if summary.is_busy() {
                         self.counters.busy_reply();
                     }
-                    self.changed.notify(usize::MAX);
                 }
                 WaiterStep::Wait(Some(deadline)) => {
                     listener.wait_deadline(deadline);
                 }
                 WaiterStep::Wait(None) => listener.wait(),
-                WaiterStep::Done(result) => return result,
+                WaiterStep::Done(result) => return (result, acks),
             }
         }
     }
@@ -200,16 +187,13 @@ impl Locker {
         let channel_name = settings.channel.name(&settings.namespace, probe_id());
         let commands = Commands::new(client, config.command_timeout);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                core: Core::new(settings, now()),
-                wakers: HashMap::new(),
-                subscribers_running: 0,
-            }),
+            cell: CoreCell::new(Core::new(settings, now())),
+            subscribers_running: AtomicUsize::new(0),
             commands,
             counters: Counters::default(),
             channel_name,
+            replication: Replication::of(&config),
             config,
-            changed: Event::new(),
         });
         check_eviction(&shared.commands)?;
         Ok(Locker { shared })
@@ -261,25 +245,32 @@ impl Locker {
         if let Some(cancel) = &options.cancel {
             cancel.register(&wake);
         }
-        let id = {
-            let mut st = shared.state.lock();
-            let id = st.core.acquire(now(), key, fresh_token(), resolved)?;
-            st.wakers.insert(id, wake.clone());
-            id
-        };
-        let result = shared.drive(id, &wake, options.cancel.as_ref());
-        let late_at_shutdown = {
-            let mut st = shared.state.lock();
-            st.wakers.remove(&id);
-            st.core.is_shutting_down() && st.core.counts().orphans > 0
-        };
+        let id = shared.with_core(|core| core.acquire(now(), key, fresh_token(), resolved))?;
+        shared.cell.set_waker(id, wake.clone());
+        let (result, acks) = shared.drive(id, &wake, options.cancel.as_ref());
+        shared.cell.remove_waker(id);
+        let late_at_shutdown = shared
+            .cell
+            .read(|core| core.is_shutting_down() && core.counts().orphans > 0);
         if late_at_shutdown {
             shared.release_orphans();
         }
         match result {
             Ok(grant) => {
                 shared.counters.acquired();
-                Ok(Lease::new(shared.clone(), grant))
+                let lease = Lease::new(shared.clone(), grant);
+                if let Some(replication) = shared.replication {
+                    let acks = acks.unwrap_or(Ok(redis::Value::Int(0)));
+                    match replication.verdict(acks) {
+                        Ok(acked) => lease.set_replicas(acked),
+                        Err(e) => {
+                            // Not replicated enough to count as held.
+                            let _ = lease.release();
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(lease)
             }
             Err(e) => {
                 if matches!(e, Error::WaitTimeout { .. }) {
@@ -292,12 +283,15 @@ impl Locker {
 
     /// A snapshot of this locker's counters.
     pub fn stats(&self) -> Stats {
-        let st = self.shared.state.lock();
-        let counts = st.core.counts();
+        let (counts, subscribed) = self
+            .shared
+            .cell
+            .read(|core| (core.counts(), core.is_subscribed()));
         Stats {
             waiters: counts.waiters,
             tracked_leases: counts.tracked_leases,
-            subscribed: st.core.is_subscribed(),
+            subscribed,
+            connected: self.shared.commands.is_connected(),
             ..self.shared.counters.snapshot()
         }
     }
@@ -324,8 +318,11 @@ impl Locker {
         if !first {
             return Ok(());
         }
-        self.wait_for(deadline, |st| st.core.attempts_in_flight() == 0);
-        let (in_flight, calls) = shared.with_core(|core| (core.attempts_in_flight(), core.take_cleanup()));
+        self.wait_for(deadline, |shared| {
+            shared.cell.read(|core| core.attempts_in_flight()) == 0
+        });
+        let (in_flight, calls) =
+            shared.with_core(|core| (core.attempts_in_flight(), core.take_cleanup()));
         let mut unconfirmed = in_flight;
         let mut failure = None;
         if !calls.is_empty() {
@@ -342,7 +339,9 @@ impl Locker {
                 }
             }
         }
-        self.wait_for(deadline, |st| st.subscribers_running == 0);
+        self.wait_for(deadline, |shared| {
+            shared.subscribers_running.load(Ordering::SeqCst) == 0
+        });
         shared.commands.close();
         if unconfirmed == 0 {
             return Ok(());
@@ -353,7 +352,9 @@ impl Locker {
              their TTL will end them"
         );
         match failure {
-            Some(Failure::Sent(e)) if !e.is_timeout() => Err(Error::from_command(Operation::Shutdown, e)),
+            Some(Failure::Sent(e)) if !e.is_timeout() => {
+                Err(Error::from_command(Operation::Shutdown, e))
+            }
             Some(Failure::NotSent(source)) => Err(Error::ProviderFailed {
                 op: Operation::Shutdown,
                 source,
@@ -366,10 +367,10 @@ impl Locker {
     }
 
     /// Waits until `done` holds or the deadline passes.
-    fn wait_for(&self, deadline: Option<Instant>, done: impl Fn(&State) -> bool) {
+    fn wait_for(&self, deadline: Option<Instant>, done: impl Fn(&Shared) -> bool) {
         loop {
-            let listener = self.shared.changed.listen();
-            if done(&self.shared.state.lock()) {
+            let listener = self.shared.cell.listen_changed();
+            if done(&self.shared) {
                 return;
             }
             match deadline {

@@ -17,6 +17,7 @@ mod connection;
 mod lease;
 mod locker;
 mod subscriber;
+mod with_lock;
 
 pub use lease::Lease;
 pub use locker::Locker;

@@ -76,15 +76,30 @@ fn fail(shared: &Arc<Shared>, cause: &str) {
     }
 }
 
+/// Sends `SUBSCRIBE` and checks its confirmation. `PubSub::subscribe` would
+/// take a refusal (an ACL's `NOPERM`) for a confirmation.
+fn subscribe(conn: &mut redis::Connection, channel: &str) -> redis::RedisResult<()> {
+    conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())?;
+    match conn.recv_response()?.extract_error()? {
+        redis::Value::Array(items) if matches!(items.first(), Some(redis::Value::BulkString(kind)) if kind == b"subscribe") => {
+            Ok(())
+        }
+        _ => Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "unexpected reply to SUBSCRIBE",
+        ))),
+    }
+}
+
 fn listen(shared: &Arc<Shared>) -> Ended {
     let mut conn = match open(shared.commands.client(), shared.config.command_timeout) {
         Ok(conn) => conn,
         Err(e) => return Ended::Failed(e),
     };
-    let mut pubsub = conn.as_pubsub();
-    if let Err(e) = pubsub.subscribe(&shared.channel_name) {
+    if let Err(e) = subscribe(&mut conn, &shared.channel_name) {
         return Ended::Failed(e);
     }
+    let mut pubsub = conn.as_pubsub();
     // Confirmed: a release before this instant went unseen, so heads retry.
     shared.with_core(|core| core.handle_subscribed());
     loop {

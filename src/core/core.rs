@@ -35,6 +35,8 @@ pub(crate) struct CoreSettings {
     pub(crate) max_waiters: usize,
     pub(crate) max_tracked_leases: usize,
     pub(crate) max_key_bytes: usize,
+    /// Fence counter TTL in ms; 0: counters never expire.
+    pub(crate) fence_counter_ttl_ms: u64,
 }
 
 impl CoreSettings {
@@ -47,6 +49,10 @@ impl CoreSettings {
             max_waiters: config.max_waiters,
             max_tracked_leases: config.max_tracked_leases,
             max_key_bytes: config.max_key_bytes,
+            // Validated to fit the lease bounds.
+            fence_counter_ttl_ms: config
+                .fence_counter_ttl
+                .map_or(0, |ttl| ttl.as_millis() as u64),
         }
     }
 }
@@ -251,7 +257,10 @@ impl Core {
             outcome: None,
         };
         let waiter_id = WaiterId(self.waiters.insert(waiter));
-        self.lines.entry(id).or_insert_with(Line::new).join(waiter_id);
+        self.lines
+            .entry(id)
+            .or_insert_with(Line::new)
+            .join(waiter_id);
         Ok(waiter_id)
     }
 
@@ -268,7 +277,6 @@ impl Core {
     /// Forgets a waiter whose caller went away (a dropped future). A token
     /// that may have been granted meanwhile becomes an orphan, released by
     /// token at the next cleanup.
-    #[allow(dead_code, reason = "the async front end drives it when a future is dropped")]
     pub(crate) fn abandon(&mut self, now: Instant, id: WaiterId) {
         let Some(w) = self.waiters.get_mut(id.0) else {
             return;
@@ -300,6 +308,12 @@ impl Core {
             return WaiterStep::Done(Err(Error::Cancelled));
         };
         if let Some(outcome) = w.outcome.take() {
+            // Shutdown's cleanup may have released a grant before its waiter
+            // took it: the waiter ends with `ShuttingDown`, not a lost lease.
+            let outcome = match outcome {
+                Ok(grant) if self.leases.get(grant.lease.0).is_none() => Err(Error::ShuttingDown),
+                other => other,
+            };
             self.finish(now, id);
             return WaiterStep::Done(outcome);
         }
@@ -337,7 +351,12 @@ impl Core {
             LineStep::Attempt => {
                 w.attempt_submitted = Some(now);
                 self.attempts_in_flight += 1;
-                WaiterStep::Attempt(ScriptCall::acquire(&w.names, w.token, w.lease_ms))
+                WaiterStep::Attempt(ScriptCall::acquire(
+                    &w.names,
+                    w.token,
+                    w.lease_ms,
+                    self.settings.fence_counter_ttl_ms,
+                ))
             }
             LineStep::WaitUntil(at) => WaiterStep::Wait(earliest(at, deadline)),
         }
@@ -464,7 +483,11 @@ impl Core {
         if self.subscription == Subscription::Starting {
             self.subscription = Subscription::Active;
         }
-        let heads: Vec<WaiterId> = self.lines.values_mut().filter_map(Line::handle_wake).collect();
+        let heads: Vec<WaiterId> = self
+            .lines
+            .values_mut()
+            .filter_map(Line::handle_wake)
+            .collect();
         self.events.extend(heads.into_iter().map(CoreEvent::Wake));
     }
 
@@ -474,6 +497,24 @@ impl Core {
             self.subscription = Subscription::Starting;
         }
         self.clamp_heads(now);
+    }
+
+    /// The subscription ended without a failure to report (its connection
+    /// dropped, or its start was abandoned): it is off, heads poll at
+    /// `poll_interval`, and the next waiter that waits starts it again.
+    ///
+    /// Every backing-off head retries at once: a release may have gone
+    /// unseen, and a busy reply is what starts the subscription again.
+    pub(crate) fn handle_subscriber_stopped(&mut self) {
+        if self.subscription != Subscription::Unavailable {
+            self.subscription = Subscription::Off;
+        }
+        let heads: Vec<WaiterId> = self
+            .lines
+            .values_mut()
+            .filter_map(Line::handle_wake)
+            .collect();
+        self.events.extend(heads.into_iter().map(CoreEvent::Wake));
     }
 
     /// Subscribing failed or was refused. Returns true the first time in a
@@ -497,7 +538,10 @@ impl Core {
 
     /// Whether the subscriber should keep listening.
     pub(crate) fn poll_subscriber(&mut self, now: Instant) -> SubscriberStep {
-        if matches!(self.subscription, Subscription::Off | Subscription::Unavailable) {
+        if matches!(
+            self.subscription,
+            Subscription::Off | Subscription::Unavailable
+        ) {
             return SubscriberStep::Stop;
         }
         if self.shutting_down {
@@ -560,11 +604,11 @@ impl Core {
         Ok(ScriptCall::renew(&owned.names, owned.token, lease_ms))
     }
 
-    /// Reports a renew's reply. A lease seen expired or taken is no longer
-    /// tracked: its token holds nothing.
+    /// Reports a renew's reply. The lease stays tracked whatever the
+    /// outcome, so that its release can still report what it finds.
     pub(crate) fn handle_renew_reply(
         &mut self,
-        lease: LeaseId,
+        _lease: LeaseId,
         reply: Result<Value, impl Into<Failure>>,
     ) -> (RenewResult, Result<RenewOutcome, Error>) {
         let outcome = classify_reply(reply, Operation::Renew, classify_renew);
@@ -573,10 +617,15 @@ impl Core {
             Err(Error::ProviderFailed { .. }) => RenewResult::NotApplied,
             Err(_) => RenewResult::Unknown,
         };
-        if matches!(outcome, Ok(RenewOutcome::Expired | RenewOutcome::Conflict)) {
-            self.leases.remove(lease.0);
-        }
         (result, outcome)
+    }
+
+    /// Hands a lease nobody will release back to the core: its token is
+    /// released with the orphans at the next cleanup.
+    pub(crate) fn abandon_lease(&mut self, lease: LeaseId) {
+        if let Some(owned) = self.leases.remove(lease.0) {
+            self.orphans.push(owned);
+        }
     }
 
     /// Release commands for the orphaned tokens, which are forgotten: a
@@ -633,3 +682,7 @@ pub(crate) fn classify_reply<T>(
         Err(e) => Err(e.into().into_error(op)),
     }
 }
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

@@ -71,7 +71,8 @@ impl LeaseClock {
         }
     }
 
-    fn valid_until(&self) -> Option<Option<Instant>> {
+    /// `None` once ended; otherwise the deadline (`None` inside: beyond any instant).
+    pub(crate) fn valid_until(&self) -> Option<Option<Instant>> {
         match self.state {
             State::Held { valid_until } | State::Renewing { valid_until, .. } => Some(valid_until),
             State::Ended(_) => None,
@@ -169,7 +170,10 @@ mod tests {
         let mut clock = LeaseClock::granted(t0, LEASE);
         let t1 = t0 + Duration::from_millis(500);
         clock.renew_submitted(t1);
-        assert!(clock.is_valid(t1), "still valid while the renew is in flight");
+        assert!(
+            clock.is_valid(t1),
+            "still valid while the renew is in flight"
+        );
         clock.handle_renew(RenewResult::Outcome(RenewOutcome::Renewed));
         assert_eq!(clock.remaining(t1), LEASE);
     }

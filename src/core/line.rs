@@ -123,7 +123,12 @@ impl Line {
     /// The head's attempt found the lock busy. It retries after
     /// `min(remaining, safety)` (the waiter's own deadline bounds it further),
     /// or at once if a notification arrived while the attempt was in flight.
-    pub(crate) fn handle_busy(&mut self, now: Instant, remaining: Option<Duration>, safety: Duration) {
+    pub(crate) fn handle_busy(
+        &mut self,
+        now: Instant,
+        remaining: Option<Duration>,
+        safety: Duration,
+    ) {
         let received = now;
         self.holder_until = remaining.and_then(|r| deadline_after(received, r));
         self.head = match self.head {
@@ -201,7 +206,11 @@ mod tests {
         assert!(!line.join(w[1]));
         assert_eq!(line.poll(w[1], now), LineStep::WaitUntil(None));
         assert_eq!(line.poll(w[0], now), LineStep::Attempt);
-        assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(None), "one attempt at a time");
+        assert_eq!(
+            line.poll(w[0], now),
+            LineStep::WaitUntil(None),
+            "one attempt at a time"
+        );
     }
 
     #[test]
@@ -255,7 +264,12 @@ mod tests {
         line.poll(w[0], now);
         line.handle_busy(now, None, SAFETY);
         assert_eq!(line.leave(w[1]), None);
-        assert_eq!(line.head_state(), HeadState::Backoff { retry_at: Some(now + SAFETY) });
+        assert_eq!(
+            line.head_state(),
+            HeadState::Backoff {
+                retry_at: Some(now + SAFETY)
+            }
+        );
         assert_eq!(line.leave(w[0]), Some(w[2]));
         assert_eq!(line.poll(w[2], now), LineStep::Attempt);
     }

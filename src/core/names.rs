@@ -164,7 +164,9 @@ mod tests {
         assert_eq!(names.lock, format!("svc:lock:{{{expected}}}"));
         assert_eq!(names.fence, format!("svc:lock-fence:{{{expected}}}"));
         assert_eq!(expected.len(), 64);
-        assert!(expected.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+        assert!(expected
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
     }
 
     #[test]

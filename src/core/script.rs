@@ -15,7 +15,8 @@ use redis::Value;
 use super::names::{Channel, LockNames, OwnerToken};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
-/// Acquire: KEYS = lock, fence counter; ARGV = owner token, lease ms.
+/// Acquire: KEYS = lock, fence counter; ARGV = owner token, lease ms,
+/// fence counter TTL in ms (0: the counter never expires).
 ///
 /// The lock's value is `<token>:<fence>`, so an acquire replayed by a client
 /// library after a timeout finds its own token and returns the same fence
@@ -38,6 +39,9 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], string.format('%.0f', seed))
 end
 redis.call('INCR', KEYS[2])
+if ARGV[3] and ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
 local fence = redis.call('GET', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return fence
@@ -45,7 +49,9 @@ return fence
 
 /// Release: KEYS = lock; ARGV = owner token, publish command, channel,
 /// message. Returns 1 released, 0 expired (key gone), 2 conflict. The
-/// notification goes out only when this script deleted the key.
+/// notification goes out only when this script deleted the key, and through
+/// `pcall`: a publish refused (an ACL without channel rights) must not turn
+/// an applied `DEL` into an error reply; waiters then rely on safety polls.
 pub(crate) const RELEASE_LUA: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if not held then
@@ -54,7 +60,7 @@ end
 local sep = string.find(held, ':', 1, true)
 if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call(ARGV[2], ARGV[3], ARGV[4])
+  redis.pcall(ARGV[2], ARGV[3], ARGV[4])
   return 1
 end
 return 2
@@ -105,6 +111,16 @@ impl ScriptKind {
         }
     }
 
+    /// Whether a reply to this script granted (acquire) or extended
+    /// (renew) the lease: the writes a replication check must wait for.
+    pub(crate) fn grants(self, reply: &Value) -> bool {
+        match self {
+            ScriptKind::Acquire => matches!(classify_acquire(reply), Ok(AcquireReply::Acquired(_))),
+            ScriptKind::Renew => classify_renew(reply) == Ok(RenewOutcome::Renewed),
+            ScriptKind::Release => false,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             ScriptKind::Acquire => "acquire",
@@ -131,11 +147,20 @@ impl fmt::Debug for ScriptCall {
 }
 
 impl ScriptCall {
-    pub(crate) fn acquire(names: &LockNames, token: OwnerToken, lease_ms: u64) -> Self {
+    pub(crate) fn acquire(
+        names: &LockNames,
+        token: OwnerToken,
+        lease_ms: u64,
+        fence_counter_ttl_ms: u64,
+    ) -> Self {
         ScriptCall {
             kind: ScriptKind::Acquire,
             keys: vec![names.lock.clone(), names.fence.clone()],
-            args: vec![token.to_hex(), lease_ms.to_string()],
+            args: vec![
+                token.to_hex(),
+                lease_ms.to_string(),
+                fence_counter_ttl_ms.to_string(),
+            ],
         }
     }
 
@@ -304,7 +329,15 @@ pub(crate) mod tests {
 
     #[test]
     fn zero_overflow_float_and_signed_strings_are_unexpected() {
-        for s in ["0", "18446744073709551616", "1.796104174047e+15", "-5", "+5", "", "12a"] {
+        for s in [
+            "0",
+            "18446744073709551616",
+            "1.796104174047e+15",
+            "-5",
+            "+5",
+            "",
+            "12a",
+        ] {
             assert!(classify_acquire(&bulk(s)).is_err(), "{s:?}");
         }
     }
@@ -315,8 +348,14 @@ pub(crate) mod tests {
             classify_acquire(&Value::Int(1500)),
             Ok(AcquireReply::Busy(Some(Duration::from_millis(1500))))
         );
-        assert_eq!(classify_acquire(&Value::Int(-1)), Ok(AcquireReply::Busy(None)));
-        assert_eq!(classify_acquire(&Value::Int(-2)), Ok(AcquireReply::Busy(None)));
+        assert_eq!(
+            classify_acquire(&Value::Int(-1)),
+            Ok(AcquireReply::Busy(None))
+        );
+        assert_eq!(
+            classify_acquire(&Value::Int(-2)),
+            Ok(AcquireReply::Busy(None))
+        );
         assert_eq!(classify_acquire(&Value::Nil), Ok(AcquireReply::Busy(None)));
         assert!(classify_acquire(&Value::Int(-3)).is_err());
         assert!(classify_acquire(&Value::Okay).is_err());
@@ -324,9 +363,18 @@ pub(crate) mod tests {
 
     #[test]
     fn release_and_renew_replies_map_to_their_outcomes() {
-        assert_eq!(classify_release(&Value::Int(1)), Ok(ReleaseOutcome::Released));
-        assert_eq!(classify_release(&Value::Int(0)), Ok(ReleaseOutcome::Expired));
-        assert_eq!(classify_release(&Value::Int(2)), Ok(ReleaseOutcome::Conflict));
+        assert_eq!(
+            classify_release(&Value::Int(1)),
+            Ok(ReleaseOutcome::Released)
+        );
+        assert_eq!(
+            classify_release(&Value::Int(0)),
+            Ok(ReleaseOutcome::Expired)
+        );
+        assert_eq!(
+            classify_release(&Value::Int(2)),
+            Ok(ReleaseOutcome::Conflict)
+        );
         assert!(classify_release(&Value::Int(3)).is_err());
         assert_eq!(classify_renew(&Value::Int(1)), Ok(RenewOutcome::Renewed));
         assert_eq!(classify_renew(&Value::Int(0)), Ok(RenewOutcome::Expired));
@@ -345,7 +393,7 @@ pub(crate) mod tests {
     #[test]
     fn the_evalsha_command_carries_the_sha1_and_both_keys() {
         let names = LockNames::new("ns", super::super::names::KeyId::of("k"));
-        let call = ScriptCall::acquire(&names, OwnerToken::from_bytes([1; 16]), 500);
+        let call = ScriptCall::acquire(&names, OwnerToken::from_bytes([1; 16]), 500, 0);
         let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
         assert!(packed.contains(ScriptKind::Acquire.sha1()));
         assert!(packed.contains(&names.lock));

@@ -1,0 +1,200 @@
+//! The async command connection: one multiplexed connection shared by every
+//! task of a locker (opened on demand, replaced after it dropped), and the
+//! one place scripts are sent (EVALSHA, reloading the script on `NOSCRIPT`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{select, Either};
+use parking_lot::Mutex;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
+
+use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
+use crate::error::{is_noscript, is_server_reply, Failure};
+use crate::stats::Counters;
+
+pub(crate) struct Commands {
+    client: redis::Client,
+    timeout: Duration,
+    conn: Arc<Mutex<Current>>,
+}
+
+/// The shared connection and a generation, so that a disconnection report
+/// from an old connection cannot discard its replacement.
+#[derive(Default)]
+struct Current {
+    conn: Option<MultiplexedConnection>,
+    generation: u64,
+}
+
+impl std::fmt::Debug for Commands {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Commands").finish_non_exhaustive()
+    }
+}
+
+impl Commands {
+    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+        Commands {
+            client,
+            timeout,
+            conn: Arc::new(Mutex::new(Current::default())),
+        }
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The shared connection, opened when there is none.
+    ///
+    /// The connection's driver reports a server-side close (`CLIENT KILL`,
+    /// restart) as a `Disconnection` push as soon as it sees it, and the
+    /// connection is forgotten then: the next operation opens a new one
+    /// instead of failing on a dead socket.
+    pub(crate) async fn connection(&self) -> Result<MultiplexedConnection, redis::RedisError> {
+        let generation = {
+            let mut current = self.conn.lock();
+            if let Some(conn) = &current.conn {
+                return Ok(conn.clone());
+            }
+            current.generation += 1;
+            current.generation
+        };
+        let shared = Arc::downgrade(&self.conn);
+        let on_push = move |push: PushInfo| -> Result<(), Infallible> {
+            if push.kind == PushKind::Disconnection {
+                if let Some(current) = shared.upgrade() {
+                    let mut current = current.lock();
+                    if current.generation == generation {
+                        current.conn = None;
+                    }
+                }
+            }
+            Ok(())
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_push_sender(on_push);
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let mut current = self.conn.lock();
+        if current.generation == generation {
+            current.conn = Some(conn.clone());
+        }
+        Ok(conn)
+    }
+
+    /// Forgets a connection that failed, so the next operation opens anew.
+    fn discard_if_broken(&self, result: &redis::RedisResult<Value>) {
+        if let Err(e) = result {
+            if !is_server_reply(e) && !e.is_timeout() {
+                self.close();
+            }
+        }
+    }
+
+    /// Sends a script call: EVALSHA, and on `NOSCRIPT` `SCRIPT LOAD` and
+    /// EVALSHA once more.
+    pub(crate) async fn run(
+        &self,
+        call: &ScriptCall,
+        counters: &Counters,
+    ) -> Result<Value, Failure> {
+        self.run_then(call, counters, None).await.0
+    }
+
+    /// Like [`run`](Self::run), then, if the script granted or renewed the
+    /// lease, `then` on the same connection (the replication `WAIT`, which
+    /// only counts the writes of its own connection; it holds up the
+    /// commands queued behind it for at most its timeout).
+    pub(crate) async fn run_then(
+        &self,
+        call: &ScriptCall,
+        counters: &Counters,
+        then: Option<&redis::Cmd>,
+    ) -> (Result<Value, Failure>, Option<redis::RedisResult<Value>>) {
+        let mut conn = match self.connection().await {
+            Ok(conn) => conn,
+            Err(e) => return (Err(Failure::NotSent(e)), None),
+        };
+        counters.script_sent();
+        let mut result = call.evalsha().query_async::<Value>(&mut conn).await;
+        if matches!(&result, Err(e) if is_noscript(e)) {
+            counters.noscript_reload();
+            result = match call.load().query_async::<Value>(&mut conn).await {
+                Ok(_) => {
+                    counters.script_sent();
+                    call.evalsha().query_async::<Value>(&mut conn).await
+                }
+                Err(e) => Err(e),
+            };
+        }
+        let then_reply = match (&result, then) {
+            (Ok(value), Some(cmd)) if call.kind.grants(value) => {
+                Some(cmd.query_async::<Value>(&mut conn).await)
+            }
+            _ => None,
+        };
+        self.discard_if_broken(&result);
+        (result.map_err(Failure::Sent), then_reply)
+    }
+
+    /// Sends many release calls in one pipeline after `SCRIPT LOAD`; returns
+    /// how many Redis answered with an outcome. `None` when `timeout` ran out.
+    pub(crate) async fn run_releases(
+        &self,
+        calls: &[ScriptCall],
+        timeout: Duration,
+    ) -> Option<Result<usize, Failure>> {
+        if calls.is_empty() {
+            return Some(Ok(0));
+        }
+        let work = async {
+            let mut conn = self.connection().await.map_err(Failure::NotSent)?;
+            let mut pipe = redis::pipe();
+            pipe.add_command(load_cmd(ScriptKind::Release)).ignore();
+            for call in calls {
+                pipe.add_command(call.evalsha());
+            }
+            let replies = pipe
+                .query_async::<Vec<Value>>(&mut conn)
+                .await
+                .map_err(Failure::Sent)?;
+            Ok(replies
+                .iter()
+                .filter(|v| matches!(v, Value::Int(0..=2)))
+                .count())
+        };
+        let timer = async_io::Timer::after(timeout);
+        match select(Box::pin(work), timer).await {
+            Either::Left((result, _)) => Some(result),
+            Either::Right(_) => None,
+        }
+    }
+
+    /// Runs a plain command on the shared connection.
+    pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
+        let mut conn = self.connection().await.map_err(Failure::NotSent)?;
+        let result = cmd.query_async::<Value>(&mut conn).await;
+        self.discard_if_broken(&result);
+        result.map_err(Failure::Sent)
+    }
+
+    /// Whether the shared connection is open (as far as its driver knows).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.conn.lock().conn.is_some()
+    }
+
+    /// Drops the shared connection; its driver ends with the last clone.
+    pub(crate) fn close(&self) {
+        let mut current = self.conn.lock();
+        current.conn = None;
+        current.generation += 1;
+    }
+}

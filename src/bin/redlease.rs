@@ -1,0 +1,215 @@
+//! `redlease`: run a command while holding a lease on a Redis key, with a
+//! fencing token; or show a key's lease status.
+//!
+//! ```text
+//! redlease run [OPTIONS] KEY -- COMMAND [ARGS...]
+//! redlease status [--json] KEY
+//! ```
+//!
+//! See `redlease --help` and the README's "Command-line tool" section for
+//! the options and exit codes.
+
+// The binary's root is src/bin/redlease.rs, so its modules are named with
+// their paths in src/bin/redlease/ (a directory of its own, not a target).
+#[path = "redlease/cli.rs"]
+mod cli;
+#[path = "redlease/duration.rs"]
+mod duration;
+#[path = "redlease/output.rs"]
+mod output;
+#[path = "redlease/run.rs"]
+mod run;
+#[path = "redlease/signals.rs"]
+mod signals;
+#[path = "redlease/status.rs"]
+mod status;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use sha2::{Digest, Sha256};
+
+use crate::cli::{exit, Cli, Command, Global};
+use crate::output::Out;
+
+/// Longest key accepted (the library's default `max_key_bytes`).
+const MAX_KEY_BYTES: usize = 1024;
+
+fn main() -> ExitCode {
+    // Usage errors exit with 2 here, before anything touches Redis.
+    let cli = Cli::try_parse().unwrap_or_else(|e| with_hints(e).exit());
+    let out = Out::new(cli.global.quiet, cli.global.verbose);
+    out.install_logger();
+    let code = match &cli.command {
+        Command::Run(args) => match Target::resolve(&cli.global, "run", &args.key) {
+            Ok(target) => run::run(target, args, out),
+            Err(code) => code,
+        },
+        Command::Status(args) => match Target::resolve(&cli.global, "status", &args.key) {
+            Ok(target) => status::status(target, args, out),
+            Err(code) => code,
+        },
+    };
+    ExitCode::from(code)
+}
+
+/// Adds a tip to the most likely mistake: a command after KEY without `--`.
+fn with_hints(mut e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let args: Vec<String> = std::env::args().collect();
+    let is_run = args.iter().any(|a| a == "run");
+    if e.kind() == ErrorKind::UnknownArgument && is_run && !args.iter().any(|a| a == "--") {
+        e.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![
+                "put `--` between KEY and the command: redlease run [OPTIONS] KEY -- COMMAND [ARGS...]"
+                    .into(),
+            ]),
+        );
+    }
+    e
+}
+
+/// The one clock read of the binary.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the CLI's driver-side clock read (progress, deadlines)"
+)]
+pub(crate) fn now() -> Instant {
+    Instant::now()
+}
+
+/// Where the lock lives: a Redis client (not yet connected) and the
+/// namespace, both checked.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub(crate) client: redis::Client,
+    pub(crate) namespace: String,
+}
+
+/// The stored names of one key.
+#[derive(Debug)]
+pub(crate) struct Names {
+    /// `<ns>:lock:{<sha>}`
+    pub(crate) lock: String,
+    /// `<ns>:lock-fence:{<sha>}`
+    pub(crate) fence: String,
+}
+
+impl Target {
+    /// Checks the URL, namespace and key without any network traffic; a
+    /// problem is a usage error (exit 2).
+    fn resolve(global: &Global, sub: &str, key: &str) -> Result<Self, u8> {
+        let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) else {
+            return Err(usage_error(
+                sub,
+                "no Redis URL: pass --url URL or set REDIS_URL (there is no default)",
+            ));
+        };
+        let Some(namespace) = global.namespace.as_deref() else {
+            return Err(usage_error(
+                sub,
+                "no namespace: pass --namespace NAMESPACE or set REDLEASE_NAMESPACE \
+                 (there is no default)",
+            ));
+        };
+        if let Err(e) = redlease::Config::new(namespace).validate() {
+            return Err(usage_error(sub, describe_invalid(&e)));
+        }
+        if key.is_empty() {
+            return Err(usage_error(sub, "invalid key: must not be empty"));
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(usage_error(
+                sub,
+                format_args!(
+                    "invalid key: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
+                    key.len()
+                ),
+            ));
+        }
+        // Parsing does not connect. The redis error would echo the URL,
+        // which may carry a password, so it is not shown.
+        let client = redis::Client::open(url).map_err(|_| {
+            usage_error(
+                sub,
+                "invalid --url / REDIS_URL: not a Redis URL such as redis://127.0.0.1:6379/0",
+            )
+        })?;
+        Ok(Target {
+            client,
+            namespace: namespace.to_owned(),
+        })
+    }
+
+    /// The stored names of `key` (SHA-256 of the key inside a hash tag).
+    pub(crate) fn names(&self, key: &str) -> Names {
+        let sha: String = Sha256::digest(key.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let ns = &self.namespace;
+        Names {
+            lock: format!("{ns}:lock:{{{sha}}}"),
+            fence: format!("{ns}:lock-fence:{{{sha}}}"),
+        }
+    }
+}
+
+/// Prints a usage error in clap's style and returns exit code 2.
+pub(crate) fn usage_error(sub: &str, msg: impl std::fmt::Display) -> u8 {
+    eprintln!("error: {msg}\n\nFor more information, try 'redlease {sub} --help'.");
+    exit::USAGE
+}
+
+/// A configuration error in command-line terms (`invalid --lease: ...`).
+pub(crate) fn describe_invalid(e: &redlease::Error) -> String {
+    match e {
+        redlease::Error::InvalidConfig { option, reason } => {
+            format!("invalid --{}: {reason}", option.replace('_', "-"))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A library error with the kind of its Redis cause, never the cause's
+/// full text (it can name a server address).
+pub(crate) fn describe_error(e: &redlease::Error) -> String {
+    match e.redis_error() {
+        Some(cause) => format!("{e} ({}; {})", describe_redis(cause), e.code()),
+        None => format!("{e} ({})", e.code()),
+    }
+}
+
+/// A Redis error's kind in words, without its detail.
+pub(crate) fn describe_redis(e: &redis::RedisError) -> String {
+    if e.is_connection_refusal() {
+        "connection refused".to_owned()
+    } else if e.is_timeout() {
+        "timed out".to_owned()
+    } else if e.is_connection_dropped() {
+        "connection dropped".to_owned()
+    } else if let Some(code) = e.code() {
+        format!("server error {code}")
+    } else {
+        format!("{:?}", e.kind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_the_library_layout() {
+        let target = Target {
+            client: redis::Client::open("redis://127.0.0.1:1/0").unwrap(),
+            namespace: "ns".to_owned(),
+        };
+        let names = target.names("abc");
+        let sha = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(names.lock, format!("ns:lock:{{{sha}}}"));
+        assert_eq!(names.fence, format!("ns:lock-fence:{{{sha}}}"));
+    }
+}

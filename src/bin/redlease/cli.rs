@@ -1,0 +1,281 @@
+//! The command line: clap definitions, help texts and exit codes.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration;
+
+/// Exit codes of `redlease` itself. Everything else is the command's own
+/// status (or 128 + N when it was killed by signal N).
+pub(crate) mod exit {
+    /// Usage error: a missing or malformed option or argument. Nothing was
+    /// sent to Redis and the command did not run.
+    pub(crate) const USAGE: u8 = 2;
+    /// Redis was unreachable or failed (EX_UNAVAILABLE); the command did not
+    /// run.
+    pub(crate) const UNAVAILABLE: u8 = 69;
+    /// An internal error (EX_SOFTWARE), e.g. signal handling could not be
+    /// set up; the command did not run.
+    pub(crate) const SOFTWARE: u8 = 70;
+    /// The lock is held and `--wait` was 0 (EX_TEMPFAIL); overridable with
+    /// `--busy-exit-code`.
+    pub(crate) const BUSY: u8 = 75;
+    /// `--wait` ran out before the lock became free (as `timeout(1)`).
+    pub(crate) const WAIT_TIMEOUT: u8 = 124;
+    /// The lease was lost while the command ran, and the command was
+    /// stopped (`--on-lost term` or `kill`).
+    pub(crate) const LEASE_LOST: u8 = 125;
+    /// The command was found but could not be started.
+    pub(crate) const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found.
+    pub(crate) const NOT_FOUND: u8 = 127;
+    /// Base of "killed by signal N" (128 + N).
+    pub(crate) const SIGNAL_BASE: u8 = 128;
+}
+
+const ABOUT: &str = "Run a command while holding a lease on a Redis key, with a fencing token";
+
+const LONG_ABOUT: &str = "\
+Run a command while holding a lease on a Redis key, with a fencing token.
+
+A lease is a lock with a time limit. `redlease run` acquires the lease on KEY, \
+runs the command, renews the lease while the command runs, and releases it when \
+the command exits, so that at most one copy of the command runs at a time across \
+every machine that uses the same Redis, namespace and key. If the lease is lost \
+while the command runs (Redis unreachable, the lock deleted or taken over), the \
+command is stopped; see `redlease run --help`.
+
+Every grant carries a fencing token: a number that strictly increases with every \
+grant of the key. The command gets it as REDLEASE_FENCE. A store that remembers \
+the highest fence it accepted and refuses writes with a lower one turns a holder \
+that lost its lease without noticing (a paused VM, a network partition) into a \
+rejected write; without such a store, the lease is a best-effort guard.
+
+The server (--url or REDIS_URL) and the namespace (--namespace or \
+REDLEASE_NAMESPACE) have no defaults. For namespace NS and key KEY the lock is \
+stored at NS:lock:{SHA} and the fence counter at NS:lock-fence:{SHA}, where SHA \
+is the lowercase hex SHA-256 of KEY; it is compatible with the redlease library.";
+
+/// Shown at the end of `--help` (top level and `run`).
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  N      the command ran and exited with status N
+  128+N  the command was killed by signal N, or redlease got signal N
+         (SIGINT, SIGTERM, SIGHUP) before the command started
+  2      usage error (bad or missing option, no URL or namespace, bad
+         duration, no `--` before the command); nothing was sent to Redis
+  69     Redis unavailable or failed; the command did not run
+  70     internal error (e.g. signal handling could not be set up)
+  75     the lock is held by someone else and --wait is 0
+         (change it with --busy-exit-code, e.g. 0 for cron jobs)
+  124    --wait ran out before the lock became free
+  125    the lease was lost while the command ran, and the command was
+         stopped (--on-lost term or kill)
+  126    the command could not be started
+  127    the command was not found";
+
+const RUN_LONG_ABOUT: &str = "\
+Acquire the lease on KEY, run COMMAND while holding it, then release it.
+
+The command runs with its standard input, output and error inherited, and with \
+these variables added to its environment:
+  REDLEASE_FENCE     this grant's fencing token (a decimal integer)
+  REDLEASE_KEY       KEY
+  REDLEASE_LEASE_MS  the lease length in milliseconds
+
+While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
+and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
+that the terminal sends to the whole foreground job reaches the command \
+directly and is not sent twice). When the command exits, the lease is released \
+and redlease exits with the command's status.
+
+The lease counts as lost when a renewal finds it expired or held by someone \
+else, when a renewal fails, or when the lease's time runs out on the local clock \
+without a confirmed renewal (so a holder cut off from Redis stops the command \
+before another holder can start). The loss is reported on standard error and \
+--on-lost decides what happens to the command.
+
+Examples:
+  # Run at most one report at a time; skip silently when another runs.
+  redlease run --quiet --busy-exit-code 0 -n billing nightly-report -- ./report.sh
+
+  # Wait up to 2 minutes for the lock, with a 1 minute lease.
+  redlease run --wait 2m --lease 1m -n deploy prod -- ./deploy.sh --all";
+
+const STATUS_LONG_ABOUT: &str = "\
+Show whether KEY is held, how long its lease has left and the current value of \
+its fence counter (the fence of the last grant; the next grant gets a higher \
+one). The owner token is never shown.
+
+Exits 0 whether or not the key is held; 69 when Redis cannot be asked.";
+
+/// `redlease`'s command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "redlease",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = EXIT_CODES,
+    propagate_version = true,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options shared by every subcommand.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// Redis server URL, e.g. redis://127.0.0.1:6379/0 or
+    /// redis://:PASSWORD@host:6379/0 (required; no default)
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        global = true,
+        value_name = "URL",
+        help_heading = "Redis"
+    )]
+    pub(crate) url: Option<String>,
+
+    /// Prefix of every name stored in Redis; processes must use the same
+    /// namespace to share a lock (required; no default; no '{' or '}')
+    #[arg(
+        short = 'n',
+        long,
+        env = "REDLEASE_NAMESPACE",
+        hide_env_values = true,
+        global = true,
+        value_name = "NAMESPACE",
+        help_heading = "Redis"
+    )]
+    pub(crate) namespace: Option<String>,
+
+    /// Say more on standard error: when a wait starts and ends (also when
+    /// standard error is not a terminal), the fence, renewals, the release
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "quiet",
+        help_heading = "Output"
+    )]
+    pub(crate) verbose: bool,
+
+    /// Print nothing on standard error but fatal errors (not "busy" or
+    /// "gave up waiting"; usage errors, Redis failures and a lost lease are
+    /// still reported)
+    #[arg(short, long, global = true, help_heading = "Output")]
+    pub(crate) quiet: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding the lease on KEY
+    #[command(long_about = RUN_LONG_ABOUT, after_long_help = EXIT_CODES)]
+    Run(RunArgs),
+    /// Show whether KEY is held, its remaining time and its fence counter
+    #[command(long_about = STATUS_LONG_ABOUT)]
+    Status(StatusArgs),
+}
+
+/// What to do with the command when the lease is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnLost {
+    /// Send SIGTERM, then SIGKILL after --kill-after; exit 125
+    Term,
+    /// Send SIGKILL at once; exit 125
+    Kill,
+    /// Let the command finish and exit with its status (the loss is still
+    /// reported)
+    Ignore,
+}
+
+/// `redlease run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The key to lock: any non-empty UTF-8 string up to 1024 bytes
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+
+    /// How long to wait for a lock held by someone else: 0 tries once (like
+    /// `flock -n`), 'forever' waits without a deadline; units ms, s, m, h
+    #[arg(
+        short,
+        long,
+        value_name = "DURATION",
+        default_value = "0",
+        value_parser = duration::parse_wait
+    )]
+    pub(crate) wait: Duration,
+
+    /// Length of the lease; it is renewed every half lease while the command
+    /// runs, so this bounds how long a crashed holder blocks the key
+    #[arg(
+        short,
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = duration::parse_lease
+    )]
+    pub(crate) lease: Duration,
+
+    /// What to do with the command when the lease is lost
+    #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
+    pub(crate) on_lost: OnLost,
+
+    /// With --on-lost term: how long the command gets to exit after SIGTERM
+    /// before it is sent SIGKILL
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = duration::parse
+    )]
+    pub(crate) kill_after: Duration,
+
+    /// Exit code when the lock is held by someone else and --wait is 0
+    #[arg(long, value_name = "N", default_value_t = exit::BUSY)]
+    pub(crate) busy_exit_code: u8,
+
+    /// The command to run and its arguments, after `--`
+    #[arg(
+        last = true,
+        required = true,
+        value_name = "COMMAND",
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `redlease status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The key to look at
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+
+    /// Print one JSON object: {"held": bool, "remaining_ms": int|null,
+    /// "fence": int|null}
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

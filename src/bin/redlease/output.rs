@@ -1,0 +1,184 @@
+//! What `redlease` says on standard error: notices, the library's log
+//! records, and the one-line progress indicator while waiting.
+//!
+//! Keys, owner tokens and the server URL are never printed (the URL may
+//! carry a password), in line with the library's own logs.
+
+use std::io::{IsTerminal, Write};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::duration::human;
+use crate::now;
+
+/// How chatty to be.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Out {
+    quiet: bool,
+    verbose: bool,
+    /// Standard error is a terminal.
+    tty: bool,
+}
+
+impl Out {
+    pub(crate) fn new(quiet: bool, verbose: bool) -> Self {
+        Out {
+            quiet,
+            verbose,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// An error that decides redlease's exit: always printed.
+    pub(crate) fn fatal(&self, msg: impl std::fmt::Display) {
+        eprintln!("redlease: {msg}");
+    }
+
+    /// A notice (busy, gave up waiting, release problems): not with `--quiet`.
+    pub(crate) fn notice(&self, msg: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("redlease: {msg}");
+        }
+    }
+
+    /// Detail shown only with `--verbose`.
+    pub(crate) fn detail(&self, msg: impl std::fmt::Display) {
+        if self.verbose {
+            eprintln!("redlease: {msg}");
+        }
+    }
+
+    pub(crate) fn is_verbose(&self) -> bool {
+        self.verbose
+    }
+
+    /// Whether a wait shows the live one-line indicator (a terminal, and
+    /// not `--quiet`).
+    pub(crate) fn live_progress(&self) -> bool {
+        self.tty && !self.quiet
+    }
+
+    /// Sends the library's log records (target `redlease`) to standard
+    /// error: warnings and errors by default, debug with `--verbose`,
+    /// nothing with `--quiet`.
+    pub(crate) fn install_logger(&self) {
+        let level = if self.quiet {
+            log::LevelFilter::Off
+        } else if self.verbose {
+            log::LevelFilter::Debug
+        } else {
+            log::LevelFilter::Warn
+        };
+        if log::set_logger(&LOGGER).is_ok() {
+            log::set_max_level(level);
+        }
+    }
+}
+
+static LOGGER: StderrLogger = StderrLogger;
+
+#[derive(Debug)]
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.target().starts_with("redlease") && metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            let level = record.level().as_str().to_ascii_lowercase();
+            eprintln!("redlease: {level}: {}", record.args());
+        }
+    }
+
+    fn flush(&self) {
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// What the progress line knows about the holder.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HolderTime {
+    /// The holder's remaining lease time when last measured.
+    pub(crate) remaining: Duration,
+    /// When it was measured.
+    pub(crate) at: Instant,
+}
+
+impl HolderTime {
+    fn left(&self, now: Instant) -> Duration {
+        self.remaining
+            .saturating_sub(now.saturating_duration_since(self.at))
+    }
+}
+
+/// How often the progress line is redrawn, and how often it asks Redis for
+/// the holder's remaining time.
+const REDRAW: Duration = Duration::from_millis(200);
+const REFRESH_HOLDER: Duration = Duration::from_secs(1);
+
+/// The live "waiting" line on a terminal; cleared by [`Progress::finish`].
+#[derive(Debug)]
+pub(crate) struct Progress {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Progress {
+    /// Starts redrawing `redlease: waiting for the lock: 3.4s, holder's
+    /// lease has 26.6s left` on standard error. `pttl` asks Redis for the
+    /// holder's remaining time (`None` when unknown); it is called from the
+    /// progress thread about once a second.
+    pub(crate) fn start(
+        started: Instant,
+        wait: Duration,
+        holder: Option<HolderTime>,
+        mut pttl: impl FnMut() -> Option<Duration> + Send + 'static,
+    ) -> Self {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = thread::spawn(move || {
+            let mut holder = holder;
+            let mut refreshed = now();
+            let limit = if wait == Duration::MAX {
+                String::new()
+            } else {
+                format!(" of {}", human(wait))
+            };
+            loop {
+                let t = now();
+                if t.saturating_duration_since(refreshed) >= REFRESH_HOLDER {
+                    refreshed = t;
+                    holder = pttl().map(|remaining| HolderTime { remaining, at: t });
+                }
+                let held = match holder {
+                    Some(h) => format!(", holder's lease has {} left", human(h.left(t))),
+                    None => String::new(),
+                };
+                let elapsed = human(t.saturating_duration_since(started));
+                let mut err = std::io::stderr().lock();
+                let _ = write!(
+                    err,
+                    "\r\x1b[Kredlease: waiting for the lock: {elapsed}{limit}{held}"
+                );
+                let _ = err.flush();
+                drop(err);
+                match stopped.recv_timeout(REDRAW) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => break,
+                }
+            }
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+        });
+        Progress { stop, thread }
+    }
+
+    /// Stops the line and erases it.
+    pub(crate) fn finish(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}

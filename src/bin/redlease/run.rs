@@ -1,0 +1,522 @@
+//! `redlease run KEY -- COMMAND`: acquire, run the child under renewals,
+//! forward signals, act on a lost lease, release, and pick the exit code.
+
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::blocking::{Lease, Locker};
+use redlease::{AcquireOptions, CancelHandle, Config, Error, ReleaseOutcome, RenewOutcome};
+
+use crate::cli::{exit, OnLost, RunArgs};
+use crate::duration::human;
+use crate::output::{HolderTime, Out, Progress};
+use crate::signals::{self, Event, Forwarded, SignalWatch};
+use crate::{describe_error, describe_invalid, now, usage_error, Target};
+
+/// Upper bound of the per-command timeout (connect and each command).
+const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the supervising loop looks at the child even without SIGCHLD.
+const SAFETY_POLL: Duration = Duration::from_millis(250);
+/// Connect and command timeout of the progress line's `PTTL` queries.
+const PROGRESS_QUERY_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
+    // Each renew must fail well within the lease (it is sent at lease/2 and
+    // must be answered by 3/4), so a holder cut off from Redis learns it in
+    // time from its own clock.
+    let command_timeout = (args.lease / 4)
+        .min(MAX_COMMAND_TIMEOUT)
+        .max(Duration::from_millis(1));
+    let config = Config::new(target.namespace.clone())
+        .lease(args.lease)
+        .wait(args.wait)
+        .command_timeout(command_timeout)
+        .shutdown_timeout(command_timeout * 2);
+    if let Err(e) = config.validate() {
+        return usage_error("run", describe_invalid(&e));
+    }
+
+    let (events_tx, events) = mpsc::channel();
+    let cancel = CancelHandle::new();
+    let signals = match SignalWatch::start(events_tx.clone(), cancel.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            out.fatal(format_args!("cannot set up signal handling: {e}"));
+            return exit::SOFTWARE;
+        }
+    };
+
+    let locker = match Locker::new(target.client.clone(), config) {
+        Ok(l) => l,
+        Err(e) => {
+            out.fatal(format_args!(
+                "cannot connect to Redis: {}; the command did not run",
+                describe_error(&e)
+            ));
+            return exit_code_of(&e);
+        }
+    };
+    let run = Run {
+        target: &target,
+        args,
+        out,
+        signals: &signals,
+        events_tx,
+        events,
+    };
+    let code = run.acquire_and_run(&locker, &cancel);
+    if let Err(e) = locker.shutdown() {
+        out.detail(format_args!("shutdown: {}", describe_error(&e)));
+    }
+    code
+}
+
+/// Everything one `run` needs.
+struct Run<'a> {
+    target: &'a Target,
+    args: &'a RunArgs,
+    out: Out,
+    signals: &'a SignalWatch,
+    events_tx: Sender<Event>,
+    events: Receiver<Event>,
+}
+
+impl Run<'_> {
+    fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> u8 {
+        let lease = match self.acquire(locker, cancel) {
+            Ok(lease) => lease,
+            Err(code) => return code,
+        };
+        // Signals seen so far are either of no interest (SIGCHLD of nobody)
+        // or recorded as the first stop signal. Drain first, check next: a
+        // signal arriving in between is either seen here or stays queued and
+        // is passed on to the command once it runs.
+        while self.events.try_recv().is_ok() {}
+        // A SIGINT/SIGTERM/SIGHUP that arrived while the acquire was being
+        // answered: do not start the command.
+        if let Some(sig) = self.signals.first_stop() {
+            self.out.notice(format_args!(
+                "got {} before the command started; not running it",
+                signals::name(sig)
+            ));
+            self.release(lease, false);
+            return signal_exit(sig);
+        }
+
+        let child = match self.spawn(&lease) {
+            Ok(child) => child,
+            Err(code) => {
+                self.release(lease, false);
+                return code;
+            }
+        };
+        let (status, mut lost) = thread::scope(|scope| {
+            let (stop_renewer, renewer_stop) = mpsc::channel::<()>();
+            let lease = &lease;
+            let events = self.events_tx.clone();
+            let (out, lease_len) = (self.out, self.args.lease);
+            scope.spawn(move || renewer(lease, lease_len, renewer_stop, events, out));
+            let result = self.supervise(child, lease);
+            drop(stop_renewer);
+            result
+        });
+        // A renewal that was under way when the command exited may have
+        // found the lease gone.
+        while let Ok(event) = self.events.try_recv() {
+            if let Event::Lost(reason) = event {
+                if !lost {
+                    lost = true;
+                    self.out.fatal(format_args!(
+                        "lost the lease as the command exited: {reason}"
+                    ));
+                }
+            }
+        }
+        let lost = self.release(lease, lost);
+        match status {
+            _ if lost && self.args.on_lost != OnLost::Ignore => exit::LEASE_LOST,
+            Some(status) => status_exit(status),
+            None => exit::SOFTWARE,
+        }
+    }
+
+    /// Acquires the lease, showing progress while it waits. `Err` is the
+    /// exit code.
+    fn acquire(&self, locker: &Locker, cancel: &CancelHandle) -> Result<Lease, u8> {
+        let args = self.args;
+        let out = self.out;
+        let started = now();
+        let options = |wait: Duration| AcquireOptions::new().wait(wait).cancel(cancel.clone());
+        let show_progress = out.live_progress() || out.is_verbose();
+        let result = if args.wait.is_zero() || !show_progress {
+            locker.acquire_with(&args.key, options(args.wait))
+        } else {
+            // Try once first: a free lock needs no progress line, and a busy
+            // one tells the holder's remaining time.
+            match locker.acquire_with(&args.key, options(Duration::ZERO)) {
+                Err(Error::Busy { remaining }) => self.wait_with_progress(
+                    locker,
+                    started,
+                    remaining,
+                    options(wait_left(args.wait, started)),
+                ),
+                other => other,
+            }
+        };
+        let waited = now().saturating_duration_since(started);
+        match result {
+            Ok(lease) => {
+                out.detail(format_args!(
+                    "acquired the lease (fence {}, lease {}) after {}",
+                    lease.fence(),
+                    human(args.lease),
+                    human(waited)
+                ));
+                Ok(lease)
+            }
+            Err(Error::Busy { remaining }) => {
+                out.notice(format_args!(
+                    "the lock is held by someone else{}; the command did not run",
+                    holder_suffix(remaining)
+                ));
+                Err(args.busy_exit_code)
+            }
+            Err(Error::WaitTimeout { remaining, .. }) => {
+                out.notice(format_args!(
+                    "gave up waiting for the lock after {}{}; the command did not run",
+                    human(waited),
+                    holder_suffix(remaining)
+                ));
+                Err(exit::WAIT_TIMEOUT)
+            }
+            Err(Error::Cancelled) => {
+                let sig = self
+                    .signals
+                    .first_stop()
+                    .unwrap_or(signal_hook::consts::SIGINT);
+                out.notice(format_args!(
+                    "got {} while waiting for the lock; the command did not run",
+                    signals::name(sig)
+                ));
+                Err(signal_exit(sig))
+            }
+            Err(e) => {
+                out.fatal(format_args!(
+                    "cannot acquire the lease: {}; the command did not run",
+                    describe_error(&e)
+                ));
+                Err(exit_code_of(&e))
+            }
+        }
+    }
+
+    /// The waiting acquire after a busy first try, with the progress line
+    /// on a terminal (or one line each way with `--verbose`).
+    fn wait_with_progress(
+        &self,
+        locker: &Locker,
+        started: Instant,
+        remaining: Option<Duration>,
+        options: AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let out = self.out;
+        let wait = self.args.wait;
+        if wait_left(wait, started).is_zero() {
+            return Err(Error::WaitTimeout {
+                waited: now().saturating_duration_since(started),
+                remaining,
+            });
+        }
+        out.detail(format_args!(
+            "the lock is held by someone else{}; waiting {}",
+            holder_suffix(remaining),
+            if wait == Duration::MAX {
+                "without a deadline".to_owned()
+            } else {
+                format!("up to {}", human(wait))
+            }
+        ));
+        let progress = out.live_progress().then(|| {
+            let holder = remaining.map(|remaining| HolderTime {
+                remaining,
+                at: now(),
+            });
+            Progress::start(started, wait, holder, self.pttl_probe())
+        });
+        let result = locker.acquire_with(&self.args.key, options);
+        if let Some(progress) = progress {
+            progress.finish();
+        }
+        result
+    }
+
+    /// Asks Redis for the holder's remaining time on a connection of its
+    /// own (opened lazily, dropped on error), for the progress line.
+    fn pttl_probe(&self) -> impl FnMut() -> Option<Duration> + Send + 'static {
+        let client = self.target.client.clone();
+        let lock = self.target.names(&self.args.key).lock;
+        let mut conn: Option<redis::Connection> = None;
+        move || {
+            if conn.is_none() {
+                conn = client
+                    .get_connection_with_timeout(PROGRESS_QUERY_TIMEOUT)
+                    .ok()
+                    .filter(|c| {
+                        c.set_read_timeout(Some(PROGRESS_QUERY_TIMEOUT)).is_ok()
+                            && c.set_write_timeout(Some(PROGRESS_QUERY_TIMEOUT)).is_ok()
+                    });
+            }
+            let c = conn.as_mut()?;
+            match redis::cmd("PTTL").arg(&lock).query::<i64>(c) {
+                Ok(ms) => u64::try_from(ms).ok().map(Duration::from_millis),
+                Err(_) => {
+                    conn = None;
+                    None
+                }
+            }
+        }
+    }
+
+    /// Starts the command with the lease's variables. `Err` is the exit code.
+    fn spawn(&self, lease: &Lease) -> Result<Child, u8> {
+        let args = self.args;
+        let program = &args.command[0];
+        let mut command = std::process::Command::new(program);
+        command
+            .args(&args.command[1..])
+            .env("REDLEASE_FENCE", lease.fence().to_string())
+            .env("REDLEASE_KEY", &args.key)
+            .env("REDLEASE_LEASE_MS", args.lease.as_millis().to_string());
+        command.spawn().map_err(|e| {
+            self.out.fatal(format_args!(
+                "cannot run {}: {e}",
+                program.to_string_lossy()
+            ));
+            if e.kind() == ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            }
+        })
+    }
+
+    /// Waits for the child while forwarding signals, watching the lease and
+    /// acting on its loss. Returns the child's status (`None` if it could
+    /// not be waited for) and whether the lease was lost.
+    fn supervise(&self, mut child: Child, lease: &Lease) -> (Option<ExitStatus>, bool) {
+        let out = self.out;
+        let mut lost = false;
+        let mut kill_at: Option<Instant> = None;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return (Some(status), lost),
+                Ok(None) => {}
+                Err(e) => {
+                    out.fatal(format_args!("cannot wait for the command: {e}"));
+                    let _ = child.kill();
+                    return (child.wait().ok(), lost);
+                }
+            }
+            let t = now();
+            if !lost && !lease.is_valid() {
+                lost = true;
+                kill_at = self.on_lost(
+                    &mut child,
+                    "its time ran out on the local clock without a confirmed renewal",
+                );
+            }
+            if kill_at.is_some_and(|at| t >= at) {
+                kill_at = None;
+                out.fatal(format_args!(
+                    "the command is still running {} after SIGTERM; sending SIGKILL",
+                    human(self.args.kill_after)
+                ));
+                let _ = child.kill();
+            }
+            let mut next = t + SAFETY_POLL;
+            if let Some(at) = kill_at {
+                next = next.min(at);
+            }
+            if !lost {
+                if let Some(deadline) = t.checked_add(lease.remaining()) {
+                    next = next.min(deadline);
+                }
+            }
+            match self.events.recv_timeout(next.saturating_duration_since(t)) {
+                Ok(Event::Signal(sig)) if signals::is_child_event(sig) => {}
+                Ok(Event::Signal(sig)) => match signals::forward(&child, sig) {
+                    Forwarded::Sent => out.detail(format_args!(
+                        "passed {} on to the command",
+                        signals::name(sig)
+                    )),
+                    Forwarded::FromTerminal => out.detail(format_args!(
+                        "{} came from the terminal, which sent it to the command too",
+                        signals::name(sig)
+                    )),
+                    Forwarded::Failed(e) => out.notice(format_args!(
+                        "could not pass {} on to the command: {e}",
+                        signals::name(sig)
+                    )),
+                },
+                Ok(Event::Lost(reason)) => {
+                    if !lost {
+                        lost = true;
+                        kill_at = self.on_lost(&mut child, &reason);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+        }
+    }
+
+    /// Reports the loss and applies `--on-lost`; returns when to send
+    /// SIGKILL, if that is still to come.
+    fn on_lost(&self, child: &mut Child, reason: &str) -> Option<Instant> {
+        let out = self.out;
+        let args = self.args;
+        match args.on_lost {
+            OnLost::Term => {
+                out.fatal(format_args!(
+                    "lost the lease: {reason}; sending SIGTERM to the command \
+                     (SIGKILL in {})",
+                    human(args.kill_after)
+                ));
+                if let Err(e) = signals::terminate(child) {
+                    out.fatal(format_args!("could not send SIGTERM: {e}; sending SIGKILL"));
+                    let _ = child.kill();
+                    return None;
+                }
+                now().checked_add(args.kill_after)
+            }
+            OnLost::Kill => {
+                out.fatal(format_args!(
+                    "lost the lease: {reason}; sending SIGKILL to the command"
+                ));
+                let _ = child.kill();
+                None
+            }
+            OnLost::Ignore => {
+                out.fatal(format_args!(
+                    "lost the lease: {reason}; letting the command finish (--on-lost ignore)"
+                ));
+                None
+            }
+        }
+    }
+
+    /// Releases the lease; returns whether it was lost (already known, or
+    /// found ended by the release).
+    fn release(&self, lease: Lease, lost: bool) -> bool {
+        let out = self.out;
+        match lease.release() {
+            Ok(ReleaseOutcome::Released) => {
+                out.detail("released the lease");
+                lost
+            }
+            Ok(_) if lost => true,
+            Ok(outcome) => {
+                let why = match outcome {
+                    ReleaseOutcome::Conflict => "someone else holds the lock",
+                    _ => "the lock had expired or been deleted",
+                };
+                out.fatal(format_args!(
+                    "lost the lease: at release, {why}; the command may not have \
+                     run alone"
+                ));
+                true
+            }
+            // Once a renewal found the lease gone, the library forgets it and
+            // its release fails (as `ShuttingDown`); nothing is left to say.
+            Err(e) if lost => {
+                out.detail(format_args!(
+                    "release after the loss: {}",
+                    describe_error(&e)
+                ));
+                true
+            }
+            Err(e) => {
+                out.notice(format_args!(
+                    "could not confirm the release: {}; the lease ends by itself \
+                     within {}",
+                    describe_error(&e),
+                    human(self.args.lease)
+                ));
+                lost
+            }
+        }
+    }
+}
+
+/// Renews the lease every half lease until told to stop (the sender is
+/// dropped) or the lease is lost, which it reports as [`Event::Lost`].
+/// Each renew is bounded by the locker's command timeout.
+fn renewer(
+    lease: &Lease,
+    lease_len: Duration,
+    stop: Receiver<()>,
+    events: Sender<Event>,
+    out: Out,
+) {
+    let every = (lease_len / 2).max(Duration::from_millis(1));
+    loop {
+        match stop.recv_timeout(every) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let reason = match lease.renew() {
+            Ok(RenewOutcome::Renewed) => {
+                out.detail("renewed the lease");
+                continue;
+            }
+            Ok(RenewOutcome::Conflict) => "someone else holds the lock".to_owned(),
+            Ok(_) => "the lock had expired or been deleted".to_owned(),
+            Err(e) => format!("renewing it failed: {}", describe_error(&e)),
+        };
+        let _ = events.send(Event::Lost(reason));
+        return;
+    }
+}
+
+/// What is left of `wait` after the time since `started`.
+fn wait_left(wait: Duration, started: Instant) -> Duration {
+    if wait == Duration::MAX {
+        return wait;
+    }
+    wait.saturating_sub(now().saturating_duration_since(started))
+}
+
+fn holder_suffix(remaining: Option<Duration>) -> String {
+    remaining.map_or_else(String::new, |d| {
+        format!(" (its lease has {} left)", human(d))
+    })
+}
+
+/// The exit code for a library error that stopped the command from running.
+fn exit_code_of(e: &Error) -> u8 {
+    match e {
+        Error::InvalidConfig { .. } | Error::InvalidKey { .. } => exit::USAGE,
+        Error::ProviderFailed { .. } | Error::OutcomeUnknown { .. } => exit::UNAVAILABLE,
+        _ if e.is_outcome_unknown() => exit::UNAVAILABLE,
+        _ => exit::SOFTWARE,
+    }
+}
+
+/// The child's status as an exit code: its own, or 128 + N for signal N.
+fn status_exit(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        // Exit statuses are 0..=255 on Unix.
+        return u8::try_from(code).unwrap_or(1);
+    }
+    status.signal().map_or(1, signal_exit)
+}
+
+fn signal_exit(sig: i32) -> u8 {
+    u8::try_from(sig)
+        .ok()
+        .and_then(|s| exit::SIGNAL_BASE.checked_add(s))
+        .unwrap_or(u8::MAX)
+}

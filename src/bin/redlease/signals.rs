@@ -1,0 +1,127 @@
+//! Signal handling without `unsafe`: `signal-hook` turns SIGINT, SIGTERM,
+//! SIGHUP and SIGCHLD into messages on a channel, read by a thread; `nix`
+//! sends signals to the child.
+
+use std::fs::File;
+use std::process::Child;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{getpgrp, tcgetpgrp, Pid};
+use redlease::CancelHandle;
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::{Handle, Signals};
+
+/// What the supervising loop hears about.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A signal reached redlease (SIGCHLD included: the child changed state).
+    Signal(i32),
+    /// The renewer found the lease lost; the reason, for the report.
+    Lost(String),
+}
+
+/// The signal thread. The first SIGINT, SIGTERM or SIGHUP also cancels an
+/// acquire in progress and is remembered, so that redlease can exit with
+/// 128 + N when it arrives before the command started.
+#[derive(Debug)]
+pub(crate) struct SignalWatch {
+    handle: Handle,
+    first_stop: Arc<AtomicI32>,
+}
+
+impl SignalWatch {
+    pub(crate) fn start(events: Sender<Event>, cancel: CancelHandle) -> std::io::Result<Self> {
+        let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])?;
+        let handle = signals.handle();
+        let first_stop = Arc::new(AtomicI32::new(0));
+        let first = first_stop.clone();
+        thread::Builder::new()
+            .name("redlease-signals".to_owned())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if sig != SIGCHLD {
+                        let _ = first.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
+                        cancel.cancel();
+                    }
+                    if events.send(Event::Signal(sig)).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(SignalWatch { handle, first_stop })
+    }
+
+    /// The first SIGINT, SIGTERM or SIGHUP received, if any.
+    pub(crate) fn first_stop(&self) -> Option<i32> {
+        match self.first_stop.load(Ordering::SeqCst) {
+            0 => None,
+            sig => Some(sig),
+        }
+    }
+}
+
+impl Drop for SignalWatch {
+    fn drop(&mut self) {
+        self.handle.close();
+    }
+}
+
+/// Whether `sig` means the child changed state.
+pub(crate) fn is_child_event(sig: i32) -> bool {
+    sig == SIGCHLD
+}
+
+/// A signal's name for messages, e.g. `SIGTERM`.
+pub(crate) fn name(sig: i32) -> String {
+    Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_owned())
+}
+
+/// Whether a SIGINT or SIGHUP most likely came from the terminal, which
+/// sends them to the whole foreground process group: the child (in our
+/// group) then got it already, and forwarding would deliver it twice.
+fn terminal_sent_it(sig: i32) -> bool {
+    if sig != SIGINT && sig != SIGHUP {
+        return false;
+    }
+    let Ok(tty) = File::open("/dev/tty") else {
+        return false;
+    };
+    tcgetpgrp(&tty).is_ok_and(|fg| fg == getpgrp())
+}
+
+/// How forwarding a signal went.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Forwarded {
+    Sent,
+    /// The terminal already sent it to the child's process group.
+    FromTerminal,
+    Failed(String),
+}
+
+/// Passes `sig` on to the child. The child is not reaped yet (the caller
+/// owns its `Child` and only reaps through it), so its pid cannot have been
+/// reused.
+pub(crate) fn forward(child: &Child, sig: i32) -> Forwarded {
+    if terminal_sent_it(sig) {
+        return Forwarded::FromTerminal;
+    }
+    match send(child, sig) {
+        Ok(()) => Forwarded::Sent,
+        Err(e) => Forwarded::Failed(e),
+    }
+}
+
+/// Sends SIGTERM to the child.
+pub(crate) fn terminate(child: &Child) -> Result<(), String> {
+    send(child, SIGTERM)
+}
+
+fn send(child: &Child, sig: i32) -> Result<(), String> {
+    let pid = i32::try_from(child.id()).map_err(|_| "pid out of range".to_owned())?;
+    let signal = Signal::try_from(sig).map_err(|e| e.to_string())?;
+    kill(Pid::from_raw(pid), signal).map_err(|e| e.to_string())
+}

@@ -1,0 +1,238 @@
+//! `Lost`: the loss signal `with_lock` hands to its closure.
+//!
+//! It fires when a renewal fails (expired, conflict, Redis error) and at the
+//! latest when the lease's local deadline passes without a confirmed
+//! renewal, read from the holder's own clock, so that a holder cut off from
+//! Redis learns it without waiting for a reply that never comes. It never
+//! fires without `extend(true)`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use event_listener::{Event, Listener};
+use parking_lot::Mutex;
+
+use crate::clock::now;
+use crate::error::{Error, LostCause};
+
+/// Tells a `with_lock` closure that its lease was lost.
+///
+/// Clone it freely (e.g. into a worker thread); all clones see the same
+/// signal. After a loss, stop working on the protected resource soon: the
+/// lock may already belong to someone else.
+///
+/// ```
+/// # fn work(lost: &redlease::Lost) {
+/// while !lost.is_lost() {
+///     // one small step of the job
+/// #   break;
+/// }
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Lost {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    event: Event,
+}
+
+struct State {
+    /// Only an extended lease can be lost.
+    armed: bool,
+    cause: Option<LostCause>,
+    /// The lease's local deadline; `None` for one beyond any instant.
+    deadline: Option<Instant>,
+}
+
+impl State {
+    /// Records the deadline passing, if it has.
+    fn check(&mut self, now: Instant) -> bool {
+        if self.cause.is_none() && self.armed && self.deadline.is_some_and(|d| now >= d) {
+            self.cause = Some(LostCause::DeadlinePassed);
+        }
+        self.cause.is_some()
+    }
+
+    /// Until when a waiter should sleep before checking the deadline.
+    fn wake_at(&self) -> Option<Instant> {
+        if self.armed {
+            self.deadline
+        } else {
+            None
+        }
+    }
+}
+
+impl Lost {
+    pub(crate) fn new(armed: bool, deadline: Option<Instant>) -> Self {
+        Lost {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    armed,
+                    cause: None,
+                    deadline,
+                }),
+                event: Event::new(),
+            }),
+        }
+    }
+
+    /// Whether the lease was lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner.state.lock().check(now())
+    }
+
+    /// The loss as [`Error::LockLost`] with its cause, once lost.
+    pub fn cause(&self) -> Option<Error> {
+        let mut state = self.inner.state.lock();
+        state.check(now());
+        state.cause.as_ref().map(|cause| Error::LockLost {
+            cause: cause.duplicate(),
+        })
+    }
+
+    /// Blocks until the lease is lost or `timeout` passes; true if lost.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let until = now().checked_add(timeout);
+        loop {
+            let listener = self.inner.event.listen();
+            let wake_at = {
+                let mut state = self.inner.state.lock();
+                if state.check(now()) {
+                    return true;
+                }
+                earliest(state.wake_at(), until)
+            };
+            if until.is_some_and(|u| now() >= u) {
+                return false;
+            }
+            match wake_at {
+                Some(at) => {
+                    listener.wait_deadline(at);
+                }
+                None => listener.wait(),
+            }
+        }
+    }
+
+    /// Completes when the lease is lost, with the loss as
+    /// [`Error::LockLost`]. Never completes for a lease without extension.
+    #[cfg(feature = "aio")]
+    pub async fn wait(&self) -> Error {
+        loop {
+            let listener = self.inner.event.listen();
+            let wake_at = {
+                let mut state = self.inner.state.lock();
+                if state.check(now()) {
+                    if let Some(cause) = &state.cause {
+                        return Error::LockLost {
+                            cause: cause.duplicate(),
+                        };
+                    }
+                }
+                state.wake_at()
+            };
+            match wake_at {
+                Some(at) => {
+                    let timer = async_io::Timer::at(at);
+                    futures::future::select(listener, timer).await;
+                }
+                None => listener.await,
+            }
+        }
+    }
+
+    /// A renewal failed: the lease is lost for this cause.
+    pub(crate) fn fire(&self, cause: LostCause) {
+        let mut state = self.inner.state.lock();
+        if state.armed && state.cause.is_none() {
+            state.cause = Some(cause);
+        }
+        drop(state);
+        self.inner.event.notify(usize::MAX);
+    }
+
+    /// A renewal succeeded: the lease now lasts until `deadline`.
+    pub(crate) fn extend_to(&self, deadline: Option<Instant>) {
+        self.inner.state.lock().deadline = deadline;
+        self.inner.event.notify(usize::MAX);
+    }
+
+    /// The lease is being released on purpose: nothing can be lost anymore.
+    pub(crate) fn disarm(&self) {
+        self.inner.state.lock().armed = false;
+        self.inner.event.notify(usize::MAX);
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl fmt::Debug for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lost")
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests read the clock to build deadlines
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unarmed_signal_never_fires() {
+        let lost = Lost::new(false, Some(now()));
+        lost.fire(LostCause::Expired);
+        assert!(!lost.is_lost());
+        assert!(!lost.wait_timeout(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_passed_deadline_fires_with_its_cause() {
+        let lost = Lost::new(true, Some(now()));
+        assert!(lost.is_lost());
+        assert!(matches!(
+            lost.cause(),
+            Some(Error::LockLost {
+                cause: LostCause::DeadlinePassed
+            })
+        ));
+    }
+
+    #[test]
+    fn the_first_cause_wins_and_wakes_a_waiter() {
+        let lost = Lost::new(true, None);
+        let for_thread = lost.clone();
+        let waiter = std::thread::spawn(move || for_thread.wait_timeout(Duration::from_secs(10)));
+        lost.fire(LostCause::Conflict);
+        lost.fire(LostCause::Expired);
+        assert!(waiter.join().unwrap());
+        assert!(matches!(
+            lost.cause(),
+            Some(Error::LockLost {
+                cause: LostCause::Conflict
+            })
+        ));
+    }
+
+    #[test]
+    fn extending_moves_the_deadline_and_disarming_stops_it() {
+        let lost = Lost::new(true, Some(now()));
+        lost.extend_to(now().checked_add(Duration::from_secs(60)));
+        // The earlier deadline was replaced before anyone looked.
+        assert!(!lost.is_lost());
+        lost.disarm();
+        lost.extend_to(Some(now()));
+        assert!(!lost.is_lost());
+    }
+}

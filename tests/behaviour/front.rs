@@ -1,0 +1,159 @@
+//! The front-end trait the behaviour suite is written against, and its
+//! blocking implementation.
+//!
+//! The trait mirrors the public API in blocking terms. An async front end
+//! implements it by wrapping each call in a `block_on` (e.g.
+//! `futures::executor::block_on(self.0.acquire(key))`); nothing here needs
+//! more than that. Cancel handles are blocking-only, so no generic body
+//! passes one in `AcquireOptions`.
+
+use std::time::Duration;
+
+use futures::executor::block_on;
+use redlease::{AcquireOptions, Config, Error, Fence, ReleaseOutcome, RenewOutcome, Stats};
+
+/// A locker front end: its constructor, its acquire calls, shutdown and
+/// statistics, plus its lease operations as associated functions.
+pub(crate) trait Front: Send + Sync + 'static {
+    /// The lease this front end hands out.
+    type Lease: Send + 'static;
+
+    /// `Locker::connect(url, config)`.
+    fn connect(url: &str, config: Config) -> Result<Self, Error>
+    where
+        Self: Sized;
+    /// `locker.acquire(key)`.
+    fn acquire(&self, key: &str) -> Result<Self::Lease, Error>;
+    /// `locker.acquire_with(key, options)`.
+    fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Lease, Error>;
+    /// `locker.shutdown()`.
+    fn shutdown(&self) -> Result<(), Error>;
+    /// `locker.stats()`.
+    fn stats(&self) -> Stats;
+
+    /// `lease.fence()`.
+    fn fence(lease: &Self::Lease) -> Fence;
+    /// `lease.is_valid()`.
+    fn is_valid(lease: &Self::Lease) -> bool;
+    /// `lease.remaining()`.
+    fn remaining(lease: &Self::Lease) -> Duration;
+    /// `lease.renew()`.
+    fn renew(lease: &Self::Lease) -> Result<RenewOutcome, Error>;
+    /// `lease.release()`.
+    fn release(lease: Self::Lease) -> Result<ReleaseOutcome, Error>;
+    /// `format!("{lease:?}")`.
+    fn debug(lease: &Self::Lease) -> String;
+
+    /// Whether the front end learns of a server-side close of an idle
+    /// command connection by itself (the async driver reads the socket all
+    /// the time; a sync connection only learns it by using it).
+    const NOTICES_IDLE_CLOSE: bool = false;
+}
+
+// `Locker::acquire(self, ..)` and friends name the inherent methods, which
+// take precedence over this trait's methods of the same name.
+impl Front for redlease::blocking::Locker {
+    type Lease = redlease::blocking::Lease;
+
+    fn connect(url: &str, config: Config) -> Result<Self, Error> {
+        redlease::blocking::Locker::connect(url, config)
+    }
+
+    fn acquire(&self, key: &str) -> Result<Self::Lease, Error> {
+        redlease::blocking::Locker::acquire(self, key)
+    }
+
+    fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Lease, Error> {
+        redlease::blocking::Locker::acquire_with(self, key, options)
+    }
+
+    fn shutdown(&self) -> Result<(), Error> {
+        redlease::blocking::Locker::shutdown(self)
+    }
+
+    fn stats(&self) -> Stats {
+        redlease::blocking::Locker::stats(self)
+    }
+
+    fn fence(lease: &Self::Lease) -> Fence {
+        lease.fence()
+    }
+
+    fn is_valid(lease: &Self::Lease) -> bool {
+        lease.is_valid()
+    }
+
+    fn remaining(lease: &Self::Lease) -> Duration {
+        lease.remaining()
+    }
+
+    fn renew(lease: &Self::Lease) -> Result<RenewOutcome, Error> {
+        lease.renew()
+    }
+
+    fn release(lease: Self::Lease) -> Result<ReleaseOutcome, Error> {
+        lease.release()
+    }
+
+    fn debug(lease: &Self::Lease) -> String {
+        format!("{lease:?}")
+    }
+}
+
+/// The async front end, each call driven to completion with
+/// `futures::executor::block_on` on the calling thread.
+#[allow(
+    dead_code,
+    reason = "each test binary instantiates the suite for one front end"
+)]
+pub(crate) struct Async(redlease::aio::Locker);
+
+impl Front for Async {
+    type Lease = redlease::aio::Lease;
+
+    const NOTICES_IDLE_CLOSE: bool = true;
+
+    fn connect(url: &str, config: Config) -> Result<Self, Error> {
+        block_on(redlease::aio::Locker::connect(url, config)).map(Async)
+    }
+
+    fn acquire(&self, key: &str) -> Result<Self::Lease, Error> {
+        block_on(self.0.acquire(key))
+    }
+
+    fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Lease, Error> {
+        block_on(self.0.acquire_with(key, options))
+    }
+
+    fn shutdown(&self) -> Result<(), Error> {
+        block_on(self.0.shutdown())
+    }
+
+    fn stats(&self) -> Stats {
+        self.0.stats()
+    }
+
+    fn fence(lease: &Self::Lease) -> Fence {
+        lease.fence()
+    }
+
+    fn is_valid(lease: &Self::Lease) -> bool {
+        lease.is_valid()
+    }
+
+    fn remaining(lease: &Self::Lease) -> Duration {
+        lease.remaining()
+    }
+
+    fn renew(lease: &Self::Lease) -> Result<RenewOutcome, Error> {
+        block_on(lease.renew())
+    }
+
+    fn release(lease: Self::Lease) -> Result<ReleaseOutcome, Error> {
+        block_on(lease.release())
+    }
+
+    fn debug(lease: &Self::Lease) -> String {
+        format!("{lease:?}")
+    }
+}

@@ -1,0 +1,117 @@
+//! The real-Redis behaviour suite, written once for any front end.
+//!
+//! Every body is a generic `fn name<F: Front>()` that starts its own
+//! `redis-server` (see `tests/support`) and uses its own namespace. A test
+//! binary runs the whole suite for one front end with
+//! `behaviour::behaviour_suite!(behaviour::Blocking);`, which expands to
+//! one `#[test]` per body, named after it, grouped by topic.
+//!
+//! Waits are bounded (`BOUND`, `join_within`, `wait_until`) and no body
+//! asserts how long something took; where a hand-over must have come
+//! through a notification, safety polls are set to 30 s and the wait is
+//! bounded at 10 s.
+
+pub(crate) mod common;
+pub(crate) mod faults;
+pub(crate) mod fences;
+pub(crate) mod front;
+pub(crate) mod input;
+pub(crate) mod logs;
+pub(crate) mod outcomes;
+pub(crate) mod secrets;
+pub(crate) mod server;
+pub(crate) mod shutdown;
+pub(crate) mod waiting;
+
+/// The blocking front end under its suite name.
+#[allow(
+    dead_code,
+    reason = "each test binary instantiates the suite for one front end"
+)]
+pub(crate) type Blocking = redlease::blocking::Locker;
+
+/// The async front end under its suite name.
+#[allow(
+    dead_code,
+    reason = "each test binary instantiates the suite for one front end"
+)]
+pub(crate) type Async = front::Async;
+
+/// Expands to one `#[test]` per behaviour body for the front end `$front`
+/// (a type implementing `front::Front`), in one module per topic.
+macro_rules! behaviour_suite {
+    ($front:ty) => {
+        $crate::behaviour::behaviour_suite!(@topics $front;
+            fences {
+                fences_strictly_increase_across_acquires_on_one_key,
+                fences_keep_increasing_after_redis_lost_its_data,
+                an_acquire_replayed_with_its_token_returns_the_same_fence,
+            }
+            waiting {
+                a_waiter_is_woken_by_the_release_notification_not_its_safety_poll,
+                a_release_by_the_same_locker_wakes_its_waiters_through_the_notification,
+                sixteen_waiters_of_one_locker_send_no_more_attempts_than_one_poller,
+                waiters_of_one_locker_are_served_in_arrival_order,
+                a_zero_wait_on_a_held_key_gives_lock_busy_with_the_holders_remaining_time,
+                a_zero_wait_acquire_never_jumps_its_lockers_line,
+                acquires_beyond_max_waiters_fail_with_queue_full,
+                a_wait_that_runs_out_gives_wait_timeout_with_the_holders_remaining_time,
+            }
+            outcomes {
+                release_of_a_held_lease_reports_released_and_keeps_the_fence_counter,
+                release_after_the_lease_expired_reports_expired,
+                release_after_another_owner_took_the_key_reports_conflict,
+                renew_of_a_held_lease_extends_it_to_a_full_lease,
+                renew_after_the_lease_expired_reports_expired_and_the_lease_stays_invalid,
+                renew_after_another_owner_took_the_key_reports_conflict_and_stays_invalid,
+                release_after_a_renew_saw_the_lease_expired_reports_expired,
+                release_after_a_renew_saw_a_conflict_reports_conflict,
+            }
+            faults {
+                flushed_scripts_are_loaded_again,
+                killed_command_connections_strand_no_waiter,
+                waiters_are_still_notified_after_the_subscriber_connection_is_killed,
+                a_command_connection_killed_while_idle_does_not_fail_the_next_operation,
+                a_locker_keeps_working_after_the_server_restarts,
+                an_acquire_on_a_paused_server_is_outcome_unknown_and_its_token_is_released_later,
+                an_acquire_rejected_by_redis_is_provider_failed,
+                connecting_to_a_closed_port_is_provider_failed,
+            }
+            server {
+                connecting_to_a_server_that_may_evict_keys_logs_redis_eviction_unsafe,
+                waiters_poll_when_the_acl_refuses_release_notifications,
+                a_release_whose_notification_the_acl_refuses_still_reports_released,
+            }
+            shutdown {
+                shutdown_releases_tracked_leases_and_keeps_fence_counters,
+                shutdown_ends_waits_and_refuses_new_acquires_with_shutting_down,
+                releasing_a_lease_after_shutdown_reports_shutting_down,
+                shutdown_against_a_paused_server_reports_cleanup_timeout,
+            }
+            input {
+                bad_keys_are_refused_with_invalid_key,
+                bad_configs_and_options_are_refused_with_invalid_config,
+                malformed_urls_are_refused_with_invalid_config,
+            }
+            secrets {
+                leases_errors_and_logs_never_show_tokens_keys_or_addresses,
+            }
+        );
+    };
+    (@topics $front:ty; $($topic:ident { $($(#[$attr:meta])* $body:ident),* $(,)? })*) => {
+        /// The front end this binary runs the behaviour suite against.
+        type BehaviourFront = $front;
+        $(
+            mod $topic {
+                $(
+                    #[test]
+                    $(#[$attr])*
+                    fn $body() {
+                        $crate::behaviour::$topic::$body::<super::BehaviourFront>();
+                    }
+                )*
+            }
+        )*
+    };
+}
+pub(crate) use behaviour_suite;

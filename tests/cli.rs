@@ -1,0 +1,757 @@
+//! End-to-end tests of the `redlease` binary: the real executable against
+//! throw-away `redis-server` processes (never the server on 6379).
+//!
+//! Every wait is bounded (a stuck `redlease` is killed and the test fails);
+//! no assertion depends on how long something took.
+#![cfg(feature = "cli")]
+// clippy.toml forbids `Instant::now` / `thread::sleep` for the sans-IO core;
+// these tests wait for processes and files, which have no event to await.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use support::{wait_until, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redlease");
+const NS: &str = "clitest";
+/// Bound on any one `redlease` run in these tests.
+const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on waiting for a file the child writes.
+const FILE_TIMEOUT: Duration = Duration::from_secs(10);
+
+// Exit codes documented in `redlease --help`.
+const USAGE: i32 = 2;
+const UNAVAILABLE: i32 = 69;
+const BUSY: i32 = 75;
+const WAIT_TIMEOUT: i32 = 124;
+const LEASE_LOST: i32 = 125;
+const NOT_FOUND: i32 = 127;
+
+/// `redlease` with a clean environment for its own variables and
+/// `--url`/`--namespace` pointing at `server`.
+fn redlease(server: &RedisServer) -> Command {
+    let mut cmd = bare();
+    cmd.arg("--url")
+        .arg(server.url())
+        .arg("--namespace")
+        .arg(NS);
+    cmd
+}
+
+/// `redlease` without any Redis URL or namespace.
+fn bare() -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("REDIS_URL")
+        .env_remove("REDLEASE_NAMESPACE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for `child` to exit, killing it and failing the test after
+/// `timeout`.
+fn finish(child: Child, timeout: Duration) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(output) => output.expect("wait for redlease"),
+        Err(_) => {
+            signal(pid, "KILL");
+            panic!("redlease (pid {pid}) did not exit within {timeout:?}");
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    finish(cmd.spawn().expect("spawn redlease"), RUN_TIMEOUT)
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{sig} {pid} failed");
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or_else(|| {
+        panic!(
+            "redlease died of a signal: {:?}\nstderr:\n{}",
+            output.status,
+            stderr(output)
+        )
+    })
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_code(output: &Output, expected: i32) {
+    assert_eq!(
+        code(output),
+        expected,
+        "exit code\nstdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+fn sha_hex(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn lock_name(key: &str) -> String {
+    format!("{NS}:lock:{{{}}}", sha_hex(key))
+}
+
+fn fence_name(key: &str) -> String {
+    format!("{NS}:lock-fence:{{{}}}", sha_hex(key))
+}
+
+/// Makes someone else the holder of `key` for 30 s, as the library would.
+fn hold_elsewhere(server: &RedisServer, key: &str, token: &str) {
+    let mut conn = server.conn();
+    let _: () = redis::cmd("SET")
+        .arg(lock_name(key))
+        .arg(format!("{token}:1"))
+        .arg("PX")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+}
+
+fn lock_keys(server: &RedisServer) -> Vec<String> {
+    server.keys(&format!("{NS}:lock:*"))
+}
+
+/// A fresh scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "redlease-cli-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_default()
+}
+
+/// A shell script that says it is ready, then waits (at most ~10 s) until
+/// SIGTERM, on which it writes `got-term` to `mark` and exits 0.
+fn trap_term_script(ready: &Path, mark: &Path) -> String {
+    format!(
+        "trap 'echo got-term > {mark}; exit 0' TERM; echo ready > {ready}; \
+         i=0; while [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 9",
+        mark = mark.display(),
+        ready = ready.display()
+    )
+}
+
+/// A loopback port that nothing listens on (bound, read, released).
+fn closed_port_url() -> String {
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    format!("redis://127.0.0.1:{port}/0")
+}
+
+#[test]
+fn concurrent_runs_never_overlap_and_fences_increase() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let log = scratch.path("log");
+    let script = format!(
+        "echo \"start $REDLEASE_FENCE\" >> {log}; sleep 0.2; echo \"end $REDLEASE_FENCE\" >> {log}",
+        log = log.display()
+    );
+    const PROCESSES: usize = 2;
+    const ROUNDS: usize = 3;
+    thread::scope(|s| {
+        for _ in 0..PROCESSES {
+            s.spawn(|| {
+                for _ in 0..ROUNDS {
+                    let out = run(redlease(&server)
+                        .args(["run", "--wait", "20s", "--lease", "5s", "shared-job"])
+                        .args(["--", "sh", "-c", &script]));
+                    assert_code(&out, 0);
+                }
+            });
+        }
+    });
+    let text = read(&log);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * PROCESSES * ROUNDS, "log:\n{text}");
+    let mut last_fence = 0u64;
+    for pair in lines.chunks(2) {
+        let start = pair[0]
+            .strip_prefix("start ")
+            .unwrap_or_else(|| panic!("expected a start line, got {:?} in:\n{text}", pair[0]));
+        assert_eq!(
+            pair[1],
+            format!("end {start}"),
+            "runs overlapped; log:\n{text}"
+        );
+        let fence: u64 = start.parse().unwrap();
+        assert!(fence > last_fence, "fences must increase; log:\n{text}");
+        last_fence = fence;
+    }
+    assert!(
+        lock_keys(&server).is_empty(),
+        "every run released its lease"
+    );
+}
+
+#[test]
+fn successive_children_see_increasing_fences_and_their_environment() {
+    let server = RedisServer::start();
+    let mut fences = Vec::new();
+    for _ in 0..3 {
+        let out = run(redlease(&server).args([
+            "run",
+            "--lease",
+            "7s",
+            "job:42",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$REDLEASE_FENCE $REDLEASE_KEY $REDLEASE_LEASE_MS\"",
+        ]));
+        assert_code(&out, 0);
+        let text = stdout(&out);
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(fields[1..], ["job:42", "7000"], "child saw: {text}");
+        fences.push(fields[0].parse::<u64>().unwrap());
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must strictly increase: {fences:?}"
+    );
+    // The fence counter in Redis is the last fence handed out.
+    let counter: String = redis::cmd("GET")
+        .arg(fence_name("job:42"))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(counter.parse::<u64>().unwrap(), *fences.last().unwrap());
+}
+
+#[test]
+fn a_busy_lock_gives_the_busy_exit_code_without_running_the_command() {
+    let server = RedisServer::start();
+    hold_elsewhere(&server, "nightly", "someone-else");
+    let cmd = ["--", "sh", "-c", "echo ran"];
+
+    let out = run(redlease(&server)
+        .args(["run", "--wait", "0", "nightly"])
+        .args(cmd));
+    assert_code(&out, BUSY);
+    assert_eq!(stdout(&out), "", "the command must not run");
+    assert!(
+        stderr(&out).contains("held by someone else"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run(redlease(&server)
+        .args(["run", "--busy-exit-code", "0", "--quiet", "nightly"])
+        .args(cmd));
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out), "", "the command must not run");
+    assert_eq!(stderr(&out), "", "--quiet says nothing about a busy lock");
+
+    let out = run(redlease(&server)
+        .args(["run", "--wait", "300ms", "nightly"])
+        .args(cmd));
+    assert_code(&out, WAIT_TIMEOUT);
+    assert_eq!(stdout(&out), "", "the command must not run");
+
+    // The other holder's lock is untouched.
+    assert_eq!(lock_keys(&server), [lock_name("nightly")]);
+}
+
+#[test]
+fn the_childs_exit_status_is_passed_through() {
+    let server = RedisServer::start();
+    let out = run(redlease(&server).args(["run", "k", "--", "sh", "-c", "exit 7"]));
+    assert_code(&out, 7);
+    let out = run(redlease(&server).args(["run", "k", "--", "sh", "-c", "kill -KILL $$"]));
+    assert_code(&out, 128 + 9);
+    let out = run(redlease(&server).args(["run", "k", "--", "true"]));
+    assert_code(&out, 0);
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+#[test]
+fn a_missing_command_exits_127_and_releases_the_lease() {
+    let server = RedisServer::start();
+    let out = run(redlease(&server).args(["run", "k", "--", "/nonexistent/redlease-test-command"]));
+    assert_code(&out, NOT_FOUND);
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+#[test]
+fn sigterm_reaches_the_child_and_the_lease_is_released() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args(["run", "--lease", "5s", "term-job", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    assert_eq!(
+        lock_keys(&server),
+        [lock_name("term-job")],
+        "held while running"
+    );
+
+    signal(pid, "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_eq!(read(&mark).trim(), "got-term", "the child got SIGTERM");
+    assert_code(&out, 0); // the child's own status after its trap
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_without_running_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let err_path = scratch.path("stderr");
+    hold_elsewhere(&server, "waited", "someone-else");
+    let child = redlease(&server)
+        .args([
+            "--verbose",
+            "run",
+            "--wait",
+            "30s",
+            "waited",
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ])
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "redlease to start waiting", || {
+        read(&err_path).contains("waiting up to")
+    });
+    signal(pid, "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 128 + 15);
+    assert_eq!(stdout(&out), "", "the command must not run");
+}
+
+#[test]
+fn a_lease_deleted_behind_the_childs_back_terminates_it() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args([
+            "run",
+            "--lease",
+            "1s",
+            "--on-lost",
+            "term",
+            "lost-job",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(lock_name("lost-job"))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, LEASE_LOST);
+    assert_eq!(
+        read(&mark).trim(),
+        "got-term",
+        "--on-lost term sends SIGTERM"
+    );
+    assert!(stderr(&out).contains("lost the lease"), "{}", stderr(&out));
+}
+
+#[test]
+fn usage_errors_exit_2_without_touching_redis() {
+    let scratch = Scratch::new();
+    let mark = scratch.path("ran");
+    let touch = format!("touch {}", mark.display());
+    let url = closed_port_url();
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "no namespace",
+            vec!["--url", &url, "run", "k", "--", "sh", "-c", &touch],
+        ),
+        (
+            "no url",
+            vec!["-n", NS, "run", "k", "--", "sh", "-c", &touch],
+        ),
+        (
+            "bad namespace",
+            vec![
+                "--url", &url, "-n", "a{b", "run", "k", "--", "sh", "-c", &touch,
+            ],
+        ),
+        (
+            "empty key",
+            vec!["--url", &url, "-n", NS, "run", "", "--", "sh", "-c", &touch],
+        ),
+        (
+            "bare number",
+            vec![
+                "--url", &url, "-n", NS, "run", "--wait", "5", "k", "--", "sh", "-c", &touch,
+            ],
+        ),
+        (
+            "bad unit",
+            vec![
+                "--url", &url, "-n", NS, "run", "--lease", "10x", "k", "--", "sh", "-c", &touch,
+            ],
+        ),
+        (
+            "zero lease",
+            vec![
+                "--url", &url, "-n", NS, "run", "--lease", "0", "k", "--", "sh", "-c", &touch,
+            ],
+        ),
+        (
+            "bad on-lost",
+            vec![
+                "--url",
+                &url,
+                "-n",
+                NS,
+                "run",
+                "--on-lost",
+                "shrug",
+                "k",
+                "--",
+                "true",
+            ],
+        ),
+        (
+            "missing --",
+            vec!["--url", &url, "-n", NS, "run", "k", "sh", "-c", &touch],
+        ),
+        ("no command", vec!["--url", &url, "-n", NS, "run", "k"]),
+        (
+            "bad url",
+            vec![
+                "--url",
+                "not-a-url",
+                "-n",
+                NS,
+                "run",
+                "k",
+                "--",
+                "sh",
+                "-c",
+                &touch,
+            ],
+        ),
+        (
+            "status without key",
+            vec!["--url", &url, "-n", NS, "status"],
+        ),
+        ("no subcommand", vec!["--url", &url, "-n", NS]),
+    ];
+    for (what, args) in cases {
+        let out = run(bare().args(&args));
+        assert_eq!(
+            code(&out),
+            USAGE,
+            "{what}: {args:?}\nstderr:\n{}",
+            stderr(&out)
+        );
+        assert!(
+            !stderr(&out).is_empty(),
+            "{what}: a usage error is explained"
+        );
+    }
+    assert!(!mark.exists(), "no command ran");
+
+    // The same arguments made valid do reach for Redis, and fail there.
+    let out = run(bare().args([
+        "--url", &url, "-n", NS, "run", "k", "--", "sh", "-c", &touch,
+    ]));
+    assert_code(&out, UNAVAILABLE);
+    assert!(!mark.exists(), "no command ran");
+    let out = run(bare().args(["--url", &url, "-n", NS, "status", "k"]));
+    assert_code(&out, UNAVAILABLE);
+}
+
+#[test]
+fn the_environment_supplies_url_and_namespace() {
+    let server = RedisServer::start();
+    let out = run(bare()
+        .env("REDIS_URL", server.url())
+        .env("REDLEASE_NAMESPACE", NS)
+        .args(["run", "env-job", "--", "sh", "-c", "echo $REDLEASE_FENCE"]));
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).trim().parse::<u64>().is_ok(),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn status_reports_holder_time_and_fence_but_never_the_token() {
+    let server = RedisServer::start();
+    let status = |json: bool| {
+        let mut cmd = redlease(&server);
+        cmd.arg("status");
+        if json {
+            cmd.arg("--json");
+        }
+        let out = run(cmd.arg("report"));
+        assert_code(&out, 0);
+        stdout(&out)
+    };
+    assert_eq!(
+        status(true).trim(),
+        r#"{"held":false,"remaining_ms":null,"fence":null}"#
+    );
+
+    // One grant through the binary sets the counter.
+    let out =
+        run(redlease(&server).args(["run", "report", "--", "sh", "-c", "echo $REDLEASE_FENCE"]));
+    assert_code(&out, 0);
+    let fence: u64 = stdout(&out).trim().parse().unwrap();
+    assert_eq!(
+        status(true).trim(),
+        format!(r#"{{"held":false,"remaining_ms":null,"fence":{fence}}}"#)
+    );
+
+    hold_elsewhere(&server, "report", "the-secret-owner-token");
+    let json = status(true);
+    assert!(
+        json.starts_with(r#"{"held":true,"remaining_ms":"#),
+        "{json}"
+    );
+    let remaining: u64 = json
+        .split("\"remaining_ms\":")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no remaining_ms in {json}"));
+    assert!(remaining > 0 && remaining <= 30_000, "{json}");
+    let text = status(false);
+    assert!(text.contains("held:      yes"), "{text}");
+    assert!(text.contains(&fence.to_string()), "{text}");
+    for output in [json, text] {
+        assert!(!output.contains("the-secret-owner-token"), "{output}");
+    }
+}
+
+#[test]
+fn a_holder_cut_off_from_redis_stops_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args(["run", "--lease", "1s", "cut-off", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    // Redis stops answering: the renewal times out (its command timeout is a
+    // quarter of the lease), and the holder must give up on its own.
+    let paused = server.pause_guard();
+    let out = finish(child, RUN_TIMEOUT);
+    drop(paused);
+    assert_code(&out, LEASE_LOST);
+    assert_eq!(
+        read(&mark).trim(),
+        "got-term",
+        "--on-lost term sends SIGTERM"
+    );
+    assert!(stderr(&out).contains("lost the lease"), "{}", stderr(&out));
+}
+
+#[test]
+fn on_lost_term_escalates_to_sigkill_after_kill_after() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let ready = scratch.path("ready");
+    // Ignores SIGTERM; ends by itself after ~10 s at most.
+    let script = format!(
+        "trap '' TERM; echo ready > {}; i=0; while [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done",
+        ready.display()
+    );
+    let child = redlease(&server)
+        .args([
+            "run",
+            "--lease",
+            "1s",
+            "--kill-after",
+            "200ms",
+            "stubborn",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let _: u64 = redis::cmd("DEL")
+        .arg(lock_name("stubborn"))
+        .query(&mut server.conn())
+        .unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, LEASE_LOST);
+    assert!(stderr(&out).contains("sending SIGKILL"), "{}", stderr(&out));
+}
+
+#[test]
+fn on_lost_kill_and_ignore() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+
+    // kill: SIGKILL at once, so the TERM trap never runs.
+    let (ready, mark) = (scratch.path("ready-kill"), scratch.path("mark-kill"));
+    let child = redlease(&server)
+        .args([
+            "run",
+            "--lease",
+            "1s",
+            "--on-lost",
+            "kill",
+            "lost-kill",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let _: u64 = redis::cmd("DEL")
+        .arg(lock_name("lost-kill"))
+        .query(&mut server.conn())
+        .unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, LEASE_LOST);
+    assert!(!mark.exists(), "SIGKILL, not SIGTERM");
+
+    // ignore: the loss is reported, the command finishes, its status is
+    // redlease's.
+    let (ready, go) = (scratch.path("ready-ignore"), scratch.path("go"));
+    let err_path = scratch.path("stderr");
+    let script = format!(
+        "echo ready > {ready}; i=0; while [ ! -e {go} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 3",
+        ready = ready.display(),
+        go = go.display()
+    );
+    let child = redlease(&server)
+        .args([
+            "run",
+            "--lease",
+            "1s",
+            "--on-lost",
+            "ignore",
+            "lost-ignore",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let _: u64 = redis::cmd("DEL")
+        .arg(lock_name("lost-ignore"))
+        .query(&mut server.conn())
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the loss to be reported", || {
+        read(&err_path).contains("lost the lease")
+    });
+    fs::write(&go, "").unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 3);
+}
+
+#[test]
+fn waiting_is_silent_on_a_pipe_unless_verbose() {
+    let server = RedisServer::start();
+    for verbose in [false, true] {
+        // Someone else's lease that runs out by itself.
+        let _: () = redis::cmd("SET")
+            .arg(lock_name("short"))
+            .arg("someone-else:1")
+            .arg("PX")
+            .arg(300)
+            .query(&mut server.conn())
+            .unwrap();
+        let mut cmd = redlease(&server);
+        if verbose {
+            cmd.arg("--verbose");
+        }
+        let out = run(cmd.args(["run", "--wait", "20s", "short", "--", "true"]));
+        assert_code(&out, 0);
+        if verbose {
+            let err = stderr(&out);
+            assert!(err.contains("waiting up to"), "{err}");
+            assert!(err.contains("acquired the lease (fence"), "{err}");
+        } else {
+            assert_eq!(stderr(&out), "", "stderr is not a terminal");
+        }
+    }
+}

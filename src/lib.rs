@@ -78,6 +78,7 @@ mod driver;
 mod entropy;
 mod error;
 mod eviction;
+pub mod fenced;
 mod lost;
 mod replication;
 mod stats;
@@ -88,3 +89,8 @@ pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
 pub use crate::error::{Error, LostCause, Operation};
 pub use crate::lost::Lost;
 pub use crate::stats::Stats;
+
+/// Compiles the README's Rust examples as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -17,6 +17,10 @@ pub struct Stats {
     pub wait_timeouts: u64,
     /// Release notifications received.
     pub notifications: u64,
+    /// Attempts sent because a waiter's retry instant came (the holder's
+    /// lease ran out or the safety interval passed) rather than because a
+    /// notification or a hand-over woke it.
+    pub safety_polls: u64,
     /// Scripts sent (EVALSHA), retries after `NOSCRIPT` included.
     pub scripts_sent: u64,
     /// `NOSCRIPT` replies that made the locker load a script again.

@@ -319,6 +319,7 @@ impl Locker {
             tracked_leases: counts.tracked_leases,
             subscribed,
             connected: self.shared.commands.is_connected(),
+            safety_polls: counts.safety_polls,
             ..self.shared.counters.snapshot()
         }
     }

@@ -292,6 +292,7 @@ impl Locker {
             tracked_leases: counts.tracked_leases,
             subscribed,
             connected: self.shared.commands.is_connected(),
+            safety_polls: counts.safety_polls,
             ..self.shared.counters.snapshot()
         }
     }

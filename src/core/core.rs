@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::lease::{deadline_after, LeaseClock, RenewResult};
-use super::line::{Line, LineStep, WaiterId};
+use super::line::{HeadState, Line, LineStep, WaiterId};
 use super::names::{validate_key, Channel, KeyId, LockNames, OwnerToken};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use super::script::{classify_acquire, classify_release, classify_renew, AcquireReply, ScriptCall};
@@ -150,6 +150,9 @@ pub(crate) struct CoreCounts {
     pub(crate) tracked_leases: usize,
     pub(crate) attempts_in_flight: usize,
     pub(crate) orphans: usize,
+    /// Attempts sent because a backing-off head's retry instant came (not
+    /// because of a notification or a hand-over).
+    pub(crate) safety_polls: u64,
 }
 
 /// One locker's sans-IO state.
@@ -165,6 +168,7 @@ pub(crate) struct Core {
     idle_since: Option<Instant>,
     shutting_down: bool,
     attempts_in_flight: usize,
+    safety_polls: u64,
     events: VecDeque<CoreEvent>,
 }
 
@@ -180,6 +184,7 @@ impl Core {
             idle_since: Some(now),
             shutting_down: false,
             attempts_in_flight: 0,
+            safety_polls: 0,
             events: VecDeque::new(),
         }
     }
@@ -190,6 +195,7 @@ impl Core {
             tracked_leases: self.leases.len(),
             attempts_in_flight: self.attempts_in_flight,
             orphans: self.orphans.len(),
+            safety_polls: self.safety_polls,
         }
     }
 
@@ -347,8 +353,12 @@ impl Core {
         let Some(line) = self.lines.get_mut(&w.names.id) else {
             return WaiterStep::Done(Err(Error::Cancelled));
         };
+        let backing_off = matches!(line.head_state(), HeadState::Backoff { .. });
         match line.poll(id, now) {
             LineStep::Attempt => {
+                if backing_off {
+                    self.safety_polls += 1;
+                }
                 w.attempt_submitted = Some(now);
                 self.attempts_in_flight += 1;
                 WaiterStep::Attempt(ScriptCall::acquire(

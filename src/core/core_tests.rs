@@ -231,6 +231,7 @@ fn a_free_key_is_acquired_with_its_fence_and_a_lease_counted_from_submission() {
             tracked_leases: 1,
             attempts_in_flight: 0,
             orphans: 0,
+            safety_polls: 0,
         }
     );
     assert!(drain(&mut core).is_empty(), "no contention, no subscriber");
@@ -910,6 +911,7 @@ fn abandoning_during_an_attempt_orphans_the_token_and_wakes_the_next_head() {
             tracked_leases: 0,
             attempts_in_flight: 0,
             orphans: 1,
+            safety_polls: 0,
         }
     );
     assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
@@ -2712,7 +2714,13 @@ mod sequences {
             assert!(self.waiters.is_empty(), "shutdown strands nobody");
             assert_eq!(self.ended.len(), self.joined, "every waiter ended once");
             self.cleanup();
-            assert_eq!(self.core.counts(), CoreCounts::default());
+            assert_eq!(
+                self.core.counts(),
+                CoreCounts {
+                    safety_polls: self.core.counts().safety_polls,
+                    ..CoreCounts::default()
+                }
+            );
             if self.subscriber_running {
                 assert_eq!(self.core.poll_subscriber(self.now), SubscriberStep::Stop);
             }
@@ -2805,4 +2813,24 @@ mod sequences {
             harness.finish_all(cleanup_before_takes);
         }
     }
+}
+
+#[test]
+fn only_retries_at_the_retry_instant_count_as_safety_polls() {
+    let now = t0();
+    let mut core = core_at(now);
+    let a = busy_head(&mut core, now, "k", 1, 5_000);
+    drain(&mut core);
+    let t = now + POLL;
+    attempt(&mut core, t, a);
+    assert_eq!(core.counts().safety_polls, 1, "the retry instant came");
+    core.handle_acquire_reply(t, a, busy(5_000));
+    core.handle_notification(KeyId::of("k").to_hex().as_bytes());
+    drain(&mut core);
+    attempt(&mut core, t, a);
+    assert_eq!(
+        core.counts().safety_polls,
+        1,
+        "a notification is not a poll"
+    );
 }

@@ -68,7 +68,6 @@ impl Line {
         self.queue.front().copied()
     }
 
-    #[cfg(test)]
     pub(crate) fn head_state(&self) -> HeadState {
         self.head
     }

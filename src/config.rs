@@ -234,7 +234,8 @@ pub(crate) fn check_lease_covers_replication(
     lease: Duration,
     timeout: Duration,
 ) -> Result<(), Error> {
-    if lease.as_secs_f64() < timeout.as_secs_f64() * 1.5 {
+    // In integers: 1.5 in floating point would refuse 300 ms against 200 ms.
+    if lease.as_nanos() * 2 < timeout.as_nanos() * 3 {
         return Err(Error::invalid_config(
             "min_replicas",
             "the lease must be at least 1.5 times the replication timeout",

@@ -72,6 +72,7 @@ pub mod aio;
 pub mod blocking;
 mod cancel;
 mod clock;
+mod cluster;
 mod config;
 pub(crate) mod core;
 mod driver;
@@ -79,6 +80,9 @@ mod entropy;
 mod error;
 mod eviction;
 pub mod fenced;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod lost;
 mod replication;
 mod stats;

@@ -9,6 +9,8 @@ use std::time::Duration;
 use futures::future::{select, Either};
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
@@ -16,16 +18,61 @@ use crate::error::{is_noscript, is_server_reply, Failure};
 use crate::stats::Counters;
 
 pub(crate) struct Commands {
-    client: redis::Client,
+    source: Source,
     timeout: Duration,
     conn: Arc<Mutex<Current>>,
+}
+
+/// Where connections come from.
+#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
+pub(crate) enum Source {
+    /// One server, over RESP3 (its disconnection report needs pushes).
+    Standalone(redis::Client),
+    /// A Redis Cluster; its client carries the push sender that feeds
+    /// release notifications to the locker.
+    Cluster(ClusterClient),
+}
+
+/// A command connection of either kind; clones share one connection.
+#[derive(Clone)]
+pub(crate) enum AnyConnection {
+    Standalone(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for AnyConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            AnyConnection::Standalone(c) => c.req_packed_command(cmd),
+            AnyConnection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            AnyConnection::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            AnyConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            AnyConnection::Standalone(c) => c.get_db(),
+            AnyConnection::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 /// The shared connection and a generation, so that a disconnection report
 /// from an old connection cannot discard its replacement.
 #[derive(Default)]
 struct Current {
-    conn: Option<MultiplexedConnection>,
+    conn: Option<AnyConnection>,
     generation: u64,
 }
 
@@ -36,9 +83,9 @@ impl std::fmt::Debug for Commands {
 }
 
 impl Commands {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+    pub(crate) fn new(source: Source, timeout: Duration) -> Self {
         Commands {
-            client,
+            source,
             timeout,
             conn: Arc::new(Mutex::new(Current::default())),
         }
@@ -54,7 +101,7 @@ impl Commands {
     /// restart) as a `Disconnection` push as soon as it sees it, and the
     /// connection is forgotten then: the next operation opens a new one
     /// instead of failing on a dead socket.
-    pub(crate) async fn connection(&self) -> Result<MultiplexedConnection, redis::RedisError> {
+    pub(crate) async fn connection(&self) -> Result<AnyConnection, redis::RedisError> {
         let generation = {
             let mut current = self.conn.lock();
             if let Some(conn) = &current.conn {
@@ -75,14 +122,21 @@ impl Commands {
             }
             Ok(())
         };
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_push_sender(on_push);
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let conn = match &self.source {
+            Source::Standalone(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_push_sender(on_push);
+                AnyConnection::Standalone(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            }
+            // The cluster connection reconnects to its nodes by itself.
+            Source::Cluster(client) => AnyConnection::Cluster(client.get_async_connection().await?),
+        };
         let mut current = self.conn.lock();
         if current.generation == generation {
             current.conn = Some(conn.clone());
@@ -99,8 +153,8 @@ impl Commands {
         }
     }
 
-    /// Sends a script call: EVALSHA, and on `NOSCRIPT` `SCRIPT LOAD` and
-    /// EVALSHA once more.
+    /// Sends a script call: EVALSHA, and on `NOSCRIPT` the script once more as
+    /// `EVAL`, which also caches it.
     pub(crate) async fn run(
         &self,
         call: &ScriptCall,
@@ -127,13 +181,8 @@ impl Commands {
         let mut result = call.evalsha().query_async::<Value>(&mut conn).await;
         if matches!(&result, Err(e) if is_noscript(e)) {
             counters.noscript_reload();
-            result = match call.load().query_async::<Value>(&mut conn).await {
-                Ok(_) => {
-                    counters.script_sent();
-                    call.evalsha().query_async::<Value>(&mut conn).await
-                }
-                Err(e) => Err(e),
-            };
+            counters.script_sent();
+            result = call.eval().query_async::<Value>(&mut conn).await;
         }
         let then_reply = match (&result, then) {
             (Ok(value), Some(cmd)) if call.kind.grants(value) => {
@@ -157,6 +206,25 @@ impl Commands {
         }
         let work = async {
             let mut conn = self.connection().await.map_err(Failure::NotSent)?;
+            if let AnyConnection::Cluster(_) = conn {
+                // A pipeline goes to one node; the keys live on many. Send
+                // each release on its own, all at once.
+                let replies = futures::future::join_all(calls.iter().map(|call| {
+                    let mut conn = conn.clone();
+                    async move {
+                        let mut reply = call.evalsha().query_async::<Value>(&mut conn).await;
+                        if matches!(&reply, Err(e) if is_noscript(e)) {
+                            reply = call.eval().query_async::<Value>(&mut conn).await;
+                        }
+                        reply
+                    }
+                }))
+                .await;
+                return Ok(replies
+                    .iter()
+                    .filter(|r| matches!(r, Ok(Value::Int(0..=2))))
+                    .count());
+            }
             let mut pipe = redis::pipe();
             pipe.add_command(load_cmd(ScriptKind::Release)).ignore();
             for call in calls {
@@ -184,6 +252,11 @@ impl Commands {
         let result = cmd.query_async::<Value>(&mut conn).await;
         self.discard_if_broken(&result);
         result.map_err(Failure::Sent)
+    }
+
+    /// Whether commands go to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.source, Source::Cluster(_))
     }
 
     /// Whether the shared connection is open (as far as its driver knows).

@@ -173,7 +173,12 @@ impl Lease {
                 self.shared
                     .with_core_no_start(|core| core.handle_release_reply(self.id, reply))
             }
-            Err(e) => Err(e),
+            // Released on its own after a failed replication check, unless
+            // shutdown did it.
+            Err(e) => match self.shared.cell().read(|core| core.is_shutting_down()) {
+                false => self.clock.lock().released_as().map(Ok).unwrap_or(Err(e)),
+                true => Err(e),
+            },
         };
         self.clock
             .lock()

@@ -9,7 +9,7 @@ use std::time::Instant;
 use event_listener::Event;
 use futures::future::{select, Either};
 
-use super::connection::Commands;
+use super::connection::{Commands, Source};
 use super::lease::Lease;
 use super::subscription::{self, Subscription};
 use crate::clock::now;
@@ -75,8 +75,11 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) commands: Commands,
     /// The same server over RESP3, which the push notifications (and the
-    /// command connection's disconnection report) need.
-    pub(crate) subscriber_client: redis::Client,
+    /// command connection's disconnection report) need; `None` on a cluster,
+    /// whose command connection carries the per-key subscriptions.
+    pub(crate) subscriber_client: Option<redis::Client>,
+    /// Per-key channel subscriptions (Redis Cluster).
+    pub(crate) channels: super::cluster::Channels,
     pub(crate) subscription: Subscription,
     pub(crate) counters: Counters,
     pub(crate) channel_name: String,
@@ -85,6 +88,36 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    pub(crate) fn new(
+        source: Source,
+        subscriber_client: Option<redis::Client>,
+        channels: super::cluster::Channels,
+        config: Config,
+    ) -> Self {
+        let channel = if matches!(source, Source::Cluster(_)) {
+            Channel::Sharded
+        } else {
+            Channel::Standalone
+        };
+        let settings = CoreSettings::new(&config, channel);
+        let channel_name = settings.channel.name(&settings.namespace, KeyId::of(""));
+        Shared {
+            cell: CoreCell::new(Core::new(settings, now())),
+            commands: Commands::new(source, config.command_timeout),
+            subscriber_client,
+            channels,
+            subscription: Subscription::default(),
+            counters: Counters::default(),
+            channel_name,
+            replication: Replication::of(&config),
+            config,
+        }
+    }
+
+    pub(crate) fn cell(&self) -> &CoreCell {
+        &self.cell
+    }
+
     /// Runs `f` on the core and starts the subscription when asked, inside
     /// the calling future (never spawned).
     pub(crate) async fn with_core<R>(self: &Arc<Self>, f: impl FnOnce(&mut Core) -> R) -> R {
@@ -114,6 +147,7 @@ impl Shared {
         if stop {
             self.subscription.close();
         }
+        self.channels.drop_unwanted(self).await;
         if calls.is_empty() {
             return;
         }
@@ -184,8 +218,6 @@ impl Locker {
     /// connection cannot be opened.
     pub async fn new(client: redis::Client, config: Config) -> Result<Self, Error> {
         config.validate()?;
-        let settings = CoreSettings::new(&config, Channel::Standalone);
-        let channel_name = settings.channel.name(&settings.namespace, KeyId::of(""));
         let info = client.get_connection_info().clone();
         let resp3 = info
             .redis_settings()
@@ -193,18 +225,18 @@ impl Locker {
             .set_protocol(redis::ProtocolVersion::RESP3);
         let subscriber_client = redis::Client::open(info.set_redis_settings(resp3))
             .map_err(|_| Error::invalid_config("url", "not a valid Redis connection URL"))?;
-        let shared = Arc::new(Shared {
-            cell: CoreCell::new(Core::new(settings, now())),
-            commands: Commands::new(subscriber_client.clone(), config.command_timeout),
-            subscriber_client,
-            subscription: Subscription::default(),
-            counters: Counters::default(),
-            channel_name,
-            replication: Replication::of(&config),
+        let shared = Arc::new(Shared::new(
+            Source::Standalone(subscriber_client.clone()),
+            Some(subscriber_client),
+            super::cluster::Channels::default(),
             config,
-        });
+        ));
         check_eviction(&shared.commands).await?;
         Ok(Locker { shared })
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Locker { shared }
     }
 
     /// The configuration this locker runs with.
@@ -266,6 +298,9 @@ impl Locker {
                         .await;
                     if summary.is_busy() {
                         shared.counters.busy_reply();
+                        if !resolved.wait.is_zero() {
+                            shared.channels.ensure(shared, KeyId::of(key)).await;
+                        }
                     }
                 }
                 WaiterStep::Wait(Some(deadline)) => {

@@ -15,6 +15,7 @@
 //!
 //! Requires the `aio` feature (on by default).
 
+mod cluster;
 mod connection;
 mod lease;
 mod locker;

@@ -54,6 +54,11 @@ impl Drop for StartGuard<'_> {
 /// a `subscribe` push, which tells the core that every head should check
 /// once more.
 pub(crate) async fn start(shared: &Arc<Shared>) {
+    // On a cluster the per-key channels are subscribed by the waiters
+    // themselves (`cluster::Channels::ensure`).
+    let Some(client) = &shared.subscriber_client else {
+        return;
+    };
     let mut guard = StartGuard {
         shared,
         armed: true,
@@ -69,8 +74,7 @@ pub(crate) async fn start(shared: &Arc<Shared>) {
         .set_response_timeout(timeout)
         .set_push_sender(sender);
     let subscribed = async {
-        let mut conn = shared
-            .subscriber_client
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         conn.subscribe(&shared.channel_name).await?;

@@ -1,11 +1,13 @@
-//! The blocking command connections: a small pool of `redis::Connection`s,
-//! opened on demand, and the one place scripts are sent (EVALSHA, reloading
-//! the script on `NOSCRIPT`).
+//! The blocking command connections: a small pool of `redis::Connection`s
+//! (or, on Redis Cluster, `ClusterConnection`s), opened on demand, and the
+//! one place scripts are sent (EVALSHA, reloading the script on
+//! `NOSCRIPT`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{ConnectionLike, Value};
 
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
@@ -19,10 +21,55 @@ const MAX_IDLE: usize = 16;
 const CONNECT_BACKOFF: [Duration; 2] = [Duration::from_millis(10), Duration::from_millis(50)];
 
 pub(crate) struct Commands {
-    client: redis::Client,
+    source: Source,
     timeout: Duration,
-    idle: Mutex<Vec<redis::Connection>>,
+    idle: Mutex<Vec<Conn>>,
     closed: AtomicBool,
+}
+
+/// Where connections come from.
+#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
+pub(crate) enum Source {
+    Standalone(redis::Client),
+    /// A cluster client; the locker builds its own with `retries(0)`, so a
+    /// timed-out write is never re-sent behind its back.
+    Cluster(ClusterClient),
+}
+
+/// A pooled connection of either kind.
+enum Conn {
+    Single(redis::Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    fn as_like(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Conn::Single(c) => c,
+            Conn::Cluster(c) => c.as_mut(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Conn::Single(c) => c.is_open(),
+            Conn::Cluster(c) => c.is_open(),
+        }
+    }
+}
+
+/// Whether a cluster error means the command was not executed because the
+/// slot lives elsewhere now (the connection must learn the new slot map).
+fn is_redirect(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::Moved
+                | redis::ServerErrorKind::Ask
+                | redis::ServerErrorKind::TryAgain
+                | redis::ServerErrorKind::ClusterDown
+        )
+    )
 }
 
 impl std::fmt::Debug for Commands {
@@ -34,27 +81,50 @@ impl std::fmt::Debug for Commands {
 }
 
 impl Commands {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+    pub(crate) fn new(source: Source, timeout: Duration) -> Self {
         Commands {
-            client,
+            source,
             timeout,
             idle: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         }
     }
 
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// The standalone client (subscriptions use it); `None` on a cluster.
+    pub(crate) fn client(&self) -> Option<&redis::Client> {
+        match &self.source {
+            Source::Standalone(client) => Some(client),
+            Source::Cluster(_) => None,
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.source, Source::Cluster(_))
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Opens a connection with the command timeout on connect, reads and
     /// writes, retrying a failed connect twice within that timeout.
-    pub(crate) fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
-        open(&self.client, self.timeout)
+    fn connect(&self) -> Result<Conn, redis::RedisError> {
+        match &self.source {
+            Source::Standalone(client) => open(client, self.timeout).map(Conn::Single),
+            Source::Cluster(client) => client.get_connection().map(|c| Conn::Cluster(Box::new(c))),
+        }
+    }
+
+    /// Runs one plain command on a fresh connection (connect-time checks).
+    pub(crate) fn query_fresh(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
+        let mut conn = self.connect().map_err(Failure::NotSent)?;
+        let result = cmd.query::<Value>(conn.as_like());
+        self.finish(conn, &result);
+        result.map_err(Failure::Sent)
     }
 
     /// An idle connection (flagged as reused) or a new one.
-    fn checkout(&self) -> Result<(redis::Connection, bool), redis::RedisError> {
+    fn checkout(&self) -> Result<(Conn, bool), redis::RedisError> {
         if let Some(conn) = self.idle.lock().pop() {
             return Ok((conn, true));
         }
@@ -69,24 +139,63 @@ impl Commands {
     /// connection dropped, the server closed it before reading our request,
     /// and the command is sent again on the next connection. Only a failure
     /// after the PONG leaves the outcome unknown.
-    fn send(
-        &self,
-        cmd: &redis::Cmd,
-    ) -> Result<(redis::Connection, redis::RedisResult<Value>), Failure> {
+    ///
+    /// On a cluster, a redirect (`MOVED`, `ASK`, ...) means the command did
+    /// not run; a fresh cluster connection reads the new slot map and sends
+    /// it once more. (The sync cluster connection follows redirects only
+    /// with `retries > 0`, which would also re-send timed-out writes.)
+    fn send(&self, cmd: &redis::Cmd) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
         loop {
             let (mut conn, reused) = self.checkout().map_err(Failure::NotSent)?;
-            if !reused {
-                let result = cmd.query::<Value>(&mut conn);
-                return Ok((conn, result));
-            }
-            match probe_and_send(&mut conn, cmd) {
-                Probe::Stale => continue,
-                Probe::Sent(result) => return Ok((conn, result)),
+            match &mut conn {
+                Conn::Cluster(cluster) => {
+                    let result = cmd.query::<Value>(cluster.as_mut());
+                    if matches!(&result, Err(e) if is_redirect(e)) {
+                        return self.resend_after_redirect(cmd, result);
+                    }
+                    return Ok((conn, result));
+                }
+                Conn::Single(single) if reused => match probe_and_send(single, cmd) {
+                    Probe::Stale => continue,
+                    Probe::Sent(result) => return Ok((conn, result)),
+                },
+                Conn::Single(single) => {
+                    let result = cmd.query::<Value>(single);
+                    return Ok((conn, result));
+                }
             }
         }
     }
 
-    fn checkin(&self, conn: redis::Connection) {
+    /// Sends again on fresh cluster connections (each reads the slot map
+    /// anew) while the cluster keeps redirecting, within the command
+    /// timeout: nodes learn a failover's new owner at slightly different
+    /// times, and a redirected command did not run.
+    fn resend_after_redirect(
+        &self,
+        cmd: &redis::Cmd,
+        mut result: redis::RedisResult<Value>,
+    ) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
+        #[expect(clippy::disallowed_methods, reason = "driver call site")]
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let mut fresh = self.connect().map_err(Failure::NotSent)?;
+            result = match result {
+                Err(e) if is_redirect(&e) => cmd.query::<Value>(fresh.as_like()),
+                settled => settled,
+            };
+            let redirected = matches!(&result, Err(e) if is_redirect(e));
+            if !redirected || started.elapsed() + pause >= self.timeout {
+                return Ok((fresh, result));
+            }
+            #[expect(clippy::disallowed_methods, reason = "bounded redirect backoff")]
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    fn checkin(&self, conn: Conn) {
         if self.closed.load(Ordering::SeqCst) || !conn.is_open() {
             return;
         }
@@ -97,7 +206,8 @@ impl Commands {
     }
 
     /// Sends a script call: EVALSHA, and on `NOSCRIPT` (which Redis answers
-    /// without running anything) `SCRIPT LOAD` and EVALSHA once more.
+    /// without running anything) the script once more as `EVAL`, which
+    /// also caches it.
     pub(crate) fn run(&self, call: &ScriptCall, counters: &Counters) -> Result<Value, Failure> {
         self.run_then(call, counters, None).0
     }
@@ -118,14 +228,12 @@ impl Commands {
         };
         if matches!(&result, Err(e) if is_noscript(e)) {
             counters.noscript_reload();
-            result = call.load().query::<Value>(&mut conn).and_then(|_| {
-                counters.script_sent();
-                call.evalsha().query::<Value>(&mut conn)
-            });
+            counters.script_sent();
+            result = call.eval().query::<Value>(conn.as_like());
         }
         let then_reply = match (&result, then) {
             (Ok(value), Some(cmd)) if call.kind.grants(value) => {
-                Some(cmd.query::<Value>(&mut conn))
+                Some(cmd.query::<Value>(conn.as_like()))
             }
             _ => None,
         };
@@ -147,7 +255,13 @@ impl Commands {
         if calls.is_empty() {
             return Ok(0);
         }
-        let (mut conn, _) = self.checkout().map_err(Failure::NotSent)?;
+        if self.is_cluster() {
+            return Ok(self.run_releases_one_by_one(calls));
+        }
+        let (conn, _) = self.checkout().map_err(Failure::NotSent)?;
+        let Conn::Single(mut conn) = conn else {
+            return Ok(0);
+        };
         let timeout = timeout.max(Duration::from_millis(1));
         let set = conn
             .set_read_timeout(Some(timeout))
@@ -170,7 +284,17 @@ impl Commands {
             .count())
     }
 
-    fn finish(&self, conn: redis::Connection, result: &redis::RedisResult<Value>) {
+    /// On a cluster a pipeline goes to one node while the keys live on many:
+    /// each release is its own round trip. Returns how many were answered.
+    fn run_releases_one_by_one(&self, calls: &[ScriptCall]) -> usize {
+        let counters = Counters::default();
+        calls
+            .iter()
+            .filter(|call| matches!(self.run(call, &counters), Ok(Value::Int(0..=2))))
+            .count()
+    }
+
+    fn finish(&self, conn: Conn, result: &redis::RedisResult<Value>) {
         match result {
             Ok(_) => self.checkin(conn),
             Err(e) if is_server_reply(e) => self.checkin(conn),

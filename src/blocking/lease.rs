@@ -185,12 +185,21 @@ impl Lease {
                 self.shared
                     .with_core(|core| core.handle_release_reply(self.id, reply))
             }
-            Err(e) => Err(e),
+            Err(e) => self.already_released().unwrap_or(Err(e)),
         };
         self.clock
             .lock()
             .handle_release(result.as_ref().ok().copied());
         result
+    }
+
+    /// The outcome of a release the locker did on its own while running
+    /// (after a failed replication check); `None` when shutdown did it.
+    fn already_released(&self) -> Option<Result<ReleaseOutcome, Error>> {
+        if self.shared.cell().read(|core| core.is_shutting_down()) {
+            return None;
+        }
+        self.clock.lock().released_as().map(Ok)
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use event_listener::{Event, Listener};
 
-use super::connection::Commands;
+use super::connection::{Commands, Source};
 use super::lease::Lease;
 use super::subscriber;
 use crate::cancel::CancelHandle;
@@ -71,18 +71,53 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) channel_name: String,
     pub(crate) replication: Option<Replication>,
+    /// How to reach a cluster node directly (credentials, protocol), for the
+    /// per-node sharded subscriptions; `None` when not known.
+    pub(crate) node_template: Option<redis::ConnectionInfo>,
     cell: CoreCell,
     subscribers_running: AtomicUsize,
 }
 
 impl Shared {
+    pub(crate) fn new(
+        source: Source,
+        node_template: Option<redis::ConnectionInfo>,
+        config: Config,
+    ) -> Self {
+        let channel = if matches!(source, Source::Cluster(_)) {
+            Channel::Sharded
+        } else {
+            Channel::Standalone
+        };
+        let settings = CoreSettings::new(&config, channel);
+        let channel_name = settings.channel.name(&settings.namespace, probe_id());
+        Shared {
+            cell: CoreCell::new(Core::new(settings, now())),
+            subscribers_running: AtomicUsize::new(0),
+            commands: Commands::new(source, config.command_timeout),
+            node_template,
+            counters: Counters::default(),
+            channel_name,
+            replication: Replication::of(&config),
+            config,
+        }
+    }
+
+    pub(crate) fn cell(&self) -> &CoreCell {
+        &self.cell
+    }
+
     /// Runs `f` on the core, wakes the waiters it named, and starts the
     /// subscriber thread when the core asked for it.
     pub(crate) fn with_core<R>(self: &Arc<Self>, f: impl FnOnce(&mut Core) -> R) -> R {
         let (result, StartSubscriber(start)) = self.cell.with(f);
         if start {
             self.subscribers_running.fetch_add(1, Ordering::SeqCst);
-            subscriber::spawn(self.clone());
+            if self.commands.is_cluster() {
+                super::cluster::spawn_subscriber(self.clone());
+            } else {
+                subscriber::spawn(self.clone());
+            }
         }
         result
     }
@@ -183,20 +218,13 @@ impl Locker {
     /// connection cannot be opened.
     pub fn new(client: redis::Client, config: Config) -> Result<Self, Error> {
         config.validate()?;
-        let settings = CoreSettings::new(&config, Channel::Standalone);
-        let channel_name = settings.channel.name(&settings.namespace, probe_id());
-        let commands = Commands::new(client, config.command_timeout);
-        let shared = Arc::new(Shared {
-            cell: CoreCell::new(Core::new(settings, now())),
-            subscribers_running: AtomicUsize::new(0),
-            commands,
-            counters: Counters::default(),
-            channel_name,
-            replication: Replication::of(&config),
-            config,
-        });
+        let shared = Arc::new(Shared::new(Source::Standalone(client), None, config));
         check_eviction(&shared.commands)?;
         Ok(Locker { shared })
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Locker { shared }
     }
 
     /// The configuration this locker runs with.
@@ -392,14 +420,17 @@ fn probe_id() -> crate::core::names::KeyId {
 
 /// Reads `maxmemory-policy` on a fresh connection and logs an unsafe one.
 fn check_eviction(commands: &Commands) -> Result<(), Error> {
-    let mut conn = commands.connect().map_err(Error::from_connect)?;
-    let policy = match eviction::config_get_cmd().query::<HashMap<String, String>>(&mut conn) {
-        Ok(reply) => eviction::policy_from_config(&reply).map(str::to_owned),
-        Err(e) => {
+    let policy = match commands.query_fresh(&eviction::config_get_cmd()) {
+        Ok(value) => redis::from_redis_value::<HashMap<String, String>>(value)
+            .ok()
+            .and_then(|reply| eviction::policy_from_config(&reply).map(str::to_owned)),
+        Err(Failure::NotSent(e)) => return Err(Error::from_connect(e)),
+        Err(Failure::Sent(e)) => {
             eviction::report_refused(&e);
-            eviction::info_cmd()
-                .query::<String>(&mut conn)
+            commands
+                .query_fresh(&eviction::info_cmd())
                 .ok()
+                .and_then(|v| redis::from_redis_value::<String>(v).ok())
                 .and_then(|info| eviction::policy_from_info(&info).map(str::to_owned))
         }
     };

@@ -13,6 +13,7 @@
 //!         └──── Core (Mutex) ◀── notifications ── subscriber thread ◀──────┘
 //! ```
 
+mod cluster;
 mod connection;
 mod lease;
 mod locker;

@@ -92,7 +92,10 @@ fn subscribe(conn: &mut redis::Connection, channel: &str) -> redis::RedisResult<
 }
 
 fn listen(shared: &Arc<Shared>) -> Ended {
-    let mut conn = match open(shared.commands.client(), shared.config.command_timeout) {
+    let Some(client) = shared.commands.client() else {
+        return Ended::Stopped;
+    };
+    let mut conn = match open(client, shared.config.command_timeout) {
         Ok(conn) => conn,
         Err(e) => return Ended::Failed(e),
     };

@@ -166,6 +166,9 @@ pub(crate) struct Core {
     subscription: Subscription,
     /// Since when no acquire is in progress; `None` while some are.
     idle_since: Option<Instant>,
+    /// Keys whose line emptied, and when: their per-key (cluster)
+    /// subscription lingers like the locker-wide one.
+    recently_idle: HashMap<KeyId, Instant>,
     shutting_down: bool,
     attempts_in_flight: usize,
     safety_polls: u64,
@@ -182,6 +185,7 @@ impl Core {
             orphans: Vec::new(),
             subscription: Subscription::Off,
             idle_since: Some(now),
+            recently_idle: HashMap::new(),
             shutting_down: false,
             attempts_in_flight: 0,
             safety_polls: 0,
@@ -263,6 +267,7 @@ impl Core {
             outcome: None,
         };
         let waiter_id = WaiterId(self.waiters.insert(waiter));
+        self.recently_idle.remove(&id);
         self.lines
             .entry(id)
             .or_insert_with(Line::new)
@@ -461,6 +466,11 @@ impl Core {
             }
             if line.is_empty() {
                 self.lines.remove(&w.names.id);
+                // Only per-key subscriptions linger per key; tracking it in
+                // standalone mode would only grow the map.
+                if self.settings.channel == Channel::Sharded {
+                    self.recently_idle.insert(w.names.id, now);
+                }
             }
         }
         if self.waiters.len() == 0 {
@@ -567,6 +577,32 @@ impl Core {
                     SubscriberStep::Stop
                 }
             },
+        }
+    }
+
+    /// The keys whose release channel a per-key (Redis Cluster) subscriber
+    /// should be subscribed to at `now`: every key with a line, and keys
+    /// whose line emptied less than the linger ago.
+    pub(crate) fn wanted_keys(&mut self, now: Instant) -> Vec<KeyId> {
+        self.recently_idle.retain(|_, since| {
+            deadline_after(*since, SUBSCRIPTION_LINGER).is_some_and(|until| now < until)
+        });
+        let mut keys: Vec<KeyId> = self.lines.keys().copied().collect();
+        keys.extend(self.recently_idle.keys().copied());
+        keys
+    }
+
+    /// One key's channel subscription is confirmed (Redis Cluster): the
+    /// subscription counts as active and that key's head checks once more.
+    pub(crate) fn handle_channel_subscribed(&mut self, key: KeyId) {
+        if matches!(
+            self.subscription,
+            Subscription::Starting | Subscription::Off
+        ) {
+            self.subscription = Subscription::Active;
+        }
+        if let Some(head) = self.lines.get_mut(&key).and_then(Line::handle_wake) {
+            self.events.push_back(CoreEvent::Wake(head));
         }
     }
 

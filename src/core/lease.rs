@@ -135,6 +135,16 @@ impl LeaseClock {
         };
     }
 
+    /// What a release that already happened found, if one did.
+    pub(crate) fn released_as(&self) -> Option<ReleaseOutcome> {
+        match self.state {
+            State::Ended(LeaseEnd::Released) => Some(ReleaseOutcome::Released),
+            State::Ended(LeaseEnd::Expired) => Some(ReleaseOutcome::Expired),
+            State::Ended(LeaseEnd::Conflict) => Some(ReleaseOutcome::Conflict),
+            _ => None,
+        }
+    }
+
     /// A release ended (or failed); the lease is never valid afterwards.
     pub(crate) fn handle_release(&mut self, outcome: Option<ReleaseOutcome>) {
         self.state = State::Ended(match outcome {

@@ -200,9 +200,18 @@ impl ScriptCall {
         cmd
     }
 
-    /// `SCRIPT LOAD <source>`, sent after a `NOSCRIPT` reply.
-    pub(crate) fn load(&self) -> redis::Cmd {
-        load_cmd(self.kind)
+    /// `EVAL <source> <numkeys> keys.. args..`, sent after a `NOSCRIPT`
+    /// reply (which Redis answers without running anything). It runs the
+    /// script and caches it in one round trip, on the node of the key:
+    /// `SCRIPT LOAD` has no key, so a cluster client would send it to every
+    /// primary and wait for all of them.
+    pub(crate) fn eval(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.kind.source())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
     }
 }
 

@@ -90,7 +90,7 @@ pub(crate) fn fences_keep_increasing_after_redis_lost_its_data<F: Front>() {
 
 /// The acquire script's Lua text, read from the crate's source (tests
 /// cannot see crate-private items).
-fn acquire_lua() -> &'static str {
+pub(crate) fn acquire_lua() -> &'static str {
     const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
     const START: &str = "pub(crate) const ACQUIRE_LUA: &str = r#\"";
     let start = SCRIPT_RS

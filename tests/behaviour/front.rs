@@ -43,6 +43,9 @@ pub(crate) trait Front: Send + Sync + 'static {
     fn release(lease: Self::Lease) -> Result<ReleaseOutcome, Error>;
     /// `format!("{lease:?}")`.
     fn debug(lease: &Self::Lease) -> String;
+    /// `lease.replicas()`.
+    #[allow(dead_code, reason = "only tests/replication.rs asks")]
+    fn replicas(lease: &Self::Lease) -> Option<u32>;
 
     /// Whether the front end learns of a server-side close of an idle
     /// command connection by itself (the async driver reads the socket all
@@ -98,6 +101,10 @@ impl Front for redlease::blocking::Locker {
     fn debug(lease: &Self::Lease) -> String {
         format!("{lease:?}")
     }
+
+    fn replicas(lease: &Self::Lease) -> Option<u32> {
+        lease.replicas()
+    }
 }
 
 /// The async front end, each call driven to completion with
@@ -107,6 +114,14 @@ impl Front for redlease::blocking::Locker {
     reason = "each test binary instantiates the suite for one front end"
 )]
 pub(crate) struct Async(redlease::aio::Locker);
+
+impl Async {
+    /// Wraps an async locker made some other way (e.g. on a cluster).
+    #[allow(dead_code, reason = "used by the cluster tests only")]
+    pub(crate) fn from_locker(locker: redlease::aio::Locker) -> Self {
+        Async(locker)
+    }
+}
 
 impl Front for Async {
     type Lease = redlease::aio::Lease;
@@ -155,5 +170,9 @@ impl Front for Async {
 
     fn debug(lease: &Self::Lease) -> String {
         format!("{lease:?}")
+    }
+
+    fn replicas(lease: &Self::Lease) -> Option<u32> {
+        lease.replicas()
     }
 }

@@ -10,6 +10,8 @@ use std::sync::{Mutex, Once, PoisonError};
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
     pub(crate) level: log::Level,
+    #[allow(dead_code, reason = "only some test binaries check the target")]
+    pub(crate) target: String,
     pub(crate) message: String,
 }
 
@@ -31,6 +33,7 @@ impl log::Log for Capture {
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(Record {
                     level: record.level(),
+                    target: record.target().to_owned(),
                     message: record.args().to_string(),
                 });
         }

@@ -25,6 +25,8 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod cluster;
+
 /// How long a server (or a replica link) gets to come up.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Poll interval while waiting for PING during startup.

@@ -1,0 +1,163 @@
+//! Redis Cluster routing helpers: the slot of a name (CRC16 of its hash
+//! tag), the slot map read from `CLUSTER SLOTS`, and the key a sharded
+//! release channel belongs to. The redis crate routes commands; these only
+//! serve the per-key notification subscriptions it cannot route.
+
+use redis::Value;
+
+use crate::core::names::KeyId;
+
+/// Number of hash slots in a Redis Cluster.
+const SLOTS: u16 = 16384;
+
+/// CRC16/XMODEM, the checksum Redis Cluster hashes keys with.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The slot of a key name: only its hash tag (`{...}`, when non-empty)
+/// counts.
+pub(crate) fn slot_of(name: &str) -> u16 {
+    let bytes = name.as_bytes();
+    let tag = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    crc16(tag) % SLOTS
+}
+
+/// The key whose sharded release channel this is: the sha inside the
+/// channel's hash tag.
+pub(crate) fn key_of_channel(channel: &[u8]) -> Option<KeyId> {
+    let open = channel.iter().position(|&b| b == b'{')?;
+    let rest = &channel[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    KeyId::from_hex(&rest[..close])
+}
+
+/// A node's address as `CLUSTER SLOTS` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct NodeAddr {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+}
+
+/// Which primary serves which slots.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SlotMap {
+    ranges: Vec<(u16, u16, NodeAddr)>,
+}
+
+impl SlotMap {
+    /// Parses a `CLUSTER SLOTS` reply; entries it cannot read are skipped.
+    pub(crate) fn parse(reply: &Value) -> SlotMap {
+        let mut ranges = Vec::new();
+        if let Value::Array(entries) = reply {
+            for entry in entries {
+                if let Some(range) = parse_range(entry) {
+                    ranges.push(range);
+                }
+            }
+        }
+        SlotMap { ranges }
+    }
+
+    pub(crate) fn owner(&self, slot: u16) -> Option<&NodeAddr> {
+        self.ranges
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, node)| node)
+    }
+}
+
+fn parse_range(entry: &Value) -> Option<(u16, u16, NodeAddr)> {
+    let Value::Array(items) = entry else {
+        return None;
+    };
+    let start = as_u16(items.first()?)?;
+    let end = as_u16(items.get(1)?)?;
+    let Value::Array(primary) = items.get(2)? else {
+        return None;
+    };
+    let host = match primary.first()? {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+        Value::SimpleString(s) => s.clone(),
+        _ => return None,
+    };
+    let port = as_u16(primary.get(1)?)?;
+    Some((start, end, NodeAddr { host, port }))
+}
+
+fn as_u16(v: &Value) -> Option<u16> {
+    match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis_cluster_hashing() {
+        // Reference values from the Redis Cluster specification and
+        // `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(
+            slot_of("{user1000}.following"),
+            slot_of("{user1000}.followers")
+        );
+        assert_eq!(slot_of("foo{}{bar}"), slot_of("foo{}{bar}"));
+        assert_eq!(slot_of("foo{}{bar}"), crc16(b"foo{}{bar}") % SLOTS);
+    }
+
+    #[test]
+    fn a_lock_its_counter_and_its_channel_share_a_slot() {
+        let id = KeyId::of("job:42");
+        let names = crate::core::names::LockNames::new("ns", id);
+        let channel = crate::core::names::Channel::Sharded.name("ns", id);
+        assert_eq!(slot_of(&names.lock), slot_of(&names.fence));
+        assert_eq!(slot_of(&names.lock), slot_of(&channel));
+        assert_eq!(key_of_channel(channel.as_bytes()), Some(id));
+    }
+
+    #[test]
+    fn cluster_slots_replies_are_parsed_and_bad_entries_skipped() {
+        let node = |port| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![Value::Int(0), Value::Int(5460), node(7000)]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16383), node(7001)]),
+            Value::Nil,
+        ]);
+        let map = SlotMap::parse(&reply);
+        assert_eq!(map.owner(0).map(|n| n.port), Some(7000));
+        assert_eq!(map.owner(5461).map(|n| n.port), Some(7001));
+        assert_eq!(SlotMap::parse(&Value::Nil).owner(1), None);
+    }
+}

@@ -1,0 +1,354 @@
+//! Both lockers on a real 3-primary / 3-replica Redis Cluster: the core
+//! behaviours, keys on every primary, failover while waiters wait, a paused
+//! primary, and the redis crate's cluster traps (timed-out writes re-sent,
+//! redirects not followed, no re-subscription after a slot moved).
+#![allow(clippy::disallowed_methods)]
+// The standalone suite's macro is not used here, only its helpers.
+#![allow(unused_macros, unused_imports)]
+
+mod behaviour;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use behaviour::common::{granted, lock_name, namespace, no_wait, refused, spawn, waiting, BOUND};
+use behaviour::front::Front;
+use redlease::{Config, Error, ReleaseOutcome};
+use support::cluster::{FailoverMode, RedisCluster};
+use support::wait_until;
+
+/// A front end that can connect to a cluster.
+trait ClusterFront: Front + Sized {
+    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error>;
+}
+
+impl ClusterFront for behaviour::Blocking {
+    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
+        redlease::blocking::Locker::connect_cluster(nodes.iter().map(String::as_str), config)
+    }
+}
+
+impl ClusterFront for behaviour::Async {
+    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
+        futures::executor::block_on(redlease::aio::Locker::connect_cluster(
+            nodes.iter().map(String::as_str),
+            config,
+        ))
+        .map(behaviour::Async::from_locker)
+    }
+}
+
+/// Safety polls so slow that only a notification can hand over in time.
+fn config(ns: &str) -> Config {
+    Config::new(ns)
+        .lease(Duration::from_secs(30))
+        .wait(Duration::from_secs(10))
+        .command_timeout(Duration::from_millis(1500))
+        .shutdown_timeout(Duration::from_secs(3))
+        .poll_interval(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30))
+}
+
+fn connect<F: ClusterFront>(cluster: &RedisCluster, config: Config) -> Arc<F> {
+    Arc::new(
+        F::connect_cluster(&cluster.nodes(), config)
+            .unwrap_or_else(|e| panic!("connect to the test cluster: {} ({e})", e.code())),
+    )
+}
+
+/// Waits until the locker has a waiter whose subscription is confirmed.
+fn wait_until_waiting<F: Front>(locker: &F, waiters: usize) {
+    wait_until(
+        BOUND,
+        "the waiters wait with a confirmed subscription",
+        || {
+            let stats = locker.stats();
+            stats.waiters == waiters && stats.subscribed && stats.busy_replies >= 2
+        },
+    );
+}
+
+fn core_behaviours_work_on_a_cluster<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-core");
+    let locker: Arc<F> = connect(&cluster, config(&ns));
+    let other: Arc<F> = connect(&cluster, config(&ns));
+
+    // Fences increase and a held key is busy for another locker.
+    let first = granted(locker.acquire("job"), "first acquire");
+    let busy = refused(other.acquire_with("job", no_wait()), "busy");
+    assert_eq!(busy.code(), "LOCK_BUSY");
+    assert!(busy.holder_remaining().is_some());
+    let first_fence = F::fence(&first);
+
+    // A waiter of the other locker is woken by the sharded notification.
+    let waiter = {
+        let other = other.clone();
+        spawn("waiter", move || {
+            let lease = granted(other.acquire_with("job", waiting(BOUND)), "waiter");
+            let fence = F::fence(&lease);
+            assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+            fence
+        })
+    };
+    wait_until_waiting(&*other, 1);
+    assert_eq!(F::release(first).unwrap(), ReleaseOutcome::Released);
+    let second_fence = waiter.join_within(BOUND);
+    assert!(second_fence > first_fence);
+    assert!(other.stats().notifications >= 1);
+
+    // FIFO inside one locker.
+    let holder = granted(other.acquire("fifo"), "fifo holder");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let (for_thread, order) = (locker.clone(), order.clone());
+        threads.push(spawn("fifo waiter", move || {
+            let lease = granted(for_thread.acquire_with("fifo", waiting(BOUND)), "fifo");
+            order.lock().unwrap().push(i);
+            F::release(lease).unwrap();
+        }));
+        wait_until(BOUND, "the waiter joined", || {
+            locker.stats().waiters == i + 1
+        });
+    }
+    F::release(holder).unwrap();
+    for t in threads {
+        t.join_within(BOUND);
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+
+    // Release outcomes: expired and conflict.
+    let short = granted(
+        locker.acquire_with(
+            "short",
+            redlease::AcquireOptions::new().lease(Duration::from_millis(50)),
+        ),
+        "short lease",
+    );
+    let mut conn = cluster.cluster_conn();
+    let name = lock_name(&ns, "short");
+    wait_until(BOUND, "the short lease expired", || {
+        !redis::cmd("EXISTS")
+            .arg(&name)
+            .query::<bool>(&mut conn)
+            .unwrap()
+    });
+    assert_eq!(F::release(short).unwrap(), ReleaseOutcome::Expired);
+
+    // Shutdown releases what the locker still holds.
+    let kept = granted(locker.acquire("kept"), "kept");
+    locker.shutdown().unwrap();
+    let kept_name = lock_name(&ns, "kept");
+    assert!(!redis::cmd("EXISTS")
+        .arg(&kept_name)
+        .query::<bool>(&mut conn)
+        .unwrap());
+    assert_eq!(F::release(kept).unwrap_err().code(), "SHUTTING_DOWN");
+    other.shutdown().unwrap();
+}
+
+fn keys_on_all_three_primaries_are_locked_independently<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-spread");
+    let locker: Arc<F> = connect(&cluster, config(&ns));
+    let keys = cluster.keys_on_distinct_primaries(|i| format!("key-{i}"));
+    let primaries: std::collections::HashSet<u16> = keys
+        .iter()
+        .map(|k| cluster.primary_for_lock(k).port())
+        .collect();
+    assert_eq!(primaries.len(), 3, "the keys live on three primaries");
+    let leases: Vec<_> = keys
+        .iter()
+        .map(|k| granted(locker.acquire_with(k, no_wait()), "acquire on each primary"))
+        .collect();
+    for (key, lease) in keys.iter().zip(leases) {
+        let owner = cluster.primary_for_lock(key);
+        let name = lock_name(&ns, key);
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&name)
+            .query(&mut owner.conn())
+            .unwrap();
+        assert!(exists, "the lock lives on its slot's primary");
+        assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    }
+    locker.shutdown().unwrap();
+}
+
+fn failover_while_a_lease_is_held_and_waiters_wait<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-failover");
+    let holder_locker: Arc<F> = connect(&cluster, config(&ns));
+    let locker: Arc<F> = connect(&cluster, config(&ns));
+    let held = granted(holder_locker.acquire("job"), "holder");
+    let before = F::fence(&held);
+    let waiter = {
+        let locker = locker.clone();
+        spawn("waiter", move || {
+            let lease = granted(locker.acquire_with("job", waiting(BOUND * 2)), "waiter");
+            let fence = F::fence(&lease);
+            F::release(lease).unwrap();
+            fence
+        })
+    };
+    wait_until_waiting(&*locker, 1);
+
+    let primary = cluster.primary_for_lock("job");
+    let replica = cluster.replica_of(primary);
+    cluster.failover(replica);
+    assert_eq!(cluster.primary_for_lock("job").port(), replica.port());
+
+    // The holder's release goes to the new primary; with 30 s safety polls
+    // the waiter can only get the lock in time through a notification, so
+    // its subscription must have moved to the new owner.
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let after = waiter.join_within(BOUND * 2);
+    assert!(after > before, "fences keep increasing across the failover");
+    let again = granted(locker.acquire_with("job", no_wait()), "after the failover");
+    assert!(F::fence(&again) > after);
+    F::release(again).unwrap();
+    locker.shutdown().unwrap();
+    holder_locker.shutdown().unwrap();
+}
+
+fn a_paused_primary_fails_only_the_keys_in_its_slots<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-paused");
+    let locker: Arc<F> = connect(
+        &cluster,
+        config(&ns).command_timeout(Duration::from_millis(300)),
+    );
+    let keys = cluster.keys_on_distinct_primaries(|i| format!("key-{i}"));
+    let paused = cluster.primary_for_lock(&keys[0]);
+    {
+        let _guard = paused.pause_guard();
+        let e = refused(locker.acquire_with(&keys[0], no_wait()), "paused primary");
+        assert_eq!(e.code(), "OUTCOME_UNKNOWN", "{e:?}");
+        for key in &keys[1..] {
+            let lease = granted(locker.acquire_with(key, no_wait()), "other primaries");
+            F::release(lease).unwrap();
+        }
+    }
+    cluster.wait_healthy();
+    locker.shutdown().unwrap();
+}
+
+macro_rules! cluster_suite {
+    ($module:ident, $front:ty) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn core_behaviours_work_on_a_cluster() {
+                super::core_behaviours_work_on_a_cluster::<$front>();
+            }
+
+            #[test]
+            fn keys_on_all_three_primaries_are_locked_independently() {
+                super::keys_on_all_three_primaries_are_locked_independently::<$front>();
+            }
+
+            #[test]
+            fn failover_while_a_lease_is_held_and_waiters_wait() {
+                super::failover_while_a_lease_is_held_and_waiters_wait::<$front>();
+            }
+
+            #[test]
+            fn a_paused_primary_fails_only_the_keys_in_its_slots() {
+                super::a_paused_primary_fails_only_the_keys_in_its_slots::<$front>();
+            }
+        }
+    };
+}
+
+cluster_suite!(blocking, behaviour::Blocking);
+cluster_suite!(aio, behaviour::Async);
+
+/// The sync cluster connection re-sends a timed-out write when it may
+/// retry. The blocking locker builds its own with `retries(0)`: a timed-out
+/// acquire reaches the paused primary exactly once.
+#[test]
+fn a_timed_out_acquire_is_sent_to_the_paused_primary_once() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-no-resend");
+    let locker = redlease::blocking::Locker::connect_cluster(
+        cluster.nodes(),
+        config(&ns).command_timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    // Warm up: the script is cached on the primary.
+    let lease = locker.acquire("job").unwrap();
+    lease.release().unwrap();
+    let primary = cluster.primary_for_lock("job");
+    primary.query(redis::cmd("CONFIG").arg("RESETSTAT"));
+    {
+        let _guard = primary.pause_guard();
+        let e = locker.acquire_with("job", no_wait()).unwrap_err();
+        assert_eq!(e.code(), "OUTCOME_UNKNOWN");
+    }
+    let stats = primary.info("commandstats");
+    let evalsha = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert_eq!(evalsha, 1, "the timed-out acquire was sent once: {stats}");
+    cluster.wait_healthy();
+    locker.shutdown().ok();
+}
+
+/// A replayed acquire (what a retrying client library would send) returns
+/// the same fence and moves the counter once, on a cluster too.
+#[test]
+fn a_replayed_acquire_returns_the_same_fence_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-replay");
+    let script = behaviour::fences::acquire_lua();
+    let mut conn = cluster.cluster_conn();
+    let lock = lock_name(&ns, "job");
+    let fence = behaviour::common::fence_name(&ns, "job");
+    let eval = |conn: &mut redis::cluster::ClusterConnection, token: &str| -> redis::Value {
+        redis::cmd("EVAL")
+            .arg(&script)
+            .arg(2)
+            .arg(&lock)
+            .arg(&fence)
+            .arg(token)
+            .arg(5000)
+            .arg(0)
+            .query(conn)
+            .unwrap()
+    };
+    let first = eval(&mut conn, "aaaa");
+    let counter: String = redis::cmd("GET").arg(&fence).query(&mut conn).unwrap();
+    let replay = eval(&mut conn, "aaaa");
+    assert_eq!(first, replay);
+    let after: String = redis::cmd("GET").arg(&fence).query(&mut conn).unwrap();
+    assert_eq!(counter, after, "the replay did not increment the counter");
+    assert!(
+        matches!(eval(&mut conn, "bbbb"), redis::Value::Int(_)),
+        "another token is busy"
+    );
+}
+
+/// Failing over with the old primary paused (forced) still leaves a
+/// working locker: commands follow the redirect to the new primary.
+#[test]
+fn the_blocking_locker_follows_redirects_after_a_failover() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-redirect");
+    let locker = redlease::blocking::Locker::connect_cluster(cluster.nodes(), config(&ns)).unwrap();
+    let lease = locker.acquire("job").unwrap();
+    let before = lease.fence();
+    lease.release().unwrap();
+    let primary = cluster.primary_for_lock("job");
+    cluster.failover_with(cluster.replica_of(primary), FailoverMode::Coordinated);
+    // The pooled cluster connection still maps the slot to the old primary,
+    // which now answers MOVED.
+    let lease = locker.acquire_with("job", no_wait()).unwrap();
+    assert!(lease.fence() > before);
+    lease.release().unwrap();
+    locker.shutdown().unwrap();
+}

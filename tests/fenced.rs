@@ -1,0 +1,275 @@
+//! Fences doing their job against a real Redis: `redlease::fenced`'s
+//! compare-and-set store rejects a stale holder's late write after a newer
+//! holder wrote (sync `write` and async `write_async`), and
+//! `Config::fence_counter_ttl` lets an unused fence counter expire while the
+//! next grant still gets a higher fence (seeded from Redis `TIME` × 1000).
+//!
+//! The lease bodies are generic over the behaviour suite's `Front` and run
+//! once per front end; the async store is driven under smol and
+//! `futures::executor`.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+#[allow(
+    dead_code,
+    unused_imports,
+    unused_macros,
+    reason = "this binary uses the suite's helpers, not its bodies"
+)]
+mod behaviour;
+
+use std::time::Duration;
+
+use redlease::fenced::{FencedStore, StaleFence, WriteError};
+use redlease::{Fence, ReleaseOutcome};
+
+use behaviour::common::{
+    config, connect, exists, fence_name, granted, leased, lock_name, namespace, no_wait, pttl,
+    server_time_ms, BOUND,
+};
+use behaviour::front::Front;
+use support::{wait_until, RedisServer};
+
+/// The resource every body writes.
+const RESOURCE: &str = "report:2026-12-01";
+
+/// Asserts a write was refused as stale with this accepted fence.
+fn assert_stale(result: Result<(), WriteError>, current: Fence) {
+    match result {
+        Err(WriteError::Stale(stale)) => {
+            assert_eq!(stale, StaleFence { current });
+            assert!(stale.to_string().contains(&current.to_string()), "{stale}");
+        }
+        other => panic!("expected a stale write (current {current}), got {other:?}"),
+    }
+}
+
+/// What the store holds for `RESOURCE`, value as text.
+fn read(store: &FencedStore, server: &RedisServer) -> Option<(Fence, String)> {
+    store
+        .read(&mut server.conn(), RESOURCE)
+        .unwrap_or_else(|e| panic!("fenced read: {e}"))
+        .map(|(fence, value)| (fence, String::from_utf8(value).expect("utf-8 value")))
+}
+
+/// Two holders of one key in sequence: the first one's lease runs out, the
+/// second acquires with a higher fence and writes, then the first one's
+/// late write is rejected with the accepted fence. The newer holder writing
+/// again with its own (equal) fence is accepted; `read` returns the last
+/// accepted fence and value throughout.
+fn a_stale_holders_write_is_rejected_after_a_newer_holder_wrote<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced");
+    let first: F = connect(&server, config(&ns));
+    let second: F = connect(&server, config(&ns));
+    let store = FencedStore::new(ns.as_str());
+    let mut conn = server.conn();
+    assert_eq!(read(&store, &server), None, "nothing written yet");
+
+    let old = granted(
+        first.acquire_with("k", leased(Duration::from_millis(300))),
+        "first holder",
+    );
+    let old_fence = F::fence(&old);
+    store
+        .write(&mut conn, RESOURCE, old_fence, "from the first holder")
+        .unwrap();
+    assert_eq!(
+        read(&store, &server),
+        Some((old_fence, "from the first holder".to_owned()))
+    );
+
+    // The first holder stalls past its lease.
+    wait_until(BOUND, "the first lease expired in redis", || {
+        !exists(&server, &lock_name(&ns, "k"))
+    });
+    let new = granted(second.acquire_with("k", no_wait()), "second holder");
+    let new_fence = F::fence(&new);
+    assert!(new_fence > old_fence);
+    store
+        .write(&mut conn, RESOURCE, new_fence, "from the second holder")
+        .unwrap();
+
+    // The first holder wakes up and writes late.
+    assert_stale(
+        store.write(&mut conn, RESOURCE, old_fence, "late write"),
+        new_fence,
+    );
+    assert_eq!(
+        read(&store, &server),
+        Some((new_fence, "from the second holder".to_owned())),
+        "the late write changed nothing"
+    );
+
+    // The same holder writing again is accepted.
+    store
+        .write(&mut conn, RESOURCE, new_fence, "second write")
+        .unwrap();
+    assert_eq!(
+        read(&store, &server),
+        Some((new_fence, "second write".to_owned()))
+    );
+    // The key belongs to the second holder now.
+    assert_eq!(F::release(old).unwrap(), ReleaseOutcome::Conflict);
+    assert_eq!(F::release(new).unwrap(), ReleaseOutcome::Released);
+}
+
+/// With `fence_counter_ttl(200 ms)` the fence counter carries a TTL after
+/// an acquire, disappears once unused for that long, and the next acquire
+/// still gets a higher fence, seeded from the server's `TIME` in ms × 1000.
+/// Without the option the counter never expires.
+fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("fence-ttl");
+    let ttl = Duration::from_millis(200);
+    let locker: F = connect(&server, config(&ns).fence_counter_ttl(ttl));
+    let counter = fence_name(&ns, "k");
+
+    let lease = granted(locker.acquire("k"), "first acquire");
+    let first = F::fence(&lease);
+    let left = pttl(&server, &counter);
+    assert!(
+        left > 0 && left <= 200,
+        "the counter expires within its TTL: {left}"
+    );
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+
+    wait_until(BOUND, "the unused fence counter expired", || {
+        !exists(&server, &counter)
+    });
+    let seeded_after_ms = server_time_ms(&server);
+    let lease = granted(locker.acquire("k"), "acquire after the counter expired");
+    let second = F::fence(&lease);
+    assert!(second > first, "{second} must exceed {first}");
+    assert!(
+        second.get() > seeded_after_ms * 1000,
+        "seeded from TIME x 1000: {second} vs {seeded_after_ms} ms"
+    );
+    assert!(pttl(&server, &counter) > 0);
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+
+    let plain: F = connect(&server, config(&ns));
+    let lease = granted(plain.acquire("other"), "acquire without a counter TTL");
+    assert_eq!(pttl(&server, &fence_name(&ns, "other")), -1, "no expiry");
+    F::release(lease).unwrap();
+}
+
+/// Instantiates every body for one front end.
+macro_rules! fenced_suite {
+    ($front:ty) => {
+        #[test]
+        fn a_stale_holders_write_is_rejected_after_a_newer_holder_wrote() {
+            super::a_stale_holders_write_is_rejected_after_a_newer_holder_wrote::<$front>();
+        }
+        #[test]
+        fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence() {
+            super::an_expired_fence_counter_is_reseeded_above_every_earlier_fence::<$front>();
+        }
+    };
+}
+
+/// The blocking front end.
+mod blocking {
+    fenced_suite!(crate::behaviour::Blocking);
+}
+
+/// The async front end.
+mod aio {
+    fenced_suite!(crate::behaviour::Async);
+}
+
+/// Fences compare as numbers, not as text: 10 beats 9 and 9 is stale after
+/// 10 (the script compares decimal lengths first).
+#[test]
+fn fences_compare_as_numbers() {
+    let server = RedisServer::start();
+    let store = FencedStore::new(namespace("fenced-num"));
+    let mut conn = server.conn();
+    store
+        .write(&mut conn, RESOURCE, Fence::new(9), "nine")
+        .unwrap();
+    store
+        .write(&mut conn, RESOURCE, Fence::new(10), "ten")
+        .unwrap();
+    assert_stale(
+        store.write(&mut conn, RESOURCE, Fence::new(9), "nine again"),
+        Fence::new(10),
+    );
+    let big = Fence::new(u64::MAX);
+    store.write(&mut conn, RESOURCE, big, "max").unwrap();
+    assert_stale(
+        store.write(&mut conn, RESOURCE, Fence::new(u64::MAX - 1), "late"),
+        big,
+    );
+    assert_eq!(read(&store, &server), Some((big, "max".to_owned())));
+    // Another resource and another namespace are independent.
+    assert!(store.read(&mut conn, "other").unwrap().is_none());
+    let other_ns = FencedStore::new(namespace("fenced-num"));
+    assert!(other_ns.read(&mut conn, RESOURCE).unwrap().is_none());
+}
+
+/// `write_async` on the async front end: the stale holder's late write is
+/// rejected, the newer holder's accepted, under smol and under
+/// `futures::executor::block_on`, on a multiplexed connection.
+#[test]
+fn write_async_rejects_a_stale_holder_on_smol_and_futures() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced-async");
+    let store = FencedStore::new(ns.as_str());
+    let client = server.client();
+    let connect = || async {
+        redlease::aio::Locker::connect(server.url(), config(&ns))
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e:?}"))
+    };
+
+    let (old, new) = smol::block_on(async {
+        let first = connect().await;
+        let second = connect().await;
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let old = first
+            .acquire_with("k", leased(Duration::from_millis(300)))
+            .await
+            .unwrap();
+        store
+            .write_async(&mut conn, RESOURCE, old.fence(), "first")
+            .await
+            .unwrap();
+        wait_until(BOUND, "the first lease expired in redis", || {
+            !exists(&server, &lock_name(&ns, "k"))
+        });
+        let new = second.acquire_with("k", no_wait()).await.unwrap();
+        assert!(new.fence() > old.fence());
+        store
+            .write_async(&mut conn, RESOURCE, new.fence(), "second")
+            .await
+            .unwrap();
+        assert_stale(
+            store
+                .write_async(&mut conn, RESOURCE, old.fence(), "late")
+                .await,
+            new.fence(),
+        );
+        let fences = (old.fence(), new.fence());
+        assert_eq!(old.release().await.unwrap(), ReleaseOutcome::Conflict);
+        assert_eq!(new.release().await.unwrap(), ReleaseOutcome::Released);
+        fences
+    });
+    assert_eq!(read(&store, &server), Some((new, "second".to_owned())));
+
+    futures::executor::block_on(async {
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        assert_stale(
+            store
+                .write_async(&mut conn, RESOURCE, old, "late again")
+                .await,
+            new,
+        );
+        store
+            .write_async(&mut conn, RESOURCE, new, "equal fence")
+            .await
+            .unwrap();
+    });
+    assert_eq!(read(&store, &server), Some((new, "equal fence".to_owned())));
+}

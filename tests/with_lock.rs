@@ -1,0 +1,975 @@
+//! `with_lock` on both front ends against a real Redis (SPEC §7): it
+//! acquires (waiting per its options), runs the closure with the lease and
+//! its loss signal, and always releases afterwards; with `extend(true)` it
+//! keeps the lease alive, and the loss signal fires when the lease is lost
+//! (key deleted, taken by another owner, Redis paused) and never otherwise.
+//!
+//! Waits are bounded; the only sleeps let time pass so that a lease needs
+//! renewing. Leases are short (300–500 ms) to keep the file fast.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+#[allow(
+    dead_code,
+    unused_imports,
+    unused_macros,
+    reason = "this binary uses the suite's helpers, not its bodies"
+)]
+mod behaviour;
+
+use std::time::Duration;
+
+use crate::support::RedisServer;
+
+/// The error type of every closure here: redlease's errors through `From`,
+/// and the job's own.
+#[derive(Debug)]
+enum JobError {
+    /// Not obtaining the lock (or another redlease error).
+    Lock(redlease::Error),
+    /// The job itself failed.
+    Job(u32),
+}
+
+impl From<redlease::Error> for JobError {
+    fn from(e: redlease::Error) -> Self {
+        JobError::Lock(e)
+    }
+}
+
+/// A short lease that needs renewing several times within a test.
+const SHORT_LEASE: Duration = Duration::from_millis(400);
+
+/// `DEL name` behind the lease's back.
+fn del(server: &RedisServer, name: &str) {
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(name)
+        .query(&mut server.conn())
+        .unwrap_or_else(|e| panic!("DEL on the test redis: {e}"));
+    assert_eq!(deleted, 1, "the lock existed");
+}
+
+/// Whether the loss's cause is the one expected.
+fn cause_of(lost: &redlease::Lost) -> Option<&'static str> {
+    match lost.cause()? {
+        redlease::Error::LockLost { cause } => Some(match cause {
+            redlease::LostCause::Expired => "expired",
+            redlease::LostCause::Conflict => "conflict",
+            redlease::LostCause::DeadlinePassed => "deadline",
+            redlease::LostCause::RenewFailed(_) => "renew-failed",
+            _ => "other",
+        }),
+        other => panic!("Lost::cause must be LockLost, got {other:?}"),
+    }
+}
+
+/// The blocking `Locker::with_lock`.
+mod blocking {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use redlease::blocking::Locker;
+    use redlease::{Error, ReleaseOutcome, WithLock};
+
+    use super::{cause_of, del, JobError, SHORT_LEASE};
+    use crate::behaviour::common::{
+        config, connect, exists, get, granted, leased, lock_name, namespace, no_wait, pttl,
+        refused, spawn, token_of, wait_for_stats, BOUND,
+    };
+    use crate::behaviour::logs;
+    use crate::support::{wait_until, RedisServer};
+
+    /// `f` sees the lock held under its lease's fence and an unfired loss
+    /// signal; its value comes back and the key is gone afterwards.
+    #[test]
+    fn f_runs_under_the_held_lock_and_the_key_is_released_after_ok() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-ok");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let (fence, stored) = locker
+            .with_lock("k", WithLock::new(), |lease, lost| {
+                assert!(lease.is_valid());
+                assert!(!lost.is_lost());
+                assert!(lost.cause().is_none());
+                assert_eq!(locker.stats().tracked_leases, 1);
+                Ok::<_, JobError>((lease.fence(), get(&server, &name)))
+            })
+            .unwrap();
+        let stored = stored.expect("the lock is stored while f runs");
+        assert!(stored.ends_with(&format!(":{fence}")), "{stored}");
+        assert!(!exists(&server, &name), "released after f");
+        assert_eq!(locker.stats().tracked_leases, 0);
+    }
+
+    /// A held key makes `with_lock` wait (per its `wait`) and run `f` once
+    /// the holder releases it.
+    #[test]
+    fn with_lock_waits_for_a_held_key_per_its_options() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-wait");
+        let holder: Locker = connect(&server, config(&ns));
+        let locker = Arc::new(connect::<Locker>(&server, config(&ns)));
+        let held = granted(
+            holder.acquire_with("k", leased(Duration::from_secs(60))),
+            "holder",
+        );
+        let held_fence = held.fence();
+        let l = locker.clone();
+        let waiter = spawn("with_lock", move || {
+            l.with_lock(
+                "k",
+                WithLock::new().wait(Duration::from_secs(20)),
+                |lease, _lost| Ok::<_, JobError>(lease.fence()),
+            )
+        });
+        wait_for_stats(&*locker, "with_lock is waiting", |s| s.waiters == 1);
+        assert_eq!(held.release().unwrap(), ReleaseOutcome::Released);
+        let fence = waiter.join_within(BOUND).unwrap();
+        assert!(fence > held_fence);
+        assert!(!exists(&server, &lock_name(&ns, "k")));
+    }
+
+    /// `f`'s own error comes back unchanged, and the key is released.
+    #[test]
+    fn f_returning_err_gives_its_error_back_and_releases_the_key() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-err");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let e = locker
+            .with_lock("k", WithLock::new().extend(true), |_lease, _lost| {
+                assert!(exists(&server, &name));
+                Err::<(), _>(JobError::Job(7))
+            })
+            .unwrap_err();
+        assert!(matches!(e, JobError::Job(7)), "{e:?}");
+        assert!(!exists(&server, &name));
+        assert_eq!(locker.stats().tracked_leases, 0);
+    }
+
+    /// A panic in `f` is resumed after the release: the key is gone when
+    /// `catch_unwind` sees the panic, and the locker keeps working.
+    #[test]
+    fn a_panic_in_f_is_resumed_after_the_release() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-panic");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            locker.with_lock(
+                "k",
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |_lease, _lost| -> Result<(), JobError> {
+                    assert!(exists(&server, &name));
+                    panic!("the job panicked");
+                },
+            )
+        }));
+        let payload = result.expect_err("the panic comes back to the caller");
+        assert_eq!(
+            payload.downcast_ref::<&str>(),
+            Some(&"the job panicked"),
+            "the original panic payload"
+        );
+        assert!(!exists(&server, &name), "released before the panic resumed");
+        assert_eq!(locker.stats().tracked_leases, 0);
+        granted(locker.acquire_with("k", no_wait()), "the key is free")
+            .release()
+            .unwrap();
+    }
+
+    /// Not obtaining the lock returns `Busy` (wait zero) or `WaitTimeout`
+    /// through `From`, without calling `f`; the holder keeps its lock.
+    #[test]
+    fn not_obtaining_the_lock_returns_busy_or_wait_timeout_without_calling_f() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-busy");
+        let holder: Locker = connect(&server, config(&ns));
+        let locker: Locker = connect(&server, config(&ns));
+        let held = granted(
+            holder.acquire_with("k", leased(Duration::from_secs(60))),
+            "holder",
+        );
+        let token = token_of(&server, &ns, "k");
+        let called = AtomicBool::new(false);
+        let f = |_: &redlease::blocking::Lease, _: &redlease::Lost| {
+            called.store(true, Ordering::SeqCst);
+            Ok::<_, JobError>(())
+        };
+
+        let e = locker
+            .with_lock("k", WithLock::new().wait(Duration::ZERO), f)
+            .unwrap_err();
+        match e {
+            JobError::Lock(e @ Error::Busy { .. }) => {
+                assert_eq!(e.code(), "LOCK_BUSY");
+                assert!(e.holder_remaining().is_some(), "{e:?}");
+            }
+            other => panic!("expected Busy, got {other:?}"),
+        }
+        let e = locker
+            .with_lock("k", WithLock::new().wait(Duration::from_millis(150)), f)
+            .unwrap_err();
+        match e {
+            JobError::Lock(e @ Error::WaitTimeout { .. }) => assert_eq!(e.code(), "WAIT_TIMEOUT"),
+            other => panic!("expected WaitTimeout, got {other:?}"),
+        }
+        assert!(!called.load(Ordering::SeqCst), "f was called");
+        assert_eq!(token_of(&server, &ns, "k"), token, "the holder keeps it");
+        assert_eq!(locker.stats().tracked_leases, 0);
+        assert_eq!(held.release().unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// With `extend(true)` a closure running three leases long keeps the
+    /// lock: another locker's wait-zero acquire is busy throughout, the key
+    /// keeps a TTL, the lease stays valid past its first deadline (the
+    /// renewals show in `is_valid`/`remaining`), and the loss signal never
+    /// fires over those six renewal periods.
+    #[test]
+    fn extend_keeps_the_lock_through_a_closure_three_leases_long() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-extend");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let other: Locker = connect(&server, config(&ns));
+        let checks = locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |lease, lost| {
+                    let start = Instant::now();
+                    let mut checks_past_first_lease = 0;
+                    while start.elapsed() < SHORT_LEASE * 3 {
+                        let busy = refused(other.acquire_with("k", no_wait()), "other locker");
+                        assert_eq!(busy.code(), "LOCK_BUSY", "{busy:?}");
+                        let ttl = pttl(&server, &name);
+                        assert!(ttl > 0, "the key keeps a TTL: {ttl}");
+                        assert!(lease.is_valid(), "valid after {:?}", start.elapsed());
+                        let remaining = lease.remaining();
+                        assert!(
+                            remaining > Duration::ZERO && remaining <= SHORT_LEASE,
+                            "{remaining:?}"
+                        );
+                        assert!(!lost.is_lost(), "{:?}", lost.cause());
+                        if start.elapsed() > SHORT_LEASE {
+                            checks_past_first_lease += 1;
+                        }
+                        thread::sleep(Duration::from_millis(40));
+                    }
+                    assert!(!lost.is_lost());
+                    assert!(lost.cause().is_none());
+                    Ok::<_, JobError>(checks_past_first_lease)
+                },
+            )
+            .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &name));
+        granted(other.acquire_with("k", no_wait()), "free after with_lock")
+            .release()
+            .unwrap();
+    }
+
+    /// Without `extend` the lock expires during a long `f`, another owner
+    /// can take it, the loss signal never fires, and `with_lock`'s release
+    /// afterwards leaves the new owner's lock alone.
+    #[test]
+    fn without_extend_the_lock_expires_during_a_long_f_and_lost_never_fires() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-noextend");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let other: Locker = connect(&server, config(&ns));
+        let taken = locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(Duration::from_millis(300)),
+                |lease, lost| {
+                    wait_until(BOUND, "the lock expired in redis", || {
+                        !exists(&server, &name)
+                    });
+                    let taken = granted(other.acquire_with("k", no_wait()), "other locker");
+                    wait_until(BOUND, "the local estimate ended", || !lease.is_valid());
+                    let token = token_of(&server, &ns, "k");
+                    assert!(!lost.is_lost());
+                    assert!(!lost.wait_timeout(Duration::from_millis(50)));
+                    assert!(lost.cause().is_none());
+                    Ok::<_, JobError>((taken, token))
+                },
+            )
+            .unwrap();
+        let (taken, token) = taken;
+        assert_eq!(
+            token_of(&server, &ns, "k"),
+            token,
+            "the new owner's lock survived"
+        );
+        assert_eq!(taken.release().unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// A key deleted behind the lease's back fires the loss signal within
+    /// about one renewal period, with `LOCK_LOST` and `Expired`.
+    #[test]
+    fn a_deleted_key_fires_lost_with_expired() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-lost-del");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |lease, lost| {
+                    del(&server, &name);
+                    assert!(lost.wait_timeout(SHORT_LEASE * 2), "the loss signal fired");
+                    assert!(lost.is_lost());
+                    assert_eq!(lost.cause().map(|e| e.code()), Some("LOCK_LOST"));
+                    assert_eq!(cause_of(lost), Some("expired"), "{:?}", lost.cause());
+                    assert!(!lease.is_valid());
+                    Ok::<_, JobError>(())
+                },
+            )
+            .unwrap();
+        assert!(!exists(&server, &name));
+    }
+
+    /// Another owner taking the key (deleted, then acquired by another
+    /// locker) fires the loss signal with `Conflict`; `with_lock`'s release
+    /// leaves the new owner's lock in place.
+    #[test]
+    fn another_owner_taking_the_key_fires_lost_with_conflict() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-lost-conflict");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let other: Locker = connect(&server, config(&ns));
+        let taken = locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |lease, lost| {
+                    // Both steps well before the first renewal at lease/2.
+                    del(&server, &name);
+                    let taken = granted(
+                        other.acquire_with("k", no_wait().lease(Duration::from_secs(30))),
+                        "other locker",
+                    );
+                    assert!(taken.fence() > lease.fence());
+                    assert!(lost.wait_timeout(SHORT_LEASE * 2), "the loss signal fired");
+                    assert_eq!(cause_of(lost), Some("conflict"), "{:?}", lost.cause());
+                    assert_eq!(lost.cause().map(|e| e.code()), Some("LOCK_LOST"));
+                    assert!(!lease.is_valid());
+                    Ok::<_, JobError>(taken)
+                },
+            )
+            .unwrap();
+        assert!(exists(&server, &name), "the new owner's lock survived");
+        assert_eq!(taken.release().unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// A Redis paused (SIGSTOP) while `f` runs fires the loss signal no
+    /// later than the lease's local deadline, although Redis never answers
+    /// the renewal before it (the command timeout is longer than the lease).
+    ///
+    /// `wait_timeout(lease)` is not a timing assertion: the local deadline
+    /// is at most one lease after any moment the lease was last confirmed,
+    /// so it passes inside that wait by construction.
+    #[test]
+    fn a_paused_redis_fires_lost_by_the_lease_deadline() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-lost-pause");
+        let locker: Locker = connect(&server, config(&ns).command_timeout(Duration::from_secs(3)));
+        locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |lease, lost| {
+                    let _paused = server.pause_guard();
+                    assert!(
+                        lost.wait_timeout(SHORT_LEASE),
+                        "the loss signal fired by the local deadline"
+                    );
+                    let cause = cause_of(lost);
+                    assert!(
+                        matches!(cause, Some("deadline" | "renew-failed")),
+                        "{:?}",
+                        lost.cause()
+                    );
+                    assert!(!lease.is_valid());
+                    Ok::<_, JobError>(())
+                },
+            )
+            .unwrap();
+    }
+
+    /// Without `extend` the loss signal never fires, even when the key is
+    /// deleted behind the lease's back.
+    #[test]
+    fn without_extend_a_deleted_key_never_fires_lost() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-noextend-del");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(Duration::from_millis(300)),
+                |_lease, lost| {
+                    del(&server, &name);
+                    assert!(!lost.wait_timeout(Duration::from_millis(600)));
+                    assert!(!lost.is_lost());
+                    assert!(lost.cause().is_none());
+                    Ok::<_, JobError>(())
+                },
+            )
+            .unwrap();
+    }
+
+    /// The release stops the renewal first: after `with_lock` returned, a
+    /// clone of its loss signal never fires, the key stays gone and no
+    /// release failure was logged.
+    #[test]
+    fn after_with_lock_returns_nothing_fires_and_nothing_is_renewed() {
+        let logs = logs::capture();
+        let server = RedisServer::start();
+        let ns = namespace("wl-after");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let lost = locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |_lease, lost| {
+                    // Let a renewal or two happen.
+                    thread::sleep(SHORT_LEASE);
+                    assert!(!lost.is_lost());
+                    Ok::<_, JobError>(lost.clone())
+                },
+            )
+            .unwrap();
+        assert!(!exists(&server, &name));
+        assert!(!lost.wait_timeout(SHORT_LEASE * 2), "{:?}", lost.cause());
+        assert!(!lost.is_lost());
+        assert!(!exists(&server, &name));
+        assert_eq!(locker.stats().tracked_leases, 0);
+        assert!(
+            !logs
+                .records()
+                .iter()
+                .any(|r| r.message.contains("LOCK_RELEASE_FAILED")),
+            "{:?}",
+            logs.records()
+        );
+    }
+}
+
+/// The async `Locker::with_lock`, with async closures.
+mod aio {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::pin::pin;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use async_io::Timer;
+    use futures::executor::block_on;
+    use futures::future::{select, Either};
+    use futures::task::SpawnExt;
+    use redlease::aio::Locker;
+    use redlease::{AcquireOptions, Config, Error, Lost, ReleaseOutcome, WithLock};
+
+    use super::{cause_of, del, JobError, SHORT_LEASE};
+    use crate::behaviour::common::{
+        config, exists, get, lock_name, namespace, pttl, token_of, BOUND,
+    };
+    use crate::behaviour::logs;
+    use crate::support::{wait_until, RedisServer};
+
+    fn connect(server: &RedisServer, config: Config) -> Locker {
+        block_on(Locker::connect(server.url(), config))
+            .unwrap_or_else(|e| panic!("connect: {} ({e:?})", e.code()))
+    }
+
+    fn no_wait() -> AcquireOptions {
+        AcquireOptions::new().wait(Duration::ZERO)
+    }
+
+    /// `lost.wait()` raced against a timer: the loss, if it came in time.
+    async fn lost_within(lost: &Lost, bound: Duration) -> Option<Error> {
+        match select(pin!(lost.wait()), Timer::after(bound)).await {
+            Either::Left((e, _)) => Some(e),
+            Either::Right(_) => None,
+        }
+    }
+
+    async fn sleep(d: Duration) {
+        Timer::after(d).await;
+    }
+
+    /// Polls `cond` every 5 ms until it holds; panics after [`BOUND`].
+    async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + BOUND;
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// `f` sees the lock held under its lease's fence; its value comes back
+    /// and the key is gone afterwards.
+    #[test]
+    fn f_runs_under_the_held_lock_and_the_key_is_released_after_ok() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-ok");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        let (fence, stored) =
+            block_on(locker.with_lock("k", WithLock::new(), async |lease, lost| {
+                assert!(lease.is_valid());
+                assert!(!lost.is_lost());
+                assert!(lost.cause().is_none());
+                Ok::<_, JobError>((lease.fence(), get(&server, &name)))
+            }))
+            .unwrap();
+        let stored = stored.expect("the lock is stored while f runs");
+        assert!(stored.ends_with(&format!(":{fence}")), "{stored}");
+        assert!(!exists(&server, &name));
+        assert_eq!(locker.stats().tracked_leases, 0);
+    }
+
+    /// A held key makes `with_lock` wait and run `f` once it is released.
+    #[test]
+    fn with_lock_waits_for_a_held_key_per_its_options() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-wait");
+        let locker = connect(&server, config(&ns));
+        let holder = connect(&server, config(&ns));
+        block_on(async {
+            let held = holder
+                .acquire_with("k", AcquireOptions::new().lease(Duration::from_secs(60)))
+                .await
+                .unwrap();
+            let held_fence = held.fence();
+            let work = locker.with_lock(
+                "k",
+                WithLock::new().wait(Duration::from_secs(20)),
+                async |lease, _lost| Ok::<_, JobError>(lease.fence()),
+            );
+            let release = async {
+                while locker.stats().waiters == 0 {
+                    sleep(Duration::from_millis(5)).await;
+                }
+                held.release().await
+            };
+            let bound = Timer::after(BOUND);
+            let (fence, released) =
+                match select(pin!(futures::future::join(work, release)), bound).await {
+                    Either::Left((both, _)) => both,
+                    Either::Right(_) => panic!("with_lock did not get the key within {BOUND:?}"),
+                };
+            assert_eq!(released.unwrap(), ReleaseOutcome::Released);
+            assert!(fence.unwrap() > held_fence);
+        });
+        assert!(!exists(&server, &lock_name(&ns, "k")));
+    }
+
+    /// `f`'s own error comes back unchanged, and the key is released.
+    #[test]
+    fn f_returning_err_gives_its_error_back_and_releases_the_key() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-err");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        let e =
+            block_on(
+                locker.with_lock("k", WithLock::new().extend(true), async |_lease, _lost| {
+                    assert!(exists(&server, &name));
+                    Err::<(), _>(JobError::Job(7))
+                }),
+            )
+            .unwrap_err();
+        assert!(matches!(e, JobError::Job(7)), "{e:?}");
+        assert!(!exists(&server, &name));
+        assert_eq!(locker.stats().tracked_leases, 0);
+    }
+
+    /// A panic in an async `f` unwinds out of the `with_lock` future; the
+    /// dropped lease goes back to the locker, which releases it at its next
+    /// operation.
+    #[test]
+    fn a_panic_in_f_hands_the_lease_back_to_the_locker() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-panic");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            block_on(locker.with_lock(
+                "k",
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                async |_lease, _lost| -> Result<(), JobError> {
+                    assert!(exists(&server, &name));
+                    panic!("the job panicked");
+                },
+            ))
+        }));
+        let payload = result.expect_err("the panic comes back to the caller");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the job panicked"));
+        let other = block_on(locker.acquire("other")).unwrap();
+        assert!(!exists(&server, &name), "released at the next operation");
+        block_on(other.release()).unwrap();
+        let again = block_on(locker.acquire_with("k", no_wait())).expect("the key is free");
+        assert_eq!(block_on(again.release()).unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// Not obtaining the lock returns `Busy` or `WaitTimeout` through
+    /// `From`, without calling `f`.
+    #[test]
+    fn not_obtaining_the_lock_returns_busy_or_wait_timeout_without_calling_f() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-busy");
+        let holder = connect(&server, config(&ns));
+        let locker = connect(&server, config(&ns));
+        let called = AtomicBool::new(false);
+        block_on(async {
+            let held = holder
+                .acquire_with("k", AcquireOptions::new().lease(Duration::from_secs(60)))
+                .await
+                .unwrap();
+            let token = token_of(&server, &ns, "k");
+            let e = locker
+                .with_lock("k", WithLock::new().wait(Duration::ZERO), async |_, _| {
+                    called.store(true, Ordering::SeqCst);
+                    Ok::<_, JobError>(())
+                })
+                .await
+                .unwrap_err();
+            match e {
+                JobError::Lock(e @ Error::Busy { .. }) => {
+                    assert_eq!(e.code(), "LOCK_BUSY");
+                    assert!(e.holder_remaining().is_some(), "{e:?}");
+                }
+                other => panic!("expected Busy, got {other:?}"),
+            }
+            let e = locker
+                .with_lock(
+                    "k",
+                    WithLock::new().wait(Duration::from_millis(150)),
+                    async |_, _| {
+                        called.store(true, Ordering::SeqCst);
+                        Ok::<_, JobError>(())
+                    },
+                )
+                .await
+                .unwrap_err();
+            match e {
+                JobError::Lock(e @ Error::WaitTimeout { .. }) => {
+                    assert_eq!(e.code(), "WAIT_TIMEOUT")
+                }
+                other => panic!("expected WaitTimeout, got {other:?}"),
+            }
+            assert!(!called.load(Ordering::SeqCst), "f was called");
+            assert_eq!(token_of(&server, &ns, "k"), token);
+            assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+        });
+        assert_eq!(locker.stats().tracked_leases, 0);
+    }
+
+    /// With `extend(true)` an async closure running three leases long keeps
+    /// the lock (another locker's wait-zero acquire is busy throughout, the
+    /// key keeps a TTL, the lease stays valid past its first deadline), and
+    /// the loss signal never fires.
+    #[test]
+    fn extend_keeps_the_lock_through_a_closure_three_leases_long() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-extend");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        let other = connect(&server, config(&ns));
+        let checks = block_on(locker.with_lock(
+            "k",
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |lease, lost| {
+                let start = Instant::now();
+                let mut checks_past_first_lease = 0;
+                while start.elapsed() < SHORT_LEASE * 3 {
+                    let busy = other
+                        .acquire_with("k", no_wait())
+                        .await
+                        .expect_err("the other locker is busy");
+                    assert_eq!(busy.code(), "LOCK_BUSY", "{busy:?}");
+                    let ttl = pttl(&server, &name);
+                    assert!(ttl > 0, "the key keeps a TTL: {ttl}");
+                    assert!(lease.is_valid(), "valid after {:?}", start.elapsed());
+                    let remaining = lease.remaining();
+                    assert!(
+                        remaining > Duration::ZERO && remaining <= SHORT_LEASE,
+                        "{remaining:?}"
+                    );
+                    assert!(!lost.is_lost(), "{:?}", lost.cause());
+                    if start.elapsed() > SHORT_LEASE {
+                        checks_past_first_lease += 1;
+                    }
+                    sleep(Duration::from_millis(40)).await;
+                }
+                assert!(lost.cause().is_none());
+                Ok::<_, JobError>(checks_past_first_lease)
+            },
+        ))
+        .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &name));
+        block_on(async {
+            other
+                .acquire_with("k", no_wait())
+                .await
+                .expect("free after with_lock")
+                .release()
+                .await
+                .unwrap();
+        });
+    }
+
+    /// Without `extend` the lock expires during a long `f`, the loss signal
+    /// never fires, and the release afterwards spares the new owner.
+    #[test]
+    fn without_extend_the_lock_expires_during_a_long_f_and_lost_never_fires() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-noextend");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        let other = connect(&server, config(&ns));
+        let taken = block_on(locker.with_lock(
+            "k",
+            WithLock::new().lease(Duration::from_millis(300)),
+            async |lease, lost| {
+                eventually("the lock expired in redis", || !exists(&server, &name)).await;
+                let taken = other.acquire_with("k", no_wait()).await?;
+                let token = token_of(&server, &ns, "k");
+                eventually("the local estimate ended", || !lease.is_valid()).await;
+                assert!(!lost.is_lost());
+                assert!(lost_within(lost, Duration::from_millis(50)).await.is_none());
+                assert!(lost.cause().is_none());
+                Ok::<_, JobError>((taken, token))
+            },
+        ))
+        .unwrap();
+        let (taken, token) = taken;
+        assert_eq!(
+            token_of(&server, &ns, "k"),
+            token,
+            "the new owner's lock survived"
+        );
+        assert_eq!(block_on(taken.release()).unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// A key deleted behind the lease's back completes `lost.wait()` within
+    /// about one renewal period, with `LOCK_LOST` and `Expired`.
+    #[test]
+    fn a_deleted_key_fires_lost_with_expired() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-lost-del");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        block_on(locker.with_lock(
+            "k",
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |lease, lost| {
+                del(&server, &name);
+                let e = lost_within(lost, SHORT_LEASE * 2)
+                    .await
+                    .expect("the loss signal fired");
+                assert_eq!(e.code(), "LOCK_LOST");
+                assert!(
+                    matches!(
+                        e,
+                        Error::LockLost {
+                            cause: redlease::LostCause::Expired
+                        }
+                    ),
+                    "{e:?}"
+                );
+                assert!(lost.is_lost());
+                assert_eq!(cause_of(lost), Some("expired"));
+                assert!(!lease.is_valid());
+                Ok::<_, JobError>(())
+            },
+        ))
+        .unwrap();
+        assert!(!exists(&server, &name));
+    }
+
+    /// Another owner taking the key fires the loss signal with `Conflict`.
+    #[test]
+    fn another_owner_taking_the_key_fires_lost_with_conflict() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-lost-conflict");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        let other = connect(&server, config(&ns));
+        let taken = block_on(locker.with_lock(
+            "k",
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |lease, lost| {
+                // Both steps well before the first renewal at lease/2.
+                del(&server, &name);
+                let taken = other
+                    .acquire_with("k", no_wait().lease(Duration::from_secs(30)))
+                    .await?;
+                assert!(taken.fence() > lease.fence());
+                let e = lost_within(lost, SHORT_LEASE * 2)
+                    .await
+                    .expect("the loss signal fired");
+                assert_eq!(e.code(), "LOCK_LOST");
+                assert_eq!(cause_of(lost), Some("conflict"), "{e:?}");
+                assert!(!lease.is_valid());
+                Ok::<_, JobError>(taken)
+            },
+        ))
+        .unwrap();
+        assert!(exists(&server, &name), "the new owner's lock survived");
+        assert_eq!(block_on(taken.release()).unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// A Redis paused while `f` runs completes `lost.wait()` no later than
+    /// the lease's local deadline (at most one lease after the pause), with
+    /// the command timeout longer than the lease.
+    #[test]
+    fn a_paused_redis_fires_lost_by_the_lease_deadline() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-lost-pause");
+        let locker = connect(&server, config(&ns).command_timeout(Duration::from_secs(3)));
+        block_on(locker.with_lock(
+            "k",
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |lease, lost| {
+                let paused = server.pause_guard();
+                // The timer only bounds the test; the deadline passes first
+                // by construction (see the blocking twin).
+                let e = lost_within(lost, SHORT_LEASE + Duration::from_millis(1))
+                    .await
+                    .expect("the loss signal fired by the local deadline");
+                assert_eq!(e.code(), "LOCK_LOST");
+                assert!(
+                    matches!(cause_of(lost), Some("deadline" | "renew-failed")),
+                    "{e:?}"
+                );
+                assert!(!lease.is_valid());
+                drop(paused);
+                Ok::<_, JobError>(())
+            },
+        ))
+        .unwrap();
+    }
+
+    /// Without `extend` the loss signal never fires, even when the key is
+    /// deleted.
+    #[test]
+    fn without_extend_a_deleted_key_never_fires_lost() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-noextend-del");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        block_on(locker.with_lock(
+            "k",
+            WithLock::new().lease(Duration::from_millis(300)),
+            async |_lease, lost| {
+                del(&server, &name);
+                assert!(lost_within(lost, Duration::from_millis(600))
+                    .await
+                    .is_none());
+                assert!(!lost.is_lost());
+                assert!(lost.cause().is_none());
+                Ok::<_, JobError>(())
+            },
+        ))
+        .unwrap();
+    }
+
+    /// After `with_lock` returned, its loss signal never fires and the key
+    /// stays gone: the renewal stopped before the release.
+    #[test]
+    fn after_with_lock_returns_nothing_fires_and_nothing_is_renewed() {
+        let logs = logs::capture();
+        let server = RedisServer::start();
+        let ns = namespace("awl-after");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        block_on(async {
+            let lost = locker
+                .with_lock(
+                    "k",
+                    WithLock::new().lease(SHORT_LEASE).extend(true),
+                    async |_lease, lost| {
+                        sleep(SHORT_LEASE).await;
+                        assert!(!lost.is_lost());
+                        Ok::<_, JobError>(lost.clone())
+                    },
+                )
+                .await
+                .unwrap();
+            assert!(!exists(&server, &name));
+            assert!(lost_within(&lost, SHORT_LEASE * 2).await.is_none());
+            assert!(!lost.is_lost());
+        });
+        assert!(!exists(&server, &name));
+        assert_eq!(locker.stats().tracked_leases, 0);
+        assert!(
+            !logs
+                .records()
+                .iter()
+                .any(|r| r.message.contains("LOCK_RELEASE_FAILED")),
+            "{:?}",
+            logs.records()
+        );
+    }
+
+    /// The `with_lock` future is `Send` (checked at compile time with a
+    /// concrete async closure) and runs to completion on a smol task and on
+    /// a `futures` thread pool, renewing across the executor's threads.
+    #[test]
+    fn the_with_lock_future_is_send_and_runs_on_smol_and_a_futures_thread_pool() {
+        fn assert_send<T: Send>(_: &T) {}
+
+        let server = RedisServer::start();
+        let ns = namespace("awl-send");
+        let name = lock_name(&ns, "k");
+        let locker = Arc::new(
+            smol::block_on(Locker::connect(server.url(), config(&ns)))
+                .unwrap_or_else(|e| panic!("connect: {e:?}")),
+        );
+        let job = |locker: Arc<Locker>| async move {
+            let fut = locker.with_lock(
+                "k",
+                WithLock::new()
+                    .lease(Duration::from_millis(300))
+                    .extend(true),
+                async |lease, lost| {
+                    // Longer than the lease: only the renewals keep it.
+                    Timer::after(Duration::from_millis(450)).await;
+                    if lost.is_lost() || !lease.is_valid() {
+                        return Err(JobError::Job(1));
+                    }
+                    Ok::<_, JobError>(lease.fence())
+                },
+            );
+            assert_send(&fut);
+            fut.await
+        };
+
+        let on_smol = smol::block_on(smol::spawn(job(locker.clone()))).unwrap();
+        assert!(!exists(&server, &name));
+
+        let pool = futures::executor::ThreadPool::new().unwrap();
+        let handle = pool.spawn_with_handle(job(locker.clone())).unwrap();
+        let on_pool = block_on(handle).unwrap();
+        assert!(on_pool > on_smol);
+        assert!(!exists(&server, &name));
+
+        smol::block_on(locker.shutdown()).unwrap();
+        wait_until(BOUND, "nothing left behind", || !exists(&server, &name));
+    }
+}

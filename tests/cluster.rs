@@ -352,3 +352,37 @@ fn the_blocking_locker_follows_redirects_after_a_failover() {
     lease.release().unwrap();
     locker.shutdown().unwrap();
 }
+
+/// A cluster without sharded pub/sub (here: `SPUBLISH` renamed away, as on
+/// a server older than Redis 7) is refused at connect with a message that
+/// says why.
+#[test]
+fn a_cluster_without_sharded_pubsub_is_refused_at_connect() {
+    let node = support::RedisServer::builder()
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ])
+        .args(["--rename-command", "SPUBLISH", ""])
+        .start();
+    node.query(redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383));
+    let mut conn = node.conn();
+    wait_until(BOUND, "the one-node cluster is ok", || {
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query::<String>(&mut conn)
+            .is_ok_and(|info| info.contains("cluster_state:ok"))
+    });
+    let nodes = vec![node.url()];
+    let ns = namespace("cluster-old");
+    for e in [
+        <behaviour::Blocking as ClusterFront>::connect_cluster(&nodes, config(&ns)).err(),
+        <behaviour::Async as ClusterFront>::connect_cluster(&nodes, config(&ns)).err(),
+    ] {
+        let e = e.expect("connect must fail");
+        assert_eq!(e.code(), "INVALID_CONFIG");
+        assert!(e.to_string().contains("Redis 7"), "{e}");
+    }
+}

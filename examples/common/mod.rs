@@ -1,5 +1,5 @@
 //! Shared by the examples: a throwaway `redis-server` when `REDIS_URL` is
-//! not set.
+//! not set, and a throwaway cluster when `REDIS_CLUSTER_NODES` is not set.
 #![allow(dead_code)]
 
 use std::error::Error;
@@ -54,6 +54,123 @@ impl Drop for ThrowawayServer {
         if let Some(child) = &mut self.child {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+}
+
+/// Three `redis-server` primaries formed into a cluster with `redis-cli`,
+/// started for this run when `REDIS_CLUSTER_NODES` is not set.
+pub(crate) struct ThrowawayCluster {
+    nodes: Vec<String>,
+    children: Vec<Child>,
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl ThrowawayCluster {
+    pub(crate) fn start_unless_configured() -> Result<Self, Box<dyn Error>> {
+        if let Ok(nodes) = std::env::var("REDIS_CLUSTER_NODES") {
+            let nodes = nodes.split(',').map(str::to_owned).collect();
+            return Ok(ThrowawayCluster {
+                nodes,
+                children: Vec::new(),
+                dirs: Vec::new(),
+            });
+        }
+        let mut cluster = ThrowawayCluster {
+            nodes: Vec::new(),
+            children: Vec::new(),
+            dirs: Vec::new(),
+        };
+        let mut addrs = Vec::new();
+        for _ in 0..3 {
+            // The cluster bus listens on port + 10000.
+            let port = loop {
+                let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+                if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+                    break port;
+                }
+            };
+            let dir = std::env::temp_dir()
+                .join(format!("redlease-example-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                ])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|e| {
+                    format!("REDIS_CLUSTER_NODES is not set and redis-server could not start: {e}")
+                })?;
+            cluster.children.push(child);
+            cluster.dirs.push(dir);
+            cluster.nodes.push(format!("redis://127.0.0.1:{port}/"));
+            addrs.push(format!("127.0.0.1:{port}"));
+        }
+        for node in &cluster.nodes {
+            let client = redis::Client::open(node.as_str())?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while client
+                .get_connection_with_timeout(Duration::from_millis(200))
+                .is_err()
+            {
+                if Instant::now() > deadline {
+                    return Err("a throwaway cluster node did not answer within 10 s".into());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .status()?;
+        if !created.success() {
+            return Err("redis-cli --cluster create failed".into());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &cluster.nodes {
+            let mut conn = redis::Client::open(node.as_str())?.get_connection()?;
+            loop {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn)?;
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err("the throwaway cluster did not become ok within 30 s".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        println!(
+            "started a throwaway 3-primary cluster on {}",
+            addrs.join(", ")
+        );
+        Ok(cluster)
+    }
+
+    pub(crate) fn nodes(&self) -> Vec<String> {
+        self.nodes.clone()
+    }
+}
+
+impl Drop for ThrowawayCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

@@ -4,7 +4,7 @@
 //! redirects not followed, no re-subscription after a slot moved).
 #![allow(clippy::disallowed_methods)]
 // The standalone suite's macro is not used here, only its helpers.
-#![allow(unused_macros, unused_imports)]
+#![allow(unused_macros, unused_imports, dead_code)]
 
 mod behaviour;
 mod support;

@@ -311,7 +311,7 @@ fn a_replayed_acquire_returns_the_same_fence_on_a_cluster() {
     let fence = behaviour::common::fence_name(&ns, "job");
     let eval = |conn: &mut redis::cluster::ClusterConnection, token: &str| -> redis::Value {
         redis::cmd("EVAL")
-            .arg(&script)
+            .arg(script)
             .arg(2)
             .arg(&lock)
             .arg(&fence)

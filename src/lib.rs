@@ -83,6 +83,7 @@ pub mod fenced;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod held;
 mod lost;
 mod replication;
 mod stats;

@@ -2,18 +2,16 @@
 //! release (also on drop).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::locker::Shared;
-use crate::clock::now;
-use crate::core::core::{Grant, LeaseId};
-use crate::core::lease::{LeaseClock, LeaseEnd};
+use crate::core::core::Grant;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::error::Error;
+use crate::held::Held;
 
 /// A lock held through a [`Locker`](super::Locker).
 ///
@@ -26,70 +24,55 @@ use crate::error::Error;
 /// call [`release`](Self::release) to learn the outcome.
 pub struct Lease {
     shared: Arc<Shared>,
-    id: LeaseId,
-    fence: Fence,
-    clock: Mutex<LeaseClock>,
+    held: Held,
     /// Serialises renew and release of this lease.
     op: Mutex<()>,
-    replicas: AtomicU32,
     released: bool,
 }
-
-/// `replicas` before any replication check ran.
-const NO_REPLICAS: u32 = u32::MAX;
 
 impl Lease {
     pub(crate) fn new(shared: Arc<Shared>, grant: Grant) -> Self {
         Lease {
             shared,
-            id: grant.lease,
-            fence: grant.fence,
-            clock: Mutex::new(grant.clock),
+            held: Held::new(grant),
             op: Mutex::new(()),
-            replicas: AtomicU32::new(NO_REPLICAS),
             released: false,
         }
     }
 
     /// The fencing token of this grant.
     pub fn fence(&self) -> Fence {
-        self.fence
+        self.held.fence()
     }
 
     /// Whether the lease is still held, by the local estimate. Once false
     /// because Redis reported it gone or taken, or a renew's outcome was
     /// unknown, it stays false.
     pub fn is_valid(&self) -> bool {
-        self.clock.lock().is_valid(now())
+        self.held.is_valid()
     }
 
     /// The time left by the local estimate (zero when not valid).
     pub fn remaining(&self) -> Duration {
-        self.clock.lock().remaining(now())
+        self.held.remaining()
     }
 
     /// How many replicas acknowledged the last acquire or renew, when
     /// [`Config::min_replicas`](crate::Config::min_replicas) is set.
     pub fn replicas(&self) -> Option<u32> {
-        match self.replicas.load(Ordering::SeqCst) {
-            NO_REPLICAS => None,
-            n => Some(n),
-        }
+        self.held.replicas()
     }
 
     pub(crate) fn set_replicas(&self, n: u32) {
-        self.replicas
-            .store(n.min(NO_REPLICAS - 1), Ordering::SeqCst);
+        self.held.set_replicas(n);
     }
 
-    /// The local deadline; `None` once ended (`Some(None)`: beyond any instant).
-    pub(crate) fn valid_until(&self) -> Option<Option<std::time::Instant>> {
-        self.clock.lock().valid_until()
+    pub(crate) fn valid_until(&self) -> Option<Option<Instant>> {
+        self.held.valid_until()
     }
 
-    /// The lease length this lease was granted with.
     pub(crate) fn lease_length(&self) -> Duration {
-        self.clock.lock().lease()
+        self.held.lease_length()
     }
 
     /// Extends the lease to its full length, counted from now.
@@ -102,27 +85,19 @@ impl Lease {
     ///
     /// `ProviderFailed` (not applied; the lease keeps its old deadline),
     /// `OutcomeUnknown` (the lease is no longer valid locally),
-    /// `ShuttingDown` after the locker released it at shutdown.
+    /// `ReplicationFailed` (too few replicas acknowledged; the lease was
+    /// released), `ShuttingDown` after the locker released it at shutdown.
     pub fn renew(&self) -> Result<RenewOutcome, Error> {
-        let _serial = self.op.lock();
-        let lease_ms = {
-            let mut clock = self.clock.lock();
-            match clock.ended() {
-                Some(LeaseEnd::Conflict) => return Ok(RenewOutcome::Conflict),
-                Some(_) => return Ok(RenewOutcome::Expired),
-                None => {}
-            }
-            clock.renew_submitted(now());
-            // Bounded by the lease validation (at most 15 digits of ms).
-            clock.lease().as_millis() as u64
+        let serial = self.op.lock();
+        let lease_ms = match self.held.begin_renew() {
+            Ok(ms) => ms,
+            Err(outcome) => return Ok(outcome),
         };
-        let call = self
-            .shared
-            .with_core(|core| core.renew_call(self.id, lease_ms));
-        let call = match call {
+        let id = self.held.id;
+        let call = match self.shared.with_core(|core| core.renew_call(id, lease_ms)) {
             Ok(call) => call,
             Err(e) => {
-                self.clock.lock().handle_release(None);
+                self.held.handle_release(&Err(e.duplicate()));
                 return Err(e);
             }
         };
@@ -133,19 +108,16 @@ impl Lease {
                 .run_then(&call, &self.shared.counters, wait_cmd.as_ref());
         let (result, outcome) = self
             .shared
-            .with_core(|core| core.handle_renew_reply(self.id, reply));
-        self.clock.lock().handle_renew(result);
-        if let (Ok(RenewOutcome::Renewed), Some(replication)) = (&outcome, self.shared.replication)
+            .with_core(|core| core.handle_renew_reply(id, reply));
+        self.held.handle_renew(result);
+        if let Err(e) = self
+            .held
+            .check_renew_replication(&outcome, self.shared.replication, acks)
         {
-            match replication.verdict(acks.unwrap_or(Ok(redis::Value::Int(0)))) {
-                Ok(acked) => self.set_replicas(acked),
-                Err(e) => {
-                    drop(_serial);
-                    // Not replicated enough to count as held.
-                    let _ = self.release_now();
-                    return Err(e);
-                }
-            }
+            drop(serial);
+            // Not replicated enough to count as held.
+            let _ = self.release_now();
+            return Err(e);
         }
         outcome
     }
@@ -178,28 +150,20 @@ impl Lease {
 
     fn release_now(&self) -> Result<ReleaseOutcome, Error> {
         let _serial = self.op.lock();
-        let call = self.shared.with_core(|core| core.release_call(self.id));
-        let result = match call {
+        let id = self.held.id;
+        let result = match self.shared.with_core(|core| core.release_call(id)) {
             Ok(call) => {
                 let reply = self.shared.commands.run(&call, &self.shared.counters);
                 self.shared
-                    .with_core(|core| core.handle_release_reply(self.id, reply))
+                    .with_core(|core| core.handle_release_reply(id, reply))
             }
-            Err(e) => self.already_released().unwrap_or(Err(e)),
+            Err(e) => {
+                let shutting_down = self.shared.cell().read(|core| core.is_shutting_down());
+                self.held.already_released(e, shutting_down)
+            }
         };
-        self.clock
-            .lock()
-            .handle_release(result.as_ref().ok().copied());
+        self.held.handle_release(&result);
         result
-    }
-
-    /// The outcome of a release the locker did on its own while running
-    /// (after a failed replication check); `None` when shutdown did it.
-    fn already_released(&self) -> Option<Result<ReleaseOutcome, Error>> {
-        if self.shared.cell().read(|core| core.is_shutting_down()) {
-            return None;
-        }
-        self.clock.lock().released_as().map(Ok)
     }
 }
 
@@ -222,11 +186,6 @@ impl Drop for Lease {
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease")
-            .field("fence", &self.fence)
-            .field("valid", &self.is_valid())
-            .field("remaining", &self.remaining())
-            .field("replicas", &self.replicas())
-            .finish_non_exhaustive()
+        self.held.debug(f)
     }
 }

@@ -18,7 +18,7 @@ use crate::config::{AcquireOptions, Config};
 use crate::core::core::{Core, CoreSettings, Grant, WaiterStep};
 use crate::core::line::WaiterId;
 use crate::core::names::Channel;
-use crate::driver::{CoreCell, StartSubscriber};
+use crate::driver::{shutdown_verdict, CoreCell, StartSubscriber};
 use crate::entropy::fresh_token;
 use crate::error::{describe, Error, Failure, Operation};
 use crate::eviction;
@@ -311,18 +311,9 @@ impl Locker {
 
     /// A snapshot of this locker's counters.
     pub fn stats(&self) -> Stats {
-        let (counts, subscribed) = self
-            .shared
+        self.shared
             .cell
-            .read(|core| (core.counts(), core.is_subscribed()));
-        Stats {
-            waiters: counts.waiters,
-            tracked_leases: counts.tracked_leases,
-            subscribed,
-            connected: self.shared.commands.is_connected(),
-            safety_polls: counts.safety_polls,
-            ..self.shared.counters.snapshot()
-        }
+            .stats(&self.shared.counters, self.shared.commands.is_connected())
     }
 
     /// Shuts the locker down: refuses new acquires and ends waits with
@@ -372,27 +363,7 @@ impl Locker {
             shared.subscribers_running.load(Ordering::SeqCst) == 0
         });
         shared.commands.close();
-        if unconfirmed == 0 {
-            return Ok(());
-        }
-        log::error!(
-            target: "redlease",
-            "LOCK_CLEANUP_FAILED: {unconfirmed} lease(s) not confirmed released at shutdown; \
-             their TTL will end them"
-        );
-        match failure {
-            Some(Failure::Sent(e)) if !e.is_timeout() => {
-                Err(Error::from_command(Operation::Shutdown, e))
-            }
-            Some(Failure::NotSent(source)) => Err(Error::ProviderFailed {
-                op: Operation::Shutdown,
-                source,
-            }),
-            _ => Err(Error::CleanupTimeout {
-                unconfirmed,
-                timeout,
-            }),
-        }
+        shutdown_verdict(unconfirmed, failure, timeout)
     }
 
     /// Waits until `done` holds or the deadline passes.

@@ -1,0 +1,136 @@
+//! The state both front ends' `Lease` types share: the grant, its local
+//! clock and the replication count, with the bookkeeping around renew and
+//! release that does not depend on how the command is sent.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::clock::now;
+use crate::core::core::{Grant, LeaseId};
+use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
+use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
+use crate::error::Error;
+use crate::replication::Replication;
+
+/// `replicas` before any replication check ran.
+const NO_REPLICAS: u32 = u32::MAX;
+
+pub(crate) struct Held {
+    pub(crate) id: LeaseId,
+    fence: Fence,
+    clock: Mutex<LeaseClock>,
+    replicas: AtomicU32,
+}
+
+impl Held {
+    pub(crate) fn new(grant: Grant) -> Self {
+        Held {
+            id: grant.lease,
+            fence: grant.fence,
+            clock: Mutex::new(grant.clock),
+            replicas: AtomicU32::new(NO_REPLICAS),
+        }
+    }
+
+    pub(crate) fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    pub(crate) fn is_valid(&self) -> bool {
+        self.clock.lock().is_valid(now())
+    }
+
+    pub(crate) fn remaining(&self) -> Duration {
+        self.clock.lock().remaining(now())
+    }
+
+    pub(crate) fn replicas(&self) -> Option<u32> {
+        match self.replicas.load(Ordering::SeqCst) {
+            NO_REPLICAS => None,
+            n => Some(n),
+        }
+    }
+
+    pub(crate) fn set_replicas(&self, n: u32) {
+        self.replicas
+            .store(n.min(NO_REPLICAS - 1), Ordering::SeqCst);
+    }
+
+    /// The local deadline; `None` once ended (`Some(None)`: beyond any instant).
+    pub(crate) fn valid_until(&self) -> Option<Option<Instant>> {
+        self.clock.lock().valid_until()
+    }
+
+    /// The lease length this lease was granted with.
+    pub(crate) fn lease_length(&self) -> Duration {
+        self.clock.lock().lease()
+    }
+
+    /// Starts a renew at `now`: the lease in ms to send, or the outcome at
+    /// once for a lease that already ended (it is never sent again, so it
+    /// never becomes valid again).
+    pub(crate) fn begin_renew(&self) -> Result<u64, RenewOutcome> {
+        let mut clock = self.clock.lock();
+        match clock.ended() {
+            Some(LeaseEnd::Conflict) => return Err(RenewOutcome::Conflict),
+            Some(_) => return Err(RenewOutcome::Expired),
+            None => {}
+        }
+        clock.renew_submitted(now());
+        // Bounded by the lease validation (at most 15 digits of ms).
+        Ok(clock.lease().as_millis() as u64)
+    }
+
+    pub(crate) fn handle_renew(&self, result: RenewResult) {
+        self.clock.lock().handle_renew(result);
+    }
+
+    /// Checks a successful renew's replication; an error means the lease
+    /// must be released and the error returned.
+    pub(crate) fn check_renew_replication(
+        &self,
+        outcome: &Result<RenewOutcome, Error>,
+        replication: Option<Replication>,
+        acks: Option<redis::RedisResult<redis::Value>>,
+    ) -> Result<(), Error> {
+        if let (Ok(RenewOutcome::Renewed), Some(replication)) = (outcome, replication) {
+            let acked = replication.verdict(acks.unwrap_or(Ok(redis::Value::Int(0))))?;
+            self.set_replicas(acked);
+        }
+        Ok(())
+    }
+
+    /// Records a release's result; the lease is never valid afterwards.
+    pub(crate) fn handle_release(&self, result: &Result<ReleaseOutcome, Error>) {
+        self.clock
+            .lock()
+            .handle_release(result.as_ref().ok().copied());
+    }
+
+    /// What `release` reports when the core no longer tracks the lease: the
+    /// outcome of the release the locker made on its own (after a failed
+    /// replication check) while running, or `no_call` (shutdown did it).
+    pub(crate) fn already_released(
+        &self,
+        no_call: Error,
+        shutting_down: bool,
+    ) -> Result<ReleaseOutcome, Error> {
+        match self.clock.lock().released_as() {
+            Some(outcome) if !shutting_down => Ok(outcome),
+            _ => Err(no_call),
+        }
+    }
+
+    /// `Debug` of a lease: what it is worth to know, never its key or token.
+    pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("fence", &self.fence)
+            .field("valid", &self.is_valid())
+            .field("remaining", &self.remaining())
+            .field("replicas", &self.replicas())
+            .finish_non_exhaustive()
+    }
+}

@@ -80,7 +80,7 @@ mod entropy;
 mod error;
 mod eviction;
 pub mod fenced;
-#[cfg(feature = "fuzzing")]
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod held;

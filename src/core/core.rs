@@ -288,6 +288,10 @@ impl Core {
     /// Forgets a waiter whose caller went away (a dropped future). A token
     /// that may have been granted meanwhile becomes an orphan, released by
     /// token at the next cleanup.
+    #[cfg_attr(
+        not(feature = "aio"),
+        allow(dead_code, reason = "driven by the async front end")
+    )]
     pub(crate) fn abandon(&mut self, now: Instant, id: WaiterId) {
         let Some(w) = self.waiters.get_mut(id.0) else {
             return;
@@ -525,6 +529,10 @@ impl Core {
     ///
     /// Every backing-off head retries at once: a release may have gone
     /// unseen, and a busy reply is what starts the subscription again.
+    #[cfg_attr(
+        not(feature = "aio"),
+        allow(dead_code, reason = "driven by the async front end")
+    )]
     pub(crate) fn handle_subscriber_stopped(&mut self) {
         if self.subscription != Subscription::Unavailable {
             self.subscription = Subscription::Off;
@@ -668,6 +676,10 @@ impl Core {
 
     /// Hands a lease nobody will release back to the core: its token is
     /// released with the orphans at the next cleanup.
+    #[cfg_attr(
+        not(feature = "aio"),
+        allow(dead_code, reason = "driven by the async front end")
+    )]
     pub(crate) fn abandon_lease(&mut self, lease: LeaseId) {
         if let Some(owned) = self.leases.remove(lease.0) {
             self.orphans.push(owned);

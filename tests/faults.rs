@@ -1,0 +1,137 @@
+//! The fault matrix (docs/FAULTS.md) against real `redis-server`
+//! processes, for both front ends, and the least-privilege suite: the
+//! behaviour suite's core cases run as an ACL user with exactly the rights
+//! README's "Least privilege" section lists.
+//!
+//! Each row is written once, generic over `behaviour::front::Front`, in
+//! `tests/faults/matrix.rs`, and instantiated here by `fault_matrix!` as
+//! `blocking::matrix::<row>` and `aio::matrix::<row>`; the least-privilege
+//! cases become `blocking::least_privilege::<case>` and
+//! `aio::least_privilege::<case>`.
+//!
+//! Two ignored tests are helpers that the rows start as child processes (a
+//! holder that is SIGKILLed, and the workers of the fencing torture run);
+//! without their environment variables they return at once. The long
+//! torture run itself is `fencing_torture_long_run` (ignored; see
+//! `examples/fencing_torture.rs`).
+#![allow(clippy::disallowed_methods)]
+
+#[allow(dead_code, unused_imports, unused_macros)]
+mod behaviour;
+mod support;
+
+#[path = "faults/child.rs"]
+mod child;
+#[path = "faults/least_privilege.rs"]
+mod least_privilege;
+#[path = "faults/matrix.rs"]
+mod matrix;
+
+#[allow(dead_code)]
+#[path = "../examples/fencing_torture.rs"]
+mod fencing_torture;
+
+/// One `#[test]` per fault-matrix row and per least-privilege case, for the
+/// front end `$front`.
+macro_rules! fault_matrix {
+    ($front:ty) => {
+        /// The front end of this instantiation.
+        type Front = $front;
+
+        mod matrix {
+            fault_matrix!(@rows crate::matrix;
+                restart_with_data_loss_between_two_acquires_still_increases_the_fence,
+                restart_with_data_loss_while_held_lets_the_next_holder_in_with_a_higher_fence,
+                sigstop_during_acquire_is_outcome_unknown_and_a_later_acquire_works,
+                sigstop_during_renew_is_outcome_unknown_and_the_lease_is_never_valid_again,
+                sigstop_during_release_is_outcome_unknown_and_a_later_acquire_works,
+                client_kill_of_the_command_connection_mid_wait_strands_no_waiter,
+                client_kill_of_the_subscriber_mid_wait_resubscribes_and_notifications_still_wake_waiters,
+                client_kill_of_the_subscriber_racing_a_release_strands_no_waiter,
+                script_flush_mid_wait_reloads_the_scripts_and_waiters_still_acquire,
+                maxmemory_policy_allkeys_lru_logs_redis_eviction_unsafe_and_still_works,
+                maxmemory_policy_is_checked_through_info_when_config_get_is_refused,
+                acl_user_without_pubsub_rights_falls_back_to_polling_and_stays_correct,
+                holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires,
+            );
+        }
+
+        mod least_privilege {
+            fault_matrix!(@rows crate::least_privilege;
+                fences_strictly_increase,
+                fences_keep_increasing_after_redis_lost_its_data,
+                a_replayed_acquire_returns_the_same_fence,
+                a_zero_wait_on_a_held_key_is_busy,
+                a_waiter_is_woken_by_the_release_notification,
+                a_release_by_the_same_locker_wakes_its_waiters,
+                waiters_are_served_in_arrival_order,
+                a_wait_that_runs_out_is_wait_timeout,
+                release_outcomes_released_expired_conflict,
+                renew_outcomes_renewed_expired_conflict,
+                flushed_scripts_are_loaded_again,
+                shutdown_releases_tracked_leases,
+                shutdown_ends_waits,
+                no_command_outside_the_rules_is_sent,
+            );
+        }
+    };
+    (@rows $module:path; $($row:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $row() {
+                use $module as rows;
+                rows::$row::<super::Front>();
+            }
+        )*
+    };
+}
+
+mod blocking {
+    fault_matrix!(crate::behaviour::Blocking);
+}
+
+mod aio {
+    fault_matrix!(crate::behaviour::Async);
+}
+
+/// Child-process helper of
+/// `holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires`:
+/// acquires a key and holds it until it is killed.
+#[test]
+#[ignore = "a helper the fault matrix starts as a child process"]
+fn holder_child_process() {
+    child::run_holder_if_asked();
+}
+
+/// Child-process helper of `fencing_torture_long_run`: one worker process.
+#[test]
+#[ignore = "a helper the torture run starts as a child process"]
+fn torture_worker_process() {
+    fencing_torture::run_worker_if_asked();
+}
+
+/// The fencing torture run of `examples/fencing_torture.rs`, long:
+/// `REDLEASE_TORTURE_SECONDS` (default 300) seconds of contention and
+/// injected faults; fails on any fencing violation, stranded waiter or
+/// token left behind.
+#[test]
+#[ignore = "long-running: the fencing torture run (REDLEASE_TORTURE_SECONDS, default 300)"]
+fn fencing_torture_long_run() {
+    let seconds = std::env::var("REDLEASE_TORTURE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let options = fencing_torture::Options {
+        seconds,
+        ..fencing_torture::Options::default()
+    };
+    let report = fencing_torture::run_controller(
+        &options,
+        fencing_torture::Relaunch::TestHarness {
+            test: "torture_worker_process",
+        },
+    )
+    .unwrap_or_else(|e| panic!("the torture run could not run: {e}"));
+    println!("{}", report.to_json());
+    assert!(report.passed(), "{}", report.to_json());
+}

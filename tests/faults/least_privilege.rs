@@ -1,0 +1,384 @@
+//! Least privilege: the ACL a locker needs (README, "Least privilege"),
+//! and the behaviour suite's core cases run as a user with exactly those
+//! rights, through a front end wrapper that connects every locker as that
+//! user and, when the locker is dropped, fails the test if Redis refused it
+//! anything (`ACL LOG`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlease::{AcquireOptions, Config, Error, Fence, ReleaseOutcome, RenewOutcome, Stats};
+
+use crate::behaviour::common::{
+    config, connect, exists, granted, leased, lock_name, namespace, no_wait, refused, spawn,
+    wait_for_stats, BOUND,
+};
+use crate::behaviour::front::Front;
+use crate::behaviour::{faults, fences, outcomes, shutdown, waiting};
+use crate::support::RedisServer;
+
+/// The password of every test user.
+const PASSWORD: &str = "locker-pw";
+
+/// The commands a locker sends, by why (README, "Least privilege"). The
+/// suite fails when any of them is refused (`ACL LOG`), and when the
+/// locker sends anything else.
+const COMMANDS: [&str; 18] = [
+    // the blocking front end checks a reused pooled connection with PING
+    // (HELLO and AUTH need no permission)
+    "+ping",
+    // the scripts: EVALSHA; EVAL when the server does not have the script
+    // cached (NOSCRIPT: first use, restart, SCRIPT FLUSH); SCRIPT LOAD
+    // before shutdown's pipelined releases
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    // inside the scripts
+    "+get",
+    "+set",
+    "+del",
+    "+exists",
+    "+incr",
+    "+pexpire",
+    "+pttl",
+    "+time",
+    "+publish",
+    // release notifications; the redis crate sends UNSUBSCRIBE and
+    // PUNSUBSCRIBE when the blocking subscriber closes (refusing them only
+    // fills the ACL LOG)
+    "+subscribe",
+    "+unsubscribe",
+    "+punsubscribe",
+    // the eviction-policy check at connect: CONFIG GET, or INFO memory when
+    // CONFIG GET is refused (without either the check is skipped)
+    "+config|get",
+    "+info",
+];
+
+/// The ACL rules for a locker of namespace `ns`: nothing but [`COMMANDS`],
+/// its lock and fence-counter keys, and its release channel.
+pub(crate) fn rules(ns: &str) -> Vec<String> {
+    let mut rules: Vec<String> = ["resetkeys", "resetchannels", "-@all"]
+        .iter()
+        .chain(COMMANDS.iter())
+        .map(|s| (*s).to_owned())
+        .collect();
+    rules.push(format!("~{ns}:lock:*"));
+    rules.push(format!("~{ns}:lock-fence:*"));
+    rules.push(format!("&{ns}:lock-released"));
+    rules
+}
+
+fn admin(port: u16) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))?;
+    let timeout = Duration::from_secs(2);
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    Ok(conn)
+}
+
+fn set_user(port: u16, user: &str, rules: &[String]) -> String {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg(user)
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{PASSWORD}"))
+        .arg(rules);
+    let mut conn = admin(port).unwrap_or_else(|e| panic!("connect as the default user: {e}"));
+    let () = cmd
+        .query(&mut conn)
+        .unwrap_or_else(|e| panic!("ACL SETUSER {user} {rules:?}: {e}"));
+    format!("redis://{user}:{PASSWORD}@127.0.0.1:{port}/0")
+}
+
+/// Creates (or resets) `user` with `rules` and returns a URL that logs in
+/// as that user.
+pub(crate) fn add_user(server: &RedisServer, user: &str, rules: &[String]) -> String {
+    set_user(server.port(), user, rules)
+}
+
+fn denials_at(port: u16) -> redis::RedisResult<Vec<(String, String)>> {
+    let mut conn = admin(port)?;
+    let entries: Vec<HashMap<String, redis::Value>> =
+        redis::cmd("ACL").arg("LOG").query(&mut conn)?;
+    let text = |entry: &HashMap<String, redis::Value>, field: &str| match entry.get(field) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    };
+    Ok(entries
+        .iter()
+        .map(|e| (text(e, "username"), text(e, "object")))
+        .collect())
+}
+
+/// What the ACL refused `user` (the `object` of each `ACL LOG` entry).
+pub(crate) fn denials(server: &RedisServer, user: &str) -> Vec<String> {
+    denials_at(server.port())
+        .unwrap_or_else(|e| panic!("ACL LOG: {e}"))
+        .into_iter()
+        .filter(|(u, _)| u == user)
+        .map(|(_, object)| object)
+        .collect()
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("a redis://host:port/db URL: {url}"))
+}
+
+/// A front end whose lockers log in as `locker-<namespace>`, a user with
+/// exactly [`rules`]. Dropping a locker fails the test when the ACL
+/// refused that user anything.
+pub(crate) struct AsLockerUser<F> {
+    inner: F,
+    port: u16,
+    user: String,
+}
+
+impl<F> Drop for AsLockerUser<F> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        // A server already gone (or paused) cannot be asked; that is the
+        // body's business, not this check's.
+        let Ok(entries) = denials_at(self.port) else {
+            return;
+        };
+        let denied: Vec<&String> = entries
+            .iter()
+            .filter(|(u, _)| *u == self.user)
+            .map(|(_, object)| object)
+            .collect();
+        assert!(
+            denied.is_empty(),
+            "the least-privilege ACL refused the locker: {denied:?}"
+        );
+    }
+}
+
+impl<F: Front> Front for AsLockerUser<F> {
+    type Lease = F::Lease;
+
+    const NOTICES_IDLE_CLOSE: bool = F::NOTICES_IDLE_CLOSE;
+
+    fn connect(url: &str, config: Config) -> Result<Self, Error> {
+        let port = port_of(url);
+        let user = format!("locker-{}", config.namespace());
+        let url = set_user(port, &user, &rules(config.namespace()));
+        let inner = F::connect(&url, config)?;
+        Ok(AsLockerUser { inner, port, user })
+    }
+
+    fn acquire(&self, key: &str) -> Result<Self::Lease, Error> {
+        self.inner.acquire(key)
+    }
+
+    fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Lease, Error> {
+        self.inner.acquire_with(key, options)
+    }
+
+    fn shutdown(&self) -> Result<(), Error> {
+        self.inner.shutdown()
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    fn fence(lease: &Self::Lease) -> Fence {
+        F::fence(lease)
+    }
+
+    fn is_valid(lease: &Self::Lease) -> bool {
+        F::is_valid(lease)
+    }
+
+    fn remaining(lease: &Self::Lease) -> Duration {
+        F::remaining(lease)
+    }
+
+    fn renew(lease: &Self::Lease) -> Result<RenewOutcome, Error> {
+        F::renew(lease)
+    }
+
+    fn release(lease: Self::Lease) -> Result<ReleaseOutcome, Error> {
+        F::release(lease)
+    }
+
+    fn debug(lease: &Self::Lease) -> String {
+        F::debug(lease)
+    }
+
+    fn replicas(lease: &Self::Lease) -> Option<u32> {
+        F::replicas(lease)
+    }
+}
+
+// ----- the behaviour suite's core cases, as the locker user -----------------------
+
+/// Fences go up by one per grant, from the server clock.
+pub(crate) fn fences_strictly_increase<F: Front>() {
+    fences::fences_strictly_increase_across_acquires_on_one_key::<AsLockerUser<F>>();
+}
+
+/// Fences survive `FLUSHALL`.
+pub(crate) fn fences_keep_increasing_after_redis_lost_its_data<F: Front>() {
+    fences::fences_keep_increasing_after_redis_lost_its_data::<AsLockerUser<F>>();
+}
+
+/// A replayed acquire returns its fence again.
+pub(crate) fn a_replayed_acquire_returns_the_same_fence<F: Front>() {
+    fences::an_acquire_replayed_with_its_token_returns_the_same_fence::<AsLockerUser<F>>();
+}
+
+/// `LOCK_BUSY` with the holder's remaining time.
+pub(crate) fn a_zero_wait_on_a_held_key_is_busy<F: Front>() {
+    waiting::a_zero_wait_on_a_held_key_gives_lock_busy_with_the_holders_remaining_time::<
+        AsLockerUser<F>,
+    >();
+}
+
+/// Hand-over by release notification (the SUBSCRIBE and the in-script
+/// PUBLISH are allowed).
+pub(crate) fn a_waiter_is_woken_by_the_release_notification<F: Front>() {
+    waiting::a_waiter_is_woken_by_the_release_notification_not_its_safety_poll::<AsLockerUser<F>>();
+}
+
+/// A release by the waiters' own locker wakes them by notification.
+pub(crate) fn a_release_by_the_same_locker_wakes_its_waiters<F: Front>() {
+    waiting::a_release_by_the_same_locker_wakes_its_waiters_through_the_notification::<
+        AsLockerUser<F>,
+    >();
+}
+
+/// FIFO inside a locker.
+pub(crate) fn waiters_are_served_in_arrival_order<F: Front>() {
+    waiting::waiters_of_one_locker_are_served_in_arrival_order::<AsLockerUser<F>>();
+}
+
+/// `WAIT_TIMEOUT` with the holder's remaining time.
+pub(crate) fn a_wait_that_runs_out_is_wait_timeout<F: Front>() {
+    waiting::a_wait_that_runs_out_gives_wait_timeout_with_the_holders_remaining_time::<
+        AsLockerUser<F>,
+    >();
+}
+
+/// Release outcomes: `Released`, `Expired`, `Conflict`.
+pub(crate) fn release_outcomes_released_expired_conflict<F: Front>() {
+    outcomes::release_of_a_held_lease_reports_released_and_keeps_the_fence_counter::<AsLockerUser<F>>(
+    );
+    outcomes::release_after_the_lease_expired_reports_expired::<AsLockerUser<F>>();
+    outcomes::release_after_another_owner_took_the_key_reports_conflict::<AsLockerUser<F>>();
+}
+
+/// Renew outcomes: `Renewed`, `Expired`, `Conflict`.
+pub(crate) fn renew_outcomes_renewed_expired_conflict<F: Front>() {
+    outcomes::renew_of_a_held_lease_extends_it_to_a_full_lease::<AsLockerUser<F>>();
+    outcomes::renew_after_the_lease_expired_reports_expired_and_the_lease_stays_invalid::<
+        AsLockerUser<F>,
+    >();
+    outcomes::renew_after_another_owner_took_the_key_reports_conflict_and_stays_invalid::<
+        AsLockerUser<F>,
+    >();
+}
+
+/// `SCRIPT LOAD` (blocking) and `EVAL` (async) after `NOSCRIPT`.
+pub(crate) fn flushed_scripts_are_loaded_again<F: Front>() {
+    faults::flushed_scripts_are_loaded_again::<AsLockerUser<F>>();
+}
+
+/// Shutdown releases tracked leases.
+pub(crate) fn shutdown_releases_tracked_leases<F: Front>() {
+    shutdown::shutdown_releases_tracked_leases_and_keeps_fence_counters::<AsLockerUser<F>>();
+    shutdown::releasing_a_lease_after_shutdown_reports_shutting_down::<AsLockerUser<F>>();
+}
+
+/// Shutdown ends waits.
+pub(crate) fn shutdown_ends_waits<F: Front>() {
+    shutdown::shutdown_ends_waits_and_refuses_new_acquires_with_shutting_down::<AsLockerUser<F>>();
+}
+
+/// Every command the locker user sent in a busy scenario (contention with
+/// notifications, a zero-wait try, renew, release, a flushed script
+/// cache, shutdown with a tracked lease) is one the rules name, and
+/// nothing was refused.
+pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("acl-all");
+    server.reset_stats();
+    {
+        let holder: AsLockerUser<F> = connect(&server, config(&ns));
+        let waiters = Arc::new(connect::<AsLockerUser<F>>(
+            &server,
+            config(&ns).wait(Duration::from_secs(20)),
+        ));
+        let held = granted(
+            holder.acquire_with("k", leased(Duration::from_secs(30))),
+            "holder",
+        );
+        assert_eq!(
+            refused(waiters.acquire_with("k", no_wait()), "busy").code(),
+            "LOCK_BUSY"
+        );
+        let w = waiters.clone();
+        let waiter = spawn("waiter", move || {
+            let lease = granted(w.acquire("k"), "waiter");
+            AsLockerUser::<F>::release(lease)
+        });
+        wait_for_stats(&*waiters, "subscribed and waiting", |s| {
+            s.subscribed && s.busy_replies >= 2
+        });
+        server.script_flush();
+        assert_eq!(
+            AsLockerUser::<F>::renew(&held).unwrap(),
+            RenewOutcome::Renewed
+        );
+        assert_eq!(
+            AsLockerUser::<F>::release(held).unwrap(),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(waiter.join_within(BOUND).unwrap(), ReleaseOutcome::Released);
+        let kept = granted(waiters.acquire("kept"), "a lease left to shutdown");
+        server.script_flush();
+        waiters.shutdown().unwrap();
+        holder.shutdown().unwrap();
+        assert!(!exists(&server, &lock_name(&ns, "kept")));
+        drop(kept);
+    }
+    let allowed: BTreeSet<String> = COMMANDS
+        .iter()
+        .map(|c| c.trim_start_matches('+').to_owned())
+        // sent by this test as the default user, or allowed to everyone
+        .chain(
+            [
+                "config|resetstat",
+                "script|flush",
+                "acl|setuser",
+                "acl|log",
+                "info",
+                "keys",
+                "hello",
+                "auth",
+                "client|setinfo",
+            ]
+            .map(String::from),
+        )
+        .collect();
+    let sent: BTreeSet<String> = server.commandstats().into_keys().collect();
+    let outside: Vec<&String> = sent.difference(&allowed).collect();
+    assert!(
+        outside.is_empty(),
+        "commands outside the rules: {outside:?}"
+    );
+    assert_eq!(
+        denials(&server, &format!("locker-{ns}")),
+        Vec::<String>::new()
+    );
+}

@@ -1,0 +1,571 @@
+//! The rows of the fault matrix (docs/FAULTS.md), each written once for
+//! any front end. Every row starts its own `redis-server`, injects one
+//! fault, and checks the documented behaviour: which operation fails and
+//! how, that fences keep increasing, that no waiter is stranded, and that
+//! the locker works again afterwards. Waits are bounded ([`BOUND`],
+//! `join_within`, `wait_until`); no row asserts how long something took.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlease::{Config, Error, Operation, ReleaseOutcome, RenewOutcome};
+
+use crate::behaviour::common::{
+    config, connect, exists, fence_name, get, granted, leased, lock_name, namespace, no_wait,
+    refused, server_time_ms, spawn, wait_for_stats, waiting, Bounded, BOUND,
+};
+use crate::behaviour::front::Front;
+use crate::behaviour::logs;
+use crate::child;
+use crate::support::{wait_until, RedisServer};
+
+/// Safety polls so slow that a hand-over within [`BOUND`] proves that a
+/// notification (or a fallback the fault triggered) did it.
+const SLOW_POLL: Duration = Duration::from_secs(30);
+
+/// A holder's lease longer than every bound: the key frees up by release.
+const LONG_LEASE: Duration = Duration::from_secs(60);
+
+/// The command timeout of rows that pause the server.
+const SHORT_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// A locker whose waiters only move on a notification (or a fallback).
+fn slow_polling(ns: &str) -> Config {
+    config(ns)
+        .poll_interval(SLOW_POLL)
+        .notify_poll_interval(SLOW_POLL)
+        .wait(Duration::from_secs(25))
+}
+
+/// Starts `n` waiters for `key` on `locker`, one after the other (each is
+/// queued before the next starts, so the line's order is known). Each
+/// records its index in `order` while it holds the key, checks that nobody
+/// else holds it meanwhile, and releases.
+fn queue_waiters<F: Front>(
+    locker: &Arc<F>,
+    key: &'static str,
+    n: usize,
+    order: &Arc<Mutex<Vec<(usize, u64)>>>,
+    inside: &Arc<AtomicBool>,
+) -> Vec<Bounded<Result<ReleaseOutcome, Error>>> {
+    (0..n)
+        .map(|i| {
+            let queued = locker.stats().waiters;
+            let (l, order, inside) = (locker.clone(), order.clone(), inside.clone());
+            let t = spawn(&format!("waiter-{i}"), move || {
+                let lease = l.acquire(key)?;
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                order.lock().unwrap().push((i, F::fence(&lease).get()));
+                inside.store(false, Ordering::SeqCst);
+                F::release(lease)
+            });
+            wait_for_stats(&**locker, &format!("waiter-{i} queued"), |s| {
+                s.waiters == queued + 1
+            });
+            t
+        })
+        .collect()
+}
+
+/// Joins every waiter (each within `bound`) and checks that each got the
+/// key and released it, in arrival order, with fences above `above`.
+fn all_served_in_order(
+    waiters: Vec<Bounded<Result<ReleaseOutcome, Error>>>,
+    order: &Mutex<Vec<(usize, u64)>>,
+    above: u64,
+    bound: Duration,
+) {
+    let n = waiters.len();
+    for (i, t) in waiters.into_iter().enumerate() {
+        match t.join_within(bound) {
+            Ok(outcome) => assert_eq!(outcome, ReleaseOutcome::Released, "waiter-{i}"),
+            Err(e) => panic!("waiter-{i} ended with {} ({e:?})", e.code()),
+        }
+    }
+    let order = order.lock().unwrap();
+    let indices: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(indices, (0..n).collect::<Vec<_>>(), "arrival order");
+    let mut last = above;
+    for (_, fence) in order.iter() {
+        assert!(
+            *fence > last,
+            "fences strictly increase: {order:?} above {above}"
+        );
+        last = *fence;
+    }
+}
+
+/// Waits until the server clock has passed the millisecond `fence` was
+/// seeded in, which the fence guarantee after data loss needs.
+fn clock_passes(server: &RedisServer, fence: u64) {
+    wait_until(BOUND, "the server clock passes the last fence's ms", || {
+        server_time_ms(server) > fence / 1000
+    });
+}
+
+/// The redis error behind `e`.
+fn redis_source(e: &Error) -> &redis::RedisError {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<redis::RedisError>())
+        .unwrap_or_else(|| panic!("{} keeps the redis error as its source: {e:?}", e.code()))
+}
+
+#[track_caller]
+fn assert_outcome_unknown(e: &Error, op: Operation) {
+    assert_eq!(e.code(), "OUTCOME_UNKNOWN", "{e:?}");
+    assert!(e.is_outcome_unknown());
+    match e {
+        Error::OutcomeUnknown { op: got, .. } => assert_eq!(*got, op, "{e:?}"),
+        other => panic!("expected OutcomeUnknown for {op:?}, got {other:?}"),
+    }
+    assert!(redis_source(e).is_timeout(), "a timeout: {e:?}");
+}
+
+// ----- restarts with data loss ---------------------------------------------------
+
+/// Redis restarted (SIGKILL, nothing saved) between two acquires: the
+/// fence counter is gone, is seeded again from the server's clock, and the
+/// next fence is still larger.
+pub(crate) fn restart_with_data_loss_between_two_acquires_still_increases_the_fence<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-restart");
+    let locker: F = connect(&server, config(&ns));
+    let lease = granted(locker.acquire("k"), "before the restart");
+    let before = F::fence(&lease).get();
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    clock_passes(&server, before);
+
+    server.restart();
+    assert_eq!(
+        get(&server, &fence_name(&ns, "k")),
+        None,
+        "the data is lost"
+    );
+    let lease = granted(locker.acquire("k"), "after the restart");
+    let after = F::fence(&lease).get();
+    assert!(after > before, "{after} > {before}");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    let fresh: F = connect(&server, config(&ns));
+    let lease = granted(fresh.acquire("k"), "a fresh locker");
+    assert!(F::fence(&lease).get() > after);
+    F::release(lease).unwrap();
+}
+
+/// Redis restarted while a lease was held: the lock is gone, so another
+/// locker acquires at once with a higher fence; the old holder's renew and
+/// release report `Conflict` and its lease stays invalid.
+pub(crate) fn restart_with_data_loss_while_held_lets_the_next_holder_in_with_a_higher_fence<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-restart-held");
+    let holder: F = connect(&server, config(&ns));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let old = F::fence(&held).get();
+    clock_passes(&server, old);
+
+    server.restart();
+    if F::NOTICES_IDLE_CLOSE {
+        wait_for_stats(&holder, "the holder noticed the restart", |s| !s.connected);
+    }
+    let next: F = connect(&server, config(&ns));
+    let lease = granted(next.acquire_with("k", no_wait()), "the lock was lost");
+    assert!(
+        F::fence(&lease).get() > old,
+        "a higher fence after data loss"
+    );
+
+    assert_eq!(F::renew(&held).unwrap(), RenewOutcome::Conflict);
+    assert!(
+        !F::is_valid(&held),
+        "a conflicting lease is never valid again"
+    );
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Conflict);
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+}
+
+// ----- SIGSTOP ---------------------------------------------------------------------
+
+/// A locker with a short command timeout, warmed up (a pooled connection
+/// and cached scripts), so that paused-server calls are really sent.
+fn warm_locker<F: Front>(server: &RedisServer, ns: &str) -> Arc<F> {
+    let locker = Arc::new(connect::<F>(
+        server,
+        config(ns).command_timeout(SHORT_TIMEOUT),
+    ));
+    let lease = granted(locker.acquire("warm-up"), "warm-up");
+    assert_eq!(F::renew(&lease).unwrap(), RenewOutcome::Renewed);
+    F::release(lease).unwrap();
+    locker
+}
+
+/// Redis SIGSTOPped during an acquire: it returns `OUTCOME_UNKNOWN` (a
+/// timeout) within the command timeout; after SIGCONT nothing is stuck: the
+/// token it may have set is released by the locker, and the key can be
+/// acquired by this locker and by another one.
+pub(crate) fn sigstop_during_acquire_is_outcome_unknown_and_a_later_acquire_works<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-stop-acquire");
+    let locker = warm_locker::<F>(&server, &ns);
+
+    let e = {
+        let _paused = server.pause_guard();
+        let l = locker.clone();
+        refused(
+            spawn("acquire", move || l.acquire_with("k", no_wait())).join_within(BOUND),
+            "acquire on a paused server",
+        )
+    };
+    assert_outcome_unknown(&e, Operation::Acquire);
+    assert_eq!(locker.stats().waiters, 0, "the waiter left");
+
+    let lease = granted(
+        locker.acquire_with("k", waiting(BOUND)),
+        "the same locker, after SIGCONT",
+    );
+    F::release(lease).unwrap();
+    let other: F = connect(&server, config(&ns));
+    let lease = granted(other.acquire_with("k", no_wait()), "another locker");
+    F::release(lease).unwrap();
+    assert_eq!(server.keys(&format!("{ns}:lock:*")), Vec::<String>::new());
+}
+
+/// Redis SIGSTOPped during a renew: it returns `OUTCOME_UNKNOWN` within
+/// the command timeout and the lease is never valid again (a later renew
+/// reports `Expired` without asking Redis); after SIGCONT the key is
+/// released and another locker acquires it.
+pub(crate) fn sigstop_during_renew_is_outcome_unknown_and_the_lease_is_never_valid_again<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-stop-renew");
+    let locker = warm_locker::<F>(&server, &ns);
+    let lease = granted(locker.acquire("k"), "acquire");
+    assert!(F::is_valid(&lease));
+
+    let (lease, result) = {
+        let _paused = server.pause_guard();
+        spawn("renew", move || {
+            let result = F::renew(&lease);
+            (lease, result)
+        })
+        .join_within(BOUND)
+    };
+    let e = refused(result, "renew on a paused server");
+    assert_outcome_unknown(&e, Operation::Renew);
+    assert!(!F::is_valid(&lease), "an unknown renew ends the lease");
+    assert_eq!(F::remaining(&lease), Duration::ZERO);
+
+    // After SIGCONT (the renew itself ran then): still never valid.
+    assert_eq!(F::renew(&lease).unwrap(), RenewOutcome::Expired);
+    assert!(!F::is_valid(&lease));
+    let _ = F::release(lease);
+    let other: F = connect(&server, config(&ns));
+    let lease = granted(
+        other.acquire_with("k", waiting(BOUND)),
+        "another locker, after SIGCONT",
+    );
+    F::release(lease).unwrap();
+    locker.shutdown().unwrap();
+}
+
+/// Redis SIGSTOPped during a release: it returns `OUTCOME_UNKNOWN` within
+/// the command timeout; after SIGCONT the key becomes free (the release ran
+/// then, or the TTL ends it), another locker acquires it, and the first
+/// locker still shuts down cleanly.
+pub(crate) fn sigstop_during_release_is_outcome_unknown_and_a_later_acquire_works<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-stop-release");
+    let locker = warm_locker::<F>(&server, &ns);
+    let lease = granted(locker.acquire("k"), "acquire");
+    let fence = F::fence(&lease).get();
+
+    let e = {
+        let _paused = server.pause_guard();
+        refused(
+            spawn("release", move || F::release(lease).map(|_| ())).join_within(BOUND),
+            "release on a paused server",
+        )
+    };
+    assert_outcome_unknown(&e, Operation::Release);
+
+    let other: F = connect(&server, config(&ns));
+    let lease = granted(
+        other.acquire_with("k", waiting(BOUND)),
+        "another locker, after SIGCONT",
+    );
+    assert!(F::fence(&lease).get() > fence);
+    F::release(lease).unwrap();
+    let lease = granted(locker.acquire_with("k", no_wait()), "the first locker");
+    F::release(lease).unwrap();
+    locker.shutdown().unwrap();
+}
+
+// ----- CLIENT KILL -------------------------------------------------------------------
+
+/// The command connections of both lockers are killed (`CLIENT KILL TYPE
+/// normal`) while three waiters wait for a notification: the holder's
+/// release and every waiter's attempt go out on new connections, and each
+/// waiter gets the key in arrival order.
+pub(crate) fn client_kill_of_the_command_connection_mid_wait_strands_no_waiter<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-kill-normal");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(&server, slow_polling(&ns)));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let (order, inside) = Default::default();
+    let threads = queue_waiters(&waiters, "k", 3, &order, &inside);
+    // Subscribed, and the head's check after the confirmation was busy: no
+    // attempt is in flight, the head waits 30 s for a notification.
+    wait_for_stats(&*waiters, "subscribed, head backing off", |s| {
+        s.subscribed && s.busy_replies >= 2
+    });
+
+    let killed = server.client_kill_type("normal");
+    assert!(
+        killed >= 2,
+        "both lockers had a command connection: {killed}"
+    );
+    if F::NOTICES_IDLE_CLOSE {
+        for (who, locker) in [("holder", &holder), ("waiters", &*waiters)] {
+            wait_for_stats(locker, &format!("the {who} noticed the kill"), |s| {
+                !s.connected
+            });
+        }
+    }
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    all_served_in_order(threads, &order, 0, BOUND);
+    assert_eq!(waiters.stats().waiters, 0);
+}
+
+/// The subscriber connection is killed (`CLIENT KILL TYPE pubsub`) while
+/// three waiters wait: the locker subscribes again, its heads check once
+/// more, and a later release still hands the key over by notification
+/// (safety polls are 30 s, beyond the bound).
+pub(crate) fn client_kill_of_the_subscriber_mid_wait_resubscribes_and_notifications_still_wake_waiters<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-kill-pubsub");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(&server, slow_polling(&ns)));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let (order, inside) = Default::default();
+    let threads = queue_waiters(&waiters, "k", 3, &order, &inside);
+    wait_for_stats(&*waiters, "subscribed, head backing off", |s| {
+        s.subscribed && s.busy_replies >= 2
+    });
+
+    let busy = waiters.stats().busy_replies;
+    assert_eq!(server.client_kill_type("pubsub"), 1, "one subscriber");
+    wait_until(
+        BOUND,
+        "subscribed again, and the head checked again",
+        || {
+            let s = waiters.stats();
+            s.subscribed
+                && s.busy_replies > busy
+                && server.client_list().iter().any(|c| c.contains(" sub=1 "))
+        },
+    );
+    let notified = waiters.stats().notifications;
+
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    all_served_in_order(threads, &order, 0, BOUND);
+    assert!(waiters.stats().notifications > notified, "by notification");
+}
+
+/// The subscriber connection is killed at the moment of the release, so
+/// its notification may be lost: the waiters fall back (the locker polls
+/// at `poll_interval` while it has no subscription, and its heads check
+/// again once it subscribes again) and still get the key, all of them.
+pub(crate) fn client_kill_of_the_subscriber_racing_a_release_strands_no_waiter<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-kill-race");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(
+        &server,
+        slow_polling(&ns).poll_interval(Duration::from_millis(25)),
+    ));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let (order, inside) = Default::default();
+    let threads = queue_waiters(&waiters, "k", 3, &order, &inside);
+    wait_for_stats(&*waiters, "subscribed, head backing off", |s| {
+        s.subscribed && s.busy_replies >= 2
+    });
+
+    assert_eq!(server.client_kill_type("pubsub"), 1, "one subscriber");
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    all_served_in_order(threads, &order, 0, BOUND);
+    assert_eq!(waiters.stats().waiters, 0);
+    let lease = granted(waiters.acquire_with("k", no_wait()), "afterwards");
+    F::release(lease).unwrap();
+}
+
+// ----- SCRIPT FLUSH ------------------------------------------------------------------
+
+/// `SCRIPT FLUSH` while waiters wait and a lease is held: the renew, the
+/// release, the waiters' attempts and shutdown's cleanup each load their
+/// script again (`NOSCRIPT` never surfaces).
+pub(crate) fn script_flush_mid_wait_reloads_the_scripts_and_waiters_still_acquire<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-flush");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(&server, slow_polling(&ns)));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let (order, inside) = Default::default();
+    let threads = queue_waiters(&waiters, "k", 2, &order, &inside);
+    wait_for_stats(&*waiters, "subscribed, head backing off", |s| {
+        s.subscribed && s.busy_replies >= 2
+    });
+    let fence = F::fence(&held).get();
+
+    server.script_flush();
+    assert_eq!(F::renew(&held).unwrap(), RenewOutcome::Renewed);
+    server.script_flush();
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    all_served_in_order(threads, &order, fence, BOUND);
+    assert!(holder.stats().noscript_reloads >= 2, "{:?}", holder.stats());
+    assert!(
+        waiters.stats().noscript_reloads >= 1,
+        "{:?}",
+        waiters.stats()
+    );
+
+    let lease = granted(waiters.acquire("k"), "one more");
+    server.script_flush();
+    waiters
+        .shutdown()
+        .expect("shutdown's cleanup loads the release script");
+    assert!(!exists(&server, &lock_name(&ns, "k")));
+    drop(lease);
+}
+
+// ----- eviction policy ---------------------------------------------------------------
+
+/// A server whose `maxmemory-policy` is `allkeys-lru` (locks may be
+/// evicted): connecting logs `REDIS_EVICTION_UNSAFE` at error level, and
+/// the locker still works.
+pub(crate) fn maxmemory_policy_allkeys_lru_logs_redis_eviction_unsafe_and_still_works<F: Front>() {
+    let logs = logs::capture();
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "allkeys-lru"])
+        .start();
+    let ns = namespace("m-lru");
+    let locker: F = connect(&server, config(&ns));
+    assert!(
+        logs.contains(log::Level::Error, "REDIS_EVICTION_UNSAFE"),
+        "{:?}",
+        logs.records()
+    );
+    let lease = granted(locker.acquire("k"), "acquire on an evicting server");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+}
+
+/// The eviction check falls back to `INFO memory` when the ACL refuses
+/// `CONFIG GET`: a locker user without it still gets
+/// `REDIS_EVICTION_UNSAFE` logged on an `allkeys-lru` server.
+pub(crate) fn maxmemory_policy_is_checked_through_info_when_config_get_is_refused<F: Front>() {
+    let logs = logs::capture();
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "allkeys-lru"])
+        .start();
+    let ns = namespace("m-lru-acl");
+    let mut rules = crate::least_privilege::rules(&ns);
+    rules.retain(|r| r != "+config|get");
+    let url = crate::least_privilege::add_user(&server, "no-config", &rules);
+    let locker = F::connect(&url, config(&ns)).unwrap_or_else(|e| panic!("connect: {e:?}"));
+    assert!(
+        logs.contains(log::Level::Error, "REDIS_EVICTION_UNSAFE"),
+        "{:?}",
+        logs.records()
+    );
+    let lease = granted(locker.acquire("k"), "acquire");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    let denied = crate::least_privilege::denials(&server, "no-config");
+    assert!(
+        denied.iter().all(|d| d == "config|get"),
+        "only CONFIG GET was refused: {denied:?}"
+    );
+}
+
+// ----- ACL without pub/sub -----------------------------------------------------------
+
+/// An ACL user without pub/sub commands (`-@pubsub`): `SUBSCRIBE` is
+/// refused with `NOPERM`, the locker logs `LOCK_NOTIFY_UNAVAILABLE` and its
+/// waiters poll at `poll_interval`; releases (whose `PUBLISH` is refused
+/// inside the script) still report `Released`, and contention stays
+/// correct: one holder at a time, FIFO, strictly increasing fences.
+pub(crate) fn acl_user_without_pubsub_rights_falls_back_to_polling_and_stays_correct<F: Front>() {
+    let logs = logs::capture();
+    let server = RedisServer::start();
+    let ns = namespace("m-nopubsub");
+    let url = crate::least_privilege::add_user(
+        &server,
+        "nopubsub",
+        &["+@all", "-@pubsub", "~*", "&*"].map(String::from),
+    );
+    let acl_config = |ns: &str| {
+        config(ns)
+            .poll_interval(Duration::from_millis(25))
+            .notify_poll_interval(SLOW_POLL)
+            .wait(Duration::from_secs(25))
+    };
+    let holder = F::connect(&url, acl_config(&ns)).unwrap_or_else(|e| panic!("{e:?}"));
+    let waiters = Arc::new(F::connect(&url, acl_config(&ns)).unwrap_or_else(|e| panic!("{e:?}")));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let fence = F::fence(&held).get();
+    let (order, inside) = Default::default();
+    let threads = queue_waiters(&waiters, "k", 3, &order, &inside);
+    wait_until(BOUND, "the refused subscription was reported", || {
+        logs.contains(log::Level::Warn, "LOCK_NOTIFY_UNAVAILABLE")
+    });
+    assert!(!waiters.stats().subscribed);
+
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    all_served_in_order(threads, &order, fence, BOUND);
+    let stats = waiters.stats();
+    assert!(!stats.subscribed, "{stats:?}");
+    assert_eq!(stats.notifications, 0, "{stats:?}");
+    assert!(
+        stats.safety_polls >= 1,
+        "the hand-over came by polls: {stats:?}"
+    );
+    let denied = crate::least_privilege::denials(&server, "nopubsub");
+    assert!(
+        denied.iter().all(|d| d == "subscribe" || d == "publish"),
+        "only pub/sub was refused: {denied:?}"
+    );
+}
+
+// ----- a holder process that dies ----------------------------------------------------
+
+/// A holder process acquires the key and is SIGKILLed without releasing:
+/// waiters of another process get the key when the dead holder's lease
+/// expires, in arrival order, with higher fences; none is stranded.
+pub(crate) fn holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-dead-holder");
+    let lease = Duration::from_millis(1500);
+    let holder = child::spawn_holder::<F>(&server, &ns, "k", lease);
+    assert!(
+        exists(&server, &lock_name(&ns, "k")),
+        "the child holds the key"
+    );
+
+    let waiters = Arc::new(connect::<F>(
+        &server,
+        config(&ns).wait(Duration::from_secs(20)),
+    ));
+    let (order, inside) = Default::default();
+    let threads = queue_waiters(&waiters, "k", 2, &order, &inside);
+    wait_for_stats(&*waiters, "the head found the key busy", |s| {
+        s.busy_replies >= 1
+    });
+    let fence = holder.kill();
+    all_served_in_order(threads, &order, fence, BOUND);
+    assert_eq!(waiters.stats().waiters, 0);
+}

@@ -1410,6 +1410,11 @@ impl Harness {
         if line.is_empty() {
             self.holder_until[w.key] = None;
             self.notified[w.key] = false;
+        } else if pos == 0 && how == "GRANTED" {
+            // The locker itself holds the key now: the next head backs off
+            // as behind a busy reply that reported the whole lease.
+            self.holder_until[w.key] = self.now.checked_add(ms(LEASE_MS));
+            self.notified[w.key] = false;
         }
         if self.waiters.is_empty() {
             self.idle_since = Some(self.now);

@@ -329,7 +329,8 @@ impl Core {
                 Ok(grant) if self.leases.get(grant.lease.0).is_none() => Err(Error::ShuttingDown),
                 other => other,
             };
-            self.finish(now, id);
+            let held_for = outcome.as_ref().ok().map(|grant| grant.clock.lease());
+            self.finish_holding(now, id, held_for);
             return WaiterStep::Done(outcome);
         }
         if w.attempt_submitted.is_some() {
@@ -461,11 +462,27 @@ impl Core {
 
     /// Removes a finished waiter and hands its line to the next one.
     fn finish(&mut self, now: Instant, id: WaiterId) {
+        self.finish_holding(now, id, None);
+    }
+
+    /// Like [`finish`](Self::finish); `held_for` is the lease of a waiter
+    /// that leaves because it acquired. This locker then holds the key, so
+    /// the next waiter would only hear "busy": instead of trying at once it
+    /// backs off until the release notification (SPEC §5: a release by the
+    /// same locker wakes its waiters only through the notification) or its
+    /// safety poll.
+    fn finish_holding(&mut self, now: Instant, id: WaiterId, held_for: Option<Duration>) {
+        let safety = self.safety_interval();
         let Some(w) = self.waiters.remove(id.0) else {
             return;
         };
         if let Some(line) = self.lines.get_mut(&w.names.id) {
             if let Some(next) = line.leave(id) {
+                if let Some(lease) = held_for {
+                    line.defer_head(now, lease, safety);
+                }
+                // Woken either way: a deferred head must trade the deadline
+                // it slept toward behind the old head for its retry instant.
                 self.events.push_back(CoreEvent::Wake(next));
             }
             if line.is_empty() {

@@ -289,13 +289,18 @@ fn sixteen_waiters_on_one_key_make_one_attempt_at_a_time_and_are_granted_in_arri
         core.handle_acquire_reply(now, id, acquired(fence));
         assert_eq!(granted(&mut core, now, id).fence, Fence::new(fence));
         let events = drain(&mut core);
-        match ids.get(n + 1) {
-            Some(&next) => {
-                assert_eq!(events, vec![CoreEvent::Wake(next)]);
-                assert_eq!(head(&core, "k"), Some(next));
-                attempt(&mut core, now, next);
-            }
-            None => assert!(events.is_empty()),
+        if let Some(&next) = ids.get(n + 1) {
+            assert_eq!(events, vec![CoreEvent::Wake(next)]);
+            assert_eq!(head(&core, "k"), Some(next));
+            assert_eq!(
+                wait_until(&mut core, now, next),
+                Some(now + POLL),
+                "the locker holds the key now: no attempt before the release"
+            );
+            // The holder's release notification hands the line on.
+            core.handle_notification(KeyId::of("k").to_hex().as_bytes());
+            assert_eq!(drain(&mut core), vec![CoreEvent::Wake(next)]);
+            attempt(&mut core, now, next);
         }
     }
     assert_eq!(core.counts().tracked_leases, 16);
@@ -328,7 +333,7 @@ fn other_keys_have_their_own_lines() {
 }
 
 #[test]
-fn when_the_head_acquires_the_next_waiter_is_woken_and_becomes_head() {
+fn when_the_head_acquires_the_next_waiter_becomes_head_and_waits_for_the_release_notification() {
     let now = t0();
     let mut core = core_at(now);
     let a = join(&mut core, now, "k", 1, secs(5));
@@ -343,7 +348,17 @@ fn when_the_head_acquires_the_next_waiter_is_woken_and_becomes_head() {
     granted(&mut core, now, a);
     assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
     assert_line(&core, "k", &[b, c]);
-    assert_eq!(head_state(&core, "k"), Some(HeadState::Ready));
+    assert_eq!(
+        head_state(&core, "k"),
+        Some(HeadState::Backoff {
+            retry_at: Some(now + POLL)
+        }),
+        "this locker holds the key: trying now could only hear busy; \
+         the safety poll still covers a lost notification"
+    );
+    assert_eq!(wait_until(&mut core, now, b), Some(now + POLL));
+    core.handle_notification(KeyId::of("k").to_hex().as_bytes());
+    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
     attempt(&mut core, now, b);
     assert_eq!(wait_until(&mut core, now, c), Some(now + secs(5)));
 }
@@ -883,6 +898,9 @@ fn a_cancelled_head_whose_attempt_acquires_still_gets_its_lease() {
     );
     core.handle_acquire_reply(now, a, acquired(11));
     assert_eq!(granted(&mut core, now, a).fence, Fence::new(11));
+    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
+    assert_eq!(wait_until(&mut core, now, b), Some(now + POLL));
+    core.handle_notification(KeyId::of("k").to_hex().as_bytes());
     assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
 
     // the same with a busy reply: the cancel wins

@@ -100,6 +100,15 @@ impl Line {
         self.head()
     }
 
+    /// A new head whose predecessor just acquired the key: the lock is held
+    /// by the same locker for `lease`, so the head backs off as after a busy
+    /// reply instead of trying at once.
+    pub(crate) fn defer_head(&mut self, now: Instant, lease: Duration, safety: Duration) {
+        if self.head == HeadState::Ready {
+            self.handle_busy(now, Some(lease), safety);
+        }
+    }
+
     /// The step for waiter `id` at `now`.
     pub(crate) fn poll(&mut self, id: WaiterId, now: Instant) -> LineStep {
         if self.head() != Some(id) {

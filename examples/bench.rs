@@ -1,0 +1,146 @@
+//! The benchmark harness: what the crate costs a user and Redis.
+//!
+//! ```text
+//! benchmarks/run.sh                      # every scenario, own redis-server
+//! cargo run --release --example bench -- SCENARIO --url redis://127.0.0.1:PORT/0 [--out FILE]
+//! ```
+//!
+//! Scenarios (each prints a short summary on stderr and its JSON on stdout,
+//! or to `--out`): `uncontended`, `contention`, `wakeup`, `many-keys`,
+//! `memory`. `contention` and `memory` re-execute this binary as worker
+//! processes (`contention-worker`, `memory-child`). `free-port` prints a free
+//! loopback port (for `benchmarks/run.sh`).
+//!
+//! Never point it at a Redis that holds data you care about: it runs
+//! `CONFIG RESETSTAT`, `ACL SETUSER` and writes keys under `redlease-bench`.
+//! See BENCHMARKS.md for what each figure means.
+#![allow(clippy::disallowed_methods)] // a benchmark reads the clock and sleeps
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::io::Write;
+
+#[path = "bench/contention.rs"]
+mod contention;
+#[path = "bench/json.rs"]
+mod json;
+#[path = "bench/many_keys.rs"]
+mod many_keys;
+#[path = "bench/memory.rs"]
+mod memory;
+#[path = "bench/uncontended.rs"]
+mod uncontended;
+#[path = "bench/util.rs"]
+mod util;
+#[path = "bench/wakeup.rs"]
+mod wakeup;
+
+use json::J;
+
+type BoxResult<T> = Result<T, Box<dyn Error>>;
+
+/// `--flag value` pairs after the scenario name.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Args {
+    scenario: String,
+    flags: BTreeMap<String, String>,
+}
+
+impl Args {
+    fn parse() -> BoxResult<Self> {
+        let mut it = std::env::args().skip(1);
+        let scenario = it
+            .next()
+            .ok_or("usage: bench SCENARIO --url URL [--flag value]...")?;
+        let mut flags = BTreeMap::new();
+        while let Some(flag) = it.next() {
+            let name = flag
+                .strip_prefix("--")
+                .ok_or_else(|| format!("expected --flag, got {flag:?}"))?;
+            let value = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
+            flags.insert(name.to_owned(), value);
+        }
+        Ok(Args { scenario, flags })
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.flags.get(name).map(String::as_str)
+    }
+
+    pub(crate) fn url(&self) -> BoxResult<String> {
+        Ok(self.get("url").ok_or("--url is required")?.to_owned())
+    }
+
+    pub(crate) fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> BoxResult<T> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("--{name}: not a number: {v:?}").into()),
+        }
+    }
+
+    /// `--front blocking|async|both` (default both).
+    pub(crate) fn fronts(&self) -> BoxResult<Vec<util::Front>> {
+        match self.get("front").unwrap_or("both") {
+            "both" => Ok(vec![util::Front::Blocking, util::Front::Async]),
+            other => Ok(vec![util::Front::parse(other)?]),
+        }
+    }
+
+    /// The flags as given, for the JSON record of the run.
+    pub(crate) fn to_json(&self) -> J {
+        J::obj(
+            self.flags
+                .iter()
+                .filter(|(k, _)| k.as_str() != "out")
+                .map(|(k, v)| (k.as_str(), J::from(v.as_str()))),
+        )
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> BoxResult<()> {
+    let args = Args::parse()?;
+    let result = match args.scenario.as_str() {
+        "free-port" => {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            println!("{port}");
+            return Ok(());
+        }
+        "contention-worker" => return contention::worker(&args),
+        "memory-child" => return memory::child(&args),
+        "uncontended" => uncontended::run(&args)?,
+        "contention" => contention::run(&args)?,
+        "wakeup" => wakeup::run(&args)?,
+        "many-keys" => many_keys::run(&args)?,
+        "memory" => memory::run(&args)?,
+        other => return Err(format!("unknown scenario {other:?}").into()),
+    };
+    let meta = util::meta(&args)?;
+    let doc = J::obj([
+        ("scenario", J::from(args.scenario.as_str())),
+        ("meta", meta),
+        ("results", result),
+    ]);
+    let text = doc.pretty();
+    match args.get("out") {
+        Some(path) => {
+            std::fs::write(path, format!("{text}\n"))?;
+            eprintln!("wrote {path}");
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{text}")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,715 @@
+//! Contention: P processes × W waiters on one key, each holding it `hold`
+//! and releasing, until `total` acquisitions; once with release
+//! notifications and once without (an ACL user without channel rights, so
+//! SUBSCRIBE is refused with NOPERM and the lockers poll).
+//!
+//! The controller (`contention`) re-executes this binary as worker
+//! processes (`contention-worker`) and talks to them over their stdin and
+//! stdout: `READY` (connected), `GO`, one `A` per acquisition (so the
+//! controller can count to `total` and say `STOP`), then one `R` line per
+//! acquisition (fence, shared-clock timestamps), an `S` line with the
+//! locker's statistics and `END`. Timestamps are `SystemTime` in µs: the
+//! one clock all processes share.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redlease::{AcquireOptions, CancelHandle, Config, ReleaseOutcome, Stats};
+
+use super::json::J;
+use super::uncontended::{pipelined_pings, rtt_connection};
+use super::util::{self, sys_us, CommandStats, Front};
+use super::{Args, BoxResult};
+
+/// The ACL user of the poll-only runs: every command, every key, no channel.
+const NO_NOTIFY_USER: &str = "redlease-bench-nonotify";
+const NO_NOTIFY_PASSWORD: &str = "redlease-bench-nonotify-pw";
+
+pub(crate) fn run(args: &Args) -> BoxResult<J> {
+    let url = args.url()?;
+    let plan = Plan {
+        processes: args.num("processes", 4)?,
+        waiters: args.num("waiters", 8)?,
+        total: args.num("total", 500)?,
+        hold: Duration::from_micros(args.num("hold-us", 2_000)?),
+        budget: Duration::from_secs(args.num("budget-s", 120)?),
+    };
+    let modes: Vec<bool> = match args.get("notify").unwrap_or("both") {
+        "both" => vec![true, false],
+        "on" => vec![true],
+        "off" => vec![false],
+        other => return Err(format!("--notify: on, off or both, not {other:?}").into()),
+    };
+    let mut admin = util::connect(&url)?;
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(NO_NOTIFY_USER)
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{NO_NOTIFY_PASSWORD}"))
+        .arg("~*")
+        .arg("resetchannels")
+        .arg("+@all")
+        .query::<()>(&mut admin)?;
+    let mut out = Vec::new();
+    for front in args.fronts()? {
+        let mut per_front = Vec::new();
+        for &notify in &modes {
+            let r = one(front, &url, notify, &plan)?;
+            eprintln!("{}", headline(front, notify, &r));
+            per_front.push((if notify { "notify" } else { "poll_only" }, r));
+        }
+        out.push((front.name(), J::obj(per_front)));
+    }
+    Ok(J::obj(out))
+}
+
+struct Plan {
+    processes: usize,
+    waiters: usize,
+    total: usize,
+    hold: Duration,
+    budget: Duration,
+}
+
+fn headline(front: Front, notify: bool, r: &J) -> String {
+    let f = |path: &[&str]| {
+        let mut v = r;
+        for p in path {
+            match v.get(p) {
+                Some(x) => v = x,
+                None => return f64::NAN,
+            }
+        }
+        v.as_f64().unwrap_or(f64::NAN)
+    };
+    format!(
+        "contention {:8} {:9}: {:.0} acq/s, hand-over to another waiter p50 {:.0} µs = {:.1} RTT \
+         ({:.1} idle RTT), p99 {:.0} µs; releaser's process re-takes {:.0}%; {:.2} scripts/acq, \
+         {:.2} round trips/acq; per waiter {}..{}; violations {}",
+        front.name(),
+        if notify { "notify" } else { "poll-only" },
+        f(&["acquisitions_per_s"]),
+        f(&["handover_other_waiter", "p50_us"]),
+        f(&["handover_other_waiter_p50_rtt"]),
+        f(&["handover_other_waiter_p50_in_rtt_after_idle"]),
+        f(&["handover_other_waiter", "p99_us"]),
+        f(&["releaser_process_retake_rate"]) * 100.0,
+        f(&["redis_scripts_per_acquisition"]),
+        f(&["redis_round_trips_per_acquisition"]),
+        f(&["fairness", "min_per_waiter"]),
+        f(&["fairness", "max_per_waiter"]),
+        f(&["mutual_exclusion_violations"]),
+    )
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rec {
+    process: usize,
+    waiter: usize,
+    fence: u64,
+    /// Shared clock, µs: the acquire returned.
+    acquired: u64,
+    /// The holder called release.
+    release_called: u64,
+    /// The release returned.
+    released: u64,
+}
+
+enum Msg {
+    Ready,
+    Acquired,
+    Rec(Rec),
+    Stats(usize, Vec<u64>),
+    Error(usize, String),
+    End,
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+}
+
+fn say(stdin: &mut ChildStdin, what: &str) {
+    let _ = writeln!(stdin, "{what}");
+    let _ = stdin.flush();
+}
+
+fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
+    let mut admin = util::connect(url)?;
+    let worker_url = if notify {
+        url.to_owned()
+    } else {
+        util::with_user(url, NO_NOTIFY_USER, NO_NOTIFY_PASSWORD)?
+    };
+    let ns = util::fresh_namespace("contention");
+    let rtt = util::ping(front, url, 1_000)?;
+    let rtt_p50 = util::p50(&rtt);
+    let idle_rtt = util::ping_after_idle(front, url, 200, Duration::from_millis(2))?;
+    let (tx, rx) = mpsc::channel();
+    let mut workers = Vec::new();
+    for p in 0..plan.processes {
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["contention-worker", "--url", &worker_url])
+            .args(["--front", front.name(), "--ns", &ns, "--key", "contended"])
+            .args(["--process", &p.to_string()])
+            .args(["--waiters", &plan.waiters.to_string()])
+            .args(["--hold-us", &plan.hold.as_micros().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let tx = tx.clone();
+        std::thread::spawn(move || read_worker(p, stdout, &tx));
+        workers.push(Worker { child, stdin });
+    }
+    drop(tx);
+    let mut ready = 0;
+    while ready < plan.processes {
+        match rx.recv_timeout(Duration::from_secs(30))? {
+            Msg::Ready => ready += 1,
+            Msg::End => return Err("a worker ended before it was ready".into()),
+            _ => {}
+        }
+    }
+    CommandStats::reset(&mut admin)?;
+    let go_at = sys_us();
+    let started = Instant::now();
+    for w in &mut workers {
+        say(&mut w.stdin, "GO");
+    }
+    let mut counted = 0usize;
+    let mut stop_at = None;
+    let mut recs = Vec::new();
+    let mut stats: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut ended = 0;
+    let mut timed_out = false;
+    while ended < plan.processes {
+        let msg = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(msg) => Some(msg),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        match msg {
+            Some(Msg::Acquired) => counted += 1,
+            Some(Msg::Rec(r)) => recs.push(r),
+            Some(Msg::Stats(p, s)) => {
+                stats.insert(p, s);
+            }
+            Some(Msg::Error(p, code)) => {
+                *errors.entry(format!("process {p}: {code}")).or_default() += 1;
+            }
+            Some(Msg::End) => ended += 1,
+            Some(Msg::Ready) | None => {}
+        }
+        let over_budget = started.elapsed() > plan.budget;
+        if stop_at.is_none() && (counted >= plan.total || over_budget) {
+            timed_out = over_budget && counted < plan.total;
+            stop_at = Some((sys_us(), counted));
+            for w in &mut workers {
+                say(&mut w.stdin, "STOP");
+            }
+        }
+        if over_budget && started.elapsed() > plan.budget + Duration::from_secs(20) {
+            for w in &mut workers {
+                let _ = w.child.kill();
+            }
+            return Err("workers did not stop within 20 s of STOP".into());
+        }
+    }
+    let commandstats = CommandStats::read(&mut admin)?;
+    for w in &mut workers {
+        let _ = w.child.wait();
+    }
+    let (stop_us, counted_at_stop) = stop_at.unwrap_or((sys_us(), counted));
+    let plain = if front == Front::Async {
+        util::ping_blocking(url, 1_000)?
+    } else {
+        Vec::new()
+    };
+    let mut j = analyse(Analysis {
+        front,
+        notify,
+        plan,
+        recs,
+        stats,
+        errors,
+        commandstats,
+        rtt,
+        rtt_p50,
+        idle_rtt,
+        window_us: stop_us.saturating_sub(go_at),
+        counted_at_stop,
+        timed_out,
+    });
+    if !plain.is_empty() {
+        let gap = j
+            .get("handover_other_process")
+            .and_then(|g| g.get("p50_us"))
+            .and_then(J::as_f64)
+            .unwrap_or(0.0);
+        j.set("plain_rtt", util::summary_us(&plain));
+        j.set(
+            "handover_other_process_p50_plain_rtt",
+            util::in_rtt((gap * 1000.0) as u64, util::p50(&plain)),
+        );
+    }
+    Ok(j)
+}
+
+fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Msg>) {
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let mut words = line.split_whitespace();
+        let nums = |words: std::str::SplitWhitespace<'_>| -> Vec<u64> {
+            words.filter_map(|w| w.parse().ok()).collect()
+        };
+        let msg = match words.next() {
+            Some("READY") => Msg::Ready,
+            Some("A") => Msg::Acquired,
+            Some("R") => {
+                let n = nums(words);
+                if n.len() != 5 {
+                    continue;
+                }
+                Msg::Rec(Rec {
+                    process: p,
+                    waiter: n[0] as usize,
+                    fence: n[1],
+                    acquired: n[2],
+                    release_called: n[3],
+                    released: n[4],
+                })
+            }
+            Some("S") => Msg::Stats(p, nums(words)),
+            Some("E") => Msg::Error(p, words.collect::<Vec<_>>().join(" ")),
+            Some("END") => break,
+            _ => continue,
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Msg::End);
+}
+
+struct Analysis<'a> {
+    front: Front,
+    notify: bool,
+    plan: &'a Plan,
+    recs: Vec<Rec>,
+    stats: BTreeMap<usize, Vec<u64>>,
+    errors: BTreeMap<String, u64>,
+    commandstats: CommandStats,
+    rtt: Vec<u64>,
+    rtt_p50: u64,
+    idle_rtt: Vec<u64>,
+    window_us: u64,
+    counted_at_stop: usize,
+    timed_out: bool,
+}
+
+fn analyse(a: Analysis<'_>) -> J {
+    let mut recs = a.recs;
+    // Fences increase strictly per key: fence order is grant order.
+    recs.sort_by_key(|r| r.fence);
+    let n = recs.len();
+    let mut violations = 0u64;
+    let mut gaps_all = Vec::new();
+    let mut gaps_other_waiter = Vec::new();
+    let mut gaps_other_process = Vec::new();
+    let mut gaps_same_process = Vec::new();
+    let mut same_waiter = 0u64;
+    let mut same_process = 0u64;
+    // [releaser's process][next holder's process]
+    let mut transitions = vec![vec![0u64; a.plan.processes]; a.plan.processes];
+    for pair in recs.windows(2) {
+        let (prev, next) = (pair[0], pair[1]);
+        // The next holder saw its grant before the previous one started to
+        // release (or fences repeated): two holders at once.
+        if next.fence == prev.fence || next.acquired < prev.release_called {
+            violations += 1;
+            continue;
+        }
+        if let Some(row) = transitions.get_mut(prev.process) {
+            if let Some(cell) = row.get_mut(next.process) {
+                *cell += 1;
+            }
+        }
+        let gap = (next.acquired - prev.release_called) * 1000;
+        gaps_all.push(gap);
+        if next.process == prev.process {
+            same_process += 1;
+            gaps_same_process.push(gap);
+            if next.waiter == prev.waiter {
+                same_waiter += 1;
+            } else {
+                gaps_other_waiter.push(gap);
+            }
+        } else {
+            gaps_other_waiter.push(gap);
+            gaps_other_process.push(gap);
+        }
+    }
+    let pairs = n.saturating_sub(1).max(1) as f64;
+    let mut per_waiter: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    for p in 0..a.plan.processes {
+        for w in 0..a.plan.waiters {
+            per_waiter.insert((p, w), 0);
+        }
+    }
+    for r in &recs {
+        *per_waiter.entry((r.process, r.waiter)).or_default() += 1;
+    }
+    let mut per_process = vec![0u64; a.plan.processes];
+    for ((p, _), c) in &per_waiter {
+        if let Some(slot) = per_process.get_mut(*p) {
+            *slot += c;
+        }
+    }
+    let counts: Vec<u64> = per_waiter.values().copied().collect();
+    let release_rtts: Vec<u64> = recs
+        .iter()
+        .map(|r| r.released.saturating_sub(r.release_called) * 1000)
+        .collect();
+    // Locker statistics summed over the processes (order of `S` fields).
+    let names = [
+        "acquires",
+        "busy_replies",
+        "notifications",
+        "safety_polls",
+        "scripts_sent",
+        "wait_timeouts",
+        "noscript_reloads",
+    ];
+    let mut sums = vec![0u64; names.len()];
+    for s in a.stats.values() {
+        for (i, v) in s.iter().enumerate().take(names.len()) {
+            sums[i] += v;
+        }
+    }
+    let acq = n.max(1) as f64;
+    let per_acq = |x: u64| J::round(x as f64 / acq, 2);
+    let cs = &a.commandstats;
+    let pings = pipelined_pings(a.front, cs);
+    let rtt_p50 = a.rtt_p50;
+    let p50_of = |v: &[u64]| util::in_rtt(util::p50(v), rtt_p50);
+    J::obj([
+        ("front", J::from(a.front.name())),
+        ("notifications", J::from(a.notify)),
+        ("processes", J::from(a.plan.processes)),
+        ("waiters_per_process", J::from(a.plan.waiters)),
+        ("hold_us", J::from(a.plan.hold.as_micros() as u64)),
+        ("target_acquisitions", J::from(a.plan.total)),
+        ("acquisitions", J::from(n)),
+        ("acquisitions_counted_at_stop", J::from(a.counted_at_stop)),
+        ("timed_out", J::from(a.timed_out)),
+        (
+            "acquisitions_per_s",
+            J::round(
+                a.counted_at_stop as f64 / (a.window_us.max(1) as f64 / 1e6),
+                1,
+            ),
+        ),
+        ("rtt", util::summary_us(&a.rtt)),
+        ("rtt_connection", J::from(rtt_connection(a.front))),
+        ("rtt_after_2ms_idle", util::summary_us(&a.idle_rtt)),
+        (
+            "handover_other_waiter_p50_in_rtt_after_idle",
+            util::in_rtt(util::p50(&gaps_other_waiter), util::p50(&a.idle_rtt)),
+        ),
+        ("handover_all", util::summary_us(&gaps_all)),
+        ("handover_all_p50_rtt", p50_of(&gaps_all)),
+        (
+            "handover_other_waiter",
+            util::summary_us(&gaps_other_waiter),
+        ),
+        ("handover_other_waiter_p50_rtt", p50_of(&gaps_other_waiter)),
+        (
+            "handover_other_waiter_p99_rtt",
+            util::in_rtt(util::p99(&gaps_other_waiter), rtt_p50),
+        ),
+        (
+            "handover_other_process",
+            util::summary_us(&gaps_other_process),
+        ),
+        (
+            "handover_other_process_p50_rtt",
+            p50_of(&gaps_other_process),
+        ),
+        (
+            "handover_same_process",
+            util::summary_us(&gaps_same_process),
+        ),
+        ("release_call", util::summary_us(&release_rtts)),
+        (
+            "releaser_process_retake_rate",
+            J::round(same_process as f64 / pairs, 3),
+        ),
+        (
+            "releaser_waiter_retake_rate",
+            J::round(same_waiter as f64 / pairs, 3),
+        ),
+        (
+            "fairness",
+            J::obj([
+                (
+                    "min_per_waiter",
+                    J::from(counts.iter().copied().min().unwrap_or(0)),
+                ),
+                (
+                    "max_per_waiter",
+                    J::from(counts.iter().copied().max().unwrap_or(0)),
+                ),
+                (
+                    "starved_waiters",
+                    J::from(counts.iter().filter(|&&c| c == 0).count()),
+                ),
+                ("per_process", J::arr(per_process.into_iter().map(J::from))),
+                (
+                    "next_holder_process_by_releaser_process",
+                    J::arr(
+                        transitions
+                            .into_iter()
+                            .map(|row| J::arr(row.into_iter().map(J::from))),
+                    ),
+                ),
+                ("per_waiter", J::arr(counts.iter().copied().map(J::from))),
+            ]),
+        ),
+        ("mutual_exclusion_violations", J::from(violations)),
+        ("redis_scripts_per_acquisition", per_acq(cs.scripts())),
+        (
+            "redis_acquire_scripts_per_acquisition",
+            per_acq(cs.scripts().saturating_sub(n as u64)),
+        ),
+        ("redis_commands_per_acquisition", per_acq(cs.total())),
+        (
+            "redis_calls_inside_scripts_per_acquisition",
+            per_acq(cs.inside_scripts()),
+        ),
+        (
+            "redis_round_trips_per_acquisition",
+            per_acq(cs.total() - pings),
+        ),
+        ("commandstats", cs.to_json()),
+        (
+            "locker_stats_sum",
+            J::obj(
+                names
+                    .iter()
+                    .zip(&sums)
+                    .map(|(name, v)| (*name, J::from(*v))),
+            ),
+        ),
+        (
+            "locker_stats_per_acquisition",
+            J::obj(
+                names
+                    .iter()
+                    .zip(&sums)
+                    .map(|(name, v)| (*name, per_acq(*v))),
+            ),
+        ),
+        (
+            "errors",
+            J::obj(a.errors.iter().map(|(k, v)| (k.as_str(), J::from(*v)))),
+        ),
+    ])
+}
+
+// ----- the worker process ---------------------------------------------------
+
+struct Out(Mutex<std::io::Stdout>);
+
+impl Out {
+    fn line(&self, s: &str) {
+        let out = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = out.lock();
+        let _ = writeln!(out, "{s}");
+        let _ = out.flush();
+    }
+}
+
+struct WorkerState {
+    stop: AtomicBool,
+    cancel: CancelHandle,
+    out: Out,
+}
+
+pub(crate) fn worker(args: &Args) -> BoxResult<()> {
+    let url = args.url()?;
+    let front = Front::parse(args.get("front").ok_or("--front")?)?;
+    let ns = args.get("ns").ok_or("--ns")?.to_owned();
+    let key = args.get("key").ok_or("--key")?.to_owned();
+    let waiters: usize = args.num("waiters", 8)?;
+    let hold = Duration::from_micros(args.num("hold-us", 2_000)?);
+    let state = Arc::new(WorkerState {
+        stop: AtomicBool::new(false),
+        cancel: CancelHandle::new(),
+        out: Out(Mutex::new(std::io::stdout())),
+    });
+    let (go_tx, go_rx) = mpsc::channel();
+    {
+        let state = state.clone();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                match line.as_deref().map(str::trim) {
+                    Ok("GO") => {
+                        let _ = go_tx.send(());
+                    }
+                    Ok("STOP") | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            state.stop.store(true, Ordering::SeqCst);
+            state.cancel.cancel();
+        });
+    }
+    let config = Config::new(ns)
+        .lease(Duration::from_secs(5))
+        .wait(Duration::from_secs(60));
+    let (recs, stats) = match front {
+        Front::Blocking => {
+            let locker = Arc::new(redlease::blocking::Locker::connect(url.as_str(), config)?);
+            state.out.line("READY");
+            go_rx.recv()?;
+            let threads: Vec<_> = (0..waiters)
+                .map(|w| {
+                    let locker = locker.clone();
+                    let state = state.clone();
+                    let key = key.clone();
+                    std::thread::spawn(move || blocking_waiter(&locker, &state, &key, w, hold))
+                })
+                .collect();
+            let mut recs = Vec::new();
+            for t in threads {
+                recs.extend(t.join().map_err(|_| "a waiter thread panicked")?);
+            }
+            let stats = locker.stats();
+            locker.shutdown()?;
+            (recs, stats)
+        }
+        Front::Async => smol::block_on(async {
+            let locker = redlease::aio::Locker::connect(url.as_str(), config).await?;
+            state.out.line("READY");
+            go_rx.recv()?;
+            let all = futures::future::join_all(
+                (0..waiters).map(|w| async_waiter(&locker, &state, &key, w, hold)),
+            )
+            .await;
+            let stats = locker.stats();
+            locker.shutdown().await?;
+            Ok::<_, Box<dyn std::error::Error>>((all.into_iter().flatten().collect(), stats))
+        })?,
+    };
+    for r in &recs {
+        state.out.line(&format!(
+            "R {} {} {} {} {}",
+            r.waiter, r.fence, r.acquired, r.release_called, r.released
+        ));
+    }
+    state.out.line(&stats_line(&stats));
+    state.out.line("END");
+    Ok(())
+}
+
+fn stats_line(s: &Stats) -> String {
+    format!(
+        "S {} {} {} {} {} {} {}",
+        s.acquires,
+        s.busy_replies,
+        s.notifications,
+        s.safety_polls,
+        s.scripts_sent,
+        s.wait_timeouts,
+        s.noscript_reloads
+    )
+}
+
+fn options(state: &WorkerState) -> AcquireOptions {
+    AcquireOptions::new().cancel(state.cancel.clone())
+}
+
+fn record(
+    state: &WorkerState,
+    waiter: usize,
+    fence: u64,
+    acquired: u64,
+    release_called: u64,
+    outcome: Result<ReleaseOutcome, redlease::Error>,
+) -> Rec {
+    match outcome {
+        Ok(ReleaseOutcome::Released) => {}
+        Ok(other) => state.out.line(&format!("E release {other:?}")),
+        Err(e) => state.out.line(&format!("E release {}", e.code())),
+    }
+    Rec {
+        process: 0,
+        waiter,
+        fence,
+        acquired,
+        release_called,
+        released: sys_us(),
+    }
+}
+
+fn blocking_waiter(
+    locker: &redlease::blocking::Locker,
+    state: &WorkerState,
+    key: &str,
+    w: usize,
+    hold: Duration,
+) -> Vec<Rec> {
+    let mut recs = Vec::new();
+    while !state.stop.load(Ordering::SeqCst) {
+        match locker.acquire_with(key, options(state)) {
+            Ok(lease) => {
+                let acquired = sys_us();
+                state.out.line("A");
+                util::sleep(hold);
+                let release_called = sys_us();
+                let fence = lease.fence().get();
+                let outcome = lease.release();
+                recs.push(record(state, w, fence, acquired, release_called, outcome));
+            }
+            Err(e) if e.code() == "CANCELLED" => break,
+            Err(e) => state.out.line(&format!("E acquire {}", e.code())),
+        }
+    }
+    recs
+}
+
+async fn async_waiter(
+    locker: &redlease::aio::Locker,
+    state: &WorkerState,
+    key: &str,
+    w: usize,
+    hold: Duration,
+) -> Vec<Rec> {
+    let mut recs = Vec::new();
+    while !state.stop.load(Ordering::SeqCst) {
+        match locker.acquire_with(key, options(state)).await {
+            Ok(lease) => {
+                let acquired = sys_us();
+                state.out.line("A");
+                async_io::Timer::after(hold).await;
+                let release_called = sys_us();
+                let fence = lease.fence().get();
+                let outcome = lease.release().await;
+                recs.push(record(state, w, fence, acquired, release_called, outcome));
+            }
+            Err(e) if e.code() == "CANCELLED" => break,
+            Err(e) => state.out.line(&format!("E acquire {}", e.code())),
+        }
+    }
+    recs
+}

@@ -16,13 +16,13 @@ cd "$(dirname "$0")/.."
 
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
-    scenarios=(uncontended wakeup contention many-keys memory)
+    scenarios=(uncontended wakeup contention many-keys memory core)
 fi
 
 command -v redis-server >/dev/null || { echo "redis-server is not on PATH" >&2; exit 1; }
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is not on PATH" >&2; exit 1; }
 
-cargo build --release --example bench
+cargo build --release --features fuzzing --example bench
 bench=target/release/examples/bench
 
 quiet_load="${BENCH_QUIET_LOAD:-0.7}"

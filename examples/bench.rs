@@ -7,7 +7,8 @@
 //!
 //! Scenarios (each prints a short summary on stderr and its JSON on stdout,
 //! or to `--out`): `uncontended`, `contention`, `wakeup`, `many-keys`,
-//! `memory`. `contention` and `memory` re-execute this binary as worker
+//! `memory`, `core` (micro-benchmarks of the sans-IO core; needs
+//! `--features fuzzing`). `contention` and `memory` re-execute this binary as worker
 //! processes (`contention-worker`, `memory-child`). `free-port` prints a free
 //! loopback port (for `benchmarks/run.sh`).
 //!
@@ -22,6 +23,8 @@ use std::io::Write;
 
 #[path = "bench/contention.rs"]
 mod contention;
+#[path = "bench/core.rs"]
+mod core_micro;
 #[path = "bench/json.rs"]
 mod json;
 #[path = "bench/many_keys.rs"]
@@ -123,6 +126,7 @@ fn run() -> BoxResult<()> {
         "wakeup" => wakeup::run(&args)?,
         "many-keys" => many_keys::run(&args)?,
         "memory" => memory::run(&args)?,
+        "core" => core_micro::run(&args)?,
         other => return Err(format!("unknown scenario {other:?}").into()),
     };
     let meta = util::meta(&args)?;

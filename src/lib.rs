@@ -84,6 +84,9 @@ pub mod fenced;
 #[doc(hidden)]
 pub mod fuzzing;
 mod held;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod micro;
 mod lost;
 mod replication;
 mod stats;

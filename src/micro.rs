@@ -1,0 +1,76 @@
+//! Hooks for the core micro-benchmarks in `examples/bench` (feature
+//! `fuzzing`, hidden: not part of the API, no stability promise). Each runs
+//! one unit of the sans-IO core's work so that the benchmark can time it.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::config::{Config, ResolvedOptions};
+use crate::core::core::{Core, CoreSettings, WaiterStep};
+use crate::core::names::{Channel, KeyId, LockNames, OwnerToken};
+use crate::core::script::{classify_acquire, classify_release, AcquireReply};
+
+/// Classifies one acquire reply; true when it grants.
+pub fn classify_acquire_reply(reply: &Value) -> bool {
+    matches!(classify_acquire(reply), Ok(AcquireReply::Acquired(_)))
+}
+
+/// Classifies one release reply; true when it is an outcome.
+pub fn classify_release_reply(reply: &Value) -> bool {
+    classify_release(reply).is_ok()
+}
+
+/// Builds a key's stored names (SHA-256 of the key, hash tag); returns the
+/// lock name's length.
+pub fn build_names(namespace: &str, key: &str) -> usize {
+    LockNames::new(namespace, KeyId::of(key)).lock.len()
+}
+
+/// `waiters` waiters join one key's line at `now`; each in turn attempts,
+/// is granted, releases, and hands the line on through a release
+/// notification. Returns the number of grants (`waiters`).
+pub fn line_round(now: Instant, waiters: usize) -> usize {
+    let config = Config::new("bench").max_waiters(waiters.max(1));
+    let mut core = Core::new(CoreSettings::new(&config, Channel::Standalone), now);
+    let options = ResolvedOptions {
+        wait: Duration::from_secs(10),
+        lease_ms: 1_000,
+    };
+    let sha = KeyId::of("key").to_hex();
+    let ids: Vec<_> = (0..waiters)
+        .filter_map(|i| {
+            let token = OwnerToken::from_bytes([(i % 251) as u8; 16]);
+            core.acquire(now, "key", token, options).ok()
+        })
+        .collect();
+    let mut grants = 0;
+    for id in ids {
+        if let WaiterStep::Attempt(_) = core.poll_waiter(now, id) {
+            let reply = Ok::<_, redis::RedisError>(Value::BulkString(b"1".to_vec()));
+            core.handle_acquire_reply(now, id, reply);
+        }
+        if let WaiterStep::Done(Ok(grant)) = core.poll_waiter(now, id) {
+            grants += 1;
+            let _ = core.handle_release_reply(grant.lease, Ok::<_, redis::RedisError>(Value::Int(1)));
+        }
+        core.handle_notification(sha.as_bytes());
+        while core.poll_event().is_some() {}
+    }
+    grants
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // one real instant for the round
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hooks_do_what_they_say() {
+        assert!(classify_acquire_reply(&Value::BulkString(b"7".to_vec())));
+        assert!(!classify_acquire_reply(&Value::Int(5)));
+        assert!(classify_release_reply(&Value::Int(1)));
+        assert_eq!(build_names("ns", "k"), "ns:lock:{}".len() + 64);
+        assert_eq!(line_round(Instant::now(), 16), 16);
+    }
+}

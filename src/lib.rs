@@ -84,10 +84,10 @@ pub mod fenced;
 #[doc(hidden)]
 pub mod fuzzing;
 mod held;
+mod lost;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod micro;
-mod lost;
 mod replication;
 mod stats;
 

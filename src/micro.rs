@@ -52,7 +52,8 @@ pub fn line_round(now: Instant, waiters: usize) -> usize {
         }
         if let WaiterStep::Done(Ok(grant)) = core.poll_waiter(now, id) {
             grants += 1;
-            let _ = core.handle_release_reply(grant.lease, Ok::<_, redis::RedisError>(Value::Int(1)));
+            let _ =
+                core.handle_release_reply(grant.lease, Ok::<_, redis::RedisError>(Value::Int(1)));
         }
         core.handle_notification(sha.as_bytes());
         while core.poll_event().is_some() {}

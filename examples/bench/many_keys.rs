@@ -121,28 +121,29 @@ fn locker_rounds(url: &str, keys: usize, rounds: usize) -> BoxResult<J> {
     })
 }
 
-/// The crate's script sources, read from `src/core/script.rs` so the
-/// comparison runs exactly what the crate sends; a copy when not found.
-fn script_source(name: &str) -> (String, &'static str) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/core/script.rs");
+/// The crate's script sources, read from `src/core/script.rs` at build
+/// time so the comparison runs exactly what the crate sends.
+fn script_source(name: &str) -> BoxResult<(String, &'static str)> {
+    const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
     let marker = format!("const {name}: &str = r#\"");
-    let found = std::fs::read_to_string(path).ok().and_then(|text| {
-        let start = text.find(&marker)? + marker.len();
-        let len = text[start..].find("\"#;")?;
-        Some(text[start..start + len].to_owned())
-    });
-    match (found, name) {
-        (Some(src), _) => (src, "src/core/script.rs"),
-        (None, "ACQUIRE_LUA") => (FALLBACK_ACQUIRE.to_owned(), "copy in the harness"),
-        (None, _) => (FALLBACK_RELEASE.to_owned(), "copy in the harness"),
-    }
+    let start = SCRIPT_RS
+        .find(&marker)
+        .map(|at| at + marker.len())
+        .ok_or_else(|| format!("src/core/script.rs no longer defines {name}"))?;
+    let len = SCRIPT_RS[start..]
+        .find("\"#;")
+        .ok_or_else(|| format!("{name}'s raw string does not end with \"#;"))?;
+    Ok((
+        SCRIPT_RS[start..start + len].to_owned(),
+        "src/core/script.rs",
+    ))
 }
 
 fn redis_benchmark(url: &str, keys: usize, pipeline: usize, requests: usize) -> BoxResult<J> {
     let mut conn = util::connect(url)?;
     let (host, port) = util::host_port(url)?;
-    let (acquire, from) = script_source("ACQUIRE_LUA");
-    let (release, _) = script_source("RELEASE_LUA");
+    let (acquire, from) = script_source("ACQUIRE_LUA")?;
+    let (release, _) = script_source("RELEASE_LUA")?;
     let load = |conn: &mut redis::Connection, src: &str| -> BoxResult<String> {
         Ok(redis::cmd("SCRIPT").arg("LOAD").arg(src).query(conn)?)
     };
@@ -239,40 +240,3 @@ fn rps(text: &str) -> Option<f64> {
     let at = text.rfind(" requests per second")?;
     text[..at].split_whitespace().last()?.parse().ok()
 }
-
-const FALLBACK_ACQUIRE: &str = r#"
-local held = redis.call('GET', KEYS[1])
-if held then
-  local sep = string.find(held, ':', 1, true)
-  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
-    return string.sub(held, sep + 1)
-  end
-  return redis.call('PTTL', KEYS[1])
-end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  local now = redis.call('TIME')
-  local seed = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-  redis.call('SET', KEYS[2], string.format('%.0f', seed))
-end
-redis.call('INCR', KEYS[2])
-if ARGV[3] and ARGV[3] ~= '0' then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-end
-local fence = redis.call('GET', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
-return fence
-"#;
-
-const FALLBACK_RELEASE: &str = r#"
-local held = redis.call('GET', KEYS[1])
-if not held then
-  return 0
-end
-local sep = string.find(held, ':', 1, true)
-if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.pcall(ARGV[2], ARGV[3], ARGV[4])
-  return 1
-end
-return 2
-"#;

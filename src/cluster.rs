@@ -1,11 +1,9 @@
 //! Redis Cluster routing helpers: the slot of a name (CRC16 of its hash
-//! tag), the slot map read from `CLUSTER SLOTS`, and the key a sharded
-//! release channel belongs to. The redis crate routes commands; these only
-//! serve the per-key notification subscriptions it cannot route.
+//! tag) and the slot map read from `CLUSTER SLOTS`. The redis crate routes
+//! commands; these only serve the per-key notification subscriptions it
+//! cannot route.
 
 use redis::Value;
-
-use crate::core::names::KeyId;
 
 /// Number of hash slots in a Redis Cluster.
 const SLOTS: u16 = 16384;
@@ -42,15 +40,6 @@ pub(crate) fn slot_of(name: &str) -> u16 {
         })
         .unwrap_or(bytes);
     crc16(tag) % SLOTS
-}
-
-/// The key whose sharded release channel this is: the sha inside the
-/// channel's hash tag.
-pub(crate) fn key_of_channel(channel: &[u8]) -> Option<KeyId> {
-    let open = channel.iter().position(|&b| b == b'{')?;
-    let rest = &channel[open + 1..];
-    let close = rest.iter().position(|&b| b == b'}')?;
-    KeyId::from_hex(&rest[..close])
 }
 
 /// A node's address as `CLUSTER SLOTS` reports it.
@@ -116,6 +105,7 @@ fn as_u16(v: &Value) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::names::KeyId;
 
     #[test]
     fn slots_match_redis_cluster_hashing() {
@@ -138,7 +128,6 @@ mod tests {
         let channel = crate::core::names::Channel::Sharded.name("ns", id);
         assert_eq!(slot_of(&names.lock), slot_of(&names.fence));
         assert_eq!(slot_of(&names.lock), slot_of(&channel));
-        assert_eq!(key_of_channel(channel.as_bytes()), Some(id));
     }
 
     #[test]

@@ -123,6 +123,16 @@ pub enum Error {
         /// The configured `shutdown_timeout`.
         timeout: Duration,
     },
+    /// Shutdown sent its releases, but Redis refused some of them or failed
+    /// while answering (the others were confirmed).
+    #[error("shutdown could not confirm the release of {unconfirmed} lease(s): redis refused or failed them")]
+    CleanupFailed {
+        /// Leases whose release was not confirmed.
+        unconfirmed: usize,
+        /// The first refusal or failure.
+        #[source]
+        source: Option<redis::RedisError>,
+    },
     /// The key is empty or too long.
     #[error("invalid key: {reason}")]
     InvalidKey {
@@ -204,12 +214,14 @@ impl Error {
         match self {
             Error::Busy { .. } => "LOCK_BUSY",
             Error::WaitTimeout { .. } => "WAIT_TIMEOUT",
-            Error::QueueFull { .. } | Error::TooManyLeases { .. } => "QUEUE_FULL",
+            Error::QueueFull { .. } => "QUEUE_FULL",
+            Error::TooManyLeases { .. } => "TOO_MANY_LEASES",
             Error::Cancelled => "CANCELLED",
             Error::ShuttingDown => "SHUTTING_DOWN",
             Error::ProviderFailed { .. } => "PROVIDER_FAILED",
             Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. } => "OUTCOME_UNKNOWN",
             Error::CleanupTimeout { .. } => "CLEANUP_TIMEOUT",
+            Error::CleanupFailed { .. } => "CLEANUP_FAILED",
             Error::InvalidKey { .. } => "INVALID_KEY",
             Error::InvalidConfig { .. } => "INVALID_CONFIG",
             Error::ReplicationFailed { .. } => "REPLICATION_FAILED",
@@ -273,6 +285,13 @@ impl Error {
             } => Error::CleanupTimeout {
                 unconfirmed: *unconfirmed,
                 timeout: *timeout,
+            },
+            Error::CleanupFailed {
+                unconfirmed,
+                source,
+            } => Error::CleanupFailed {
+                unconfirmed: *unconfirmed,
+                source: source.clone(),
             },
             Error::InvalidKey { reason } => Error::InvalidKey {
                 reason: reason.clone(),
@@ -403,6 +422,14 @@ impl fmt::Debug for Error {
             } => {
                 d.field("unconfirmed", unconfirmed)
                     .field("timeout", timeout);
+            }
+            Error::CleanupFailed {
+                unconfirmed,
+                source,
+            } => {
+                d.field("unconfirmed", unconfirmed)
+                    .field("redis_kind", &source.as_ref().map(|e| e.kind()))
+                    .field("redis_code", &source.as_ref().and_then(|e| e.code()));
             }
             Error::InvalidKey { reason } => {
                 d.field("reason", reason);

@@ -30,6 +30,53 @@ pub(crate) fn policy_from_info(info: &str) -> Option<&str> {
         .map(str::trim)
 }
 
+/// The policy in a `CONFIG GET maxmemory-policy` reply (RESP2 or RESP3).
+pub(crate) fn policy_from_config_reply(reply: redis::Value) -> Option<String> {
+    redis::from_redis_value::<HashMap<String, String>>(reply)
+        .ok()
+        .and_then(|reply| policy_from_config(&reply).map(str::to_owned))
+}
+
+/// The policy in an `INFO memory` reply.
+pub(crate) fn policy_from_info_reply(reply: redis::Value) -> Option<String> {
+    redis::from_redis_value::<String>(reply)
+        .ok()
+        .and_then(|info| policy_from_info(&info).map(str::to_owned))
+}
+
+/// The policies in a `CONFIG GET maxmemory-policy` sent to every primary of
+/// a cluster (a map of node to reply), or in one node's reply.
+pub(crate) fn policies_from_cluster_reply(reply: redis::Value) -> Vec<Option<String>> {
+    match reply {
+        redis::Value::Map(entries) => entries
+            .into_iter()
+            .map(|(_, v)| policy_from_config_reply(v))
+            .collect(),
+        other => vec![policy_from_config_reply(other)],
+    }
+}
+
+/// `CONFIG GET maxmemory-policy` routed to every primary of a cluster,
+/// where each node has its own configuration.
+pub(crate) fn every_primary() -> redis::cluster_routing::RoutingInfo {
+    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None))
+}
+
+/// Logs the verdict on the policies of a cluster's primaries: the first
+/// unsafe one, else unchecked if any did not say.
+pub(crate) fn report_cluster(policies: &[Option<String>]) {
+    let unsafe_one = policies
+        .iter()
+        .flatten()
+        .find(|p| p.as_str() != "noeviction");
+    match unsafe_one {
+        Some(policy) => report(Some(policy)),
+        None if policies.is_empty() || policies.iter().any(Option::is_none) => report(None),
+        None => report(Some("noeviction")),
+    }
+}
+
 /// Logs the verdict on a policy read from the server.
 pub(crate) fn report(policy: Option<&str>) {
     match policy {
@@ -57,6 +104,28 @@ pub(crate) fn report_refused(e: &redis::RedisError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_primarys_policy_is_read_from_a_cluster_reply() {
+        let reply = |p: &str| {
+            redis::Value::Array(vec![
+                redis::Value::BulkString(b"maxmemory-policy".to_vec()),
+                redis::Value::BulkString(p.as_bytes().to_vec()),
+            ])
+        };
+        let map = redis::Value::Map(vec![
+            (redis::Value::SimpleString("a:1".into()), reply("noeviction")),
+            (redis::Value::SimpleString("b:2".into()), reply("allkeys-lru")),
+        ]);
+        assert_eq!(
+            policies_from_cluster_reply(map),
+            vec![Some("noeviction".to_owned()), Some("allkeys-lru".to_owned())]
+        );
+        assert_eq!(
+            policies_from_cluster_reply(reply("noeviction")),
+            vec![Some("noeviction".to_owned())]
+        );
+    }
 
     #[test]
     fn the_policy_is_read_from_info_memory() {

@@ -83,7 +83,6 @@ pub mod fenced;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-mod held;
 mod lost;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

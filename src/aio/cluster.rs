@@ -1,140 +1,18 @@
-//! The async locker on Redis Cluster: construction, and the per-key sharded
-//! release channels (`SSUBSCRIBE` while a key has waiters, dropped after the
-//! linger, subscribed again after a slot moved).
-//!
-//! The redis crate's async cluster connection routes every command, the
-//! scripts included (all names of a key share its hash tag), and carries the
-//! subscriptions. It does not subscribe again after a failover moved a slot:
-//! the node sends `sunsubscribe`, which this module answers by waking the
-//! key's head, whose next busy reply subscribes on the new owner.
+//! The async locker on Redis Cluster: construction and the connect-time
+//! checks (sharded pub/sub, every primary's eviction policy). The redis
+//! crate's async cluster connection routes every command, the scripts
+//! included (all names of a key share its hash tag); notifications come
+//! from the driver's subscriber thread.
 
-use std::collections::HashSet;
-use std::convert::Infallible;
-use std::sync::{Arc, OnceLock, Weak};
-
-use parking_lot::Mutex;
 use redis::cluster::ClusterClient;
-use redis::{PushInfo, PushKind, Value};
+use redis::Value;
 
 use super::connection::{AnyConnection, Source};
 use super::locker::{Locker, Shared};
-use crate::clock::now;
-use crate::cluster::key_of_channel;
 use crate::config::Config;
-use crate::core::names::{Channel, KeyId};
-use crate::error::{describe, Error};
-
-/// The keys whose sharded release channel this locker subscribed.
-#[derive(Debug, Default)]
-pub(crate) struct Channels {
-    subscribed: Mutex<HashSet<KeyId>>,
-}
-
-impl Channels {
-    /// Subscribes `key`'s channel unless it already is (cluster only).
-    pub(crate) async fn ensure(&self, shared: &Arc<Shared>, key: KeyId) {
-        if !shared.commands.is_cluster() || !self.subscribed.lock().insert(key) {
-            return;
-        }
-        let channel = Channel::Sharded.name(&shared.config.namespace, key);
-        let subscribed = match shared.commands.connection().await {
-            Ok(AnyConnection::Cluster(mut conn)) => conn.ssubscribe(&channel).await,
-            Ok(AnyConnection::Standalone(_)) => Ok(()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = subscribed {
-            self.subscribed.lock().remove(&key);
-            if shared.with_core_no_start(|core| core.handle_subscription_failed(now())) {
-                log::warn!(
-                    target: "redlease",
-                    "LOCK_NOTIFY_UNAVAILABLE: sharded release notifications unavailable ({}); \
-                     waiters poll every poll_interval",
-                    describe(&e)
-                );
-            }
-        }
-    }
-
-    /// Unsubscribes the channels of keys nobody waited for during the
-    /// linger.
-    pub(crate) async fn drop_unwanted(&self, shared: &Arc<Shared>) {
-        if self.subscribed.lock().is_empty() {
-            return;
-        }
-        let wanted: HashSet<KeyId> = shared
-            .cell()
-            .read_mut(|core| core.wanted_keys(now()))
-            .into_iter()
-            .collect();
-        let stale: Vec<KeyId> = {
-            let mut subscribed = self.subscribed.lock();
-            let stale: Vec<KeyId> = subscribed.difference(&wanted).copied().collect();
-            for key in &stale {
-                subscribed.remove(key);
-            }
-            stale
-        };
-        if stale.is_empty() {
-            return;
-        }
-        if let Ok(AnyConnection::Cluster(mut conn)) = shared.commands.connection().await {
-            for key in stale {
-                let channel = Channel::Sharded.name(&shared.config.namespace, key);
-                // Best effort: a failed unsubscribe only costs a message.
-                let _ = conn.sunsubscribe(&channel).await;
-            }
-        }
-    }
-
-    fn forget(&self, key: KeyId) {
-        self.subscribed.lock().remove(&key);
-    }
-
-    fn forget_all(&self) {
-        self.subscribed.lock().clear();
-    }
-}
-
-/// Feeds a push from the cluster connection into the locker.
-fn on_push(shared: &Shared, push: PushInfo) {
-    let prefix = format!("{}:lock-released:{{", shared.config.namespace);
-    let key_of = |data: &[Value]| match data.first() {
-        Some(Value::BulkString(channel)) if channel.starts_with(prefix.as_bytes()) => {
-            key_of_channel(channel)
-        }
-        _ => None,
-    };
-    match push.kind {
-        PushKind::SMessage => {
-            if let (Some(_), Some(Value::BulkString(payload))) =
-                (key_of(&push.data), push.data.get(1))
-            {
-                shared.counters.notification();
-                shared.with_core_no_start(|core| core.handle_notification(payload));
-            }
-        }
-        PushKind::SSubscribe => {
-            if let Some(key) = key_of(&push.data) {
-                shared.with_core_no_start(|core| core.handle_channel_subscribed(key));
-            }
-        }
-        PushKind::SUnsubscribe => {
-            // Ours after the linger, or the node's after its slot moved: in
-            // the second case the head retries now and, still finding the
-            // lock busy, subscribes again on the new owner.
-            if let Some(key) = key_of(&push.data) {
-                shared.channels.forget(key);
-                let sha = key.to_hex();
-                shared.with_core_no_start(|core| core.handle_notification(sha.as_bytes()));
-            }
-        }
-        PushKind::Disconnection => {
-            shared.channels.forget_all();
-            shared.with_core_no_start(|core| core.handle_subscriber_stopped());
-        }
-        _ => {}
-    }
-}
+use crate::driver::subscriber;
+use crate::error::{Error, Operation};
+use crate::eviction;
 
 impl Locker {
     /// Connects to a Redis Cluster through any of its `nodes` (URLs like
@@ -142,7 +20,8 @@ impl Locker {
     ///
     /// Release notifications use sharded pub/sub (`SSUBSCRIBE` on the node
     /// that owns each waited-for key), so the cluster must run Redis 7 or
-    /// newer; connecting checks that.
+    /// newer; connecting checks that, and every primary's
+    /// `maxmemory-policy`.
     ///
     /// # Errors
     ///
@@ -153,36 +32,25 @@ impl Locker {
         config: Config,
     ) -> Result<Self, Error> {
         config.validate()?;
-        let slot: Arc<OnceLock<Weak<Shared>>> = Arc::default();
-        let for_push = slot.clone();
-        let client = ClusterClient::builder(nodes)
-            .use_protocol(redis::ProtocolVersion::RESP3)
+        let infos = nodes
+            .into_iter()
+            .map(|n| n.into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| Error::invalid_config("nodes", "not valid Redis Cluster node URLs"))?;
+        let template = infos.first().cloned();
+        let client = ClusterClient::builder(infos)
             .connection_timeout(config.command_timeout)
             .response_timeout(config.command_timeout)
-            .push_sender(move |push: PushInfo| -> Result<(), Infallible> {
-                if let Some(shared) = for_push.get().and_then(Weak::upgrade) {
-                    on_push(&shared, push);
-                }
-                Ok(())
-            })
             .build()
             .map_err(|_| Error::invalid_config("nodes", "not valid Redis Cluster node URLs"))?;
-        let shared = Arc::new(Shared::new(
-            Source::Cluster(client),
-            None,
-            Channels::default(),
-            config,
-        ));
-        let _ = slot.set(Arc::downgrade(&shared));
-        check_sharded_pubsub(&shared).await?;
-        Ok(Locker::from_shared(shared))
+        Self::cluster(client, template, config).await
     }
 
     /// A locker over an existing cluster client.
     ///
-    /// Release notifications reach the locker only through the push sender
-    /// of the client it builds itself; over a client of yours, waiters rely
-    /// on their safety polls (`poll_interval`). Prefer
+    /// The locker cannot read the client's credentials, so its per-node
+    /// notification connections connect without them; where the nodes need
+    /// a password, waiters fall back to safety polls. Prefer
     /// [`connect_cluster`](Self::connect_cluster).
     ///
     /// # Errors
@@ -190,13 +58,24 @@ impl Locker {
     /// As [`connect_cluster`](Self::connect_cluster).
     pub async fn new_cluster(client: ClusterClient, config: Config) -> Result<Self, Error> {
         config.validate()?;
-        let shared = Arc::new(Shared::new(
-            Source::Cluster(client),
-            None,
-            Channels::default(),
+        Self::cluster(client, None, config).await
+    }
+
+    async fn cluster(
+        client: ClusterClient,
+        template: Option<redis::ConnectionInfo>,
+        config: Config,
+    ) -> Result<Self, Error> {
+        let shared = Shared::new(
+            Source::Cluster(client.clone()),
+            subscriber::Source::Cluster {
+                slots: client,
+                template,
+            },
             config,
-        ));
+        );
         check_sharded_pubsub(&shared).await?;
+        check_every_primary(&shared).await;
         Ok(Locker::from_shared(shared))
     }
 }
@@ -219,6 +98,23 @@ async fn check_sharded_pubsub(shared: &Shared) -> Result<(), Error> {
             "nodes",
             "the cluster has no sharded pub/sub (SPUBLISH); redlease needs Redis 7 or newer",
         )),
-        Err(e) => Err(Error::from_command(crate::error::Operation::Connect, e)),
+        Err(e) => Err(Error::from_command(Operation::Connect, e)),
+    }
+}
+
+/// Reads `maxmemory-policy` on every primary (each has its own) and logs
+/// an unsafe one.
+async fn check_every_primary(shared: &Shared) {
+    let reply = match shared.commands.connection().await {
+        Ok(AnyConnection::Cluster(mut conn)) => {
+            conn.route_command(eviction::config_get_cmd(), eviction::every_primary())
+                .await
+        }
+        Ok(AnyConnection::Standalone(_)) => return,
+        Err(e) => Err(e),
+    };
+    match reply {
+        Ok(reply) => eviction::report_cluster(&eviction::policies_from_cluster_reply(reply)),
+        Err(e) => eviction::report_refused(&e),
     }
 }

@@ -4,7 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::{select, Either};
 use parking_lot::Mutex;
@@ -14,8 +14,24 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
+use crate::driver::ops::{Reply, Request};
 use crate::error::{is_noscript, is_server_reply, Failure};
 use crate::stats::Counters;
+
+/// One reply per release, `None` where none came in time.
+type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
+
+/// A script's reply, or the reply of `EVAL` sent after it said `NOSCRIPT`.
+async fn eval_again_on_noscript(
+    call: &ScriptCall,
+    conn: &mut AnyConnection,
+    reply: redis::RedisResult<Value>,
+) -> redis::RedisResult<Value> {
+    match reply {
+        Err(e) if is_noscript(&e) => call.eval().query_async::<Value>(conn).await,
+        other => other,
+    }
+}
 
 pub(crate) struct Commands {
     source: Source,
@@ -28,8 +44,8 @@ pub(crate) struct Commands {
 pub(crate) enum Source {
     /// One server, over RESP3 (its disconnection report needs pushes).
     Standalone(redis::Client),
-    /// A Redis Cluster; its client carries the push sender that feeds
-    /// release notifications to the locker.
+    /// A Redis Cluster (the redis crate's async cluster connection routes
+    /// every command, follows redirects and reconnects its nodes).
     Cluster(ClusterClient),
 }
 
@@ -91,10 +107,6 @@ impl Commands {
         }
     }
 
-    pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// The shared connection, opened when there is none.
     ///
     /// The connection's driver reports a server-side close (`CLIENT KILL`,
@@ -154,20 +166,11 @@ impl Commands {
     }
 
     /// Sends a script call: EVALSHA, and on `NOSCRIPT` the script once more as
-    /// `EVAL`, which also caches it.
-    pub(crate) async fn run(
-        &self,
-        call: &ScriptCall,
-        counters: &Counters,
-    ) -> Result<Value, Failure> {
-        self.run_then(call, counters, None).await.0
-    }
-
-    /// Like [`run`](Self::run), then, if the script granted or renewed the
-    /// lease, `then` on the same connection (the replication `WAIT`, which
+    /// `EVAL`, which also caches it. Then, if the script granted or renewed
+    /// the lease, `then` on the same connection (the replication `WAIT`, which
     /// only counts the writes of its own connection; it holds up the
     /// commands queued behind it for at most its timeout).
-    pub(crate) async fn run_then(
+    async fn run_then(
         &self,
         call: &ScriptCall,
         counters: &Counters,
@@ -194,56 +197,69 @@ impl Commands {
         (result.map_err(Failure::Sent), then_reply)
     }
 
-    /// Sends many release calls in one pipeline after `SCRIPT LOAD`; returns
-    /// how many Redis answered with an outcome. `None` when `timeout` ran out.
-    pub(crate) async fn run_releases(
+    /// Sends a request of an operation.
+    pub(crate) async fn send(&self, request: &Request, counters: &Counters) -> Reply {
+        match request {
+            Request::Script { call, then } => {
+                let (reply, then) = self.run_then(call, counters, then.as_ref()).await;
+                Reply::Script { reply, then }
+            }
+            Request::Releases { calls, until } => {
+                Reply::Releases(self.run_releases(calls, *until).await)
+            }
+        }
+    }
+
+    /// Sends many releases, each answered on its own: one pipeline after
+    /// `SCRIPT LOAD` on one server, all at once on a cluster (a pipeline
+    /// goes to one node; the keys live on many), bounded by `until` as a
+    /// whole. A reply that says `NOSCRIPT` is sent again as `EVAL`.
+    async fn run_releases(
         &self,
         calls: &[ScriptCall],
-        timeout: Duration,
-    ) -> Option<Result<usize, Failure>> {
-        if calls.is_empty() {
-            return Some(Ok(0));
-        }
+        until: Option<Instant>,
+    ) -> Result<ReleaseReplies, Failure> {
+        let replies: Mutex<ReleaseReplies> = Mutex::new(calls.iter().map(|_| None).collect());
         let work = async {
-            let mut conn = self.connection().await.map_err(Failure::NotSent)?;
+            let conn = self.connection().await.map_err(Failure::NotSent)?;
             if let AnyConnection::Cluster(_) = conn {
-                // A pipeline goes to one node; the keys live on many. Send
-                // each release on its own, all at once.
-                let replies = futures::future::join_all(calls.iter().map(|call| {
-                    let mut conn = conn.clone();
+                futures::future::join_all(calls.iter().enumerate().map(|(i, call)| {
+                    let (mut conn, replies) = (conn.clone(), &replies);
                     async move {
-                        let mut reply = call.evalsha().query_async::<Value>(&mut conn).await;
-                        if matches!(&reply, Err(e) if is_noscript(e)) {
-                            reply = call.eval().query_async::<Value>(&mut conn).await;
-                        }
-                        reply
+                        let first = call.evalsha().query_async::<Value>(&mut conn).await;
+                        let reply = eval_again_on_noscript(call, &mut conn, first).await;
+                        replies.lock()[i] = Some(reply.map_err(Failure::Sent));
                     }
                 }))
                 .await;
-                return Ok(replies
-                    .iter()
-                    .filter(|r| matches!(r, Ok(Value::Int(0..=2))))
-                    .count());
+                return Ok(());
             }
+            let mut conn = conn;
             let mut pipe = redis::pipe();
             pipe.add_command(load_cmd(ScriptKind::Release)).ignore();
             for call in calls {
                 pipe.add_command(call.evalsha());
             }
-            let replies = pipe
-                .query_async::<Vec<Value>>(&mut conn)
+            pipe.ignore_errors();
+            let results = pipe
+                .query_async::<Vec<redis::RedisResult<Value>>>(&mut conn)
                 .await
                 .map_err(Failure::Sent)?;
-            Ok(replies
-                .iter()
-                .filter(|v| matches!(v, Value::Int(0..=2)))
-                .count())
+            for (i, (result, call)) in results.into_iter().zip(calls).enumerate() {
+                let reply = eval_again_on_noscript(call, &mut conn, result).await;
+                replies.lock()[i] = Some(reply.map_err(Failure::Sent));
+            }
+            Ok::<(), Failure>(())
         };
-        let timer = async_io::Timer::after(timeout);
-        match select(Box::pin(work), timer).await {
-            Either::Left((result, _)) => Some(result),
-            Either::Right(_) => None,
-        }
+        let outcome = match until {
+            Some(until) => match select(Box::pin(work), async_io::Timer::at(until)).await {
+                Either::Left((outcome, _)) => outcome,
+                Either::Right(_) => Ok(()),
+            },
+            None => work.await,
+        };
+        outcome?;
+        Ok(replies.into_inner())
     }
 
     /// Runs a plain command on the shared connection.
@@ -252,11 +268,6 @@ impl Commands {
         let result = cmd.query_async::<Value>(&mut conn).await;
         self.discard_if_broken(&result);
         result.map_err(Failure::Sent)
-    }
-
-    /// Whether commands go to a Redis Cluster.
-    pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.source, Source::Cluster(_))
     }
 
     /// Whether the shared connection is open (as far as its driver knows).

@@ -1,21 +1,24 @@
-//! `aio::Lease`: a held lock, its fence, local validity, renew and release.
-//! Dropping it never blocks: the token goes back to the locker.
+//! `aio::Lease`: a held lock, its fence, local validity, renew and release,
+//! each a shared operation driven inside the caller's future. Dropping it
+//! never blocks: the token goes back to the locker.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::locker::Shared;
-use crate::core::core::Grant;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
+use crate::driver::held::Held;
+use crate::driver::ops::{Granted, Release, Renew};
 use crate::error::Error;
-use crate::held::Held;
 
 /// A lock held through an async [`Locker`](super::Locker).
 ///
 /// Semantics as [`blocking::Lease`](crate::blocking::Lease), except that
-/// dropping it does not release it at once: the locker releases its token at
+/// dropping it does not release it at once: the locker releases its token
+/// within one round trip when one of its waiters waits for the key, else at
 /// its next operation or at shutdown (and the TTL ends it in any case).
+#[must_use = "a dropped lease is released only later, by the locker"]
 pub struct Lease {
     shared: Arc<Shared>,
     held: Held,
@@ -25,10 +28,10 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(shared: Arc<Shared>, grant: Grant) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, granted: Granted) -> Self {
         Lease {
             shared,
-            held: Held::new(grant),
+            held: Held::granted(granted),
             op: futures::lock::Mutex::new(()),
             released: false,
         }
@@ -55,16 +58,12 @@ impl Lease {
         self.held.replicas()
     }
 
-    pub(crate) fn set_replicas(&self, n: u32) {
-        self.held.set_replicas(n);
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
     }
 
-    pub(crate) fn valid_until(&self) -> Option<Option<Instant>> {
-        self.held.valid_until()
-    }
-
-    pub(crate) fn lease_length(&self) -> Duration {
-        self.held.lease_length()
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// Extends the lease to its full length, counted from now.
@@ -73,42 +72,10 @@ impl Lease {
     ///
     /// As [`blocking::Lease::renew`](crate::blocking::Lease::renew).
     pub async fn renew(&self) -> Result<RenewOutcome, Error> {
-        let serial = self.op.lock().await;
-        let lease_ms = match self.held.begin_renew() {
-            Ok(ms) => ms,
-            Err(outcome) => return Ok(outcome),
-        };
-        let id = self.held.id;
-        let call = match self
-            .shared
-            .with_core_no_start(|core| core.renew_call(id, lease_ms))
-        {
-            Ok(call) => call,
-            Err(e) => {
-                self.held.handle_release(&Err(e.duplicate()));
-                return Err(e);
-            }
-        };
-        let wait_cmd = self.shared.replication.map(|r| r.wait_cmd());
-        let (reply, acks) = self
-            .shared
-            .commands
-            .run_then(&call, &self.shared.counters, wait_cmd.as_ref())
-            .await;
-        let (result, outcome) = self
-            .shared
-            .with_core_no_start(|core| core.handle_renew_reply(id, reply));
-        self.held.handle_renew(result);
-        if let Err(e) = self
-            .held
-            .check_renew_replication(&outcome, self.shared.replication, acks)
-        {
-            drop(serial);
-            // Not replicated enough to count as held.
-            let _ = self.release_now().await;
-            return Err(e);
-        }
-        outcome
+        let _serial = self.op.lock().await;
+        self.shared
+            .drive(Renew::new(&self.shared.state, &self.held))
+            .await
     }
 
     /// Releases the lease: deletes the lock if it is still ours and notifies
@@ -118,26 +85,15 @@ impl Lease {
     ///
     /// As [`blocking::Lease::release`](crate::blocking::Lease::release).
     pub async fn release(mut self) -> Result<ReleaseOutcome, Error> {
-        self.released = true;
-        self.shared.maintain().await;
-        self.release_now().await
-    }
-
-    async fn release_now(&self) -> Result<ReleaseOutcome, Error> {
-        let _serial = self.op.lock().await;
-        let id = self.held.id;
-        let result = match self.shared.with_core_no_start(|core| core.release_call(id)) {
-            Ok(call) => {
-                let reply = self.shared.commands.run(&call, &self.shared.counters).await;
-                self.shared
-                    .with_core_no_start(|core| core.handle_release_reply(id, reply))
-            }
-            Err(e) => {
-                let shutting_down = self.shared.cell().read(|core| core.is_shutting_down());
-                self.held.already_released(e, shutting_down)
-            }
+        let result = {
+            let _serial = self.op.lock().await;
+            self.shared
+                .drive(Release::new(&self.shared.state, &self.held))
+                .await
         };
-        self.held.handle_release(&result);
+        // Only now: a release future dropped midway hands the token back
+        // to the locker like a dropped lease.
+        self.released = true;
         result
     }
 }
@@ -147,7 +103,8 @@ impl Drop for Lease {
         if !self.released {
             let id = self.held.id;
             self.shared
-                .with_core_no_start(|core| core.abandon_lease(id));
+                .state
+                .with_core(|core| core.abandon_lease(id));
         }
     }
 }

@@ -1,25 +1,28 @@
 //! The async front end: plain futures on any executor (smol, async-std,
-//! `futures::executor`, or inside a tokio program) drive the sans-IO core.
+//! `futures::executor`, or inside a tokio program) drive the shared
+//! operations ([`crate::driver::ops`]).
 //!
-//! Each acquire future joins its key's line, sends the acquire script when it
-//! is the head, and otherwise awaits its own `event_listener` raced against
-//! an `async_io::Timer` for its retry instant or deadline. Nothing is spawned
-//! by this crate: release notifications arrive as RESP3 pushes on a dedicated
-//! connection and feed the core from the push callback.
+//! Each operation runs inside its caller's future through one loop
+//! (`drive.rs`): it awaits what the operation asks on the shared
+//! multiplexed connection and otherwise awaits the operation's
+//! `event_listener` raced against an `async_io::Timer`. Nothing is spawned
+//! on the caller's executor: release notifications arrive on the driver
+//! layer's subscriber thread, which also drops the subscription after its
+//! linger without any call from the program.
 //!
 //! ```text
-//!   acquire futures ──EVALSHA──▶ one multiplexed connection ──▶ Redis
-//!         ▲ wake                                                 │
-//!         └── Core (Mutex, never held across .await) ◀── RESP3 push callback
+//!   acquire futures ──drive(op)──▶ one multiplexed connection ──▶ Redis
+//!         ▲ wake                                                   │
+//!         └── Core (Mutex, never held across .await) ◀── subscriber thread
 //! ```
 //!
 //! Requires the `aio` feature (on by default).
 
 mod cluster;
 mod connection;
+mod drive;
 mod lease;
 mod locker;
-mod subscription;
 mod with_lock;
 
 pub use lease::Lease;

@@ -1,32 +1,33 @@
 //! `aio::Locker::with_lock`: acquire, run an async closure, always release;
-//! with `extend(true)` the renewal runs inside the same future, selected
-//! against the closure's future, never spawned.
+//! with `extend(true)` the shared renewer runs inside the same future,
+//! selected against the closure's future, never spawned.
 
+use std::panic::{resume_unwind, AssertUnwindSafe};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use event_listener::Event;
 use futures::future::{select, Either};
+use futures::FutureExt;
 
 use super::{Lease, Locker};
 use crate::config::WithLock;
-use crate::core::outcome::RenewOutcome;
-use crate::error::{Error, LostCause};
+use crate::driver::ops::{Renewer, StopSignal};
+use crate::error::Error;
 use crate::lost::Lost;
 
 impl Locker {
     /// Acquires `key`, awaits `f(&lease, &lost)`, and releases the lease
-    /// afterwards whether `f` returned `Ok` or `Err`.
+    /// afterwards whether `f` returned `Ok`, `Err` or panicked (the panic
+    /// resumes after the release).
     ///
     /// The async twin of
     /// [`blocking::Locker::with_lock`](crate::blocking::Locker::with_lock):
     /// `f` is an async closure, its error type only needs `From<Error>`, and
     /// with [`WithLock::extend`] the lease is renewed every lease/2 by this
-    /// same future while `f` runs; an extension still in flight finishes
-    /// before the release. [`Lost::wait`] completes on a loss. If the
-    /// `with_lock` future itself is dropped, the lease goes back to the
-    /// locker like any dropped lease.
+    /// same future while `f` runs (a failed renewal is sent again while the
+    /// lease has time left); an extension still in flight finishes before
+    /// the release. [`Lost::wait`] completes on a loss. If the `with_lock`
+    /// future itself is dropped, the lease goes back to the locker like any
+    /// dropped lease.
     ///
     /// # Examples
     ///
@@ -50,17 +51,19 @@ impl Locker {
         F: AsyncFnOnce(&Lease, &Lost) -> Result<T, E>,
     {
         let lease = self.acquire_with(key, options.acquire).await?;
-        let lost = Lost::new(options.extend, lease.valid_until().flatten());
-        let result = {
-            let work = pin!(f(&lease, &lost));
+        let lost = Lost::new(options.extend, lease.held().valid_until().flatten());
+        let outcome = {
+            let work = pin!(AssertUnwindSafe(f(&lease, &lost)).catch_unwind());
             if options.extend {
-                let stop = Stop::default();
-                let renew = pin!(renew_until_stopped(&lease, &lost, &stop));
+                let stop = StopSignal::default();
+                let shared = lease.shared();
+                let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
+                let renew = pin!(shared.drive(renewer));
                 match select(work, renew).await {
-                    Either::Left((result, renew)) => {
+                    Either::Left((outcome, renew)) => {
                         stop.stop();
                         renew.await;
-                        result
+                        outcome
                     }
                     Either::Right(((), work)) => work.await,
                 }
@@ -76,44 +79,9 @@ impl Locker {
                 e.code()
             );
         }
-        result
-    }
-}
-
-#[derive(Default)]
-struct Stop {
-    stopped: AtomicBool,
-    event: Event,
-}
-
-impl Stop {
-    fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        self.event.notify(usize::MAX);
-    }
-
-    /// Sleeps up to `d`; true when stopped.
-    async fn sleep(&self, d: Duration) -> bool {
-        let listener = self.event.listen();
-        if self.stopped.load(Ordering::SeqCst) {
-            return true;
-        }
-        select(listener, async_io::Timer::after(d)).await;
-        self.stopped.load(Ordering::SeqCst)
-    }
-}
-
-async fn renew_until_stopped(lease: &Lease, lost: &Lost, stop: &Stop) {
-    let period = lease.lease_length() / 2;
-    loop {
-        if stop.sleep(period).await {
-            return;
-        }
-        match lease.renew().await {
-            Ok(RenewOutcome::Renewed) => lost.extend_to(lease.valid_until().flatten()),
-            Ok(RenewOutcome::Expired) => return lost.fire(LostCause::Expired),
-            Ok(RenewOutcome::Conflict) => return lost.fire(LostCause::Conflict),
-            Err(e) => return lost.fire(LostCause::RenewFailed(Box::new(e))),
+        match outcome {
+            Ok(result) => result,
+            Err(panic) => resume_unwind(panic),
         }
     }
 }

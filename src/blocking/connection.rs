@@ -1,16 +1,32 @@
 //! The blocking command connections: a small pool of `redis::Connection`s
 //! (or, on Redis Cluster, `ClusterConnection`s), opened on demand, and the
-//! one place scripts are sent (EVALSHA, reloading the script on
-//! `NOSCRIPT`).
+//! one place a [`Request`] is sent. Clones share the pool.
+//!
+//! A reused connection may have been closed by the server while idle
+//! (`CLIENT KILL`, restart, idle timeout), which a sync connection only
+//! learns by using it, so a request on a reused connection goes out behind a
+//! `PING` in the same write (still one round trip): if the PING's reply
+//! already finds the connection dropped, the server closed it before
+//! reading the request, which is sent again on a fresh connection. On a
+//! cluster the same holds for a dropped node connection; a redirect
+//! (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`: not executed) is sent again on a
+//! fresh cluster connection, which reads the new slot map, and `ASK` is
+//! followed with `ASKING` on the named node. A timeout is never re-sent.
+//! (The scripts are replay-safe, so even a re-send after a crash between
+//! executing and replying grants nothing twice.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use event_listener::{Event, Listener};
 use parking_lot::Mutex;
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{ConnectionLike, Value};
 
+use crate::clock::now;
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
+use crate::driver::ops::{Reply, Request};
 use crate::error::{is_noscript, is_server_reply, Failure};
 use crate::stats::Counters;
 
@@ -19,8 +35,18 @@ const MAX_IDLE: usize = 16;
 /// Pauses between connect attempts; connect failures are certainly not
 /// sent, so trying again is safe.
 const CONNECT_BACKOFF: [Duration; 2] = [Duration::from_millis(10), Duration::from_millis(50)];
+/// Releases sent at once at shutdown on a cluster (each its own round trip).
+const PARALLEL_RELEASES: usize = 8;
 
+/// One reply per release, `None` where none came in time.
+type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
+
+#[derive(Clone)]
 pub(crate) struct Commands {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     source: Source,
     timeout: Duration,
     idle: Mutex<Vec<Conn>>,
@@ -31,9 +57,10 @@ pub(crate) struct Commands {
 #[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
 pub(crate) enum Source {
     Standalone(redis::Client),
-    /// A cluster client; the locker builds its own with `retries(0)`, so a
-    /// timed-out write is never re-sent behind its back.
-    Cluster(ClusterClient),
+    /// A cluster client built with `retries(0)`, so that a timed-out write
+    /// is never re-sent behind the locker's back, and how to reach a node
+    /// directly (credentials, protocol) when known.
+    Cluster(ClusterClient, Option<redis::ConnectionInfo>),
 }
 
 /// A pooled connection of either kind.
@@ -59,23 +86,29 @@ impl Conn {
 }
 
 /// Whether a cluster error means the command was not executed because the
-/// slot lives elsewhere now (the connection must learn the new slot map).
+/// slot is served elsewhere now (the connection must learn the new map).
 fn is_redirect(e: &redis::RedisError) -> bool {
     matches!(
         e.kind(),
         redis::ErrorKind::Server(
             redis::ServerErrorKind::Moved
-                | redis::ServerErrorKind::Ask
                 | redis::ServerErrorKind::TryAgain
                 | redis::ServerErrorKind::ClusterDown
         )
     )
 }
 
+fn is_ask(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
+    )
+}
+
 impl std::fmt::Debug for Commands {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Commands")
-            .field("idle", &self.idle.lock().len())
+            .field("idle", &self.inner.idle.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -83,35 +116,42 @@ impl std::fmt::Debug for Commands {
 impl Commands {
     pub(crate) fn new(source: Source, timeout: Duration) -> Self {
         Commands {
-            source,
-            timeout,
-            idle: Mutex::new(Vec::new()),
-            closed: AtomicBool::new(false),
-        }
-    }
-
-    /// The standalone client (subscriptions use it); `None` on a cluster.
-    pub(crate) fn client(&self) -> Option<&redis::Client> {
-        match &self.source {
-            Source::Standalone(client) => Some(client),
-            Source::Cluster(_) => None,
+            inner: Arc::new(Inner {
+                source,
+                timeout,
+                idle: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
+            }),
         }
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.source, Source::Cluster(_))
+        matches!(self.inner.source, Source::Cluster(..))
     }
 
-    pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
+    /// Sends a request of an operation.
+    pub(crate) fn send(&self, request: &Request, counters: &Counters) -> Reply {
+        match request {
+            Request::Script { call, then } => {
+                let (reply, then) = self.run_then(call, counters, then.as_ref());
+                Reply::Script { reply, then }
+            }
+            Request::Releases { calls, until } => Reply::Releases(if self.is_cluster() {
+                Ok(self.releases_in_parallel(calls, *until))
+            } else {
+                self.releases_in_one_pipeline(calls, *until)
+            }),
+        }
     }
 
     /// Opens a connection with the command timeout on connect, reads and
     /// writes, retrying a failed connect twice within that timeout.
     fn connect(&self) -> Result<Conn, redis::RedisError> {
-        match &self.source {
-            Source::Standalone(client) => open(client, self.timeout).map(Conn::Single),
-            Source::Cluster(client) => client.get_connection().map(|c| Conn::Cluster(Box::new(c))),
+        match &self.inner.source {
+            Source::Standalone(client) => open(client, self.inner.timeout).map(Conn::Single),
+            Source::Cluster(client, _) => {
+                client.get_connection().map(|c| Conn::Cluster(Box::new(c)))
+            }
         }
     }
 
@@ -125,81 +165,100 @@ impl Commands {
 
     /// An idle connection (flagged as reused) or a new one.
     fn checkout(&self) -> Result<(Conn, bool), redis::RedisError> {
-        if let Some(conn) = self.idle.lock().pop() {
+        if let Some(conn) = self.inner.idle.lock().pop() {
             return Ok((conn, true));
         }
         self.connect().map(|conn| (conn, false))
     }
 
-    /// Sends `cmd` on a working connection. A reused idle connection may have
-    /// been closed by the server meanwhile (`CLIENT KILL`, restart, idle
-    /// timeout), which a sync connection only learns by using it. So on a
-    /// reused connection the command goes out behind a `PING` in the same
-    /// write, still one round trip: if the PING's reply already finds the
-    /// connection dropped, the server closed it before reading our request,
-    /// and the command is sent again on the next connection. Only a failure
-    /// after the PONG leaves the outcome unknown.
-    ///
-    /// On a cluster, a redirect (`MOVED`, `ASK`, ...) means the command did
-    /// not run; a fresh cluster connection reads the new slot map and sends
-    /// it once more. (The sync cluster connection follows redirects only
-    /// with `retries > 0`, which would also re-send timed-out writes.)
-    fn send(&self, cmd: &redis::Cmd) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
+    /// Sends `cmd` on a working connection; see the module docs.
+    fn send_cmd(&self, cmd: &redis::Cmd) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
         loop {
-            let (mut conn, reused) = self.checkout().map_err(Failure::NotSent)?;
-            match &mut conn {
-                Conn::Cluster(cluster) => {
-                    let result = cmd.query::<Value>(cluster.as_mut());
-                    if matches!(&result, Err(e) if is_redirect(e)) {
-                        return self.resend_after_redirect(cmd, result);
-                    }
-                    return Ok((conn, result));
-                }
-                Conn::Single(single) if reused => match probe_and_send(single, cmd) {
+            let (conn, reused) = self.checkout().map_err(Failure::NotSent)?;
+            match conn {
+                Conn::Cluster(cluster) => return self.send_on_cluster(cmd, cluster, reused),
+                Conn::Single(mut single) if reused => match probe_and_send(&mut single, cmd) {
                     Probe::Stale => continue,
-                    Probe::Sent(result) => return Ok((conn, result)),
+                    Probe::Sent(result) => return Ok((Conn::Single(single), result)),
                 },
-                Conn::Single(single) => {
-                    let result = cmd.query::<Value>(single);
-                    return Ok((conn, result));
+                Conn::Single(mut single) => {
+                    let result = cmd.query::<Value>(&mut single);
+                    return Ok((Conn::Single(single), result));
                 }
             }
         }
     }
 
-    /// Sends again on fresh cluster connections (each reads the slot map
-    /// anew) while the cluster keeps redirecting, within the command
-    /// timeout: nodes learn a failover's new owner at slightly different
-    /// times, and a redirected command did not run.
-    fn resend_after_redirect(
+    /// Sends on a cluster connection and again, on fresh ones (each reads
+    /// the slot map anew), while the cluster says the command did not run,
+    /// within the command timeout: nodes learn a failover's new owner at
+    /// slightly different times.
+    fn send_on_cluster(
         &self,
         cmd: &redis::Cmd,
-        mut result: redis::RedisResult<Value>,
+        mut conn: Box<ClusterConnection>,
+        mut reused: bool,
     ) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
-        #[expect(clippy::disallowed_methods, reason = "driver call site")]
-        let started = Instant::now();
+        let started = now();
         let mut pause = Duration::from_millis(10);
         loop {
-            let mut fresh = self.connect().map_err(Failure::NotSent)?;
-            result = match result {
-                Err(e) if is_redirect(&e) => cmd.query::<Value>(fresh.as_like()),
-                settled => settled,
+            let result = cmd.query::<Value>(conn.as_mut());
+            let again = match &result {
+                Err(e) if is_ask(e) => {
+                    let result = self.follow_ask(cmd, e);
+                    return Ok((Conn::Cluster(conn), result));
+                }
+                Err(e) if is_redirect(e) || e.is_connection_refusal() => true,
+                // Closed while idle: like the PING probe's stale case.
+                Err(e) if reused && e.is_connection_dropped() && !e.is_timeout() => true,
+                _ => false,
             };
-            let redirected = matches!(&result, Err(e) if is_redirect(e));
-            if !redirected || started.elapsed() + pause >= self.timeout {
-                return Ok((fresh, result));
+            let elapsed = now().saturating_duration_since(started);
+            if !again || elapsed + pause >= self.inner.timeout {
+                return Ok((Conn::Cluster(conn), result));
             }
-            #[expect(clippy::disallowed_methods, reason = "bounded redirect backoff")]
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(200));
+            if !reused {
+                #[expect(clippy::disallowed_methods, reason = "bounded redirect backoff")]
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            reused = false;
+            conn = match self.connect().map_err(Failure::NotSent)? {
+                Conn::Cluster(fresh) => fresh,
+                Conn::Single(_) => return Ok((Conn::Cluster(conn), result)),
+            };
         }
+    }
+
+    /// Sends `cmd` once more to the node an `ASK` redirect names, behind
+    /// `ASKING` (a slot being migrated: the key already moved there).
+    fn follow_ask(&self, cmd: &redis::Cmd, ask: &redis::RedisError) -> redis::RedisResult<Value> {
+        let Some((addr, _slot)) = ask.redirect_node() else {
+            return Err(ask.clone());
+        };
+        let Some((host, port)) = addr
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+        else {
+            return Err(ask.clone());
+        };
+        let addr = redis::ConnectionAddr::Tcp(host, port);
+        let info = match &self.inner.source {
+            Source::Cluster(_, Some(template)) => template.clone().set_addr(addr),
+            _ => redis::IntoConnectionInfo::into_connection_info(addr)?,
+        };
+        let mut conn = open(&redis::Client::open(info)?, self.inner.timeout)?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+        let mut replies: Vec<Value> = pipe.query(&mut conn)?;
+        replies.pop().ok_or_else(|| ask.clone())
     }
 
     fn checkin(&self, conn: Conn) {
-        if self.closed.load(Ordering::SeqCst) || !conn.is_open() {
+        if self.inner.closed.load(Ordering::SeqCst) || !conn.is_open() {
             return;
         }
-        let mut idle = self.idle.lock();
+        let mut idle = self.inner.idle.lock();
         if idle.len() < MAX_IDLE {
             idle.push(conn);
         }
@@ -207,22 +266,17 @@ impl Commands {
 
     /// Sends a script call: EVALSHA, and on `NOSCRIPT` (which Redis answers
     /// without running anything) the script once more as `EVAL`, which
-    /// also caches it.
-    pub(crate) fn run(&self, call: &ScriptCall, counters: &Counters) -> Result<Value, Failure> {
-        self.run_then(call, counters, None).0
-    }
-
-    /// Like [`run`](Self::run), then, if the script granted or renewed the
-    /// lease, `then` on the same connection (the replication `WAIT`, which
-    /// only counts the writes of its own connection).
-    pub(crate) fn run_then(
+    /// also caches it. Then, if the script granted or renewed the lease,
+    /// `then` on the same connection (the replication `WAIT`, which only
+    /// counts the writes of its own connection).
+    fn run_then(
         &self,
         call: &ScriptCall,
         counters: &Counters,
         then: Option<&redis::Cmd>,
     ) -> (Result<Value, Failure>, Option<redis::RedisResult<Value>>) {
         counters.script_sent();
-        let (mut conn, mut result) = match self.send(&call.evalsha()) {
+        let (mut conn, mut result) = match self.send_cmd(&call.evalsha()) {
             Ok(sent) => sent,
             Err(f) => return (Err(f), None),
         };
@@ -244,54 +298,117 @@ impl Commands {
         (result.map_err(Failure::Sent), then_reply)
     }
 
-    /// Sends many release calls in one pipeline (one round trip), preceded
-    /// by `SCRIPT LOAD` so that none can fail with `NOSCRIPT`. Returns how
-    /// many of them Redis answered with an outcome.
-    pub(crate) fn run_releases(
+    /// Sends many releases in one round trip on one server: a pipeline of
+    /// `SCRIPT LOAD` (so that none can fail with `NOSCRIPT`) and the calls,
+    /// behind the PING probe on a reused connection. Each reply counts on
+    /// its own; one that still says `NOSCRIPT` is sent again as `EVAL`.
+    fn releases_in_one_pipeline(
         &self,
         calls: &[ScriptCall],
-        timeout: Duration,
-    ) -> Result<usize, Failure> {
-        if calls.is_empty() {
-            return Ok(0);
-        }
-        if self.is_cluster() {
-            return Ok(self.run_releases_one_by_one(calls));
-        }
-        let (conn, _) = self.checkout().map_err(Failure::NotSent)?;
-        let Conn::Single(mut conn) = conn else {
-            return Ok(0);
+        until: Option<Instant>,
+    ) -> Result<ReleaseReplies, Failure> {
+        let timeout = match until {
+            Some(until) => until.saturating_duration_since(now()),
+            None => self.inner.timeout,
         };
-        let timeout = timeout.max(Duration::from_millis(1));
-        let set = conn
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| conn.set_write_timeout(Some(timeout)));
-        if let Err(e) = set {
-            return Err(Failure::Sent(e));
+        if timeout.is_zero() {
+            return Ok(calls.iter().map(|_| None).collect());
         }
-        let mut pipe = redis::pipe();
-        pipe.add_command(load_cmd(ScriptKind::Release)).ignore();
-        for call in calls {
-            pipe.add_command(call.evalsha());
+        loop {
+            let (conn, reused) = self.checkout().map_err(Failure::NotSent)?;
+            let Conn::Single(mut conn) = conn else {
+                return Ok(calls.iter().map(|_| None).collect());
+            };
+            let set = conn
+                .set_read_timeout(Some(timeout))
+                .and_then(|()| conn.set_write_timeout(Some(timeout)));
+            if let Err(e) = set {
+                return Err(Failure::Sent(e));
+            }
+            let mut bytes = Vec::new();
+            if reused {
+                bytes.extend(redis::cmd("PING").get_packed_command());
+            }
+            bytes.extend(load_cmd(ScriptKind::Release).get_packed_command());
+            for call in calls {
+                bytes.extend(call.evalsha().get_packed_command());
+            }
+            if let Err(e) = conn.send_packed_command(&bytes) {
+                if reused && e.is_connection_dropped() {
+                    continue;
+                }
+                return Err(Failure::Sent(e));
+            }
+            if reused {
+                match conn.recv_response() {
+                    Ok(_pong) => {}
+                    Err(e) if e.is_connection_dropped() && !e.is_timeout() => continue,
+                    Err(e) => return Err(Failure::Sent(e)),
+                }
+            }
+            // The connection's timeouts were changed: it is never reused.
+            return Ok(read_release_replies(&mut conn, calls));
         }
-        let result = pipe.query::<Vec<Value>>(&mut conn);
-        // The connection's timeouts were changed: never reuse it.
-        drop(conn);
-        let replies = result.map_err(Failure::Sent)?;
-        Ok(replies
-            .iter()
-            .filter(|v| matches!(v, Value::Int(0..=2)))
-            .count())
     }
 
-    /// On a cluster a pipeline goes to one node while the keys live on many:
-    /// each release is its own round trip. Returns how many were answered.
-    fn run_releases_one_by_one(&self, calls: &[ScriptCall]) -> usize {
-        let counters = Counters::default();
-        calls
-            .iter()
-            .filter(|call| matches!(self.run(call, &counters), Ok(Value::Int(0..=2))))
-            .count()
+    /// Sends releases on a cluster, where each key may live on another
+    /// node: each is its own round trip, up to `PARALLEL_RELEASES` at once,
+    /// and the whole is bounded by `until` (replies later than that are
+    /// left to the threads, which end by the command timeout).
+    fn releases_in_parallel(&self, calls: &[ScriptCall], until: Option<Instant>) -> ReleaseReplies {
+        struct Board {
+            replies: Mutex<ReleaseReplies>,
+            answered: AtomicUsize,
+            next: AtomicUsize,
+            changed: Event,
+        }
+        let n = calls.len();
+        let board = Arc::new(Board {
+            replies: Mutex::new(calls.iter().map(|_| None).collect()),
+            answered: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+            changed: Event::new(),
+        });
+        let calls: Arc<Vec<ScriptCall>> = Arc::new(calls.to_vec());
+        let work = {
+            let (board, calls, commands) = (board.clone(), calls.clone(), self.clone());
+            move || {
+                let counters = Counters::default();
+                loop {
+                    let i = board.next.fetch_add(1, Ordering::SeqCst);
+                    let Some(call) = calls.get(i) else { return };
+                    let (reply, _) = commands.run_then(call, &counters, None);
+                    board.replies.lock()[i] = Some(reply);
+                    board.answered.fetch_add(1, Ordering::SeqCst);
+                    board.changed.notify(usize::MAX);
+                }
+            }
+        };
+        for _ in 0..n.min(PARALLEL_RELEASES) {
+            let spawned = std::thread::Builder::new()
+                .name("redlease-release".into())
+                .spawn(work.clone());
+            if spawned.is_err() {
+                // No thread to be had: send them from here, one by one.
+                work();
+                break;
+            }
+        }
+        loop {
+            let listener = board.changed.listen();
+            if board.answered.load(Ordering::SeqCst) >= n {
+                break;
+            }
+            match until {
+                Some(until) if now() >= until => break,
+                Some(until) => {
+                    listener.wait_deadline(until);
+                }
+                None => listener.wait(),
+            }
+        }
+        let replies = std::mem::take(&mut *board.replies.lock());
+        replies
     }
 
     fn finish(&self, conn: Conn, result: &redis::RedisResult<Value>) {
@@ -305,14 +422,40 @@ impl Commands {
     /// Whether an idle pooled connection exists (it may still turn out
     /// closed by the server: a sync connection only learns that by use).
     pub(crate) fn is_connected(&self) -> bool {
-        !self.idle.lock().is_empty()
+        !self.inner.idle.lock().is_empty()
     }
 
     /// Closes the idle connections and stops keeping new ones.
     pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        self.idle.lock().clear();
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner.idle.lock().clear();
     }
+}
+
+/// Reads the `SCRIPT LOAD` reply and one reply per release call; sends the
+/// calls answered `NOSCRIPT` again as `EVAL` on the same connection.
+fn read_release_replies(conn: &mut redis::Connection, calls: &[ScriptCall]) -> ReleaseReplies {
+    let mut replies: ReleaseReplies = calls.iter().map(|_| None).collect();
+    let read = |conn: &mut redis::Connection| conn.recv_response().and_then(Value::extract_error);
+    if let Err(e) = read(conn) {
+        if !is_server_reply(&e) {
+            return replies;
+        }
+    }
+    for slot in replies.iter_mut() {
+        match read(conn) {
+            Ok(value) => *slot = Some(Ok(value)),
+            Err(e) if is_server_reply(&e) => *slot = Some(Err(Failure::Sent(e))),
+            // Timed out or dropped: this and the rest are unconfirmed.
+            Err(_) => return replies,
+        }
+    }
+    for (slot, call) in replies.iter_mut().zip(calls) {
+        if matches!(slot, Some(Err(Failure::Sent(e))) if is_noscript(e)) {
+            *slot = Some(call.eval().query::<Value>(conn).map_err(Failure::Sent));
+        }
+    }
+    replies
 }
 
 enum Probe {
@@ -344,8 +487,7 @@ pub(crate) fn open(
     client: &redis::Client,
     timeout: Duration,
 ) -> Result<redis::Connection, redis::RedisError> {
-    #[expect(clippy::disallowed_methods, reason = "driver call site")]
-    let started = Instant::now();
+    let started = now();
     let mut backoff = CONNECT_BACKOFF.iter();
     loop {
         let attempt = client
@@ -358,7 +500,10 @@ pub(crate) fn open(
         match attempt {
             Ok(conn) => return Ok(conn),
             Err(e) => match backoff.next() {
-                Some(pause) if started.elapsed() + *pause < timeout && !is_server_reply(&e) => {
+                Some(pause)
+                    if now().saturating_duration_since(started) + *pause < timeout
+                        && !is_server_reply(&e) =>
+                {
                     #[expect(clippy::disallowed_methods, reason = "bounded connect backoff")]
                     std::thread::sleep(*pause);
                 }

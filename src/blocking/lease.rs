@@ -1,17 +1,17 @@
 //! `blocking::Lease`: a held lock, its fence, local validity, renew and
-//! release (also on drop).
+//! release (also on drop), each a shared operation driven on this thread.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::locker::Shared;
-use crate::core::core::Grant;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
+use crate::driver::held::Held;
+use crate::driver::ops::{Granted, Release, Renew};
 use crate::error::Error;
-use crate::held::Held;
 
 /// A lock held through a [`Locker`](super::Locker).
 ///
@@ -22,6 +22,7 @@ use crate::held::Held;
 ///
 /// Dropping a lease releases it (best effort, blocking for one round trip);
 /// call [`release`](Self::release) to learn the outcome.
+#[must_use = "dropping a lease releases it at once"]
 pub struct Lease {
     shared: Arc<Shared>,
     held: Held,
@@ -31,10 +32,10 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(shared: Arc<Shared>, grant: Grant) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, granted: Granted) -> Self {
         Lease {
             shared,
-            held: Held::new(grant),
+            held: Held::granted(granted),
             op: Mutex::new(()),
             released: false,
         }
@@ -63,16 +64,12 @@ impl Lease {
         self.held.replicas()
     }
 
-    pub(crate) fn set_replicas(&self, n: u32) {
-        self.held.set_replicas(n);
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
     }
 
-    pub(crate) fn valid_until(&self) -> Option<Option<Instant>> {
-        self.held.valid_until()
-    }
-
-    pub(crate) fn lease_length(&self) -> Duration {
-        self.held.lease_length()
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// Extends the lease to its full length, counted from now.
@@ -88,38 +85,8 @@ impl Lease {
     /// `ReplicationFailed` (too few replicas acknowledged; the lease was
     /// released), `ShuttingDown` after the locker released it at shutdown.
     pub fn renew(&self) -> Result<RenewOutcome, Error> {
-        let serial = self.op.lock();
-        let lease_ms = match self.held.begin_renew() {
-            Ok(ms) => ms,
-            Err(outcome) => return Ok(outcome),
-        };
-        let id = self.held.id;
-        let call = match self.shared.with_core(|core| core.renew_call(id, lease_ms)) {
-            Ok(call) => call,
-            Err(e) => {
-                self.held.handle_release(&Err(e.duplicate()));
-                return Err(e);
-            }
-        };
-        let wait_cmd = self.shared.replication.map(|r| r.wait_cmd());
-        let (reply, acks) =
-            self.shared
-                .commands
-                .run_then(&call, &self.shared.counters, wait_cmd.as_ref());
-        let (result, outcome) = self
-            .shared
-            .with_core(|core| core.handle_renew_reply(id, reply));
-        self.held.handle_renew(result);
-        if let Err(e) = self
-            .held
-            .check_renew_replication(&outcome, self.shared.replication, acks)
-        {
-            drop(serial);
-            // Not replicated enough to count as held.
-            let _ = self.release_now();
-            return Err(e);
-        }
-        outcome
+        let _serial = self.op.lock();
+        self.shared.drive(Renew::new(&self.shared.state, &self.held))
     }
 
     /// Releases the lease: deletes the lock if it is still ours and notifies
@@ -150,20 +117,7 @@ impl Lease {
 
     fn release_now(&self) -> Result<ReleaseOutcome, Error> {
         let _serial = self.op.lock();
-        let id = self.held.id;
-        let result = match self.shared.with_core(|core| core.release_call(id)) {
-            Ok(call) => {
-                let reply = self.shared.commands.run(&call, &self.shared.counters);
-                self.shared
-                    .with_core(|core| core.handle_release_reply(id, reply))
-            }
-            Err(e) => {
-                let shutting_down = self.shared.cell().read(|core| core.is_shutting_down());
-                self.held.already_released(e, shutting_down)
-            }
-        };
-        self.held.handle_release(&result);
-        result
+        self.shared.drive(Release::new(&self.shared.state, &self.held))
     }
 }
 

@@ -1,29 +1,20 @@
-//! `blocking::Locker`: construction, acquire, shutdown and the shared state
-//! its leases and subscriber thread use.
+//! `blocking::Locker`: construction, acquire, stats and shutdown, each a
+//! shared operation driven on the caller's thread.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
-
-use event_listener::{Event, Listener};
 
 use super::connection::{Commands, Source};
+use super::drive::drive;
 use super::lease::Lease;
-use super::subscriber;
-use crate::cancel::CancelHandle;
 use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
-use crate::core::core::{Core, CoreSettings, Grant, WaiterStep};
-use crate::core::line::WaiterId;
-use crate::core::names::Channel;
-use crate::driver::{shutdown_verdict, CoreCell, StartSubscriber};
-use crate::entropy::fresh_token;
-use crate::error::{describe, Error, Failure, Operation};
+use crate::driver::ops::{Acquire, Shutdown};
+use crate::driver::state::LockerState;
+use crate::driver::subscriber;
+use crate::error::{Error, Failure};
 use crate::eviction;
-use crate::replication::Replication;
-use crate::stats::{Counters, Stats};
+use crate::stats::Stats;
 
 /// A lease client for one Redis server, for std threads.
 ///
@@ -32,7 +23,8 @@ use crate::stats::{Counters, Stats};
 /// locker sends at most one acquire per key at a time however many threads
 /// wait. While anyone waits, one subscriber thread listens for release
 /// notifications, which wake the head at once; safety polls cover lost
-/// notifications.
+/// notifications. A waiter whose attempt fails keeps waiting and tries
+/// again with a short backoff while its wait lasts.
 ///
 /// # Fairness
 ///
@@ -60,134 +52,35 @@ pub struct Locker {
 impl fmt::Debug for Locker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Locker")
-            .field("namespace", &self.shared.config.namespace)
+            .field("namespace", &self.shared.state.config.namespace)
             .finish_non_exhaustive()
     }
 }
 
+/// What the locker and its leases share: the operations' state and the
+/// connections they are sent on.
+#[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) config: Config,
+    pub(crate) state: Arc<LockerState>,
     pub(crate) commands: Commands,
-    pub(crate) counters: Counters,
-    pub(crate) channel_name: String,
-    pub(crate) replication: Option<Replication>,
-    /// How to reach a cluster node directly (credentials, protocol), for the
-    /// per-node sharded subscriptions; `None` when not known.
-    pub(crate) node_template: Option<redis::ConnectionInfo>,
-    cell: CoreCell,
-    subscribers_running: AtomicUsize,
 }
 
 impl Shared {
     pub(crate) fn new(
         source: Source,
-        node_template: Option<redis::ConnectionInfo>,
+        notifications: subscriber::Source,
         config: Config,
-    ) -> Self {
-        let channel = if matches!(source, Source::Cluster(_)) {
-            Channel::Sharded
-        } else {
-            Channel::Standalone
-        };
-        let settings = CoreSettings::new(&config, channel);
-        let channel_name = settings.channel.name(&settings.namespace, probe_id());
-        Shared {
-            cell: CoreCell::new(Core::new(settings, now())),
-            subscribers_running: AtomicUsize::new(0),
-            commands: Commands::new(source, config.command_timeout),
-            node_template,
-            counters: Counters::default(),
-            channel_name,
-            replication: Replication::of(&config),
-            config,
-        }
+    ) -> Arc<Self> {
+        let commands = Commands::new(source, config.command_timeout);
+        Arc::new(Shared {
+            state: LockerState::new(config, notifications),
+            commands,
+        })
     }
 
-    pub(crate) fn cell(&self) -> &CoreCell {
-        &self.cell
-    }
-
-    /// Runs `f` on the core, wakes the waiters it named, and starts the
-    /// subscriber thread when the core asked for it.
-    pub(crate) fn with_core<R>(self: &Arc<Self>, f: impl FnOnce(&mut Core) -> R) -> R {
-        let (result, StartSubscriber(start)) = self.cell.with(f);
-        if start {
-            self.subscribers_running.fetch_add(1, Ordering::SeqCst);
-            if self.commands.is_cluster() {
-                super::cluster::spawn_subscriber(self.clone());
-            } else {
-                subscriber::spawn(self.clone());
-            }
-        }
-        result
-    }
-
-    pub(crate) fn subscriber_exited(&self) {
-        self.subscribers_running.fetch_sub(1, Ordering::SeqCst);
-        self.cell.notify_changed();
-    }
-
-    /// Releases orphaned tokens (acquires whose outcome was unknown or that
-    /// nobody took) in one round trip, best effort: the TTL is the backstop.
-    pub(crate) fn release_orphans(self: &Arc<Self>) {
-        let calls = self.with_core(|core| core.take_orphans());
-        if calls.is_empty() {
-            return;
-        }
-        if let Err(f) = self
-            .commands
-            .run_releases(&calls, self.config.command_timeout)
-        {
-            let e = f.into_error(Operation::Release);
-            log::warn!(
-                target: "redlease",
-                "LOCK_CLEANUP_FAILED: {} orphaned token(s) left to expire: {}",
-                calls.len(),
-                e.redis_error().map(describe).unwrap_or_default()
-            );
-        }
-    }
-
-    fn drive(
-        self: &Arc<Self>,
-        id: WaiterId,
-        wake: &Event,
-        cancel: Option<&CancelHandle>,
-    ) -> (
-        Result<Grant, Error>,
-        Option<redis::RedisResult<redis::Value>>,
-    ) {
-        let wait_cmd = self.replication.map(|r| r.wait_cmd());
-        let mut acks = None;
-        loop {
-            // Listen before looking, so a wake between the two is not lost.
-            let listener = wake.listen();
-            let step = self.with_core(|core| {
-                if cancel.is_some_and(CancelHandle::is_cancelled) {
-                    core.cancel(id);
-                }
-                core.poll_waiter(now(), id)
-            });
-            match step {
-                WaiterStep::Attempt(call) => {
-                    drop(listener);
-                    let (reply, then) =
-                        self.commands
-                            .run_then(&call, &self.counters, wait_cmd.as_ref());
-                    acks = then;
-                    let summary =
-                        self.with_core(|core| core.handle_acquire_reply(now(), id, reply));
-                    if summary.is_busy() {
-                        self.counters.busy_reply();
-                    }
-                }
-                WaiterStep::Wait(Some(deadline)) => {
-                    listener.wait_deadline(deadline);
-                }
-                WaiterStep::Wait(None) => listener.wait(),
-                WaiterStep::Done(result) => return (result, acks),
-            }
-        }
+    /// Drives an operation on this thread.
+    pub(crate) fn drive<O: crate::driver::ops::Op>(&self, op: O) -> O::Output {
+        drive(&self.commands, &self.state.counters, op)
     }
 }
 
@@ -218,7 +111,11 @@ impl Locker {
     /// connection cannot be opened.
     pub fn new(client: redis::Client, config: Config) -> Result<Self, Error> {
         config.validate()?;
-        let shared = Arc::new(Shared::new(Source::Standalone(client), None, config));
+        let shared = Shared::new(
+            Source::Standalone(client.clone()),
+            subscriber::Source::Standalone(client),
+            config,
+        );
         check_eviction(&shared.commands)?;
         Ok(Locker { shared })
     }
@@ -229,7 +126,7 @@ impl Locker {
 
     /// The configuration this locker runs with.
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.shared.state.config
     }
 
     /// Acquires `key`, waiting up to the config's `wait`.
@@ -237,9 +134,11 @@ impl Locker {
     /// # Errors
     ///
     /// `InvalidKey`; `Busy` (wait zero) or `WaitTimeout`, both with the
-    /// holder's remaining time when known; `QueueFull`; `ShuttingDown`;
-    /// `ProviderFailed` or `OutcomeUnknown` when Redis failed. After an
-    /// unknown outcome the token is released by token at the next operation.
+    /// holder's remaining time when known; `QueueFull`; `TooManyLeases`;
+    /// `ShuttingDown`; `ProviderFailed` or `OutcomeUnknown` when Redis
+    /// failed until the wait ended (or at once with wait zero). After an
+    /// unknown outcome the token is released by token at the next
+    /// operation.
     pub fn acquire(&self, key: &str) -> Result<Lease, Error> {
         self.acquire_with(key, AcquireOptions::new())
     }
@@ -266,143 +165,48 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Lease, Error> {
-        let shared = &self.shared;
-        let resolved = options.resolve(&shared.config)?;
-        shared.release_orphans();
-        let wake = Arc::new(Event::new());
-        if let Some(cancel) = &options.cancel {
-            cancel.register(&wake);
-        }
-        let id = shared.with_core(|core| core.acquire(now(), key, fresh_token(), resolved))?;
-        shared.cell.set_waker(id, wake.clone());
-        let (result, acks) = shared.drive(id, &wake, options.cancel.as_ref());
-        shared.cell.remove_waker(id);
-        let late_at_shutdown = shared
-            .cell
-            .read(|core| core.is_shutting_down() && core.counts().orphans > 0);
-        if late_at_shutdown {
-            shared.release_orphans();
-        }
-        match result {
-            Ok(grant) => {
-                shared.counters.acquired();
-                let lease = Lease::new(shared.clone(), grant);
-                if let Some(replication) = shared.replication {
-                    let acks = acks.unwrap_or(Ok(redis::Value::Int(0)));
-                    match replication.verdict(acks) {
-                        Ok(acked) => lease.set_replicas(acked),
-                        Err(e) => {
-                            // Not replicated enough to count as held.
-                            let _ = lease.release();
-                            return Err(e);
-                        }
-                    }
-                }
-                Ok(lease)
-            }
-            Err(e) => {
-                if matches!(e, Error::WaitTimeout { .. }) {
-                    shared.counters.wait_timeout();
-                }
-                Err(e)
-            }
-        }
+        let op = Acquire::start(&self.shared.state, key, options, now())?;
+        let granted = self.shared.drive(op)?;
+        Ok(Lease::new(self.shared.clone(), granted))
     }
 
     /// A snapshot of this locker's counters.
     pub fn stats(&self) -> Stats {
         self.shared
-            .cell
-            .stats(&self.shared.counters, self.shared.commands.is_connected())
+            .state
+            .stats(self.shared.commands.is_connected())
     }
 
     /// Shuts the locker down: refuses new acquires and ends waits with
     /// `ShuttingDown`, waits for attempts in flight, releases every tracked
-    /// lease in one round trip, stops the subscriber and closes the
-    /// connections the locker opened. Later calls return `Ok` at once.
+    /// lease at once (one round trip on a single server, in parallel on a
+    /// cluster), stops the subscriber and closes the connections the locker
+    /// opened, all within `shutdown_timeout`. Later calls return `Ok` at once.
     ///
     /// # Errors
     ///
     /// `CleanupTimeout` when not every release was confirmed within
     /// `shutdown_timeout` (late acquire replies are still released by token);
+    /// `CleanupFailed` when Redis refused or failed some releases;
     /// `ProviderFailed`/`OutcomeUnknown` when the cleanup could not be sent.
     pub fn shutdown(&self) -> Result<(), Error> {
-        let shared = &self.shared;
-        let timeout = shared.config.shutdown_timeout;
-        let deadline = crate::core::lease::deadline_after(now(), timeout);
-        let first = shared.with_core(|core| {
-            let first = !core.is_shutting_down();
-            core.begin_shutdown();
-            first
-        });
-        if !first {
-            return Ok(());
-        }
-        self.wait_for(deadline, |shared| {
-            shared.cell.read(|core| core.attempts_in_flight()) == 0
-        });
-        let (in_flight, calls) =
-            shared.with_core(|core| (core.attempts_in_flight(), core.take_cleanup()));
-        let mut unconfirmed = in_flight;
-        let mut failure = None;
-        if !calls.is_empty() {
-            let left = deadline.map_or(timeout, |d| d.saturating_duration_since(now()));
-            if left.is_zero() {
-                unconfirmed += calls.len();
-            } else {
-                match shared.commands.run_releases(&calls, left) {
-                    Ok(confirmed) => unconfirmed += calls.len() - confirmed,
-                    Err(f) => {
-                        unconfirmed += calls.len();
-                        failure = Some(f);
-                    }
-                }
-            }
-        }
-        self.wait_for(deadline, |shared| {
-            shared.subscribers_running.load(Ordering::SeqCst) == 0
-        });
-        shared.commands.close();
-        shutdown_verdict(unconfirmed, failure, timeout)
+        let result = self.shared.drive(Shutdown::new(&self.shared.state));
+        self.shared.commands.close();
+        result
     }
-
-    /// Waits until `done` holds or the deadline passes.
-    fn wait_for(&self, deadline: Option<Instant>, done: impl Fn(&Shared) -> bool) {
-        loop {
-            let listener = self.shared.cell.listen_changed();
-            if done(&self.shared) {
-                return;
-            }
-            match deadline {
-                Some(d) if now() >= d => return,
-                Some(d) => {
-                    listener.wait_deadline(d);
-                }
-                None => listener.wait(),
-            }
-        }
-    }
-}
-
-/// Any key id: the standalone channel name does not depend on the key.
-fn probe_id() -> crate::core::names::KeyId {
-    crate::core::names::KeyId::of("")
 }
 
 /// Reads `maxmemory-policy` on a fresh connection and logs an unsafe one.
-fn check_eviction(commands: &Commands) -> Result<(), Error> {
+pub(crate) fn check_eviction(commands: &Commands) -> Result<(), Error> {
     let policy = match commands.query_fresh(&eviction::config_get_cmd()) {
-        Ok(value) => redis::from_redis_value::<HashMap<String, String>>(value)
-            .ok()
-            .and_then(|reply| eviction::policy_from_config(&reply).map(str::to_owned)),
+        Ok(value) => eviction::policy_from_config_reply(value),
         Err(Failure::NotSent(e)) => return Err(Error::from_connect(e)),
         Err(Failure::Sent(e)) => {
             eviction::report_refused(&e);
             commands
                 .query_fresh(&eviction::info_cmd())
                 .ok()
-                .and_then(|v| redis::from_redis_value::<String>(v).ok())
-                .and_then(|info| eviction::policy_from_info(&info).map(str::to_owned))
+                .and_then(eviction::policy_from_info_reply)
         }
     };
     eviction::report(policy.as_deref());

@@ -1,23 +1,24 @@
 //! The blocking front end: std threads and the redis crate's sync
-//! connections drive the sans-IO core.
+//! connections drive the shared operations ([`crate::driver::ops`]).
 //!
-//! Each acquire runs on its caller's thread: it joins its key's line, sends
-//! the acquire script when it is the head, and otherwise sleeps on its own
-//! `event_listener` until the core wakes it (a release notification, its
-//! retry instant, a hand-over) or its deadline passes. One subscriber thread
-//! per locker listens for release notifications while anyone waits.
+//! Each operation runs on its caller's thread through one loop
+//! (`drive.rs`): it sends what the operation asks on a pooled connection
+//! and otherwise sleeps on the operation's `event_listener` until the core
+//! wakes it (a release notification, its retry instant, a hand-over) or its
+//! deadline passes. The subscriber thread of the driver layer listens for
+//! release notifications while anyone waits.
 //!
 //! ```text
-//!   caller threads ──acquire/release/renew──▶ command connection pool ──▶ Redis
-//!         ▲  wake                                                          │
-//!         └──── Core (Mutex) ◀── notifications ── subscriber thread ◀──────┘
+//!   caller threads ──drive(op)──▶ command connection pool ──▶ Redis
+//!         ▲  wake                                              │
+//!         └──── Core (Mutex) ◀── notifications ── subscriber thread
 //! ```
 
 mod cluster;
 mod connection;
+mod drive;
 mod lease;
 mod locker;
-mod subscriber;
 mod with_lock;
 
 pub use lease::Lease;

@@ -1,16 +1,11 @@
 //! `blocking::Locker::with_lock`: acquire, run a closure, always release;
-//! with `extend(true)` a scoped renewer thread keeps the lease alive.
+//! with `extend(true)` the shared renewer runs on a scoped thread.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
-
-use event_listener::{Event, Listener};
 
 use super::{Lease, Locker};
-use crate::clock::now;
 use crate::config::WithLock;
-use crate::core::outcome::RenewOutcome;
+use crate::driver::ops::{Renewer, StopSignal};
 use crate::error::{Error, LostCause};
 use crate::lost::Lost;
 
@@ -26,11 +21,15 @@ impl Locker {
     /// (`LOCK_RELEASE_FAILED`) and the TTL ends the lease.
     ///
     /// With [`WithLock::extend`] the lease is renewed to its full length
-    /// every lease/2 while `f` runs, by one scoped thread joined before
-    /// `with_lock` returns. If a renewal fails, or the lease's local deadline
-    /// passes without a confirmed renewal, `lost` fires with
-    /// [`Error::LockLost`]; `f` should then stop soon. Renewal stops before
-    /// the release, so a release never looks like a loss.
+    /// every lease/2 (counted from when the acquire, then each renewal, was
+    /// sent) while `f` runs, by one scoped thread joined before `with_lock`
+    /// returns. A renewal that fails with a Redis error is sent again after
+    /// a short backoff while the lease has time left. `lost` fires with
+    /// [`Error::LockLost`] when a renewal finds the lease expired or taken,
+    /// or when the local deadline passes without a confirmed renewal; `f`
+    /// should then stop soon. Renewal stops before the release, so a release
+    /// never looks like a loss. If no thread can be started for the renewer,
+    /// `lost` fires at once (cause: the deadline) and `f` still runs.
     ///
     /// # Examples
     ///
@@ -54,12 +53,24 @@ impl Locker {
         F: FnOnce(&Lease, &Lost) -> Result<T, E>,
     {
         let lease = self.acquire_with(key, options.acquire)?;
-        let lost = Lost::new(options.extend, lease.valid_until().flatten());
-        let stop = Stop::default();
+        let lost = Lost::new(options.extend, lease.held().valid_until().flatten());
+        let stop = StopSignal::default();
         let outcome = std::thread::scope(|scope| {
-            let renewer = options
-                .extend
-                .then(|| scope.spawn(|| renew_until_stopped(&lease, &lost, &stop)));
+            let renewer = if options.extend {
+                let shared = lease.shared();
+                let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
+                let spawned = std::thread::Builder::new()
+                    .name("redlease-renewer".into())
+                    .spawn_scoped(scope, || shared.drive(renewer));
+                if spawned.is_err() {
+                    // Nothing can keep the lease alive: say so at once
+                    // rather than let `f` trust a lease that will lapse.
+                    lost.fire(LostCause::DeadlinePassed);
+                }
+                spawned.ok()
+            } else {
+                None
+            };
             let outcome = catch_unwind(AssertUnwindSafe(|| f(&lease, &lost)));
             stop.stop();
             if let Some(renewer) = renewer {
@@ -80,49 +91,6 @@ impl Locker {
         match outcome {
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),
-        }
-    }
-}
-
-/// Tells the renewer to stop, waking it from its sleep.
-#[derive(Default)]
-struct Stop {
-    stopped: AtomicBool,
-    event: Event,
-}
-
-impl Stop {
-    fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        self.event.notify(usize::MAX);
-    }
-
-    /// Sleeps up to `d`; true when stopped.
-    fn sleep(&self, d: Duration) -> bool {
-        let listener = self.event.listen();
-        if self.stopped.load(Ordering::SeqCst) {
-            return true;
-        }
-        if let Some(until) = now().checked_add(d) {
-            listener.wait_deadline(until);
-        } else {
-            listener.wait();
-        }
-        self.stopped.load(Ordering::SeqCst)
-    }
-}
-
-fn renew_until_stopped(lease: &Lease, lost: &Lost, stop: &Stop) {
-    let period = lease.lease_length() / 2;
-    loop {
-        if stop.sleep(period) {
-            return;
-        }
-        match lease.renew() {
-            Ok(RenewOutcome::Renewed) => lost.extend_to(lease.valid_until().flatten()),
-            Ok(RenewOutcome::Expired) => return lost.fire(LostCause::Expired),
-            Ok(RenewOutcome::Conflict) => return lost.fire(LostCause::Conflict),
-            Err(e) => return lost.fire(LostCause::RenewFailed(Box::new(e))),
         }
     }
 }

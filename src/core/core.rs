@@ -1,29 +1,38 @@
-//! The router: every acquire in progress, every key's line, the tracked
-//! leases, the release-notification subscription and shutdown, for one
-//! locker. See the [module docs](super) for the driving contract.
+//! The router: every acquire in progress and every key's line, for one
+//! locker. The subscription machine lives in [`subscription`](super::subscription)
+//! and the tracked leases, orphans and shutdown in
+//! [`tracking`](super::tracking); all three are `impl Core` blocks over the
+//! same state. See the [module docs](super) for the driving contract.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::lease::{deadline_after, LeaseClock, RenewResult};
+use super::lease::{deadline_after, LeaseClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
 use super::names::{validate_key, Channel, KeyId, LockNames, OwnerToken};
-use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
-use super::script::{classify_acquire, classify_release, classify_renew, AcquireReply, ScriptCall};
-use super::slots::{SlotId, Slots};
+use super::outcome::Fence;
+use super::script::{classify_acquire, AcquireReply, ScriptCall};
+use super::slots::Slots;
+use super::subscription::SubscriptionState;
+pub(crate) use super::tracking::LeaseId;
+use super::tracking::Owned;
 use crate::config::{Config, ResolvedOptions};
 use crate::error::{Error, Failure, Operation};
 
-/// How long the subscription outlives the last waiter (SPEC §5).
-pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
-/// How long after a failed subscription returning waiters try again.
-pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(5);
+pub(crate) use super::subscription::SubscriberStep;
+#[cfg(any(test, fuzzing, feature = "fuzzing"))]
+pub(crate) use super::subscription::{RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER};
 
-/// Identifies a lease tracked for cleanup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct LeaseId(SlotId);
+/// Pauses before a waiter retries after a failed attempt (SPEC §5: waiting
+/// survives faults); the last one repeats.
+pub(crate) const FAILURE_BACKOFF: [Duration; 4] = [
+    Duration::from_millis(10),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+];
 
 /// The core's fixed settings, taken from a validated [`Config`].
 #[derive(Debug, Clone)]
@@ -37,6 +46,9 @@ pub(crate) struct CoreSettings {
     pub(crate) max_key_bytes: usize,
     /// Fence counter TTL in ms; 0: counters never expire.
     pub(crate) fence_counter_ttl_ms: u64,
+    /// The longest an attempt's reply can take: after it, an abandoned
+    /// attempt cannot be answered any more.
+    pub(crate) command_timeout: Duration,
 }
 
 impl CoreSettings {
@@ -53,6 +65,7 @@ impl CoreSettings {
             fence_counter_ttl_ms: config
                 .fence_counter_ttl
                 .map_or(0, |ttl| ttl.as_millis() as u64),
+            command_timeout: config.command_timeout,
         }
     }
 }
@@ -92,6 +105,8 @@ pub(crate) enum CoreEvent {
 pub(crate) enum AttemptSummary {
     Acquired,
     Busy,
+    /// Failed, and the waiter keeps waiting (it retries after a backoff).
+    Retrying,
     Failed,
     /// The waiter was gone or had no attempt in flight.
     Ignored,
@@ -103,31 +118,16 @@ impl AttemptSummary {
     }
 }
 
-/// What the subscriber should do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SubscriberStep {
-    /// Keep listening; ask again by the instant at the latest.
-    Listen(Option<Instant>),
-    /// Unsubscribe and close; the subscription is off.
-    Stop,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Subscription {
-    Off,
-    /// The subscriber is connecting or reconnecting.
-    Starting,
-    Active,
-    /// Refused or failed: waiters poll at `poll_interval`.
-    Unavailable,
-}
-
-/// A token to release: of a tracked lease, or an orphan (an acquire whose
-/// result nobody will take: outcome unknown, abandoned, or late at shutdown).
-#[derive(Debug, Clone)]
-struct Owned {
-    names: LockNames,
-    token: OwnerToken,
+/// Where one acquire in progress stands; the one place that says whether
+/// an attempt is in flight.
+#[derive(Debug)]
+enum Phase {
+    /// In its line; the line's head state says when it may attempt.
+    Queued,
+    /// An attempt submitted at this instant is unanswered.
+    Attempting { submitted: Instant },
+    /// Over; the result waits for `poll_waiter`.
+    Finished(Result<Grant, Error>),
 }
 
 #[derive(Debug)]
@@ -139,8 +139,24 @@ struct Waiter {
     deadline: Option<Instant>,
     try_once: bool,
     cancelled: bool,
-    attempt_submitted: Option<Instant>,
-    outcome: Option<Result<Grant, Error>>,
+    phase: Phase,
+    /// Attempts submitted so far: a wait of any length makes at least one.
+    attempts: u32,
+    /// The failure of the last attempt, while the waiter keeps waiting: it
+    /// is the result if the wait ends without a grant. `unsettled` when it
+    /// left the outcome unknown (the token may hold the key).
+    failure: Option<(Error, bool)>,
+    /// Failed attempts in a row, for the backoff.
+    failures: usize,
+}
+
+impl Waiter {
+    fn owned(&self) -> Owned {
+        Owned {
+            names: self.names.clone(),
+            token: self.token,
+        }
+    }
 }
 
 /// Counters a front end can show as statistics.
@@ -158,21 +174,16 @@ pub(crate) struct CoreCounts {
 /// One locker's sans-IO state.
 #[derive(Debug)]
 pub(crate) struct Core {
-    settings: CoreSettings,
+    pub(super) settings: CoreSettings,
     waiters: Slots<Waiter>,
-    lines: HashMap<KeyId, Line>,
-    leases: Slots<Owned>,
-    orphans: Vec<Owned>,
-    subscription: Subscription,
-    /// Since when no acquire is in progress; `None` while some are.
-    idle_since: Option<Instant>,
-    /// Keys whose line emptied, and when: their per-key (cluster)
-    /// subscription lingers like the locker-wide one.
-    recently_idle: HashMap<KeyId, Instant>,
-    shutting_down: bool,
+    pub(super) lines: HashMap<KeyId, Line>,
+    pub(super) leases: Slots<Owned>,
+    pub(super) orphans: Vec<Owned>,
+    pub(super) subscription: SubscriptionState,
+    pub(super) shutting_down: bool,
     attempts_in_flight: usize,
     safety_polls: u64,
-    events: VecDeque<CoreEvent>,
+    pub(super) events: VecDeque<CoreEvent>,
 }
 
 impl Core {
@@ -183,9 +194,7 @@ impl Core {
             lines: HashMap::new(),
             leases: Slots::default(),
             orphans: Vec::new(),
-            subscription: Subscription::Off,
-            idle_since: Some(now),
-            recently_idle: HashMap::new(),
+            subscription: SubscriptionState::new(now),
             shutting_down: false,
             attempts_in_flight: 0,
             safety_polls: 0,
@@ -203,12 +212,17 @@ impl Core {
         }
     }
 
-    pub(crate) fn is_subscribed(&self) -> bool {
-        self.subscription == Subscription::Active
-    }
-
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down
+    }
+
+    pub(crate) fn attempts_in_flight(&self) -> usize {
+        self.attempts_in_flight
+    }
+
+    /// The ids of every waiter, for shutdown's wake-up.
+    pub(super) fn waiter_ids(&self) -> Vec<WaiterId> {
+        self.waiters.iter().map(|(id, _)| WaiterId(id)).collect()
     }
 
     // ----- application commands -------------------------------------------
@@ -247,13 +261,7 @@ impl Core {
             }
         }
         if self.waiters.len() == 0 {
-            let idle_long = self
-                .idle_since
-                .is_some_and(|t| now.saturating_duration_since(t) >= RESUBSCRIBE_AFTER);
-            if self.subscription == Subscription::Unavailable && idle_long {
-                self.subscription = Subscription::Off;
-            }
-            self.idle_since = None;
+            self.subscription.handle_first_waiter(now);
         }
         let waiter = Waiter {
             names: LockNames::new(&self.settings.namespace, id),
@@ -263,11 +271,13 @@ impl Core {
             deadline: deadline_after(now, options.wait),
             try_once,
             cancelled: false,
-            attempt_submitted: None,
-            outcome: None,
+            phase: Phase::Queued,
+            attempts: 0,
+            failure: None,
+            failures: 0,
         };
         let waiter_id = WaiterId(self.waiters.insert(waiter));
-        self.recently_idle.remove(&id);
+        self.subscription.handle_key_wanted(id);
         self.lines
             .entry(id)
             .or_insert_with(Line::new)
@@ -287,32 +297,33 @@ impl Core {
 
     /// Forgets a waiter whose caller went away (a dropped future). A token
     /// that may have been granted meanwhile becomes an orphan, released by
-    /// token at the next cleanup.
-    #[cfg_attr(
-        not(feature = "aio"),
-        allow(dead_code, reason = "driven by the async front end")
-    )]
+    /// token at the next cleanup; an attempt still in flight keeps the line
+    /// settling, so the next head does not send a second attempt at once.
     pub(crate) fn abandon(&mut self, now: Instant, id: WaiterId) {
         let Some(w) = self.waiters.get_mut(id.0) else {
             return;
         };
-        let mut orphan = false;
-        if w.attempt_submitted.take().is_some() {
-            self.attempts_in_flight -= 1;
-            orphan = true;
-        }
-        if let Some(Ok(grant)) = w.outcome.take() {
-            self.leases.remove(grant.lease.0);
-            orphan = true;
+        let mut orphan = matches!(w.failure, Some((_, true)));
+        let mut in_flight_until = None;
+        match std::mem::replace(&mut w.phase, Phase::Queued) {
+            Phase::Attempting { submitted } => {
+                self.attempts_in_flight -= 1;
+                orphan = true;
+                // `Some(None)` (beyond any instant) cannot happen for a
+                // validated command timeout; settle at once then.
+                in_flight_until = deadline_after(submitted, self.settings.command_timeout);
+            }
+            Phase::Finished(Ok(grant)) => {
+                self.leases.remove(grant.lease.0);
+                orphan = true;
+            }
+            Phase::Finished(Err(_)) | Phase::Queued => {}
         }
         if orphan {
-            let owned = Owned {
-                names: w.names.clone(),
-                token: w.token,
-            };
+            let owned = w.owned();
             self.orphans.push(owned);
         }
-        self.finish(now, id);
+        self.finish(now, id, Leaving::Abandoned { in_flight_until });
     }
 
     // ----- driving waiters ------------------------------------------------
@@ -322,38 +333,68 @@ impl Core {
         let Some(w) = self.waiters.get_mut(id.0) else {
             return WaiterStep::Done(Err(Error::Cancelled));
         };
-        if let Some(outcome) = w.outcome.take() {
-            // Shutdown's cleanup may have released a grant before its waiter
-            // took it: the waiter ends with `ShuttingDown`, not a lost lease.
-            let outcome = match outcome {
-                Ok(grant) if self.leases.get(grant.lease.0).is_none() => Err(Error::ShuttingDown),
-                other => other,
-            };
-            let held_for = outcome.as_ref().ok().map(|grant| grant.clock.lease());
-            self.finish_holding(now, id, held_for);
-            return WaiterStep::Done(outcome);
+        match std::mem::replace(&mut w.phase, Phase::Queued) {
+            Phase::Finished(outcome) => {
+                // Shutdown's cleanup may have released a grant before its
+                // waiter took it: the waiter ends with `ShuttingDown`, not a
+                // lost lease.
+                let outcome = match outcome {
+                    Ok(grant) if self.leases.get(grant.lease.0).is_none() => {
+                        Err(Error::ShuttingDown)
+                    }
+                    other => other,
+                };
+                let leaving = match &outcome {
+                    Ok(grant) => Leaving::Acquired(grant.clock.lease()),
+                    Err(_) => Leaving::Ended,
+                };
+                self.finish(now, id, leaving);
+                return WaiterStep::Done(outcome);
+            }
+            attempting @ Phase::Attempting { .. } => {
+                w.phase = attempting;
+                return WaiterStep::Wait(None);
+            }
+            Phase::Queued => {}
         }
-        if w.attempt_submitted.is_some() {
-            return WaiterStep::Wait(None);
-        }
+        let is_head = self.lines.get(&w.names.id).and_then(Line::head) == Some(id);
+        let timed_out = !w.try_once
+            && w.deadline.is_some_and(|d| now >= d)
+            // A wait of any length makes at least one attempt (SPEC §5).
+            && (w.attempts > 0 || !is_head);
         let ended = if w.cancelled {
             Some(Error::Cancelled)
         } else if self.shutting_down {
             Some(Error::ShuttingDown)
-        } else if !w.try_once && w.deadline.is_some_and(|d| now >= d) {
-            let remaining = self
-                .lines
-                .get(&w.names.id)
-                .and_then(|l| l.holder_remaining(now));
-            Some(Error::WaitTimeout {
-                waited: now.saturating_duration_since(w.started),
-                remaining,
+        } else if timed_out {
+            Some(match w.failure.take() {
+                // The wait ends on a failure: it is the result (SPEC §5).
+                Some((e, unsettled)) => {
+                    if unsettled {
+                        let owned = w.owned();
+                        self.orphans.push(owned);
+                    }
+                    e
+                }
+                None => Error::WaitTimeout {
+                    waited: now.saturating_duration_since(w.started),
+                    remaining: self
+                        .lines
+                        .get(&w.names.id)
+                        .and_then(|l| l.holder_remaining(now)),
+                },
             })
         } else {
             None
         };
         if let Some(err) = ended {
-            self.finish(now, id);
+            if let Some(w) = self.waiters.get_mut(id.0) {
+                if let Some((_, true)) = w.failure.take() {
+                    let owned = w.owned();
+                    self.orphans.push(owned);
+                }
+            }
+            self.finish(now, id, Leaving::Ended);
             return WaiterStep::Done(Err(err));
         }
         let Some(w) = self.waiters.get_mut(id.0) else {
@@ -366,10 +407,11 @@ impl Core {
         let backing_off = matches!(line.head_state(), HeadState::Backoff { .. });
         match line.poll(id, now) {
             LineStep::Attempt => {
-                if backing_off {
+                if backing_off && w.failure.is_none() {
                     self.safety_polls += 1;
                 }
-                w.attempt_submitted = Some(now);
+                w.phase = Phase::Attempting { submitted: now };
+                w.attempts += 1;
                 self.attempts_in_flight += 1;
                 WaiterStep::Attempt(ScriptCall::acquire(
                     &w.names,
@@ -378,7 +420,7 @@ impl Core {
                     self.settings.fence_counter_ttl_ms,
                 ))
             }
-            LineStep::WaitUntil(at) => WaiterStep::Wait(earliest(at, deadline)),
+            LineStep::WaitUntil(at) => WaiterStep::Wait(earliest_of(at, deadline)),
         }
     }
 
@@ -393,9 +435,10 @@ impl Core {
         let Some(w) = self.waiters.get_mut(id.0) else {
             return AttemptSummary::Ignored;
         };
-        let Some(submitted) = w.attempt_submitted.take() else {
+        let Phase::Attempting { submitted } = w.phase else {
             return AttemptSummary::Ignored;
         };
+        w.phase = Phase::Queued;
         self.attempts_in_flight -= 1;
         let result = match reply {
             Ok(value) => classify_acquire(&value).map_err(|source| Error::UnexpectedReply {
@@ -405,25 +448,22 @@ impl Core {
             Err(e) => Err(e.into().into_error(Operation::Acquire)),
         };
         let line = self.lines.get_mut(&w.names.id);
-        let owned = Owned {
-            names: w.names.clone(),
-            token: w.token,
-        };
         match result {
             Ok(AcquireReply::Acquired(fence)) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
                 }
+                w.failure = None;
                 let outcome = if self.shutting_down {
-                    self.orphans.push(owned);
+                    self.orphans.push(w.owned());
                     Err(Error::ShuttingDown)
                 } else if self.leases.len() >= self.settings.max_tracked_leases {
-                    self.orphans.push(owned);
+                    self.orphans.push(w.owned());
                     Err(Error::TooManyLeases {
                         limit: self.settings.max_tracked_leases,
                     })
                 } else {
-                    let lease = LeaseId(self.leases.insert(owned));
+                    let lease = LeaseId(self.leases.insert(w.owned()));
                     let lease_len = Duration::from_millis(w.lease_ms);
                     Ok(Grant {
                         lease,
@@ -431,54 +471,74 @@ impl Core {
                         clock: LeaseClock::granted(submitted, lease_len),
                     })
                 };
-                w.outcome = Some(outcome);
+                w.phase = Phase::Finished(outcome);
                 AttemptSummary::Acquired
             }
             Ok(AcquireReply::Busy(remaining)) => {
                 if let Some(line) = line {
                     line.handle_busy(now, remaining, safety);
                 }
+                // A settled reply for our token: an earlier unknown attempt
+                // did not leave it holding the key.
+                w.failure = None;
+                w.failures = 0;
                 if w.try_once {
-                    w.outcome = Some(Err(Error::Busy { remaining }));
-                } else if self.subscription == Subscription::Off && !self.shutting_down {
-                    // The waiter really waits now: listen for releases.
-                    self.subscription = Subscription::Starting;
-                    self.events.push_back(CoreEvent::StartSubscriber);
+                    w.phase = Phase::Finished(Err(Error::Busy { remaining }));
+                } else {
+                    let key = w.names.id;
+                    self.subscription_wanted_by_waiter(key);
                 }
                 AttemptSummary::Busy
             }
             Err(e) => {
+                let unsettled = e.is_outcome_unknown();
+                let keeps_waiting = !w.try_once
+                    && !w.cancelled
+                    && !self.shutting_down
+                    && w.deadline.is_none_or(|d| now < d)
+                    && is_retryable(&e);
+                if keeps_waiting {
+                    let delay = FAILURE_BACKOFF[w.failures.min(FAILURE_BACKOFF.len() - 1)];
+                    w.failures += 1;
+                    w.failure = Some((e, unsettled));
+                    if let Some(line) = line {
+                        line.handle_failed(now, delay);
+                    }
+                    return AttemptSummary::Retrying;
+                }
                 if let Some(line) = line {
                     line.handle_attempt_done();
                 }
-                if e.is_outcome_unknown() {
-                    self.orphans.push(owned);
+                if unsettled {
+                    self.orphans.push(w.owned());
                 }
-                w.outcome = Some(Err(e));
+                w.failure = None;
+                w.phase = Phase::Finished(Err(e));
                 AttemptSummary::Failed
             }
         }
     }
 
     /// Removes a finished waiter and hands its line to the next one.
-    fn finish(&mut self, now: Instant, id: WaiterId) {
-        self.finish_holding(now, id, None);
-    }
-
-    /// Like [`finish`](Self::finish); `held_for` is the lease of a waiter
-    /// that leaves because it acquired. This locker then holds the key, so
-    /// the next waiter would only hear "busy": instead of trying at once it
-    /// backs off until the release notification (SPEC §5: a release by the
-    /// same locker wakes its waiters only through the notification) or its
-    /// safety poll.
-    fn finish_holding(&mut self, now: Instant, id: WaiterId, held_for: Option<Duration>) {
+    ///
+    /// A waiter that leaves because it acquired makes this locker the
+    /// holder, so the next waiter would only hear "busy": instead of trying
+    /// at once it backs off until the release notification (SPEC §5: a
+    /// release by the same locker wakes its waiters only through the
+    /// notification) or its safety poll.
+    fn finish(&mut self, now: Instant, id: WaiterId, leaving: Leaving) {
         let safety = self.safety_interval();
         let Some(w) = self.waiters.remove(id.0) else {
             return;
         };
-        if let Some(line) = self.lines.get_mut(&w.names.id) {
-            if let Some(next) = line.leave(id) {
-                if let Some(lease) = held_for {
+        let key = w.names.id;
+        if let Some(line) = self.lines.get_mut(&key) {
+            let in_flight_until = match leaving {
+                Leaving::Abandoned { in_flight_until } => in_flight_until,
+                _ => None,
+            };
+            if let Some(next) = line.leave_settling(id, in_flight_until) {
+                if let Leaving::Acquired(lease) = leaving {
                     line.defer_head(now, lease, safety);
                 }
                 // Woken either way: a deferred head must trade the deadline
@@ -486,147 +546,36 @@ impl Core {
                 self.events.push_back(CoreEvent::Wake(next));
             }
             if line.is_empty() {
-                self.lines.remove(&w.names.id);
-                // Only per-key subscriptions linger per key; tracking it in
-                // standalone mode would only grow the map.
-                if self.settings.channel == Channel::Sharded {
-                    self.recently_idle.insert(w.names.id, now);
-                }
+                self.lines.remove(&key);
+                self.subscription.handle_key_idle(now, key);
             }
         }
         if self.waiters.len() == 0 {
-            self.idle_since = Some(now);
+            self.subscription.handle_last_waiter_left(now);
         }
     }
 
-    fn safety_interval(&self) -> Duration {
-        match self.subscription {
-            Subscription::Active => self.settings.notify_poll_interval,
-            _ => self.settings.poll_interval,
+    pub(super) fn safety_interval(&self) -> Duration {
+        if self.subscription.is_active() {
+            self.settings.notify_poll_interval
+        } else {
+            self.settings.poll_interval
         }
     }
 
-    // ----- notifications --------------------------------------------------
-
-    /// A release notification arrived; its payload is the key's sha.
-    pub(crate) fn handle_notification(&mut self, payload: &[u8]) {
-        let Some(id) = KeyId::from_hex(payload) else {
-            return;
-        };
-        if let Some(head) = self.lines.get_mut(&id).and_then(Line::handle_wake) {
-            self.events.push_back(CoreEvent::Wake(head));
-        }
-    }
-
-    /// The subscription is confirmed (first time or after a reconnect): a
-    /// release may have gone unseen before it, so every head checks again.
-    pub(crate) fn handle_subscribed(&mut self) {
-        if self.subscription == Subscription::Starting {
-            self.subscription = Subscription::Active;
-        }
-        let heads: Vec<WaiterId> = self
-            .lines
-            .values_mut()
-            .filter_map(Line::handle_wake)
-            .collect();
+    /// Wakes the heads that should check at once, as `wake` says per line.
+    pub(super) fn wake_heads(&mut self, mut wake: impl FnMut(&mut Line) -> Option<WaiterId>) {
+        let heads: Vec<WaiterId> = self.lines.values_mut().filter_map(&mut wake).collect();
         self.events.extend(heads.into_iter().map(CoreEvent::Wake));
     }
 
-    /// The subscriber lost its connection and is reconnecting.
-    pub(crate) fn handle_subscriber_lost(&mut self, now: Instant) {
-        if self.subscription == Subscription::Active {
-            self.subscription = Subscription::Starting;
-        }
-        self.clamp_heads(now);
-    }
-
-    /// The subscription ended without a failure to report (its connection
-    /// dropped, or its start was abandoned): it is off, heads poll at
-    /// `poll_interval`, and the next waiter that waits starts it again.
-    ///
-    /// Every backing-off head retries at once: a release may have gone
-    /// unseen, and a busy reply is what starts the subscription again.
-    #[cfg_attr(
-        not(feature = "aio"),
-        allow(dead_code, reason = "driven by the async front end")
-    )]
-    pub(crate) fn handle_subscriber_stopped(&mut self) {
-        if self.subscription != Subscription::Unavailable {
-            self.subscription = Subscription::Off;
-        }
-        let heads: Vec<WaiterId> = self
-            .lines
-            .values_mut()
-            .filter_map(Line::handle_wake)
-            .collect();
-        self.events.extend(heads.into_iter().map(CoreEvent::Wake));
-    }
-
-    /// Subscribing failed or was refused. Returns true the first time in a
-    /// row, when the front end should log `LOCK_NOTIFY_UNAVAILABLE`.
-    pub(crate) fn handle_subscription_failed(&mut self, now: Instant) -> bool {
-        let first = self.subscription != Subscription::Unavailable;
-        self.subscription = Subscription::Unavailable;
-        self.clamp_heads(now);
-        first
-    }
-
-    fn clamp_heads(&mut self, now: Instant) {
-        let safety = self.settings.poll_interval;
-        let heads: Vec<WaiterId> = self
-            .lines
-            .values_mut()
-            .filter_map(|l| l.clamp_retry(now, safety))
-            .collect();
-        self.events.extend(heads.into_iter().map(CoreEvent::Wake));
-    }
-
-    /// Whether the subscriber should keep listening.
-    pub(crate) fn poll_subscriber(&mut self, now: Instant) -> SubscriberStep {
-        if matches!(
-            self.subscription,
-            Subscription::Off | Subscription::Unavailable
-        ) {
-            return SubscriberStep::Stop;
-        }
-        if self.shutting_down {
-            self.subscription = Subscription::Off;
-            return SubscriberStep::Stop;
-        }
-        match self.idle_since {
-            None => SubscriberStep::Listen(None),
-            Some(t) => match deadline_after(t, SUBSCRIPTION_LINGER) {
-                Some(until) if now < until => SubscriberStep::Listen(Some(until)),
-                _ => {
-                    self.subscription = Subscription::Off;
-                    SubscriberStep::Stop
-                }
-            },
-        }
-    }
-
-    /// The keys whose release channel a per-key (Redis Cluster) subscriber
-    /// should be subscribed to at `now`: every key with a line, and keys
-    /// whose line emptied less than the linger ago.
-    pub(crate) fn wanted_keys(&mut self, now: Instant) -> Vec<KeyId> {
-        self.recently_idle.retain(|_, since| {
-            deadline_after(*since, SUBSCRIPTION_LINGER).is_some_and(|until| now < until)
-        });
-        let mut keys: Vec<KeyId> = self.lines.keys().copied().collect();
-        keys.extend(self.recently_idle.keys().copied());
-        keys
-    }
-
-    /// One key's channel subscription is confirmed (Redis Cluster): the
-    /// subscription counts as active and that key's head checks once more.
-    pub(crate) fn handle_channel_subscribed(&mut self, key: KeyId) {
-        if matches!(
-            self.subscription,
-            Subscription::Starting | Subscription::Off
-        ) {
-            self.subscription = Subscription::Active;
-        }
-        if let Some(head) = self.lines.get_mut(&key).and_then(Line::handle_wake) {
+    /// Wakes the head of `key`'s line if `wake` says so.
+    pub(super) fn wake_head_of(
+        &mut self,
+        key: KeyId,
+        wake: impl FnOnce(&mut Line) -> Option<WaiterId>,
+    ) {
+        if let Some(head) = self.lines.get_mut(&key).and_then(wake) {
             self.events.push_back(CoreEvent::Wake(head));
         }
     }
@@ -635,126 +584,34 @@ impl Core {
     pub(crate) fn poll_event(&mut self) -> Option<CoreEvent> {
         self.events.pop_front()
     }
-
-    // ----- leases -----------------------------------------------------------
-
-    /// The release command of a tracked lease.
-    ///
-    /// # Errors
-    ///
-    /// `ShuttingDown` when shutdown already released it.
-    pub(crate) fn release_call(&self, lease: LeaseId) -> Result<ScriptCall, Error> {
-        let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        Ok(self.release_of(owned))
-    }
-
-    fn release_of(&self, owned: &Owned) -> ScriptCall {
-        ScriptCall::release(
-            &owned.names,
-            owned.token,
-            &self.settings.namespace,
-            self.settings.channel,
-        )
-    }
-
-    /// Reports a release's reply. A settled outcome stops tracking the
-    /// lease; a failure keeps its token for the cleanup at shutdown.
-    pub(crate) fn handle_release_reply(
-        &mut self,
-        lease: LeaseId,
-        reply: Result<Value, impl Into<Failure>>,
-    ) -> Result<ReleaseOutcome, Error> {
-        let outcome = classify_reply(reply, Operation::Release, classify_release)?;
-        self.leases.remove(lease.0);
-        Ok(outcome)
-    }
-
-    /// The renew command of a tracked lease.
-    pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
-        let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        Ok(ScriptCall::renew(&owned.names, owned.token, lease_ms))
-    }
-
-    /// Reports a renew's reply. The lease stays tracked whatever the
-    /// outcome, so that its release can still report what it finds.
-    pub(crate) fn handle_renew_reply(
-        &mut self,
-        _lease: LeaseId,
-        reply: Result<Value, impl Into<Failure>>,
-    ) -> (RenewResult, Result<RenewOutcome, Error>) {
-        let outcome = classify_reply(reply, Operation::Renew, classify_renew);
-        let result = match &outcome {
-            Ok(o) => RenewResult::Outcome(*o),
-            Err(Error::ProviderFailed { .. }) => RenewResult::NotApplied,
-            Err(_) => RenewResult::Unknown,
-        };
-        (result, outcome)
-    }
-
-    /// Hands a lease nobody will release back to the core: its token is
-    /// released with the orphans at the next cleanup.
-    #[cfg_attr(
-        not(feature = "aio"),
-        allow(dead_code, reason = "driven by the async front end")
-    )]
-    pub(crate) fn abandon_lease(&mut self, lease: LeaseId) {
-        if let Some(owned) = self.leases.remove(lease.0) {
-            self.orphans.push(owned);
-        }
-    }
-
-    /// Release commands for the orphaned tokens, which are forgotten: a
-    /// failed cleanup is left to the TTL.
-    pub(crate) fn take_orphans(&mut self) -> Vec<ScriptCall> {
-        let orphans = std::mem::take(&mut self.orphans);
-        orphans.iter().map(|o| self.release_of(o)).collect()
-    }
-
-    // ----- shutdown -------------------------------------------------------
-
-    /// Refuses new acquires and ends every wait; attempts in flight finish
-    /// and their tokens become orphans if they acquired.
-    pub(crate) fn begin_shutdown(&mut self) {
-        self.shutting_down = true;
-        let ids: Vec<WaiterId> = self.waiters.iter().map(|(id, _)| WaiterId(id)).collect();
-        self.events.extend(ids.into_iter().map(CoreEvent::Wake));
-    }
-
-    pub(crate) fn attempts_in_flight(&self) -> usize {
-        self.attempts_in_flight
-    }
-
-    /// Release commands for every tracked lease and orphan; all are
-    /// forgotten by the core, so later releases of those leases report
-    /// `ShuttingDown`.
-    pub(crate) fn take_cleanup(&mut self) -> Vec<ScriptCall> {
-        let mut calls: Vec<ScriptCall> = self
-            .leases
-            .drain()
-            .iter()
-            .map(|o| self.release_of(o))
-            .collect();
-        calls.extend(self.take_orphans());
-        calls
-    }
 }
 
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+/// Why a waiter leaves its line.
+#[derive(Debug, Clone, Copy)]
+enum Leaving {
+    /// It acquired a lease of this length.
+    Acquired(Duration),
+    /// Timed out, failed, cancelled or shut down.
+    Ended,
+    /// Its caller went away; an attempt may still be in flight until then.
+    Abandoned { in_flight_until: Option<Instant> },
+}
+
+/// Whether a failed attempt may be sent again while the wait lasts: every
+/// Redis failure (not applied, or unknown, which the replay-safe script
+/// makes idempotent), but not the locker's own limits.
+fn is_retryable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::ProviderFailed { .. } | Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. }
+    )
+}
+
+/// The earlier of two optional instants (`None`: no bound).
+pub(crate) fn earliest_of(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
-}
-
-/// Turns a release or renew reply into its outcome or the public error.
-pub(crate) fn classify_reply<T>(
-    reply: Result<Value, impl Into<Failure>>,
-    op: Operation,
-    classify: impl FnOnce(&Value) -> Result<T, super::script::ReplyError>,
-) -> Result<T, Error> {
-    match reply {
-        Ok(value) => classify(&value).map_err(|source| Error::UnexpectedReply { op, source }),
-        Err(e) => Err(e.into().into_error(op)),
     }
 }
 

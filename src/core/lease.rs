@@ -136,6 +136,17 @@ impl LeaseClock {
     }
 
     /// What a release that already happened found, if one did.
+    /// Like [`handle_renew`](Self::handle_renew), for a renewer that sends
+    /// again after a failure (SPEC §7): an unknown outcome keeps the old
+    /// deadline, which is conservative whether or not it was applied, since
+    /// a renew only ever extends the caller's own token.
+    pub(crate) fn handle_renew_retrying(&mut self, result: RenewResult) {
+        match result {
+            RenewResult::Unknown => self.handle_renew(RenewResult::NotApplied),
+            settled => self.handle_renew(settled),
+        }
+    }
+
     pub(crate) fn released_as(&self) -> Option<ReleaseOutcome> {
         match self.state {
             State::Ended(LeaseEnd::Released) => Some(ReleaseOutcome::Released),
@@ -233,5 +244,17 @@ mod tests {
         let clock = LeaseClock::granted(t0, Duration::from_millis(999_999_999_999_999));
         assert!(clock.is_valid(t0));
         assert!(clock.remaining(t0) > Duration::from_secs(1_000_000));
+    }
+
+    #[test]
+    fn a_retrying_renewer_keeps_the_old_deadline_after_an_unknown_outcome() {
+        let t0 = Instant::now();
+        let mut clock = LeaseClock::granted(t0, LEASE);
+        clock.renew_submitted(t0 + Duration::from_millis(500));
+        clock.handle_renew_retrying(RenewResult::Unknown);
+        assert_eq!(clock.valid_until(), Some(Some(t0 + LEASE)));
+        clock.renew_submitted(t0 + Duration::from_millis(600));
+        clock.handle_renew_retrying(RenewResult::Outcome(RenewOutcome::Renewed));
+        assert_eq!(clock.valid_until(), Some(Some(t0 + Duration::from_millis(600) + LEASE)));
     }
 }

@@ -5,12 +5,20 @@
 //! its own deadline:
 //!
 //! ```text
-//!            poll                 busy reply
-//!  Ready ──────────▶ Attempting ─────────────▶ Backoff { retry_at }
-//!    ▲                  │ notified meanwhile        │ retry_at reached
-//!    │                  └──────▶ Ready ◀────────────┤ or notification
-//!    └── new head after the old one left ◀──────────┘
+//!            poll                 busy reply / failure
+//!  Ready ──────────▶ Attempting ─────────────────────▶ Backoff { retry_at }
+//!    ▲                  │ notified meanwhile (busy)        │ retry_at reached
+//!    │                  └──────▶ Ready ◀───────────────────┤ or notification
+//!    └── new head after the old one left ◀─────────────────┘
+//!
+//!  head abandoned mid-attempt ──▶ Settling { until } ──until reached / settled──▶ Ready
 //! ```
+//!
+//! `Settling` keeps the promise of one attempt per key at a time when a head
+//! leaves with its attempt still unanswered (a dropped future): its reply
+//! can come no later than the command timeout, so the next head waits until
+//! then, or until the abandoned token's release was answered on the same
+//! connection.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -32,6 +40,9 @@ pub(crate) enum HeadState {
     Attempting { notified: bool },
     /// Waits for a notification or `retry_at`, whichever comes first.
     Backoff { retry_at: Option<Instant> },
+    /// The previous head left with an attempt in flight; nobody attempts
+    /// before `until` unless the line is settled earlier.
+    Settling { until: Option<Instant> },
 }
 
 /// What the line tells one of its waiters to do.
@@ -90,14 +101,40 @@ impl Line {
 
     /// Removes a waiter from anywhere in the line. Returns the new head when
     /// the head changed, which must then be woken: it is `Ready`.
+    #[cfg(test)]
     pub(crate) fn leave(&mut self, id: WaiterId) -> Option<WaiterId> {
+        self.leave_settling(id, None)
+    }
+
+    /// Like [`leave`](Self::leave); `in_flight_until` is set when the
+    /// waiter leaves with an attempt unanswered, whose reply can come no
+    /// later than that instant: the line then settles before anyone attempts.
+    pub(crate) fn leave_settling(
+        &mut self,
+        id: WaiterId,
+        in_flight_until: Option<Instant>,
+    ) -> Option<WaiterId> {
         let pos = self.queue.iter().position(|w| *w == id)?;
         self.queue.remove(pos);
         if pos != 0 {
             return None;
         }
-        self.head = HeadState::Ready;
+        self.head = match in_flight_until {
+            Some(until) => HeadState::Settling { until: Some(until) },
+            None => HeadState::Ready,
+        };
         self.head()
+    }
+
+    /// The abandoned attempt that made the line settle is answered for (its
+    /// token's release came back on the same connection). Returns the head
+    /// to wake.
+    pub(crate) fn settle(&mut self) -> Option<WaiterId> {
+        if matches!(self.head, HeadState::Settling { .. }) {
+            self.head = HeadState::Ready;
+            return self.head();
+        }
+        None
     }
 
     /// A new head whose predecessor just acquired the key: the lock is held
@@ -124,6 +161,11 @@ impl Line {
                 LineStep::Attempt
             }
             HeadState::Backoff { retry_at } => LineStep::WaitUntil(retry_at),
+            HeadState::Settling { until } if until.is_some_and(|at| at <= now) => {
+                self.head = HeadState::Attempting { notified: false };
+                LineStep::Attempt
+            }
+            HeadState::Settling { until } => LineStep::WaitUntil(until),
             HeadState::Attempting { .. } => LineStep::WaitUntil(None),
         }
     }
@@ -157,6 +199,15 @@ impl Line {
         self.head = HeadState::Ready;
     }
 
+    /// The head's attempt failed and the head keeps waiting (SPEC §5:
+    /// waiting survives faults): it tries again after `delay`. A release
+    /// notification meanwhile brings the retry forward, which is harmless.
+    pub(crate) fn handle_failed(&mut self, now: Instant, delay: Duration) {
+        self.head = HeadState::Backoff {
+            retry_at: deadline_after(now, delay),
+        };
+    }
+
     /// A release notification for this key, or a reason to check at once
     /// (subscription confirmed, subscriber reconnected). Returns the head to
     /// wake when it should retry now.
@@ -170,7 +221,7 @@ impl Line {
                 self.head = HeadState::Attempting { notified: true };
                 None
             }
-            HeadState::Ready => None,
+            HeadState::Ready | HeadState::Settling { .. } => None,
         }
     }
 
@@ -294,5 +345,47 @@ mod tests {
         assert_eq!(line.clamp_retry(now, fast), Some(w[0]));
         assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(Some(now + fast)));
         assert_eq!(line.clamp_retry(now, SAFETY), None);
+    }
+
+    #[test]
+    fn a_head_abandoned_mid_attempt_makes_the_next_head_wait_until_the_line_settles() {
+        let now = Instant::now();
+        let w = ids(2);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.join(w[1]);
+        assert_eq!(line.poll(w[0], now), LineStep::Attempt);
+        let until = now + Duration::from_secs(2);
+        assert_eq!(line.leave_settling(w[0], Some(until)), Some(w[1]));
+        assert_eq!(line.poll(w[1], now), LineStep::WaitUntil(Some(until)));
+        assert_eq!(line.handle_wake(), None, "a notification does not settle it");
+        assert_eq!(line.settle(), Some(w[1]));
+        assert_eq!(line.poll(w[1], now), LineStep::Attempt);
+    }
+
+    #[test]
+    fn a_settling_line_lets_the_next_head_attempt_once_the_reply_can_no_longer_come() {
+        let now = Instant::now();
+        let w = ids(2);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.join(w[1]);
+        line.poll(w[0], now);
+        let until = now + Duration::from_secs(2);
+        line.leave_settling(w[0], Some(until));
+        assert_eq!(line.poll(w[1], until), LineStep::Attempt);
+    }
+
+    #[test]
+    fn a_failed_attempt_backs_off_and_keeps_the_head() {
+        let now = Instant::now();
+        let w = ids(1);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.poll(w[0], now);
+        line.handle_failed(now, Duration::from_millis(10));
+        let at = now + Duration::from_millis(10);
+        assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(Some(at)));
+        assert_eq!(line.poll(w[0], at), LineStep::Attempt);
     }
 }

@@ -40,9 +40,12 @@ pub(crate) mod core;
 pub(crate) mod lease;
 pub(crate) mod line;
 pub(crate) mod names;
+pub(crate) mod notice;
 pub(crate) mod outcome;
 pub(crate) mod script;
 pub(crate) mod slots;
+pub(crate) mod subscription;
+pub(crate) mod tracking;
 
 pub use outcome::{Fence, ReleaseOutcome, RenewOutcome};
 pub use script::ReplyError;

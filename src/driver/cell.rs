@@ -1,6 +1,6 @@
-//! What both front ends need around the core: the core behind a mutex, each
-//! waiter's wake-up event, and the drain of the core's events after every
-//! call. The mutex is never held across I/O or an `.await`.
+//! The core behind a mutex, each waiter's wake-up event, and the drain of
+//! the core's events after every call. The mutex is never held across I/O
+//! or an `.await`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,12 +8,8 @@ use std::sync::Arc;
 use event_listener::{Event, EventListener};
 use parking_lot::Mutex;
 
-use std::time::Duration;
-
 use crate::core::core::{Core, CoreEvent};
 use crate::core::line::WaiterId;
-use crate::error::{Error, Failure, Operation};
-use crate::stats::{Counters, Stats};
 
 pub(crate) struct CoreCell {
     state: Mutex<CellState>,
@@ -63,15 +59,9 @@ impl CoreCell {
         (result, StartSubscriber(start))
     }
 
-    /// Like [`with`](Self::with) for calls that cannot start a subscriber.
+    /// Reads the core; for calls that change nothing.
     pub(crate) fn read<R>(&self, f: impl FnOnce(&Core) -> R) -> R {
         f(&self.state.lock().core)
-    }
-
-    /// Runs `f` on the core without draining events; for calls that produce
-    /// none (maintenance reads that may change subscription state).
-    pub(crate) fn read_mut<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
-        f(&mut self.state.lock().core)
     }
 
     /// Registers the wake-up event of a new waiter.
@@ -90,52 +80,6 @@ impl CoreCell {
     /// Wakes everyone listening for changes (e.g. a subscriber exited).
     pub(crate) fn notify_changed(&self) {
         self.changed.notify(usize::MAX);
-    }
-}
-
-impl CoreCell {
-    /// The counters plus the core's gauges.
-    pub(crate) fn stats(&self, counters: &Counters, connected: bool) -> Stats {
-        let (counts, subscribed) = self.read(|core| (core.counts(), core.is_subscribed()));
-        Stats {
-            waiters: counts.waiters,
-            tracked_leases: counts.tracked_leases,
-            subscribed,
-            connected,
-            safety_polls: counts.safety_polls,
-            ..counters.snapshot()
-        }
-    }
-}
-
-/// What shutdown reports once it knows how many releases went unconfirmed
-/// and why: `CleanupTimeout` when time ran out, the Redis error when the
-/// cleanup could not be sent or was refused. Logs `LOCK_CLEANUP_FAILED`.
-pub(crate) fn shutdown_verdict(
-    unconfirmed: usize,
-    failure: Option<Failure>,
-    timeout: Duration,
-) -> Result<(), Error> {
-    if unconfirmed == 0 {
-        return Ok(());
-    }
-    log::error!(
-        target: "redlease",
-        "LOCK_CLEANUP_FAILED: {unconfirmed} lease(s) not confirmed released at shutdown; \
-         their TTL will end them"
-    );
-    match failure {
-        Some(Failure::Sent(e)) if !e.is_timeout() => {
-            Err(Error::from_command(Operation::Shutdown, e))
-        }
-        Some(Failure::NotSent(source)) => Err(Error::ProviderFailed {
-            op: Operation::Shutdown,
-            source,
-        }),
-        _ => Err(Error::CleanupTimeout {
-            unconfirmed,
-            timeout,
-        }),
     }
 }
 

@@ -13,7 +13,6 @@ use crate::core::core::{Grant, LeaseId};
 use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::error::Error;
-use crate::replication::Replication;
 
 /// `replicas` before any replication check ran.
 const NO_REPLICAS: u32 = u32::MAX;
@@ -33,6 +32,15 @@ impl Held {
             clock: Mutex::new(grant.clock),
             replicas: AtomicU32::new(NO_REPLICAS),
         }
+    }
+
+    /// A lease as an acquire handed it out, with its replication count.
+    pub(crate) fn granted(granted: crate::driver::ops::Granted) -> Self {
+        let held = Held::new(granted.grant);
+        if let Some(n) = granted.replicas {
+            held.set_replicas(n);
+        }
+        held
     }
 
     pub(crate) fn fence(&self) -> Fence {
@@ -72,35 +80,25 @@ impl Held {
     /// Starts a renew at `now`: the lease in ms to send, or the outcome at
     /// once for a lease that already ended (it is never sent again, so it
     /// never becomes valid again).
-    pub(crate) fn begin_renew(&self) -> Result<u64, RenewOutcome> {
+    pub(crate) fn begin_renew(&self, now: Instant) -> Result<u64, RenewOutcome> {
         let mut clock = self.clock.lock();
         match clock.ended() {
             Some(LeaseEnd::Conflict) => return Err(RenewOutcome::Conflict),
             Some(_) => return Err(RenewOutcome::Expired),
             None => {}
         }
-        clock.renew_submitted(now());
+        clock.renew_submitted(now);
         // Bounded by the lease validation (at most 15 digits of ms).
         Ok(clock.lease().as_millis() as u64)
     }
 
-    pub(crate) fn handle_renew(&self, result: RenewResult) {
-        self.clock.lock().handle_renew(result);
-    }
-
-    /// Checks a successful renew's replication; an error means the lease
-    /// must be released and the error returned.
-    pub(crate) fn check_renew_replication(
-        &self,
-        outcome: &Result<RenewOutcome, Error>,
-        replication: Option<Replication>,
-        acks: Option<redis::RedisResult<redis::Value>>,
-    ) -> Result<(), Error> {
-        if let (Ok(RenewOutcome::Renewed), Some(replication)) = (outcome, replication) {
-            let acked = replication.verdict(acks.unwrap_or(Ok(redis::Value::Int(0))))?;
-            self.set_replicas(acked);
+    pub(crate) fn handle_renew(&self, result: RenewResult, retrying: bool) {
+        let mut clock = self.clock.lock();
+        if retrying {
+            clock.handle_renew_retrying(result);
+        } else {
+            clock.handle_renew(result);
         }
-        Ok(())
     }
 
     /// Records a release's result; the lease is never valid afterwards.
@@ -125,6 +123,7 @@ impl Held {
     }
 
     /// `Debug` of a lease: what it is worth to know, never its key or token.
+    /// (Also `Held`'s own `Debug`.)
     pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("fence", &self.fence)
@@ -132,5 +131,11 @@ impl Held {
             .field("remaining", &self.remaining())
             .field("replicas", &self.replicas())
             .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.debug(f)
     }
 }

@@ -1,0 +1,243 @@
+//! The release-notification subscription of one locker, as a state machine
+//! inside the [`Core`]: when to start it, when it is confirmed, lost or
+//! refused, when it has lingered long enough after the last waiter, and on
+//! Redis Cluster which per-key channels are wanted.
+//!
+//! ```text
+//!  Off ──busy reply of a waiter──▶ Starting ──confirmed──▶ Active
+//!   ▲                               ▲   │ refused             │ connection lost
+//!   │                               │   ▼                     ▼
+//!   │                               │ Unavailable          Starting (reconnecting)
+//!   └── 1 s after the last waiter ──┴── (waiters poll; retried after 5 s idle)
+//! ```
+//!
+//! The subscriber (a thread the front end starts on `StartSubscriber`)
+//! asks [`Core::poll_subscriber`] whether to keep listening and, on a
+//! cluster, [`Core::wanted_keys`] which channels to hold.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use super::core::{Core, CoreEvent};
+use super::lease::deadline_after;
+use super::line::Line;
+use super::names::{Channel, KeyId};
+
+/// How long the subscription outlives the last waiter (SPEC §5).
+pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
+/// How long after a failed subscription returning waiters try again.
+pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(5);
+
+/// What the subscriber should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SubscriberStep {
+    /// Keep listening; ask again by the instant at the latest.
+    Listen(Option<Instant>),
+    /// Unsubscribe and close; the subscription is off.
+    Stop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    /// The subscriber is connecting or reconnecting.
+    Starting,
+    Active,
+    /// Refused or failed: waiters poll at `poll_interval`.
+    Unavailable,
+}
+
+#[derive(Debug)]
+pub(crate) struct SubscriptionState {
+    mode: Mode,
+    /// Since when no acquire is in progress; `None` while some are.
+    idle_since: Option<Instant>,
+    /// Keys whose per-key (cluster) channel is confirmed subscribed.
+    channels: HashSet<KeyId>,
+    /// Subscribed keys whose line emptied, and when: their channel lingers
+    /// like the locker-wide subscription. Only subscribed keys are kept, so
+    /// uncontended acquires never grow it.
+    lingering: HashMap<KeyId, Instant>,
+}
+
+impl SubscriptionState {
+    pub(crate) fn new(now: Instant) -> Self {
+        SubscriptionState {
+            mode: Mode::Off,
+            idle_since: Some(now),
+            channels: HashSet::new(),
+            lingering: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn is_active(&self) -> bool {
+        self.mode == Mode::Active
+    }
+
+    /// The first acquire after an idle spell: a refused subscription is
+    /// tried again after `RESUBSCRIBE_AFTER`.
+    pub(crate) fn handle_first_waiter(&mut self, now: Instant) {
+        let idle_long = self
+            .idle_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= RESUBSCRIBE_AFTER);
+        if self.mode == Mode::Unavailable && idle_long {
+            self.mode = Mode::Off;
+        }
+        self.idle_since = None;
+    }
+
+    pub(crate) fn handle_last_waiter_left(&mut self, now: Instant) {
+        self.idle_since = Some(now);
+    }
+
+    pub(crate) fn handle_key_wanted(&mut self, key: KeyId) {
+        self.lingering.remove(&key);
+    }
+
+    pub(crate) fn handle_key_idle(&mut self, now: Instant, key: KeyId) {
+        if self.channels.contains(&key) {
+            self.lingering.insert(key, now);
+        }
+    }
+
+    /// Entries held for the per-key channels (for tests of the bound).
+    #[cfg(test)]
+    pub(crate) fn tracked_keys(&self) -> usize {
+        self.channels.len() + self.lingering.len()
+    }
+}
+
+impl Core {
+    pub(crate) fn is_subscribed(&self) -> bool {
+        self.subscription.is_active()
+    }
+
+    /// A waiter got a busy reply and waits: listen for releases.
+    pub(super) fn subscription_wanted_by_waiter(&mut self, _key: KeyId) {
+        if self.subscription.mode == Mode::Off && !self.shutting_down {
+            self.subscription.mode = Mode::Starting;
+            self.events.push_back(CoreEvent::StartSubscriber);
+        }
+    }
+
+    /// A release notification arrived; its payload is the key's sha.
+    pub(crate) fn handle_notification(&mut self, payload: &[u8]) {
+        if let Some(id) = KeyId::from_hex(payload) {
+            self.wake_head_of(id, Line::handle_wake);
+        }
+    }
+
+    /// The subscription is confirmed (first time or after a reconnect): a
+    /// release may have gone unseen before it, so every head checks again.
+    pub(crate) fn handle_subscribed(&mut self) {
+        if self.subscription.mode == Mode::Starting {
+            self.subscription.mode = Mode::Active;
+        }
+        self.wake_heads(Line::handle_wake);
+    }
+
+    /// The subscriber lost its connection and is reconnecting: heads poll
+    /// at `poll_interval` until it is back.
+    pub(crate) fn handle_subscriber_lost(&mut self, now: Instant) {
+        if self.subscription.mode == Mode::Active {
+            self.subscription.mode = Mode::Starting;
+        }
+        self.clamp_heads(now);
+    }
+
+    /// The subscription ended without a failure to report (its start was
+    /// abandoned): it is off, and the next waiter that waits starts it
+    /// again. Every backing-off head retries at once: a release may have
+    /// gone unseen, and a busy reply is what starts the subscription again.
+    pub(crate) fn handle_subscriber_stopped(&mut self) {
+        if self.subscription.mode != Mode::Unavailable {
+            self.subscription.mode = Mode::Off;
+        }
+        self.subscription.channels.clear();
+        self.subscription.lingering.clear();
+        self.wake_heads(Line::handle_wake);
+    }
+
+    /// Subscribing was refused (or cannot work). Returns true the first
+    /// time in a row, when `LOCK_NOTIFY_UNAVAILABLE` should be logged.
+    pub(crate) fn handle_subscription_failed(&mut self, now: Instant) -> bool {
+        let first = self.subscription.mode != Mode::Unavailable;
+        self.subscription.mode = Mode::Unavailable;
+        self.subscription.channels.clear();
+        self.subscription.lingering.clear();
+        self.clamp_heads(now);
+        first
+    }
+
+    fn clamp_heads(&mut self, now: Instant) {
+        let safety = self.settings.poll_interval;
+        self.wake_heads(|line| line.clamp_retry(now, safety));
+    }
+
+    /// Whether the subscriber should keep listening.
+    pub(crate) fn poll_subscriber(&mut self, now: Instant) -> SubscriberStep {
+        let sub = &mut self.subscription;
+        if matches!(sub.mode, Mode::Off | Mode::Unavailable) {
+            return SubscriberStep::Stop;
+        }
+        if self.shutting_down {
+            sub.mode = Mode::Off;
+            return SubscriberStep::Stop;
+        }
+        match sub.idle_since {
+            None => SubscriberStep::Listen(None),
+            Some(t) => match deadline_after(t, SUBSCRIPTION_LINGER) {
+                Some(until) if now < until => SubscriberStep::Listen(Some(until)),
+                _ => {
+                    sub.mode = Mode::Off;
+                    sub.channels.clear();
+                    sub.lingering.clear();
+                    SubscriberStep::Stop
+                }
+            },
+        }
+    }
+
+    /// The keys whose release channel a per-key (Redis Cluster) subscriber
+    /// should hold at `now`: every key with a line, and subscribed keys
+    /// whose line emptied less than the linger ago. Keys dropped from the
+    /// set are forgotten as subscribed: the subscriber unsubscribes them.
+    pub(crate) fn wanted_keys(&mut self, now: Instant) -> Vec<KeyId> {
+        let sub = &mut self.subscription;
+        let mut expired = Vec::new();
+        sub.lingering.retain(|key, since| {
+            let keep = deadline_after(*since, SUBSCRIPTION_LINGER).is_some_and(|until| now < until);
+            if !keep {
+                expired.push(*key);
+            }
+            keep
+        });
+        for key in expired {
+            sub.channels.remove(&key);
+        }
+        let mut keys: HashSet<KeyId> = self.lines.keys().copied().collect();
+        keys.extend(sub.lingering.keys().copied());
+        sub.channels.retain(|key| keys.contains(key));
+        keys.into_iter().collect()
+    }
+
+    /// One key's channel subscription is confirmed (Redis Cluster): the
+    /// subscription counts as active and that key's head checks once more.
+    pub(crate) fn handle_channel_subscribed(&mut self, key: KeyId) {
+        let sub = &mut self.subscription;
+        if matches!(sub.mode, Mode::Starting | Mode::Off) {
+            sub.mode = Mode::Active;
+        }
+        if self.settings.channel == Channel::Sharded {
+            sub.channels.insert(key);
+        }
+        self.wake_head_of(key, Line::handle_wake);
+    }
+
+    /// A key's channel went away on the node's side (its slot moved): its
+    /// head checks at once, and the subscriber subscribes it again.
+    pub(crate) fn handle_channel_lost(&mut self, key: KeyId) {
+        self.subscription.channels.remove(&key);
+        self.wake_head_of(key, Line::handle_wake);
+    }
+}

@@ -1,0 +1,161 @@
+//! What one locker must release by token: its tracked leases (the renew and
+//! release commands of each), the orphans (acquires whose result nobody
+//! will take, dropped leases) and, at shutdown, all of them at once.
+
+use redis::Value;
+
+use super::core::{Core, CoreEvent};
+use super::lease::RenewResult;
+use super::line::Line;
+use super::names::{KeyId, LockNames, OwnerToken};
+use super::outcome::{ReleaseOutcome, RenewOutcome};
+use super::script::{classify_release, classify_renew, ReplyError, ScriptCall};
+use super::slots::SlotId;
+use crate::error::{Error, Failure, Operation};
+
+/// Identifies a lease tracked for cleanup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct LeaseId(pub(super) SlotId);
+
+/// A token to release: of a tracked lease, or an orphan (an acquire whose
+/// result nobody will take: outcome unknown, abandoned, or late at shutdown).
+#[derive(Debug, Clone)]
+pub(crate) struct Owned {
+    pub(crate) names: LockNames,
+    pub(crate) token: OwnerToken,
+}
+
+/// The release commands of the orphans taken for one round trip, and their
+/// keys, to report back with [`Core::handle_sweep_answered`].
+#[derive(Debug, Default)]
+pub(crate) struct Sweep {
+    pub(crate) calls: Vec<ScriptCall>,
+    pub(crate) keys: Vec<KeyId>,
+}
+
+impl Core {
+    /// The release command of a tracked lease.
+    ///
+    /// # Errors
+    ///
+    /// `ShuttingDown` when shutdown already released it.
+    pub(crate) fn release_call(&self, lease: LeaseId) -> Result<ScriptCall, Error> {
+        let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
+        Ok(self.release_of(owned))
+    }
+
+    fn release_of(&self, owned: &Owned) -> ScriptCall {
+        ScriptCall::release(
+            &owned.names,
+            owned.token,
+            &self.settings.namespace,
+            self.settings.channel,
+        )
+    }
+
+    /// Reports a release's reply. A settled outcome stops tracking the
+    /// lease; a failure keeps its token for the cleanup at shutdown.
+    pub(crate) fn handle_release_reply(
+        &mut self,
+        lease: LeaseId,
+        reply: Result<Value, impl Into<Failure>>,
+    ) -> Result<ReleaseOutcome, Error> {
+        let outcome = classify_reply(reply, Operation::Release, classify_release)?;
+        self.leases.remove(lease.0);
+        Ok(outcome)
+    }
+
+    /// The renew command of a tracked lease.
+    pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
+        let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
+        Ok(ScriptCall::renew(&owned.names, owned.token, lease_ms))
+    }
+
+    /// Reports a renew's reply. The lease stays tracked whatever the
+    /// outcome, so that its release can still report what it finds.
+    pub(crate) fn handle_renew_reply(
+        &mut self,
+        _lease: LeaseId,
+        reply: Result<Value, impl Into<Failure>>,
+    ) -> (RenewResult, Result<RenewOutcome, Error>) {
+        let outcome = classify_reply(reply, Operation::Renew, classify_renew);
+        let result = match &outcome {
+            Ok(o) => RenewResult::Outcome(*o),
+            Err(Error::ProviderFailed { .. }) => RenewResult::NotApplied,
+            Err(_) => RenewResult::Unknown,
+        };
+        (result, outcome)
+    }
+
+    /// Hands a lease nobody will release back to the core: its token is
+    /// released with the orphans, promptly when a waiter of this locker
+    /// waits for the key (its head is woken to send the release).
+    pub(crate) fn abandon_lease(&mut self, lease: LeaseId) {
+        if let Some(owned) = self.leases.remove(lease.0) {
+            let key = owned.names.id;
+            self.orphans.push(owned);
+            if let Some(head) = self.lines.get(&key).and_then(Line::head) {
+                self.events.push_back(CoreEvent::Wake(head));
+            }
+        }
+    }
+
+    /// Release commands for the orphaned tokens, which are forgotten: a
+    /// failed cleanup is left to the TTL.
+    pub(crate) fn take_orphans(&mut self) -> Vec<ScriptCall> {
+        self.take_sweep().calls
+    }
+
+    /// Like [`take_orphans`](Self::take_orphans), with the keys to report
+    /// back once the releases were answered.
+    pub(crate) fn take_sweep(&mut self) -> Sweep {
+        let orphans = std::mem::take(&mut self.orphans);
+        Sweep {
+            calls: orphans.iter().map(|o| self.release_of(o)).collect(),
+            keys: orphans.iter().map(|o| o.names.id).collect(),
+        }
+    }
+
+    /// The releases of a sweep were answered, on the connection that also
+    /// carried any abandoned attempt of those keys before them: a line
+    /// settling behind such an attempt may go on at once.
+    pub(crate) fn handle_sweep_answered(&mut self, keys: &[KeyId]) {
+        for key in keys {
+            self.wake_head_of(*key, Line::settle);
+        }
+    }
+
+    /// Refuses new acquires and ends every wait; attempts in flight finish
+    /// and their tokens become orphans if they acquired.
+    pub(crate) fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+        let ids = self.waiter_ids();
+        self.events.extend(ids.into_iter().map(CoreEvent::Wake));
+    }
+
+    /// Release commands for every tracked lease and orphan; all are
+    /// forgotten by the core, so later releases of those leases report
+    /// `ShuttingDown`.
+    pub(crate) fn take_cleanup(&mut self) -> Vec<ScriptCall> {
+        let mut calls: Vec<ScriptCall> = self
+            .leases
+            .drain()
+            .iter()
+            .map(|o| self.release_of(o))
+            .collect();
+        calls.extend(self.take_orphans());
+        calls
+    }
+}
+
+/// Turns a release or renew reply into its outcome or the public error.
+pub(crate) fn classify_reply<T>(
+    reply: Result<Value, impl Into<Failure>>,
+    op: Operation,
+    classify: impl FnOnce(&Value) -> Result<T, ReplyError>,
+) -> Result<T, Error> {
+    match reply {
+        Ok(value) => classify(&value).map_err(|source| Error::UnexpectedReply { op, source }),
+        Err(e) => Err(e.into().into_error(op)),
+    }
+}

@@ -1,0 +1,20 @@
+//! The shared driver layer between the sans-IO [`core`](crate::core) and the
+//! two front ends: every operation written once ([`ops`]), the state they
+//! share ([`state`]: the core behind its mutex, counters, the replication
+//! check), the bookkeeping of a held lease ([`held`]) and the subscriber
+//! thread ([`subscriber`]). A front end only knows how to send a
+//! [`ops::Request`] on its connections and how to wait.
+//!
+//! ```text
+//!  blocking::Locker ─┐                        ┌─ sync connections
+//!                    ├─ drive(op) ── ops ──────┤
+//!  aio::Locker ──────┘    ▲                   └─ async connections
+//!                         │ wake
+//!                       state (Core, Mutex) ◀── subscriber thread ◀── Redis
+//! ```
+
+pub(crate) mod cell;
+pub(crate) mod held;
+pub(crate) mod ops;
+pub(crate) mod state;
+pub(crate) mod subscriber;

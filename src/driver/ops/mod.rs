@@ -1,0 +1,141 @@
+//! Every operation of a locker, written once as sans-IO state that says
+//! what it needs next; each front end has one loop that does it.
+//!
+//! An operation is driven by this loop (blocking: `send` is a sync call and
+//! `wait` is `listener.wait_deadline`; async: `send(..).await` and a race of
+//! the listener against `async_io::Timer::at`):
+//!
+//! ```text
+//! loop {
+//!     let listener = op.listener();          // before `next`: no lost wake-up
+//!     match op.next(clock::now()) {
+//!         Io::Send(request) => {
+//!             let reply = connection.send(&request);
+//!             op.handle_reply(clock::now(), reply);
+//!         }
+//!         Io::Wait { until } => wait(listener, until),
+//!         Io::Done(output) => return output,
+//!     }
+//! }
+//! ```
+//!
+//! Every `Send` is answered exactly once with `handle_reply`, unless the op
+//! is dropped (a dropped future), which abandons it: an acquire then leaves
+//! its line and a token that may have been granted becomes an orphan.
+
+use std::time::Instant;
+
+use event_listener::EventListener;
+use redis::Value;
+
+use crate::core::script::ScriptCall;
+use crate::error::Failure;
+
+mod acquire;
+mod release;
+mod renew;
+mod renewer;
+mod shutdown;
+mod sweep;
+
+pub(crate) use acquire::{Acquire, Granted};
+pub(crate) use release::Release;
+pub(crate) use renew::Renew;
+pub(crate) use renewer::{Renewer, StopSignal};
+pub(crate) use shutdown::Shutdown;
+
+/// What an operation needs next.
+#[derive(Debug)]
+pub(crate) enum Io<T> {
+    /// Send this, then report the reply with `handle_reply`.
+    Send(Request),
+    /// Wait for the listener, or until the instant (soft: early is harmless).
+    Wait { until: Option<Instant> },
+    /// The operation is over.
+    Done(T),
+}
+
+impl<T> Io<T> {
+    /// The same step with `Done`'s output mapped.
+    pub(crate) fn map_done<U>(self, f: impl FnOnce(T) -> U) -> Io<U> {
+        match self {
+            Io::Send(request) => Io::Send(request),
+            Io::Wait { until } => Io::Wait { until },
+            Io::Done(output) => Io::Done(f(output)),
+        }
+    }
+}
+
+/// A command for a front end's connection.
+#[derive(Debug)]
+pub(crate) enum Request {
+    /// A script: EVALSHA, and on `NOSCRIPT` the script again as `EVAL`.
+    /// If it granted or renewed, `then` follows on the same connection (the
+    /// replication `WAIT`, which counts only that connection's writes).
+    Script {
+        call: ScriptCall,
+        then: Option<redis::Cmd>,
+    },
+    /// Many releases, each answered on its own (one pipeline on a single
+    /// server, in parallel on a cluster), within `until` as a whole.
+    Releases {
+        calls: Vec<ScriptCall>,
+        until: Option<Instant>,
+    },
+}
+
+/// A front end's answer to a [`Request`].
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Script {
+        reply: Result<Value, Failure>,
+        then: Option<redis::RedisResult<Value>>,
+    },
+    /// One entry per call, `None` where no reply came in time; `Err` when
+    /// the batch as a whole could not be sent.
+    Releases(Result<Vec<Option<Result<Value, Failure>>>, Failure>),
+}
+
+/// An operation the front ends drive.
+pub(crate) trait Op {
+    type Output;
+
+    /// What wakes a `Wait`; register it before calling `next`.
+    fn listener(&self) -> Option<EventListener>;
+
+    /// The next step at `now`; `now` is also the submission instant of a
+    /// `Send`.
+    fn next(&mut self, now: Instant) -> Io<Self::Output>;
+
+    /// The reply to the last `Send`.
+    fn handle_reply(&mut self, now: Instant, reply: Reply);
+}
+
+impl Reply {
+    /// The script reply, or a failure for a reply of the wrong kind (a bug
+    /// in a front end, never a Redis answer).
+    fn into_script(self) -> (Result<Value, Failure>, Option<redis::RedisResult<Value>>) {
+        match self {
+            Reply::Script { reply, then } => (reply, then),
+            Reply::Releases(_) => (Err(mismatched()), None),
+        }
+    }
+
+    fn into_releases(self, n: usize) -> Result<Vec<Option<Result<Value, Failure>>>, Failure> {
+        match self {
+            Reply::Releases(Ok(mut replies)) => {
+                replies.resize_with(n, || None);
+                Ok(replies)
+            }
+            Reply::Releases(Err(f)) => Err(f),
+            Reply::Script { .. } => Err(mismatched()),
+        }
+    }
+}
+
+fn mismatched() -> Failure {
+    Failure::Sent(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "reply of the wrong kind",
+    )))
+}

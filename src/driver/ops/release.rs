@@ -1,0 +1,104 @@
+//! Release: delete the lock by token and notify waiters (one script), after
+//! releasing any orphans of the locker.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use event_listener::EventListener;
+
+use super::sweep::Sweep;
+use super::{Io, Op, Reply, Request};
+use crate::core::outcome::ReleaseOutcome;
+use crate::driver::held::Held;
+use crate::driver::state::LockerState;
+use crate::error::Error;
+
+#[derive(Debug)]
+enum Phase {
+    Start,
+    Sweeping(Sweep),
+    Release,
+    Sent,
+    Finished(Result<ReleaseOutcome, Error>),
+}
+
+/// One release of `held`.
+#[derive(Debug)]
+pub(crate) struct Release<'a> {
+    state: &'a Arc<LockerState>,
+    held: &'a Held,
+    phase: Phase,
+}
+
+impl<'a> Release<'a> {
+    pub(crate) fn new(state: &'a Arc<LockerState>, held: &'a Held) -> Self {
+        Release {
+            state,
+            held,
+            phase: Phase::Start,
+        }
+    }
+}
+
+impl Op for Release<'_> {
+    type Output = Result<ReleaseOutcome, Error>;
+
+    fn listener(&self) -> Option<EventListener> {
+        None
+    }
+
+    fn next(&mut self, now: Instant) -> Io<Self::Output> {
+        match std::mem::replace(&mut self.phase, Phase::Sent) {
+            Phase::Start => match Sweep::start(self.state, now) {
+                Some((sweep, request)) => {
+                    self.phase = Phase::Sweeping(sweep);
+                    Io::Send(request)
+                }
+                None => self.next_release(),
+            },
+            Phase::Release => self.next_release(),
+            Phase::Finished(result) => Io::Done(result),
+            phase @ (Phase::Sent | Phase::Sweeping(_)) => {
+                self.phase = phase;
+                Io::Wait { until: Some(now) }
+            }
+        }
+    }
+
+    fn handle_reply(&mut self, _now: Instant, reply: Reply) {
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Start) {
+            Phase::Sweeping(sweep) => {
+                sweep.finish(self.state, reply);
+                Phase::Release
+            }
+            Phase::Sent => {
+                let (reply, _) = reply.into_script();
+                let id = self.held.id;
+                let result = self
+                    .state
+                    .with_core(|core| core.handle_release_reply(id, reply));
+                self.held.handle_release(&result);
+                Phase::Finished(result)
+            }
+            other => other,
+        };
+    }
+}
+
+impl Release<'_> {
+    fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
+        let id = self.held.id;
+        match self.state.with_core(|core| core.release_call(id)) {
+            Ok(call) => {
+                self.phase = Phase::Sent;
+                Io::Send(Request::Script { call, then: None })
+            }
+            Err(e) => {
+                let shutting_down = self.state.read(|core| core.is_shutting_down());
+                let result = self.held.already_released(e, shutting_down);
+                self.held.handle_release(&result);
+                Io::Done(result)
+            }
+        }
+    }
+}

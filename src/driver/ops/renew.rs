@@ -1,0 +1,131 @@
+//! Renew: extend a held lease to its full length by token, then, with
+//! `min_replicas`, check the renewal replicated (releasing the lease if not).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use event_listener::EventListener;
+
+use super::{Io, Op, Reply, Request};
+use crate::core::outcome::RenewOutcome;
+use crate::driver::held::Held;
+use crate::driver::state::LockerState;
+use crate::error::Error;
+
+#[derive(Debug)]
+enum Phase {
+    Start,
+    Sent,
+    /// Too few replicas acknowledged: release the lease, then fail.
+    Unreplicated(Error),
+    Releasing(Error),
+    Finished(Result<RenewOutcome, Error>),
+}
+
+/// One renew of `held`.
+#[derive(Debug)]
+pub(crate) struct Renew<'a> {
+    state: &'a Arc<LockerState>,
+    held: &'a Held,
+    /// A renewer that sends again after a failure: an unknown outcome keeps
+    /// the old deadline instead of ending the lease (SPEC §7).
+    retrying: bool,
+    phase: Phase,
+}
+
+impl<'a> Renew<'a> {
+    pub(crate) fn new(state: &'a Arc<LockerState>, held: &'a Held) -> Self {
+        Renew {
+            state,
+            held,
+            retrying: false,
+            phase: Phase::Start,
+        }
+    }
+
+    pub(crate) fn retrying(state: &'a Arc<LockerState>, held: &'a Held) -> Self {
+        Renew {
+            retrying: true,
+            ..Renew::new(state, held)
+        }
+    }
+}
+
+impl Op for Renew<'_> {
+    type Output = Result<RenewOutcome, Error>;
+
+    fn listener(&self) -> Option<EventListener> {
+        None
+    }
+
+    fn next(&mut self, now: Instant) -> Io<Self::Output> {
+        match std::mem::replace(&mut self.phase, Phase::Sent) {
+            Phase::Start => {
+                let lease_ms = match self.held.begin_renew(now) {
+                    Ok(ms) => ms,
+                    Err(outcome) => return Io::Done(Ok(outcome)),
+                };
+                let id = self.held.id;
+                match self.state.with_core(|core| core.renew_call(id, lease_ms)) {
+                    Ok(call) => Io::Send(Request::Script {
+                        call,
+                        then: self.state.replication.map(|r| r.wait_cmd()),
+                    }),
+                    Err(e) => {
+                        self.held.handle_release(&Err(e.duplicate()));
+                        Io::Done(Err(e))
+                    }
+                }
+            }
+            Phase::Unreplicated(e) => {
+                let id = self.held.id;
+                match self.state.with_core(|core| core.release_call(id)) {
+                    Ok(call) => {
+                        self.phase = Phase::Releasing(e);
+                        Io::Send(Request::Script { call, then: None })
+                    }
+                    Err(_) => Io::Done(Err(e)),
+                }
+            }
+            Phase::Finished(result) => Io::Done(result),
+            // `handle_reply` always moves a sent phase on.
+            phase @ (Phase::Sent | Phase::Releasing(_)) => {
+                self.phase = phase;
+                Io::Wait { until: Some(now) }
+            }
+        }
+    }
+
+    fn handle_reply(&mut self, _now: Instant, reply: Reply) {
+        let (reply, acks) = reply.into_script();
+        let id = self.held.id;
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Start) {
+            Phase::Sent => {
+                let (result, outcome) = self
+                    .state
+                    .with_core(|core| core.handle_renew_reply(id, reply));
+                self.held.handle_renew(result, self.retrying);
+                match (&outcome, self.state.replication) {
+                    (Ok(RenewOutcome::Renewed), Some(replication)) => {
+                        match replication.verdict(acks.unwrap_or(Ok(redis::Value::Int(0)))) {
+                            Ok(acked) => {
+                                self.held.set_replicas(acked);
+                                Phase::Finished(outcome)
+                            }
+                            Err(e) => Phase::Unreplicated(e),
+                        }
+                    }
+                    _ => Phase::Finished(outcome),
+                }
+            }
+            Phase::Releasing(e) => {
+                let result = self
+                    .state
+                    .with_core(|core| core.handle_release_reply(id, reply));
+                self.held.handle_release(&result);
+                Phase::Finished(Err(e))
+            }
+            other => other,
+        };
+    }
+}

@@ -1,0 +1,107 @@
+//! What every operation of one locker shares, whatever front end drives it:
+//! the configuration, the core, the counters, the replication check and the
+//! subscriber thread that feeds release notifications into the core.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use event_listener::EventListener;
+
+use super::cell::{CoreCell, StartSubscriber};
+use super::subscriber;
+use crate::clock::now;
+use crate::config::Config;
+use crate::core::core::{Core, CoreSettings};
+use crate::core::names::{Channel, KeyId};
+use crate::replication::Replication;
+use crate::stats::{Counters, Stats};
+
+pub(crate) struct LockerState {
+    pub(crate) config: Config,
+    pub(crate) counters: Counters,
+    pub(crate) replication: Option<Replication>,
+    /// The standalone release channel's name (cluster channels are per key).
+    pub(crate) channel_name: String,
+    cell: CoreCell,
+    notifications: subscriber::Source,
+    subscribers_running: AtomicUsize,
+}
+
+impl LockerState {
+    pub(crate) fn new(config: Config, notifications: subscriber::Source) -> Arc<Self> {
+        let channel = match notifications {
+            subscriber::Source::Standalone(_) => Channel::Standalone,
+            subscriber::Source::Cluster { .. } => Channel::Sharded,
+        };
+        let settings = CoreSettings::new(&config, channel);
+        // Any key: the standalone channel name does not depend on it.
+        let channel_name = channel.name(&settings.namespace, KeyId::of(""));
+        Arc::new(LockerState {
+            cell: CoreCell::new(Core::new(settings, now())),
+            counters: Counters::default(),
+            replication: Replication::of(&config),
+            channel_name,
+            notifications,
+            subscribers_running: AtomicUsize::new(0),
+            config,
+        })
+    }
+
+    pub(crate) fn cell(&self) -> &CoreCell {
+        &self.cell
+    }
+
+    pub(crate) fn notifications(&self) -> &subscriber::Source {
+        &self.notifications
+    }
+
+    /// Runs `f` on the core, wakes the waiters it named, and starts the
+    /// subscriber thread when the core asked for it.
+    pub(crate) fn with_core<R>(self: &Arc<Self>, f: impl FnOnce(&mut Core) -> R) -> R {
+        let (result, StartSubscriber(start)) = self.cell.with(f);
+        if start {
+            self.subscribers_running.fetch_add(1, Ordering::SeqCst);
+            subscriber::spawn(self.clone());
+        }
+        result
+    }
+
+    /// Reads the core.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&Core) -> R) -> R {
+        self.cell.read(f)
+    }
+
+    pub(crate) fn listen_changed(&self) -> EventListener {
+        self.cell.listen_changed()
+    }
+
+    pub(crate) fn subscriber_exited(&self) {
+        self.subscribers_running.fetch_sub(1, Ordering::SeqCst);
+        self.cell.notify_changed();
+    }
+
+    pub(crate) fn subscribers_running(&self) -> usize {
+        self.subscribers_running.load(Ordering::SeqCst)
+    }
+
+    /// The counters plus the core's gauges.
+    pub(crate) fn stats(&self, connected: bool) -> Stats {
+        let (counts, subscribed) = self.read(|core| (core.counts(), core.is_subscribed()));
+        Stats {
+            waiters: counts.waiters,
+            tracked_leases: counts.tracked_leases,
+            subscribed,
+            connected,
+            safety_polls: counts.safety_polls,
+            ..self.counters.snapshot()
+        }
+    }
+}
+
+impl std::fmt::Debug for LockerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockerState")
+            .field("namespace", &self.config.namespace)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,154 @@
+//! The subscriber thread: one per locker while anyone waits, for both front
+//! ends. It holds the release-notification subscription on connections of
+//! its own (the locker's channel on one server, one sharded channel per
+//! waited-for key on the node that owns it on Redis Cluster), feeds what
+//! arrives into the core, re-establishes a dropped connection as often as
+//! it drops (with a short bounded backoff), and exits when the core says
+//! the subscription lingered long enough after the last waiter, or at
+//! shutdown. It is a thread of the library, never a task on the user's
+//! executor, and runs without any call from the program.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use event_listener::Listener;
+
+use crate::clock::now;
+use crate::core::core::{SubscriberStep, FAILURE_BACKOFF};
+use crate::core::lease::deadline_after;
+use crate::core::notice::{decode, Notice};
+use crate::driver::state::LockerState;
+
+mod cluster;
+mod standalone;
+
+/// Where the subscriber connects.
+#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
+pub(crate) enum Source {
+    /// One server: a dedicated RESP3 connection from this client's info.
+    Standalone(redis::Client),
+    /// A Redis Cluster: the slot map comes through `slots` (a sync
+    /// connection of it), the per-node connections use `template`'s
+    /// credentials when known.
+    Cluster {
+        slots: redis::cluster::ClusterClient,
+        template: Option<redis::ConnectionInfo>,
+    },
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Source::Standalone(_) => "Standalone",
+            Source::Cluster { .. } => "Cluster",
+        })
+    }
+}
+
+/// Starts the thread; the caller already counted it as running.
+pub(crate) fn spawn(state: Arc<LockerState>) {
+    let for_thread = state.clone();
+    let spawned = std::thread::Builder::new()
+        .name("redlease-subscriber".into())
+        .spawn(move || {
+            match for_thread.notifications() {
+                Source::Standalone(client) => standalone::run(&for_thread, client),
+                Source::Cluster { slots, template } => {
+                    cluster::run(&for_thread, slots, template.as_ref())
+                }
+            }
+            for_thread.subscriber_exited();
+        });
+    if let Err(e) = spawned {
+        fail(&state, &format!("could not start the subscriber thread: {:?}", e.kind()));
+        state.subscriber_exited();
+    }
+}
+
+/// Notifications cannot work (refused by the server, no thread): waiters
+/// poll. Logged once per spell (SPEC §5).
+fn fail(state: &Arc<LockerState>, cause: &str) {
+    if state.with_core(|core| core.handle_subscription_failed(now())) {
+        log::warn!(
+            target: "redlease",
+            "LOCK_NOTIFY_UNAVAILABLE: release notifications unavailable ({cause}); \
+             waiters poll every poll_interval"
+        );
+    }
+}
+
+/// Feeds one push into the core; returns what it was.
+fn handle_push(state: &Arc<LockerState>, kind: &redis::PushKind, data: &[redis::Value]) -> Option<Notice> {
+    let notice = decode(&state.channel_name, &state.config.namespace, kind, data)?;
+    match &notice {
+        Notice::Released(payload) => {
+            state.counters.notification();
+            state.with_core(|core| core.handle_notification(payload));
+        }
+        Notice::Subscribed(None) => state.with_core(|core| core.handle_subscribed()),
+        Notice::Subscribed(Some(key)) => {
+            let key = *key;
+            state.with_core(|core| core.handle_channel_subscribed(key));
+        }
+        Notice::Unsubscribed(_) => {}
+    }
+    Some(notice)
+}
+
+/// How long one blocking read may last at most at `now`, or `None` when
+/// the subscription is over.
+fn listen_slice(state: &Arc<LockerState>, slice: Duration) -> Option<Duration> {
+    let now = now();
+    match state.with_core(|core| core.poll_subscriber(now)) {
+        SubscriberStep::Stop => None,
+        SubscriberStep::Listen(None) => Some(slice),
+        SubscriberStep::Listen(Some(at)) => Some(
+            at.saturating_duration_since(now)
+                .clamp(Duration::from_millis(1), slice),
+        ),
+    }
+}
+
+/// The pause before reconnect attempt number `attempt`.
+fn backoff(attempt: usize) -> Duration {
+    FAILURE_BACKOFF[attempt.min(FAILURE_BACKOFF.len() - 1)]
+}
+
+/// Waits `pause` unless the subscription ends meanwhile; false when it did.
+fn pause_while_wanted(state: &Arc<LockerState>, pause: Duration) -> bool {
+    let Some(until) = deadline_after(now(), pause) else {
+        return false;
+    };
+    loop {
+        let listener = state.listen_changed();
+        if listen_slice(state, pause).is_none() {
+            return false;
+        }
+        if now() >= until {
+            return true;
+        }
+        listener.wait_deadline(until);
+    }
+}
+
+/// Whether a failure to subscribe is the server's answer (an ACL's
+/// `NOPERM`, an unknown command): trying again would get the same.
+fn is_refusal(e: &redis::RedisError) -> bool {
+    crate::error::is_server_reply(e)
+}
+
+/// Opens a RESP3 connection with `timeout` on connect and writes.
+fn open_resp3(
+    info: redis::ConnectionInfo,
+    timeout: Duration,
+) -> redis::RedisResult<redis::Connection> {
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
+}
+

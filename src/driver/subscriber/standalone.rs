@@ -1,0 +1,90 @@
+//! The subscriber on one server: `SUBSCRIBE <ns>:lock-released` on a
+//! dedicated RESP3 connection; every confirmation (the first, and after
+//! each reconnect) makes every head check once more.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted};
+use crate::clock::now;
+use crate::driver::state::LockerState;
+use crate::error::describe;
+
+/// Longest blocking read: bounds how late the thread notices the linger
+/// ending or a shutdown.
+const SLICE: Duration = Duration::from_millis(100);
+
+enum Ended {
+    /// The core said stop.
+    Stopped,
+    /// The connection could not be made or broke: try again.
+    Lost,
+}
+
+pub(super) fn run(state: &Arc<LockerState>, client: &redis::Client) {
+    let mut attempt = 0;
+    loop {
+        if listen_slice(state, SLICE).is_none() {
+            return;
+        }
+        match subscribe(state, client) {
+            Ok(conn) => {
+                attempt = 0;
+                if let Ended::Stopped = listen(state, conn) {
+                    return;
+                }
+            }
+            Err(e) if is_refusal(&e) => return fail(state, &describe(&e)),
+            Err(_) => {}
+        }
+        // Lost or not reachable: heads poll until the subscription is back.
+        state.with_core(|core| core.handle_subscriber_lost(now()));
+        if !pause_while_wanted(state, backoff(attempt)) {
+            return;
+        }
+        attempt += 1;
+    }
+}
+
+/// Connects and subscribes, checking the confirmation: the redis crate's
+/// `PubSub::subscribe` would take a refusal (`NOPERM`) for one.
+fn subscribe(state: &Arc<LockerState>, client: &redis::Client) -> redis::RedisResult<redis::Connection> {
+    let timeout = state.config.command_timeout;
+    let mut conn = open_resp3(client.get_connection_info().clone(), timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&state.channel_name).get_packed_command())?;
+    match conn.recv_response()?.extract_error()? {
+        Value::Push { kind, data } => {
+            if handle_push(state, &kind, &data).is_none() {
+                return Err(unexpected());
+            }
+            Ok(conn)
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+fn unexpected() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, "unexpected reply to SUBSCRIBE"))
+}
+
+fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {
+    loop {
+        let Some(slice) = listen_slice(state, SLICE) else {
+            return Ended::Stopped;
+        };
+        if conn.set_read_timeout(Some(slice)).is_err() {
+            return Ended::Lost;
+        }
+        match conn.recv_response() {
+            Ok(Value::Push { kind, data }) => {
+                handle_push(state, &kind, &data);
+            }
+            Ok(_) => {}
+            Err(e) if e.is_timeout() => {}
+            Err(_) => return Ended::Lost,
+        }
+    }
+}

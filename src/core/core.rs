@@ -759,5 +759,5 @@ pub(crate) fn classify_reply<T>(
 }
 
 #[cfg(test)]
-#[path = "core_tests.rs"]
+#[path = "core_tests/mod.rs"]
 mod tests;

@@ -22,7 +22,7 @@ fi
 command -v redis-server >/dev/null || { echo "redis-server is not on PATH" >&2; exit 1; }
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is not on PATH" >&2; exit 1; }
 
-cargo build --release --features fuzzing --example bench
+cargo build --release --features bench-hooks --example bench
 bench=target/release/examples/bench
 
 quiet_load="${BENCH_QUIET_LOAD:-0.7}"

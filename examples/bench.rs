@@ -8,7 +8,7 @@
 //! Scenarios (each prints a short summary on stderr and its JSON on stdout,
 //! or to `--out`): `uncontended`, `contention`, `wakeup`, `many-keys`,
 //! `memory`, `core` (micro-benchmarks of the sans-IO core; needs
-//! `--features fuzzing`). `contention` and `memory` re-execute this binary as worker
+//! `--features bench-hooks`). `contention` and `memory` re-execute this binary as worker
 //! processes (`contention-worker`, `memory-child`). `free-port` prints a free
 //! loopback port (for `benchmarks/run.sh`).
 //!

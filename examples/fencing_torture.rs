@@ -37,8 +37,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -47,6 +45,14 @@ use std::time::{Duration, Instant};
 
 use redlease::fenced::{FencedStore, WriteError};
 use redlease::{Config, Fence};
+
+// The integration tests' `redis-server` manager: loopback ports, temp
+// dirs, SIGSTOP/SIGCONT, restarts with data loss. `pub(crate)` because
+// tests/faults.rs, which includes this file, uses it as `crate::support`.
+#[path = "../tests/support/mod.rs"]
+pub(crate) mod support;
+
+use support::RedisServer;
 
 /// How long workers get to finish their threads and tasks after the run
 /// ends (a wait, a hold and a few command timeouts fit many times).
@@ -216,134 +222,24 @@ fn emit(line: std::fmt::Arguments<'_>) {
 
 // ----- redis-server processes --------------------------------------------------
 
+/// Tries to start a new server on a restarted server's port.
+const RESTART_ATTEMPTS: usize = 20;
+
 /// A `redis-server` on a loopback port, restartable with data loss.
-struct RedisProcess {
-    port: u16,
-    dir: PathBuf,
-    child: Child,
-    paused: bool,
+fn start_redis() -> Result<RedisServer, Box<dyn Error>> {
+    Ok(RedisServer::builder().try_start()?)
 }
 
-impl RedisProcess {
-    fn start(tag: &str) -> Result<Self, Box<dyn Error>> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dir = std::env::temp_dir().join(format!(
-            "redlease-torture-{}-{tag}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        let child = spawn_redis(port, &dir)?;
-        let mut server = RedisProcess {
-            port,
-            dir,
-            child,
-            paused: false,
-        };
-        server.wait_ready()?;
-        Ok(server)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    fn wait_ready(&mut self) -> Result<(), Box<dyn Error>> {
-        let client = redis::Client::open(self.url())?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut conn) = client.get_connection_with_timeout(ms(200)) {
-                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                    return Ok(());
-                }
-            }
-            if let Some(status) = self.child.try_wait()? {
-                return Err(format!("redis-server exited: {status}").into());
-            }
-            if Instant::now() > deadline {
-                return Err("redis-server did not answer PING within 10 s".into());
-            }
-            thread::sleep(ms(10));
-        }
-    }
-
-    fn signal(&mut self, signal: &str) -> Result<(), Box<dyn Error>> {
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(self.child.id().to_string())
-            .status()?;
-        if !status.success() {
-            return Err(format!("kill {signal} failed: {status}").into());
-        }
-        Ok(())
-    }
-
-    fn pause(&mut self) -> Result<(), Box<dyn Error>> {
-        self.signal("-STOP")?;
-        self.paused = true;
-        Ok(())
-    }
-
-    fn resume(&mut self) -> Result<(), Box<dyn Error>> {
-        if self.paused {
-            self.signal("-CONT")?;
-            self.paused = false;
-        }
-        Ok(())
-    }
-
-    /// SIGKILL (nothing is saved) and a new server on the same port.
-    fn restart(&mut self) -> Result<(), Box<dyn Error>> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.paused = false;
-        let _ = std::fs::remove_dir_all(&self.dir);
-        std::fs::create_dir_all(&self.dir)?;
-        let mut last: Box<dyn Error> = "never tried".into();
-        for _ in 0..20 {
-            self.child = spawn_redis(self.port, &self.dir)?;
-            match self.wait_ready() {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    // The port was not free yet: try again.
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    last = e;
-                    thread::sleep(ms(50));
-                }
-            }
-        }
-        Err(format!("redis-server could not restart on its port: {last}").into())
-    }
-
-    fn admin(&self) -> redis::RedisResult<redis::Connection> {
-        let conn = redis::Client::open(self.url())?.get_connection_with_timeout(ms(2000))?;
-        conn.set_read_timeout(Some(ms(2000)))?;
-        Ok(conn)
-    }
-
-    fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        cmd.query(&mut self.admin()?)
-    }
+/// An admin connection (2 s timeouts).
+fn admin(server: &RedisServer) -> redis::RedisResult<redis::Connection> {
+    server.try_conn(ms(2000))
 }
 
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn spawn_redis(port: u16, dir: &std::path::Path) -> std::io::Result<Child> {
-    Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-        .arg("--dir")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+fn query<T: redis::FromRedisValue>(
+    server: &RedisServer,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    cmd.query(&mut admin(server)?)
 }
 
 // ----- the worker ----------------------------------------------------------------
@@ -831,32 +727,35 @@ fn spawn_worker(
     })
 }
 
-fn inject(
-    lock: &mut RedisProcess,
-    rng: &mut Rng,
-    faults: &mut Faults,
-) -> Result<(), Box<dyn Error>> {
+fn inject(lock: &RedisServer, rng: &mut Rng, faults: &mut Faults) -> Result<(), Box<dyn Error>> {
     match rng.below(10) {
         0..=2 => {
-            lock.pause()?;
+            lock.pause();
             thread::sleep(ms(100 + rng.below(1100)));
-            lock.resume()?;
+            lock.resume();
             faults.sigstop += 1;
         }
         3 | 4 => {
-            lock.query::<u64>(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))?;
+            query::<u64>(
+                lock,
+                redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"),
+            )?;
             faults.client_kill_normal += 1;
         }
         5 | 6 => {
-            lock.query::<u64>(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))?;
+            query::<u64>(
+                lock,
+                redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
+            )?;
             faults.client_kill_pubsub += 1;
         }
         7 => {
-            lock.restart()?;
+            lock.try_restart(RESTART_ATTEMPTS, ms(50))
+                .map_err(|e| format!("redis-server could not restart on its port: {e}"))?;
             faults.restart_with_data_loss += 1;
         }
         _ => {
-            lock.query::<()>(redis::cmd("SCRIPT").arg("FLUSH"))?;
+            query::<()>(lock, redis::cmd("SCRIPT").arg("FLUSH"))?;
             faults.script_flush += 1;
         }
     }
@@ -873,8 +772,8 @@ pub(crate) fn run_controller(
     options: &Options,
     relaunch: Relaunch,
 ) -> Result<Report, Box<dyn Error>> {
-    let mut lock = RedisProcess::start("lock")?;
-    let store = RedisProcess::start("store")?;
+    let lock = start_redis()?;
+    let store = start_redis()?;
     let namespace = format!("torture-{}", std::process::id());
     let env = [
         (ENV_LOCK_URL, lock.url()),
@@ -918,11 +817,13 @@ pub(crate) fn run_controller(
         if Instant::now() >= end {
             break;
         }
-        if let Err(e) = inject(&mut lock, &mut rng, &mut faults) {
+        if let Err(e) = inject(&lock, &mut rng, &mut faults) {
             fault_errors.push(e.to_string());
         }
     }
-    lock.resume()?;
+    if lock.is_paused() {
+        lock.resume();
+    }
 
     // Stop the workers; each must exit within a bound.
     for w in &mut workers {
@@ -941,12 +842,12 @@ pub(crate) fn run_controller(
         let _ = w.child.wait();
     }
 
-    let tokens_left = lock
-        .query::<Vec<String>>(redis::cmd("KEYS").arg(format!("{namespace}:lock:*")))?
-        .len() as u64;
+    let tokens_left =
+        query::<Vec<String>>(&lock, redis::cmd("KEYS").arg(format!("{namespace}:lock:*")))?.len()
+            as u64;
     let store_fences = {
         let fenced = FencedStore::new(format!("{namespace}-store"));
-        let mut conn = store.admin()?;
+        let mut conn = admin(&store)?;
         let mut fences = HashMap::new();
         for key in 0..options.keys as u64 {
             if let Some((fence, _)) = fenced.read(&mut conn, &key_name(key))? {

@@ -1,5 +1,5 @@
 //! Hooks for the core micro-benchmarks in `examples/bench` (feature
-//! `fuzzing`, hidden: not part of the API, no stability promise). Each runs
+//! `bench-hooks`, hidden: not part of the API, no stability promise). Each runs
 //! one unit of the sans-IO core's work so that the benchmark can time it.
 
 use std::time::{Duration, Instant};

@@ -18,7 +18,8 @@
 
 #[allow(dead_code, unused_imports, unused_macros)]
 mod behaviour;
-mod support;
+// `tests/support`, loaded once: by the torture run below, which includes it.
+use fencing_torture::support;
 
 #[path = "faults/child.rs"]
 mod child;

@@ -1,7 +1,8 @@
 //! Core micro-benchmarks: reply classification, name building (SHA-256)
 //! and a FIFO line's hand-over, timed in a loop through the hidden
-//! `redlease::micro` hooks (feature `fuzzing`). No Redis involved.
+//! `redlease::micro` hooks (feature `bench-hooks`). No Redis involved.
 
+#[cfg(feature = "bench-hooks")]
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -20,7 +21,7 @@ fn time_per_call(n: u32, mut f: impl FnMut()) -> f64 {
     started.elapsed().as_nanos() as f64 / f64::from(n)
 }
 
-#[cfg(feature = "fuzzing")]
+#[cfg(feature = "bench-hooks")]
 pub(crate) fn run(args: &Args) -> BoxResult<J> {
     use redis::Value;
     use redlease::micro;
@@ -72,8 +73,8 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
     ]))
 }
 
-#[cfg(not(feature = "fuzzing"))]
+#[cfg(not(feature = "bench-hooks"))]
 pub(crate) fn run(_args: &Args) -> BoxResult<J> {
-    let _ = time_per_call;
-    Err("the core scenario needs the crate's internals: build with --features fuzzing".into())
+    let _: fn(u32, fn()) -> f64 = time_per_call;
+    Err("the core scenario needs the crate's internals: build with --features bench-hooks".into())
 }

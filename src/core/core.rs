@@ -22,7 +22,7 @@ use crate::config::{Config, ResolvedOptions};
 use crate::error::{Error, Failure, Operation};
 
 pub(crate) use super::subscription::SubscriberStep;
-#[cfg(any(test, fuzzing, feature = "fuzzing"))]
+#[cfg(any(test, fuzzing))]
 pub(crate) use super::subscription::{RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER};
 
 /// Pauses before a waiter retries after a failed attempt (SPEC §5: waiting
@@ -616,5 +616,5 @@ pub(crate) fn earliest_of(a: Option<Instant>, b: Option<Instant>) -> Option<Inst
 }
 
 #[cfg(test)]
-#[path = "core_tests.rs"]
+#[path = "core_tests/mod.rs"]
 mod tests;

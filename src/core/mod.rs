@@ -39,6 +39,8 @@
 pub(crate) mod core;
 pub(crate) mod lease;
 pub(crate) mod line;
+#[cfg(any(test, fuzzing))]
+pub(crate) mod model;
 pub(crate) mod names;
 pub(crate) mod notice;
 pub(crate) mod outcome;

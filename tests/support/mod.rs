@@ -1,8 +1,10 @@
 //! Shared integration-test support: throw-away `redis-server` processes on
 //! free loopback ports, plus small helpers to inspect and poke them.
 //!
-//! Include it from a test file with `mod support;`. Every test binary uses a
-//! different subset of these helpers, hence the blanket `dead_code` allow.
+//! Include it from a test file with `mod support;` (or, outside `tests/`,
+//! with `#[path = "../tests/support/mod.rs"] mod support;`, as
+//! `examples/fencing_torture.rs` does). Every test binary uses a different
+//! subset of these helpers, hence the blanket `dead_code` allow.
 //!
 //! The servers never touch the system Redis on 6379: each one listens on a
 //! port picked by the kernel, keeps its files in a fresh temporary directory,
@@ -75,6 +77,13 @@ impl RedisServerBuilder {
     /// Starts the server and waits until it answers PING (and, for a replica,
     /// until its link to the primary is up). Panics on failure.
     pub fn start(self) -> RedisServer {
+        self.try_start().unwrap_or_else(|msg| panic!("{msg}"))
+    }
+
+    /// [`start`](Self::start), but a server that does not come up is an
+    /// error (the reasons, with log tails) instead of a panic. A replica
+    /// whose link does not come up still panics.
+    pub fn try_start(self) -> Result<RedisServer, String> {
         RedisServer::launch(self.args, self.replica_of)
     }
 }
@@ -189,21 +198,40 @@ impl RedisServer {
     /// the same port with the same arguments; all data is lost. Waits for
     /// PING (and for the replica link, for a replica). Panics on failure.
     pub fn restart(&self) {
+        // The port was ours a moment ago; redis sets SO_REUSEADDR, so
+        // TIME_WAIT sockets do not block the rebind. One try is enough.
+        if let Err(msg) = self.try_restart(1, Duration::ZERO) {
+            panic!("restarting redis-server on port {}: {msg}", self.port);
+        }
+    }
+
+    /// [`restart`](Self::restart), but starting the new server is tried up
+    /// to `attempts` times, `backoff` apart (the port may be taken for a
+    /// moment, e.g. as the local port of a client's outgoing connection),
+    /// and a server that does not come up is an error instead of a panic.
+    /// A replica whose link does not come up still panics.
+    pub fn try_restart(&self, attempts: usize, backoff: Duration) -> Result<(), String> {
         let mut running = self.lock();
         kill_and_reap(&mut running.child);
         self.paused.store(false, Ordering::SeqCst);
         let _ = fs::remove_dir_all(&running.dir);
         let args = base_args(self.port, &self.extra_args, self.replica_of);
-        // The port was ours a moment ago; redis sets SO_REUSEADDR, so
-        // TIME_WAIT sockets do not block the rebind. One try is enough.
-        match try_start(self.port, &args) {
-            Ok(new) => *running = new,
-            Err(msg) => panic!("restarting redis-server on port {}: {msg}", self.port),
+        let mut result = Err("no attempt".to_owned());
+        for attempt in 0..attempts.max(1) {
+            if attempt > 0 {
+                thread::sleep(backoff);
+            }
+            result = try_start(self.port, &args);
+            if result.is_ok() {
+                break;
+            }
         }
+        *running = result?;
         drop(running);
         if self.replica_of.is_some() {
             self.wait_replica_link_up();
         }
+        Ok(())
     }
 
     /// Runs one command on a fresh connection and returns the raw reply.
@@ -320,7 +348,7 @@ impl RedisServer {
         }
     }
 
-    fn launch(extra_args: Vec<String>, replica_of: Option<u16>) -> RedisServer {
+    fn launch(extra_args: Vec<String>, replica_of: Option<u16>) -> Result<RedisServer, String> {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
@@ -337,15 +365,15 @@ impl RedisServer {
                     if replica_of.is_some() {
                         server.wait_replica_link_up();
                     }
-                    return server;
+                    return Ok(server);
                 }
                 Err(msg) => failures.push(format!("port {port}: {msg}")),
             }
         }
-        panic!(
+        Err(format!(
             "could not start redis-server after {START_ATTEMPTS} attempts:\n{}",
             failures.join("\n")
-        );
+        ))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Running> {

@@ -1,20 +1,19 @@
 //! Replays the committed seed corpus of every fuzz target
 //! (`fuzz/corpus/<target>/*`) through the same property checks the fuzz
-//! targets run (`redlease::fuzzing`, feature `fuzzing`), on stable Rust and
-//! without cargo-fuzz, plus a few thousand deterministic pseudo-random
-//! inputs and byte-level mutations of the seeds per target.
+//! targets run (`check_*` of this module), on stable Rust and without
+//! cargo-fuzz, plus a few thousand deterministic pseudo-random inputs and
+//! byte-level mutations of the seeds per target.
 //!
 //! The seeds are written by `write_seed_corpus` (ignored; run it with
-//! `cargo test --features fuzzing --test fuzz_corpus -- --ignored` after the
-//! input encoding in `src/fuzzing.rs` changes). Files the fuzzers add to
-//! the corpus directories are replayed too.
-#![cfg(feature = "fuzzing")]
+//! `cargo test --lib write_seed_corpus -- --ignored` after the input
+//! encoding in `src/core/model/` changes). Files the fuzzers add to the
+//! corpus directories are replayed too.
 
 use std::fs;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use redlease::fuzzing::{check_line, check_names, check_replies};
+use super::{check_line, check_names, check_replies};
 
 type Check = fn(&[u8]);
 
@@ -151,7 +150,7 @@ fn random_and_mutated_inputs_pass_the_line_model_checks() {
 
 // ----- the seed corpus ---------------------------------------------------------
 //
-// Each seed is written in the input encoding of `src/fuzzing.rs`; the
+// Each seed is written in the input encoding of `src/core/model/`; the
 // comments name what the bytes decode to.
 
 fn le64(n: u64) -> Vec<u8> {

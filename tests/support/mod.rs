@@ -189,8 +189,16 @@ impl RedisServer {
     /// the same port with the same arguments; all data is lost. Waits for
     /// PING (and for the replica link, for a replica). Panics on failure.
     pub fn restart(&self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// Like [`restart`](Self::restart), but the port stays closed for `down`
+    /// between the kill and the new start (connects are refused meanwhile):
+    /// a short outage rather than an instant restart.
+    pub fn restart_after(&self, down: Duration) {
         let mut running = self.lock();
         kill_and_reap(&mut running.child);
+        thread::sleep(down);
         self.paused.store(false, Ordering::SeqCst);
         let _ = fs::remove_dir_all(&running.dir);
         let args = base_args(self.port, &self.extra_args, self.replica_of);

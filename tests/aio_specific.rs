@@ -5,13 +5,16 @@
 mod support;
 
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use async_io::Timer;
 use futures::executor::block_on;
+use futures::future::{select, Either};
 use futures::task::noop_waker_ref;
-use redlease::{aio::Locker, AcquireOptions, Config};
+use redlease::{aio::Locker, AcquireOptions, Config, WithLock};
 use support::{wait_until, RedisServer};
 
 const BOUND: Duration = Duration::from_secs(10);
@@ -148,4 +151,107 @@ fn one_locker_holds_ten_thousand_leases_on_one_connection_then_refuses_the_next(
         assert!(lock_keys(&server, "many").is_empty());
         locker.shutdown().await.unwrap();
     });
+}
+
+/// An async `with_lock` whose job panics releases its lease by itself: the
+/// lock key is gone soon after the panic (lease 30 s, no further call on the
+/// locker), and another locker's try-acquire gets the key.
+#[test]
+fn async_with_lock_releases_the_lease_when_the_job_panics() {
+    let server = RedisServer::start();
+    let ns = "with-lock-panic";
+    let locker = block_on(Locker::connect(server.url(), config(ns))).unwrap();
+    let other = block_on(Locker::connect(server.url(), config(ns))).unwrap();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        block_on(locker.with_lock(
+            "k",
+            WithLock::new(),
+            async |_lease, _lost| -> Result<(), redlease::Error> {
+                assert_eq!(lock_keys(&server, ns).len(), 1, "held while the job runs");
+                panic!("the job panicked");
+            },
+        ))
+    }));
+    let payload = result.expect_err("the panic comes back to the caller");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"the job panicked"));
+
+    // No call on `locker` from here on: the release must not wait for one.
+    wait_until(BOUND, "the panicked job's lock was released", || {
+        lock_keys(&server, ns).is_empty()
+    });
+    let lease = block_on(other.acquire_with("k", AcquireOptions::new().wait(Duration::ZERO)))
+        .unwrap_or_else(|e| panic!("the key is free: {} ({e:?})", e.code()));
+    block_on(lease.release()).unwrap();
+}
+
+/// A head dropped while its attempt is in flight (server stopped) leaves
+/// that attempt as the key's one attempt: neither the waiter queued behind
+/// the head nor one arriving after the drop sends its own attempt while the
+/// first is unanswered (SPEC §5: one attempt per key per locker at a time).
+/// After the resume both get the key in turn and the abandoned attempt's
+/// token is released.
+#[test]
+fn abandoning_an_async_head_with_an_attempt_in_flight_does_not_send_a_second_attempt_at_once() {
+    let server = RedisServer::start();
+    let ns = "abandon-head";
+    // The command timeout outlasts the pause: the first attempt stays in
+    // flight (unanswered, not timed out) for the whole observation window.
+    let locker = block_on(Locker::connect(
+        server.url(),
+        config(ns).command_timeout(Duration::from_secs(5)),
+    ))
+    .unwrap();
+    // A pooled connection and a cached script, so the attempt is sent at once.
+    block_on(async {
+        locker
+            .acquire("warm")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap()
+    });
+    let sent = locker.stats().scripts_sent;
+
+    let paused = server.pause_guard();
+    let mut head = Box::pin(locker.acquire("k"));
+    assert!(
+        poll_once(head.as_mut()).is_pending(),
+        "the server is stopped"
+    );
+    wait_until(BOUND, "the head's attempt was sent", || {
+        locker.stats().scripts_sent == sent + 1
+    });
+    let mut queued = Box::pin(locker.acquire("k"));
+    assert!(poll_once(queued.as_mut()).is_pending());
+    assert_eq!(locker.stats().waiters, 2, "queued behind the head");
+    drop(head); // abandoned with its attempt unanswered
+    let mut late = Box::pin(locker.acquire("k"));
+    // Let both waiters run for a while, the server still stopped.
+    let window = block_on(select(
+        futures::future::join(queued.as_mut(), late.as_mut()),
+        Timer::after(Duration::from_millis(500)),
+    ));
+    assert!(matches!(window, Either::Right(_)), "the server is stopped");
+    let during = locker.stats().scripts_sent;
+    drop(paused);
+    assert_eq!(
+        during,
+        sent + 1,
+        "acquire scripts sent while the abandoned attempt was unanswered \
+         (1 = only that attempt)"
+    );
+
+    let first = block_on(queued).unwrap_or_else(|e| panic!("queued: {} ({e:?})", e.code()));
+    assert_eq!(
+        lock_keys(&server, ns).len(),
+        1,
+        "only the queued waiter's lock"
+    );
+    let first_fence = first.fence();
+    block_on(first.release()).unwrap();
+    let second = block_on(late).unwrap_or_else(|e| panic!("late: {} ({e:?})", e.code()));
+    assert!(second.fence() > first_fence);
+    block_on(second.release()).unwrap();
+    assert!(lock_keys(&server, ns).is_empty());
 }

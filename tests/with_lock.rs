@@ -50,6 +50,24 @@ fn del(server: &RedisServer, name: &str) {
     assert_eq!(deleted, 1, "the lock existed");
 }
 
+/// The slow-renewal case: a 4 s lease renewed at 2 s, a 500 ms command
+/// timeout, a 5 s job, and writes paused for 1200 ms from 1.8 s into it.
+const SLOW_RENEW_LEASE: Duration = Duration::from_secs(4);
+const SLOW_RENEW_COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+const SLOW_RENEW_JOB: Duration = Duration::from_secs(5);
+const SLOW_RENEW_PAUSE_AT: Duration = Duration::from_millis(1800);
+
+/// `CLIENT PAUSE 1200 WRITE` on a raw connection: scripts (EVALSHA) get no
+/// reply for 1.2 s.
+fn pause_writes(conn: &mut redis::Connection) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1200)
+        .arg("WRITE")
+        .query(conn)
+        .unwrap_or_else(|e| panic!("CLIENT PAUSE on the test redis: {e}"));
+}
+
 /// Whether the loss's cause is the one expected.
 fn cause_of(lost: &redlease::Lost) -> Option<&'static str> {
     match lost.cause()? {
@@ -464,6 +482,45 @@ mod blocking {
             "{:?}",
             logs.records()
         );
+    }
+
+    /// One renewal reply held back (`CLIENT PAUSE 1200 WRITE` just before
+    /// the renewal at lease/2, command timeout 500 ms) does not end a job
+    /// that still has lease left: the renewal is re-sent, `lost` never
+    /// fires and the job's `Ok` comes back.
+    #[test]
+    fn a_with_lock_job_survives_one_slow_renewal_reply() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-slow-renew");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(
+            &server,
+            config(&ns).command_timeout(super::SLOW_RENEW_COMMAND_TIMEOUT),
+        );
+        let mut pauser = server.conn();
+        let loss = locker
+            .with_lock(
+                "k",
+                WithLock::new().lease(super::SLOW_RENEW_LEASE).extend(true),
+                |_lease, lost| {
+                    let start = Instant::now();
+                    let mut paused = false;
+                    while start.elapsed() < super::SLOW_RENEW_JOB {
+                        if lost.is_lost() {
+                            return Ok::<_, JobError>(Some(format!("{:?}", lost.cause())));
+                        }
+                        if !paused && start.elapsed() >= super::SLOW_RENEW_PAUSE_AT {
+                            super::pause_writes(&mut pauser);
+                            paused = true;
+                        }
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                    Ok(None)
+                },
+            )
+            .unwrap();
+        assert_eq!(loss, None, "lost fired during the job");
+        assert!(!exists(&server, &name), "released after the job");
     }
 }
 
@@ -971,5 +1028,43 @@ mod aio {
 
         smol::block_on(locker.shutdown()).unwrap();
         wait_until(BOUND, "nothing left behind", || !exists(&server, &name));
+    }
+
+    /// One renewal reply held back (`CLIENT PAUSE 1200 WRITE` just before
+    /// the renewal at lease/2, command timeout 500 ms) does not end a job
+    /// that still has lease left: the renewal is re-sent, `lost` never
+    /// fires and the job's `Ok` comes back.
+    #[test]
+    fn a_with_lock_job_survives_one_slow_renewal_reply() {
+        let server = RedisServer::start();
+        let ns = namespace("awl-slow-renew");
+        let name = lock_name(&ns, "k");
+        let locker = connect(
+            &server,
+            config(&ns).command_timeout(super::SLOW_RENEW_COMMAND_TIMEOUT),
+        );
+        let mut pauser = server.conn();
+        let loss = block_on(locker.with_lock(
+            "k",
+            WithLock::new().lease(super::SLOW_RENEW_LEASE).extend(true),
+            async |_lease, lost| {
+                let start = Instant::now();
+                let mut paused = false;
+                while start.elapsed() < super::SLOW_RENEW_JOB {
+                    if lost.is_lost() {
+                        return Ok::<_, JobError>(Some(format!("{:?}", lost.cause())));
+                    }
+                    if !paused && start.elapsed() >= super::SLOW_RENEW_PAUSE_AT {
+                        super::pause_writes(&mut pauser);
+                        paused = true;
+                    }
+                    sleep(Duration::from_millis(20)).await;
+                }
+                Ok(None)
+            },
+        ))
+        .unwrap();
+        assert_eq!(loss, None, "lost fired during the job");
+        assert!(!exists(&server, &name), "released after the job");
     }
 }

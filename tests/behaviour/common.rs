@@ -183,3 +183,29 @@ impl<T> Bounded<T> {
         }
     }
 }
+
+/// The standalone release channel: `<ns>:lock-released`.
+pub(crate) fn release_channel(ns: &str) -> String {
+    format!("{ns}:lock-released")
+}
+
+/// `PUBSUB NUMSUB channel`: how many connections subscribe to `channel`.
+pub(crate) fn numsub(server: &RedisServer, channel: &str) -> u64 {
+    let (name, count): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.conn())
+        .unwrap_or_else(|e| panic!("PUBSUB NUMSUB on the test redis: {e}"));
+    assert_eq!(name, channel, "NUMSUB answers for the channel asked");
+    count
+}
+
+/// Lets `d` pass: models work, or a delay before a fault is injected.
+/// Never a synchronisation (wait for an event with `wait_until` instead).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a modelled delay, not a synchronisation"
+)]
+pub(crate) fn let_pass(d: Duration) {
+    thread::sleep(d);
+}

@@ -21,6 +21,7 @@ pub(crate) mod outcomes;
 pub(crate) mod secrets;
 pub(crate) mod server;
 pub(crate) mod shutdown;
+pub(crate) mod survival;
 pub(crate) mod waiting;
 
 /// The blocking front end under its suite name.
@@ -87,6 +88,15 @@ macro_rules! behaviour_suite {
                 shutdown_ends_waits_and_refuses_new_acquires_with_shutting_down,
                 releasing_a_lease_after_shutdown_reports_shutting_down,
                 shutdown_against_a_paused_server_reports_cleanup_timeout,
+            }
+            survival {
+                waiters_survive_a_short_outage_and_acquire_after_the_restart,
+                shutdown_after_the_command_connection_was_killed_releases_the_locks,
+                a_dropped_lease_frees_a_waiter_of_the_same_locker_before_its_ttl,
+                the_subscription_closes_a_second_after_contention_ends_without_further_calls,
+                waiters_are_still_notified_after_the_subscriber_connection_is_killed_twice,
+                a_tiny_positive_wait_always_asks_redis_at_least_once,
+                one_refused_release_at_shutdown_does_not_hide_the_releases_that_worked,
             }
             input {
                 bad_keys_are_refused_with_invalid_key,

@@ -205,14 +205,33 @@ impl RedisServer {
         }
     }
 
+    /// Like [`restart`](Self::restart), but the port stays closed for `down`
+    /// between the kill and the new start (connects are refused meanwhile):
+    /// a short outage rather than an instant restart.
+    pub fn restart_after(&self, down: Duration) {
+        if let Err(msg) = self.try_restart_after(down, 1, Duration::ZERO) {
+            panic!("restarting redis-server on port {}: {msg}", self.port);
+        }
+    }
+
     /// [`restart`](Self::restart), but starting the new server is tried up
     /// to `attempts` times, `backoff` apart (the port may be taken for a
     /// moment, e.g. as the local port of a client's outgoing connection),
     /// and a server that does not come up is an error instead of a panic.
     /// A replica whose link does not come up still panics.
     pub fn try_restart(&self, attempts: usize, backoff: Duration) -> Result<(), String> {
+        self.try_restart_after(Duration::ZERO, attempts, backoff)
+    }
+
+    fn try_restart_after(
+        &self,
+        down: Duration,
+        attempts: usize,
+        backoff: Duration,
+    ) -> Result<(), String> {
         let mut running = self.lock();
         kill_and_reap(&mut running.child);
+        thread::sleep(down);
         self.paused.store(false, Ordering::SeqCst);
         let _ = fs::remove_dir_all(&running.dir);
         let args = base_args(self.port, &self.extra_args, self.replica_of);

@@ -3,7 +3,55 @@
 //! commands; these only serve the per-key notification subscriptions it
 //! cannot route.
 
+use redis::cluster::ClusterClient;
 use redis::Value;
+
+use crate::config::Config;
+use crate::error::{Error, Failure, Operation};
+
+/// The cluster client a locker builds for `nodes` (the command timeout on
+/// connects and replies, `retries` when given), and the first node's info
+/// (credentials, protocol) for the per-node notification connections.
+pub(crate) fn cluster_client<T: redis::IntoConnectionInfo>(
+    nodes: impl IntoIterator<Item = T>,
+    config: &Config,
+    retries: Option<u32>,
+) -> Result<(ClusterClient, Option<redis::ConnectionInfo>), Error> {
+    let bad = || Error::invalid_config("nodes", "not valid Redis Cluster node URLs");
+    let infos = nodes
+        .into_iter()
+        .map(|n| n.into_connection_info())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| bad())?;
+    let template = infos.first().cloned();
+    let mut builder = ClusterClient::builder(infos)
+        .connection_timeout(config.command_timeout)
+        .response_timeout(config.command_timeout);
+    if let Some(retries) = retries {
+        builder = builder.retries(retries);
+    }
+    Ok((builder.build().map_err(|_| bad())?, template))
+}
+
+/// `COMMAND INFO SPUBLISH`: whether the cluster has sharded pub/sub.
+pub(crate) fn sharded_pubsub_cmd() -> redis::Cmd {
+    let mut cmd = redis::cmd("COMMAND");
+    cmd.arg("INFO").arg("SPUBLISH");
+    cmd
+}
+
+/// The verdict on [`sharded_pubsub_cmd`]'s reply: Redis 7 or newer.
+pub(crate) fn sharded_pubsub_verdict(reply: Result<Value, Failure>) -> Result<(), Error> {
+    match reply {
+        Ok(Value::Array(items)) if items.first().is_some_and(|v| *v != Value::Nil) => Ok(()),
+        Ok(_) => Err(Error::invalid_config(
+            "nodes",
+            "the cluster has no sharded pub/sub (SPUBLISH); redlease needs Redis 7 or newer",
+        )),
+        Err(Failure::NotSent(e)) => Err(Error::from_connect(e)),
+        Err(Failure::Sent(e)) => Err(Error::from_command(Operation::Connect, e)),
+    }
+}
 
 /// Number of hash slots in a Redis Cluster.
 const SLOTS: u16 = 16384;

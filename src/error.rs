@@ -355,6 +355,11 @@ impl From<redis::RedisError> for Failure {
 }
 
 impl Failure {
+    /// Whether Redis answered with an error: it processed the command.
+    pub(crate) fn is_server_reply(&self) -> bool {
+        matches!(self, Failure::Sent(e) if is_server_reply(e))
+    }
+
     pub(crate) fn into_error(self, op: Operation) -> Error {
         match self {
             Failure::NotSent(source) => Error::ProviderFailed { op, source },

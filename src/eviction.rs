@@ -63,9 +63,18 @@ pub(crate) fn every_primary() -> redis::cluster_routing::RoutingInfo {
     RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None))
 }
 
+/// Logs the verdict on a `CONFIG GET maxmemory-policy` sent to every
+/// primary ([`every_primary`]), or that it was refused.
+pub(crate) fn report_cluster_reply(reply: redis::RedisResult<redis::Value>) {
+    match reply {
+        Ok(reply) => report_cluster(&policies_from_cluster_reply(reply)),
+        Err(e) => report_refused(&e),
+    }
+}
+
 /// Logs the verdict on the policies of a cluster's primaries: the first
 /// unsafe one, else unchecked if any did not say.
-pub(crate) fn report_cluster(policies: &[Option<String>]) {
+fn report_cluster(policies: &[Option<String>]) {
     let unsafe_one = policies
         .iter()
         .flatten()
@@ -114,12 +123,21 @@ mod tests {
             ])
         };
         let map = redis::Value::Map(vec![
-            (redis::Value::SimpleString("a:1".into()), reply("noeviction")),
-            (redis::Value::SimpleString("b:2".into()), reply("allkeys-lru")),
+            (
+                redis::Value::SimpleString("a:1".into()),
+                reply("noeviction"),
+            ),
+            (
+                redis::Value::SimpleString("b:2".into()),
+                reply("allkeys-lru"),
+            ),
         ]);
         assert_eq!(
             policies_from_cluster_reply(map),
-            vec![Some("noeviction".to_owned()), Some("allkeys-lru".to_owned())]
+            vec![
+                Some("noeviction".to_owned()),
+                Some("allkeys-lru".to_owned())
+            ]
         );
         assert_eq!(
             policies_from_cluster_reply(reply("noeviction")),

@@ -60,7 +60,10 @@ pub struct StaleFence {
 }
 
 /// Why a fenced write did not store its value.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` shows the Redis error's kind and code only: the detail of a
+/// redirect (`MOVED 1234 10.0.0.7:6379`) names a server address.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum WriteError {
     /// A newer holder already wrote.
@@ -70,6 +73,19 @@ pub enum WriteError {
     /// is a timeout or a dropped connection.
     #[error("the fenced write failed in redis")]
     Redis(#[source] redis::RedisError),
+}
+
+impl std::fmt::Debug for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Stale(stale) => f.debug_tuple("Stale").field(stale).finish(),
+            WriteError::Redis(e) => f
+                .debug_struct("Redis")
+                .field("kind", &e.kind())
+                .field("code", &e.code())
+                .finish(),
+        }
+    }
 }
 
 /// Fenced values in Redis, one hash per resource under a namespace:
@@ -177,6 +193,18 @@ fn verdict(reply: &Value) -> Result<(), WriteError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_write_errors_debug_never_shows_the_address_in_a_redirect() {
+        let moved = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
+            "MOVED",
+            "1234 10.0.0.7:6379".to_string(),
+        ));
+        let shown = format!("{:?}", WriteError::Redis(moved));
+        assert!(!shown.contains("10.0.0.7"), "{shown}");
+        assert!(shown.contains("MOVED"), "{shown}");
+    }
+
     use super::*;
 
     #[test]

@@ -142,7 +142,7 @@ fn one_locker_holds_ten_thousand_leases_on_one_connection_then_refuses_the_next(
             .acquire("one-too-many")
             .await
             .expect_err("limit reached");
-        assert_eq!(refused.code(), "QUEUE_FULL");
+        assert_eq!(refused.code(), "TOO_MANY_LEASES");
         assert!(refused.to_string().contains("max_tracked_leases"));
 
         futures::future::try_join_all(leases.into_iter().map(|l| l.release()))

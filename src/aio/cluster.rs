@@ -1,17 +1,17 @@
 //! The async locker on Redis Cluster: construction and the connect-time
 //! checks (sharded pub/sub, every primary's eviction policy). The redis
 //! crate's async cluster connection routes every command, the scripts
-//! included (all names of a key share its hash tag); notifications come
-//! from the driver's subscriber thread.
+//! included (all names of a key share its hash tag), follows redirects and
+//! reconnects its nodes; notifications come from the driver's subscriber.
 
 use redis::cluster::ClusterClient;
-use redis::Value;
 
-use super::connection::{AnyConnection, Source};
+use super::connection::{AnyConnection, Commands, Source};
 use super::locker::{Locker, Shared};
+use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::subscriber;
-use crate::error::{Error, Operation};
+use crate::error::Error;
 use crate::eviction;
 
 impl Locker {
@@ -32,17 +32,7 @@ impl Locker {
         config: Config,
     ) -> Result<Self, Error> {
         config.validate()?;
-        let infos = nodes
-            .into_iter()
-            .map(|n| n.into_connection_info())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| Error::invalid_config("nodes", "not valid Redis Cluster node URLs"))?;
-        let template = infos.first().cloned();
-        let client = ClusterClient::builder(infos)
-            .connection_timeout(config.command_timeout)
-            .response_timeout(config.command_timeout)
-            .build()
-            .map_err(|_| Error::invalid_config("nodes", "not valid Redis Cluster node URLs"))?;
+        let (client, template) = cluster_client(nodes, &config, None)?;
         Self::cluster(client, template, config).await
     }
 
@@ -66,55 +56,30 @@ impl Locker {
         template: Option<redis::ConnectionInfo>,
         config: Config,
     ) -> Result<Self, Error> {
-        let shared = Shared::new(
-            Source::Cluster(client.clone()),
-            subscriber::Source::Cluster {
-                slots: client,
-                template,
-            },
-            config,
-        );
-        check_sharded_pubsub(&shared).await?;
-        check_every_primary(&shared).await;
+        let commands = Commands::new(Source::Cluster(client.clone()), config.command_timeout);
+        let notifications = subscriber::Source::Cluster {
+            slots: client,
+            template,
+        };
+        let shared = Shared::new(commands, notifications, config);
+        sharded_pubsub_verdict(shared.commands.query(&sharded_pubsub_cmd()).await)?;
+        let policies = match shared.commands.connection().await {
+            Ok(AnyConnection::Cluster(mut conn)) => {
+                conn.route_command(eviction::config_get_cmd(), eviction::every_primary())
+                    .await
+            }
+            Ok(AnyConnection::Standalone(_)) => unreachable_standalone(),
+            Err(e) => Err(e),
+        };
+        eviction::report_cluster_reply(policies);
         Ok(Locker::from_shared(shared))
     }
 }
 
-/// Connects and checks that the cluster knows `SPUBLISH` (Redis ≥ 7).
-async fn check_sharded_pubsub(shared: &Shared) -> Result<(), Error> {
-    let mut conn = shared
-        .commands
-        .connection()
-        .await
-        .map_err(Error::from_connect)?;
-    let reply = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("SPUBLISH")
-        .query_async::<Value>(&mut conn)
-        .await;
-    match reply {
-        Ok(Value::Array(items)) if items.first().is_some_and(|v| *v != Value::Nil) => Ok(()),
-        Ok(_) => Err(Error::invalid_config(
-            "nodes",
-            "the cluster has no sharded pub/sub (SPUBLISH); redlease needs Redis 7 or newer",
-        )),
-        Err(e) => Err(Error::from_command(Operation::Connect, e)),
-    }
-}
-
-/// Reads `maxmemory-policy` on every primary (each has its own) and logs
-/// an unsafe one.
-async fn check_every_primary(shared: &Shared) {
-    let reply = match shared.commands.connection().await {
-        Ok(AnyConnection::Cluster(mut conn)) => {
-            conn.route_command(eviction::config_get_cmd(), eviction::every_primary())
-                .await
-        }
-        Ok(AnyConnection::Standalone(_)) => return,
-        Err(e) => Err(e),
-    };
-    match reply {
-        Ok(reply) => eviction::report_cluster(&eviction::policies_from_cluster_reply(reply)),
-        Err(e) => eviction::report_refused(&e),
-    }
+/// A cluster source always opens cluster connections.
+fn unreachable_standalone() -> redis::RedisResult<redis::Value> {
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "a cluster locker holds a standalone connection",
+    )))
 }

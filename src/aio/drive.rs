@@ -8,13 +8,13 @@ use std::time::Instant;
 use event_listener::EventListener;
 use futures::future::{select, Either};
 
-use super::connection::Commands;
+use super::locker::Shared;
 use crate::clock::now;
 use crate::driver::ops::{Io, Op};
-use crate::stats::Counters;
 
-/// Drives `op` to its end.
-pub(crate) async fn drive<O: Op>(commands: &Commands, counters: &Counters, mut op: O) -> O::Output {
+/// Drives `op` to its end on the locker's connection.
+pub(crate) async fn drive<O: Op>(shared: &Shared, mut op: O) -> O::Output {
+    let (commands, counters) = (&shared.commands, &shared.state.counters);
     loop {
         let listener = op.listener();
         match op.next(now()) {

@@ -2,13 +2,13 @@
 //! each a shared operation driven inside the caller's future. Dropping it
 //! never blocks: the token goes back to the locker.
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::connection::Commands;
+use super::drive::drive;
 use super::locker::Shared;
-use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
-use crate::driver::held::Held;
+use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
+use crate::driver::held::{lease_common, LeaseState};
 use crate::driver::ops::{Granted, Release, Renew};
 use crate::error::Error;
 
@@ -19,51 +19,13 @@ use crate::error::Error;
 /// within one round trip when one of its waiters waits for the key, else at
 /// its next operation or at shutdown (and the TTL ends it in any case).
 #[must_use = "a dropped lease is released only later, by the locker"]
-pub struct Lease {
-    shared: Arc<Shared>,
-    held: Held,
-    /// Serialises renew and release of this lease.
-    op: futures::lock::Mutex<()>,
-    released: bool,
-}
+pub struct Lease(LeaseState<Commands, futures::lock::Mutex<()>>);
+
+lease_common!(Lease);
 
 impl Lease {
     pub(crate) fn new(shared: Arc<Shared>, granted: Granted) -> Self {
-        Lease {
-            shared,
-            held: Held::granted(granted),
-            op: futures::lock::Mutex::new(()),
-            released: false,
-        }
-    }
-
-    /// The fencing token of this grant.
-    pub fn fence(&self) -> Fence {
-        self.held.fence()
-    }
-
-    /// Whether the lease is still held, by the local estimate.
-    pub fn is_valid(&self) -> bool {
-        self.held.is_valid()
-    }
-
-    /// The time left by the local estimate (zero when not valid).
-    pub fn remaining(&self) -> Duration {
-        self.held.remaining()
-    }
-
-    /// How many replicas acknowledged the last acquire or renew, when
-    /// [`Config::min_replicas`](crate::Config::min_replicas) is set.
-    pub fn replicas(&self) -> Option<u32> {
-        self.held.replicas()
-    }
-
-    pub(crate) fn held(&self) -> &Held {
-        &self.held
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+        Lease(LeaseState::new(shared, granted))
     }
 
     /// Extends the lease to its full length, counted from now.
@@ -72,10 +34,9 @@ impl Lease {
     ///
     /// As [`blocking::Lease::renew`](crate::blocking::Lease::renew).
     pub async fn renew(&self) -> Result<RenewOutcome, Error> {
-        let _serial = self.op.lock().await;
-        self.shared
-            .drive(Renew::new(&self.shared.state, &self.held))
-            .await
+        let lease = &self.0;
+        let _serial = lease.op.lock().await;
+        drive(&lease.shared, Renew::new(&lease.shared.state, &lease.held)).await
     }
 
     /// Releases the lease: deletes the lock if it is still ours and notifies
@@ -86,31 +47,26 @@ impl Lease {
     /// As [`blocking::Lease::release`](crate::blocking::Lease::release).
     pub async fn release(mut self) -> Result<ReleaseOutcome, Error> {
         let result = {
-            let _serial = self.op.lock().await;
-            self.shared
-                .drive(Release::new(&self.shared.state, &self.held))
-                .await
+            let lease = &self.0;
+            let _serial = lease.op.lock().await;
+            drive(
+                &lease.shared,
+                Release::new(&lease.shared.state, &lease.held),
+            )
+            .await
         };
         // Only now: a release future dropped midway hands the token back
         // to the locker like a dropped lease.
-        self.released = true;
+        self.0.released = true;
         result
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if !self.released {
-            let id = self.held.id;
-            self.shared
-                .state
-                .with_core(|core| core.abandon_lease(id));
+        if !self.0.released {
+            let id = self.0.held.id;
+            self.0.shared.state.with_core(|core| core.abandon_lease(id));
         }
-    }
-}
-
-impl fmt::Debug for Lease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.held.debug(f)
     }
 }

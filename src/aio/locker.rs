@@ -1,7 +1,6 @@
 //! `aio::Locker`: construction, acquire, stats and shutdown, each a shared
 //! operation driven inside the caller's future.
 
-use std::fmt;
 use std::sync::Arc;
 
 use super::connection::{Commands, Source};
@@ -9,8 +8,7 @@ use super::drive::drive;
 use super::lease::Lease;
 use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
-use crate::driver::ops::{Acquire, Op, Shutdown};
-use crate::driver::state::LockerState;
+use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
 use crate::error::{Error, Failure};
 use crate::eviction;
@@ -53,44 +51,13 @@ use crate::stats::Stats;
 /// locker.shutdown().await?;
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 pub struct Locker {
     shared: Arc<Shared>,
 }
 
-impl fmt::Debug for Locker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Locker")
-            .field("namespace", &self.shared.state.config.namespace)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What the locker and its leases share: the operations' state and the
-/// connection they are sent on.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) state: Arc<LockerState>,
-    pub(crate) commands: Commands,
-}
-
-impl Shared {
-    pub(crate) fn new(
-        source: Source,
-        notifications: subscriber::Source,
-        config: Config,
-    ) -> Arc<Self> {
-        let commands = Commands::new(source, config.command_timeout);
-        Arc::new(Shared {
-            state: LockerState::new(config, notifications),
-            commands,
-        })
-    }
-
-    /// Drives an operation inside the calling future.
-    pub(crate) async fn drive<O: Op>(&self, op: O) -> O::Output {
-        drive(&self.commands, &self.state.counters, op).await
-    }
-}
+/// The locker's and its leases' shared state, over the shared connection.
+pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 
 impl Locker {
     /// Connects to the Redis server at `url`.
@@ -127,11 +94,8 @@ impl Locker {
             .set_protocol(redis::ProtocolVersion::RESP3);
         let commands_client = redis::Client::open(info.set_redis_settings(resp3))
             .map_err(|_| Error::invalid_config("url", "not a valid Redis connection URL"))?;
-        let shared = Shared::new(
-            Source::Standalone(commands_client),
-            subscriber::Source::Standalone(client),
-            config,
-        );
+        let commands = Commands::new(Source::Standalone(commands_client), config.command_timeout);
+        let shared = Shared::new(commands, subscriber::Source::Standalone(client), config);
         check_eviction(&shared.commands).await?;
         Ok(Locker { shared })
     }
@@ -162,15 +126,13 @@ impl Locker {
     /// As [`blocking::Locker::acquire_with`](crate::blocking::Locker::acquire_with).
     pub async fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Lease, Error> {
         let op = Acquire::start(&self.shared.state, key, options, now())?;
-        let granted = self.shared.drive(op).await?;
+        let granted = drive(&self.shared, op).await?;
         Ok(Lease::new(self.shared.clone(), granted))
     }
 
     /// A snapshot of this locker's counters.
     pub fn stats(&self) -> Stats {
-        self.shared
-            .state
-            .stats(self.shared.commands.is_connected())
+        self.shared.state.stats(self.shared.commands.is_connected())
     }
 
     /// Shuts the locker down, as
@@ -180,7 +142,7 @@ impl Locker {
     ///
     /// As [`blocking::Locker::shutdown`](crate::blocking::Locker::shutdown).
     pub async fn shutdown(&self) -> Result<(), Error> {
-        let result = self.shared.drive(Shutdown::new(&self.shared.state)).await;
+        let result = drive(&self.shared, Shutdown::new(&self.shared.state)).await;
         self.shared.commands.close();
         result
     }

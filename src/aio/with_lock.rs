@@ -8,9 +8,10 @@ use std::pin::pin;
 use futures::future::{select, Either};
 use futures::FutureExt;
 
+use super::drive::drive;
 use super::{Lease, Locker};
 use crate::config::WithLock;
-use crate::driver::ops::{Renewer, StopSignal};
+use crate::driver::ops::{log_failed_release, Renewer, StopSignal};
 use crate::error::Error;
 use crate::lost::Lost;
 
@@ -58,7 +59,7 @@ impl Locker {
                 let stop = StopSignal::default();
                 let shared = lease.shared();
                 let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
-                let renew = pin!(shared.drive(renewer));
+                let renew = pin!(drive(shared, renewer));
                 match select(work, renew).await {
                     Either::Left((outcome, renew)) => {
                         stop.stop();
@@ -72,13 +73,7 @@ impl Locker {
             }
         };
         lost.disarm();
-        if let Err(e) = lease.release().await {
-            log::warn!(
-                target: "redlease",
-                "LOCK_RELEASE_FAILED: with_lock could not release its lease ({}); the TTL will end it",
-                e.code()
-            );
-        }
+        log_failed_release(lease.release().await);
         match outcome {
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),

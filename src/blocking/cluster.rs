@@ -3,13 +3,13 @@
 //! in `connection.rs`; notifications come from the driver's subscriber.
 
 use redis::cluster::ClusterClient;
-use redis::Value;
 
-use super::connection::Source;
+use super::connection::{Commands, Source};
 use super::locker::{Locker, Shared};
+use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::subscriber;
-use crate::error::{Error, Failure, Operation};
+use crate::error::Error;
 use crate::eviction;
 
 impl Locker {
@@ -35,18 +35,7 @@ impl Locker {
         config: Config,
     ) -> Result<Self, Error> {
         config.validate()?;
-        let infos = nodes
-            .into_iter()
-            .map(|n| n.into_connection_info())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| Error::invalid_config("nodes", "not valid Redis Cluster node URLs"))?;
-        let template = infos.first().cloned();
-        let client = ClusterClient::builder(infos)
-            .retries(0)
-            .connection_timeout(config.command_timeout)
-            .response_timeout(config.command_timeout)
-            .build()
-            .map_err(|_| Error::invalid_config("nodes", "not valid Redis Cluster node URLs"))?;
+        let (client, template) = cluster_client(nodes, &config, Some(0))?;
         Self::cluster(client, template, config)
     }
 
@@ -78,43 +67,17 @@ impl Locker {
                 "not supported on Redis Cluster (WAIT must run on the node of each key)",
             ));
         }
-        let shared = Shared::new(
-            Source::Cluster(client.clone(), template.clone()),
-            subscriber::Source::Cluster {
-                slots: client.clone(),
-                template,
-            },
-            config,
-        );
-        check_sharded_pubsub(&shared)?;
-        check_every_primary(&client);
+        let source = Source::Cluster(client.clone(), template.clone());
+        let commands = Commands::new(source, config.command_timeout);
+        let notifications = subscriber::Source::Cluster {
+            slots: client.clone(),
+            template,
+        };
+        let shared = Shared::new(commands, notifications, config);
+        sharded_pubsub_verdict(shared.commands.query_fresh(&sharded_pubsub_cmd()))?;
+        eviction::report_cluster_reply(client.get_connection().and_then(|mut conn| {
+            conn.route_command(&eviction::config_get_cmd(), eviction::every_primary())
+        }));
         Ok(Locker::from_shared(shared))
-    }
-}
-
-/// Connects and checks that the cluster knows `SPUBLISH` (Redis ≥ 7).
-fn check_sharded_pubsub(shared: &Shared) -> Result<(), Error> {
-    let mut cmd = redis::cmd("COMMAND");
-    cmd.arg("INFO").arg("SPUBLISH");
-    match shared.commands.query_fresh(&cmd) {
-        Ok(Value::Array(items)) if items.first().is_some_and(|v| *v != Value::Nil) => Ok(()),
-        Ok(_) => Err(Error::invalid_config(
-            "nodes",
-            "the cluster has no sharded pub/sub (SPUBLISH); redlease needs Redis 7 or newer",
-        )),
-        Err(Failure::NotSent(e)) => Err(Error::from_connect(e)),
-        Err(Failure::Sent(e)) => Err(Error::from_command(Operation::Connect, e)),
-    }
-}
-
-/// Reads `maxmemory-policy` on every primary (each has its own) and logs
-/// an unsafe one.
-fn check_every_primary(client: &ClusterClient) {
-    let reply = client.get_connection().and_then(|mut conn| {
-        conn.route_command(&eviction::config_get_cmd(), eviction::every_primary())
-    });
-    match reply {
-        Ok(reply) => eviction::report_cluster(&eviction::policies_from_cluster_reply(reply)),
-        Err(e) => eviction::report_refused(&e),
     }
 }

@@ -171,12 +171,21 @@ impl Commands {
         self.connect().map(|conn| (conn, false))
     }
 
-    /// Sends `cmd` on a working connection; see the module docs.
-    fn send_cmd(&self, cmd: &redis::Cmd) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
+    /// Sends `cmd` on a working connection; see the module docs. `noscript`
+    /// is what to send instead where the node that answers lacks the script
+    /// (only needed where the caller cannot resend on the same connection:
+    /// after following `ASK`).
+    fn send_cmd(
+        &self,
+        cmd: &redis::Cmd,
+        noscript: Option<&redis::Cmd>,
+    ) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
         loop {
             let (conn, reused) = self.checkout().map_err(Failure::NotSent)?;
             match conn {
-                Conn::Cluster(cluster) => return self.send_on_cluster(cmd, cluster, reused),
+                Conn::Cluster(cluster) => {
+                    return self.send_on_cluster(cmd, noscript, cluster, reused)
+                }
                 Conn::Single(mut single) if reused => match probe_and_send(&mut single, cmd) {
                     Probe::Stale => continue,
                     Probe::Sent(result) => return Ok((Conn::Single(single), result)),
@@ -196,6 +205,7 @@ impl Commands {
     fn send_on_cluster(
         &self,
         cmd: &redis::Cmd,
+        noscript: Option<&redis::Cmd>,
         mut conn: Box<ClusterConnection>,
         mut reused: bool,
     ) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
@@ -205,7 +215,7 @@ impl Commands {
             let result = cmd.query::<Value>(conn.as_mut());
             let again = match &result {
                 Err(e) if is_ask(e) => {
-                    let result = self.follow_ask(cmd, e);
+                    let result = self.follow_ask(cmd, noscript, e);
                     return Ok((Conn::Cluster(conn), result));
                 }
                 Err(e) if is_redirect(e) || e.is_connection_refusal() => true,
@@ -232,7 +242,12 @@ impl Commands {
 
     /// Sends `cmd` once more to the node an `ASK` redirect names, behind
     /// `ASKING` (a slot being migrated: the key already moved there).
-    fn follow_ask(&self, cmd: &redis::Cmd, ask: &redis::RedisError) -> redis::RedisResult<Value> {
+    fn follow_ask(
+        &self,
+        cmd: &redis::Cmd,
+        noscript: Option<&redis::Cmd>,
+        ask: &redis::RedisError,
+    ) -> redis::RedisResult<Value> {
         let Some((addr, _slot)) = ask.redirect_node() else {
             return Err(ask.clone());
         };
@@ -248,10 +263,16 @@ impl Commands {
             _ => redis::IntoConnectionInfo::into_connection_info(addr)?,
         };
         let mut conn = open(&redis::Client::open(info)?, self.inner.timeout)?;
-        let mut pipe = redis::pipe();
-        pipe.cmd("ASKING").ignore().add_command(cmd.clone());
-        let mut replies: Vec<Value> = pipe.query(&mut conn)?;
-        replies.pop().ok_or_else(|| ask.clone())
+        let asking = |conn: &mut redis::Connection, cmd: &redis::Cmd| {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+            let mut replies: Vec<Value> = pipe.query(conn)?;
+            replies.pop().ok_or_else(|| ask.clone())
+        };
+        match (asking(&mut conn, cmd), noscript) {
+            (Err(e), Some(fallback)) if is_noscript(&e) => asking(&mut conn, fallback),
+            (result, _) => result,
+        }
     }
 
     fn checkin(&self, conn: Conn) {
@@ -276,7 +297,7 @@ impl Commands {
         then: Option<&redis::Cmd>,
     ) -> (Result<Value, Failure>, Option<redis::RedisResult<Value>>) {
         counters.script_sent();
-        let (mut conn, mut result) = match self.send_cmd(&call.evalsha()) {
+        let (mut conn, mut result) = match self.send_cmd(&call.evalsha(), Some(&call.eval())) {
             Ok(sent) => sent,
             Err(f) => return (Err(f), None),
         };

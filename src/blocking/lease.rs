@@ -1,15 +1,15 @@
 //! `blocking::Lease`: a held lock, its fence, local validity, renew and
 //! release (also on drop), each a shared operation driven on this thread.
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::connection::Commands;
+use super::drive::drive;
 use super::locker::Shared;
-use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
-use crate::driver::held::Held;
+use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
+use crate::driver::held::{lease_common, LeaseState};
 use crate::driver::ops::{Granted, Release, Renew};
 use crate::error::Error;
 
@@ -23,53 +23,13 @@ use crate::error::Error;
 /// Dropping a lease releases it (best effort, blocking for one round trip);
 /// call [`release`](Self::release) to learn the outcome.
 #[must_use = "dropping a lease releases it at once"]
-pub struct Lease {
-    shared: Arc<Shared>,
-    held: Held,
-    /// Serialises renew and release of this lease.
-    op: Mutex<()>,
-    released: bool,
-}
+pub struct Lease(LeaseState<Commands, Mutex<()>>);
+
+lease_common!(Lease);
 
 impl Lease {
     pub(crate) fn new(shared: Arc<Shared>, granted: Granted) -> Self {
-        Lease {
-            shared,
-            held: Held::granted(granted),
-            op: Mutex::new(()),
-            released: false,
-        }
-    }
-
-    /// The fencing token of this grant.
-    pub fn fence(&self) -> Fence {
-        self.held.fence()
-    }
-
-    /// Whether the lease is still held, by the local estimate. Once false
-    /// because Redis reported it gone or taken, or a renew's outcome was
-    /// unknown, it stays false.
-    pub fn is_valid(&self) -> bool {
-        self.held.is_valid()
-    }
-
-    /// The time left by the local estimate (zero when not valid).
-    pub fn remaining(&self) -> Duration {
-        self.held.remaining()
-    }
-
-    /// How many replicas acknowledged the last acquire or renew, when
-    /// [`Config::min_replicas`](crate::Config::min_replicas) is set.
-    pub fn replicas(&self) -> Option<u32> {
-        self.held.replicas()
-    }
-
-    pub(crate) fn held(&self) -> &Held {
-        &self.held
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+        Lease(LeaseState::new(shared, granted))
     }
 
     /// Extends the lease to its full length, counted from now.
@@ -85,8 +45,9 @@ impl Lease {
     /// `ReplicationFailed` (too few replicas acknowledged; the lease was
     /// released), `ShuttingDown` after the locker released it at shutdown.
     pub fn renew(&self) -> Result<RenewOutcome, Error> {
-        let _serial = self.op.lock();
-        self.shared.drive(Renew::new(&self.shared.state, &self.held))
+        let lease = &self.0;
+        let _serial = lease.op.lock();
+        drive(&lease.shared, Renew::new(&lease.shared.state, &lease.held))
     }
 
     /// Releases the lease: deletes the lock if it is still ours and notifies
@@ -111,19 +72,23 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub fn release(mut self) -> Result<ReleaseOutcome, Error> {
-        self.released = true;
+        self.0.released = true;
         self.release_now()
     }
 
     fn release_now(&self) -> Result<ReleaseOutcome, Error> {
-        let _serial = self.op.lock();
-        self.shared.drive(Release::new(&self.shared.state, &self.held))
+        let lease = &self.0;
+        let _serial = lease.op.lock();
+        drive(
+            &lease.shared,
+            Release::new(&lease.shared.state, &lease.held),
+        )
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.released {
+        if self.0.released {
             return;
         }
         if let Err(e) = self.release_now() {
@@ -135,11 +100,5 @@ impl Drop for Lease {
                 );
             }
         }
-    }
-}
-
-impl fmt::Debug for Lease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.held.debug(f)
     }
 }

@@ -1,7 +1,6 @@
 //! `blocking::Locker`: construction, acquire, stats and shutdown, each a
 //! shared operation driven on the caller's thread.
 
-use std::fmt;
 use std::sync::Arc;
 
 use super::connection::{Commands, Source};
@@ -10,7 +9,6 @@ use super::lease::Lease;
 use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
 use crate::driver::ops::{Acquire, Shutdown};
-use crate::driver::state::LockerState;
 use crate::driver::subscriber;
 use crate::error::{Error, Failure};
 use crate::eviction;
@@ -45,44 +43,13 @@ use crate::stats::Stats;
 /// locker.shutdown()?;
 /// # Ok::<(), redlease::Error>(())
 /// ```
+#[derive(Debug)]
 pub struct Locker {
     shared: Arc<Shared>,
 }
 
-impl fmt::Debug for Locker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Locker")
-            .field("namespace", &self.shared.state.config.namespace)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What the locker and its leases share: the operations' state and the
-/// connections they are sent on.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) state: Arc<LockerState>,
-    pub(crate) commands: Commands,
-}
-
-impl Shared {
-    pub(crate) fn new(
-        source: Source,
-        notifications: subscriber::Source,
-        config: Config,
-    ) -> Arc<Self> {
-        let commands = Commands::new(source, config.command_timeout);
-        Arc::new(Shared {
-            state: LockerState::new(config, notifications),
-            commands,
-        })
-    }
-
-    /// Drives an operation on this thread.
-    pub(crate) fn drive<O: crate::driver::ops::Op>(&self, op: O) -> O::Output {
-        drive(&self.commands, &self.state.counters, op)
-    }
-}
+/// The locker's and its leases' shared state, over the pooled connections.
+pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 
 impl Locker {
     /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`).
@@ -111,11 +78,8 @@ impl Locker {
     /// connection cannot be opened.
     pub fn new(client: redis::Client, config: Config) -> Result<Self, Error> {
         config.validate()?;
-        let shared = Shared::new(
-            Source::Standalone(client.clone()),
-            subscriber::Source::Standalone(client),
-            config,
-        );
+        let commands = Commands::new(Source::Standalone(client.clone()), config.command_timeout);
+        let shared = Shared::new(commands, subscriber::Source::Standalone(client), config);
         check_eviction(&shared.commands)?;
         Ok(Locker { shared })
     }
@@ -166,15 +130,13 @@ impl Locker {
     /// ```
     pub fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Lease, Error> {
         let op = Acquire::start(&self.shared.state, key, options, now())?;
-        let granted = self.shared.drive(op)?;
+        let granted = drive(&self.shared, op)?;
         Ok(Lease::new(self.shared.clone(), granted))
     }
 
     /// A snapshot of this locker's counters.
     pub fn stats(&self) -> Stats {
-        self.shared
-            .state
-            .stats(self.shared.commands.is_connected())
+        self.shared.state.stats(self.shared.commands.is_connected())
     }
 
     /// Shuts the locker down: refuses new acquires and ends waits with
@@ -190,7 +152,7 @@ impl Locker {
     /// `CleanupFailed` when Redis refused or failed some releases;
     /// `ProviderFailed`/`OutcomeUnknown` when the cleanup could not be sent.
     pub fn shutdown(&self) -> Result<(), Error> {
-        let result = self.shared.drive(Shutdown::new(&self.shared.state));
+        let result = drive(&self.shared, Shutdown::new(&self.shared.state));
         self.shared.commands.close();
         result
     }

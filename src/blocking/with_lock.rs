@@ -3,9 +3,10 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
+use super::drive::drive;
 use super::{Lease, Locker};
 use crate::config::WithLock;
-use crate::driver::ops::{Renewer, StopSignal};
+use crate::driver::ops::{log_failed_release, Renewer, StopSignal};
 use crate::error::{Error, LostCause};
 use crate::lost::Lost;
 
@@ -61,7 +62,7 @@ impl Locker {
                 let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
                 let spawned = std::thread::Builder::new()
                     .name("redlease-renewer".into())
-                    .spawn_scoped(scope, || shared.drive(renewer));
+                    .spawn_scoped(scope, || drive(shared, renewer));
                 if spawned.is_err() {
                     // Nothing can keep the lease alive: say so at once
                     // rather than let `f` trust a lease that will lapse.
@@ -81,13 +82,7 @@ impl Locker {
             outcome
         });
         lost.disarm();
-        if let Err(e) = lease.release() {
-            log::warn!(
-                target: "redlease",
-                "LOCK_RELEASE_FAILED: with_lock could not release its lease ({}); the TTL will end it",
-                e.code()
-            );
-        }
+        log_failed_release(lease.release());
         match outcome {
             Ok(result) => result,
             Err(panic) => resume_unwind(panic),

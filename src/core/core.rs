@@ -420,7 +420,11 @@ impl Core {
                     self.settings.fence_counter_ttl_ms,
                 ))
             }
-            LineStep::WaitUntil(at) => WaiterStep::Wait(earliest_of(at, deadline)),
+            // A head past its deadline that has not attempted yet (its line
+            // settles) waits for its first attempt, not for the past.
+            LineStep::WaitUntil(at) => {
+                WaiterStep::Wait(earliest_of(at, deadline.filter(|d| *d > now)))
+            }
         }
     }
 
@@ -491,7 +495,9 @@ impl Core {
                 AttemptSummary::Busy
             }
             Err(e) => {
-                let unsettled = e.is_outcome_unknown();
+                // Sticky until a settled reply: an earlier attempt of this
+                // token whose outcome is unknown may hold the key.
+                let unsettled = e.is_outcome_unknown() || matches!(w.failure, Some((_, true)));
                 let keeps_waiting = !w.try_once
                     && !w.cancelled
                     && !self.shutting_down
@@ -546,7 +552,9 @@ impl Core {
                 self.events.push_back(CoreEvent::Wake(next));
             }
             if line.is_empty() {
-                self.lines.remove(&key);
+                if !line.is_settling(now) {
+                    self.lines.remove(&key);
+                }
                 self.subscription.handle_key_idle(now, key);
             }
         }

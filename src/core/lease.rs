@@ -255,6 +255,9 @@ mod tests {
         assert_eq!(clock.valid_until(), Some(Some(t0 + LEASE)));
         clock.renew_submitted(t0 + Duration::from_millis(600));
         clock.handle_renew_retrying(RenewResult::Outcome(RenewOutcome::Renewed));
-        assert_eq!(clock.valid_until(), Some(Some(t0 + Duration::from_millis(600) + LEASE)));
+        assert_eq!(
+            clock.valid_until(),
+            Some(Some(t0 + Duration::from_millis(600) + LEASE))
+        );
     }
 }

@@ -93,7 +93,10 @@ impl Line {
     pub(crate) fn join(&mut self, id: WaiterId) -> bool {
         self.queue.push_back(id);
         if self.queue.len() == 1 {
-            self.head = HeadState::Ready;
+            // An empty line kept while it settles stays settling.
+            if !matches!(self.head, HeadState::Settling { .. }) {
+                self.head = HeadState::Ready;
+            }
             return true;
         }
         false
@@ -119,11 +122,25 @@ impl Line {
         if pos != 0 {
             return None;
         }
-        self.head = match in_flight_until {
-            Some(until) => HeadState::Settling { until: Some(until) },
-            None => HeadState::Ready,
+        if self.queue.is_empty() {
+            self.holder_until = None;
+        }
+        self.head = match (in_flight_until, self.head) {
+            (Some(until), _) => HeadState::Settling { until: Some(until) },
+            // A head that leaves while the line settles leaves it settling.
+            (None, settling @ HeadState::Settling { .. }) => settling,
+            (None, _) => HeadState::Ready,
         };
         self.head()
+    }
+
+    /// Whether an abandoned attempt may still be answered: the line is kept,
+    /// even empty, so that a waiter joining it does not attempt at once.
+    pub(crate) fn is_settling(&self, now: Instant) -> bool {
+        match self.head {
+            HeadState::Settling { until } => until.is_none_or(|u| now < u),
+            _ => false,
+        }
     }
 
     /// The abandoned attempt that made the line settle is answered for (its
@@ -358,7 +375,11 @@ mod tests {
         let until = now + Duration::from_secs(2);
         assert_eq!(line.leave_settling(w[0], Some(until)), Some(w[1]));
         assert_eq!(line.poll(w[1], now), LineStep::WaitUntil(Some(until)));
-        assert_eq!(line.handle_wake(), None, "a notification does not settle it");
+        assert_eq!(
+            line.handle_wake(),
+            None,
+            "a notification does not settle it"
+        );
         assert_eq!(line.settle(), Some(w[1]));
         assert_eq!(line.poll(w[1], now), LineStep::Attempt);
     }

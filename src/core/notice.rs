@@ -72,7 +72,10 @@ mod tests {
             Some(Notice::Released(sha.into_bytes()))
         );
         let other = [bulk(b"other"), bulk(b"x")];
-        assert_eq!(decode("ns:lock-released", "ns", &PushKind::Message, &other), None);
+        assert_eq!(
+            decode("ns:lock-released", "ns", &PushKind::Message, &other),
+            None
+        );
         let confirm = [bulk(b"ns:lock-released"), Value::Int(1)];
         assert_eq!(
             decode("ns:lock-released", "ns", &PushKind::Subscribe, &confirm),
@@ -100,7 +103,10 @@ mod tests {
             Some(Notice::Unsubscribed(key))
         );
         let foreign = [bulk(b"other:lock-released:{ab}"), Value::Int(1)];
-        assert_eq!(decode("ns:lock-released", "ns", &PushKind::SSubscribe, &foreign), None);
+        assert_eq!(
+            decode("ns:lock-released", "ns", &PushKind::SSubscribe, &foreign),
+            None
+        );
     }
 
     #[test]

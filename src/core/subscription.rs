@@ -145,19 +145,6 @@ impl Core {
         self.clamp_heads(now);
     }
 
-    /// The subscription ended without a failure to report (its start was
-    /// abandoned): it is off, and the next waiter that waits starts it
-    /// again. Every backing-off head retries at once: a release may have
-    /// gone unseen, and a busy reply is what starts the subscription again.
-    pub(crate) fn handle_subscriber_stopped(&mut self) {
-        if self.subscription.mode != Mode::Unavailable {
-            self.subscription.mode = Mode::Off;
-        }
-        self.subscription.channels.clear();
-        self.subscription.lingering.clear();
-        self.wake_heads(Line::handle_wake);
-    }
-
     /// Subscribing was refused (or cannot work). Returns true the first
     /// time in a row, when `LOCK_NOTIFY_UNAVAILABLE` should be logged.
     pub(crate) fn handle_subscription_failed(&mut self, now: Instant) -> bool {
@@ -215,7 +202,12 @@ impl Core {
         for key in expired {
             sub.channels.remove(&key);
         }
-        let mut keys: HashSet<KeyId> = self.lines.keys().copied().collect();
+        let mut keys: HashSet<KeyId> = self
+            .lines
+            .iter()
+            .filter(|(_, line)| !line.is_empty())
+            .map(|(key, _)| *key)
+            .collect();
         keys.extend(sub.lingering.keys().copied());
         sub.channels.retain(|key| keys.contains(key));
         keys.into_iter().collect()

@@ -7,7 +7,9 @@ use redis::Value;
 use super::core::{Core, CoreEvent};
 use super::lease::RenewResult;
 use super::line::Line;
-use super::names::{KeyId, LockNames, OwnerToken};
+#[cfg(test)]
+use super::names::KeyId;
+use super::names::{LockNames, OwnerToken};
 use super::outcome::{ReleaseOutcome, RenewOutcome};
 use super::script::{classify_release, classify_renew, ReplyError, ScriptCall};
 use super::slots::SlotId;
@@ -25,12 +27,20 @@ pub(crate) struct Owned {
     pub(crate) token: OwnerToken,
 }
 
-/// The release commands of the orphans taken for one round trip, and their
-/// keys, to report back with [`Core::handle_sweep_answered`].
+/// The release commands of the orphans taken for one round trip; report
+/// which were answered with [`Core::handle_sweep_answered`].
 #[derive(Debug, Default)]
 pub(crate) struct Sweep {
     pub(crate) calls: Vec<ScriptCall>,
-    pub(crate) keys: Vec<KeyId>,
+    orphans: Vec<Owned>,
+}
+
+impl Sweep {
+    /// The keys of the orphans, in the order of `calls`.
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> Vec<KeyId> {
+        self.orphans.iter().map(|o| o.names.id).collect()
+    }
 }
 
 impl Core {
@@ -106,22 +116,34 @@ impl Core {
         self.take_sweep().calls
     }
 
-    /// Like [`take_orphans`](Self::take_orphans), with the keys to report
-    /// back once the releases were answered.
+    /// Like [`take_orphans`](Self::take_orphans), but the orphans come back
+    /// unless [`handle_sweep_answered`](Self::handle_sweep_answered) says
+    /// Redis answered their release: nothing is forgotten while Redis is
+    /// out of reach.
     pub(crate) fn take_sweep(&mut self) -> Sweep {
         let orphans = std::mem::take(&mut self.orphans);
         Sweep {
             calls: orphans.iter().map(|o| self.release_of(o)).collect(),
-            keys: orphans.iter().map(|o| o.names.id).collect(),
+            orphans,
         }
     }
 
-    /// The releases of a sweep were answered, on the connection that also
-    /// carried any abandoned attempt of those keys before them: a line
-    /// settling behind such an attempt may go on at once.
-    pub(crate) fn handle_sweep_answered(&mut self, keys: &[KeyId]) {
-        for key in keys {
-            self.wake_head_of(*key, Line::settle);
+    /// Which releases of a sweep Redis answered (an outcome, or an error
+    /// reply: it processed them). The others are orphans again, for the
+    /// next sweep or shutdown. An answered release came back on the
+    /// connection that also carried any abandoned attempt of that key
+    /// before it, so a line settling behind such an attempt goes on at once.
+    pub(crate) fn handle_sweep_answered(&mut self, sweep: Sweep, answered: impl Fn(usize) -> bool) {
+        for (i, orphan) in sweep.orphans.into_iter().enumerate() {
+            if !answered(i) {
+                self.orphans.push(orphan);
+                continue;
+            }
+            let key = orphan.names.id;
+            self.wake_head_of(key, Line::settle);
+            if self.lines.get(&key).is_some_and(Line::is_empty) {
+                self.lines.remove(&key);
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -12,6 +13,8 @@ use crate::clock::now;
 use crate::core::core::{Grant, LeaseId};
 use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
+use crate::driver::ops::Granted;
+use crate::driver::state::Shared;
 use crate::error::Error;
 
 /// `replicas` before any replication check ran.
@@ -35,7 +38,7 @@ impl Held {
     }
 
     /// A lease as an acquire handed it out, with its replication count.
-    pub(crate) fn granted(granted: crate::driver::ops::Granted) -> Self {
+    pub(crate) fn granted(granted: Granted) -> Self {
         let held = Held::new(granted.grant);
         if let Some(n) = granted.replicas {
             held.set_replicas(n);
@@ -139,3 +142,73 @@ impl fmt::Debug for Held {
         self.debug(f)
     }
 }
+
+/// The state of a front end's `Lease`: its locker's shared state (`C`: the
+/// front end's connections), the grant's bookkeeping, the lock (`M`) that
+/// serialises its renew and release, and whether it was released on
+/// purpose. The two `Lease` types wrap it and differ only in how they send.
+#[derive(Debug)]
+pub(crate) struct LeaseState<C, M> {
+    pub(crate) shared: Arc<Shared<C>>,
+    pub(crate) held: Held,
+    pub(crate) op: M,
+    pub(crate) released: bool,
+}
+
+impl<C, M: Default> LeaseState<C, M> {
+    pub(crate) fn new(shared: Arc<Shared<C>>, granted: Granted) -> Self {
+        LeaseState {
+            shared,
+            held: Held::granted(granted),
+            op: M::default(),
+            released: false,
+        }
+    }
+}
+
+/// The read-only half of a lease's API and its `Debug`, the same on both
+/// front ends' `Lease(LeaseState<..>)` types.
+macro_rules! lease_common {
+    ($lease:ident) => {
+        impl $lease {
+            /// The fencing token of this grant.
+            pub fn fence(&self) -> $crate::Fence {
+                self.0.held.fence()
+            }
+
+            /// Whether the lease is still held, by the local estimate. Once
+            /// false because Redis reported it gone or taken, or a renew's
+            /// outcome was unknown, it stays false.
+            pub fn is_valid(&self) -> bool {
+                self.0.held.is_valid()
+            }
+
+            /// The time left by the local estimate (zero when not valid).
+            pub fn remaining(&self) -> std::time::Duration {
+                self.0.held.remaining()
+            }
+
+            /// How many replicas acknowledged the last acquire or renew,
+            /// when [`Config::min_replicas`](crate::Config::min_replicas) is
+            /// set.
+            pub fn replicas(&self) -> Option<u32> {
+                self.0.held.replicas()
+            }
+
+            pub(crate) fn held(&self) -> &$crate::driver::held::Held {
+                &self.0.held
+            }
+
+            pub(crate) fn shared(&self) -> &std::sync::Arc<Shared> {
+                &self.0.shared
+            }
+        }
+
+        impl std::fmt::Debug for $lease {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.held.debug(f)
+            }
+        }
+    };
+}
+pub(crate) use lease_common;

@@ -98,6 +98,31 @@ impl LockerState {
     }
 }
 
+/// What a front end's locker and its leases share: the operations' state
+/// and the connections (`C`) they are sent on.
+pub(crate) struct Shared<C> {
+    pub(crate) state: Arc<LockerState>,
+    pub(crate) commands: C,
+}
+
+impl<C> Shared<C> {
+    pub(crate) fn new(commands: C, notifications: subscriber::Source, config: Config) -> Arc<Self> {
+        Arc::new(Shared {
+            state: LockerState::new(config, notifications),
+            commands,
+        })
+    }
+}
+
+/// A locker's `Debug`: its namespace, never an address.
+impl<C> std::fmt::Debug for Shared<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("namespace", &self.state.config.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for LockerState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockerState")

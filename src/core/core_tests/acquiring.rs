@@ -198,7 +198,7 @@ fn too_many_leases_is_refused_at_acquire() {
         .acquire(now, "b", token(2), waiting(secs(5)))
         .unwrap_err();
     assert!(matches!(e, Error::TooManyLeases { limit: 1 }), "{e:?}");
-    assert_eq!(e.code(), "QUEUE_FULL");
+    assert_eq!(e.code(), "TOO_MANY_LEASES");
     assert_eq!(core.counts().waiters, 0);
     core.handle_release_reply(grant.lease, ok(Value::Int(1)))
         .unwrap();

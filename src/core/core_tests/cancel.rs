@@ -84,7 +84,7 @@ fn a_cancelled_head_whose_attempt_acquires_still_gets_its_lease() {
 }
 
 #[test]
-fn abandoning_during_an_attempt_orphans_the_token_and_wakes_the_next_head() {
+fn abandoning_during_an_attempt_orphans_the_token_and_the_next_head_waits_for_the_line_to_settle() {
     let now = t0();
     let mut core = core_at(now);
     let a = join(&mut core, now, "k", 1, secs(5));
@@ -102,7 +102,9 @@ fn abandoning_during_an_attempt_orphans_the_token_and_wakes_the_next_head() {
         }
     );
     assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
-    attempt(&mut core, now, b);
+    // One attempt per key at a time: the abandoned one may still be
+    // answered until the command timeout (2 s in these settings).
+    assert_eq!(wait_until(&mut core, now, b), Some(now + secs(2)));
 
     // the abandoned attempt's late reply changes nothing
     let before = core.counts();
@@ -110,9 +112,28 @@ fn abandoning_during_an_attempt_orphans_the_token_and_wakes_the_next_head() {
     assert_eq!(core.counts(), before);
     assert!(drain(&mut core).is_empty());
 
-    let calls = core.take_orphans();
-    assert_eq!(calls.len(), 1);
-    assert!(releases(&calls[0], token(1)));
+    let sweep = core.take_sweep();
+    assert_eq!(sweep.calls.len(), 1);
+    assert!(releases(&sweep.calls[0], token(1)));
+    // The release was answered on the same connection after the attempt:
+    // the line is settled and the next head goes on at once.
+    assert_eq!(sweep.keys(), vec![KeyId::of("k")]);
+    core.handle_sweep_answered(sweep, |_| true);
+    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
+    attempt(&mut core, now + ms(1), b);
+}
+
+#[test]
+fn a_settling_line_goes_on_by_itself_once_the_abandoned_reply_can_no_longer_come() {
+    let now = t0();
+    let mut core = core_at(now);
+    let a = join(&mut core, now, "k", 1, secs(5));
+    let b = join(&mut core, now, "k", 2, secs(5));
+    attempt(&mut core, now, a);
+    core.abandon(now, a);
+    drain(&mut core);
+    assert_eq!(wait_until(&mut core, now + ms(10), b), Some(now + secs(2)));
+    attempt(&mut core, now + secs(2), b);
 }
 
 #[test]
@@ -179,4 +200,25 @@ fn a_stale_waiter_id_after_finish_is_harmless() {
     assert_eq!(core.counts().orphans, 0);
     core.handle_acquire_reply(now, b, acquired(4));
     assert_eq!(granted(&mut core, now, b).fence, Fence::new(4));
+}
+
+#[test]
+fn orphans_whose_release_got_no_answer_are_kept_for_the_next_sweep() {
+    let now = t0();
+    let mut core = core_at(now);
+    let a = join(&mut core, now, "k", 1, Duration::ZERO);
+    attempt(&mut core, now, a);
+    core.handle_acquire_reply(now, a, timed_out());
+    failed(&mut core, now, a);
+    let sweep = core.take_sweep();
+    assert_eq!(core.counts().orphans, 0);
+    core.handle_sweep_answered(sweep, |_| false);
+    assert_eq!(
+        core.counts().orphans,
+        1,
+        "not forgotten while Redis is away"
+    );
+    let sweep = core.take_sweep();
+    core.handle_sweep_answered(sweep, |_| true);
+    assert_eq!(core.counts().orphans, 0);
 }

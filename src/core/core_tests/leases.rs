@@ -97,3 +97,19 @@ fn renew_replies_map_to_renew_results_and_keep_the_lease_tracked() {
     }
     assert_eq!(core.counts().tracked_leases, 1);
 }
+
+#[test]
+fn an_abandoned_lease_wakes_the_head_waiting_for_its_key_to_release_it() {
+    // Bug: a dropped async lease stalled a waiter of the same locker until
+    // the TTL, because orphans were released only at the next call.
+    let now = t0();
+    let mut core = core_at(now);
+    let grant = grant_now(&mut core, now, "k", 1, 1);
+    let b = busy_head(&mut core, now, "k", 2, 10_000);
+    drain(&mut core);
+    core.abandon_lease(grant.lease);
+    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
+    let sweep = core.take_sweep();
+    assert_eq!(sweep.calls.len(), 1);
+    assert!(releases(&sweep.calls[0], token(1)));
+}

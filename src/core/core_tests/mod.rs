@@ -22,7 +22,9 @@ use std::collections::BTreeSet;
 use redis::RedisError;
 
 use super::*;
+use crate::core::lease::RenewResult;
 use crate::core::line::HeadState;
+use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
 use crate::core::script::ScriptKind;
 
 const POLL: Duration = Duration::from_millis(25);
@@ -54,6 +56,7 @@ fn settings(max_waiters: usize, max_tracked_leases: usize) -> CoreSettings {
         max_tracked_leases,
         max_key_bytes: 1024,
         fence_counter_ttl_ms: 0,
+        command_timeout: Duration::from_secs(2),
     }
 }
 

@@ -110,7 +110,7 @@ fn cleanup_releases_every_tracked_lease_once_and_forgets_them() {
         .zip(1u8..)
         .map(|(key, i)| grant_now(&mut core, now, key, i, u64::from(i)).lease)
         .collect();
-    let d = join(&mut core, now, "d", 4, secs(5));
+    let d = join(&mut core, now, "d", 4, Duration::ZERO);
     attempt(&mut core, now, d);
     core.handle_acquire_reply(now, d, timed_out());
     failed(&mut core, now, d);

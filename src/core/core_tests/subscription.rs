@@ -192,40 +192,50 @@ fn after_the_subscriber_lost_its_connection_heads_poll_faster_and_retry_when_it_
 }
 
 #[test]
-fn a_stopped_subscriber_makes_heads_retry_at_once_and_the_next_busy_reply_starts_it_again() {
+fn uncontended_acquires_on_a_cluster_track_no_per_key_channel_state() {
+    // Bug: `recently_idle` grew by one entry per key ever acquired while
+    // nothing was subscribed (10 000 distinct keys left 10 000 entries).
     let now = t0();
-    let mut core = core_at(now);
-    let a = busy_head(&mut core, now, "k", 1, 5_000);
-    drain(&mut core);
-    core.handle_subscribed();
-    drain(&mut core);
-    attempt(&mut core, now, a);
-    core.handle_acquire_reply(now, a, busy(5_000));
-    assert_eq!(wait_until(&mut core, now, a), Some(now + NOTIFY));
-
-    let t = now + ms(10);
-    core.handle_subscriber_stopped();
-    assert!(!core.is_subscribed());
-    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(a)]);
-    assert_eq!(core.poll_subscriber(t), SubscriberStep::Stop);
-
-    attempt(&mut core, t, a);
-    core.handle_acquire_reply(t, a, busy(5_000));
-    assert_eq!(drain(&mut core), vec![CoreEvent::StartSubscriber]);
-    assert_eq!(core.poll_subscriber(t), SubscriberStep::Listen(None));
+    let mut core = Core::new(
+        CoreSettings {
+            channel: Channel::Sharded,
+            ..settings(128, 100_000)
+        },
+        now,
+    );
+    for i in 0..10_000u32 {
+        let key = format!("k{i}");
+        let id = core
+            .acquire(now, &key, token((i % 250) as u8), waiting(secs(5)))
+            .expect("admitted");
+        attempt(&mut core, now, id);
+        core.handle_acquire_reply(now, id, acquired(u64::from(i) + 1));
+        let grant = granted(&mut core, now, id);
+        core.handle_release_reply(grant.lease, ok(Value::Int(1)))
+            .unwrap();
+    }
+    assert_eq!(core.subscription.tracked_keys(), 0);
+    assert!(core.wanted_keys(now).is_empty());
 }
 
 #[test]
-fn a_stopped_subscriber_does_not_undo_an_unavailable_subscription() {
+fn a_subscribed_key_lingers_for_a_second_after_its_line_empties_then_is_forgotten() {
     let now = t0();
-    let mut core = core_at(now);
+    let mut core = Core::new(
+        CoreSettings {
+            channel: Channel::Sharded,
+            ..settings(128, 100)
+        },
+        now,
+    );
     let a = busy_head(&mut core, now, "k", 1, 5_000);
     drain(&mut core);
-    assert!(core.handle_subscription_failed(now));
-    core.handle_subscriber_stopped();
-    assert!(!core.handle_subscription_failed(now), "still unavailable");
+    core.handle_channel_subscribed(KeyId::of("k"));
     drain(&mut core);
-    attempt(&mut core, now + POLL, a);
-    core.handle_acquire_reply(now + POLL, a, busy(5_000));
-    assert!(drain(&mut core).is_empty(), "no restart while unavailable");
+    core.cancel(a);
+    drain(&mut core);
+    core.poll_waiter(now, a);
+    assert_eq!(core.wanted_keys(now + ms(999)), vec![KeyId::of("k")]);
+    assert!(core.wanted_keys(now + secs(1)).is_empty());
+    assert_eq!(core.subscription.tracked_keys(), 0);
 }

@@ -175,3 +175,19 @@ fn a_waiter_without_a_deadline_never_times_out() {
     core.handle_acquire_reply(later, b, busy(5_000));
     assert_eq!(wait_until(&mut core, later, b), Some(later + POLL));
 }
+
+#[test]
+fn a_tiny_positive_wait_makes_at_least_one_attempt() {
+    // Bug: a 1 µs wait could time out before asking Redis at all.
+    let now = t0();
+    let mut core = core_at(now);
+    let a = join(&mut core, now, "k", 1, Duration::from_micros(1));
+    attempt(&mut core, now + ms(5), a);
+    core.handle_acquire_reply(now + ms(5), a, acquired(3));
+    assert_eq!(granted(&mut core, now + ms(5), a).fence.get(), 3);
+
+    let b = join(&mut core, now, "other", 2, Duration::from_micros(1));
+    attempt(&mut core, now + ms(5), b);
+    core.handle_acquire_reply(now + ms(5), b, busy(1_000));
+    assert_eq!(failed(&mut core, now + ms(5), b).code(), "WAIT_TIMEOUT");
+}

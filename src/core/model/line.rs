@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::core::core::{
-    AttemptSummary, Core, CoreEvent, LeaseId, SubscriberStep, WaiterStep, RESUBSCRIBE_AFTER,
-    SUBSCRIPTION_LINGER,
+    AttemptSummary, Core, CoreEvent, LeaseId, SubscriberStep, WaiterStep, FAILURE_BACKOFF,
+    RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER,
 };
 use crate::core::lease::RenewResult;
 use crate::core::line::WaiterId;
@@ -25,6 +25,8 @@ const KEYS: [&str; 3] = ["alpha", "beta", "gamma"];
 const MAX_WAITERS: usize = 8;
 const MAX_LEASES: usize = 5;
 const LEASE_MS: u64 = 10_000;
+/// The fuzz config's command timeout (the default).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// Operations per case: enough for long lines, short enough for speed.
 const MAX_OPS: usize = 400;
 
@@ -148,7 +150,6 @@ enum Op {
     Subscribed,
     SubscriptionFailed,
     SubscriberLost,
-    SubscriberStopped,
     PollSubscriber,
     GiveUp(u8),
     Release {
@@ -199,7 +200,7 @@ impl Op {
             178..=184 => Op::Subscribed,
             185..=188 => Op::SubscriptionFailed,
             189..=192 => Op::SubscriberLost,
-            193..=195 => Op::SubscriberStopped,
+            193..=195 => Op::SubscriberLost,
             196..=202 => Op::PollSubscriber,
             203..=209 => Op::GiveUp(input.byte()),
             210..=227 => Op::Release {
@@ -277,6 +278,13 @@ struct ModelWaiter {
     timer: Option<Instant>,
     /// The outcome the core stored for it, not taken yet.
     settled: Option<Settled>,
+    /// Attempts sent: a wait of any length makes at least one.
+    attempts: u32,
+    /// The last attempt's failure while the waiter keeps waiting (its
+    /// code, and whether it left the outcome unknown), and when it retries.
+    failure: Option<(&'static str, bool)>,
+    retry_at: Option<Instant>,
+    failures: usize,
 }
 
 /// The core under test, a front end's driving loop around it, and the
@@ -294,6 +302,8 @@ struct Harness {
     holder_until: [Option<Instant>; 3],
     /// The arrival number of the last waiter granted each key.
     last_granted: [Option<u64>; 3],
+    /// Until when a key's line settles behind an abandoned attempt.
+    settling: [Option<Instant>; 3],
     held: Vec<(LeaseId, OwnerToken)>,
     /// Leases whose tokens shutdown's cleanup released.
     cleaned: Vec<LeaseId>,
@@ -346,6 +356,7 @@ impl Harness {
             notified: [false; 3],
             holder_until: [None; 3],
             last_granted: [None; 3],
+            settling: [None; 3],
             held: Vec::new(),
             cleaned: Vec::new(),
             orphans: Vec::new(),
@@ -384,6 +395,23 @@ impl Harness {
         self.waiters.get(id).is_some_and(|w| w.settled.is_some())
     }
 
+    /// Whether `key`'s line still settles behind an abandoned attempt.
+    fn is_settling(&self, key: usize) -> bool {
+        self.settling[key].is_some_and(|u| self.now < u)
+    }
+
+    /// The latest a head of `key` may be told to wait until.
+    fn head_bound(&self, w: &ModelWaiter) -> Instant {
+        let mut bound = self.now + self.safety();
+        if let Some(at) = w.retry_at {
+            bound = bound.max(at);
+        }
+        if let Some(u) = self.settling[w.key].filter(|_| self.is_settling(w.key)) {
+            bound = bound.max(u);
+        }
+        bound
+    }
+
     fn key_in_flight(&self, key: usize) -> bool {
         self.waiters
             .values()
@@ -409,7 +437,7 @@ impl Harness {
     fn backing_off_head(&self, key: usize) -> Option<WaiterId> {
         self.lines[key].front().copied().filter(|h| {
             let w = &self.waiters[h];
-            w.in_flight.is_none() && w.settled.is_none()
+            w.in_flight.is_none() && w.settled.is_none() && !self.is_settling(key)
         })
     }
 
@@ -448,20 +476,6 @@ impl Harness {
                     self.settle();
                 }
             }
-            Op::SubscriberStopped => {
-                if self.subscriber_running {
-                    // Like a confirmation, it makes every head check again.
-                    for key in 0..KEYS.len() {
-                        if self.key_in_flight(key) {
-                            self.notified[key] = true;
-                        }
-                    }
-                    self.core.handle_subscriber_stopped();
-                    self.sub = Sub::Off;
-                    self.subscriber_running = false;
-                    self.settle();
-                }
-            }
             Op::PollSubscriber => self.poll_subscriber(),
             Op::GiveUp(pick) => self.give_up(*pick),
             Op::Release { pick, reply } => self.release(*pick, *reply),
@@ -473,6 +487,8 @@ impl Harness {
                     self.core.abandon_lease(lease);
                     self.orphans.push(token);
                     assert!(self.core.release_call(lease).is_err());
+                    // The key's head, if any, is woken to release it.
+                    self.settle();
                 }
             }
             Op::TakeOrphans => {
@@ -551,15 +567,20 @@ impl Harness {
         };
         assert!(w.settled.is_none(), "a settled waiter is taken, not polled");
         let (key, started, in_flight) = (w.key, w.started, w.in_flight.is_some());
+        let is_head = self.lines[key].front() == Some(&id);
         let expected_end = if w.cancelled {
             Some("CANCELLED")
         } else if self.shutting_down {
             Some("SHUTTING_DOWN")
-        } else if !w.try_once && w.deadline.is_some_and(|d| now >= d) {
-            Some("WAIT_TIMEOUT")
+        } else if !w.try_once
+            && w.deadline.is_some_and(|d| now >= d)
+            && (w.attempts > 0 || !is_head)
+        {
+            Some(w.failure.map_or("WAIT_TIMEOUT", |(code, _)| code))
         } else {
             None
         };
+        let orphaned = expected_end.is_some() && !in_flight && matches!(w.failure, Some((_, true)));
         let step = self.core.poll_waiter(now, id);
         if in_flight {
             assert!(
@@ -576,6 +597,11 @@ impl Harness {
                     assert_eq!(*waited, now - started);
                     let holder = self.holder_until[key].map(|u| u.saturating_duration_since(now));
                     assert_eq!(*remaining, holder);
+                }
+                if orphaned {
+                    // Its last attempt's outcome stayed unknown.
+                    let token = self.waiters[&id].token;
+                    self.orphans.push(token);
                 }
                 self.finish(id, e.code());
             }
@@ -604,10 +630,17 @@ impl Harness {
         assert_eq!(args.get(3), Some(&names.lock.into_bytes()), "its own key");
         assert_eq!(self.lines[key].front(), Some(&id), "only the head attempts");
         assert!(!self.key_in_flight(key), "one attempt per key at a time");
+        assert!(
+            !self.is_settling(key),
+            "no attempt while an abandoned one may still be answered"
+        );
+        self.settling[key] = None;
         let now = self.now;
         let w = self.waiters.get_mut(&id).expect("present");
         w.in_flight = Some(now);
         w.timer = None;
+        w.attempts += 1;
+        w.retry_at = None;
         self.notified[key] = false;
     }
 
@@ -617,15 +650,16 @@ impl Harness {
         if let Some(at) = at {
             assert!(at > now, "a wait that ends in the past would spin");
         }
-        if let Some(deadline) = w.deadline {
+        if let Some(deadline) = w.deadline.filter(|d| *d > now) {
             let at = at.expect("a bounded waiter gets a wake-up time");
             assert!(at <= deadline, "no wait beyond the waiter's deadline");
         }
         if self.lines[w.key].front() == Some(&id) {
             let at = at.expect("a backing-off head has a retry time");
+            let _ = safety;
             assert!(
-                at <= now + safety,
-                "the head retries within the safety interval"
+                at <= self.head_bound(w),
+                "the head retries within the safety interval (or its backoff)"
             );
         } else {
             assert_eq!(at, w.deadline, "behind the head: wait for the deadline");
@@ -725,10 +759,14 @@ impl Harness {
                 in_flight: None,
                 timer: None,
                 settled: None,
+                attempts: 0,
+                failure: None,
+                retry_at: None,
+                failures: 0,
             },
         );
         self.lines[key].push_back(id);
-        let first = self.lines[key].len() == 1;
+        let first = self.lines[key].len() == 1 && !self.is_settling(key);
         self.poll(id);
         self.settle();
         if first {
@@ -753,14 +791,53 @@ impl Harness {
         let busy = reply.busy_remaining();
         let expect_start =
             busy.is_some() && !try_once && self.sub == Sub::Off && !self.shutting_down;
+        let unsettled_before = matches!(w.failure, Some((_, true)));
+        let failure = match reply {
+            Reply::TimedOut | Reply::Unexpected => Some(("OUTCOME_UNKNOWN", true)),
+            Reply::ServerError | Reply::NotSent => Some(("PROVIDER_FAILED", unsettled_before)),
+            _ => None,
+        };
+        // SPEC §5: waiting survives faults.
+        let retrying = failure.is_some()
+            && !try_once
+            && !w.cancelled
+            && !self.shutting_down
+            && w.deadline.is_none_or(|d| now < d);
 
         let summary = self.core.handle_acquire_reply(now, id, reply.value(fence));
         let expected_summary = match reply {
             Reply::Acquired => AttemptSummary::Acquired,
             Reply::Busy(_) | Reply::BusyUnknown => AttemptSummary::Busy,
+            _ if retrying => AttemptSummary::Retrying,
             _ => AttemptSummary::Failed,
         };
         assert_eq!(summary, expected_summary);
+        if retrying {
+            assert!(drain(&mut self.core).is_empty(), "a retry moves nobody");
+            self.notified[key] = false;
+            let w = self.waiters.get_mut(&id).expect("present");
+            let delay = FAILURE_BACKOFF[w.failures.min(FAILURE_BACKOFF.len() - 1)];
+            w.failures += 1;
+            w.failure = failure;
+            w.retry_at = Some(now + delay);
+            let expected = w.deadline.map_or(now + delay, |d| d.min(now + delay));
+            match self.core.poll_waiter(now, id) {
+                WaiterStep::Wait(at) => {
+                    assert_eq!(at, Some(expected), "it retries after the backoff");
+                    self.waited(id, at);
+                }
+                other => panic!("a retrying waiter waits for its backoff: {other:?}"),
+            }
+            return;
+        }
+        // Any other reply ends the failure streak: a settled reply shows
+        // the earlier unknown attempt left nothing, a final failure
+        // accounts for it below.
+        let w = self.waiters.get_mut(&id).expect("present");
+        w.failure = None;
+        if busy.is_some() {
+            w.failures = 0;
+        }
 
         let events = drain(&mut self.core);
         if expect_start {
@@ -809,7 +886,12 @@ impl Harness {
                 self.orphans.push(token);
                 Settled::UnexpectedReply
             }
-            (None, Reply::ServerError | Reply::NotSent) => Settled::ProviderFailed,
+            (None, Reply::ServerError | Reply::NotSent) => {
+                if unsettled_before {
+                    self.orphans.push(token);
+                }
+                Settled::ProviderFailed
+            }
             (None, Reply::Busy(_) | Reply::BusyUnknown) => unreachable!("busy"),
         };
         self.waiters.get_mut(&id).expect("present").settled = Some(settled);
@@ -907,7 +989,7 @@ impl Harness {
             (Settled::Granted { cleaned: true, .. }, Err(Error::ShuttingDown))
             | (Settled::ShuttingDown, Err(Error::ShuttingDown)) => "SHUTTING_DOWN",
             (Settled::TooManyLeases, Err(Error::TooManyLeases { limit: MAX_LEASES })) => {
-                "QUEUE_FULL"
+                "TOO_MANY_LEASES"
             }
             (
                 Settled::OutcomeUnknown,
@@ -958,17 +1040,20 @@ impl Harness {
             return;
         };
         let w = self.waiters.get_mut(&id).expect("present");
-        let was_in_flight = w.in_flight.take().is_some();
+        let in_flight = w.in_flight.take();
         let settled = w.settled.take();
+        let unsettled = matches!(w.failure, Some((_, true)));
         let (key, token) = (w.key, w.token);
         self.core.abandon(self.now, id);
-        if was_in_flight {
-            // The attempt may still acquire: its token is released.
+        if let Some(submitted) = in_flight {
+            // The attempt may still acquire: its token is released, and
+            // the line settles until its reply can no longer come.
             self.orphans.push(token);
             self.notified[key] = false;
-        }
-        if let Some(Settled::Granted { .. }) = settled {
-            // A grant nobody will take is released by token.
+            self.settling[key] = Some(submitted + COMMAND_TIMEOUT);
+        } else if unsettled || matches!(settled, Some(Settled::Granted { .. })) {
+            // A grant nobody will take (or may have been made) is
+            // released by token.
             self.orphans.push(token);
         }
         self.finish(id, "ABANDONED");
@@ -1127,16 +1212,32 @@ impl Harness {
 
     fn give_up(&mut self, pick: u8) {
         let candidates = self.ids_where(|w| {
-            !w.try_once && w.in_flight.is_none() && w.settled.is_none() && w.deadline.is_some()
+            !w.try_once
+                && w.in_flight.is_none()
+                && w.settled.is_none()
+                && w.deadline.is_some()
+                && (w.attempts > 0
+                    || self.lines[w.key].front().map(|h| self.waiters[h].seq) != Some(w.seq))
         });
         let Some(id) = choose(pick, &candidates) else {
             return;
         };
         let w = &self.waiters[&id];
         let (seq, deadline) = (w.seq, w.deadline.expect("bounded"));
+        let expected = w.failure.map_or("WAIT_TIMEOUT", |(code, _)| code);
         self.now = self.now.max(deadline);
         self.fire_timers();
-        assert_eq!(self.ended.get(&seq), Some(&"WAIT_TIMEOUT"));
+        if !self.ended.contains_key(&seq) {
+            // It became the head at its deadline without having asked
+            // Redis: a wait of any length makes at least one attempt.
+            let w = &self.waiters[&id];
+            assert!(
+                w.in_flight.is_some() && w.attempts == 1,
+                "stranded at its deadline"
+            );
+            return;
+        }
+        assert_eq!(self.ended.get(&seq), Some(&expected));
     }
 
     fn release(&mut self, pick: u8, reply: OutcomeReply) {
@@ -1306,7 +1407,11 @@ impl Harness {
                     assert_eq!(w.timer, w.deadline, "behind the head: its deadline");
                 } else if w.in_flight.is_none() && w.settled.is_none() {
                     let t = w.timer.expect("a backing-off head has a timer");
-                    assert!(t <= now + safety, "retry within the safety interval");
+                    let _ = safety;
+                    assert!(
+                        t <= self.head_bound(w),
+                        "retry within the safety interval (or its backoff)"
+                    );
                 }
                 if w.in_flight.is_some() || w.settled.is_some() {
                     continue;

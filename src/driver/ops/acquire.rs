@@ -14,6 +14,7 @@ use crate::cancel::CancelHandle;
 use crate::config::AcquireOptions;
 use crate::core::core::{Grant, LeaseId, WaiterStep};
 use crate::core::line::WaiterId;
+use crate::core::script::ScriptCall;
 use crate::driver::state::LockerState;
 use crate::entropy::fresh_token;
 use crate::error::Error;
@@ -48,6 +49,12 @@ pub(crate) struct Acquire {
     pending: Pending,
     /// The result, held back while a last sweep runs.
     result: Option<Result<Granted, Error>>,
+    /// An attempt the core handed out, sent once the sweep before it is
+    /// answered (the orphans' releases go first: one may be this key's).
+    deferred: Option<ScriptCall>,
+    /// A sweep of this acquire went unanswered: Redis is out of reach, and
+    /// the orphans wait for a later operation instead of a resend loop.
+    sweep_unanswered: bool,
     finished: bool,
 }
 
@@ -81,6 +88,8 @@ impl Acquire {
             acks: None,
             pending: Pending::Nothing,
             result: None,
+            deferred: None,
+            sweep_unanswered: false,
             finished: false,
         })
     }
@@ -99,17 +108,23 @@ impl Acquire {
     /// The grant's replication verdict: the lease, or its release first.
     fn after_grant(&mut self, now: Instant, grant: Grant) -> Io<Result<Granted, Error>> {
         let Some(replication) = self.state.replication else {
-            return self.hold_back(now, Ok(Granted {
-                grant,
-                replicas: None,
-            }));
+            return self.hold_back(
+                now,
+                Ok(Granted {
+                    grant,
+                    replicas: None,
+                }),
+            );
         };
         let acks = self.acks.take().unwrap_or(Ok(redis::Value::Int(0)));
         match replication.verdict(acks) {
-            Ok(acked) => self.hold_back(now, Ok(Granted {
-                grant,
-                replicas: Some(acked),
-            })),
+            Ok(acked) => self.hold_back(
+                now,
+                Ok(Granted {
+                    grant,
+                    replicas: Some(acked),
+                }),
+            ),
             Err(e) => {
                 // Not replicated enough to count as held: release it first.
                 let lease = grant.lease;
@@ -124,17 +139,35 @@ impl Acquire {
         }
     }
 
-    /// Ends with `result`, after a last sweep if orphans wait (late replies
-    /// at shutdown, a failed attempt whose outcome stayed unknown).
-    fn hold_back(&mut self, now: Instant, result: Result<Granted, Error>) -> Io<Result<Granted, Error>> {
+    /// Ends with `result`, after a last sweep of late grants at shutdown.
+    fn hold_back(
+        &mut self,
+        now: Instant,
+        result: Result<Granted, Error>,
+    ) -> Io<Result<Granted, Error>> {
         self.result = Some(result);
         self.next_held_back(now)
     }
 
+    /// Releases the locker's orphans, if any, unless a sweep of this
+    /// acquire already went unanswered.
+    fn sweep(&mut self, now: Instant) -> Option<Io<Result<Granted, Error>>> {
+        if self.sweep_unanswered {
+            return None;
+        }
+        let (sweep, request) = Sweep::start(&self.state, now)?;
+        self.pending = Pending::Sweep(sweep);
+        Some(Io::Send(request))
+    }
+
     fn next_held_back(&mut self, now: Instant) -> Io<Result<Granted, Error>> {
-        if let Some((sweep, request)) = Sweep::start(&self.state, now) {
-            self.pending = Pending::Sweep(sweep);
-            return Io::Send(request);
+        // At shutdown nobody else may come to release late grants. Else
+        // the next operation does: sweeping now could race this waiter's
+        // own unanswered attempt on another connection.
+        if self.state.read(|core| core.is_shutting_down()) {
+            if let Some(sweep) = self.sweep(now) {
+                return sweep;
+            }
         }
         match self.result.take() {
             Some(result) => self.finish(result),
@@ -154,11 +187,17 @@ impl Op for Acquire {
         if self.result.is_some() {
             return self.next_held_back(now);
         }
-        if let Some((sweep, request)) = Sweep::start(&self.state, now) {
-            self.pending = Pending::Sweep(sweep);
-            return Io::Send(request);
+        if let Some(call) = self.deferred.take() {
+            self.pending = Pending::Attempt;
+            return Io::Send(Request::Script {
+                call,
+                then: self.then.clone(),
+            });
         }
-        let (id, cancelled) = (self.id, self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled));
+        let (id, cancelled) = (
+            self.id,
+            self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled),
+        );
         let step = self.state.with_core(|core| {
             if cancelled {
                 core.cancel(id);
@@ -167,13 +206,19 @@ impl Op for Acquire {
         });
         match step {
             WaiterStep::Attempt(call) => {
+                if let Some(sweep) = self.sweep(now) {
+                    self.deferred = Some(call);
+                    return sweep;
+                }
                 self.pending = Pending::Attempt;
                 Io::Send(Request::Script {
                     call,
                     then: self.then.clone(),
                 })
             }
-            WaiterStep::Wait(until) => Io::Wait { until },
+            // Woken by a lease dropped while this waiter waits for its key:
+            // release it now, within one round trip.
+            WaiterStep::Wait(until) => self.sweep(now).unwrap_or(Io::Wait { until }),
             WaiterStep::Done(Ok(grant)) => {
                 // The waiter is gone from the core: nothing left to abandon.
                 self.finished = true;
@@ -199,7 +244,11 @@ impl Op for Acquire {
                     self.state.counters.busy_reply();
                 }
             }
-            Pending::Sweep(sweep) => sweep.finish(&self.state, reply),
+            Pending::Sweep(sweep) => {
+                if !sweep.finish(&self.state, reply) {
+                    self.sweep_unanswered = true;
+                }
+            }
             Pending::Unreplicated(e, lease) => {
                 // The release's outcome changes nothing for the caller: the
                 // lease is not held either way. A failed release stays

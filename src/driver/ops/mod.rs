@@ -39,7 +39,7 @@ mod shutdown;
 mod sweep;
 
 pub(crate) use acquire::{Acquire, Granted};
-pub(crate) use release::Release;
+pub(crate) use release::{log_failed_release, Release};
 pub(crate) use renew::Renew;
 pub(crate) use renewer::{Renewer, StopSignal};
 pub(crate) use shutdown::Shutdown;

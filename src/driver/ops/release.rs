@@ -68,7 +68,8 @@ impl Op for Release<'_> {
     fn handle_reply(&mut self, _now: Instant, reply: Reply) {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Start) {
             Phase::Sweeping(sweep) => {
-                sweep.finish(self.state, reply);
+                // Unanswered orphans stay for a later operation.
+                let _ = sweep.finish(self.state, reply);
                 Phase::Release
             }
             Phase::Sent => {
@@ -100,5 +101,17 @@ impl Release<'_> {
                 Io::Done(result)
             }
         }
+    }
+}
+
+/// `with_lock`'s closing release: a failure does not change the job's
+/// result; it is logged, and the TTL ends the lease.
+pub(crate) fn log_failed_release(result: Result<ReleaseOutcome, Error>) {
+    if let Err(e) = result {
+        log::warn!(
+            target: "redlease",
+            "LOCK_RELEASE_FAILED: with_lock could not release its lease ({}); the TTL will end it",
+            e.code()
+        );
     }
 }

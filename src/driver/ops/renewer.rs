@@ -86,7 +86,11 @@ impl<'a> Renewer<'a> {
                 self.lost.fire(LostCause::Conflict);
                 false
             }
-            Err(e @ (Error::ProviderFailed { .. } | Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. })) => {
+            Err(
+                e @ (Error::ProviderFailed { .. }
+                | Error::OutcomeUnknown { .. }
+                | Error::UnexpectedReply { .. }),
+            ) => {
                 // Renew only extends our own token: sending it again is
                 // harmless, and one slow reply must not end the job.
                 let delay = FAILURE_BACKOFF[self.failures.min(FAILURE_BACKOFF.len() - 1)];
@@ -156,5 +160,186 @@ impl Op for Renewer<'_> {
         if let Some(renew) = &mut self.renew {
             renew.handle_reply(now, reply);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The renewer driven by hand: replies are made up, time is moved by
+    //! hand; no Redis.
+
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use super::*;
+    use crate::config::{AcquireOptions, Config};
+    use crate::driver::ops::{Acquire, Request};
+    use crate::driver::subscriber::Source;
+    use crate::error::Failure;
+
+    const LEASE: Duration = Duration::from_millis(1000);
+
+    fn state() -> Arc<LockerState> {
+        let client = redis::Client::open("redis://127.0.0.1:1/").expect("a valid url");
+        LockerState::new(Config::new("t").lease(LEASE), Source::Standalone(client))
+    }
+
+    /// A lease granted by an acquire sent at `t0`.
+    fn held(state: &Arc<LockerState>, t0: Instant) -> Held {
+        let mut acquire = Acquire::start(state, "k", AcquireOptions::new(), t0).expect("admitted");
+        assert!(matches!(acquire.next(t0), Io::Send(Request::Script { .. })));
+        acquire.handle_reply(t0, script_reply(Ok(Value::BulkString(b"5".to_vec()))));
+        match acquire.next(t0) {
+            Io::Done(Ok(granted)) => Held::granted(granted),
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    fn script_reply(reply: Result<Value, Failure>) -> Reply {
+        Reply::Script { reply, then: None }
+    }
+
+    fn timed_out() -> Result<Value, Failure> {
+        Err(Failure::Sent(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "t",
+        ))))
+    }
+
+    #[track_caller]
+    fn expect_wait(io: Io<()>) -> Option<Instant> {
+        match io {
+            Io::Wait { until } => until,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn expect_renew(io: Io<()>) {
+        match io {
+            Io::Send(Request::Script { call, .. }) => {
+                assert_eq!(call.kind, crate::core::script::ScriptKind::Renew)
+            }
+            other => panic!("expected a renew, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_first_renewal_is_due_half_a_lease_after_the_acquire_was_sent() {
+        // Bug: the first renewal counted from when the renewer started.
+        let state = state();
+        let t0 = crate::clock::now();
+        let held = held(&state, t0);
+        let (lost, stop) = (
+            Lost::new(true, held.valid_until().flatten()),
+            StopSignal::default(),
+        );
+        let mut renewer = Renewer::new(&state, &held, &lost, &stop);
+        let started = t0 + Duration::from_millis(300);
+        assert_eq!(expect_wait(renewer.next(started)), Some(t0 + LEASE / 2));
+        let due = t0 + LEASE / 2;
+        expect_renew(renewer.next(due));
+        renewer.handle_reply(due, script_reply(Ok(Value::Int(1))));
+        assert_eq!(
+            expect_wait(renewer.next(due)),
+            Some(due + LEASE / 2),
+            "the next one counts from the renewal's submission"
+        );
+        assert!(!lost.is_lost());
+    }
+
+    #[test]
+    fn a_renewal_without_reply_is_sent_again_after_a_backoff_and_the_lease_stays_valid() {
+        let state = state();
+        let t0 = crate::clock::now();
+        let held = held(&state, t0);
+        let (lost, stop) = (
+            Lost::new(true, held.valid_until().flatten()),
+            StopSignal::default(),
+        );
+        let mut renewer = Renewer::new(&state, &held, &lost, &stop);
+        let due = t0 + LEASE / 2;
+        expect_renew(renewer.next(due));
+        let replied = due + Duration::from_millis(200);
+        renewer.handle_reply(replied, script_reply(timed_out()));
+        assert_eq!(
+            held.valid_until(),
+            Some(Some(t0 + LEASE)),
+            "an unknown renewal keeps the old deadline"
+        );
+        let retry = replied + FAILURE_BACKOFF[0];
+        assert_eq!(expect_wait(renewer.next(replied)), Some(retry));
+        expect_renew(renewer.next(retry));
+        renewer.handle_reply(retry, script_reply(Ok(Value::Int(1))));
+        assert_eq!(held.valid_until(), Some(Some(retry + LEASE)));
+        assert!(!lost.is_lost(), "one slow reply does not end the job");
+    }
+
+    #[test]
+    fn lost_fires_with_the_last_error_once_the_deadline_passes_unconfirmed() {
+        let state = state();
+        let t0 = crate::clock::now();
+        let held = held(&state, t0);
+        let (lost, stop) = (
+            Lost::new(true, held.valid_until().flatten()),
+            StopSignal::default(),
+        );
+        let mut renewer = Renewer::new(&state, &held, &lost, &stop);
+        let mut t = t0 + LEASE / 2;
+        loop {
+            match renewer.next(t) {
+                Io::Send(_) => renewer.handle_reply(t, script_reply(timed_out())),
+                Io::Wait { until } => t = until.expect("bounded by the deadline"),
+                Io::Done(()) => break,
+            }
+        }
+        assert!(t >= t0 + LEASE);
+        assert!(
+            matches!(
+                lost.cause(),
+                Some(Error::LockLost {
+                    cause: LostCause::RenewFailed(_)
+                })
+            ),
+            "{:?}",
+            lost.cause()
+        );
+    }
+
+    #[test]
+    fn a_renewal_that_finds_the_lease_taken_fires_lost_at_once() {
+        let state = state();
+        let t0 = crate::clock::now();
+        let held = held(&state, t0);
+        let (lost, stop) = (
+            Lost::new(true, held.valid_until().flatten()),
+            StopSignal::default(),
+        );
+        let mut renewer = Renewer::new(&state, &held, &lost, &stop);
+        let due = t0 + LEASE / 2;
+        expect_renew(renewer.next(due));
+        renewer.handle_reply(due, script_reply(Ok(Value::Int(2))));
+        assert!(matches!(renewer.next(due), Io::Done(())));
+        assert!(matches!(
+            lost.cause(),
+            Some(Error::LockLost {
+                cause: LostCause::Conflict
+            })
+        ));
+    }
+
+    #[test]
+    fn a_stopped_renewer_is_done_at_once() {
+        let state = state();
+        let t0 = crate::clock::now();
+        let held = held(&state, t0);
+        let (lost, stop) = (
+            Lost::new(true, held.valid_until().flatten()),
+            StopSignal::default(),
+        );
+        let mut renewer = Renewer::new(&state, &held, &lost, &stop);
+        stop.stop();
+        assert!(matches!(renewer.next(t0), Io::Done(())));
     }
 }

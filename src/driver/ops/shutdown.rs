@@ -183,6 +183,8 @@ impl Op for Shutdown {
                     }
                 }
             }
+            // No reply in time: as if the deadline had passed.
+            Err(Failure::Sent(e)) if e.is_timeout() => self.tally.timed_out += self.sent,
             Err(f) => {
                 self.tally.failed += self.sent;
                 self.tally.batch_failure = Some(f);

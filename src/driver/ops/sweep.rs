@@ -7,47 +7,58 @@ use std::time::Instant;
 
 use super::{Reply, Request};
 use crate::core::lease::deadline_after;
-use crate::core::names::KeyId;
 use crate::core::script::classify_release;
+use crate::core::tracking;
 use crate::driver::state::LockerState;
 
 /// A sweep sent and not yet answered.
 #[derive(Debug)]
 pub(super) struct Sweep {
-    keys: Vec<KeyId>,
+    taken: tracking::Sweep,
+    sent: usize,
 }
 
 impl Sweep {
     /// Takes the orphans, if any, and the request that releases them.
     pub(super) fn start(state: &Arc<LockerState>, now: Instant) -> Option<(Sweep, Request)> {
-        let sweep = state.with_core(|core| core.take_sweep());
-        if sweep.calls.is_empty() {
+        let mut taken = state.with_core(|core| core.take_sweep());
+        if taken.calls.is_empty() {
             return None;
         }
+        let calls = std::mem::take(&mut taken.calls);
+        let sent = calls.len();
         let request = Request::Releases {
-            calls: sweep.calls,
+            calls,
             until: deadline_after(now, state.config.command_timeout),
         };
-        Some((Sweep { keys: sweep.keys }, request))
+        Some((Sweep { taken, sent }, request))
     }
 
-    /// Logs what could not be released and lets lines that settled behind
-    /// an abandoned attempt go on.
-    pub(super) fn finish(self, state: &Arc<LockerState>, reply: Reply) {
-        let n = self.keys.len();
-        let unconfirmed = match reply.into_releases(n) {
-            Ok(replies) => replies
-                .iter()
-                .filter(|r| !matches!(r, Some(Ok(v)) if classify_release(v).is_ok()))
-                .count(),
-            Err(_) => n,
+    /// Gives back to the core what Redis did not answer (kept for the next
+    /// sweep or shutdown), lets lines that settled behind an abandoned
+    /// attempt go on, and logs releases Redis refused (left to their TTL).
+    /// Returns whether Redis answered every release.
+    pub(super) fn finish(self, state: &Arc<LockerState>, reply: Reply) -> bool {
+        let n = self.sent;
+        let replies = reply.into_releases(n).unwrap_or_default();
+        let answered = |i: usize| match replies.get(i) {
+            Some(Some(Ok(_))) => true,
+            Some(Some(Err(f))) => f.is_server_reply(),
+            _ => false,
         };
-        if unconfirmed > 0 {
+        let refused = (0..n)
+            .filter(|i| {
+                answered(*i) && !matches!(&replies[*i], Some(Ok(v)) if classify_release(v).is_ok())
+            })
+            .count();
+        if refused > 0 {
             log::warn!(
                 target: "redlease",
-                "LOCK_CLEANUP_FAILED: {unconfirmed} orphaned token(s) left to expire"
+                "LOCK_CLEANUP_FAILED: {refused} orphaned token(s) left to expire"
             );
         }
-        state.with_core(|core| core.handle_sweep_answered(&self.keys));
+        let all = (0..n).all(answered);
+        state.with_core(|core| core.handle_sweep_answered(self.taken, answered));
+        all
     }
 }

@@ -298,7 +298,8 @@ impl Subscriber<'_> {
                 self.drop_node(node);
             }
             self.slots_stale = true;
-            self.state.with_core(|core| core.handle_subscriber_lost(now()));
+            self.state
+                .with_core(|core| core.handle_subscriber_lost(now()));
         }
         Ok(())
     }

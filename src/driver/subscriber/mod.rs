@@ -60,7 +60,10 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
             for_thread.subscriber_exited();
         });
     if let Err(e) = spawned {
-        fail(&state, &format!("could not start the subscriber thread: {:?}", e.kind()));
+        fail(
+            &state,
+            &format!("could not start the subscriber thread: {:?}", e.kind()),
+        );
         state.subscriber_exited();
     }
 }
@@ -78,7 +81,11 @@ fn fail(state: &Arc<LockerState>, cause: &str) {
 }
 
 /// Feeds one push into the core; returns what it was.
-fn handle_push(state: &Arc<LockerState>, kind: &redis::PushKind, data: &[redis::Value]) -> Option<Notice> {
+fn handle_push(
+    state: &Arc<LockerState>,
+    kind: &redis::PushKind,
+    data: &[redis::Value],
+) -> Option<Notice> {
     let notice = decode(&state.channel_name, &state.config.namespace, kind, data)?;
     match &notice {
         Notice::Released(payload) => {
@@ -131,10 +138,22 @@ fn pause_while_wanted(state: &Arc<LockerState>, pause: Duration) -> bool {
     }
 }
 
-/// Whether a failure to subscribe is the server's answer (an ACL's
-/// `NOPERM`, an unknown command): trying again would get the same.
+/// Whether a failure to subscribe is the server's refusal (an ACL's
+/// `NOPERM`, an unknown or disabled command, no RESP3): trying again would
+/// get the same. A passing state of the server (`LOADING` after a restart,
+/// `CLUSTERDOWN` or a redirect during a failover, `BUSY`) is not.
 fn is_refusal(e: &redis::RedisError) -> bool {
-    crate::error::is_server_reply(e)
+    const PASSING: [&str; 8] = [
+        "LOADING",
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "MOVED",
+        "ASK",
+        "BUSY",
+        "MASTERDOWN",
+        "READONLY",
+    ];
+    crate::error::is_server_reply(e) && !e.code().is_some_and(|code| PASSING.contains(&code))
 }
 
 /// Opens a RESP3 connection with `timeout` on connect and writes.
@@ -151,4 +170,3 @@ fn open_resp3(
     conn.set_write_timeout(Some(timeout))?;
     Ok(conn)
 }
-

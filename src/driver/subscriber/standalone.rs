@@ -50,11 +50,18 @@ pub(super) fn run(state: &Arc<LockerState>, client: &redis::Client) {
 
 /// Connects and subscribes, checking the confirmation: the redis crate's
 /// `PubSub::subscribe` would take a refusal (`NOPERM`) for one.
-fn subscribe(state: &Arc<LockerState>, client: &redis::Client) -> redis::RedisResult<redis::Connection> {
+fn subscribe(
+    state: &Arc<LockerState>,
+    client: &redis::Client,
+) -> redis::RedisResult<redis::Connection> {
     let timeout = state.config.command_timeout;
     let mut conn = open_resp3(client.get_connection_info().clone(), timeout)?;
     conn.set_read_timeout(Some(timeout))?;
-    conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&state.channel_name).get_packed_command())?;
+    conn.send_packed_command(
+        &redis::cmd("SUBSCRIBE")
+            .arg(&state.channel_name)
+            .get_packed_command(),
+    )?;
     match conn.recv_response()?.extract_error()? {
         Value::Push { kind, data } => {
             if handle_push(state, &kind, &data).is_none() {

@@ -30,9 +30,13 @@
 //! once, and safety polls cover notifications lost in transit.
 //!
 //! The logic lives in a sans-IO core (no I/O, no clock reads, no threads)
-//! driven by two thin front ends with the same API: [`blocking`] for std
-//! threads and `aio` for futures on any executor (smol, async-std,
-//! `futures::executor`, or inside a tokio program, without a tokio runtime).
+//! and in operations written once above it (acquire-and-wait, renew,
+//! release, the `with_lock` renewer, shutdown), each a small state value
+//! that says what to send next and what to wait for. Two thin front ends
+//! with the same API drive them: [`blocking`] for std threads and `aio` for
+//! futures on any executor (smol, async-std, `futures::executor`, or inside
+//! a tokio program, without a tokio runtime). A waiter whose attempt fails
+//! while its wait lasts keeps its place and tries again.
 //!
 //! # Features
 //!

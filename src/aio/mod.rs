@@ -1,6 +1,6 @@
 //! The async front end: plain futures on any executor (smol, async-std,
 //! `futures::executor`, or inside a tokio program) drive the shared
-//! operations ([`crate::driver::ops`]).
+//! operations (`src/driver/ops/`).
 //!
 //! Each operation runs inside its caller's future through one loop
 //! (`drive.rs`): it awaits what the operation asks on the shared

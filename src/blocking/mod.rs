@@ -1,5 +1,5 @@
 //! The blocking front end: std threads and the redis crate's sync
-//! connections drive the shared operations ([`crate::driver::ops`]).
+//! connections drive the shared operations (`src/driver/ops/`).
 //!
 //! Each operation runs on its caller's thread through one loop
 //! (`drive.rs`): it sends what the operation asks on a pooled connection

@@ -2,9 +2,12 @@
 //! classification, the per-key FIFO of waiters and the wait/poll decisions.
 //!
 //! It does no I/O, spawns nothing and never reads the clock: time comes in
-//! as a `now: Instant` argument and decisions leave as values. Both front
-//! ends ([`blocking`](crate::blocking) and, later, `aio`) drive the same
-//! [`Core`](core::Core).
+//! as a `now: Instant` argument and decisions leave as values. The
+//! operations of [`driver::ops`](crate::driver::ops), driven by both front
+//! ends, are its only users. [`Core`](core::Core) routes between small
+//! machines with the same verbs: the per-key [`line`], the lease clock
+//! ([`lease`]), the subscription ([`subscription`]) and the tracked tokens
+//! ([`tracking`]).
 //!
 //! # Driving contract
 //!
@@ -13,7 +16,8 @@
 //! Every attempt the core hands out is answered exactly once with
 //! `handle_acquire_reply` (the reply or the I/O error), except by a front
 //! end that `abandon`s the waiter, which turns the token into an orphan to
-//! be released by token. After every call, drain `poll_event` and act on each
+//! be released by token (and lets the key's line settle until the reply can
+//! no longer come). After every call, drain `poll_event` and act on each
 //! event (wake a waiter, start the subscriber). The loop of one waiter:
 //!
 //! ```text

@@ -405,7 +405,12 @@ impl Commands {
                 }
             }
         };
-        for _ in 0..n.min(PARALLEL_RELEASES) {
+        // One release needs no thread of its own.
+        let workers = if n > 1 { n.min(PARALLEL_RELEASES) } else { 0 };
+        if workers == 0 {
+            work();
+        }
+        for _ in 0..workers {
             let spawned = std::thread::Builder::new()
                 .name("redlease-release".into())
                 .spawn(work.clone());

@@ -196,6 +196,14 @@ mod tests {
         }
     }
 
+    /// The loss signal of an extended lease, and the renewer's stop.
+    fn armed(held: &Held) -> (Lost, StopSignal) {
+        (
+            Lost::new(true, held.valid_until().flatten()),
+            StopSignal::default(),
+        )
+    }
+
     fn script_reply(reply: Result<Value, Failure>) -> Reply {
         Reply::Script { reply, then: None }
     }
@@ -228,13 +236,9 @@ mod tests {
     #[test]
     fn the_first_renewal_is_due_half_a_lease_after_the_acquire_was_sent() {
         // Bug: the first renewal counted from when the renewer started.
-        let state = state();
-        let t0 = crate::clock::now();
+        let (state, t0) = (state(), crate::clock::now());
         let held = held(&state, t0);
-        let (lost, stop) = (
-            Lost::new(true, held.valid_until().flatten()),
-            StopSignal::default(),
-        );
+        let (lost, stop) = armed(&held);
         let mut renewer = Renewer::new(&state, &held, &lost, &stop);
         let started = t0 + Duration::from_millis(300);
         assert_eq!(expect_wait(renewer.next(started)), Some(t0 + LEASE / 2));
@@ -251,13 +255,9 @@ mod tests {
 
     #[test]
     fn a_renewal_without_reply_is_sent_again_after_a_backoff_and_the_lease_stays_valid() {
-        let state = state();
-        let t0 = crate::clock::now();
+        let (state, t0) = (state(), crate::clock::now());
         let held = held(&state, t0);
-        let (lost, stop) = (
-            Lost::new(true, held.valid_until().flatten()),
-            StopSignal::default(),
-        );
+        let (lost, stop) = armed(&held);
         let mut renewer = Renewer::new(&state, &held, &lost, &stop);
         let due = t0 + LEASE / 2;
         expect_renew(renewer.next(due));
@@ -278,13 +278,9 @@ mod tests {
 
     #[test]
     fn lost_fires_with_the_last_error_once_the_deadline_passes_unconfirmed() {
-        let state = state();
-        let t0 = crate::clock::now();
+        let (state, t0) = (state(), crate::clock::now());
         let held = held(&state, t0);
-        let (lost, stop) = (
-            Lost::new(true, held.valid_until().flatten()),
-            StopSignal::default(),
-        );
+        let (lost, stop) = armed(&held);
         let mut renewer = Renewer::new(&state, &held, &lost, &stop);
         let mut t = t0 + LEASE / 2;
         loop {
@@ -309,13 +305,9 @@ mod tests {
 
     #[test]
     fn a_renewal_that_finds_the_lease_taken_fires_lost_at_once() {
-        let state = state();
-        let t0 = crate::clock::now();
+        let (state, t0) = (state(), crate::clock::now());
         let held = held(&state, t0);
-        let (lost, stop) = (
-            Lost::new(true, held.valid_until().flatten()),
-            StopSignal::default(),
-        );
+        let (lost, stop) = armed(&held);
         let mut renewer = Renewer::new(&state, &held, &lost, &stop);
         let due = t0 + LEASE / 2;
         expect_renew(renewer.next(due));
@@ -331,13 +323,9 @@ mod tests {
 
     #[test]
     fn a_stopped_renewer_is_done_at_once() {
-        let state = state();
-        let t0 = crate::clock::now();
+        let (state, t0) = (state(), crate::clock::now());
         let held = held(&state, t0);
-        let (lost, stop) = (
-            Lost::new(true, held.valid_until().flatten()),
-            StopSignal::default(),
-        );
+        let (lost, stop) = armed(&held);
         let mut renewer = Renewer::new(&state, &held, &lost, &stop);
         stop.stop();
         assert!(matches!(renewer.next(t0), Io::Done(())));

@@ -18,43 +18,15 @@ use redlease::{Config, Error, ReleaseOutcome};
 use support::cluster::{FailoverMode, RedisCluster};
 use support::wait_until;
 
-/// A front end that can connect to a cluster.
-trait ClusterFront: Front + Sized {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error>;
-}
+/// The cluster tests run for any front end.
+use behaviour::front::ClusterFront;
 
-impl ClusterFront for behaviour::Blocking {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
-        redlease::blocking::Locker::connect_cluster(nodes.iter().map(String::as_str), config)
-    }
-}
-
-impl ClusterFront for behaviour::Async {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
-        futures::executor::block_on(redlease::aio::Locker::connect_cluster(
-            nodes.iter().map(String::as_str),
-            config,
-        ))
-        .map(behaviour::Async::from_locker)
-    }
-}
-
-/// Safety polls so slow that only a notification can hand over in time.
 fn config(ns: &str) -> Config {
-    Config::new(ns)
-        .lease(Duration::from_secs(30))
-        .wait(Duration::from_secs(10))
-        .command_timeout(Duration::from_millis(1500))
-        .shutdown_timeout(Duration::from_secs(3))
-        .poll_interval(Duration::from_secs(30))
-        .notify_poll_interval(Duration::from_secs(30))
+    behaviour::common::cluster_config(ns)
 }
 
 fn connect<F: ClusterFront>(cluster: &RedisCluster, config: Config) -> Arc<F> {
-    Arc::new(
-        F::connect_cluster(&cluster.nodes(), config)
-            .unwrap_or_else(|e| panic!("connect to the test cluster: {} ({e})", e.code())),
-    )
+    behaviour::common::connect_cluster(cluster, config)
 }
 
 /// Waits until the locker has a waiter whose subscription is confirmed.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use behaviour::common::{granted, lock_name, namespace, no_wait, spawn, BOUND};
-use behaviour::front::Front;
+use behaviour::front::{ClusterFront, Front};
 use behaviour::logs;
 use redlease::{Config, Error, ReleaseOutcome, RenewOutcome, WithLock};
 use support::cluster::{ClusterNode, RedisCluster};
@@ -58,9 +58,7 @@ fn watch_step(
 }
 
 /// A front end that can connect to a cluster.
-trait ClusterFront: Front + Sized {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error>;
-
+trait WithLockWatching: ClusterFront {
     /// On a locker of its own: `with_lock(key, extend(true))` whose body
     /// runs `start`, then watches until `renewed` holds or `lost` fires.
     fn with_lock_watching(
@@ -72,11 +70,7 @@ trait ClusterFront: Front + Sized {
     ) -> Result<Watched, Error>;
 }
 
-impl ClusterFront for behaviour::Blocking {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
-        redlease::blocking::Locker::connect_cluster(nodes.iter().map(String::as_str), config)
-    }
-
+impl WithLockWatching for behaviour::Blocking {
     fn with_lock_watching(
         nodes: &[String],
         config: Config,
@@ -101,15 +95,7 @@ impl ClusterFront for behaviour::Blocking {
     }
 }
 
-impl ClusterFront for behaviour::Async {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
-        futures::executor::block_on(redlease::aio::Locker::connect_cluster(
-            nodes.iter().map(String::as_str),
-            config,
-        ))
-        .map(behaviour::Async::from_locker)
-    }
-
+impl WithLockWatching for behaviour::Async {
     fn with_lock_watching(
         nodes: &[String],
         config: Config,
@@ -140,26 +126,15 @@ impl ClusterFront for behaviour::Async {
     }
 }
 
-/// A long lease, so that no TTL runs out during a test, and slow safety polls.
+/// The cluster test config, with a 5 s wait.
 fn config(ns: &str) -> Config {
-    Config::new(ns)
-        .lease(Duration::from_secs(30))
-        .wait(Duration::from_secs(5))
-        .command_timeout(Duration::from_millis(1500))
-        .shutdown_timeout(Duration::from_secs(3))
-        .poll_interval(Duration::from_secs(30))
-        .notify_poll_interval(Duration::from_secs(30))
+    behaviour::common::cluster_config(ns).wait(Duration::from_secs(5))
 }
 
 fn connect<F: ClusterFront>(cluster: &RedisCluster, config: Config) -> Arc<F> {
-    Arc::new(
-        F::connect_cluster(&cluster.nodes(), config)
-            .unwrap_or_else(|e| panic!("connect to the test cluster: {} ({e:?})", e.code())),
-    )
+    behaviour::common::connect_cluster(cluster, config)
 }
 
-/// `EXISTS name` on `node` itself (with `ASKING` first, so that a node
-/// importing the slot answers too).
 fn exists_on(node: &ClusterNode, name: &str) -> bool {
     let (exists,): (bool,) = redis::pipe()
         .cmd("ASKING")
@@ -438,7 +413,7 @@ fn a_holders_release_after_a_failover_reports_released<F: ClusterFront>() {
 /// answering `-ASK`), renew and release failed (`PROVIDER_FAILED`,
 /// `Server(Ask)` on the blocking locker) instead of following the redirect,
 /// and `with_lock(extend(true))` reported its lease lost.
-fn renew_and_release_follow_ask_during_a_slot_migration<F: ClusterFront>() {
+fn renew_and_release_follow_ask_during_a_slot_migration<F: WithLockWatching>() {
     let cluster = RedisCluster::start();
     let ns = namespace("regress-ask");
     let lease_time = Duration::from_secs(2);

@@ -28,45 +28,18 @@ use support::wait_until;
 /// also tries the paused node and waits out the command timeout there.
 const SETUP_BOUND: Duration = Duration::from_secs(30);
 
-/// A front end that can connect to a cluster.
-trait ClusterFront: Front + Sized {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error>;
-}
+/// The subscriber tests run for any front end.
+use behaviour::front::ClusterFront;
 
-impl ClusterFront for behaviour::Blocking {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
-        redlease::blocking::Locker::connect_cluster(nodes.iter().map(String::as_str), config)
-    }
-}
-
-impl ClusterFront for behaviour::Async {
-    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
-        futures::executor::block_on(redlease::aio::Locker::connect_cluster(
-            nodes.iter().map(String::as_str),
-            config,
-        ))
-        .map(behaviour::Async::from_locker)
-    }
-}
-
-/// Safety polls so slow (30 s) that within the 10 s bound only a
-/// notification (or the subscriber's own wake-ups) can hand a key over.
+/// The cluster test config with a lease and a wait that outlast the pauses.
 fn config(ns: &str) -> Config {
-    let slow = Duration::from_secs(30);
-    Config::new(ns)
+    behaviour::common::cluster_config(ns)
         .lease(Duration::from_secs(60))
         .wait(Duration::from_secs(40))
-        .command_timeout(Duration::from_millis(1500))
-        .shutdown_timeout(Duration::from_secs(3))
-        .poll_interval(slow)
-        .notify_poll_interval(slow)
 }
 
 fn connect<F: ClusterFront>(cluster: &RedisCluster, config: Config) -> Arc<F> {
-    Arc::new(
-        F::connect_cluster(&cluster.nodes(), config)
-            .unwrap_or_else(|e| panic!("connect to the test cluster: {} ({e:?})", e.code())),
-    )
+    behaviour::common::connect_cluster(cluster, config)
 }
 
 /// The sharded release channel of `key`: `<ns>:lock-released:{<sha>}`.
@@ -362,10 +335,6 @@ macro_rules! subscriber_suite {
             }
 
             #[test]
-            #[ignore = "library bug: while a primary is paused the subscriber thread blocks \
-                        ~4.5 s connecting to it and ~6 s re-reading the slot map each round, \
-                        so B's notification arrives up to ~10.5 s late (blocking: the \
-                        woken head then waits ~6 s for a fresh cluster connection)"]
             fn a_waiter_is_still_notified_while_another_primary_is_unreachable() {
                 super::a_waiter_is_still_notified_while_another_primary_is_unreachable::<$front>();
             }

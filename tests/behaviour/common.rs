@@ -209,3 +209,29 @@ pub(crate) fn numsub(server: &RedisServer, channel: &str) -> u64 {
 pub(crate) fn let_pass(d: Duration) {
     thread::sleep(d);
 }
+
+/// A config for cluster tests: a long lease, so that no TTL runs out
+/// during a test, and safety polls so slow (30 s) that within the 10 s bound
+/// only a notification can hand a key over.
+#[allow(dead_code, reason = "only the cluster test binaries")]
+pub(crate) fn cluster_config(ns: &str) -> Config {
+    Config::new(ns)
+        .lease(Duration::from_secs(30))
+        .wait(Duration::from_secs(10))
+        .command_timeout(Duration::from_millis(1500))
+        .shutdown_timeout(Duration::from_secs(3))
+        .poll_interval(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30))
+}
+
+/// `F::connect_cluster` to the test cluster; panics on failure.
+#[allow(dead_code, reason = "only the cluster test binaries")]
+pub(crate) fn connect_cluster<F: super::front::ClusterFront>(
+    cluster: &crate::support::cluster::RedisCluster,
+    config: Config,
+) -> std::sync::Arc<F> {
+    std::sync::Arc::new(
+        F::connect_cluster(&cluster.nodes(), config)
+            .unwrap_or_else(|e| panic!("connect to the test cluster: {} ({e:?})", e.code())),
+    )
+}

@@ -176,3 +176,29 @@ impl Front for Async {
         lease.replicas()
     }
 }
+
+/// A front end that can also connect to a Redis Cluster.
+#[allow(
+    dead_code,
+    reason = "only the cluster test binaries connect to a cluster"
+)]
+pub(crate) trait ClusterFront: Front + Sized {
+    /// `Locker::connect_cluster(nodes, config)`.
+    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error>;
+}
+
+impl ClusterFront for redlease::blocking::Locker {
+    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
+        redlease::blocking::Locker::connect_cluster(nodes.iter().map(String::as_str), config)
+    }
+}
+
+impl ClusterFront for Async {
+    fn connect_cluster(nodes: &[String], config: Config) -> Result<Self, Error> {
+        block_on(redlease::aio::Locker::connect_cluster(
+            nodes.iter().map(String::as_str),
+            config,
+        ))
+        .map(Async)
+    }
+}

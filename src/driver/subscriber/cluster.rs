@@ -5,12 +5,17 @@
 //! A key counts as subscribed only once its `ssubscribe` push arrived; one
 //! that stays unconfirmed for the command timeout (its node answered with a
 //! redirect, or the reply was lost) makes the thread drop that node's
-//! connection and read the slot map again. A node that cannot be reached
-//! is tried again after a backoff while the other nodes keep serving. A
-//! `sunsubscribe` the thread did not ask for means the slot moved: the
-//! key's head checks at once and the key is subscribed on its new owner.
+//! connection and read the slot map again. A `sunsubscribe` the thread did
+//! not ask for means the slot moved: the key's head checks at once and the
+//! key is subscribed on its new owner.
+//!
+//! What may block for long (connecting to a node, reading the slot map:
+//! either can wait for a paused or unreachable node) runs on short-lived
+//! helper threads, so that one bad node never holds up the notifications of
+//! the others; a node that cannot be reached is tried again after a backoff.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +49,10 @@ struct Subscriber<'a> {
     template: Option<&'a redis::ConnectionInfo>,
     slots: SlotMap,
     slots_stale: bool,
+    /// A slot map being read on a helper thread.
+    refreshing: Option<Receiver<redis::RedisResult<SlotMap>>>,
+    /// Connections being opened on helper threads.
+    connecting: HashMap<NodeAddr, Receiver<redis::RedisResult<redis::Connection>>>,
     nodes: HashMap<NodeAddr, redis::Connection>,
     channels: HashMap<KeyId, Subscribed>,
     /// Nodes that could not be reached: when to try again, and how often
@@ -62,17 +71,20 @@ pub(super) fn run(
         template,
         slots: SlotMap::default(),
         slots_stale: true,
+        refreshing: None,
+        connecting: HashMap::new(),
         nodes: HashMap::new(),
         channels: HashMap::new(),
         down: HashMap::new(),
     };
     let mut attempt = 0;
     while listen_slice(state, SLICE).is_some() {
-        if subscriber.slots_stale {
-            if let Err(e) = subscriber.refresh_slots() {
-                if is_refusal(&e) {
-                    return fail(state, &describe(&e));
-                }
+        match subscriber.poll_slots() {
+            Ok(true) => attempt = 0,
+            Ok(false) => {}
+            Err(e) if is_refusal(&e) => return fail(state, &describe(&e)),
+            Err(_) => {
+                // No node answered with the slot map: try again later.
                 state.with_core(|core| core.handle_subscriber_lost(now()));
                 if !pause_while_wanted(state, backoff(attempt)) {
                     return;
@@ -80,9 +92,11 @@ pub(super) fn run(
                 attempt += 1;
                 continue;
             }
-            attempt = 0;
         }
-        if let Err(e) = subscriber.serve_once() {
+        if let Err(e) = subscriber
+            .poll_connects(now())
+            .and_then(|()| subscriber.serve_once())
+        {
             return fail(state, &describe(&e));
         }
     }
@@ -104,6 +118,7 @@ impl Subscriber<'_> {
                 self.subscribe(now, key)?;
             }
         }
+        self.drop_unused_nodes();
         self.drop_unconfirmed(now);
         self.read_pushes()
     }
@@ -112,13 +127,65 @@ impl Subscriber<'_> {
         Channel::Sharded.name(&self.state.config.namespace, key)
     }
 
-    fn refresh_slots(&mut self) -> redis::RedisResult<()> {
-        let mut conn = self.slots_client.get_connection()?;
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SLOTS");
-        let reply: Value = cmd.query(&mut conn)?;
-        self.slots = SlotMap::parse(&reply);
-        self.slots_stale = false;
+    /// Starts reading the slot map when it is stale, and takes a map that
+    /// arrived. `Ok(true)` when a new map was taken.
+    fn poll_slots(&mut self) -> redis::RedisResult<bool> {
+        if let Some(rx) = &self.refreshing {
+            let taken = match rx.try_recv() {
+                Err(TryRecvError::Empty) => return Ok(false),
+                Ok(taken) => taken,
+                Err(TryRecvError::Disconnected) => Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the slot map reader stopped",
+                ))),
+            };
+            self.refreshing = None;
+            return match taken {
+                Ok(slots) => {
+                    self.slots = slots;
+                    Ok(true)
+                }
+                Err(e) => {
+                    self.slots_stale = true;
+                    Err(e)
+                }
+            };
+        }
+        if self.slots_stale {
+            self.slots_stale = false;
+            let client = self.slots_client.clone();
+            self.refreshing = Some(on_helper_thread(move || {
+                let mut conn = client.get_connection()?;
+                let mut cmd = redis::cmd("CLUSTER");
+                cmd.arg("SLOTS");
+                let reply: Value = cmd.query(&mut conn)?;
+                Ok(SlotMap::parse(&reply))
+            }));
+        }
+        Ok(false)
+    }
+
+    /// Takes the node connections that were opened meanwhile.
+    fn poll_connects(&mut self, now: Instant) -> redis::RedisResult<()> {
+        let mut done = Vec::new();
+        for (node, rx) in &self.connecting {
+            match rx.try_recv() {
+                Err(TryRecvError::Empty) => {}
+                Ok(result) => done.push((node.clone(), Some(result))),
+                Err(TryRecvError::Disconnected) => done.push((node.clone(), None)),
+            }
+        }
+        for (node, result) in done {
+            self.connecting.remove(&node);
+            match result {
+                Some(Ok(conn)) => {
+                    self.down.remove(&node);
+                    self.nodes.insert(node, conn);
+                }
+                Some(Err(e)) if is_refusal(&e) => return Err(e),
+                _ => self.mark_down(now, &node),
+            }
+        }
         Ok(())
     }
 
@@ -131,20 +198,13 @@ impl Subscriber<'_> {
         if self.down.get(&owner).is_some_and(|(at, _)| now < *at) {
             return Ok(());
         }
-        if !self.nodes.contains_key(&owner) {
-            match self.connect(&owner) {
-                Ok(conn) => {
-                    self.down.remove(&owner);
-                    self.nodes.insert(owner.clone(), conn);
-                }
-                Err(e) if is_refusal(&e) => return Err(e),
-                Err(_) => {
-                    self.mark_down(now, &owner);
-                    return Ok(());
-                }
-            }
-        }
         let Some(conn) = self.nodes.get_mut(&owner) else {
+            if !self.connecting.contains_key(&owner) {
+                let info = self.node_info(&owner)?;
+                let timeout = self.state.config.command_timeout;
+                let rx = on_helper_thread(move || open_resp3(info, timeout));
+                self.connecting.insert(owner, rx);
+            }
             return Ok(());
         };
         let sent = redis::cmd("SSUBSCRIBE")
@@ -167,14 +227,15 @@ impl Subscriber<'_> {
         Ok(())
     }
 
+    /// A node could not be reached: tried again after a backoff. Its keys'
+    /// heads keep their safety polls; the other nodes' keys are not
+    /// affected.
     fn mark_down(&mut self, now: Instant, node: &NodeAddr) {
         let failures = self.down.get(node).map_or(0, |(_, n)| *n);
         let retry_at = deadline_after(now, backoff(failures)).unwrap_or(now);
         self.down.insert(node.clone(), (retry_at, failures + 1));
         // The map may be out of date (a failover): read it again.
         self.slots_stale = true;
-        self.state
-            .with_core(|core| core.handle_subscriber_lost(now));
     }
 
     fn unsubscribe_unwanted(&mut self, wanted: &HashSet<KeyId>) {
@@ -195,6 +256,10 @@ impl Subscriber<'_> {
                     .exec(conn);
             }
         }
+    }
+
+    /// Closes the connections of nodes no channel is subscribed on.
+    fn drop_unused_nodes(&mut self) {
         let used: HashSet<&NodeAddr> = self.channels.values().map(|ch| &ch.node).collect();
         self.nodes.retain(|node, _| used.contains(node));
     }
@@ -215,13 +280,14 @@ impl Subscriber<'_> {
         }
     }
 
-    fn connect(&self, node: &NodeAddr) -> redis::RedisResult<redis::Connection> {
+    /// How to reach `node`: the template's credentials and settings, when
+    /// known, at that address.
+    fn node_info(&self, node: &NodeAddr) -> redis::RedisResult<redis::ConnectionInfo> {
         let addr = redis::ConnectionAddr::Tcp(node.host.clone(), node.port);
-        let info = match self.template {
-            Some(base) => base.clone().set_addr(addr),
-            None => redis::IntoConnectionInfo::into_connection_info(addr)?,
-        };
-        open_resp3(info, self.state.config.command_timeout)
+        match self.template {
+            Some(base) => Ok(base.clone().set_addr(addr)),
+            None => redis::IntoConnectionInfo::into_connection_info(addr),
+        }
     }
 
     /// Forgets a node's connection; its keys' heads check at once (a
@@ -297,10 +363,30 @@ impl Subscriber<'_> {
             for node in &lost {
                 self.drop_node(node);
             }
+            // Their keys' heads check at once (`drop_node`); the keys are
+            // subscribed again, on a fresh map.
             self.slots_stale = true;
-            self.state
-                .with_core(|core| core.handle_subscriber_lost(now()));
         }
         Ok(())
     }
+}
+
+/// Runs `work` on a short-lived thread and hands back where its result
+/// will arrive (at once, as an error, if no thread can be started).
+fn on_helper_thread<T: Send + 'static>(
+    work: impl FnOnce() -> redis::RedisResult<T> + Send + 'static,
+) -> Receiver<redis::RedisResult<T>> {
+    let (tx, rx) = channel();
+    let for_thread = tx.clone();
+    let spawned = std::thread::Builder::new()
+        .name("redlease-subscriber-io".into())
+        // The subscriber may have stopped meanwhile: nobody to tell.
+        .spawn(move || drop(for_thread.send(work())));
+    if spawned.is_err() {
+        let _ = tx.send(Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "could not start a thread",
+        ))));
+    }
+    rx
 }

@@ -22,9 +22,9 @@
 //! # How it works
 //!
 //! An acquire is one Lua script (one round trip): `SET NX PX` of the lock and,
-//! only if that succeeded, `INCR` of the key's fence counter, seeded from
-//! Redis `TIME` × 1000 so fences keep increasing even after Redis lost its
-//! data. Release and renew are one script each and compare the owner token.
+//! only if that succeeded, the next fence, `max(counter + 1, Redis TIME in
+//! ms × 1000)`, so fences keep increasing even after Redis lost its data or
+//! failed over to a replica that missed the last grants. Release and renew are one script each and compare the owner token.
 //! Inside one locker, waiters for a key form a FIFO line and only the head
 //! talks to Redis; a release publishes a notification that wakes the head at
 //! once, and safety polls cover notifications lost in transit.
@@ -52,9 +52,9 @@
 //! ([`blocking::Lease::is_valid`]) is a conservative local estimate counted
 //! from when the acquire was sent. A process can still be paused (GC, swap,
 //! a stopped VM) past its lease and act on a lock it lost; only a store that
-//! checks the fence atomically turns that into a rejected write. A fence
-//! counter that goes back through a failover with replication lag is outside
-//! the guarantee.
+//! checks the fence atomically turns that into a rejected write, also
+//! across a failover that lost the last grants: every fence is floored at
+//! the server's clock (README's limits list the conditions).
 //!
 //! # When not to use this
 //!

@@ -20,10 +20,12 @@ use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 ///
 /// The lock's value is `<token>:<fence>`, so an acquire replayed by a client
 /// library after a timeout finds its own token and returns the same fence
-/// without a second `INCR`. A missing counter starts from Redis `TIME` in
-/// ms × 1000, so fences keep increasing after Redis lost its data. The fence
-/// is read back with `GET` because Lua numbers are doubles and would print
-/// large counters in float notation.
+/// without a second `INCR`. Every grant's fence is `max(counter + 1, TIME in
+/// ms × 1000)` (SPEC §3), so fences keep increasing after Redis lost its
+/// data and after a failover to a replica that missed the last grants. The
+/// fence is read back with `GET` because Lua numbers are doubles and would
+/// print large counters in float notation (the floor, below 2^53 until
+/// about the year 2255, is exact as a double).
 pub(crate) const ACQUIRE_LUA: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -33,12 +35,11 @@ if held then
   end
   return redis.call('PTTL', KEYS[1])
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  local now = redis.call('TIME')
-  local seed = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-  redis.call('SET', KEYS[2], string.format('%.0f', seed))
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
+if redis.call('INCR', KEYS[2]) < floor then
+  redis.call('SET', KEYS[2], string.format('%.0f', floor))
 end
-redis.call('INCR', KEYS[2])
 if ARGV[3] and ARGV[3] ~= '0' then
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end

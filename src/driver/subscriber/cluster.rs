@@ -49,12 +49,18 @@ struct Subscriber<'a> {
     template: Option<&'a redis::ConnectionInfo>,
     slots: SlotMap,
     slots_stale: bool,
-    /// A slot map being read on a helper thread.
-    refreshing: Option<Receiver<redis::RedisResult<SlotMap>>>,
+    /// A slot map being read on a helper thread, and its number.
+    refreshing: Option<(u64, Receiver<redis::RedisResult<SlotMap>>)>,
+    /// How many slot-map reads were started.
+    reads_started: u64,
     /// Connections being opened on helper threads.
     connecting: HashMap<NodeAddr, Receiver<redis::RedisResult<redis::Connection>>>,
     nodes: HashMap<NodeAddr, redis::Connection>,
     channels: HashMap<KeyId, Subscribed>,
+    /// Keys whose node ended their subscription (the slot moved), and the
+    /// number of the first slot-map read started after that: only a map
+    /// that new tells where to subscribe them again.
+    moved: HashMap<KeyId, u64>,
     /// Nodes that could not be reached: when to try again, and how often
     /// they failed in a row.
     down: HashMap<NodeAddr, (Instant, usize)>,
@@ -72,9 +78,11 @@ pub(super) fn run(
         slots: SlotMap::default(),
         slots_stale: true,
         refreshing: None,
+        reads_started: 0,
         connecting: HashMap::new(),
         nodes: HashMap::new(),
         channels: HashMap::new(),
+        moved: HashMap::new(),
         down: HashMap::new(),
     };
     let mut attempt = 0;
@@ -114,7 +122,7 @@ impl Subscriber<'_> {
             .collect();
         self.unsubscribe_unwanted(&wanted);
         for key in wanted {
-            if !self.channels.contains_key(&key) {
+            if !self.channels.contains_key(&key) && !self.moved.contains_key(&key) {
                 self.subscribe(now, key)?;
             }
         }
@@ -130,7 +138,8 @@ impl Subscriber<'_> {
     /// Starts reading the slot map when it is stale, and takes a map that
     /// arrived. `Ok(true)` when a new map was taken.
     fn poll_slots(&mut self) -> redis::RedisResult<bool> {
-        if let Some(rx) = &self.refreshing {
+        if let Some((read, rx)) = &self.refreshing {
+            let read = *read;
             let taken = match rx.try_recv() {
                 Err(TryRecvError::Empty) => return Ok(false),
                 Ok(taken) => taken,
@@ -143,6 +152,8 @@ impl Subscriber<'_> {
             return match taken {
                 Ok(slots) => {
                     self.slots = slots;
+                    self.moved.retain(|_, first_read| *first_read > read);
+                    self.move_to_new_owners();
                     Ok(true)
                 }
                 Err(e) => {
@@ -154,15 +165,47 @@ impl Subscriber<'_> {
         if self.slots_stale {
             self.slots_stale = false;
             let client = self.slots_client.clone();
-            self.refreshing = Some(on_helper_thread(move || {
-                let mut conn = client.get_connection()?;
-                let mut cmd = redis::cmd("CLUSTER");
-                cmd.arg("SLOTS");
-                let reply: Value = cmd.query(&mut conn)?;
-                Ok(SlotMap::parse(&reply))
-            }));
+            self.reads_started += 1;
+            self.refreshing = Some((
+                self.reads_started,
+                on_helper_thread(move || {
+                    let mut conn = client.get_connection()?;
+                    let mut cmd = redis::cmd("CLUSTER");
+                    cmd.arg("SLOTS");
+                    let reply: Value = cmd.query(&mut conn)?;
+                    Ok(SlotMap::parse(&reply))
+                }),
+            ));
         }
         Ok(false)
+    }
+
+    /// Channels subscribed on a node that no longer owns their slot (a
+    /// failover or a migration the node did not announce) move to the new
+    /// owner; their heads check at once, since a release may have gone
+    /// unseen.
+    fn move_to_new_owners(&mut self) {
+        let stale: Vec<(KeyId, NodeAddr)> = self
+            .channels
+            .iter()
+            .filter(|(key, ch)| {
+                let owner = self.slots.owner(slot_of(&self.channel(**key)));
+                owner.is_some_and(|owner| *owner != ch.node)
+            })
+            .map(|(key, ch)| (*key, ch.node.clone()))
+            .collect();
+        for (key, node) in stale {
+            self.channels.remove(&key);
+            let channel = self.channel(key);
+            if let Some(conn) = self.nodes.get_mut(&node) {
+                // Best effort: a lost unsubscribe only costs a message.
+                let _ = redis::cmd("SUNSUBSCRIBE")
+                    .arg(&channel)
+                    .set_no_response(true)
+                    .exec(conn);
+            }
+            self.state.with_core(|core| core.handle_channel_lost(key));
+        }
     }
 
     /// Takes the node connections that were opened meanwhile.
@@ -356,6 +399,7 @@ impl Subscriber<'_> {
             // node ended (its slot moved). Check now, subscribe again.
             if self.channels.remove(&key).is_some() {
                 self.state.with_core(|core| core.handle_channel_lost(key));
+                self.moved.insert(key, self.reads_started + 1);
                 self.slots_stale = true;
             }
         }
@@ -363,9 +407,12 @@ impl Subscriber<'_> {
             for node in &lost {
                 self.drop_node(node);
             }
-            // Their keys' heads check at once (`drop_node`); the keys are
-            // subscribed again, on a fresh map.
+            // Their keys' heads check at once (`drop_node`) and poll at
+            // `poll_interval` until the keys are subscribed again, on a
+            // fresh map (the next confirmation makes the locker subscribed).
             self.slots_stale = true;
+            self.state
+                .with_core(|core| core.handle_subscriber_lost(now()));
         }
         Ok(())
     }

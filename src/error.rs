@@ -86,8 +86,11 @@ pub enum Error {
     #[error("the locker is shutting down")]
     ShuttingDown,
     /// The command was certainly not applied: the connection could not be
-    /// opened, or Redis answered with an error.
-    #[error("redis did not apply the {op} command")]
+    /// opened, or Redis answered with an error. When connecting failed, the
+    /// message says why in words (`connection refused`, `no such host`,
+    /// `authentication failed`, `not a Redis server`, `no such database`,
+    /// ...), never naming the address, the user or the password.
+    #[error("{}", provider_failed_message(*op, source))]
     ProviderFailed {
         /// The operation that failed.
         op: Operation,
@@ -194,6 +197,50 @@ impl LostCause {
             LostCause::RenewFailed(e) => LostCause::RenewFailed(Box::new(e.duplicate())),
         }
     }
+}
+
+fn provider_failed_message(op: Operation, source: &redis::RedisError) -> String {
+    match op {
+        Operation::Connect => format!("could not connect to redis: {}", connect_cause(source)),
+        op => format!("redis did not apply the {op} command"),
+    }
+}
+
+/// Why opening a connection failed, in words a person reads. Only the
+/// redis crate's kind, code and fixed phrases are looked at, and a fixed
+/// phrase is returned: the error's own text can name the address.
+pub(crate) fn connect_cause(e: &redis::RedisError) -> &'static str {
+    let text = e.to_string().to_ascii_lowercase();
+    let has = |needle: &str| text.contains(needle);
+    if is_auth_failure(e) {
+        "authentication failed"
+    } else if e.is_connection_refusal() && !has("lookup") {
+        "connection refused"
+    } else if has("lookup address") || has("name or service not known") || has("name resolution") {
+        "no such host"
+    } else if has("db index is out of range") || has("invalid db index") {
+        "no such database"
+    } else if e.is_timeout() {
+        "connection timed out"
+    } else if has("tls") || has("certificate") || has("handshake") {
+        "TLS handshake failed"
+    } else if e.kind() == redis::ErrorKind::Parse || has("invalid response") || has("protocol") {
+        "not a Redis server"
+    } else if e.is_connection_dropped() {
+        "the server closed the connection"
+    } else {
+        "the connection failed"
+    }
+}
+
+/// Whether Redis refused the connection's credentials (or wanted some):
+/// connecting fails then, since no command could run.
+pub(crate) fn is_auth_failure(e: &redis::RedisError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+        || text.contains("invalid username-password")
+        || text.contains("invalid password")
 }
 
 fn fmt_remaining(remaining: Option<Duration>) -> String {

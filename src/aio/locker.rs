@@ -10,7 +10,7 @@ use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
 use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
-use crate::error::{Error, Failure};
+use crate::error::{is_auth_failure, Error, Failure};
 use crate::eviction;
 use crate::stats::Stats;
 
@@ -153,6 +153,9 @@ async fn check_eviction(commands: &Commands) -> Result<(), Error> {
     commands.connection().await.map_err(Error::from_connect)?;
     let policy = match commands.query(&eviction::config_get_cmd()).await {
         Ok(value) => eviction::policy_from_config_reply(value),
+        Err(Failure::Sent(e) | Failure::NotSent(e)) if is_auth_failure(&e) => {
+            return Err(Error::from_connect(e));
+        }
         Err(Failure::Sent(e) | Failure::NotSent(e)) => {
             eviction::report_refused(&e);
             match commands.query(&eviction::info_cmd()).await {

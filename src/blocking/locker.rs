@@ -10,7 +10,7 @@ use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
 use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
-use crate::error::{Error, Failure};
+use crate::error::{is_auth_failure, Error, Failure};
 use crate::eviction;
 use crate::stats::Stats;
 
@@ -163,6 +163,7 @@ pub(crate) fn check_eviction(commands: &Commands) -> Result<(), Error> {
     let policy = match commands.query_fresh(&eviction::config_get_cmd()) {
         Ok(value) => eviction::policy_from_config_reply(value),
         Err(Failure::NotSent(e)) => return Err(Error::from_connect(e)),
+        Err(Failure::Sent(e)) if is_auth_failure(&e) => return Err(Error::from_connect(e)),
         Err(Failure::Sent(e)) => {
             eviction::report_refused(&e);
             commands

@@ -23,7 +23,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct RedisServerBuilder {
     args: Vec<String>,
     replica_of: Option<u16>,
-    tls: bool,
+    tls: Option<Arc<TlsMaterial>>,
 }
 
 impl RedisServerBuilder {
@@ -80,8 +80,14 @@ impl RedisServerBuilder {
     /// start (rcgen) and kept in their own temp dir; clients are not asked
     /// for certificates. The plain port stays, for the inspection helpers.
     /// See [`RedisServer::tls_url`] and [`RedisServer::ca_pem`].
-    pub fn tls(mut self) -> Self {
-        self.tls = true;
+    pub fn tls(self) -> Self {
+        self.tls_with(&TlsMaterial::generate())
+    }
+
+    /// As [`tls`](Self::tls), with certificates shared with other servers
+    /// (the nodes of a TLS cluster must trust each other).
+    pub fn tls_with(mut self, material: &Arc<TlsMaterial>) -> Self {
+        self.tls = Some(material.clone());
         self
     }
 
@@ -95,8 +101,8 @@ impl RedisServerBuilder {
     /// error (the reasons, with log tails) instead of a panic. A replica
     /// whose link does not come up still panics.
     pub fn try_start(self) -> Result<RedisServer, String> {
-        if self.tls {
-            return RedisServer::launch_tls(self.args, self.replica_of);
+        if let Some(material) = self.tls {
+            return RedisServer::launch_tls(self.args, self.replica_of, material);
         }
         RedisServer::launch(self.args, self.replica_of)
     }
@@ -124,8 +130,62 @@ pub struct RedisServer {
 #[derive(Debug)]
 struct TlsFiles {
     port: u16,
+    material: Arc<TlsMaterial>,
+}
+
+/// A CA and a server certificate it signed for `127.0.0.1` and
+/// `localhost` (rcgen), as `ca.crt`, `server.crt` and `server.key` in a
+/// temp dir removed when the last holder drops it.
+#[derive(Debug)]
+pub struct TlsMaterial {
     dir: PathBuf,
     ca_pem: String,
+}
+
+impl TlsMaterial {
+    /// Makes fresh certificates; panics on failure.
+    pub fn generate() -> Arc<TlsMaterial> {
+        let dir = fresh_dir(0);
+        match write_tls_files(&dir) {
+            Ok(ca_pem) => Arc::new(TlsMaterial { dir, ca_pem }),
+            Err(msg) => {
+                let _ = fs::remove_dir_all(&dir);
+                panic!("TLS test certificates: {msg}")
+            }
+        }
+    }
+
+    /// The CA's PEM.
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+
+    /// The CA's PEM file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    fn args(&self, tls_port: u16) -> Vec<String> {
+        let file = |name: &str| self.dir.join(name).display().to_string();
+        vec![
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            file("server.crt"),
+            "--tls-key-file".to_owned(),
+            file("server.key"),
+            "--tls-ca-cert-file".to_owned(),
+            file("ca.crt"),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ]
+    }
+}
+
+impl Drop for TlsMaterial {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -174,7 +234,13 @@ impl RedisServer {
     /// The PEM of the CA that signed the server's certificate; panics
     /// unless started with [`RedisServerBuilder::tls`].
     pub fn ca_pem(&self) -> String {
-        self.tls_files().ca_pem.clone()
+        self.tls_files().material.ca_pem()
+    }
+
+    /// The certificates this server uses; panics unless started with
+    /// [`RedisServerBuilder::tls`].
+    pub fn tls_material(&self) -> Arc<TlsMaterial> {
+        self.tls_files().material.clone()
     }
 
     fn tls_files(&self) -> &TlsFiles {
@@ -440,25 +506,16 @@ impl RedisServer {
         ))
     }
 
-    fn launch_tls(extra_args: Vec<String>, replica_of: Option<u16>) -> Result<RedisServer, String> {
-        let dir = fresh_dir(0);
-        let ca_pem = write_tls_files(&dir)?;
+    fn launch_tls(
+        extra_args: Vec<String>,
+        replica_of: Option<u16>,
+        material: Arc<TlsMaterial>,
+    ) -> Result<RedisServer, String> {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let tls_port = free_port();
             let mut args = extra_args.clone();
-            args.extend([
-                "--tls-port".to_owned(),
-                tls_port.to_string(),
-                "--tls-cert-file".to_owned(),
-                dir.join("server.crt").display().to_string(),
-                "--tls-key-file".to_owned(),
-                dir.join("server.key").display().to_string(),
-                "--tls-ca-cert-file".to_owned(),
-                dir.join("ca.crt").display().to_string(),
-                "--tls-auth-clients".to_owned(),
-                "no".to_owned(),
-            ]);
+            args.extend(material.args(tls_port));
             let mut server = match RedisServer::launch(args, replica_of) {
                 Ok(server) => server,
                 Err(msg) => {
@@ -466,19 +523,17 @@ impl RedisServer {
                     continue;
                 }
             };
-            server.tls = Some(TlsFiles {
-                port: tls_port,
-                dir: dir.clone(),
-                ca_pem: ca_pem.clone(),
-            });
-            match tls_ping(&dir.join("ca.crt"), tls_port) {
-                Ok(()) => return Ok(server),
+            match tls_ping(&material.ca_file(), tls_port) {
+                Ok(()) => {
+                    server.tls = Some(TlsFiles {
+                        port: tls_port,
+                        material,
+                    });
+                    return Ok(server);
+                }
                 Err(msg) => failures.push(format!("tls port {tls_port}: {msg}")),
             }
-            // Dropping the server would remove the shared cert dir.
-            server.tls = None;
         }
-        let _ = fs::remove_dir_all(&dir);
         Err(format!(
             "could not start a TLS redis-server after {START_ATTEMPTS} attempts:\n{}",
             failures.join("\n")
@@ -497,9 +552,6 @@ impl Drop for RedisServer {
         // SIGKILL works on a SIGSTOPped process too; `wait` reaps it.
         kill_and_reap(&mut running.child);
         let _ = fs::remove_dir_all(&running.dir);
-        if let Some(tls) = &self.tls {
-            let _ = fs::remove_dir_all(&tls.dir);
-        }
     }
 }
 

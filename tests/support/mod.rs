@@ -226,6 +226,11 @@ impl RedisServer {
         format!("rediss://127.0.0.1:{}/0", self.tls_files().port)
     }
 
+    /// The TLS port, if started with [`RedisServerBuilder::tls`].
+    pub fn tls_port_if_any(&self) -> Option<u16> {
+        self.tls.as_ref().map(|t| t.port)
+    }
+
     /// The TLS port; panics unless started with [`RedisServerBuilder::tls`].
     pub fn tls_port(&self) -> u16 {
         self.tls_files().port

@@ -25,7 +25,10 @@ fn tls_cluster() -> &'static RedisCluster {
     static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
     let cluster = CLUSTER.get_or_init(RedisCluster::start_tls);
     // Every test sets the same file: the one CA of the one cluster.
-    std::env::set_var("SSL_CERT_FILE", cluster.all()[0].server().tls_material().ca_file());
+    std::env::set_var(
+        "SSL_CERT_FILE",
+        cluster.all()[0].server().tls_material().ca_file(),
+    );
     cluster
 }
 
@@ -52,10 +55,14 @@ fn leases_and_notifications_over_tls_on_a_cluster<F: ClusterFront>() {
             })
         };
         let busy_before = waiters.stats().busy_replies;
-        wait_until(BOUND, "the waiter waits with a confirmed subscription", || {
-            let stats = waiters.stats();
-            stats.waiters == 1 && stats.subscribed && stats.busy_replies >= busy_before + 2
-        });
+        wait_until(
+            BOUND,
+            "the waiter waits with a confirmed subscription",
+            || {
+                let stats = waiters.stats();
+                stats.waiters == 1 && stats.subscribed && stats.busy_replies >= busy_before + 2
+            },
+        );
         assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
         let (fence, released) = waiter.join_within(BOUND);
         assert!(fence > held_fence);

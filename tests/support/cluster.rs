@@ -839,9 +839,12 @@ fn start_node(tls: Option<&std::sync::Arc<super::TlsMaterial>>) -> RedisServer {
         let bus_port = free_port();
         let mut builder = RedisServer::builder();
         if let Some(material) = tls {
-            builder = builder
-                .tls_with(material)
-                .args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+            builder = builder.tls_with(material).args([
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+            ]);
         }
         let builder = builder.args([
             "--cluster-enabled".to_owned(),

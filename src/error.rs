@@ -607,4 +607,47 @@ mod tests {
         let codes: std::collections::HashSet<_> = all.iter().map(Error::code).collect();
         assert_eq!(codes.len(), all.len());
     }
+
+    fn tls_failure(detail: &str) -> Error {
+        Error::from_connect(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "TLS handshake failed",
+            detail.to_owned(),
+        )))
+    }
+
+    #[test]
+    fn a_tls_failure_keeps_its_reason_only_when_it_names_no_address() {
+        assert_eq!(
+            tls_failure("invalid peer certificate: UnknownIssuer").to_string(),
+            "could not connect to redis: TLS handshake failed: invalid peer certificate: UnknownIssuer"
+        );
+        for detail in [
+            "certificate not valid for name \"redis.internal\"",
+            "could not connect to 10.0.0.7",
+            "handshake with redis.internal:6380 failed",
+            "rediss://user:pw@host/0",
+            "certificate for localhost expired",
+        ] {
+            assert_eq!(
+                tls_failure(detail).to_string(),
+                "could not connect to redis: TLS handshake failed",
+                "{detail}"
+            );
+        }
+    }
+
+    #[test]
+    fn rediss_without_tls_support_names_the_feature() {
+        let e = url_error(
+            "url",
+            "not a valid Redis connection URL",
+            &redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "can't connect with TLS, the feature is not enabled",
+            )),
+        );
+        assert_eq!(e.code(), "INVALID_CONFIG");
+        assert!(e.to_string().contains("`tls-rustls`"), "{e}");
+    }
 }

@@ -96,6 +96,7 @@ mod lost;
 #[doc(hidden)]
 pub mod micro;
 mod replication;
+mod sentinel;
 mod stats;
 
 pub use crate::cancel::CancelHandle;

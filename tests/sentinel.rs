@@ -1,0 +1,186 @@
+//! Both lockers through Redis Sentinel (1 primary, 1 replica, 3
+//! sentinels): connect and acquire/release, then a failover (the primary
+//! SIGKILLed) while a lease is held and waiters wait. The observed failover
+//! time is printed (no timed assertions).
+#![allow(clippy::disallowed_methods)]
+// The standalone suite's macro is not used here, only its helpers.
+#![allow(unused_macros, unused_imports, dead_code)]
+
+mod behaviour;
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use behaviour::common::{granted, lock_name, namespace, spawn, waiting, BOUND};
+use behaviour::front::{Async, Front};
+use futures::executor::block_on;
+use redlease::{Config, Error, RenewOutcome};
+use support::sentinel::SentinelSet;
+
+/// Generous: detection (1 s down-after) + vote + promotion, plus the TTL.
+const FAILOVER_BOUND: Duration = Duration::from_secs(45);
+
+/// A front end that can connect through Sentinel.
+trait SentinelFront: Front + Sized {
+    fn connect_sentinel(urls: &[String], master: &str, config: Config) -> Result<Self, Error>;
+}
+
+impl SentinelFront for redlease::blocking::Locker {
+    fn connect_sentinel(urls: &[String], master: &str, config: Config) -> Result<Self, Error> {
+        redlease::blocking::Locker::connect_sentinel(
+            urls.iter().map(String::as_str),
+            master,
+            config,
+        )
+    }
+}
+
+impl SentinelFront for Async {
+    fn connect_sentinel(urls: &[String], master: &str, config: Config) -> Result<Self, Error> {
+        block_on(redlease::aio::Locker::connect_sentinel(
+            urls.iter().map(String::as_str),
+            master,
+            config,
+        ))
+        .map(Async::from_locker)
+    }
+}
+
+fn config(ns: &str) -> Config {
+    Config::new(ns)
+        .lease(Duration::from_secs(3))
+        .wait(Duration::from_secs(5))
+        .command_timeout(Duration::from_secs(1))
+        .shutdown_timeout(Duration::from_secs(3))
+}
+
+fn connect<F: SentinelFront>(set: &SentinelSet, config: Config) -> Arc<F> {
+    Arc::new(
+        F::connect_sentinel(&set.sentinel_urls(), set.master_name(), config)
+            .unwrap_or_else(|e| panic!("connect through sentinel: {e}")),
+    )
+}
+
+/// Lease keys (not fence counters) of `ns` left on the server at `port`.
+fn lease_keys(set: &SentinelSet, port: u16, ns: &str) -> Vec<String> {
+    set.server(port)
+        .keys(&format!("{ns}:lock:*"))
+        .into_iter()
+        .collect()
+}
+
+fn acquire_release<F: SentinelFront>() {
+    let set = SentinelSet::start();
+    let ns = namespace("sentinel-basic");
+    let locker = connect::<F>(&set, config(&ns));
+    let first = granted(locker.acquire("job"), "first acquire");
+    let primary = set.primary_port();
+    assert!(
+        set.server(primary).keys(&lock_name(&ns, "job")).len() == 1,
+        "the lease is on the primary the sentinels name"
+    );
+    let fence = F::fence(&first);
+    F::release(first).expect("release");
+    let second = granted(locker.acquire("job"), "second acquire");
+    assert!(F::fence(&second) > fence, "fences increase");
+    F::release(second).expect("release");
+    locker.shutdown().expect("shutdown");
+    assert!(lease_keys(&set, primary, &ns).is_empty(), "no lease left");
+}
+
+fn failover_while_waiting<F: SentinelFront>() {
+    let set = SentinelSet::start();
+    let ns = namespace("sentinel-failover");
+    let holder = connect::<F>(&set, config(&ns));
+    let waiters = connect::<F>(&set, config(&ns));
+    let held = granted(holder.acquire("job"), "holder's acquire");
+    let held_fence = F::fence(&held);
+    let old = set.primary_port();
+    // Let the lease reach the replica, so that the new primary still sees
+    // it held (the waiters then get it when its TTL runs out there).
+    let _ = set.server(old).query(redis::cmd("WAIT").arg(1).arg(1000));
+
+    let spawn_waiter = |name: &str, hold: Duration| {
+        let waiters = waiters.clone();
+        spawn(name, move || {
+            let lease = waiters.acquire_with("job", waiting(Duration::from_secs(30)))?;
+            let fence = F::fence(&lease);
+            let at = Instant::now();
+            std::thread::sleep(hold);
+            F::release(lease)?;
+            Ok::<_, Error>((fence, at))
+        })
+    };
+    let first = spawn_waiter("waiter-1", Duration::from_millis(200));
+    let second = spawn_waiter("waiter-2", Duration::ZERO);
+    // Both waiters are in line before the primary goes.
+    support::wait_until(BOUND, "two waiters in line", || {
+        waiters.stats().waiters >= 2
+    });
+
+    let killed_at = Instant::now();
+    let killed = set.kill_primary();
+    let new = set.wait_failover(killed, FAILOVER_BOUND);
+    let promoted = killed_at.elapsed();
+
+    let (fence_1, at_1) = first
+        .join_within(FAILOVER_BOUND)
+        .expect("waiter 1 acquires after the failover");
+    let (fence_2, at_2) = second
+        .join_within(FAILOVER_BOUND)
+        .expect("waiter 2 acquires after the failover (none stranded)");
+    eprintln!(
+        "sentinel failover: new primary named {promoted:?} after the kill, first waiter \
+         granted {:?} after it; fences: held {held_fence}, then {fence_1} and {fence_2}",
+        at_1.min(at_2).saturating_duration_since(killed_at)
+    );
+    assert!(
+        fence_1 > held_fence && fence_2 > held_fence,
+        "fences after failover are larger"
+    );
+    assert_ne!(fence_1, fence_2, "each grant has its own fence");
+
+    // Expired, Conflict or an error: never Renewed.
+    let renewed = F::renew(&held);
+    assert!(
+        !matches!(renewed, Ok(RenewOutcome::Renewed)),
+        "the old holder renewed after losing the lease"
+    );
+    holder.shutdown().ok();
+    waiters.shutdown().expect("waiters' shutdown");
+    assert!(
+        lease_keys(&set, new, &ns).is_empty(),
+        "no lease left on the new primary"
+    );
+}
+
+mod blocking {
+    use super::*;
+    type F = redlease::blocking::Locker;
+
+    #[test]
+    fn acquire_release() {
+        super::acquire_release::<F>();
+    }
+
+    #[test]
+    fn failover_while_waiting() {
+        super::failover_while_waiting::<F>();
+    }
+}
+
+mod aio {
+    use super::*;
+    type F = Async;
+
+    #[test]
+    fn acquire_release() {
+        super::acquire_release::<F>();
+    }
+
+    #[test]
+    fn failover_while_waiting() {
+        super::failover_while_waiting::<F>();
+    }
+}

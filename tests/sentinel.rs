@@ -155,6 +155,39 @@ fn failover_while_waiting<F: SentinelFront>() {
     );
 }
 
+/// A manual failover: the old primary keeps running as a replica and
+/// answers the locker's open connections with `READONLY`; the locker drops
+/// them, asks Sentinel again and acquires on the new primary.
+fn demoted_primary_is_left<F: SentinelFront>() {
+    let set = SentinelSet::start();
+    let ns = namespace("sentinel-demoted");
+    let locker = connect::<F>(&set, config(&ns));
+    // Leaves an open connection to the current primary.
+    let lease = granted(locker.acquire("job"), "acquire before the failover");
+    let before = F::fence(&lease);
+    F::release(lease).expect("release");
+    let started = Instant::now();
+    let old = set.manual_failover();
+    let new = set.wait_failover(old, FAILOVER_BOUND);
+    support::wait_until(FAILOVER_BOUND, "the old primary runs as a replica", || {
+        set.server(old).info("replication").contains("role:slave")
+    });
+    eprintln!("sentinel manual failover took {:?}", started.elapsed());
+    let lease = granted(
+        locker.acquire_with("job", waiting(Duration::from_secs(20))),
+        "acquire after the failover",
+    );
+    assert!(F::fence(&lease) > before, "fence after failover is larger");
+    assert_eq!(
+        set.server(new).keys(&lock_name(&ns, "job")).len(),
+        1,
+        "the lease is on the new primary"
+    );
+    F::release(lease).expect("release");
+    locker.shutdown().expect("shutdown");
+    assert!(lease_keys(&set, new, &ns).is_empty(), "no lease left");
+}
+
 mod blocking {
     use super::*;
     type F = redlease::blocking::Locker;
@@ -167,6 +200,11 @@ mod blocking {
     #[test]
     fn failover_while_waiting() {
         super::failover_while_waiting::<F>();
+    }
+
+    #[test]
+    fn demoted_primary_is_left() {
+        super::demoted_primary_is_left::<F>();
     }
 }
 
@@ -182,5 +220,10 @@ mod aio {
     #[test]
     fn failover_while_waiting() {
         super::failover_while_waiting::<F>();
+    }
+
+    #[test]
+    fn demoted_primary_is_left() {
+        super::demoted_primary_is_left::<F>();
     }
 }

@@ -203,6 +203,20 @@ impl SentinelSet {
         port
     }
 
+    /// Asks the first sentinel for a manual failover (`SENTINEL FAILOVER`):
+    /// the replica is promoted and the old primary, still running, becomes
+    /// its replica. Returns the old primary's port.
+    pub fn manual_failover(&self) -> u16 {
+        let port = self.primary_port();
+        let mut conn = self.sentinels[0].conn().expect("connect to a sentinel");
+        let _: redis::Value = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER_NAME)
+            .query(&mut conn)
+            .expect("SENTINEL FAILOVER");
+        port
+    }
+
     /// Waits until every sentinel names a primary other than `old` and
     /// that server says it is a primary; returns its port.
     pub fn wait_failover(&self, old: u16, timeout: Duration) -> u16 {

@@ -188,6 +188,40 @@ fn demoted_primary_is_left<F: SentinelFront>() {
     assert!(lease_keys(&set, new, &ns).is_empty(), "no lease left");
 }
 
+/// The locker's open connection goes to a server that turned replica
+/// (roles swapped by hand; the sentinels told to monitor the new primary):
+/// its `READONLY` reply makes the locker drop the connection (not reuse
+/// it), ask Sentinel again and acquire on the new primary.
+fn readonly_connection_is_dropped<F: SentinelFront>() {
+    let set = SentinelSet::start();
+    let ns = namespace("sentinel-readonly");
+    let locker = connect::<F>(&set, config(&ns));
+    let lease = granted(locker.acquire("job"), "acquire before the swap");
+    let before = F::fence(&lease);
+    F::release(lease).expect("release");
+    let (old, new) = set.swap_roles_by_hand();
+    assert!(
+        set.normal_clients(old) >= 1,
+        "the locker's connection to the old primary is still open"
+    );
+    let lease = granted(
+        locker.acquire_with("job", waiting(Duration::from_secs(20))),
+        "acquire after the swap",
+    );
+    assert!(F::fence(&lease) > before, "fences increase");
+    assert_eq!(
+        set.server(new).keys(&lock_name(&ns, "job")).len(),
+        1,
+        "the lease is on the new primary"
+    );
+    support::wait_until(BOUND, "no locker connection left on the replica", || {
+        set.normal_clients(old) == 0
+    });
+    F::release(lease).expect("release");
+    locker.shutdown().expect("shutdown");
+    assert!(lease_keys(&set, new, &ns).is_empty(), "no lease left");
+}
+
 mod blocking {
     use super::*;
     type F = redlease::blocking::Locker;
@@ -205,6 +239,11 @@ mod blocking {
     #[test]
     fn demoted_primary_is_left() {
         super::demoted_primary_is_left::<F>();
+    }
+
+    #[test]
+    fn readonly_connection_is_dropped() {
+        super::readonly_connection_is_dropped::<F>();
     }
 }
 
@@ -225,5 +264,10 @@ mod aio {
     #[test]
     fn demoted_primary_is_left() {
         super::demoted_primary_is_left::<F>();
+    }
+
+    #[test]
+    fn readonly_connection_is_dropped() {
+        super::readonly_connection_is_dropped::<F>();
     }
 }

@@ -217,6 +217,61 @@ impl SentinelSet {
         port
     }
 
+    /// Swaps the roles by hand, behind the sentinels' back: the replica
+    /// becomes primary, the primary its replica (still running, its client
+    /// connections kept: they now get `READONLY` for writes), and every
+    /// sentinel is told to monitor the new primary (`SENTINEL REMOVE` +
+    /// `MONITOR`). Returns `(old, new)` once every sentinel names the new
+    /// one.
+    pub fn swap_roles_by_hand(&self) -> (u16, u16) {
+        let old = self.primary_port();
+        let new = self
+            .servers
+            .iter()
+            .map(RedisServer::port)
+            .find(|p| *p != old)
+            .expect("a replica");
+        self.server(new)
+            .query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
+        self.server(old)
+            .query(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(new));
+        for sentinel in &self.sentinels {
+            let mut conn = sentinel.conn().expect("connect to a sentinel");
+            let mut pipe = redis::pipe();
+            pipe.cmd("SENTINEL").arg("REMOVE").arg(MASTER_NAME).ignore();
+            pipe.cmd("SENTINEL")
+                .arg("MONITOR")
+                .arg(MASTER_NAME)
+                .arg("127.0.0.1")
+                .arg(new)
+                .arg(2)
+                .ignore();
+            pipe.cmd("SENTINEL")
+                .arg("SET")
+                .arg(MASTER_NAME)
+                .arg("down-after-milliseconds")
+                .arg(1000)
+                .arg("failover-timeout")
+                .arg(3000)
+                .ignore();
+            let () = pipe.query(&mut conn).expect("re-monitor on a sentinel");
+        }
+        wait_until(STARTUP, "every sentinel names the new primary", || {
+            self.sentinels.iter().all(|s| s.master_port() == Some(new))
+        });
+        (old, new)
+    }
+
+    /// Normal client connections on the server at `port`, other than the
+    /// one asking.
+    pub fn normal_clients(&self, port: u16) -> usize {
+        self.server(port)
+            .client_list()
+            .iter()
+            .filter(|c| c.contains("flags=N") && !c.contains("cmd=client|list"))
+            .count()
+    }
+
     /// Waits until every sentinel names a primary other than `old` and
     /// that server says it is a primary; returns its port.
     pub fn wait_failover(&self, old: u16, timeout: Duration) -> u16 {

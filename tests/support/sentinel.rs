@@ -262,6 +262,21 @@ impl SentinelSet {
         (old, new)
     }
 
+    /// The `role:` of `INFO replication` on the server at `port` (`master`,
+    /// `slave`), or `None` when it does not answer. Never panics: Sentinel
+    /// ends every normal connection (`CLIENT KILL TYPE normal`) of a server
+    /// it reconfigures, a poll's own included.
+    pub fn role(&self, port: u16) -> Option<String> {
+        let mut conn = self.server(port).try_conn(Duration::from_secs(2)).ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("role:"))
+            .map(str::to_owned)
+    }
+
     /// Normal client connections on the server at `port`, other than the
     /// one asking.
     pub fn normal_clients(&self, port: u16) -> usize {
@@ -285,9 +300,7 @@ impl SentinelSet {
                 return false;
             }
             new = first;
-            self.server(first)
-                .info("replication")
-                .contains("role:master")
+            self.role(first).as_deref() == Some("master")
         });
         new
     }

@@ -7,7 +7,7 @@ use redis::cluster::ClusterClient;
 use redis::Value;
 
 use crate::config::Config;
-use crate::error::{Error, Failure, Operation};
+use crate::error::{url_error, Error, Failure, Operation};
 
 /// The cluster client a locker builds for `nodes` (the command timeout on
 /// connects and replies, `retries` when given), and the first node's info
@@ -22,7 +22,7 @@ pub(crate) fn cluster_client<T: redis::IntoConnectionInfo>(
         .into_iter()
         .map(|n| n.into_connection_info())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| bad())?;
+        .map_err(|e| url_error("nodes", "not valid Redis Cluster node URLs", &e))?;
     let template = infos.first().cloned();
     let mut builder = ClusterClient::builder(infos)
         .connection_timeout(config.command_timeout)
@@ -31,6 +31,29 @@ pub(crate) fn cluster_client<T: redis::IntoConnectionInfo>(
         builder = builder.retries(retries);
     }
     Ok((builder.build().map_err(|_| bad())?, template))
+}
+
+/// The address of the node at `host:port` (from `CLUSTER SLOTS` or a
+/// redirect), over TLS with the template's TLS parameters (custom roots,
+/// client certificate, `#insecure`) when the template connects with TLS.
+pub(crate) fn node_addr(
+    template: Option<&redis::ConnectionInfo>,
+    host: String,
+    port: u16,
+) -> redis::ConnectionAddr {
+    match template.map(redis::ConnectionInfo::addr) {
+        Some(redis::ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        }) => redis::ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => redis::ConnectionAddr::Tcp(host, port),
+    }
 }
 
 /// `COMMAND INFO SPUBLISH`: whether the cluster has sharded pub/sub.

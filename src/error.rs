@@ -201,7 +201,10 @@ impl LostCause {
 
 fn provider_failed_message(op: Operation, source: &redis::RedisError) -> String {
     match op {
-        Operation::Connect => format!("could not connect to redis: {}", connect_cause(source)),
+        Operation::Connect => match tls_reason(source) {
+            Some(reason) => format!("could not connect to redis: TLS handshake failed: {reason}"),
+            None => format!("could not connect to redis: {}", connect_cause(source)),
+        },
         op => format!("redis did not apply the {op} command"),
     }
 }
@@ -230,6 +233,53 @@ pub(crate) fn connect_cause(e: &redis::RedisError) -> &'static str {
         "the server closed the connection"
     } else {
         "the connection failed"
+    }
+}
+
+/// The reason of a failed TLS handshake, when the cause is one
+/// ([`connect_cause`] says "TLS handshake failed") and the redis error's
+/// detail names no address: a rustls error such as "invalid peer
+/// certificate: UnknownIssuer". A detail with a digit-dot-digit, a colon
+/// followed by digits, `@`, `//` or a quote may carry a host, port or URL and is
+/// left out.
+fn tls_reason(e: &redis::RedisError) -> Option<String> {
+    if connect_cause(e) != "TLS handshake failed" {
+        return None;
+    }
+    let detail = e
+        .detail()
+        .map(str::to_owned)
+        .unwrap_or_else(|| e.to_string());
+    let detail = detail.trim();
+    let bytes = detail.as_bytes();
+    let dotted = bytes
+        .windows(3)
+        .any(|w| w[0].is_ascii_digit() && w[1] == b'.' && w[2].is_ascii_digit());
+    let port = bytes
+        .windows(2)
+        .any(|w| w[0] == b':' && w[1].is_ascii_digit());
+    let names_address = dotted
+        || port
+        || detail.contains('@')
+        || detail.contains('"')
+        || detail.contains("//")
+        || detail.to_ascii_lowercase().contains("localhost");
+    (!detail.is_empty() && !names_address && detail.len() <= 200).then(|| detail.to_owned())
+}
+
+/// The `InvalidConfig` for a URL `redis::Client::open` (or
+/// `IntoConnectionInfo`) refused. The redis error is not kept: it would
+/// echo the URL, which may carry a password. A `rediss://` URL without TLS
+/// support compiled in names the feature to enable.
+pub(crate) fn url_error(option: &'static str, what: &'static str, e: &redis::RedisError) -> Error {
+    let text = e.to_string().to_ascii_lowercase();
+    if text.contains("can't connect with tls") || text.contains("tls") && text.contains("feature") {
+        Error::invalid_config(
+            option,
+            "rediss:// (TLS) needs the redlease feature `tls-rustls`, which is not enabled",
+        )
+    } else {
+        Error::invalid_config(option, what)
     }
 }
 
@@ -556,5 +606,48 @@ mod tests {
         ];
         let codes: std::collections::HashSet<_> = all.iter().map(Error::code).collect();
         assert_eq!(codes.len(), all.len());
+    }
+
+    fn tls_failure(detail: &str) -> Error {
+        Error::from_connect(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "TLS handshake failed",
+            detail.to_owned(),
+        )))
+    }
+
+    #[test]
+    fn a_tls_failure_keeps_its_reason_only_when_it_names_no_address() {
+        assert_eq!(
+            tls_failure("invalid peer certificate: UnknownIssuer").to_string(),
+            "could not connect to redis: TLS handshake failed: invalid peer certificate: UnknownIssuer"
+        );
+        for detail in [
+            "certificate not valid for name \"redis.internal\"",
+            "could not connect to 10.0.0.7",
+            "handshake with redis.internal:6380 failed",
+            "rediss://user:pw@host/0",
+            "certificate for localhost expired",
+        ] {
+            assert_eq!(
+                tls_failure(detail).to_string(),
+                "could not connect to redis: TLS handshake failed",
+                "{detail}"
+            );
+        }
+    }
+
+    #[test]
+    fn rediss_without_tls_support_names_the_feature() {
+        let e = url_error(
+            "url",
+            "not a valid Redis connection URL",
+            &redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "can't connect with TLS, the feature is not enabled",
+            )),
+        );
+        assert_eq!(e.code(), "INVALID_CONFIG");
+        assert!(e.to_string().contains("`tls-rustls`"), "{e}");
     }
 }

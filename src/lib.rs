@@ -50,6 +50,7 @@
 //! |---|---|---|
 //! | `aio` | yes | the async front end `redlease::aio` (redis `smol-comp`, `futures`, `async-io`) |
 //! | `cli` | yes | the `redlease` command-line tool (a binary; the library does not use it) |
+//! | `tls-rustls` | no | `rediss://` URLs on both front ends (redis `tls-rustls` and `smol-rustls-comp`, rustls with `ring`); custom roots through `redis::Client::build_with_tls` and `Locker::new` |
 //!
 //! # Guarantees and their limits
 //!

@@ -8,7 +8,7 @@
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::IntoConnectionInfo;
 
-use crate::error::Error;
+use crate::error::{url_error, Error};
 
 /// How to find the primary: the sentinels, the master name, and how to
 /// connect to the primary (credentials, db, TLS). Cheap to clone; each
@@ -41,9 +41,7 @@ impl Resolver {
             .into_iter()
             .map(|s| s.into_connection_info())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| {
-                Error::invalid_config("sentinel_urls", "not a valid Redis connection URL")
-            })?;
+            .map_err(|e| url_error("sentinel_urls", "not a valid Redis connection URL", &e))?;
         if sentinels.is_empty() {
             return Err(Error::invalid_config(
                 "sentinel_urls",

@@ -755,3 +755,31 @@ fn waiting_is_silent_on_a_pipe_unless_verbose() {
         }
     }
 }
+
+/// A connect failure names the target the user gave (`host:port`) and says
+/// why in words, but never the credentials in the URL (SPEC §14).
+#[test]
+fn a_connect_failure_names_the_target_and_never_its_credentials() {
+    let url = closed_port_url();
+    let target = url
+        .trim_start_matches("redis://")
+        .trim_end_matches("/0")
+        .to_owned();
+    let with_secret = url.replace("redis://", "redis://locker-user:pa55-s3cret@");
+    for args in [
+        vec!["--url", &with_secret, "-n", NS, "run", "k", "--", "true"],
+        vec!["--url", &with_secret, "-n", NS, "status", "k"],
+    ] {
+        let out = run(bare().args(&args));
+        let err = stderr(&out);
+        assert_ne!(code(&out), 0, "{err}");
+        assert!(
+            err.contains(&format!("at {target}: connection refused")),
+            "{err}"
+        );
+        assert!(
+            !err.contains("pa55-s3cret") && !err.contains("locker-user"),
+            "{err}"
+        );
+    }
+}

@@ -10,7 +10,7 @@ use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
 use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
-use crate::error::{is_auth_failure, Error, Failure};
+use crate::error::{is_auth_failure, url_error, Error, Failure};
 use crate::eviction;
 use crate::sentinel::Resolver;
 use crate::stats::Stats;
@@ -73,7 +73,7 @@ impl Locker {
     ) -> Result<Self, Error> {
         config.validate()?;
         let client = redis::Client::open(url)
-            .map_err(|_| Error::invalid_config("url", "not a valid Redis connection URL"))?;
+            .map_err(|e| url_error("url", "not a valid Redis connection URL", &e))?;
         Self::new(client, config).await
     }
 
@@ -94,7 +94,7 @@ impl Locker {
             .clone()
             .set_protocol(redis::ProtocolVersion::RESP3);
         let commands_client = redis::Client::open(info.set_redis_settings(resp3))
-            .map_err(|_| Error::invalid_config("url", "not a valid Redis connection URL"))?;
+            .map_err(|e| url_error("url", "not a valid Redis connection URL", &e))?;
         let commands = Commands::new(Source::Standalone(commands_client), config.command_timeout);
         let shared = Shared::new(commands, subscriber::Source::Standalone(client), config);
         check_eviction(&shared.commands).await?;

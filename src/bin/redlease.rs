@@ -98,6 +98,16 @@ pub(crate) struct Names {
 }
 
 impl Target {
+    /// Where the user pointed the tool, as `host:port` (or the socket
+    /// path): what error messages may show. Never the user or password.
+    pub(crate) fn address(&self) -> String {
+        match &self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+            redis::ConnectionAddr::Unix(path) => path.display().to_string(),
+            other => format!("{other}"),
+        }
+    }
+
     /// Checks the URL, namespace and key without any network traffic; a
     /// problem is a usage error (exit 2).
     fn resolve(global: &Global, sub: &str, key: &str) -> Result<Self, u8> {
@@ -186,6 +196,10 @@ pub(crate) fn describe_error(e: &redlease::Error) -> String {
 pub(crate) fn describe_redis(e: &redis::RedisError) -> String {
     if e.is_connection_refusal() {
         "connection refused".to_owned()
+    } else if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+    {
+        "authentication failed".to_owned()
     } else if e.is_timeout() {
         "timed out".to_owned()
     } else if e.is_connection_dropped() {

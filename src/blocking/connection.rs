@@ -263,10 +263,12 @@ impl Commands {
         else {
             return Err(ask.clone());
         };
-        let addr = redis::ConnectionAddr::Tcp(host, port);
         let info = match &self.inner.source {
-            Source::Cluster(_, Some(template)) => template.clone().set_addr(addr),
-            _ => redis::IntoConnectionInfo::into_connection_info(addr)?,
+            Source::Cluster(_, Some(template)) => {
+                let addr = crate::cluster::node_addr(Some(template), host, port);
+                template.clone().set_addr(addr)
+            }
+            _ => redis::IntoConnectionInfo::into_connection_info((host, port))?,
         };
         let mut conn = open(&redis::Client::open(info)?, self.inner.timeout)?;
         let asking = |conn: &mut redis::Connection, cmd: &redis::Cmd| {

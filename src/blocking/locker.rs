@@ -10,7 +10,7 @@ use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
 use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
-use crate::error::{is_auth_failure, Error, Failure};
+use crate::error::{is_auth_failure, url_error, Error, Failure};
 use crate::eviction;
 use crate::sentinel::Resolver;
 use crate::stats::Stats;
@@ -63,7 +63,7 @@ impl Locker {
         config.validate()?;
         // The redis error would echo the URL, which may carry a password.
         let client = redis::Client::open(url)
-            .map_err(|_| Error::invalid_config("url", "not a valid Redis connection URL"))?;
+            .map_err(|e| url_error("url", "not a valid Redis connection URL", &e))?;
         Self::new(client, config)
     }
 

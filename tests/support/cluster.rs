@@ -273,6 +273,27 @@ impl RedisCluster {
     /// Starts a new cluster (3 primaries + 3 replicas) and waits until it is
     /// healthy. Panics (with logs) on failure. Dropping it kills the nodes.
     pub fn start() -> RedisCluster {
+        Self::start_with(None)
+    }
+
+    /// As [`start`](Self::start), with every node also listening with TLS
+    /// (one CA for all, `--tls-cluster yes`, `--tls-replication yes`):
+    /// clients on the plain ports (the helpers here) are told the plain
+    /// ports, TLS clients the TLS ports. See [`tls_nodes`](Self::tls_nodes).
+    pub fn start_tls() -> RedisCluster {
+        Self::start_with(Some(super::TlsMaterial::generate()))
+    }
+
+    /// The six nodes' `rediss://127.0.0.1:<tls port>/` URLs; panics unless
+    /// started with [`start_tls`](Self::start_tls).
+    pub fn tls_nodes(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("rediss://127.0.0.1:{}/", n.server.tls_port()))
+            .collect()
+    }
+
+    fn start_with(tls: Option<std::sync::Arc<super::TlsMaterial>>) -> RedisCluster {
         let started = Instant::now();
         let n = CLUSTER_COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("redlease-cluster-{}-{n}", std::process::id()));
@@ -282,7 +303,7 @@ impl RedisCluster {
         // Until `cluster` exists, an unwind drops these and kills them.
         let mut servers = Vec::with_capacity(NODES);
         for _ in 0..NODES {
-            servers.push(start_node());
+            servers.push(start_node(tls.as_ref()));
         }
         let watchdog = spawn_watchdog(&servers, &dir);
         let nodes = servers
@@ -697,8 +718,13 @@ impl RedisCluster {
                 }
                 None => {}
                 Some(master) => {
+                    // Over TLS replication a replica names its primary's TLS port.
+                    let tls_port = self.node(master).server.tls_port_if_any();
+                    let linked_port = info_field(&info, "master_port")
+                        .and_then(|p| p.parse::<u16>().ok())
+                        .is_some_and(|p| p == master || Some(p) == tls_port);
                     let linked = role == Some("slave")
-                        && info_field(&info, "master_port") == Some(master.to_string().as_str())
+                        && linked_port
                         && info_field(&info, "master_link_status") == Some("up");
                     if !linked {
                         return Err(format!(
@@ -807,11 +833,20 @@ impl RedisCluster {
 }
 
 /// Starts one cluster-enabled node with a kernel-picked bus port.
-fn start_node() -> RedisServer {
+fn start_node(tls: Option<&std::sync::Arc<super::TlsMaterial>>) -> RedisServer {
     let mut last = None;
     for _ in 0..NODE_ATTEMPTS {
         let bus_port = free_port();
-        let builder = RedisServer::builder().args([
+        let mut builder = RedisServer::builder();
+        if let Some(material) = tls {
+            builder = builder.tls_with(material).args([
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+            ]);
+        }
+        let builder = builder.args([
             "--cluster-enabled".to_owned(),
             "yes".to_owned(),
             // Relative to the node's own temp dir (its --dir and cwd).

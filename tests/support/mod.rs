@@ -23,7 +23,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,7 @@ static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct RedisServerBuilder {
     args: Vec<String>,
     replica_of: Option<u16>,
+    tls: Option<Arc<TlsMaterial>>,
 }
 
 impl RedisServerBuilder {
@@ -75,6 +76,22 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Also listens with TLS on a second free port (`--tls-port`), with a
+    /// CA and a server certificate for `127.0.0.1`/`localhost` made at
+    /// start (rcgen) and kept in their own temp dir; clients are not asked
+    /// for certificates. The plain port stays, for the inspection helpers.
+    /// See [`RedisServer::tls_url`] and [`RedisServer::ca_pem`].
+    pub fn tls(self) -> Self {
+        self.tls_with(&TlsMaterial::generate())
+    }
+
+    /// As [`tls`](Self::tls), with certificates shared with other servers
+    /// (the nodes of a TLS cluster must trust each other).
+    pub fn tls_with(mut self, material: &Arc<TlsMaterial>) -> Self {
+        self.tls = Some(material.clone());
+        self
+    }
+
     /// Starts the server and waits until it answers PING (and, for a replica,
     /// until its link to the primary is up). Panics on failure.
     pub fn start(self) -> RedisServer {
@@ -85,6 +102,9 @@ impl RedisServerBuilder {
     /// error (the reasons, with log tails) instead of a panic. A replica
     /// whose link does not come up still panics.
     pub fn try_start(self) -> Result<RedisServer, String> {
+        if let Some(material) = self.tls {
+            return RedisServer::launch_tls(self.args, self.replica_of, material);
+        }
         RedisServer::launch(self.args, self.replica_of)
     }
 }
@@ -104,6 +124,69 @@ pub struct RedisServer {
     replica_of: Option<u16>,
     running: Mutex<Running>,
     paused: AtomicBool,
+    tls: Option<TlsFiles>,
+}
+
+/// The TLS side of a server started with [`RedisServerBuilder::tls`].
+#[derive(Debug)]
+struct TlsFiles {
+    port: u16,
+    material: Arc<TlsMaterial>,
+}
+
+/// A CA and a server certificate it signed for `127.0.0.1` and
+/// `localhost` (rcgen), as `ca.crt`, `server.crt` and `server.key` in a
+/// temp dir removed when the last holder drops it.
+#[derive(Debug)]
+pub struct TlsMaterial {
+    dir: PathBuf,
+    ca_pem: String,
+}
+
+impl TlsMaterial {
+    /// Makes fresh certificates; panics on failure.
+    pub fn generate() -> Arc<TlsMaterial> {
+        let dir = fresh_dir(0);
+        match write_tls_files(&dir) {
+            Ok(ca_pem) => Arc::new(TlsMaterial { dir, ca_pem }),
+            Err(msg) => {
+                let _ = fs::remove_dir_all(&dir);
+                panic!("TLS test certificates: {msg}")
+            }
+        }
+    }
+
+    /// The CA's PEM.
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+
+    /// The CA's PEM file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    fn args(&self, tls_port: u16) -> Vec<String> {
+        let file = |name: &str| self.dir.join(name).display().to_string();
+        vec![
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            file("server.crt"),
+            "--tls-key-file".to_owned(),
+            file("server.key"),
+            "--tls-ca-cert-file".to_owned(),
+            file("ca.crt"),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ]
+    }
+}
+
+impl Drop for TlsMaterial {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -136,6 +219,38 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>/0`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/0`; panics unless started with
+    /// [`RedisServerBuilder::tls`].
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/0", self.tls_files().port)
+    }
+
+    /// The TLS port, if started with [`RedisServerBuilder::tls`].
+    pub fn tls_port_if_any(&self) -> Option<u16> {
+        self.tls.as_ref().map(|t| t.port)
+    }
+
+    /// The TLS port; panics unless started with [`RedisServerBuilder::tls`].
+    pub fn tls_port(&self) -> u16 {
+        self.tls_files().port
+    }
+
+    /// The PEM of the CA that signed the server's certificate; panics
+    /// unless started with [`RedisServerBuilder::tls`].
+    pub fn ca_pem(&self) -> String {
+        self.tls_files().material.ca_pem()
+    }
+
+    /// The certificates this server uses; panics unless started with
+    /// [`RedisServerBuilder::tls`].
+    pub fn tls_material(&self) -> Arc<TlsMaterial> {
+        self.tls_files().material.clone()
+    }
+
+    fn tls_files(&self) -> &TlsFiles {
+        self.tls.as_ref().expect("server started without .tls()")
     }
 
     /// The pid of the current server process (changes on restart).
@@ -381,6 +496,7 @@ impl RedisServer {
                         replica_of,
                         running: Mutex::new(running),
                         paused: AtomicBool::new(false),
+                        tls: None,
                     };
                     if replica_of.is_some() {
                         server.wait_replica_link_up();
@@ -392,6 +508,40 @@ impl RedisServer {
         }
         Err(format!(
             "could not start redis-server after {START_ATTEMPTS} attempts:\n{}",
+            failures.join("\n")
+        ))
+    }
+
+    fn launch_tls(
+        extra_args: Vec<String>,
+        replica_of: Option<u16>,
+        material: Arc<TlsMaterial>,
+    ) -> Result<RedisServer, String> {
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let tls_port = free_port();
+            let mut args = extra_args.clone();
+            args.extend(material.args(tls_port));
+            let mut server = match RedisServer::launch(args, replica_of) {
+                Ok(server) => server,
+                Err(msg) => {
+                    failures.push(msg);
+                    continue;
+                }
+            };
+            match tls_ping(&material.ca_file(), tls_port) {
+                Ok(()) => {
+                    server.tls = Some(TlsFiles {
+                        port: tls_port,
+                        material,
+                    });
+                    return Ok(server);
+                }
+                Err(msg) => failures.push(format!("tls port {tls_port}: {msg}")),
+            }
+        }
+        Err(format!(
+            "could not start a TLS redis-server after {START_ATTEMPTS} attempts:\n{}",
             failures.join("\n")
         ))
     }
@@ -408,6 +558,72 @@ impl Drop for RedisServer {
         // SIGKILL works on a SIGSTOPped process too; `wait` reaps it.
         kill_and_reap(&mut running.child);
         let _ = fs::remove_dir_all(&running.dir);
+    }
+}
+
+/// Writes `ca.crt`, `server.crt` and `server.key` (a CA, and a server
+/// certificate it signed for `127.0.0.1` and `localhost`) into `dir`;
+/// returns the CA's PEM.
+fn write_tls_files(dir: &Path) -> Result<String, String> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    };
+    let err = |e: rcgen::Error| format!("rcgen: {e}");
+    let ca_key = KeyPair::generate().map_err(err)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "redlease test CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().map_err(err)?;
+    let mut server_params =
+        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .map_err(err)?;
+    server_params
+        .distinguished_name
+        .push(DnType::CommonName, "redlease test server");
+    let server_cert = server_params.signed_by(&server_key, &issuer).map_err(err)?;
+    let write = |name: &str, text: &str| {
+        fs::write(dir.join(name), text).map_err(|e| format!("write {name}: {e}"))
+    };
+    let ca_pem = ca_cert.pem();
+    write("ca.crt", &ca_pem)?;
+    write("server.crt", &server_cert.pem())?;
+    write("server.key", &server_key.serialize_pem())?;
+    Ok(ca_pem)
+}
+
+/// PING over TLS with `redis-cli --tls --cacert`, polled until PONG or
+/// [`STARTUP_TIMEOUT`] (the server already answered on its plain port).
+fn tls_ping(ca: &Path, port: u16) -> Result<(), String> {
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        let out = Command::new("redis-cli")
+            .args(["--tls", "--cacert"])
+            .arg(ca)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "PING"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run redis-cli: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && stdout.trim() == "PONG" {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no PONG over TLS within {STARTUP_TIMEOUT:?}: {} {}",
+                stdout.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        thread::sleep(STARTUP_POLL);
     }
 }
 

@@ -53,9 +53,18 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
     let locker = match Locker::new(target.client.clone(), config) {
         Ok(l) => l,
         Err(e) => {
+            // The library's words for a failed connect, after the address
+            // the user gave (which the library never names).
+            let shown = e.to_string();
+            let cause = shown
+                .strip_prefix("could not connect to redis: ")
+                .map_or_else(
+                    || describe_error(&e),
+                    |cause| format!("{cause} ({})", e.code()),
+                );
             out.fatal(format_args!(
-                "cannot connect to Redis: {}; the command did not run",
-                describe_error(&e)
+                "cannot connect to Redis at {}: {cause}; the command did not run",
+                target.address(),
             ));
             return exit_code_of(&e);
         }

@@ -40,7 +40,8 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         Ok(reply) => reply,
         Err(e) => {
             out.fatal(format_args!(
-                "cannot read the lock's status from Redis: {}",
+                "cannot read the lock's status from Redis at {}: {}",
+                target.address(),
                 crate::describe_redis(&e)
             ));
             return exit::UNAVAILABLE;

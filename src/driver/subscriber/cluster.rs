@@ -326,7 +326,7 @@ impl Subscriber<'_> {
     /// How to reach `node`: the template's credentials and settings, when
     /// known, at that address.
     fn node_info(&self, node: &NodeAddr) -> redis::RedisResult<redis::ConnectionInfo> {
-        let addr = redis::ConnectionAddr::Tcp(node.host.clone(), node.port);
+        let addr = crate::cluster::node_addr(self.template, node.host.clone(), node.port);
         match self.template {
             Some(base) => Ok(base.clone().set_addr(addr)),
             None => redis::IntoConnectionInfo::into_connection_info(addr),

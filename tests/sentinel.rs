@@ -222,6 +222,25 @@ fn readonly_connection_is_dropped<F: SentinelFront>() {
     assert!(lease_keys(&set, new, &ns).is_empty(), "no lease left");
 }
 
+/// A master name no sentinel monitors fails at connect, naming no
+/// address; no sentinel at all is a config error.
+fn unknown_master_fails_at_connect<F: SentinelFront>() {
+    let set = SentinelSet::start();
+    let ns = namespace("sentinel-unknown");
+    let e = match F::connect_sentinel(&set.sentinel_urls(), "no-such-master", config(&ns)) {
+        Ok(_) => panic!("connected to a master no sentinel monitors"),
+        Err(e) => e,
+    };
+    assert_eq!(e.code(), "PROVIDER_FAILED", "{e}");
+    let shown = format!("{e} {e:?}");
+    assert!(!shown.contains("127.0.0.1"), "no address: {shown}");
+    let e = match F::connect_sentinel(&[], set.master_name(), config(&ns)) {
+        Ok(_) => panic!("connected through no sentinel"),
+        Err(e) => e,
+    };
+    assert_eq!(e.code(), "INVALID_CONFIG", "{e}");
+}
+
 mod blocking {
     use super::*;
     type F = redlease::blocking::Locker;
@@ -244,6 +263,11 @@ mod blocking {
     #[test]
     fn readonly_connection_is_dropped() {
         super::readonly_connection_is_dropped::<F>();
+    }
+
+    #[test]
+    fn unknown_master_fails_at_connect() {
+        super::unknown_master_fails_at_connect::<F>();
     }
 }
 
@@ -269,5 +293,10 @@ mod aio {
     #[test]
     fn readonly_connection_is_dropped() {
         super::readonly_connection_is_dropped::<F>();
+    }
+
+    #[test]
+    fn unknown_master_fails_at_connect() {
+        super::unknown_master_fails_at_connect::<F>();
     }
 }

@@ -5,6 +5,8 @@
 //! `SentinelClient` (which also checks with `ROLE` that the address it
 //! got answers as a primary).
 
+use std::time::Duration;
+
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::IntoConnectionInfo;
 
@@ -67,9 +69,24 @@ impl Resolver {
         )
     }
 
-    /// A client for the current primary (asks the sentinels in turn).
-    pub(crate) fn primary(&self) -> redis::RedisResult<redis::Client> {
-        self.client()?.get_client()
+    /// A client for the current primary (asks the sentinels in turn),
+    /// bounded by `timeout`. The redis crate's sync Sentinel connections
+    /// take no timeout, so the lookup runs on a helper thread that is left
+    /// to finish on its own when it takes longer.
+    pub(crate) fn primary(&self, timeout: Duration) -> redis::RedisResult<redis::Client> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let resolver = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("redlease-sentinel".into())
+            .spawn(move || {
+                let _ = tx.send(resolver.client().and_then(|mut c| c.get_client()));
+            });
+        if spawned.is_err() {
+            // No thread to be had: look up from here, unbounded.
+            return self.client()?.get_client();
+        }
+        rx.recv_timeout(timeout)
+            .unwrap_or_else(|_| Err(timed_out()))
     }
 
     /// As [`primary`](Self::primary), without blocking the executor, and
@@ -77,18 +94,20 @@ impl Resolver {
     #[cfg(feature = "aio")]
     pub(crate) async fn primary_async(
         &self,
-        timeout: std::time::Duration,
+        timeout: Duration,
     ) -> redis::RedisResult<redis::Client> {
         use futures::future::{select, Either};
         let mut client = self.client()?;
         let resolve = Box::pin(async move { client.async_get_client().await });
         match select(resolve, async_io::Timer::after(timeout)).await {
             Either::Left((result, _)) => result,
-            Either::Right(_) => Err(redis::RedisError::from(std::io::Error::from(
-                std::io::ErrorKind::TimedOut,
-            ))),
+            Either::Right(_) => Err(timed_out()),
         }
     }
+}
+
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
 }
 
 /// Whether a reply says this server is no longer (or not yet) a writable

@@ -153,7 +153,7 @@ impl Commands {
         match &self.inner.source {
             Source::Standalone(client) => open(client, self.inner.timeout).map(Conn::Single),
             Source::Sentinel(resolver) => {
-                open(&resolver.primary()?, self.inner.timeout).map(Conn::Single)
+                open(&resolver.primary(self.inner.timeout)?, self.inner.timeout).map(Conn::Single)
             }
             Source::Cluster(client, _) => {
                 client.get_connection().map(|c| Conn::Cluster(Box::new(c)))

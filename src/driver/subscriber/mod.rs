@@ -59,7 +59,9 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
                     standalone::run(&for_thread, || Ok(client.get_connection_info().clone()))
                 }
                 Source::Sentinel(resolver) => standalone::run(&for_thread, || {
-                    resolver.primary().map(|c| c.get_connection_info().clone())
+                    resolver
+                        .primary(for_thread.config.command_timeout)
+                        .map(|c| c.get_connection_info().clone())
                 }),
                 Source::Cluster { slots, template } => {
                     cluster::run(&for_thread, slots, template.as_ref())

@@ -38,6 +38,12 @@
 //! a tokio program, without a tokio runtime). A waiter whose attempt fails
 //! while its wait lasts keeps its place and tries again.
 //!
+//! A locker talks to one server (`Locker::connect`), a Redis Cluster
+//! (`connect_cluster`) or the primary that Redis Sentinel names
+//! ([`blocking::Locker::connect_sentinel`]: the primary is asked for again
+//! after a connection error, `READONLY` or `MASTERDOWN`, and the
+//! notification subscriber follows it).
+//!
 //! # Features
 //!
 //! | feature | default | what it adds |
@@ -97,6 +103,7 @@ mod lost;
 #[doc(hidden)]
 pub mod micro;
 mod replication;
+mod sentinel;
 mod stats;
 
 pub use crate::cancel::CancelHandle;

@@ -16,6 +16,7 @@ use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{is_noscript, is_server_reply, Failure};
+use crate::sentinel::{is_failover_reply, Resolver};
 use crate::stats::Counters;
 
 /// One reply per release, `None` where none came in time.
@@ -47,6 +48,9 @@ pub(crate) enum Source {
     /// A Redis Cluster (the redis crate's async cluster connection routes
     /// every command, follows redirects and reconnects its nodes).
     Cluster(ClusterClient),
+    /// The primary Sentinel names, asked for at every new connection
+    /// (over RESP3, as `Standalone`).
+    Sentinel(Resolver),
 }
 
 /// A command connection of either kind; clones share one connection.
@@ -134,15 +138,28 @@ impl Commands {
             }
             Ok(())
         };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
         let conn = match &self.source {
-            Source::Standalone(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout))
-                    .set_push_sender(on_push);
+            Source::Standalone(client) => AnyConnection::Standalone(
+                client
+                    .get_multiplexed_async_connection_with_config(&config.set_push_sender(on_push))
+                    .await?,
+            ),
+            Source::Sentinel(resolver) => {
+                let primary = resolver.primary_async(self.timeout).await?;
+                let info = primary.get_connection_info().clone();
+                let resp3 = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP3);
+                let client = redis::Client::open(info.set_redis_settings(resp3))?;
                 AnyConnection::Standalone(
                     client
-                        .get_multiplexed_async_connection_with_config(&config)
+                        .get_multiplexed_async_connection_with_config(
+                            &config.set_push_sender(on_push),
+                        )
                         .await?,
                 )
             }
@@ -156,10 +173,12 @@ impl Commands {
         Ok(conn)
     }
 
-    /// Forgets a connection that failed, so the next operation opens anew.
+    /// Forgets a connection that failed, or whose server says it is no
+    /// longer a writable primary (`READONLY`, `MASTERDOWN`), so the next
+    /// operation opens anew (through Sentinel: to the primary it names now).
     fn discard_if_broken(&self, result: &redis::RedisResult<Value>) {
         if let Err(e) = result {
-            if !is_server_reply(e) && !e.is_timeout() {
+            if is_failover_reply(e) || (!is_server_reply(e) && !e.is_timeout()) {
                 self.close();
             }
         }

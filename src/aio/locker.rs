@@ -12,6 +12,7 @@ use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
 use crate::error::{is_auth_failure, url_error, Error, Failure};
 use crate::eviction;
+use crate::sentinel::Resolver;
 use crate::stats::Stats;
 
 /// A lease client for one Redis server, for async code on any executor.
@@ -96,6 +97,42 @@ impl Locker {
             .map_err(|e| url_error("url", "not a valid Redis connection URL", &e))?;
         let commands = Commands::new(Source::Standalone(commands_client), config.command_timeout);
         let shared = Shared::new(commands, subscriber::Source::Standalone(client), config);
+        check_eviction(&shared.commands).await?;
+        Ok(Locker { shared })
+    }
+
+    /// Connects to the primary that Redis Sentinel names `master_name`,
+    /// asking the sentinels at `sentinel_urls`, as
+    /// [`blocking::Locker::connect_sentinel`](crate::blocking::Locker::connect_sentinel).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking::Locker::connect_sentinel`](crate::blocking::Locker::connect_sentinel).
+    pub async fn connect_sentinel<T: redis::IntoConnectionInfo>(
+        sentinel_urls: impl IntoIterator<Item = T>,
+        master_name: &str,
+        config: Config,
+    ) -> Result<Self, Error> {
+        Self::connect_sentinel_with(sentinel_urls, master_name, None, config).await
+    }
+
+    /// As [`connect_sentinel`](Self::connect_sentinel), with how to
+    /// connect to the primary (the redis crate's
+    /// `SentinelNodeConnectionInfo`: credentials, db, TLS).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking::Locker::connect_sentinel`](crate::blocking::Locker::connect_sentinel).
+    pub async fn connect_sentinel_with<T: redis::IntoConnectionInfo>(
+        sentinel_urls: impl IntoIterator<Item = T>,
+        master_name: &str,
+        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
+        config: Config,
+    ) -> Result<Self, Error> {
+        config.validate()?;
+        let resolver = Resolver::new(sentinel_urls, master_name, node)?;
+        let commands = Commands::new(Source::Sentinel(resolver.clone()), config.command_timeout);
+        let shared = Shared::new(commands, subscriber::Source::Sentinel(resolver), config);
         check_eviction(&shared.commands).await?;
         Ok(Locker { shared })
     }

@@ -28,6 +28,7 @@ use crate::clock::now;
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{is_noscript, is_server_reply, Failure};
+use crate::sentinel::{is_failover_reply, Resolver};
 use crate::stats::Counters;
 
 /// Idle connections kept for reuse; more concurrent commands open more.
@@ -61,6 +62,8 @@ pub(crate) enum Source {
     /// is never re-sent behind the locker's back, and how to reach a node
     /// directly (credentials, protocol) when known.
     Cluster(ClusterClient, Option<redis::ConnectionInfo>),
+    /// The primary Sentinel names, asked for at every new connection.
+    Sentinel(Resolver),
 }
 
 /// A pooled connection of either kind.
@@ -149,6 +152,9 @@ impl Commands {
     fn connect(&self) -> Result<Conn, redis::RedisError> {
         match &self.inner.source {
             Source::Standalone(client) => open(client, self.inner.timeout).map(Conn::Single),
+            Source::Sentinel(resolver) => {
+                open(&resolver.primary(self.inner.timeout)?, self.inner.timeout).map(Conn::Single)
+            }
             Source::Cluster(client, _) => {
                 client.get_connection().map(|c| Conn::Cluster(Box::new(c)))
             }
@@ -443,9 +449,15 @@ impl Commands {
     /// out is dropped: the redis crate would skip its late reply, but the
     /// `PING` probe reads two replies per request and would fall out of
     /// step.
+    ///
+    /// After `READONLY` or `MASTERDOWN` the server is no longer a writable
+    /// primary: this connection and the idle ones (to the same server) are
+    /// dropped, so the next request connects anew (through Sentinel, to
+    /// the primary it names now).
     fn finish(&self, conn: Conn, result: &redis::RedisResult<Value>) {
         match result {
             Ok(_) => self.checkin(conn),
+            Err(e) if is_failover_reply(e) => self.inner.idle.lock().clear(),
             Err(e) if is_server_reply(e) => self.checkin(conn),
             Err(_) => {}
         }

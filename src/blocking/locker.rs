@@ -12,6 +12,7 @@ use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
 use crate::error::{is_auth_failure, url_error, Error, Failure};
 use crate::eviction;
+use crate::sentinel::Resolver;
 use crate::stats::Stats;
 
 /// A lease client for one Redis server, for std threads.
@@ -80,6 +81,54 @@ impl Locker {
         config.validate()?;
         let commands = Commands::new(Source::Standalone(client.clone()), config.command_timeout);
         let shared = Shared::new(commands, subscriber::Source::Standalone(client), config);
+        check_eviction(&shared.commands)?;
+        Ok(Locker { shared })
+    }
+
+    /// Connects to the primary that Redis Sentinel names `master_name`,
+    /// asking the sentinels at `sentinel_urls` (e.g.
+    /// `redis://127.0.0.1:26379`, or `redis://:sentinel-password@host:26379`
+    /// where the sentinels want a password). The primary is connected to
+    /// without credentials, db 0; see
+    /// [`connect_sentinel_with`](Self::connect_sentinel_with) for those.
+    ///
+    /// The locker asks the sentinels for the primary at connect and again
+    /// whenever it opens a new connection: after a connection error, or
+    /// after a `READONLY` or `MASTERDOWN` reply (which drops the pooled
+    /// connections to that server). The subscriber follows the primary the
+    /// same way, and waiters ride out a failover with the usual retry
+    /// backoff while their wait lasts.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidConfig` for a bad config, no or bad sentinel URLs, or an
+    /// empty master name; `ProviderFailed` when no sentinel names a
+    /// reachable primary.
+    pub fn connect_sentinel<T: redis::IntoConnectionInfo>(
+        sentinel_urls: impl IntoIterator<Item = T>,
+        master_name: &str,
+        config: Config,
+    ) -> Result<Self, Error> {
+        Self::connect_sentinel_with(sentinel_urls, master_name, None, config)
+    }
+
+    /// As [`connect_sentinel`](Self::connect_sentinel), with how to
+    /// connect to the primary: its username and password, db, TLS and
+    /// protocol (`node`, the redis crate's `SentinelNodeConnectionInfo`).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_sentinel`](Self::connect_sentinel).
+    pub fn connect_sentinel_with<T: redis::IntoConnectionInfo>(
+        sentinel_urls: impl IntoIterator<Item = T>,
+        master_name: &str,
+        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
+        config: Config,
+    ) -> Result<Self, Error> {
+        config.validate()?;
+        let resolver = Resolver::new(sentinel_urls, master_name, node)?;
+        let commands = Commands::new(Source::Sentinel(resolver.clone()), config.command_timeout);
+        let shared = Shared::new(commands, subscriber::Source::Sentinel(resolver), config);
         check_eviction(&shared.commands)?;
         Ok(Locker { shared })
     }

@@ -30,7 +30,9 @@ pub(crate) struct LockerState {
 impl LockerState {
     pub(crate) fn new(config: Config, notifications: subscriber::Source) -> Arc<Self> {
         let channel = match notifications {
-            subscriber::Source::Standalone(_) => Channel::Standalone,
+            subscriber::Source::Standalone(_) | subscriber::Source::Sentinel(_) => {
+                Channel::Standalone
+            }
             subscriber::Source::Cluster { .. } => Channel::Sharded,
         };
         let settings = CoreSettings::new(&config, channel);

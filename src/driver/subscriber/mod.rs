@@ -34,6 +34,8 @@ pub(crate) enum Source {
         slots: redis::cluster::ClusterClient,
         template: Option<redis::ConnectionInfo>,
     },
+    /// One server, the primary Sentinel names at every (re)connect.
+    Sentinel(crate::sentinel::Resolver),
 }
 
 impl std::fmt::Debug for Source {
@@ -41,6 +43,7 @@ impl std::fmt::Debug for Source {
         f.write_str(match self {
             Source::Standalone(_) => "Standalone",
             Source::Cluster { .. } => "Cluster",
+            Source::Sentinel(_) => "Sentinel",
         })
     }
 }
@@ -52,7 +55,14 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
         .name("redlease-subscriber".into())
         .spawn(move || {
             match for_thread.notifications() {
-                Source::Standalone(client) => standalone::run(&for_thread, client),
+                Source::Standalone(client) => {
+                    standalone::run(&for_thread, || Ok(client.get_connection_info().clone()))
+                }
+                Source::Sentinel(resolver) => standalone::run(&for_thread, || {
+                    resolver
+                        .primary(for_thread.config.command_timeout)
+                        .map(|c| c.get_connection_info().clone())
+                }),
                 Source::Cluster { slots, template } => {
                     cluster::run(&for_thread, slots, template.as_ref())
                 }

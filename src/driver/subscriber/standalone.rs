@@ -23,13 +23,18 @@ enum Ended {
     Lost,
 }
 
-pub(super) fn run(state: &Arc<LockerState>, client: &redis::Client) {
+/// `target` says where to connect, asked anew at every (re)connect (on
+/// Sentinel, it asks for the current primary).
+pub(super) fn run(
+    state: &Arc<LockerState>,
+    target: impl Fn() -> redis::RedisResult<redis::ConnectionInfo>,
+) {
     let mut attempt = 0;
     loop {
         if listen_slice(state, SLICE).is_none() {
             return;
         }
-        match subscribe(state, client) {
+        match subscribe(state, &target) {
             Ok(conn) => {
                 attempt = 0;
                 if let Ended::Stopped = listen(state, conn) {
@@ -52,10 +57,10 @@ pub(super) fn run(state: &Arc<LockerState>, client: &redis::Client) {
 /// `PubSub::subscribe` would take a refusal (`NOPERM`) for one.
 fn subscribe(
     state: &Arc<LockerState>,
-    client: &redis::Client,
+    target: &impl Fn() -> redis::RedisResult<redis::ConnectionInfo>,
 ) -> redis::RedisResult<redis::Connection> {
     let timeout = state.config.command_timeout;
-    let mut conn = open_resp3(client.get_connection_info().clone(), timeout)?;
+    let mut conn = open_resp3(target()?, timeout)?;
     conn.set_read_timeout(Some(timeout))?;
     conn.send_packed_command(
         &redis::cmd("SUBSCRIBE")

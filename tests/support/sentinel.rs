@@ -1,0 +1,307 @@
+//! A throw-away Redis Sentinel setup for integration tests: one primary,
+//! one replica and three `redis-server --sentinel` processes, each on a
+//! free loopback port, all stopped (SIGKILL) and their temp dirs removed
+//! on drop.
+//!
+//! ```ignore
+//! use support::sentinel::SentinelSet;
+//!
+//! let set = SentinelSet::start();
+//! let locker = Locker::connect_sentinel(set.sentinel_urls(), set.master_name(), config)?;
+//! let old = set.kill_primary();            // SIGKILL the current primary
+//! let new = set.wait_failover(old, BOUND); // every sentinel names another
+//! ```
+//!
+//! Each sentinel runs from its own `sentinel.conf` (Sentinel rewrites it)
+//! with `sentinel monitor <name> 127.0.0.1 <primary> 2`,
+//! `down-after-milliseconds 1000` and `failover-timeout 3000`, so a killed
+//! primary is replaced within a few seconds. [`SentinelSet::start`]
+//! returns once every sentinel names the primary, knows the replica and
+//! the two other sentinels (without which no failover can be voted).
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{free_port, kill_and_reap, wait_until, RedisServer};
+
+/// The master name the sentinels monitor.
+pub const MASTER_NAME: &str = "redlease-primary";
+/// How long startup may take (the sentinels find each other through
+/// hello messages every 2 s).
+const STARTUP: Duration = Duration::from_secs(30);
+
+static SENTINEL_DIRS: AtomicU64 = AtomicU64::new(0);
+
+/// One `redis-server --sentinel` process.
+pub struct SentinelNode {
+    port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl SentinelNode {
+    fn start(primary_port: u16) -> SentinelNode {
+        let port = free_port();
+        let n = SENTINEL_DIRS.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "redlease-sentinel-{}-{n}-{port}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let conf = dir.join("sentinel.conf");
+        fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+                 logfile {log}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 3000\n",
+                dir = dir.display(),
+                log = dir.join("sentinel.log").display(),
+            ),
+        )
+        .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn redis-server --sentinel: {e}"));
+        SentinelNode { port, child, dir }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn conn(&self) -> redis::RedisResult<redis::Connection> {
+        let timeout = Duration::from_secs(2);
+        let conn = redis::Client::open(self.url())?.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(conn)
+    }
+
+    /// `SENTINEL get-master-addr-by-name`: the port of the primary this
+    /// sentinel names, if it answers.
+    pub fn master_port(&self) -> Option<u16> {
+        let mut conn = self.conn().ok()?;
+        let addr: Option<(String, String)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER_NAME)
+            .query(&mut conn)
+            .ok()?;
+        addr.and_then(|(_, port)| port.parse().ok())
+    }
+
+    /// How many entries `SENTINEL <what> <name>` lists (`sentinels`,
+    /// `replicas`) that are not subjectively down.
+    fn known(&self, what: &str) -> usize {
+        let Ok(mut conn) = self.conn() else { return 0 };
+        let listed: redis::RedisResult<Vec<std::collections::HashMap<String, String>>> =
+            redis::cmd("SENTINEL")
+                .arg(what)
+                .arg(MASTER_NAME)
+                .query(&mut conn);
+        listed.map_or(0, |entries| {
+            entries
+                .iter()
+                .filter(|e| e.get("flags").is_some_and(|f| !f.contains("s_down")))
+                .count()
+        })
+    }
+}
+
+impl Drop for SentinelNode {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One primary, one replica, three sentinels.
+pub struct SentinelSet {
+    servers: Vec<RedisServer>,
+    sentinels: Vec<SentinelNode>,
+}
+
+impl SentinelSet {
+    /// Starts everything and waits until the sentinels agree on the
+    /// primary and know the replica and each other. Panics on failure.
+    pub fn start() -> SentinelSet {
+        let primary = RedisServer::start();
+        let replica = RedisServer::builder().replica_of(&primary).start();
+        let sentinels: Vec<SentinelNode> = (0..3)
+            .map(|_| SentinelNode::start(primary.port()))
+            .collect();
+        let set = SentinelSet {
+            servers: vec![primary, replica],
+            sentinels,
+        };
+        let primary_port = set.servers[0].port();
+        wait_until(STARTUP, "the sentinels agree on the primary", || {
+            set.sentinels
+                .iter()
+                .all(|s| s.master_port() == Some(primary_port))
+        });
+        wait_until(
+            STARTUP,
+            "every sentinel knows the replica and the others",
+            || {
+                set.sentinels
+                    .iter()
+                    .all(|s| s.known("replicas") >= 1 && s.known("sentinels") >= 2)
+            },
+        );
+        set
+    }
+
+    /// The master name to pass to `connect_sentinel`.
+    pub fn master_name(&self) -> &'static str {
+        MASTER_NAME
+    }
+
+    /// The sentinels' URLs.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(SentinelNode::url).collect()
+    }
+
+    /// The data server listening on `port`.
+    pub fn server(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("no server of the set on port {port}"))
+    }
+
+    /// The port of the primary the first sentinel names.
+    pub fn primary_port(&self) -> u16 {
+        self.sentinels[0]
+            .master_port()
+            .expect("the first sentinel names a primary")
+    }
+
+    /// SIGKILLs the current primary (it stays down); returns its port.
+    pub fn kill_primary(&self) -> u16 {
+        let port = self.primary_port();
+        let pid = self.server(port).pid();
+        let status = Command::new("kill")
+            .arg("-9")
+            .arg(pid.to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("run `kill -9 {pid}`: {e}"));
+        assert!(status.success(), "`kill -9 {pid}` failed: {status}");
+        port
+    }
+
+    /// Asks the first sentinel for a manual failover (`SENTINEL FAILOVER`):
+    /// the replica is promoted and the old primary, still running, becomes
+    /// its replica. Returns the old primary's port.
+    pub fn manual_failover(&self) -> u16 {
+        let port = self.primary_port();
+        let mut conn = self.sentinels[0].conn().expect("connect to a sentinel");
+        let _: redis::Value = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER_NAME)
+            .query(&mut conn)
+            .expect("SENTINEL FAILOVER");
+        port
+    }
+
+    /// Swaps the roles by hand, behind the sentinels' back: the replica
+    /// becomes primary, the primary its replica (still running, its client
+    /// connections kept: they now get `READONLY` for writes), and every
+    /// sentinel is told to monitor the new primary (`SENTINEL REMOVE` +
+    /// `MONITOR`). Returns `(old, new)` once every sentinel names the new
+    /// one.
+    pub fn swap_roles_by_hand(&self) -> (u16, u16) {
+        let old = self.primary_port();
+        let new = self
+            .servers
+            .iter()
+            .map(RedisServer::port)
+            .find(|p| *p != old)
+            .expect("a replica");
+        self.server(new)
+            .query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
+        self.server(old)
+            .query(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(new));
+        for sentinel in &self.sentinels {
+            let mut conn = sentinel.conn().expect("connect to a sentinel");
+            let mut pipe = redis::pipe();
+            pipe.cmd("SENTINEL").arg("REMOVE").arg(MASTER_NAME).ignore();
+            pipe.cmd("SENTINEL")
+                .arg("MONITOR")
+                .arg(MASTER_NAME)
+                .arg("127.0.0.1")
+                .arg(new)
+                .arg(2)
+                .ignore();
+            pipe.cmd("SENTINEL")
+                .arg("SET")
+                .arg(MASTER_NAME)
+                .arg("down-after-milliseconds")
+                .arg(1000)
+                .arg("failover-timeout")
+                .arg(3000)
+                .ignore();
+            let () = pipe.query(&mut conn).expect("re-monitor on a sentinel");
+        }
+        wait_until(STARTUP, "every sentinel names the new primary", || {
+            self.sentinels.iter().all(|s| s.master_port() == Some(new))
+        });
+        (old, new)
+    }
+
+    /// The `role:` of `INFO replication` on the server at `port` (`master`,
+    /// `slave`), or `None` when it does not answer. Never panics: Sentinel
+    /// ends every normal connection (`CLIENT KILL TYPE normal`) of a server
+    /// it reconfigures, a poll's own included.
+    pub fn role(&self, port: u16) -> Option<String> {
+        let mut conn = self.server(port).try_conn(Duration::from_secs(2)).ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("role:"))
+            .map(str::to_owned)
+    }
+
+    /// Normal client connections on the server at `port`, other than the
+    /// one asking.
+    pub fn normal_clients(&self, port: u16) -> usize {
+        self.server(port)
+            .client_list()
+            .iter()
+            .filter(|c| c.contains("flags=N") && !c.contains("cmd=client|list"))
+            .count()
+    }
+
+    /// Waits until every sentinel names a primary other than `old` and
+    /// that server says it is a primary; returns its port.
+    pub fn wait_failover(&self, old: u16, timeout: Duration) -> u16 {
+        let mut new = 0;
+        wait_until(timeout, "the sentinels fail over to the replica", || {
+            let ports: Vec<Option<u16>> = self.sentinels.iter().map(|s| s.master_port()).collect();
+            let Some(Some(first)) = ports.first().copied() else {
+                return false;
+            };
+            if first == old || ports.iter().any(|p| *p != Some(first)) {
+                return false;
+            }
+            new = first;
+            self.role(first).as_deref() == Some("master")
+        });
+        new
+    }
+}

@@ -783,3 +783,37 @@ fn a_connect_failure_names_the_target_and_never_its_credentials() {
         );
     }
 }
+
+/// `rediss://` with `--tls-ca-cert` (the CA that signed the server's
+/// certificate) runs the command under the lease; without it the server is
+/// not trusted and the error says the TLS handshake failed.
+#[cfg(feature = "tls-rustls")]
+#[test]
+fn a_tls_server_is_reached_with_its_ca_certificate() {
+    let server = RedisServer::builder().tls().start();
+    let scratch = Scratch::new();
+    let ca = scratch.path("ca.pem");
+    fs::write(&ca, server.ca_pem()).unwrap();
+    let url = server.tls_url();
+    let ca_arg = ca.display().to_string();
+    let out = run(bare().args([
+        "--url",
+        &url,
+        "--tls-ca-cert",
+        &ca_arg,
+        "-n",
+        NS,
+        "run",
+        "k",
+        "--",
+        "true",
+    ]));
+    assert_code(&out, 0);
+    let out = run(bare().args(["--url", &url, "-n", NS, "run", "k", "--", "true"]));
+    assert_ne!(code(&out), 0);
+    assert!(
+        stderr(&out).contains("TLS handshake failed"),
+        "{}",
+        stderr(&out)
+    );
+}

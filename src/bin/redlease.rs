@@ -97,6 +97,25 @@ pub(crate) struct Names {
     pub(crate) fence: String,
 }
 
+/// The client for `url`, trusting `--tls-ca-cert` when given.
+fn open_client(global: &Global, url: &str) -> Result<redis::Client, String> {
+    let bad_url =
+        || "invalid --url / REDIS_URL: not a Redis URL such as redis://127.0.0.1:6379/0".to_owned();
+    #[cfg(feature = "tls-rustls")]
+    if let Some(path) = &global.tls_ca_cert {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read --tls-ca-cert {}: {e}", path.display()))?;
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        };
+        return redis::Client::build_with_tls(url, certs).map_err(|_| bad_url());
+    }
+    #[cfg(not(feature = "tls-rustls"))]
+    let _ = global;
+    redis::Client::open(url).map_err(|_| bad_url())
+}
+
 impl Target {
     /// Where the user pointed the tool, as `host:port` (or the socket
     /// path): what error messages may show. Never the user or password.
@@ -141,12 +160,7 @@ impl Target {
         }
         // Parsing does not connect. The redis error would echo the URL,
         // which may carry a password, so it is not shown.
-        let client = redis::Client::open(url).map_err(|_| {
-            usage_error(
-                sub,
-                "invalid --url / REDIS_URL: not a Redis URL such as redis://127.0.0.1:6379/0",
-            )
-        })?;
+        let client = open_client(global, url).map_err(|why| usage_error(sub, why))?;
         Ok(Target {
             client,
             namespace: namespace.to_owned(),

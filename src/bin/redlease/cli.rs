@@ -145,6 +145,18 @@ pub(crate) struct Global {
     )]
     pub(crate) url: Option<String>,
 
+    /// PEM file of the certificate authority that signed the server's TLS
+    /// certificate, for rediss:// URLs (default: the system's trusted roots)
+    #[cfg(feature = "tls-rustls")]
+    #[arg(
+        long,
+        env = "REDLEASE_TLS_CA_CERT",
+        global = true,
+        value_name = "FILE",
+        help_heading = "Redis"
+    )]
+    pub(crate) tls_ca_cert: Option<std::path::PathBuf>,
+
     /// Prefix of every name stored in Redis; processes must use the same
     /// namespace to share a lock (required; no default; no '{' or '}')
     #[arg(

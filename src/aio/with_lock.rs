@@ -1,4 +1,5 @@
-//! `aio::Locker::with_lock`: acquire, run an async closure, always release;
+//! `aio::Locker::with_lock` (and the run of `with_permit`): acquire, run an
+//! async closure, always release;
 //! with `extend(true)` the shared renewer runs inside the same future,
 //! selected against the closure's future, never spawned.
 
@@ -52,31 +53,60 @@ impl Locker {
         F: AsyncFnOnce(&Lease, &Lost) -> Result<T, E>,
     {
         let lease = self.acquire_with(key, options.acquire).await?;
-        let lost = Lost::new(options.extend, lease.held().valid_until().flatten());
-        let outcome = {
-            let work = pin!(AssertUnwindSafe(f(&lease, &lost)).catch_unwind());
-            if options.extend {
-                let stop = StopSignal::default();
-                let shared = lease.shared();
-                let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
-                let renew = pin!(drive(shared, renewer));
-                match select(work, renew).await {
-                    Either::Left((outcome, renew)) => {
-                        stop.stop();
-                        renew.await;
-                        outcome
-                    }
-                    Either::Right(((), work)) => work.await,
+        run_holding(lease, options.extend, f).await
+    }
+}
+
+/// What `with_lock` and `with_permit` hold while their closure runs: a
+/// lease, or a permit (whose lease is renewed and released the same way).
+pub(crate) trait Holding {
+    fn lease(&self) -> &Lease;
+    fn into_lease(self) -> Lease;
+}
+
+impl Holding for Lease {
+    fn lease(&self) -> &Lease {
+        self
+    }
+
+    fn into_lease(self) -> Lease {
+        self
+    }
+}
+
+/// Awaits `f(&guard, &lost)` with the renewer selected against it when
+/// `extend`, then releases the guard whatever `f` did (see
+/// [`Locker::with_lock`]).
+pub(crate) async fn run_holding<G, T, E, F>(guard: G, extend: bool, f: F) -> Result<T, E>
+where
+    G: Holding,
+    F: AsyncFnOnce(&G, &Lost) -> Result<T, E>,
+{
+    let lease = guard.lease();
+    let lost = Lost::new(extend, lease.held().valid_until().flatten());
+    let outcome = {
+        let work = pin!(AssertUnwindSafe(f(&guard, &lost)).catch_unwind());
+        if extend {
+            let stop = StopSignal::default();
+            let shared = lease.shared();
+            let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
+            let renew = pin!(drive(shared, renewer));
+            match select(work, renew).await {
+                Either::Left((outcome, renew)) => {
+                    stop.stop();
+                    renew.await;
+                    outcome
                 }
-            } else {
-                work.await
+                Either::Right(((), work)) => work.await,
             }
-        };
-        lost.disarm();
-        log_failed_release(lease.release().await);
-        match outcome {
-            Ok(result) => result,
-            Err(panic) => resume_unwind(panic),
+        } else {
+            work.await
         }
+    };
+    lost.disarm();
+    log_failed_release(guard.into_lease().release().await);
+    match outcome {
+        Ok(result) => result,
+        Err(panic) => resume_unwind(panic),
     }
 }

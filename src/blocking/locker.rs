@@ -8,6 +8,7 @@ use super::drive::drive;
 use super::lease::Lease;
 use crate::clock::now;
 use crate::config::{AcquireOptions, Config};
+use crate::core::names::Want;
 use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
 use crate::error::{is_auth_failure, url_error, Error, Failure};
@@ -137,6 +138,10 @@ impl Locker {
         Locker { shared }
     }
 
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// The configuration this locker runs with.
     pub fn config(&self) -> &Config {
         &self.shared.state.config
@@ -178,7 +183,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<Lease, Error> {
-        let op = Acquire::start(&self.shared.state, key, options, now())?;
+        let op = Acquire::start(&self.shared.state, key, Want::Lock, options, now())?;
         let granted = drive(&self.shared, op)?;
         Ok(Lease::new(self.shared.clone(), granted))
     }

@@ -19,7 +19,9 @@ mod connection;
 mod drive;
 mod lease;
 mod locker;
+mod semaphore;
 mod with_lock;
 
 pub use lease::Lease;
 pub use locker::Locker;
+pub use semaphore::{Permit, Semaphore};

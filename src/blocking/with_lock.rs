@@ -1,5 +1,6 @@
-//! `blocking::Locker::with_lock`: acquire, run a closure, always release;
-//! with `extend(true)` the shared renewer runs on a scoped thread.
+//! `blocking::Locker::with_lock` (and the run of `with_permit`): acquire,
+//! run a closure, always release; with `extend(true)` the shared renewer
+//! runs on a scoped thread.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
@@ -54,38 +55,67 @@ impl Locker {
         F: FnOnce(&Lease, &Lost) -> Result<T, E>,
     {
         let lease = self.acquire_with(key, options.acquire)?;
-        let lost = Lost::new(options.extend, lease.held().valid_until().flatten());
-        let stop = StopSignal::default();
-        let outcome = std::thread::scope(|scope| {
-            let renewer = if options.extend {
-                let shared = lease.shared();
-                let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
-                let spawned = std::thread::Builder::new()
-                    .name("redlease-renewer".into())
-                    .spawn_scoped(scope, || drive(shared, renewer));
-                if spawned.is_err() {
-                    // Nothing can keep the lease alive: say so at once
-                    // rather than let `f` trust a lease that will lapse.
-                    lost.fire(LostCause::DeadlinePassed);
-                }
-                spawned.ok()
-            } else {
-                None
-            };
-            let outcome = catch_unwind(AssertUnwindSafe(|| f(&lease, &lost)));
-            stop.stop();
-            if let Some(renewer) = renewer {
-                // The renewer catches nothing and panics only on a bug; its
-                // panic is not the caller's.
-                let _ = renewer.join();
+        run_holding(lease, options.extend, f)
+    }
+}
+
+/// What `with_lock` and `with_permit` hold while their closure runs: a
+/// lease, or a permit (whose lease is renewed and released the same way).
+pub(crate) trait Holding {
+    fn lease(&self) -> &Lease;
+    fn into_lease(self) -> Lease;
+}
+
+impl Holding for Lease {
+    fn lease(&self) -> &Lease {
+        self
+    }
+
+    fn into_lease(self) -> Lease {
+        self
+    }
+}
+
+/// Runs `f(&guard, &lost)` with the renewer on a scoped thread when
+/// `extend`, then releases the guard whatever `f` did (see
+/// [`Locker::with_lock`]).
+pub(crate) fn run_holding<G, T, E, F>(guard: G, extend: bool, f: F) -> Result<T, E>
+where
+    G: Holding,
+    F: FnOnce(&G, &Lost) -> Result<T, E>,
+{
+    let lease = guard.lease();
+    let lost = Lost::new(extend, lease.held().valid_until().flatten());
+    let stop = StopSignal::default();
+    let outcome = std::thread::scope(|scope| {
+        let renewer = if extend {
+            let shared = lease.shared();
+            let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
+            let spawned = std::thread::Builder::new()
+                .name("redlease-renewer".into())
+                .spawn_scoped(scope, || drive(shared, renewer));
+            if spawned.is_err() {
+                // Nothing can keep the lease alive: say so at once
+                // rather than let `f` trust a lease that will lapse.
+                lost.fire(LostCause::DeadlinePassed);
             }
-            outcome
-        });
-        lost.disarm();
-        log_failed_release(lease.release());
-        match outcome {
-            Ok(result) => result,
-            Err(panic) => resume_unwind(panic),
+            spawned.ok()
+        } else {
+            None
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| f(&guard, &lost)));
+        stop.stop();
+        if let Some(renewer) = renewer {
+            // The renewer catches nothing and panics only on a bug; its
+            // panic is not the caller's.
+            let _ = renewer.join();
         }
+        outcome
+    });
+    lost.disarm();
+    log_failed_release(guard.into_lease().release());
+    match outcome {
+        Ok(result) => result,
+        Err(panic) => resume_unwind(panic),
     }
 }

@@ -11,9 +11,11 @@ use redis::Value;
 
 use super::lease::{deadline_after, LeaseClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
-use super::names::{validate_key, Channel, KeyId, LockNames, OwnerToken};
+use super::names::{
+    validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, Target, Want,
+};
 use super::outcome::Fence;
-use super::script::{classify_acquire, AcquireReply, ScriptCall};
+use super::script::{classify_acquire, classify_permit, AcquireReply, PermitReply, ScriptCall};
 use super::slots::Slots;
 use super::subscription::SubscriptionState;
 pub(crate) use super::tracking::LeaseId;
@@ -75,6 +77,8 @@ impl CoreSettings {
 pub(crate) struct Grant {
     pub(crate) lease: LeaseId,
     pub(crate) fence: Fence,
+    /// The semaphore slot of a permit; `None` for a lock.
+    pub(crate) slot: Option<u32>,
     pub(crate) clock: LeaseClock,
 }
 
@@ -132,7 +136,7 @@ enum Phase {
 
 #[derive(Debug)]
 struct Waiter {
-    names: LockNames,
+    target: Target,
     token: OwnerToken,
     lease_ms: u64,
     started: Instant,
@@ -153,7 +157,7 @@ struct Waiter {
 impl Waiter {
     fn owned(&self) -> Owned {
         Owned {
-            names: self.names.clone(),
+            target: self.target.clone(),
             token: self.token,
         }
     }
@@ -176,7 +180,7 @@ pub(crate) struct CoreCounts {
 pub(crate) struct Core {
     pub(super) settings: CoreSettings,
     waiters: Slots<Waiter>,
-    pub(super) lines: HashMap<KeyId, Line>,
+    pub(super) lines: HashMap<LineKey, Line>,
     pub(super) leases: Slots<Owned>,
     pub(super) orphans: Vec<Owned>,
     pub(super) subscription: SubscriptionState,
@@ -227,8 +231,8 @@ impl Core {
 
     // ----- application commands -------------------------------------------
 
-    /// Starts an acquire of `key`. The waiter joins the key's line; drive it
-    /// with [`poll_waiter`](Self::poll_waiter).
+    /// Starts an acquire of `key`'s lock. The waiter joins the key's line;
+    /// drive it with [`poll_waiter`](Self::poll_waiter).
     pub(crate) fn acquire(
         &mut self,
         now: Instant,
@@ -236,7 +240,23 @@ impl Core {
         token: OwnerToken,
         options: ResolvedOptions,
     ) -> Result<WaiterId, Error> {
+        self.acquire_for(now, key, Want::Lock, token, options)
+    }
+
+    /// Starts an acquire of what `want` names on `key`: its lock or one
+    /// permit of its semaphore, each kind in a line of its own.
+    pub(crate) fn acquire_for(
+        &mut self,
+        now: Instant,
+        key: &str,
+        want: Want,
+        token: OwnerToken,
+        options: ResolvedOptions,
+    ) -> Result<WaiterId, Error> {
         validate_key(key, self.settings.max_key_bytes)?;
+        if let Want::Permit { permits } = want {
+            validate_permits(permits)?;
+        }
         if self.shutting_down {
             return Err(Error::ShuttingDown);
         }
@@ -250,10 +270,11 @@ impl Core {
                 limit: self.settings.max_tracked_leases,
             });
         }
-        let id = KeyId::of(key);
+        let target = Target::new(&self.settings.namespace, want, KeyId::of(key));
+        let line_key = target.line();
         let try_once = options.wait.is_zero();
         if try_once {
-            if let Some(line) = self.lines.get(&id).filter(|l| !l.is_empty()) {
+            if let Some(line) = self.lines.get(&line_key).filter(|l| !l.is_empty()) {
                 // Never jump the line: a waiter of ours is already ahead.
                 return Err(Error::Busy {
                     remaining: line.holder_remaining(now),
@@ -264,7 +285,7 @@ impl Core {
             self.subscription.handle_first_waiter(now);
         }
         let waiter = Waiter {
-            names: LockNames::new(&self.settings.namespace, id),
+            target,
             token,
             lease_ms: options.lease_ms,
             started: now,
@@ -277,9 +298,9 @@ impl Core {
             failures: 0,
         };
         let waiter_id = WaiterId(self.waiters.insert(waiter));
-        self.subscription.handle_key_wanted(id);
+        self.subscription.handle_key_wanted(line_key.id);
         self.lines
-            .entry(id)
+            .entry(line_key)
             .or_insert_with(Line::new)
             .join(waiter_id);
         Ok(waiter_id)
@@ -357,7 +378,8 @@ impl Core {
             }
             Phase::Queued => {}
         }
-        let is_head = self.lines.get(&w.names.id).and_then(Line::head) == Some(id);
+        let line_key = w.target.line();
+        let is_head = self.lines.get(&line_key).and_then(Line::head) == Some(id);
         let timed_out = !w.try_once
             && w.deadline.is_some_and(|d| now >= d)
             // A wait of any length makes at least one attempt (SPEC §5).
@@ -380,7 +402,7 @@ impl Core {
                     waited: now.saturating_duration_since(w.started),
                     remaining: self
                         .lines
-                        .get(&w.names.id)
+                        .get(&line_key)
                         .and_then(|l| l.holder_remaining(now)),
                 },
             })
@@ -401,7 +423,7 @@ impl Core {
             return WaiterStep::Done(Err(Error::Cancelled));
         };
         let deadline = w.deadline;
-        let Some(line) = self.lines.get_mut(&w.names.id) else {
+        let Some(line) = self.lines.get_mut(&line_key) else {
             return WaiterStep::Done(Err(Error::Cancelled));
         };
         let backing_off = matches!(line.head_state(), HeadState::Backoff { .. });
@@ -413,12 +435,13 @@ impl Core {
                 w.phase = Phase::Attempting { submitted: now };
                 w.attempts += 1;
                 self.attempts_in_flight += 1;
-                WaiterStep::Attempt(ScriptCall::acquire(
-                    &w.names,
-                    w.token,
-                    w.lease_ms,
-                    self.settings.fence_counter_ttl_ms,
-                ))
+                let ttl = self.settings.fence_counter_ttl_ms;
+                WaiterStep::Attempt(match &w.target {
+                    Target::Lock(names) => ScriptCall::acquire(names, w.token, w.lease_ms, ttl),
+                    Target::Permit { names, permits, .. } => {
+                        ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl)
+                    }
+                })
             }
             // A head past its deadline that has not attempted yet (its line
             // settles) waits for its first attempt, not for the past.
@@ -445,15 +468,17 @@ impl Core {
         w.phase = Phase::Queued;
         self.attempts_in_flight -= 1;
         let result = match reply {
-            Ok(value) => classify_acquire(&value).map_err(|source| Error::UnexpectedReply {
-                op: Operation::Acquire,
-                source,
-            }),
+            Ok(value) => {
+                Attempted::classify(&w.target, &value).map_err(|source| Error::UnexpectedReply {
+                    op: Operation::Acquire,
+                    source,
+                })
+            }
             Err(e) => Err(e.into().into_error(Operation::Acquire)),
         };
-        let line = self.lines.get_mut(&w.names.id);
+        let line = self.lines.get_mut(&w.target.line());
         match result {
-            Ok(AcquireReply::Acquired(fence)) => {
+            Ok(Attempted::Granted { fence, slot }) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
                 }
@@ -467,18 +492,23 @@ impl Core {
                         limit: self.settings.max_tracked_leases,
                     })
                 } else {
-                    let lease = LeaseId(self.leases.insert(w.owned()));
+                    let mut owned = w.owned();
+                    if let Target::Permit { slot: held, .. } = &mut owned.target {
+                        *held = slot;
+                    }
+                    let lease = LeaseId(self.leases.insert(owned));
                     let lease_len = Duration::from_millis(w.lease_ms);
                     Ok(Grant {
                         lease,
                         fence,
+                        slot,
                         clock: LeaseClock::granted(submitted, lease_len),
                     })
                 };
                 w.phase = Phase::Finished(outcome);
                 AttemptSummary::Acquired
             }
-            Ok(AcquireReply::Busy(remaining)) => {
+            Ok(Attempted::Busy(remaining)) => {
                 if let Some(line) = line {
                     line.handle_busy(now, remaining, safety);
                 }
@@ -489,10 +519,18 @@ impl Core {
                 if w.try_once {
                     w.phase = Phase::Finished(Err(Error::Busy { remaining }));
                 } else {
-                    let key = w.names.id;
-                    self.subscription_wanted_by_waiter(key);
+                    self.subscription_wanted_by_waiter();
                 }
                 AttemptSummary::Busy
+            }
+            Ok(Attempted::Refused(e)) => {
+                // Settled: Redis applied nothing, and waiting cannot help.
+                if let Some(line) = line {
+                    line.handle_attempt_done();
+                }
+                w.failure = None;
+                w.phase = Phase::Finished(Err(e));
+                AttemptSummary::Failed
             }
             Err(e) => {
                 // Sticky until a settled reply: an earlier attempt of this
@@ -537,14 +575,16 @@ impl Core {
         let Some(w) = self.waiters.remove(id.0) else {
             return;
         };
-        let key = w.names.id;
+        let key = w.target.line();
         if let Some(line) = self.lines.get_mut(&key) {
             let in_flight_until = match leaving {
                 Leaving::Abandoned { in_flight_until } => in_flight_until,
                 _ => None,
             };
             if let Some(next) = line.leave_settling(id, in_flight_until) {
-                if let Leaving::Acquired(lease) = leaving {
+                // A semaphore may have more permits free: its next head
+                // tries at once (SPEC §12).
+                if let (Leaving::Acquired(lease), Kind::Lock) = (leaving, key.kind) {
                     line.defer_head(now, lease, safety);
                 }
                 // Woken either way: a deferred head must trade the deadline
@@ -555,12 +595,22 @@ impl Core {
                 if !line.is_settling(now) {
                     self.lines.remove(&key);
                 }
-                self.subscription.handle_key_idle(now, key);
+                if !self.is_wanted(key.id) {
+                    self.subscription.handle_key_idle(now, key.id);
+                }
             }
         }
         if self.waiters.len() == 0 {
             self.subscription.handle_last_waiter_left(now);
         }
+    }
+
+    /// Whether any line of `id` (of any kind) has waiters: they share the
+    /// key's notification channel.
+    pub(super) fn is_wanted(&self, id: KeyId) -> bool {
+        self.lines
+            .iter()
+            .any(|(key, line)| key.id == id && !line.is_empty())
     }
 
     pub(super) fn safety_interval(&self) -> Duration {
@@ -572,15 +622,22 @@ impl Core {
     }
 
     /// Wakes the heads that should check at once, as `wake` says per line.
-    pub(super) fn wake_heads(&mut self, mut wake: impl FnMut(&mut Line) -> Option<WaiterId>) {
-        let heads: Vec<WaiterId> = self.lines.values_mut().filter_map(&mut wake).collect();
+    pub(super) fn wake_heads(
+        &mut self,
+        mut wake: impl FnMut(LineKey, &mut Line) -> Option<WaiterId>,
+    ) {
+        let heads: Vec<WaiterId> = self
+            .lines
+            .iter_mut()
+            .filter_map(|(key, line)| wake(*key, line))
+            .collect();
         self.events.extend(heads.into_iter().map(CoreEvent::Wake));
     }
 
     /// Wakes the head of `key`'s line if `wake` says so.
     pub(super) fn wake_head_of(
         &mut self,
-        key: KeyId,
+        key: LineKey,
         wake: impl FnOnce(&mut Line) -> Option<WaiterId>,
     ) {
         if let Some(head) = self.lines.get_mut(&key).and_then(wake) {
@@ -591,6 +648,43 @@ impl Core {
     /// The next output event, if any. Drain after every call.
     pub(crate) fn poll_event(&mut self) -> Option<CoreEvent> {
         self.events.pop_front()
+    }
+}
+
+/// An acquire reply of either kind, as the waiter acts on it.
+#[derive(Debug)]
+enum Attempted {
+    Granted {
+        fence: Fence,
+        slot: Option<u32>,
+    },
+    Busy(Option<Duration>),
+    /// Settled, and no retry can succeed.
+    Refused(Error),
+}
+
+impl Attempted {
+    fn classify(target: &Target, value: &Value) -> Result<Self, super::script::ReplyError> {
+        Ok(match target {
+            Target::Lock(_) => match classify_acquire(value)? {
+                AcquireReply::Acquired(fence) => Attempted::Granted { fence, slot: None },
+                AcquireReply::Busy(remaining) => Attempted::Busy(remaining),
+            },
+            Target::Permit { permits, .. } => match classify_permit(value)? {
+                PermitReply::Acquired { slot, fence } => Attempted::Granted {
+                    fence,
+                    slot: Some(slot),
+                },
+                PermitReply::Busy(remaining) => Attempted::Busy(remaining),
+                PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
+                    "permits",
+                    format!(
+                        "the semaphore is in use with {stored} permits, not {permits}; \
+                         a new count applies once every permit is released"
+                    ),
+                )),
+            },
+        })
     }
 }
 

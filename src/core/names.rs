@@ -105,6 +105,145 @@ impl fmt::Debug for LockNames {
     }
 }
 
+/// What a line of waiters is for. A lock and a semaphore of the same key
+/// are unrelated: each has its own line, names and notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    Lock,
+    Semaphore,
+}
+
+/// Identifies one line of waiters: the key and what is acquired on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct LineKey {
+    pub(crate) kind: Kind,
+    pub(crate) id: KeyId,
+}
+
+impl LineKey {
+    pub(crate) fn lock(id: KeyId) -> Self {
+        LineKey {
+            kind: Kind::Lock,
+            id,
+        }
+    }
+
+    /// The release notification's message: the key's sha for a lock,
+    /// `sem:<sha>` for a semaphore (SPEC §12), so one channel serves both.
+    pub(crate) fn message(self) -> String {
+        match self.kind {
+            Kind::Lock => self.id.to_hex(),
+            Kind::Semaphore => format!("sem:{}", self.id.to_hex()),
+        }
+    }
+
+    /// Parses a release notification's message.
+    pub(crate) fn from_message(message: &[u8]) -> Option<Self> {
+        let (kind, hex) = match message.strip_prefix(b"sem:") {
+            Some(hex) => (Kind::Semaphore, hex),
+            None => (Kind::Lock, message),
+        };
+        KeyId::from_hex(hex).map(|id| LineKey { kind, id })
+    }
+}
+
+/// The Redis names of one key's semaphore (SPEC §12). Slot `i` is
+/// `<slot prefix><i>` with its fence counter `<fence prefix><i>`; the
+/// scripts build those names from the prefixes, which share the hash tag.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SemNames {
+    pub(crate) id: KeyId,
+    /// `<ns>:sem-permits:{<sha>}`: the permit count in use.
+    pub(crate) permits: String,
+    /// `<ns>:sem:{<sha>}:`
+    pub(crate) slot_prefix: String,
+    /// `<ns>:sem-fence:{<sha>}:`
+    pub(crate) fence_prefix: String,
+}
+
+impl SemNames {
+    pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
+        let sha = id.to_hex();
+        SemNames {
+            id,
+            permits: format!("{namespace}:sem-permits:{{{sha}}}"),
+            slot_prefix: format!("{namespace}:sem:{{{sha}}}:"),
+            fence_prefix: format!("{namespace}:sem-fence:{{{sha}}}:"),
+        }
+    }
+
+    /// The lease key of slot `slot`.
+    pub(crate) fn slot(&self, slot: u32) -> String {
+        format!("{}{slot}", self.slot_prefix)
+    }
+}
+
+impl fmt::Debug for SemNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SemNames(..)")
+    }
+}
+
+/// What one token holds or asks for, with the names its scripts need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    Lock(LockNames),
+    /// A semaphore of `permits`; `slot` once a grant named it (an acquire
+    /// whose outcome is unknown holds some slot, or none).
+    Permit {
+        names: SemNames,
+        permits: u32,
+        slot: Option<u32>,
+    },
+}
+
+impl Target {
+    pub(crate) fn new(namespace: &str, want: Want, id: KeyId) -> Self {
+        match want {
+            Want::Lock => Target::Lock(LockNames::new(namespace, id)),
+            Want::Permit { permits } => Target::Permit {
+                names: SemNames::new(namespace, id),
+                permits,
+                slot: None,
+            },
+        }
+    }
+
+    pub(crate) fn line(&self) -> LineKey {
+        match self {
+            Target::Lock(names) => LineKey::lock(names.id),
+            Target::Permit { names, .. } => LineKey {
+                kind: Kind::Semaphore,
+                id: names.id,
+            },
+        }
+    }
+}
+
+/// What an acquire asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    Lock,
+    /// One permit of a semaphore of this many (1..=[`MAX_PERMITS`]).
+    Permit {
+        permits: u32,
+    },
+}
+
+/// The largest permit count of a semaphore (SPEC §12).
+pub(crate) const MAX_PERMITS: u32 = 1024;
+
+/// Checks a semaphore's permit count.
+pub(crate) fn validate_permits(permits: u32) -> Result<(), Error> {
+    if permits == 0 || permits > MAX_PERMITS {
+        return Err(Error::invalid_config(
+            "permits",
+            format!("must be 1..={MAX_PERMITS}, got {permits}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Where release notifications go and what they carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Channel {

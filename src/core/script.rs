@@ -1,5 +1,7 @@
-//! The three Lua scripts, the commands that run them, and the pure
-//! classification of their replies from `redis::Value`.
+//! The Lua scripts (a lock's acquire, release and renew; a semaphore's
+//! acquire and its release of a token whose slot is unknown), the commands
+//! that run them, and the pure classification of their replies from
+//! `redis::Value`.
 //!
 //! Classification is total: every `Value` maps to an outcome or to a
 //! [`ReplyError`], never to a panic. Replies are decoded here rather than
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::names::{Channel, LockNames, OwnerToken};
+use super::names::{Channel, LineKey, LockNames, OwnerToken, SemNames};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
 /// Acquire: KEYS = lock, fence counter; ARGV = owner token, lease ms,
@@ -82,17 +84,113 @@ end
 return 2
 "#;
 
-/// Which of the three scripts.
+/// Semaphore acquire (SPEC §12): KEYS = permit record, slot prefix, fence
+/// prefix; ARGV = owner token, lease ms, fence counter TTL in ms, permits.
+///
+/// One `MGET` reads every slot. A token already in a slot gets that slot
+/// and fence back (replay-safe). A permit count other than the recorded one
+/// is refused while any slot of the recorded count is held (the reply
+/// `['permits', n]`) and replaces the record when none is, so lockers that
+/// disagree never hold more than one count's slots at once. Else the lowest
+/// free slot is taken with the next fence of its own counter (the §3 floor)
+/// and the reply is `[slot, fence]`; with every slot held it is the
+/// smallest remaining time (`-1` when none is known).
+pub(crate) const SEM_ACQUIRE_LUA: &str = r#"
+local permits = tonumber(ARGV[4])
+local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local scan = math.max(permits, stored)
+local slots = {}
+for i = 1, scan do
+  slots[i] = KEYS[2] .. (i - 1)
+end
+local held = redis.call('MGET', unpack(slots))
+local mine = ARGV[1] .. ':'
+for i = 1, scan do
+  local v = held[i]
+  if v and string.sub(v, 1, #mine) == mine then
+    return {i - 1, string.sub(v, #mine + 1)}
+  end
+end
+if stored ~= permits then
+  for i = 1, stored do
+    if held[i] then
+      return {'permits', stored}
+    end
+  end
+  redis.call('SET', KEYS[1], permits)
+end
+local free
+for i = 1, permits do
+  if not held[i] then
+    free = i
+    break
+  end
+end
+if not free then
+  local least = -1
+  for i = 1, permits do
+    local ttl = redis.call('PTTL', slots[i])
+    if ttl >= 0 and (least < 0 or ttl < least) then
+      least = ttl
+    end
+  end
+  return least
+end
+local counter = KEYS[3] .. (free - 1)
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
+if redis.call('INCR', counter) < floor then
+  redis.call('SET', counter, string.format('%.0f', floor))
+end
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', counter, ARGV[3])
+end
+local fence = redis.call('GET', counter)
+redis.call('SET', slots[free], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+return {free - 1, fence}
+"#;
+
+/// Semaphore release of a token whose slot is unknown (an acquire whose
+/// outcome was unknown): KEYS = permit record, slot prefix; ARGV = owner
+/// token, publish command, channel, message, permits. Finds the token among
+/// the slots, deletes it and notifies; 1 released, 0 not held.
+pub(crate) const SEM_RELEASE_ANY_LUA: &str = r#"
+local permits = tonumber(ARGV[5])
+local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local scan = math.max(permits, stored)
+local slots = {}
+for i = 1, scan do
+  slots[i] = KEYS[2] .. (i - 1)
+end
+local held = redis.call('MGET', unpack(slots))
+local mine = ARGV[1] .. ':'
+for i = 1, scan do
+  local v = held[i]
+  if v and string.sub(v, 1, #mine) == mine then
+    redis.call('DEL', slots[i])
+    redis.pcall(ARGV[2], ARGV[3], ARGV[4])
+    return 1
+  end
+end
+return 0
+"#;
+
+/// Which of the the scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ScriptKind {
     Acquire,
     Release,
     Renew,
+    SemAcquire,
+    SemReleaseAny,
 }
 
 static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_LUA));
 static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_LUA));
 static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_LUA));
+static SEM_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEM_ACQUIRE_LUA));
+static SEM_RELEASE_ANY: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(SEM_RELEASE_ANY_LUA));
 
 impl ScriptKind {
     pub(crate) fn source(self) -> &'static str {
@@ -100,6 +198,8 @@ impl ScriptKind {
             ScriptKind::Acquire => ACQUIRE_LUA,
             ScriptKind::Release => RELEASE_LUA,
             ScriptKind::Renew => RENEW_LUA,
+            ScriptKind::SemAcquire => SEM_ACQUIRE_LUA,
+            ScriptKind::SemReleaseAny => SEM_RELEASE_ANY_LUA,
         }
     }
 
@@ -109,6 +209,8 @@ impl ScriptKind {
             ScriptKind::Acquire => ACQUIRE.get_hash(),
             ScriptKind::Release => RELEASE.get_hash(),
             ScriptKind::Renew => RENEW.get_hash(),
+            ScriptKind::SemAcquire => SEM_ACQUIRE.get_hash(),
+            ScriptKind::SemReleaseAny => SEM_RELEASE_ANY.get_hash(),
         }
     }
 
@@ -117,8 +219,11 @@ impl ScriptKind {
     pub(crate) fn grants(self, reply: &Value) -> bool {
         match self {
             ScriptKind::Acquire => matches!(classify_acquire(reply), Ok(AcquireReply::Acquired(_))),
+            ScriptKind::SemAcquire => {
+                matches!(classify_permit(reply), Ok(PermitReply::Acquired { .. }))
+            }
             ScriptKind::Renew => classify_renew(reply) == Ok(RenewOutcome::Renewed),
-            ScriptKind::Release => false,
+            ScriptKind::Release | ScriptKind::SemReleaseAny => false,
         }
     }
 
@@ -127,6 +232,8 @@ impl ScriptKind {
             ScriptKind::Acquire => "acquire",
             ScriptKind::Release => "release",
             ScriptKind::Renew => "renew",
+            ScriptKind::SemAcquire => "semaphore acquire",
+            ScriptKind::SemReleaseAny => "semaphore release",
         }
     }
 }
@@ -165,28 +272,76 @@ impl ScriptCall {
         }
     }
 
+    /// Release of the lease key `key` by token, notifying `line`'s waiters.
     pub(crate) fn release(
-        names: &LockNames,
+        key: &str,
+        line: LineKey,
         token: OwnerToken,
         namespace: &str,
         channel: Channel,
     ) -> Self {
         ScriptCall {
             kind: ScriptKind::Release,
-            keys: vec![names.lock.clone()],
+            keys: vec![key.to_owned()],
             args: vec![
                 token.to_hex(),
                 channel.publish_command().to_owned(),
-                channel.name(namespace, names.id),
-                names.id.to_hex(),
+                channel.name(namespace, line.id),
+                line.message(),
             ],
         }
     }
 
-    pub(crate) fn renew(names: &LockNames, token: OwnerToken, lease_ms: u64) -> Self {
+    pub(crate) fn sem_acquire(
+        names: &SemNames,
+        permits: u32,
+        token: OwnerToken,
+        lease_ms: u64,
+        fence_counter_ttl_ms: u64,
+    ) -> Self {
+        ScriptCall {
+            kind: ScriptKind::SemAcquire,
+            keys: vec![
+                names.permits.clone(),
+                names.slot_prefix.clone(),
+                names.fence_prefix.clone(),
+            ],
+            args: vec![
+                token.to_hex(),
+                lease_ms.to_string(),
+                fence_counter_ttl_ms.to_string(),
+                permits.to_string(),
+            ],
+        }
+    }
+
+    /// Release of a semaphore token in whichever slot holds it.
+    pub(crate) fn sem_release_any(
+        names: &SemNames,
+        permits: u32,
+        line: LineKey,
+        token: OwnerToken,
+        namespace: &str,
+        channel: Channel,
+    ) -> Self {
+        ScriptCall {
+            kind: ScriptKind::SemReleaseAny,
+            keys: vec![names.permits.clone(), names.slot_prefix.clone()],
+            args: vec![
+                token.to_hex(),
+                channel.publish_command().to_owned(),
+                channel.name(namespace, line.id),
+                line.message(),
+                permits.to_string(),
+            ],
+        }
+    }
+
+    /// Renew of the lease key `key` by token.
+    pub(crate) fn renew(key: &str, token: OwnerToken, lease_ms: u64) -> Self {
         ScriptCall {
             kind: ScriptKind::Renew,
-            keys: vec![names.lock.clone()],
+            keys: vec![key.to_owned()],
             args: vec![token.to_hex(), lease_ms.to_string()],
         }
     }
@@ -292,6 +447,50 @@ fn parse_fence(bytes: &[u8]) -> Option<Fence> {
     match digits.parse::<u64>() {
         Ok(0) | Err(_) => None,
         Ok(n) => Some(Fence::new(n)),
+    }
+}
+
+/// What a semaphore acquire reply says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermitReply {
+    /// Slot `slot` is ours with this fence.
+    Acquired { slot: u32, fence: Fence },
+    /// Every slot is held; the soonest to end has this remaining time.
+    Busy(Option<Duration>),
+    /// The semaphore is in use with another permit count.
+    OtherCount(u32),
+}
+
+/// Classifies the semaphore acquire script's reply: `[slot, fence]` with a
+/// slot below the largest permit count and a fence as in
+/// [`classify_acquire`]; an integer ≥ -2 or nil means busy;
+/// `['permits', n]` names the count in use.
+pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> {
+    let unexpected = || ReplyError::new(ScriptKind::SemAcquire, value);
+    match value {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(slot), Value::BulkString(fence)] => {
+                let slot = u32::try_from(*slot)
+                    .ok()
+                    .filter(|s| *s < super::names::MAX_PERMITS)
+                    .ok_or_else(unexpected)?;
+                let fence = parse_fence(fence).ok_or_else(unexpected)?;
+                Ok(PermitReply::Acquired { slot, fence })
+            }
+            [Value::BulkString(tag), Value::Int(n)] if tag.as_slice() == b"permits" => {
+                u32::try_from(*n)
+                    .ok()
+                    .filter(|n| (1..=super::names::MAX_PERMITS).contains(n))
+                    .map(PermitReply::OtherCount)
+                    .ok_or_else(unexpected)
+            }
+            _ => Err(unexpected()),
+        },
+        Value::Int(_) | Value::Nil => match classify_acquire(value) {
+            Ok(AcquireReply::Busy(remaining)) => Ok(PermitReply::Busy(remaining)),
+            _ => Err(unexpected()),
+        },
+        _ => Err(unexpected()),
     }
 }
 

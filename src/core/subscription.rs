@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::core::{Core, CoreEvent};
 use super::lease::deadline_after;
 use super::line::Line;
-use super::names::{Channel, KeyId};
+use super::names::{Channel, KeyId, LineKey};
 
 /// How long the subscription outlives the last waiter (SPEC §5).
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
@@ -113,18 +113,30 @@ impl Core {
     }
 
     /// A waiter got a busy reply and waits: listen for releases.
-    pub(super) fn subscription_wanted_by_waiter(&mut self, _key: KeyId) {
+    pub(super) fn subscription_wanted_by_waiter(&mut self) {
         if self.subscription.mode == Mode::Off && !self.shutting_down {
             self.subscription.mode = Mode::Starting;
             self.events.push_back(CoreEvent::StartSubscriber);
         }
     }
 
-    /// A release notification arrived; its payload is the key's sha.
+    /// A release notification arrived; its payload names the line (the
+    /// key's sha, `sem:<sha>` for a semaphore).
     pub(crate) fn handle_notification(&mut self, payload: &[u8]) {
-        if let Some(id) = KeyId::from_hex(payload) {
-            self.wake_head_of(id, Line::handle_wake);
+        if let Some(line) = LineKey::from_message(payload) {
+            self.wake_head_of(line, Line::handle_wake);
         }
+    }
+
+    /// Wakes the head of every line of `id` (they share its channel).
+    fn wake_lines_of(&mut self, id: KeyId) {
+        self.wake_heads(|line_key, line| {
+            if line_key.id == id {
+                line.handle_wake()
+            } else {
+                None
+            }
+        });
     }
 
     /// The subscription is confirmed (first time or after a reconnect): a
@@ -133,7 +145,7 @@ impl Core {
         if self.subscription.mode == Mode::Starting {
             self.subscription.mode = Mode::Active;
         }
-        self.wake_heads(Line::handle_wake);
+        self.wake_heads(|_, line| line.handle_wake());
     }
 
     /// The subscriber lost its connection and is reconnecting: heads poll
@@ -158,7 +170,7 @@ impl Core {
 
     fn clamp_heads(&mut self, now: Instant) {
         let safety = self.settings.poll_interval;
-        self.wake_heads(|line| line.clamp_retry(now, safety));
+        self.wake_heads(|_, line| line.clamp_retry(now, safety));
     }
 
     /// Whether the subscriber should keep listening.
@@ -206,7 +218,7 @@ impl Core {
             .lines
             .iter()
             .filter(|(_, line)| !line.is_empty())
-            .map(|(key, _)| *key)
+            .map(|(key, _)| key.id)
             .collect();
         keys.extend(sub.lingering.keys().copied());
         sub.channels.retain(|key| keys.contains(key));
@@ -223,13 +235,13 @@ impl Core {
         if self.settings.channel == Channel::Sharded {
             sub.channels.insert(key);
         }
-        self.wake_head_of(key, Line::handle_wake);
+        self.wake_lines_of(key);
     }
 
     /// A key's channel went away on the node's side (its slot moved): its
     /// head checks at once, and the subscriber subscribes it again.
     pub(crate) fn handle_channel_lost(&mut self, key: KeyId) {
         self.subscription.channels.remove(&key);
-        self.wake_head_of(key, Line::handle_wake);
+        self.wake_lines_of(key);
     }
 }

@@ -9,7 +9,7 @@ use super::lease::RenewResult;
 use super::line::Line;
 #[cfg(test)]
 use super::names::KeyId;
-use super::names::{LockNames, OwnerToken};
+use super::names::{OwnerToken, Target};
 use super::outcome::{ReleaseOutcome, RenewOutcome};
 use super::script::{classify_release, classify_renew, ReplyError, ScriptCall};
 use super::slots::SlotId;
@@ -23,7 +23,7 @@ pub(crate) struct LeaseId(pub(super) SlotId);
 /// result nobody will take: outcome unknown, abandoned, or late at shutdown).
 #[derive(Debug, Clone)]
 pub(crate) struct Owned {
-    pub(crate) names: LockNames,
+    pub(crate) target: Target,
     pub(crate) token: OwnerToken,
 }
 
@@ -39,7 +39,7 @@ impl Sweep {
     /// The keys of the orphans, in the order of `calls`.
     #[cfg(test)]
     pub(crate) fn keys(&self) -> Vec<KeyId> {
-        self.orphans.iter().map(|o| o.names.id).collect()
+        self.orphans.iter().map(|o| o.target.line().id).collect()
     }
 }
 
@@ -55,12 +55,25 @@ impl Core {
     }
 
     fn release_of(&self, owned: &Owned) -> ScriptCall {
-        ScriptCall::release(
-            &owned.names,
-            owned.token,
-            &self.settings.namespace,
-            self.settings.channel,
-        )
+        let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
+        let line = owned.target.line();
+        match &owned.target {
+            Target::Lock(names) => {
+                ScriptCall::release(&names.lock, line, owned.token, namespace, channel)
+            }
+            Target::Permit {
+                names,
+                slot: Some(slot),
+                ..
+            } => ScriptCall::release(&names.slot(*slot), line, owned.token, namespace, channel),
+            Target::Permit {
+                names,
+                permits,
+                slot: None,
+            } => {
+                ScriptCall::sem_release_any(names, *permits, line, owned.token, namespace, channel)
+            }
+        }
     }
 
     /// Reports a release's reply. A settled outcome stops tracking the
@@ -78,7 +91,17 @@ impl Core {
     /// The renew command of a tracked lease.
     pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        Ok(ScriptCall::renew(&owned.names, owned.token, lease_ms))
+        let key = match &owned.target {
+            Target::Lock(names) => names.lock.clone(),
+            Target::Permit {
+                names,
+                slot: Some(slot),
+                ..
+            } => names.slot(*slot),
+            // Only grants are tracked, and a permit's grant names its slot.
+            Target::Permit { slot: None, .. } => return Err(Error::ShuttingDown),
+        };
+        Ok(ScriptCall::renew(&key, owned.token, lease_ms))
     }
 
     /// Reports a renew's reply. The lease stays tracked whatever the
@@ -102,7 +125,7 @@ impl Core {
     /// waits for the key (its head is woken to send the release).
     pub(crate) fn abandon_lease(&mut self, lease: LeaseId) {
         if let Some(owned) = self.leases.remove(lease.0) {
-            let key = owned.names.id;
+            let key = owned.target.line();
             self.orphans.push(owned);
             if let Some(head) = self.lines.get(&key).and_then(Line::head) {
                 self.events.push_back(CoreEvent::Wake(head));
@@ -139,7 +162,7 @@ impl Core {
                 self.orphans.push(orphan);
                 continue;
             }
-            let key = orphan.names.id;
+            let key = orphan.target.line();
             self.wake_head_of(key, Line::settle);
             if self.lines.get(&key).is_some_and(Line::is_empty) {
                 self.lines.remove(&key);

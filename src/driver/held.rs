@@ -23,6 +23,7 @@ const NO_REPLICAS: u32 = u32::MAX;
 pub(crate) struct Held {
     pub(crate) id: LeaseId,
     fence: Fence,
+    slot: Option<u32>,
     clock: Mutex<LeaseClock>,
     replicas: AtomicU32,
 }
@@ -32,6 +33,7 @@ impl Held {
         Held {
             id: grant.lease,
             fence: grant.fence,
+            slot: grant.slot,
             clock: Mutex::new(grant.clock),
             replicas: AtomicU32::new(NO_REPLICAS),
         }
@@ -48,6 +50,11 @@ impl Held {
 
     pub(crate) fn fence(&self) -> Fence {
         self.fence
+    }
+
+    /// The semaphore slot of a permit; `None` for a lock.
+    pub(crate) fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     pub(crate) fn is_valid(&self) -> bool {
@@ -128,8 +135,15 @@ impl Held {
     /// `Debug` of a lease: what it is worth to know, never its key or token.
     /// (Also `Held`'s own `Debug`.)
     pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease")
-            .field("fence", &self.fence)
+        let mut d = match self.slot {
+            Some(slot) => {
+                let mut d = f.debug_struct("Permit");
+                d.field("slot", &slot);
+                d
+            }
+            None => f.debug_struct("Lease"),
+        };
+        d.field("fence", &self.fence)
             .field("valid", &self.is_valid())
             .field("remaining", &self.remaining())
             .field("replicas", &self.replicas())
@@ -212,3 +226,69 @@ macro_rules! lease_common {
     };
 }
 pub(crate) use lease_common;
+
+/// The read-only half of a permit's API, its `Debug` and its semaphore
+/// handle's, the same on both front ends' `Permit(Lease)` and
+/// `Semaphore { shared, key, permits }` types.
+macro_rules! permit_common {
+    ($permit:ident, $semaphore:ident) => {
+        impl $permit {
+            /// Which permit this is, in `0..permits`.
+            pub fn slot(&self) -> u32 {
+                // Every permit grant names its slot (the core's classification).
+                self.0.held().slot().unwrap_or_default()
+            }
+
+            /// The fencing token of this grant, strictly increasing per slot.
+            pub fn fence(&self) -> $crate::Fence {
+                self.0.fence()
+            }
+
+            /// Whether the permit is still held, by the local estimate.
+            pub fn is_valid(&self) -> bool {
+                self.0.is_valid()
+            }
+
+            /// The time left by the local estimate (zero when not valid).
+            pub fn remaining(&self) -> std::time::Duration {
+                self.0.remaining()
+            }
+
+            /// How many replicas acknowledged the last acquire or renew,
+            /// when [`Config::min_replicas`](crate::Config::min_replicas) is
+            /// set.
+            pub fn replicas(&self) -> Option<u32> {
+                self.0.replicas()
+            }
+        }
+
+        impl std::fmt::Debug for $permit {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.held().debug(f)
+            }
+        }
+
+        impl $semaphore {
+            /// The number of permits this handle acquires from.
+            pub fn permits(&self) -> u32 {
+                self.permits
+            }
+
+            fn want(&self) -> $crate::core::names::Want {
+                $crate::core::names::Want::Permit {
+                    permits: self.permits,
+                }
+            }
+        }
+
+        // Hand-written: the key must not show.
+        impl std::fmt::Debug for $semaphore {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($semaphore))
+                    .field("permits", &self.permits)
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+pub(crate) use permit_common;

@@ -95,15 +95,20 @@ pub(crate) fn fences_keep_increasing_after_redis_lost_its_data<F: Front>() {
 /// The acquire script's Lua text, read from the crate's source (tests
 /// cannot see crate-private items).
 pub(crate) fn acquire_lua() -> &'static str {
+    script_lua("ACQUIRE_LUA")
+}
+
+/// The source of the script `const <name>: &str` in src/core/script.rs.
+pub(crate) fn script_lua(name: &str) -> &'static str {
     const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
-    const START: &str = "pub(crate) const ACQUIRE_LUA: &str = r#\"";
+    let start_marker = format!("pub(crate) const {name}: &str = r#\"");
     let start = SCRIPT_RS
-        .find(START)
-        .map(|i| i + START.len())
-        .expect("src/core/script.rs defines ACQUIRE_LUA as a raw string");
+        .find(&start_marker)
+        .map(|i| i + start_marker.len())
+        .unwrap_or_else(|| panic!("src/core/script.rs defines {name} as a raw string"));
     let len = SCRIPT_RS[start..]
         .find("\"#;")
-        .expect("ACQUIRE_LUA's raw string ends with \"#;");
+        .unwrap_or_else(|| panic!("{name}'s raw string ends with \"#;"));
     &SCRIPT_RS[start..start + len]
 }
 

@@ -47,6 +47,28 @@ pub(crate) trait Front: Send + Sync + 'static {
     #[allow(dead_code, reason = "only tests/replication.rs asks")]
     fn replicas(lease: &Self::Lease) -> Option<u32>;
 
+    /// A permit of a semaphore.
+    type Permit: Send + 'static;
+    /// `locker.semaphore(key, permits)?.acquire_with(options)`.
+    fn acquire_permit(
+        &self,
+        key: &str,
+        permits: u32,
+        options: AcquireOptions,
+    ) -> Result<Self::Permit, Error>;
+    /// `permit.slot()`.
+    fn slot(permit: &Self::Permit) -> u32;
+    /// `permit.fence()`.
+    fn permit_fence(permit: &Self::Permit) -> Fence;
+    /// `permit.is_valid()`.
+    fn permit_is_valid(permit: &Self::Permit) -> bool;
+    /// `permit.renew()`.
+    fn renew_permit(permit: &Self::Permit) -> Result<RenewOutcome, Error>;
+    /// `permit.release()`.
+    fn release_permit(permit: Self::Permit) -> Result<ReleaseOutcome, Error>;
+    /// `format!("{permit:?}")`.
+    fn permit_debug(permit: &Self::Permit) -> String;
+
     /// Whether the front end learns of a server-side close of an idle
     /// command connection by itself (the async driver reads the socket all
     /// the time; a sync connection only learns it by using it).
@@ -57,6 +79,41 @@ pub(crate) trait Front: Send + Sync + 'static {
 // take precedence over this trait's methods of the same name.
 impl Front for redlease::blocking::Locker {
     type Lease = redlease::blocking::Lease;
+
+    type Permit = redlease::blocking::Permit;
+
+    fn acquire_permit(
+        &self,
+        key: &str,
+        permits: u32,
+        options: AcquireOptions,
+    ) -> Result<Self::Permit, Error> {
+        self.semaphore(key, permits)?.acquire_with(options)
+    }
+
+    fn slot(permit: &Self::Permit) -> u32 {
+        permit.slot()
+    }
+
+    fn permit_fence(permit: &Self::Permit) -> Fence {
+        permit.fence()
+    }
+
+    fn permit_is_valid(permit: &Self::Permit) -> bool {
+        permit.is_valid()
+    }
+
+    fn renew_permit(permit: &Self::Permit) -> Result<RenewOutcome, Error> {
+        permit.renew()
+    }
+
+    fn release_permit(permit: Self::Permit) -> Result<ReleaseOutcome, Error> {
+        permit.release()
+    }
+
+    fn permit_debug(permit: &Self::Permit) -> String {
+        format!("{permit:?}")
+    }
 
     fn connect(url: &str, config: Config) -> Result<Self, Error> {
         redlease::blocking::Locker::connect(url, config)
@@ -125,6 +182,41 @@ impl Async {
 
 impl Front for Async {
     type Lease = redlease::aio::Lease;
+
+    type Permit = redlease::aio::Permit;
+
+    fn acquire_permit(
+        &self,
+        key: &str,
+        permits: u32,
+        options: AcquireOptions,
+    ) -> Result<Self::Permit, Error> {
+        block_on(self.0.semaphore(key, permits)?.acquire_with(options))
+    }
+
+    fn slot(permit: &Self::Permit) -> u32 {
+        permit.slot()
+    }
+
+    fn permit_fence(permit: &Self::Permit) -> Fence {
+        permit.fence()
+    }
+
+    fn permit_is_valid(permit: &Self::Permit) -> bool {
+        permit.is_valid()
+    }
+
+    fn renew_permit(permit: &Self::Permit) -> Result<RenewOutcome, Error> {
+        block_on(permit.renew())
+    }
+
+    fn release_permit(permit: Self::Permit) -> Result<ReleaseOutcome, Error> {
+        block_on(permit.release())
+    }
+
+    fn permit_debug(permit: &Self::Permit) -> String {
+        format!("{permit:?}")
+    }
 
     const NOTICES_IDLE_CLOSE: bool = true;
 

@@ -19,6 +19,7 @@ pub(crate) mod input;
 pub(crate) mod logs;
 pub(crate) mod outcomes;
 pub(crate) mod secrets;
+pub(crate) mod semaphore;
 pub(crate) mod server;
 pub(crate) mod shutdown;
 pub(crate) mod survival;
@@ -105,6 +106,17 @@ macro_rules! behaviour_suite {
             }
             secrets {
                 leases_errors_and_logs_never_show_tokens_keys_or_addresses,
+            }
+            semaphore {
+                permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,
+                each_slots_fences_strictly_increase_also_after_data_loss,
+                a_release_wakes_a_waiter_through_the_notification,
+                waiters_of_one_locker_take_every_free_permit_at_once,
+                another_permit_count_is_refused_while_held_and_applies_once_drained,
+                permit_renew_and_release_report_their_outcomes,
+                a_dead_holders_slot_frees_at_its_ttl,
+                a_replayed_permit_acquire_returns_the_same_slot_and_fence,
+                bad_permit_counts_and_keys_are_refused,
             }
         );
     };

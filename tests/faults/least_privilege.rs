@@ -218,6 +218,41 @@ impl<F: Front> Front for AsLockerUser<F> {
     fn replicas(lease: &Self::Lease) -> Option<u32> {
         F::replicas(lease)
     }
+
+    type Permit = F::Permit;
+
+    fn acquire_permit(
+        &self,
+        key: &str,
+        permits: u32,
+        options: AcquireOptions,
+    ) -> Result<Self::Permit, Error> {
+        self.inner.acquire_permit(key, permits, options)
+    }
+
+    fn slot(permit: &Self::Permit) -> u32 {
+        F::slot(permit)
+    }
+
+    fn permit_fence(permit: &Self::Permit) -> Fence {
+        F::permit_fence(permit)
+    }
+
+    fn permit_is_valid(permit: &Self::Permit) -> bool {
+        F::permit_is_valid(permit)
+    }
+
+    fn renew_permit(permit: &Self::Permit) -> Result<RenewOutcome, Error> {
+        F::renew_permit(permit)
+    }
+
+    fn release_permit(permit: Self::Permit) -> Result<ReleaseOutcome, Error> {
+        F::release_permit(permit)
+    }
+
+    fn permit_debug(permit: &Self::Permit) -> String {
+        F::permit_debug(permit)
+    }
 }
 
 // ----- the behaviour suite's core cases, as the locker user -----------------------

@@ -25,6 +25,7 @@ use super::*;
 use crate::core::lease::RenewResult;
 use crate::core::line::HeadState;
 use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
+use crate::core::names::LockNames;
 use crate::core::script::ScriptKind;
 
 const POLL: Duration = Duration::from_millis(25);
@@ -170,7 +171,7 @@ fn ok(value: Value) -> Result<Value, RedisError> {
 
 /// The head of `key`'s line.
 fn head(core: &Core, key: &str) -> Option<WaiterId> {
-    core.lines.get(&KeyId::of(key)).and_then(Line::head)
+    core.lines.get(&LineKey::lock(KeyId::of(key))).and_then(Line::head)
 }
 
 /// Every acquire in progress for `key`.
@@ -178,7 +179,7 @@ fn members(core: &Core, key: &str) -> BTreeSet<WaiterId> {
     let id = KeyId::of(key);
     core.waiters
         .iter()
-        .filter(|(_, w)| w.names.id == id)
+        .filter(|(_, w)| w.target.line().id == id)
         .map(|(slot, _)| WaiterId(slot))
         .collect()
 }
@@ -193,13 +194,13 @@ fn assert_line(core: &Core, key: &str, expected: &[WaiterId]) {
         "members"
     );
     assert_eq!(
-        core.lines.contains_key(&KeyId::of(key)),
+        core.lines.contains_key(&LineKey::lock(KeyId::of(key))),
         !expected.is_empty()
     );
 }
 
 fn head_state(core: &Core, key: &str) -> Option<HeadState> {
-    core.lines.get(&KeyId::of(key)).map(Line::head_state)
+    core.lines.get(&LineKey::lock(KeyId::of(key))).map(Line::head_state)
 }
 
 fn packed(call: &ScriptCall) -> String {

@@ -14,6 +14,7 @@ use crate::cancel::CancelHandle;
 use crate::config::AcquireOptions;
 use crate::core::core::{Grant, LeaseId, WaiterStep};
 use crate::core::line::WaiterId;
+use crate::core::names::Want;
 use crate::core::script::ScriptCall;
 use crate::driver::state::LockerState;
 use crate::entropy::fresh_token;
@@ -59,7 +60,8 @@ pub(crate) struct Acquire {
 }
 
 impl Acquire {
-    /// Joins `key`'s line.
+    /// Joins the line of what `want` names on `key` (its lock, or a permit
+    /// of its semaphore).
     ///
     /// # Errors
     ///
@@ -69,6 +71,7 @@ impl Acquire {
     pub(crate) fn start(
         state: &Arc<LockerState>,
         key: &str,
+        want: Want,
         options: AcquireOptions,
         now: Instant,
     ) -> Result<Self, Error> {
@@ -77,7 +80,8 @@ impl Acquire {
         if let Some(cancel) = &options.cancel {
             cancel.register(&wake);
         }
-        let id = state.with_core(|core| core.acquire(now, key, fresh_token(), resolved))?;
+        let id =
+            state.with_core(|core| core.acquire_for(now, key, want, fresh_token(), resolved))?;
         state.cell().set_waker(id, wake.clone());
         Ok(Acquire {
             state: state.clone(),

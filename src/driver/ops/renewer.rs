@@ -187,7 +187,14 @@ mod tests {
 
     /// A lease granted by an acquire sent at `t0`.
     fn held(state: &Arc<LockerState>, t0: Instant) -> Held {
-        let mut acquire = Acquire::start(state, "k", AcquireOptions::new(), t0).expect("admitted");
+        let mut acquire = Acquire::start(
+            state,
+            "k",
+            crate::core::names::Want::Lock,
+            AcquireOptions::new(),
+            t0,
+        )
+        .expect("admitted");
         assert!(matches!(acquire.next(t0), Io::Send(Request::Script { .. })));
         acquire.handle_reply(t0, script_reply(Ok(Value::BulkString(b"5".to_vec()))));
         match acquire.next(t0) {

@@ -1,0 +1,363 @@
+//! The fenced semaphore (SPEC §12): up to N holders, each in a slot of its
+//! own with its own fence counter; waiting, outcomes, count changes and
+//! replays as for leases.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use redis::Value;
+use redlease::{Error, ReleaseOutcome, RenewOutcome};
+
+use super::common::{
+    config, connect, get, granted, key_sha, leased, namespace, no_wait, pttl, refused, spawn,
+    waiting, BOUND,
+};
+use super::fences::script_lua;
+use super::front::Front;
+use crate::support::{wait_until, RedisServer};
+
+/// `<ns>:sem:{<sha>}:<slot>`
+pub(crate) fn slot_name(ns: &str, key: &str, slot: u32) -> String {
+    format!("{ns}:sem:{{{}}}:{slot}", key_sha(key))
+}
+
+/// `<ns>:sem-fence:{<sha>}:<slot>`
+pub(crate) fn slot_fence_name(ns: &str, key: &str, slot: u32) -> String {
+    format!("{ns}:sem-fence:{{{}}}:{slot}", key_sha(key))
+}
+
+/// `<ns>:sem-permits:{<sha>}`
+pub(crate) fn permits_name(ns: &str, key: &str) -> String {
+    format!("{ns}:sem-permits:{{{}}}", key_sha(key))
+}
+
+/// N permits go to N holders on two lockers, each in a distinct slot with
+/// its own fence counter; the next try is `Busy` with the soonest expiry.
+pub(crate) fn permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-count");
+    let a: F = connect(&server, config(&ns));
+    let b: F = connect(&server, config(&ns));
+
+    let mut permits = Vec::new();
+    for i in 0..3 {
+        let locker = if i % 2 == 0 { &a } else { &b };
+        permits.push(granted(
+            locker.acquire_permit("pool", 3, no_wait()),
+            "a free permit",
+        ));
+    }
+    let slots: BTreeSet<u32> = permits.iter().map(F::slot).collect();
+    assert_eq!(slots, BTreeSet::from([0, 1, 2]), "the lowest free slots");
+    for permit in &permits {
+        let slot = F::slot(permit);
+        let fence = F::permit_fence(permit).get();
+        let value = get(&server, &slot_name(&ns, "pool", slot)).expect("the slot key is set");
+        assert!(
+            value.ends_with(&format!(":{fence}")),
+            "the slot holds <token>:<fence>"
+        );
+        assert_eq!(
+            get(&server, &slot_fence_name(&ns, "pool", slot)),
+            Some(fence.to_string()),
+            "each slot has its own counter"
+        );
+        let ttl = pttl(&server, &slot_name(&ns, "pool", slot));
+        assert!(ttl > 0 && ttl <= 5000, "the slot expires by its TTL: {ttl}");
+    }
+    assert_eq!(get(&server, &permits_name(&ns, "pool")), Some("3".into()));
+
+    for locker in [&a, &b] {
+        match refused(locker.acquire_permit("pool", 3, no_wait()), "a fourth") {
+            Error::Busy { remaining } => assert!(
+                remaining.is_some_and(|r| r <= Duration::from_secs(5)),
+                "busy with the soonest expiry: {remaining:?}"
+            ),
+            other => panic!("every permit held: expected LOCK_BUSY, got {other:?}"),
+        }
+    }
+    // A lock of the same key is another thing.
+    let lease = granted(a.acquire_with("pool", no_wait()), "the lock of the key");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+
+    let freed = permits.remove(1);
+    let freed_slot = F::slot(&freed);
+    assert_eq!(F::release_permit(freed).unwrap(), ReleaseOutcome::Released);
+    let again = granted(b.acquire_permit("pool", 3, no_wait()), "the freed permit");
+    assert_eq!(
+        F::slot(&again),
+        freed_slot,
+        "the freed slot is the free one"
+    );
+    permits.push(again);
+    for permit in permits {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// One slot's fences strictly increase across grants, also after Redis
+/// lost its data (the §3 floor at the server clock).
+pub(crate) fn each_slots_fences_strictly_increase_also_after_data_loss<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-fences");
+    let locker: F = connect(&server, config(&ns));
+
+    let mut fences = Vec::new();
+    for round in 0..6 {
+        if round == 3 {
+            server.flushall();
+        }
+        let permit = granted(locker.acquire_permit("one", 2, no_wait()), "a free permit");
+        assert_eq!(F::slot(&permit), 0, "the lowest free slot");
+        fences.push(F::permit_fence(&permit).get());
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+    assert!(
+        fences.windows(2).all(|w| w[1] > w[0]),
+        "slot 0's fences strictly increase: {fences:?}"
+    );
+}
+
+/// A waiter on another locker gets the permit a release frees, through
+/// the notification (safety polls are 30 s, the bound 10 s).
+pub(crate) fn a_release_wakes_a_waiter_through_the_notification<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-wake");
+    let slow = || {
+        config(&ns)
+            .wait(Duration::from_secs(20))
+            .lease(Duration::from_secs(30))
+            .notify_poll_interval(Duration::from_secs(30))
+    };
+    let holder: F = connect(&server, slow());
+    let waiter = std::sync::Arc::new(connect::<F>(&server, slow()));
+
+    let held: Vec<_> = (0..2)
+        .map(|_| granted(holder.acquire_permit("pool", 2, no_wait()), "a free permit"))
+        .collect();
+    let w = waiter.clone();
+    let waiting_thread = spawn("semaphore waiter", move || {
+        w.acquire_permit("pool", 2, waiting(Duration::from_secs(20)))
+    });
+    wait_until(BOUND, "the waiter is subscribed", || {
+        let stats = waiter.stats();
+        stats.waiters == 1 && stats.subscribed
+    });
+    let mut held = held;
+    let freed = held.remove(0);
+    let freed_slot = F::slot(&freed);
+    assert_eq!(F::release_permit(freed).unwrap(), ReleaseOutcome::Released);
+    let permit = granted(waiting_thread.join_within(BOUND), "the freed permit");
+    assert_eq!(F::slot(&permit), freed_slot);
+    assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    for permit in held {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// Waiters of one locker: after a grant the next one tries at once, so
+/// all free permits go out without waiting for a notification or poll.
+pub(crate) fn waiters_of_one_locker_take_every_free_permit_at_once<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-burst");
+    let cfg = config(&ns)
+        .wait(Duration::from_secs(20))
+        .notify_poll_interval(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(30));
+    let locker = std::sync::Arc::new(connect::<F>(&server, cfg));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let l = locker.clone();
+            spawn(&format!("waiter {i}"), move || {
+                l.acquire_permit("burst", 4, waiting(Duration::from_secs(20)))
+            })
+        })
+        .collect();
+    let permits: Vec<_> = threads
+        .into_iter()
+        .map(|t| granted(t.join_within(BOUND), "a free permit"))
+        .collect();
+    let slots: BTreeSet<u32> = permits.iter().map(F::slot).collect();
+    assert_eq!(slots.len(), 4, "four distinct slots");
+    for permit in permits {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// Another permit count is refused while any permit of the recorded count
+/// is held, and takes over once none is (resize by draining).
+pub(crate) fn another_permit_count_is_refused_while_held_and_applies_once_drained<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-resize");
+    let a: F = connect(&server, config(&ns));
+    let b: F = connect(&server, config(&ns));
+
+    let held = granted(a.acquire_permit("pool", 2, no_wait()), "a free permit");
+    for count in [1, 5] {
+        match refused(b.acquire_permit("pool", count, no_wait()), "other count") {
+            Error::InvalidConfig { .. } => {}
+            other => {
+                panic!("count {count} while 2 are in use: expected INVALID_CONFIG, got {other:?}")
+            }
+        }
+        // Also when waiting: the refusal is final, not retried.
+        match refused(
+            b.acquire_permit("pool", count, waiting(Duration::from_secs(5))),
+            "other count, waiting",
+        ) {
+            Error::InvalidConfig { .. } => {}
+            other => panic!("expected INVALID_CONFIG, got {other:?}"),
+        }
+    }
+    assert_eq!(get(&server, &permits_name(&ns, "pool")), Some("2".into()));
+    assert_eq!(F::release_permit(held).unwrap(), ReleaseOutcome::Released);
+
+    let bigger: Vec<_> = (0..5)
+        .map(|_| granted(b.acquire_permit("pool", 5, no_wait()), "the resized pool"))
+        .collect();
+    assert_eq!(get(&server, &permits_name(&ns, "pool")), Some("5".into()));
+    assert!(matches!(
+        a.acquire_permit("pool", 2, no_wait()),
+        Err(Error::InvalidConfig { .. })
+    ));
+    for permit in bigger {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// Renew and release report `Renewed`/`Released`, `Expired` after the TTL
+/// ran out, `Conflict` when another holder took the slot.
+pub(crate) fn permit_renew_and_release_report_their_outcomes<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-outcomes");
+    let locker: F = connect(&server, config(&ns));
+    let other: F = connect(&server, config(&ns));
+
+    let permit = granted(locker.acquire_permit("p", 1, no_wait()), "a free permit");
+    assert_eq!(F::renew_permit(&permit).unwrap(), RenewOutcome::Renewed);
+    let ttl = pttl(&server, &slot_name(&ns, "p", 0));
+    assert!(ttl > 4000, "renewed to a full lease: {ttl}");
+    assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+
+    let short = granted(
+        locker.acquire_permit("p", 1, leased(Duration::from_millis(200))),
+        "a short permit",
+    );
+    wait_until(BOUND, "the slot expired", || {
+        get(&server, &slot_name(&ns, "p", 0)).is_none()
+    });
+    let taken = granted(other.acquire_permit("p", 1, no_wait()), "the expired slot");
+    assert_eq!(F::slot(&taken), 0);
+    assert_eq!(F::renew_permit(&short).unwrap(), RenewOutcome::Conflict);
+    assert!(!F::permit_is_valid(&short));
+    assert_eq!(F::release_permit(short).unwrap(), ReleaseOutcome::Conflict);
+    assert_eq!(F::release_permit(taken).unwrap(), ReleaseOutcome::Released);
+
+    let gone = granted(
+        locker.acquire_permit("p", 1, leased(Duration::from_millis(200))),
+        "a short permit",
+    );
+    wait_until(BOUND, "the slot expired", || {
+        get(&server, &slot_name(&ns, "p", 0)).is_none()
+    });
+    assert_eq!(F::release_permit(gone).unwrap(), ReleaseOutcome::Expired);
+}
+
+/// A holder that dies without releasing (its permit forgotten) frees its
+/// slot at its TTL: a waiter elsewhere gets it then.
+pub(crate) fn a_dead_holders_slot_frees_at_its_ttl<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-dead");
+    let dead: F = connect(&server, config(&ns));
+    let waiter: F = connect(&server, config(&ns));
+
+    let permit = granted(
+        dead.acquire_permit("p", 1, leased(Duration::from_millis(300))),
+        "a free permit",
+    );
+    let fence = F::permit_fence(&permit);
+    // Never released, never dropped: as if its process died.
+    std::mem::forget(permit);
+    let next = granted(
+        waiter.acquire_permit("p", 1, waiting(Duration::from_secs(5))),
+        "the slot after the dead holder's TTL",
+    );
+    assert_eq!(F::slot(&next), 0);
+    assert!(F::permit_fence(&next) > fence);
+    assert_eq!(F::release_permit(next).unwrap(), ReleaseOutcome::Released);
+}
+
+/// The acquire script run again with a token already in a slot returns
+/// that slot and fence, without a second grant or `INCR`.
+pub(crate) fn a_replayed_permit_acquire_returns_the_same_slot_and_fence<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-replay");
+    let locker: F = connect(&server, config(&ns));
+    let first = granted(locker.acquire_permit("p", 3, no_wait()), "slot 0");
+    let _ = first;
+
+    let eval = |token: &str| {
+        server.query(
+            redis::cmd("EVAL")
+                .arg(script_lua("SEM_ACQUIRE_LUA"))
+                .arg(3)
+                .arg(permits_name(&ns, "p"))
+                .arg(format!("{ns}:sem:{{{}}}:", key_sha("p")))
+                .arg(format!("{ns}:sem-fence:{{{}}}:", key_sha("p")))
+                .arg(token)
+                .arg(5000)
+                .arg(0)
+                .arg(3),
+        )
+    };
+    let mine = "0123456789abcdef0123456789abcdef";
+    let granted_once = eval(mine);
+    let Value::Array(items) = &granted_once else {
+        panic!("a grant is [slot, fence], got {granted_once:?}");
+    };
+    assert_eq!(items[0], Value::Int(1), "the next free slot");
+    let counter = get(&server, &slot_fence_name(&ns, "p", 1));
+    assert_eq!(
+        eval(mine),
+        granted_once,
+        "a replay returns the same slot and fence"
+    );
+    assert_eq!(
+        get(&server, &slot_fence_name(&ns, "p", 1)),
+        counter,
+        "no second INCR"
+    );
+    assert!(
+        get(&server, &slot_name(&ns, "p", 2)).is_none(),
+        "no second grant"
+    );
+}
+
+/// Bad permit counts are `InvalidConfig`, bad keys `InvalidKey`, without
+/// asking Redis; a permit's `Debug` shows its slot and fence only.
+pub(crate) fn bad_permit_counts_and_keys_are_refused<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-input");
+    let locker: F = connect(&server, config(&ns));
+    for count in [0, 1025, u32::MAX] {
+        match refused(locker.acquire_permit("p", count, no_wait()), "bad count") {
+            Error::InvalidConfig { .. } => {}
+            other => panic!("{count} permits: expected INVALID_CONFIG, got {other:?}"),
+        }
+    }
+    let long = "k".repeat(1025);
+    for key in ["", long.as_str()] {
+        match refused(locker.acquire_permit(key, 2, no_wait()), "bad key") {
+            Error::InvalidKey { .. } => {}
+            other => panic!("expected INVALID_KEY, got {other:?}"),
+        }
+    }
+    let permit = granted(locker.acquire_permit("secret-key", 1024, no_wait()), "1024");
+    let debug = F::permit_debug(&permit);
+    assert!(
+        debug.contains("slot: 0") && debug.contains("fence"),
+        "{debug}"
+    );
+    assert!(!debug.contains("secret") && !debug.contains(&ns), "{debug}");
+    assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+}

@@ -1,4 +1,5 @@
-//! Classification of acquire, release and renew replies from arbitrary `redis::Value` trees
+//! Classification of acquire (lock and semaphore), release and renew replies from arbitrary
+//! `redis::Value` trees
 //! (`redlease::fuzzing::check_replies`).
 #![no_main]
 

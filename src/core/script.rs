@@ -610,6 +610,70 @@ pub(crate) mod tests {
         assert_eq!(ScriptKind::Acquire.sha1().len(), 40);
     }
 
+    #[test]
+    fn a_permit_grant_is_a_slot_and_a_fence() {
+        let reply = Value::Array(vec![Value::Int(2), bulk("1796104174047001")]);
+        assert_eq!(
+            classify_permit(&reply),
+            Ok(PermitReply::Acquired {
+                slot: 2,
+                fence: Fence::new(1_796_104_174_047_001)
+            })
+        );
+        assert_eq!(
+            classify_permit(&Value::Int(40)),
+            Ok(PermitReply::Busy(Some(Duration::from_millis(40))))
+        );
+        assert_eq!(
+            classify_permit(&Value::Int(-1)),
+            Ok(PermitReply::Busy(None))
+        );
+        assert_eq!(classify_permit(&Value::Nil), Ok(PermitReply::Busy(None)));
+        let other = Value::Array(vec![bulk("permits"), Value::Int(4)]);
+        assert_eq!(classify_permit(&other), Ok(PermitReply::OtherCount(4)));
+    }
+
+    #[test]
+    fn odd_permit_replies_are_unexpected() {
+        for reply in [
+            Value::Array(vec![Value::Int(-1), bulk("5")]),
+            Value::Array(vec![Value::Int(1024), bulk("5")]),
+            Value::Array(vec![Value::Int(1), bulk("0")]),
+            Value::Array(vec![Value::Int(1), Value::Int(5)]),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![bulk("permits"), Value::Int(0)]),
+            Value::Array(vec![bulk("permits"), Value::Int(1025)]),
+            Value::Array(vec![bulk("other"), Value::Int(3)]),
+            Value::Int(-3),
+            bulk("7"),
+            Value::Okay,
+        ] {
+            assert!(classify_permit(&reply).is_err(), "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn the_semaphore_calls_name_the_prefixes_and_the_count() {
+        use super::super::names::{KeyId, SemNames};
+        let names = SemNames::new("ns", KeyId::of("pool"));
+        let token = OwnerToken::from_bytes([7; 16]);
+        let call = ScriptCall::sem_acquire(&names, 3, token, 500, 0);
+        let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
+        assert!(packed.contains(ScriptKind::SemAcquire.sha1()));
+        for name in [&names.permits, &names.slot_prefix, &names.fence_prefix] {
+            assert!(packed.contains(name.as_str()), "{name}");
+        }
+        let line = LineKey {
+            kind: super::super::names::Kind::Semaphore,
+            id: names.id,
+        };
+        let any = ScriptCall::sem_release_any(&names, 3, line, token, "ns", Channel::Standalone);
+        let packed = String::from_utf8_lossy(&any.evalsha().get_packed_command()).into_owned();
+        assert!(packed.contains(&format!("sem:{}", names.id.to_hex())));
+        assert!(ScriptKind::SemAcquire.grants(&Value::Array(vec![Value::Int(0), bulk("9")])));
+        assert!(!ScriptKind::SemAcquire.grants(&Value::Int(5)));
+    }
+
     /// Any `redis::Value` tree, for property tests and fuzz replays.
     pub(crate) fn arb_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
@@ -638,6 +702,7 @@ pub(crate) mod tests {
             let _ = classify_acquire(&v);
             let _ = classify_release(&v);
             let _ = classify_renew(&v);
+            let _ = classify_permit(&v);
         }
 
         #[test]

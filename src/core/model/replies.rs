@@ -1,4 +1,4 @@
-//! `check_replies`: reply classification against SPEC §3, alone and through a core.
+//! `check_replies`: reply classification against SPEC §3 and §12, alone and through a core.
 
 use std::time::Duration;
 
@@ -9,7 +9,8 @@ use crate::core::lease::RenewResult;
 use crate::core::names::OwnerToken;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::core::script::{
-    classify_acquire, classify_release, classify_renew, AcquireReply, ScriptKind,
+    classify_acquire, classify_permit, classify_release, classify_renew, AcquireReply, PermitReply,
+    ScriptKind,
 };
 use crate::error::{Error, Failure, Operation};
 
@@ -25,7 +26,7 @@ const MAX_TRIPLES: usize = 8;
 /// Decodes one `redis::Value` tree (at most `MAX_DEPTH` levels deep).
 fn value(input: &mut Input<'_>, depth: usize) -> Value {
     let nested = depth < MAX_DEPTH;
-    match input.byte() % 18 {
+    match input.byte() % 19 {
         0 => Value::Nil,
         1 => Value::Okay,
         2 => Value::Int(input.u64() as i64),
@@ -92,8 +93,35 @@ fn value(input: &mut Input<'_>, depth: usize) -> Value {
             let n = input.below(64);
             redis::parse_redis_value(input.bytes(n)).unwrap_or(Value::Nil)
         }
+        18 => permit_shaped(input, depth),
         _ => Value::Nil,
     }
+}
+
+/// A semaphore reply's shapes (`[slot, fence]`, `['permits', n]`) with
+/// members drawn near and past their bounds.
+fn permit_shaped(input: &mut Input<'_>, depth: usize) -> Value {
+    let int = match input.byte() % 4 {
+        0 => i64::from(input.byte()) * 8 - 16,
+        1 => 1024,
+        2 => input.u64() as i64,
+        _ => i64::from(input.byte() % 8),
+    };
+    let first = match input.byte() % 3 {
+        0 => Value::BulkString(b"permits".to_vec()),
+        1 if depth < MAX_DEPTH => value(input, depth + 1),
+        _ => Value::Int(int),
+    };
+    let second = match input.byte() % 3 {
+        0 => Value::BulkString(number_text(input)),
+        1 if depth < MAX_DEPTH => value(input, depth + 1),
+        _ => Value::Int(int),
+    };
+    let mut items = vec![first, second];
+    if input.byte() % 8 == 0 {
+        items.push(Value::Nil);
+    }
+    Value::Array(items)
 }
 
 fn children(input: &mut Input<'_>, depth: usize) -> Vec<Value> {
@@ -168,6 +196,34 @@ fn spec_acquire(value: &Value) -> SpecAcquire {
     }
 }
 
+/// The reference classification of a semaphore acquire reply (SPEC §12):
+/// `[slot, fence]` with a slot in 0..1024 and a fence read as for a lock;
+/// `['permits', n]` with n in 1..=1024; busy as for a lock.
+fn spec_permit(value: &Value) -> Option<PermitReply> {
+    match value {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(slot @ 0..=1023), fence @ Value::BulkString(_)] => {
+                match spec_acquire(fence) {
+                    SpecAcquire::Is(AcquireReply::Acquired(fence)) => Some(PermitReply::Acquired {
+                        slot: *slot as u32,
+                        fence,
+                    }),
+                    _ => None,
+                }
+            }
+            [Value::BulkString(tag), Value::Int(n @ 1..=1024)] if tag.as_slice() == b"permits" => {
+                Some(PermitReply::OtherCount(*n as u32))
+            }
+            _ => None,
+        },
+        Value::Int(_) | Value::Nil => match spec_acquire(value) {
+            SpecAcquire::Is(AcquireReply::Busy(remaining)) => Some(PermitReply::Busy(remaining)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// The reference reading of a release or renew reply: 1, 0 or 2.
 fn spec_int(value: &Value) -> Option<i64> {
     match value {
@@ -230,6 +286,25 @@ fn check_classification(value: &Value) {
         ScriptKind::Acquire.grants(value),
         matches!(acquire, Ok(AcquireReply::Acquired(_)))
     );
+
+    let permit = classify_permit(value);
+    let padded_fence = matches!(value, Value::Array(items)
+        if matches!(items.get(1).map(spec_acquire), Some(SpecAcquire::ZeroPadded(_))));
+    if !padded_fence {
+        assert_eq!(
+            permit.clone().ok(),
+            spec_permit(value),
+            "permit reply {value:?}"
+        );
+    }
+    assert_eq!(
+        ScriptKind::SemAcquire.grants(value),
+        matches!(permit, Ok(PermitReply::Acquired { .. }))
+    );
+    if let Err(e) = &permit {
+        let other = classify_permit(&masked(value)).expect_err("masked: never a grant");
+        assert_eq!(e.to_string(), other.to_string(), "{value:?}");
+    }
 
     let release = classify_release(value);
     let expected = spec_int(value).map(|n| match n {

@@ -1,6 +1,8 @@
 //! Fence verification for data kept in Redis: a compare-and-set write that
 //! stores a value only if its fence is not lower than the last fence the
-//! resource accepted.
+//! resource accepted. A lease's writes are checked against the resource's
+//! high-water fence; a semaphore permit's against the high-water of its
+//! (resource, slot), since each slot has fences of its own.
 //!
 //! This is the check that turns a lease into mutual exclusion under pauses
 //! and delays: a holder that lost its lease without knowing it still holds an
@@ -20,8 +22,22 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A permit writes with its slot ([`FencedStore::write_permit`]): holders
+//! of other slots write beside it, while a stale holder of the same slot is
+//! refused.
+//!
+//! ```no_run
+//! # fn f(permit: &redlease::blocking::Permit) -> Result<(), Box<dyn std::error::Error>> {
+//! use redlease::fenced::FencedStore;
+//!
+//! let store = FencedStore::new("my-service");
+//! let mut conn = redis::Client::open("redis://127.0.0.1:6379/0")?.get_connection()?;
+//! store.write_permit(&mut conn, "db-pool", permit.slot(), permit.fence(), "batch 7")?;
+//! # Ok(()) }
+//! ```
+//!
 //! The same check works for any store that can compare and write in one
-//! step, e.g. SQL:
+//! step, e.g. SQL (for a permit, keep `last_fence` per slot):
 //!
 //! ```sql
 //! UPDATE reports SET body = $1, last_fence = $2
@@ -36,17 +52,27 @@ use sha2::{Digest, Sha256};
 use crate::core::names::hex;
 use crate::core::outcome::Fence;
 
-/// KEYS = the resource's hash; ARGV = fence (decimal), value. Returns 1
-/// when stored, or the stored fence when it is higher. Fences compare as
-/// decimal strings (length first), exact for every `u64`.
+/// KEYS = the resource's hash; ARGV = fence (decimal), value, the fence
+/// field, the value field (`fence`/`value` for a lease, `fence:<slot>`/
+/// `value:<slot>` for a permit). Returns 1 when stored, or the stored fence
+/// when it is higher. Fences compare as decimal strings (length first),
+/// exact for every `u64`.
 const FENCED_WRITE_LUA: &str = r#"
-local last = redis.call('HGET', KEYS[1], 'fence')
+local last = redis.call('HGET', KEYS[1], ARGV[3])
 if last and (#last > #ARGV[1] or (#last == #ARGV[1] and last > ARGV[1])) then
   return last
 end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[1], ARGV[4], ARGV[2])
 return 1
 "#;
+
+/// The hash fields of one writer's register: a lease's, or a slot's.
+fn fields(slot: Option<u32>) -> (String, String) {
+    match slot {
+        None => ("fence".into(), "value".into()),
+        Some(slot) => (format!("fence:{slot}"), format!("value:{slot}")),
+    }
+}
 
 static FENCED_WRITE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(FENCED_WRITE_LUA));
@@ -89,7 +115,8 @@ impl std::fmt::Debug for WriteError {
 }
 
 /// Fenced values in Redis, one hash per resource under a namespace:
-/// `<ns>:fenced:{<sha256 of the resource>}` with fields `fence` and `value`.
+/// `<ns>:fenced:{<sha256 of the resource>}` with fields `fence` and `value`
+/// for lease writes, `fence:<slot>` and `value:<slot>` for permit writes.
 #[derive(Debug, Clone)]
 pub struct FencedStore {
     namespace: String,
@@ -121,10 +148,42 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
+        self.write_as(conn, resource, None, fence, value)
+    }
+
+    /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
+    /// than the last fence that slot accepted: the write of a semaphore
+    /// permit, checked against the (resource, slot) high-water.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    pub fn write_permit(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+        resource: &str,
+        slot: u32,
+        fence: Fence,
+        value: impl ToRedisArgs,
+    ) -> Result<(), WriteError> {
+        self.write_as(conn, resource, Some(slot), fence, value)
+    }
+
+    fn write_as(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+        resource: &str,
+        slot: Option<u32>,
+        fence: Fence,
+        value: impl ToRedisArgs,
+    ) -> Result<(), WriteError> {
+        let (fence_field, value_field) = fields(slot);
         let reply = FENCED_WRITE
             .key(self.name(resource))
             .arg(fence.get())
             .arg(value)
+            .arg(fence_field)
+            .arg(value_field)
             .invoke::<Value>(conn)
             .map_err(WriteError::Redis)?;
         verdict(&reply)
@@ -143,10 +202,44 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
+        self.write_as_async(conn, resource, None, fence, value)
+            .await
+    }
+
+    /// The async form of [`write_permit`](Self::write_permit).
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    #[cfg(feature = "aio")]
+    pub async fn write_permit_async(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        resource: &str,
+        slot: u32,
+        fence: Fence,
+        value: impl ToRedisArgs,
+    ) -> Result<(), WriteError> {
+        self.write_as_async(conn, resource, Some(slot), fence, value)
+            .await
+    }
+
+    #[cfg(feature = "aio")]
+    async fn write_as_async(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        resource: &str,
+        slot: Option<u32>,
+        fence: Fence,
+        value: impl ToRedisArgs,
+    ) -> Result<(), WriteError> {
+        let (fence_field, value_field) = fields(slot);
         let reply = FENCED_WRITE
             .key(self.name(resource))
             .arg(fence.get())
             .arg(value)
+            .arg(fence_field)
+            .arg(value_field)
             .invoke_async::<Value>(conn)
             .await
             .map_err(WriteError::Redis)?;
@@ -163,10 +256,34 @@ impl FencedStore {
         conn: &mut impl redis::ConnectionLike,
         resource: &str,
     ) -> redis::RedisResult<Option<(Fence, Vec<u8>)>> {
+        self.read_as(conn, resource, None)
+    }
+
+    /// The last accepted fence and value of slot `slot` of `resource`.
+    ///
+    /// # Errors
+    ///
+    /// The redis error.
+    pub fn read_permit(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+        resource: &str,
+        slot: u32,
+    ) -> redis::RedisResult<Option<(Fence, Vec<u8>)>> {
+        self.read_as(conn, resource, Some(slot))
+    }
+
+    fn read_as(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+        resource: &str,
+        slot: Option<u32>,
+    ) -> redis::RedisResult<Option<(Fence, Vec<u8>)>> {
+        let (fence_field, value_field) = fields(slot);
         let (fence, value): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
             .arg(self.name(resource))
-            .arg("fence")
-            .arg("value")
+            .arg(fence_field)
+            .arg(value_field)
             .query(conn)?;
         Ok(fence.zip(value).map(|(f, v)| (Fence::new(f), v)))
     }

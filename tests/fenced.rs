@@ -1,6 +1,7 @@
 //! Fences doing their job against a real Redis: `redlease::fenced`'s
 //! compare-and-set store rejects a stale holder's late write after a newer
-//! holder wrote (sync `write` and async `write_async`), and
+//! holder wrote (sync `write` and async `write_async`; a permit's per
+//! (resource, slot) with `write_permit`), and
 //! `Config::fence_counter_ttl` lets an unused fence counter expire while the
 //! next grant still gets a higher fence (seeded from Redis `TIME` × 1000).
 //!
@@ -115,6 +116,74 @@ fn a_stale_holders_write_is_rejected_after_a_newer_holder_wrote<F: Front>() {
     assert_eq!(F::release(new).unwrap(), ReleaseOutcome::Released);
 }
 
+/// Permits write per (resource, slot): holders of two slots write beside
+/// each other, and a stale holder of a slot is refused once the slot's next
+/// holder wrote, while the other slot's register is untouched.
+fn a_stale_permits_write_is_rejected_per_slot<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced-permit");
+    let first: F = connect(&server, config(&ns));
+    let second: F = connect(&server, config(&ns));
+    let store = FencedStore::new(ns.as_str());
+    let mut conn = server.conn();
+
+    let stale = granted(
+        first.acquire_permit("pool", 2, leased(Duration::from_millis(300))),
+        "slot 0",
+    );
+    let other = granted(second.acquire_permit("pool", 2, no_wait()), "slot 1");
+    assert_eq!((F::slot(&stale), F::slot(&other)), (0, 1));
+    for permit in [&stale, &other] {
+        store
+            .write_permit(
+                &mut conn,
+                RESOURCE,
+                F::slot(permit),
+                F::permit_fence(permit),
+                "mine",
+            )
+            .unwrap();
+    }
+    // A slot's fence is compared with its own slot only: slot 0's
+    // (lower or higher) fence never refuses slot 1's holder.
+    store
+        .write_permit(&mut conn, RESOURCE, 1, F::permit_fence(&other), "again")
+        .unwrap();
+
+    // Slot 0's holder stalls past its lease; slot 0 goes to a new holder.
+    wait_until(BOUND, "slot 0 expired in redis", || {
+        !exists(
+            &server,
+            &format!("{ns}:sem:{{{}}}:0", behaviour::common::key_sha("pool")),
+        )
+    });
+    let next = granted(second.acquire_permit("pool", 2, no_wait()), "slot 0 again");
+    assert_eq!(F::slot(&next), 0);
+    assert!(F::permit_fence(&next) > F::permit_fence(&stale));
+    store
+        .write_permit(&mut conn, RESOURCE, 0, F::permit_fence(&next), "newer")
+        .unwrap();
+    assert_stale(
+        store.write_permit(&mut conn, RESOURCE, 0, F::permit_fence(&stale), "late"),
+        F::permit_fence(&next),
+    );
+    let read_slot = |slot| {
+        store
+            .read_permit(&mut server.conn(), RESOURCE, slot)
+            .unwrap()
+            .map(|(fence, value)| (fence, String::from_utf8(value).unwrap()))
+    };
+    assert_eq!(read_slot(0), Some((F::permit_fence(&next), "newer".into())));
+    assert_eq!(
+        read_slot(1),
+        Some((F::permit_fence(&other), "again".into()))
+    );
+    assert_eq!(read(&store, &server), None, "the lease register is apart");
+    assert_eq!(F::release_permit(stale).unwrap(), ReleaseOutcome::Conflict);
+    assert_eq!(F::release_permit(next).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(F::release_permit(other).unwrap(), ReleaseOutcome::Released);
+}
+
 /// With `fence_counter_ttl(200 ms)` the fence counter carries a TTL after
 /// an acquire, disappears once unused for that long, and the next acquire
 /// still gets a higher fence, seeded from the server's `TIME` in ms × 1000.
@@ -161,6 +230,10 @@ macro_rules! fenced_suite {
         #[test]
         fn a_stale_holders_write_is_rejected_after_a_newer_holder_wrote() {
             super::a_stale_holders_write_is_rejected_after_a_newer_holder_wrote::<$front>();
+        }
+        #[test]
+        fn a_stale_permits_write_is_rejected_per_slot() {
+            super::a_stale_permits_write_is_rejected_per_slot::<$front>();
         }
         #[test]
         fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence() {
@@ -268,6 +341,21 @@ fn write_async_rejects_a_stale_holder_on_smol_and_futures() {
         );
         store
             .write_async(&mut conn, RESOURCE, new, "equal fence")
+            .await
+            .unwrap();
+        // A permit's register is its slot's.
+        store
+            .write_permit_async(&mut conn, RESOURCE, 3, new, "slot 3")
+            .await
+            .unwrap();
+        assert_stale(
+            store
+                .write_permit_async(&mut conn, RESOURCE, 3, old, "late slot 3")
+                .await,
+            new,
+        );
+        store
+            .write_permit_async(&mut conn, RESOURCE, 2, old, "slot 2")
             .await
             .unwrap();
     });

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Scenarios (each prints a short summary on stderr and its JSON on stdout,
-//! or to `--out`): `uncontended`, `contention`, `wakeup`, `many-keys`,
+//! or to `--out`): `uncontended`, `contention`, `semaphore` (contention on
+//! a fenced semaphore, `--permits 3`), `wakeup`, `many-keys`,
 //! `memory`, `core` (micro-benchmarks of the sans-IO core; needs
 //! `--features bench-hooks`). `contention` and `memory` re-execute this binary as worker
 //! processes (`contention-worker`, `memory-child`). `free-port` prints a free
@@ -122,7 +123,7 @@ fn run() -> BoxResult<()> {
         "contention-worker" => return contention::worker(&args),
         "memory-child" => return memory::child(&args),
         "uncontended" => uncontended::run(&args)?,
-        "contention" => contention::run(&args)?,
+        "contention" | "semaphore" => contention::run(&args)?,
         "wakeup" => wakeup::run(&args)?,
         "many-keys" => many_keys::run(&args)?,
         "memory" => memory::run(&args)?,

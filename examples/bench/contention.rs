@@ -1,7 +1,10 @@
 //! Contention: P processes × W waiters on one key, each holding it `hold`
 //! and releasing, until `total` acquisitions; once with release
 //! notifications and once without (an ACL user without channel rights, so
-//! SUBSCRIBE is refused with NOPERM and the lockers poll).
+//! SUBSCRIBE is refused with NOPERM and the lockers poll). The `semaphore`
+//! scenario runs the same with a fenced semaphore of `--permits` (default
+//! 3) instead of a lock: hand-overs are counted per slot, and a violation
+//! is more than `permits` holders at once (or two in one slot).
 //!
 //! The controller (`contention`) re-executes this binary as worker
 //! processes (`contention-worker`) and talks to them over their stdin and
@@ -32,7 +35,12 @@ const NO_NOTIFY_PASSWORD: &str = "redlease-bench-nonotify-pw";
 
 pub(crate) fn run(args: &Args) -> BoxResult<J> {
     let url = args.url()?;
+    let permits = match args.scenario.as_str() {
+        "semaphore" => Some(args.num("permits", 3)?),
+        _ => None,
+    };
     let plan = Plan {
+        permits,
         processes: args.num("processes", 4)?,
         waiters: args.num("waiters", 8)?,
         total: args.num("total", 500)?,
@@ -70,6 +78,8 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
 }
 
 struct Plan {
+    /// A semaphore of this many permits; `None`: a lock.
+    permits: Option<u32>,
     processes: usize,
     waiters: usize,
     total: usize,
@@ -89,9 +99,13 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
         v.as_f64().unwrap_or(f64::NAN)
     };
     format!(
-        "contention {:8} {:9}: {:.0} acq/s, hand-over to another waiter p50 {:.0} µs = {:.1} RTT \
+        "{} {:8} {:9}: {:.0} acq/s, hand-over to another waiter p50 {:.0} µs = {:.1} RTT \
          ({:.1} idle RTT), p99 {:.0} µs; releaser's process re-takes {:.0}%; {:.2} scripts/acq, \
-         {:.2} round trips/acq; per waiter {}..{}; violations {}",
+         {:.2} round trips/acq, {:.1} commands/acq; per waiter {}..{}; violations {}",
+        match r.get("permits").and_then(J::as_f64) {
+            Some(n) => format!("semaphore ({n} permits)"),
+            None => "contention".to_owned(),
+        },
         front.name(),
         if notify { "notify" } else { "poll-only" },
         f(&["acquisitions_per_s"]),
@@ -102,6 +116,7 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
         f(&["releaser_process_retake_rate"]) * 100.0,
         f(&["redis_scripts_per_acquisition"]),
         f(&["redis_round_trips_per_acquisition"]),
+        f(&["redis_commands_per_acquisition"]) + f(&["redis_calls_inside_scripts_per_acquisition"]),
         f(&["fairness", "min_per_waiter"]),
         f(&["fairness", "max_per_waiter"]),
         f(&["mutual_exclusion_violations"]),
@@ -112,6 +127,8 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
 struct Rec {
     process: usize,
     waiter: usize,
+    /// The permit's slot; 0 for a lock.
+    slot: u32,
     fence: u64,
     /// Shared clock, µs: the acquire returned.
     acquired: u64,
@@ -160,6 +177,7 @@ fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
             .args(["--process", &p.to_string()])
             .args(["--waiters", &plan.waiters.to_string()])
             .args(["--hold-us", &plan.hold.as_micros().to_string()])
+            .args(["--permits", &plan.permits.unwrap_or(0).to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -277,16 +295,17 @@ fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Ms
             Some("A") => Msg::Acquired,
             Some("R") => {
                 let n = nums(words);
-                if n.len() != 5 {
+                if n.len() != 6 {
                     continue;
                 }
                 Msg::Rec(Rec {
                     process: p,
                     waiter: n[0] as usize,
-                    fence: n[1],
-                    acquired: n[2],
-                    release_called: n[3],
-                    released: n[4],
+                    slot: n[1] as u32,
+                    fence: n[2],
+                    acquired: n[3],
+                    release_called: n[4],
+                    released: n[5],
                 })
             }
             Some("S") => Msg::Stats(p, nums(words)),
@@ -319,10 +338,20 @@ struct Analysis<'a> {
 
 fn analyse(a: Analysis<'_>) -> J {
     let mut recs = a.recs;
-    // Fences increase strictly per key: fence order is grant order.
-    recs.sort_by_key(|r| r.fence);
+    // Fences increase strictly per key (per slot): fence order is grant
+    // order, and each hand-over is from one holder of a slot to the next.
+    recs.sort_by_key(|r| (r.slot, r.fence));
     let n = recs.len();
-    let mut violations = 0u64;
+    // A lock's overlaps are the successive holders' below.
+    let mut violations = a
+        .plan
+        .permits
+        .map_or(0, |permits| over_capacity(&recs, permits));
+    let successive: Vec<[Rec; 2]> = recs
+        .windows(2)
+        .filter(|pair| pair[0].slot == pair[1].slot)
+        .map(|pair| [pair[0], pair[1]])
+        .collect();
     let mut gaps_all = Vec::new();
     let mut gaps_other_waiter = Vec::new();
     let mut gaps_other_process = Vec::new();
@@ -331,8 +360,7 @@ fn analyse(a: Analysis<'_>) -> J {
     let mut same_process = 0u64;
     // [releaser's process][next holder's process]
     let mut transitions = vec![vec![0u64; a.plan.processes]; a.plan.processes];
-    for pair in recs.windows(2) {
-        let (prev, next) = (pair[0], pair[1]);
+    for [prev, next] in successive {
         // The next holder saw its grant before the previous one started to
         // release (or fences repeated): two holders at once.
         if next.fence == prev.fence || next.acquired < prev.release_called {
@@ -402,7 +430,7 @@ fn analyse(a: Analysis<'_>) -> J {
     let pings = pipelined_pings(a.front, cs);
     let rtt_p50 = a.rtt_p50;
     let p50_of = |v: &[u64]| util::in_rtt(util::p50(v), rtt_p50);
-    J::obj([
+    let mut j = J::obj([
         ("front", J::from(a.front.name())),
         ("notifications", J::from(a.notify)),
         ("processes", J::from(a.plan.processes)),
@@ -523,7 +551,31 @@ fn analyse(a: Analysis<'_>) -> J {
             "errors",
             J::obj(a.errors.iter().map(|(k, v)| (k.as_str(), J::from(*v)))),
         ),
-    ])
+    ]);
+    if let Some(permits) = a.plan.permits {
+        j.set("permits", J::from(u64::from(permits)));
+    }
+    j
+}
+
+/// How often more than `capacity` holders held at once, by the holders'
+/// own view (from the grant's return to the release call, inside the
+/// real hold): each grant that raised the count past the capacity.
+fn over_capacity(recs: &[Rec], capacity: u32) -> u64 {
+    let mut events: Vec<(u64, i8)> = recs
+        .iter()
+        .flat_map(|r| [(r.acquired, 1), (r.release_called, -1)])
+        .collect();
+    // At one instant, releases before grants: touching holds do not overlap.
+    events.sort();
+    let (mut holding, mut over) = (0i64, 0u64);
+    for (_, delta) in events {
+        holding += i64::from(delta);
+        if delta > 0 && holding > i64::from(capacity) {
+            over += 1;
+        }
+    }
+    over
 }
 
 // ----- the worker process ---------------------------------------------------
@@ -552,6 +604,7 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     let key = args.get("key").ok_or("--key")?.to_owned();
     let waiters: usize = args.num("waiters", 8)?;
     let hold = Duration::from_micros(args.num("hold-us", 2_000)?);
+    let permits: u32 = args.num("permits", 0)?;
     let state = Arc::new(WorkerState {
         stop: AtomicBool::new(false),
         cancel: CancelHandle::new(),
@@ -587,7 +640,9 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
                     let locker = locker.clone();
                     let state = state.clone();
                     let key = key.clone();
-                    std::thread::spawn(move || blocking_waiter(&locker, &state, &key, w, hold))
+                    std::thread::spawn(move || {
+                        blocking_waiter(&locker, &state, &key, permits, w, hold)
+                    })
                 })
                 .collect();
             let mut recs = Vec::new();
@@ -603,7 +658,7 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
             state.out.line("READY");
             go_rx.recv()?;
             let all = futures::future::join_all(
-                (0..waiters).map(|w| async_waiter(&locker, &state, &key, w, hold)),
+                (0..waiters).map(|w| async_waiter(&locker, &state, &key, permits, w, hold)),
             )
             .await;
             let stats = locker.stats();
@@ -613,8 +668,8 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     };
     for r in &recs {
         state.out.line(&format!(
-            "R {} {} {} {} {}",
-            r.waiter, r.fence, r.acquired, r.release_called, r.released
+            "R {} {} {} {} {} {}",
+            r.waiter, r.slot, r.fence, r.acquired, r.release_called, r.released
         ));
     }
     state.out.line(&stats_line(&stats));
@@ -642,7 +697,7 @@ fn options(state: &WorkerState) -> AcquireOptions {
 fn record(
     state: &WorkerState,
     waiter: usize,
-    fence: u64,
+    (slot, fence): (u32, u64),
     acquired: u64,
     release_called: u64,
     outcome: Result<ReleaseOutcome, redlease::Error>,
@@ -655,6 +710,7 @@ fn record(
     Rec {
         process: 0,
         waiter,
+        slot,
         fence,
         acquired,
         release_called,
@@ -666,20 +722,41 @@ fn blocking_waiter(
     locker: &redlease::blocking::Locker,
     state: &WorkerState,
     key: &str,
+    permits: u32,
     w: usize,
     hold: Duration,
 ) -> Vec<Rec> {
+    let semaphore = match permits {
+        0 => None,
+        n => match locker.semaphore(key, n) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                state.out.line(&format!("E semaphore {}", e.code()));
+                return Vec::new();
+            }
+        },
+    };
     let mut recs = Vec::new();
     while !state.stop.load(Ordering::SeqCst) {
-        match locker.acquire_with(key, options(state)) {
-            Ok(lease) => {
+        let held = match &semaphore {
+            Some(s) => s
+                .acquire_with(options(state))
+                .map(|p| ((p.slot(), p.fence().get()), Ok(p))),
+            None => locker
+                .acquire_with(key, options(state))
+                .map(|l| ((0, l.fence().get()), Err(l))),
+        };
+        match held {
+            Ok((grant, held)) => {
                 let acquired = sys_us();
                 state.out.line("A");
                 util::sleep(hold);
                 let release_called = sys_us();
-                let fence = lease.fence().get();
-                let outcome = lease.release();
-                recs.push(record(state, w, fence, acquired, release_called, outcome));
+                let outcome = match held {
+                    Ok(permit) => permit.release(),
+                    Err(lease) => lease.release(),
+                };
+                recs.push(record(state, w, grant, acquired, release_called, outcome));
             }
             Err(e) if e.code() == "CANCELLED" => break,
             Err(e) => state.out.line(&format!("E acquire {}", e.code())),
@@ -692,20 +769,43 @@ async fn async_waiter(
     locker: &redlease::aio::Locker,
     state: &WorkerState,
     key: &str,
+    permits: u32,
     w: usize,
     hold: Duration,
 ) -> Vec<Rec> {
+    let semaphore = match permits {
+        0 => None,
+        n => match locker.semaphore(key, n) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                state.out.line(&format!("E semaphore {}", e.code()));
+                return Vec::new();
+            }
+        },
+    };
     let mut recs = Vec::new();
     while !state.stop.load(Ordering::SeqCst) {
-        match locker.acquire_with(key, options(state)).await {
-            Ok(lease) => {
+        let held = match &semaphore {
+            Some(s) => s
+                .acquire_with(options(state))
+                .await
+                .map(|p| ((p.slot(), p.fence().get()), Ok(p))),
+            None => locker
+                .acquire_with(key, options(state))
+                .await
+                .map(|l| ((0, l.fence().get()), Err(l))),
+        };
+        match held {
+            Ok((grant, held)) => {
                 let acquired = sys_us();
                 state.out.line("A");
                 async_io::Timer::after(hold).await;
                 let release_called = sys_us();
-                let fence = lease.fence().get();
-                let outcome = lease.release().await;
-                recs.push(record(state, w, fence, acquired, release_called, outcome));
+                let outcome = match held {
+                    Ok(permit) => permit.release().await,
+                    Err(lease) => lease.release().await,
+                };
+                recs.push(record(state, w, grant, acquired, release_called, outcome));
             }
             Err(e) if e.code() == "CANCELLED" => break,
             Err(e) => state.out.line(&format!("E acquire {}", e.code())),

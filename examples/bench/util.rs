@@ -280,8 +280,8 @@ impl CommandStats {
 }
 
 /// Commands the crate only runs inside its Lua scripts, never on their own.
-const SCRIPT_INTERNAL: [&str; 10] = [
-    "get", "set", "del", "exists", "incr", "pexpire", "pttl", "publish", "spublish", "time",
+const SCRIPT_INTERNAL: [&str; 11] = [
+    "get", "mget", "set", "del", "exists", "incr", "pexpire", "pttl", "publish", "spublish", "time",
 ];
 
 fn is_harness_command(name: &str) -> bool {

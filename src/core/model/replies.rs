@@ -118,7 +118,7 @@ fn permit_shaped(input: &mut Input<'_>, depth: usize) -> Value {
         _ => Value::Int(int),
     };
     let mut items = vec![first, second];
-    if input.byte() % 8 == 0 {
+    if input.byte().is_multiple_of(8) {
         items.push(Value::Nil);
     }
     Value::Array(items)

@@ -44,6 +44,23 @@
 //! after a connection error, `READONLY` or `MASTERDOWN`, and the
 //! notification subscriber follows it).
 //!
+//! # Semaphores
+//!
+//! [`blocking::Locker::semaphore`] (and `aio::Locker::semaphore`) gives at
+//! most N holders at once. Each [`blocking::Permit`] is a slot with its own
+//! lease key and fence counter, so a store checks `(slot, fence)` (see
+//! [`fenced::FencedStore::write_permit`]); waiting, notifications, retries
+//! and shutdown are the leases' own.
+//!
+//! ```no_run
+//! # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+//! let pool = locker.semaphore("db-pool", 4)?;
+//! let permit = pool.acquire()?;
+//! println!("slot {} fence {}", permit.slot(), permit.fence());
+//! permit.release()?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Features
 //!
 //! | feature | default | what it adds |

@@ -15,7 +15,9 @@ use super::names::{
     validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, Target, Want,
 };
 use super::outcome::Fence;
-use super::script::{classify_acquire, classify_permit, AcquireReply, PermitReply, ScriptCall};
+use super::script::{
+    classify_acquire, classify_permit, AcquireReply, PermitReply, ScriptCall, ScriptKind,
+};
 use super::slots::Slots;
 use super::subscription::SubscriptionState;
 pub(crate) use super::tracking::LeaseId;
@@ -441,6 +443,26 @@ impl Core {
                     Target::Permit { names, permits, .. } => {
                         ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl)
                     }
+                    Target::Read(names) => {
+                        ScriptCall::rw_acquire(ScriptKind::RwRead, names, w.token, w.lease_ms, ttl, 0)
+                    }
+                    Target::Write(names) => {
+                        // Only a writer that will wait keeps readers out
+                        // (SPEC §13); its intent outlives a few safety polls.
+                        let intent = if w.try_once {
+                            0
+                        } else {
+                            intent_ms(self.settings.notify_poll_interval)
+                        };
+                        ScriptCall::rw_acquire(
+                            ScriptKind::RwWrite,
+                            names,
+                            w.token,
+                            w.lease_ms,
+                            ttl,
+                            intent,
+                        )
+                    }
                 })
             }
             // A head past its deadline that has not attempted yet (its line
@@ -582,9 +604,9 @@ impl Core {
                 _ => None,
             };
             if let Some(next) = line.leave_settling(id, in_flight_until) {
-                // A semaphore may have more permits free: its next head
-                // tries at once (SPEC §12).
-                if let (Leaving::Acquired(lease), Kind::Lock) = (leaving, key.kind) {
+                // A semaphore may have more permits free, and readers share:
+                // their next head tries at once (SPEC §12, §13).
+                if let (Leaving::Acquired(lease), Kind::Lock | Kind::Write) = (leaving, key.kind) {
                     line.defer_head(now, lease, safety);
                 }
                 // Woken either way: a deferred head must trade the deadline
@@ -666,10 +688,12 @@ enum Attempted {
 impl Attempted {
     fn classify(target: &Target, value: &Value) -> Result<Self, super::script::ReplyError> {
         Ok(match target {
-            Target::Lock(_) => match classify_acquire(value)? {
+            Target::Lock(_) | Target::Read(_) | Target::Write(_) => {
+                match classify_acquire(value)? {
                 AcquireReply::Acquired(fence) => Attempted::Granted { fence, slot: None },
                 AcquireReply::Busy(remaining) => Attempted::Busy(remaining),
-            },
+                }
+            }
             Target::Permit { permits, .. } => match classify_permit(value)? {
                 PermitReply::Acquired { slot, fence } => Attempted::Granted {
                     fence,
@@ -707,6 +731,14 @@ fn is_retryable(e: &Error) -> bool {
         e,
         Error::ProviderFailed { .. } | Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. }
     )
+}
+
+/// How long a waiting writer's intent lives: three safety polls, so the
+/// waiting head refreshes it in time, and a dead writer's intent keeps
+/// readers out only briefly (SPEC §13).
+pub(crate) fn intent_ms(notify_poll_interval: Duration) -> u64 {
+    // Bounded by the config validation of the poll interval.
+    (notify_poll_interval.as_millis() as u64).saturating_mul(3).max(1)
 }
 
 /// The earlier of two optional instants (`None`: no bound).

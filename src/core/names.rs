@@ -111,6 +111,10 @@ impl fmt::Debug for LockNames {
 pub(crate) enum Kind {
     Lock,
     Semaphore,
+    /// The readers of a read-write lease.
+    Read,
+    /// The writers of a read-write lease.
+    Write,
 }
 
 /// Identifies one line of waiters: the key and what is acquired on it.
@@ -129,21 +133,30 @@ impl LineKey {
     }
 
     /// The release notification's message: the key's sha for a lock,
-    /// `sem:<sha>` for a semaphore (SPEC §12), so one channel serves both.
+    /// `sem:<sha>` for a semaphore (SPEC §12), `rw:<sha>` for a read-write
+    /// lease (SPEC §13), so one channel serves all.
     pub(crate) fn message(self) -> String {
         match self.kind {
             Kind::Lock => self.id.to_hex(),
             Kind::Semaphore => format!("sem:{}", self.id.to_hex()),
+            Kind::Read | Kind::Write => format!("rw:{}", self.id.to_hex()),
         }
     }
 
-    /// Parses a release notification's message.
-    pub(crate) fn from_message(message: &[u8]) -> Option<Self> {
-        let (kind, hex) = match message.strip_prefix(b"sem:") {
-            Some(hex) => (Kind::Semaphore, hex),
-            None => (Kind::Lock, message),
+    /// The lines a release notification's message is for: a read-write
+    /// lease's release may let in readers and writers alike.
+    pub(crate) fn from_message(message: &[u8]) -> Vec<Self> {
+        let (kinds, hex): (&[Kind], &[u8]) = if let Some(hex) = message.strip_prefix(b"sem:") {
+            (&[Kind::Semaphore], hex)
+        } else if let Some(hex) = message.strip_prefix(b"rw:") {
+            (&[Kind::Write, Kind::Read], hex)
+        } else {
+            (&[Kind::Lock], message)
         };
-        KeyId::from_hex(hex).map(|id| LineKey { kind, id })
+        match KeyId::from_hex(hex) {
+            Some(id) => kinds.iter().map(|&kind| LineKey { kind, id }).collect(),
+            None => Vec::new(),
+        }
     }
 }
 
@@ -184,6 +197,39 @@ impl fmt::Debug for SemNames {
     }
 }
 
+/// The Redis names of one key's read-write lease (SPEC §13).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct RwNames {
+    pub(crate) id: KeyId,
+    /// `<ns>:rw-write:{<sha>}`: the writer, `<token>:<fence>`.
+    pub(crate) write: String,
+    /// `<ns>:rw-read:{<sha>}`: the readers, token → expiry in server ms.
+    pub(crate) read: String,
+    /// `<ns>:rw-intent:{<sha>}`: a waiting writer's intent.
+    pub(crate) intent: String,
+    /// `<ns>:rw-fence:{<sha>}`: the writers' fence counter.
+    pub(crate) fence: String,
+}
+
+impl RwNames {
+    pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
+        let sha = id.to_hex();
+        RwNames {
+            id,
+            write: format!("{namespace}:rw-write:{{{sha}}}"),
+            read: format!("{namespace}:rw-read:{{{sha}}}"),
+            intent: format!("{namespace}:rw-intent:{{{sha}}}"),
+            fence: format!("{namespace}:rw-fence:{{{sha}}}"),
+        }
+    }
+}
+
+impl fmt::Debug for RwNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RwNames(..)")
+    }
+}
+
 /// What one token holds or asks for, with the names its scripts need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Target {
@@ -195,6 +241,10 @@ pub(crate) enum Target {
         permits: u32,
         slot: Option<u32>,
     },
+    /// A reader of a read-write lease.
+    Read(RwNames),
+    /// The writer of a read-write lease.
+    Write(RwNames),
 }
 
 impl Target {
@@ -206,6 +256,8 @@ impl Target {
                 permits,
                 slot: None,
             },
+            Want::Read => Target::Read(RwNames::new(namespace, id)),
+            Want::Write => Target::Write(RwNames::new(namespace, id)),
         }
     }
 
@@ -214,6 +266,14 @@ impl Target {
             Target::Lock(names) => LineKey::lock(names.id),
             Target::Permit { names, .. } => LineKey {
                 kind: Kind::Semaphore,
+                id: names.id,
+            },
+            Target::Read(names) => LineKey {
+                kind: Kind::Read,
+                id: names.id,
+            },
+            Target::Write(names) => LineKey {
+                kind: Kind::Write,
                 id: names.id,
             },
         }
@@ -228,6 +288,10 @@ pub(crate) enum Want {
     Permit {
         permits: u32,
     },
+    /// A read lease of a read-write lease.
+    Read,
+    /// The write lease of a read-write lease.
+    Write,
 }
 
 /// The largest permit count of a semaphore (SPEC §12).

@@ -1,5 +1,6 @@
 //! The Lua scripts (a lock's acquire, release and renew; a semaphore's
-//! acquire and its release of a token whose slot is unknown), the commands
+//! acquire and its release of a token whose slot is unknown; a read-write
+//! lease's read, write, and a reader's release and renew), the commands
 //! that run them, and the pure classification of their replies from
 //! `redis::Value`.
 //!
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::names::{Channel, LineKey, LockNames, OwnerToken, SemNames};
+use super::names::{Channel, LineKey, LockNames, OwnerToken, RwNames, SemNames};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
 /// Acquire: KEYS = lock, fence counter; ARGV = owner token, lease ms,
@@ -175,7 +176,128 @@ end
 return 0
 "#;
 
-/// Which of the the scripts.
+/// Read-write lease, read (SPEC §13): KEYS = writer, readers, intent,
+/// fence counter; ARGV = owner token, lease ms, fence counter TTL in ms.
+///
+/// Readers are a sorted set scored by their expiry in the server's ms
+/// (`TIME`), expired ones purged first; the set expires with its latest
+/// member. A live reader of this token gets its epoch again (replay-safe).
+/// Busy (the writer's or the intent's `PTTL`) while a writer holds the
+/// lease or a waiting writer's intent lives: writers are preferred. Else
+/// the reader is added and the epoch is the counter's value, the latest
+/// writer fence; a missing counter is set to the §3 floor first, so that
+/// the next writer's fence is above every epoch handed out.
+pub(crate) const RW_READ_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = redis.call('GET', KEYS[4])
+local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if mine and tonumber(mine) > now and epoch then
+  return epoch
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local writer = redis.call('PTTL', KEYS[1])
+if writer ~= -2 then
+  return writer
+end
+local intent = redis.call('PTTL', KEYS[3])
+if intent ~= -2 then
+  return intent
+end
+if not epoch then
+  epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
+  redis.call('SET', KEYS[4], epoch)
+end
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+end
+redis.call('ZADD', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[2], last[2])
+return epoch
+"#;
+
+/// Read-write lease, write (SPEC §13): KEYS = writer, readers, intent,
+/// fence counter; ARGV = owner token, lease ms, fence counter TTL in ms,
+/// intent ms (0: a try-once write, which leaves no intent).
+///
+/// As the lock's acquire (replay-safe, the §3 fence), but also busy while
+/// any live reader holds it: then a writer that will wait sets the intent
+/// (or refreshes its own), which keeps new readers out, and the reply is
+/// the time until the last reader's expiry. A grant clears its own intent.
+pub(crate) const RW_WRITE_LUA: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held then
+  local sep = string.find(held, ':', 1, true)
+  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+    return string.sub(held, sep + 1)
+  end
+  return redis.call('PTTL', KEYS[1])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if last[1] then
+  if ARGV[4] ~= '0' then
+    local intent = redis.call('GET', KEYS[3])
+    if not intent or intent == ARGV[1] then
+      redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
+    end
+  end
+  return tonumber(last[2]) - now
+end
+local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+if redis.call('INCR', KEYS[4]) < floor then
+  redis.call('SET', KEYS[4], string.format('%.0f', floor))
+end
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+end
+local fence = redis.call('GET', KEYS[4])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+if redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
+end
+return fence
+"#;
+
+/// Read-write lease, release of a reader: KEYS = readers; ARGV = owner
+/// token, publish command, channel, message. Returns 1 released, 0 expired
+/// (a reader past its expiry is never released as live). The last live
+/// reader's release notifies (waiting writers).
+pub(crate) const RW_READ_RELEASE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not mine or tonumber(mine) <= now then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.pcall(ARGV[2], ARGV[3], ARGV[4])
+end
+return 1
+"#;
+
+/// Read-write lease, renew of a reader: KEYS = readers; ARGV = owner
+/// token, lease ms. Returns 1 renewed, 0 expired: a reader past its expiry
+/// is never brought back.
+pub(crate) const RW_READ_RENEW_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not mine or tonumber(mine) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1
+"#;
+
+/// Which of the scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ScriptKind {
     Acquire,
@@ -183,6 +305,10 @@ pub(crate) enum ScriptKind {
     Renew,
     SemAcquire,
     SemReleaseAny,
+    RwRead,
+    RwWrite,
+    RwReadRelease,
+    RwReadRenew,
 }
 
 static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_LUA));
@@ -191,6 +317,12 @@ static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENE
 static SEM_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEM_ACQUIRE_LUA));
 static SEM_RELEASE_ANY: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(SEM_RELEASE_ANY_LUA));
+static RW_READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RW_READ_LUA));
+static RW_WRITE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RW_WRITE_LUA));
+static RW_READ_RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(RW_READ_RELEASE_LUA));
+static RW_READ_RENEW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(RW_READ_RENEW_LUA));
 
 impl ScriptKind {
     pub(crate) fn source(self) -> &'static str {
@@ -200,6 +332,10 @@ impl ScriptKind {
             ScriptKind::Renew => RENEW_LUA,
             ScriptKind::SemAcquire => SEM_ACQUIRE_LUA,
             ScriptKind::SemReleaseAny => SEM_RELEASE_ANY_LUA,
+            ScriptKind::RwRead => RW_READ_LUA,
+            ScriptKind::RwWrite => RW_WRITE_LUA,
+            ScriptKind::RwReadRelease => RW_READ_RELEASE_LUA,
+            ScriptKind::RwReadRenew => RW_READ_RENEW_LUA,
         }
     }
 
@@ -211,6 +347,10 @@ impl ScriptKind {
             ScriptKind::Renew => RENEW.get_hash(),
             ScriptKind::SemAcquire => SEM_ACQUIRE.get_hash(),
             ScriptKind::SemReleaseAny => SEM_RELEASE_ANY.get_hash(),
+            ScriptKind::RwRead => RW_READ.get_hash(),
+            ScriptKind::RwWrite => RW_WRITE.get_hash(),
+            ScriptKind::RwReadRelease => RW_READ_RELEASE.get_hash(),
+            ScriptKind::RwReadRenew => RW_READ_RENEW.get_hash(),
         }
     }
 
@@ -218,12 +358,16 @@ impl ScriptKind {
     /// (renew) the lease: the writes a replication check must wait for.
     pub(crate) fn grants(self, reply: &Value) -> bool {
         match self {
-            ScriptKind::Acquire => matches!(classify_acquire(reply), Ok(AcquireReply::Acquired(_))),
+            ScriptKind::Acquire | ScriptKind::RwRead | ScriptKind::RwWrite => {
+                matches!(classify_acquire(reply), Ok(AcquireReply::Acquired(_)))
+            }
             ScriptKind::SemAcquire => {
                 matches!(classify_permit(reply), Ok(PermitReply::Acquired { .. }))
             }
-            ScriptKind::Renew => classify_renew(reply) == Ok(RenewOutcome::Renewed),
-            ScriptKind::Release | ScriptKind::SemReleaseAny => false,
+            ScriptKind::Renew | ScriptKind::RwReadRenew => {
+                classify_renew(reply) == Ok(RenewOutcome::Renewed)
+            }
+            ScriptKind::Release | ScriptKind::SemReleaseAny | ScriptKind::RwReadRelease => false,
         }
     }
 
@@ -234,6 +378,10 @@ impl ScriptKind {
             ScriptKind::Renew => "renew",
             ScriptKind::SemAcquire => "semaphore acquire",
             ScriptKind::SemReleaseAny => "semaphore release",
+            ScriptKind::RwRead => "read",
+            ScriptKind::RwWrite => "write",
+            ScriptKind::RwReadRelease => "read release",
+            ScriptKind::RwReadRenew => "read renew",
         }
     }
 }
@@ -342,6 +490,64 @@ impl ScriptCall {
         ScriptCall {
             kind: ScriptKind::Renew,
             keys: vec![key.to_owned()],
+            args: vec![token.to_hex(), lease_ms.to_string()],
+        }
+    }
+
+    /// A read (`intent_ms` unused) or a write of a read-write lease.
+    pub(crate) fn rw_acquire(
+        kind: ScriptKind,
+        names: &RwNames,
+        token: OwnerToken,
+        lease_ms: u64,
+        fence_counter_ttl_ms: u64,
+        intent_ms: u64,
+    ) -> Self {
+        let mut args = vec![
+            token.to_hex(),
+            lease_ms.to_string(),
+            fence_counter_ttl_ms.to_string(),
+        ];
+        if kind == ScriptKind::RwWrite {
+            args.push(intent_ms.to_string());
+        }
+        ScriptCall {
+            kind,
+            keys: vec![
+                names.write.clone(),
+                names.read.clone(),
+                names.intent.clone(),
+                names.fence.clone(),
+            ],
+            args,
+        }
+    }
+
+    /// Release of a reader, notifying `line`'s waiters when it was the last.
+    pub(crate) fn rw_read_release(
+        names: &RwNames,
+        line: LineKey,
+        token: OwnerToken,
+        namespace: &str,
+        channel: Channel,
+    ) -> Self {
+        ScriptCall {
+            kind: ScriptKind::RwReadRelease,
+            keys: vec![names.read.clone()],
+            args: vec![
+                token.to_hex(),
+                channel.publish_command().to_owned(),
+                channel.name(namespace, line.id),
+                line.message(),
+            ],
+        }
+    }
+
+    /// Renew of a reader.
+    pub(crate) fn rw_read_renew(names: &RwNames, token: OwnerToken, lease_ms: u64) -> Self {
+        ScriptCall {
+            kind: ScriptKind::RwReadRenew,
+            keys: vec![names.read.clone()],
             args: vec![token.to_hex(), lease_ms.to_string()],
         }
     }

@@ -120,10 +120,11 @@ impl Core {
         }
     }
 
-    /// A release notification arrived; its payload names the line (the
-    /// key's sha, `sem:<sha>` for a semaphore).
+    /// A release notification arrived; its payload names the lines (the
+    /// key's sha, `sem:<sha>` for a semaphore, `rw:<sha>` for both lines
+    /// of a read-write lease).
     pub(crate) fn handle_notification(&mut self, payload: &[u8]) {
-        if let Some(line) = LineKey::from_message(payload) {
+        for line in LineKey::from_message(payload) {
             self.wake_head_of(line, Line::handle_wake);
         }
     }

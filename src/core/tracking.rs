@@ -73,6 +73,12 @@ impl Core {
             } => {
                 ScriptCall::sem_release_any(names, *permits, line, owned.token, namespace, channel)
             }
+            Target::Read(names) => {
+                ScriptCall::rw_read_release(names, line, owned.token, namespace, channel)
+            }
+            Target::Write(names) => {
+                ScriptCall::release(&names.write, line, owned.token, namespace, channel)
+            }
         }
     }
 
@@ -92,6 +98,10 @@ impl Core {
     pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
         let key = match &owned.target {
+            Target::Read(names) => {
+                return Ok(ScriptCall::rw_read_renew(names, owned.token, lease_ms));
+            }
+            Target::Write(names) => names.write.clone(),
             Target::Lock(names) => names.lock.clone(),
             Target::Permit {
                 names,

@@ -135,15 +135,25 @@ impl Held {
     /// `Debug` of a lease: what it is worth to know, never its key or token.
     /// (Also `Held`'s own `Debug`.)
     pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = match self.slot {
-            Some(slot) => {
-                let mut d = f.debug_struct("Permit");
-                d.field("slot", &slot);
-                d
-            }
-            None => f.debug_struct("Lease"),
-        };
-        d.field("fence", &self.fence)
+        match self.slot {
+            Some(_) => self.debug_as(f, "Permit", "fence"),
+            None => self.debug_as(f, "Lease", "fence"),
+        }
+    }
+
+    /// As [`debug`](Self::debug), for the type `name` whose grant number is
+    /// called `number` (a read lease's is its epoch).
+    pub(crate) fn debug_as(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        name: &str,
+        number: &str,
+    ) -> fmt::Result {
+        let mut d = f.debug_struct(name);
+        if let Some(slot) = self.slot {
+            d.field("slot", &slot);
+        }
+        d.field(number, &self.fence)
             .field("valid", &self.is_valid())
             .field("remaining", &self.remaining())
             .field("replicas", &self.replicas())
@@ -292,3 +302,65 @@ macro_rules! permit_common {
     };
 }
 pub(crate) use permit_common;
+
+/// The read-only half of the API of a read-write lease's two guards
+/// (`ReadLease(Lease)` with `epoch`, `WriteLease(Lease)` with `fence`),
+/// their `Debug`, and the `RwLock { shared, key }` handle's `Debug`, the
+/// same on both front ends.
+macro_rules! rw_common {
+    ($rw:ident, $read:ident, $write:ident) => {
+        impl $read {
+            /// The epoch: the latest writer fence when this read was
+            /// granted. A write derived from this read is current only
+            /// while no newer writer committed (see [`fenced`](crate::fenced)).
+            pub fn epoch(&self) -> $crate::Fence {
+                self.0.fence()
+            }
+        }
+
+        impl $write {
+            /// The fencing token of this write lease, strictly increasing
+            /// per key.
+            pub fn fence(&self) -> $crate::Fence {
+                self.0.fence()
+            }
+        }
+
+        $crate::driver::held::rw_common!(@guard $read, "ReadLease", "epoch");
+        $crate::driver::held::rw_common!(@guard $write, "WriteLease", "fence");
+
+        // Hand-written: the key must not show.
+        impl std::fmt::Debug for $rw {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($rw)).finish_non_exhaustive()
+            }
+        }
+    };
+    (@guard $guard:ident, $name:literal, $number:literal) => {
+        impl $guard {
+            /// Whether the lease is still held, by the local estimate.
+            pub fn is_valid(&self) -> bool {
+                self.0.is_valid()
+            }
+
+            /// The time left by the local estimate (zero when not valid).
+            pub fn remaining(&self) -> std::time::Duration {
+                self.0.remaining()
+            }
+
+            /// How many replicas acknowledged the last acquire or renew,
+            /// when [`Config::min_replicas`](crate::Config::min_replicas) is
+            /// set.
+            pub fn replicas(&self) -> Option<u32> {
+                self.0.replicas()
+            }
+        }
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.held().debug_as(f, $name, $number)
+            }
+        }
+    };
+}
+pub(crate) use rw_common;

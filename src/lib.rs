@@ -105,6 +105,7 @@ pub mod micro;
 mod replication;
 mod sentinel;
 mod stats;
+mod url;
 
 pub use crate::cancel::CancelHandle;
 pub use crate::config::{AcquireOptions, Config, WithLock};
@@ -112,6 +113,7 @@ pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
 pub use crate::error::{Error, LostCause, Operation};
 pub use crate::lost::Lost;
 pub use crate::stats::Stats;
+pub use crate::url::IntoConnectionInfo;
 
 /// Compiles the README's Rust examples as doctests.
 #[cfg(doctest)]

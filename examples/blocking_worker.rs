@@ -6,7 +6,8 @@
 //! cargo run --example blocking_worker
 //! ```
 //!
-//! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server`
+//! Uses the server named by `REDLEASE_EXAMPLE_URL` when set (never
+//! `REDIS_URL`); otherwise starts a throwaway `redis-server`
 //! on a free loopback port (and stops it at the end). `WORKERS` (default 6)
 //! and `ROUNDS` (default 5) size the run.
 #![allow(clippy::disallowed_methods)] // an example may read the clock and sleep

@@ -5,7 +5,8 @@
 //! cargo run --example cluster
 //! ```
 //!
-//! Uses `REDIS_CLUSTER_NODES` (comma-separated node URLs) when set;
+//! Uses `REDLEASE_EXAMPLE_CLUSTER_NODES` (comma-separated node URLs) when
+//! set (never `REDIS_URL`);
 //! otherwise starts a throwaway 3-primary cluster with `redis-server` and
 //! `redis-cli --cluster create`.
 #![allow(clippy::disallowed_methods)] // an example may read the clock and sleep

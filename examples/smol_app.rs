@@ -5,7 +5,8 @@
 //! cargo run --example smol_app
 //! ```
 //!
-//! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server`.
+//! Uses the server named by `REDLEASE_EXAMPLE_URL` when set (never
+//! `REDIS_URL`); otherwise starts a throwaway `redis-server`.
 #![allow(clippy::disallowed_methods)] // an example may read the clock
 
 use std::error::Error;

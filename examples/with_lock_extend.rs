@@ -6,7 +6,8 @@
 //! cargo run --example with_lock_extend
 //! ```
 //!
-//! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server`.
+//! Uses the server named by `REDLEASE_EXAMPLE_URL` when set (never
+//! `REDIS_URL`); otherwise starts a throwaway `redis-server`.
 #![allow(clippy::disallowed_methods)] // an example may read the clock and sleep
 
 use std::error::Error;

@@ -327,9 +327,87 @@ impl Error {
     }
 
     /// True when the command may have been applied although it reported an
-    /// error; such commands are never retried by this crate.
+    /// error (`OUTCOME_UNKNOWN`: a timeout, a dropped connection after
+    /// sending, an unexpected reply); such commands are never retried by
+    /// this crate.
+    ///
+    /// ```
+    /// let e = redlease::Error::Busy { remaining: None };
+    /// assert!(!e.is_outcome_unknown());
+    /// ```
     pub fn is_outcome_unknown(&self) -> bool {
         self.code() == "OUTCOME_UNKNOWN"
+    }
+
+    /// True for `LOCK_BUSY`: someone else holds the lock and the acquire
+    /// was not allowed to wait (see
+    /// [`holder_remaining`](Self::holder_remaining) for how long).
+    ///
+    /// ```
+    /// let e = redlease::Error::Busy { remaining: None };
+    /// assert!(e.is_busy());
+    /// ```
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy { .. })
+    }
+
+    /// True when a time bound ran out: the acquire's wait (`WAIT_TIMEOUT`),
+    /// shutdown's `shutdown_timeout` (`CLEANUP_TIMEOUT`), or a Redis
+    /// command or connect that got no answer within `command_timeout`
+    /// (`OUTCOME_UNKNOWN` or `PROVIDER_FAILED` whose
+    /// [`redis_error`](Self::redis_error) is a timeout).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let e = redlease::Error::WaitTimeout { waited: Duration::from_secs(5), remaining: None };
+    /// assert!(e.is_timeout());
+    /// ```
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::WaitTimeout { .. } | Error::CleanupTimeout { .. } => true,
+            Error::ProviderFailed { source, .. } | Error::OutcomeUnknown { source, .. } => {
+                source.is_timeout()
+            }
+            _ => false,
+        }
+    }
+
+    /// True when the same call, made again later without changing anything,
+    /// may succeed: `LOCK_BUSY`, `WAIT_TIMEOUT`, `QUEUE_FULL`,
+    /// `TOO_MANY_LEASES`, `REPLICATION_FAILED`, `OUTCOME_UNKNOWN` (a new
+    /// acquire uses a new token; the unknown one is cleaned up by token) and
+    /// `PROVIDER_FAILED` except refused credentials. False for errors that
+    /// another try cannot fix: `INVALID_KEY`, `INVALID_CONFIG`, `CANCELLED`,
+    /// `SHUTTING_DOWN`, `LOCK_LOST` (acquire again instead), and shutdown's
+    /// `CLEANUP_TIMEOUT` and `CLEANUP_FAILED`.
+    ///
+    /// This crate never retries on its own beyond what the docs of each
+    /// operation say (a waiting acquire keeps trying while its wait lasts);
+    /// the helper is for the caller's own retry loop, which should back off.
+    ///
+    /// ```
+    /// let e = redlease::Error::Busy { remaining: None };
+    /// assert!(e.is_retryable());
+    /// assert!(!redlease::Error::ShuttingDown.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Busy { .. }
+            | Error::WaitTimeout { .. }
+            | Error::QueueFull { .. }
+            | Error::TooManyLeases { .. }
+            | Error::ReplicationFailed { .. }
+            | Error::OutcomeUnknown { .. }
+            | Error::UnexpectedReply { .. } => true,
+            Error::ProviderFailed { source, .. } => !is_auth_failure(source),
+            Error::Cancelled
+            | Error::ShuttingDown
+            | Error::CleanupTimeout { .. }
+            | Error::CleanupFailed { .. }
+            | Error::InvalidKey { .. }
+            | Error::InvalidConfig { .. }
+            | Error::LockLost { .. } => false,
+        }
     }
 
     /// The holder's remaining lease time carried by `Busy` and `WaitTimeout`.
@@ -606,6 +684,42 @@ mod tests {
         ];
         let codes: std::collections::HashSet<_> = all.iter().map(Error::code).collect();
         assert_eq!(codes.len(), all.len());
+    }
+
+    #[test]
+    fn classification_helpers_agree_with_the_codes() {
+        let busy = Error::Busy { remaining: None };
+        assert!(busy.is_busy() && busy.is_retryable() && !busy.is_timeout());
+        let waited = Error::WaitTimeout {
+            waited: Duration::ZERO,
+            remaining: None,
+        };
+        assert!(waited.is_timeout() && waited.is_retryable() && !waited.is_busy());
+        let unknown = Error::from_command(Operation::Renew, io_timeout());
+        assert!(unknown.is_outcome_unknown() && unknown.is_timeout() && unknown.is_retryable());
+        let refused = Error::from_command(
+            Operation::Acquire,
+            redis::RedisError::from((redis::ErrorKind::Extension, "OOM", "oom".into())),
+        );
+        assert!(refused.is_retryable() && !refused.is_timeout() && !refused.is_outcome_unknown());
+        let auth = Error::from_connect(redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "auth",
+        )));
+        assert_eq!(auth.code(), "PROVIDER_FAILED");
+        assert!(!auth.is_retryable());
+        for final_ in [
+            Error::Cancelled,
+            Error::ShuttingDown,
+            Error::InvalidKey { reason: "x".into() },
+            Error::invalid_config("lease", "x"),
+            Error::LockLost {
+                cause: LostCause::Expired,
+            },
+        ] {
+            assert!(!final_.is_retryable(), "{}", final_.code());
+            assert!(!final_.is_busy() && !final_.is_timeout() && !final_.is_outcome_unknown());
+        }
     }
 
     fn tls_failure(detail: &str) -> Error {

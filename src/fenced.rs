@@ -195,6 +195,7 @@ impl FencedStore {
     ///
     /// As [`write`](Self::write).
     #[cfg(feature = "aio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aio")))]
     pub async fn write_async(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,

@@ -44,6 +44,50 @@
 //! after a connection error, `READONLY` or `MASTERDOWN`, and the
 //! notification subscriber follows it).
 //!
+//! # Where to look
+//!
+//! - Acquire, work, always release, with the lease kept alive while the
+//!   work runs: [`blocking::Locker::with_lock`] with [`WithLock`] (loss
+//!   reported through [`Lost`]).
+//! - Redis Cluster: [`blocking::Locker::connect_cluster`] (keys spread
+//!   over the primaries; sharded release notifications).
+//! - The protected resource: [`fenced::FencedStore`], a store in Redis that
+//!   refuses a write whose fence is lower than one it already accepted.
+//! - Options: [`Config`] (per locker) and [`AcquireOptions`] (per call):
+//!
+//! | [`Config`] method | default | what it does |
+//! |---|---|---|
+//! | [`lease`](Config::lease) | 10 s | lease of acquires |
+//! | [`wait`](Config::wait) | 5 s | how long an acquire waits; `ZERO` tries once ([`blocking::Locker::try_acquire`]) |
+//! | [`poll_interval`](Config::poll_interval) | 25 ms | safety poll while notifications are unavailable |
+//! | [`notify_poll_interval`](Config::notify_poll_interval) | 250 ms | safety poll while subscribed |
+//! | [`max_waiters`](Config::max_waiters) | 128 | acquires in progress per locker |
+//! | [`max_tracked_leases`](Config::max_tracked_leases) | 10 000 | leases tracked for cleanup at shutdown |
+//! | [`shutdown_timeout`](Config::shutdown_timeout) | 5 s | bound on `shutdown()` |
+//! | [`max_key_bytes`](Config::max_key_bytes) | 1024 | longest key |
+//! | [`command_timeout`](Config::command_timeout) | 2 s | bound on connecting and on each command |
+//! | [`min_replicas`](Config::min_replicas) | off | `WAIT n timeout` after acquire and renew |
+//! | [`fence_counter_ttl`](Config::fence_counter_ttl) | never | let unused fence counters expire |
+//!
+//! - Errors: [`Error`], one stable [`Error::code`] per kind (stable across
+//!   minor versions), and [`Error::is_busy`], [`Error::is_timeout`],
+//!   [`Error::is_outcome_unknown`], [`Error::is_retryable`]:
+//!
+//! | code | meaning |
+//! |---|---|
+//! | `LOCK_BUSY` | held by someone else and the acquire may not wait ([`Error::Busy`]) |
+//! | `WAIT_TIMEOUT` | the wait ran out ([`Error::WaitTimeout`]) |
+//! | `QUEUE_FULL` | `max_waiters` acquires in progress ([`Error::QueueFull`]) |
+//! | `TOO_MANY_LEASES` | `max_tracked_leases` leases held ([`Error::TooManyLeases`]) |
+//! | `CANCELLED` | the acquire's [`CancelHandle`] was cancelled |
+//! | `SHUTTING_DOWN` | the locker is shutting down |
+//! | `PROVIDER_FAILED` | Redis certainly did not apply the command ([`Error::ProviderFailed`]) |
+//! | `OUTCOME_UNKNOWN` | the command may have been applied ([`Error::OutcomeUnknown`], [`Error::UnexpectedReply`]) |
+//! | `CLEANUP_TIMEOUT`, `CLEANUP_FAILED` | shutdown could not confirm every release |
+//! | `INVALID_KEY`, `INVALID_CONFIG` | bad input; the message says why |
+//! | `REPLICATION_FAILED` | fewer than `min_replicas` acknowledged ([`Error::ReplicationFailed`]) |
+//! | `LOCK_LOST` | a lease kept alive by `with_lock` was lost ([`Error::LockLost`]) |
+//!
 //! # Semaphores
 //!
 //! [`blocking::Locker::semaphore`] (and `aio::Locker::semaphore`) gives at
@@ -66,7 +110,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `aio` | yes | the async front end `redlease::aio` (redis `smol-comp`, `futures`, `async-io`) |
-//! | `cli` | yes | the `redlease` command-line tool (a binary; the library does not use it) |
+//! | `cli` | no | the `redlease` command-line tool (a binary; the library does not use it): `cargo install redlease --features cli` |
 //! | `tls-rustls` | no | `rediss://` URLs on both front ends (redis `tls-rustls` and `smol-rustls-comp`, rustls with `ring`); custom roots through `redis::Client::build_with_tls` and `Locker::new` |
 //!
 //! # Guarantees and their limits
@@ -95,7 +139,10 @@
 //! never retried automatically. Keys, owner tokens and server addresses never
 //! appear in `Display`, `Debug` or log lines.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "aio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aio")))]
 pub mod aio;
 pub mod blocking;
 mod cancel;
@@ -122,6 +169,7 @@ pub mod micro;
 mod replication;
 mod sentinel;
 mod stats;
+mod url;
 
 pub use crate::cancel::CancelHandle;
 pub use crate::config::{AcquireOptions, Config, WithLock};
@@ -129,6 +177,7 @@ pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
 pub use crate::error::{Error, LostCause, Operation};
 pub use crate::lost::Lost;
 pub use crate::stats::Stats;
+pub use crate::url::IntoConnectionInfo;
 
 /// Compiles the README's Rust examples as doctests.
 #[cfg(doctest)]

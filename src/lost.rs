@@ -122,6 +122,7 @@ impl Lost {
     /// Completes when the lease is lost, with the loss as
     /// [`Error::LockLost`]. Never completes for a lease without extension.
     #[cfg(feature = "aio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aio")))]
     pub async fn wait(&self) -> Error {
         loop {
             let listener = self.inner.event.listen();

@@ -33,9 +33,12 @@ const FILE_TIMEOUT: Duration = Duration::from_secs(10);
 const USAGE: i32 = 2;
 const UNAVAILABLE: i32 = 69;
 const BUSY: i32 = 75;
-const WAIT_TIMEOUT: i32 = 124;
-const LEASE_LOST: i32 = 125;
+const LEASE_LOST: i32 = 122;
+const CANNOT_EXECUTE: i32 = 126;
 const NOT_FOUND: i32 = 127;
+// `redlease status`.
+const HELD: i32 = 0;
+const FREE: i32 = 1;
 
 /// `redlease` with a clean environment for its own variables and
 /// `--url`/`--namespace` pointing at `server`.
@@ -133,7 +136,8 @@ fn fence_name(key: &str) -> String {
     format!("{NS}:lock-fence:{{{}}}", sha_hex(key))
 }
 
-/// Makes someone else the holder of `key` for 30 s, as the library would.
+/// Makes someone else the holder of `key` for 30 s, as the library would
+/// (the lock, and the next fence).
 fn hold_elsewhere(server: &RedisServer, key: &str, token: &str) {
     let mut conn = server.conn();
     let _: () = redis::cmd("SET")
@@ -141,6 +145,11 @@ fn hold_elsewhere(server: &RedisServer, key: &str, token: &str) {
         .arg(format!("{token}:1"))
         .arg("PX")
         .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    // Its grant's fence, as the library's acquire would take it.
+    let _: u64 = redis::cmd("INCR")
+        .arg(fence_name(key))
         .query(&mut conn)
         .unwrap();
 }
@@ -306,7 +315,7 @@ fn a_busy_lock_gives_the_busy_exit_code_without_running_the_command() {
     let out = run(redlease(&server)
         .args(["run", "--wait", "300ms", "nightly"])
         .args(cmd));
-    assert_code(&out, WAIT_TIMEOUT);
+    assert_code(&out, BUSY);
     assert_eq!(stdout(&out), "", "the command must not run");
 
     // The other holder's lock is untouched.
@@ -439,34 +448,136 @@ fn usage_errors_exit_2_without_touching_redis() {
         ),
         (
             "no url",
-            vec!["-n", NS, "run", "k", "--", "sh", "-c", &touch],
+            vec!["--namespace", NS, "run", "k", "--", "sh", "-c", &touch],
         ),
         (
             "bad namespace",
             vec![
-                "--url", &url, "-n", "a{b", "run", "k", "--", "sh", "-c", &touch,
+                "--url",
+                &url,
+                "--namespace",
+                "a{b",
+                "run",
+                "k",
+                "--",
+                "sh",
+                "-c",
+                &touch,
             ],
         ),
         (
             "empty key",
-            vec!["--url", &url, "-n", NS, "run", "", "--", "sh", "-c", &touch],
+            vec![
+                "--url",
+                &url,
+                "--namespace",
+                NS,
+                "run",
+                "",
+                "--",
+                "sh",
+                "-c",
+                &touch,
+            ],
         ),
         (
-            "bare number",
+            "number without unit after another part",
             vec![
-                "--url", &url, "-n", NS, "run", "--wait", "5", "k", "--", "sh", "-c", &touch,
+                "--url",
+                &url,
+                "--namespace",
+                NS,
+                "run",
+                "--wait",
+                "1m30",
+                "k",
+                "--",
+                "sh",
+                "-c",
+                &touch,
+            ],
+        ),
+        (
+            "lease below the minimum",
+            vec![
+                "--url",
+                &url,
+                "--namespace",
+                NS,
+                "run",
+                "--lease",
+                "50ms",
+                "k",
+                "--",
+                "sh",
+                "-c",
+                &touch,
+            ],
+        ),
+        (
+            "-n with --wait",
+            vec![
+                "--url",
+                &url,
+                "--namespace",
+                NS,
+                "run",
+                "-n",
+                "-w",
+                "5",
+                "k",
+                "sh",
+                "-c",
+                &touch,
+            ],
+        ),
+        (
+            "unknown option after KEY",
+            vec![
+                "--url",
+                &url,
+                "--namespace",
+                NS,
+                "run",
+                "k",
+                "--bogus",
+                "sh",
+                "-c",
+                &touch,
             ],
         ),
         (
             "bad unit",
             vec![
-                "--url", &url, "-n", NS, "run", "--lease", "10x", "k", "--", "sh", "-c", &touch,
+                "--url",
+                &url,
+                "--namespace",
+                NS,
+                "run",
+                "--lease",
+                "10x",
+                "k",
+                "--",
+                "sh",
+                "-c",
+                &touch,
             ],
         ),
         (
             "zero lease",
             vec![
-                "--url", &url, "-n", NS, "run", "--lease", "0", "k", "--", "sh", "-c", &touch,
+                "--url",
+                &url,
+                "--namespace",
+                NS,
+                "run",
+                "--lease",
+                "0",
+                "k",
+                "--",
+                "sh",
+                "-c",
+                &touch,
             ],
         ),
         (
@@ -474,7 +585,7 @@ fn usage_errors_exit_2_without_touching_redis() {
             vec![
                 "--url",
                 &url,
-                "-n",
+                "--namespace",
                 NS,
                 "run",
                 "--on-lost",
@@ -485,16 +596,15 @@ fn usage_errors_exit_2_without_touching_redis() {
             ],
         ),
         (
-            "missing --",
-            vec!["--url", &url, "-n", NS, "run", "k", "sh", "-c", &touch],
+            "no command",
+            vec!["--url", &url, "--namespace", NS, "run", "k"],
         ),
-        ("no command", vec!["--url", &url, "-n", NS, "run", "k"]),
         (
             "bad url",
             vec![
                 "--url",
                 "not-a-url",
-                "-n",
+                "--namespace",
                 NS,
                 "run",
                 "k",
@@ -506,9 +616,9 @@ fn usage_errors_exit_2_without_touching_redis() {
         ),
         (
             "status without key",
-            vec!["--url", &url, "-n", NS, "status"],
+            vec!["--url", &url, "--namespace", NS, "status"],
         ),
-        ("no subcommand", vec!["--url", &url, "-n", NS]),
+        ("no subcommand", vec!["--url", &url, "--namespace", NS]),
     ];
     for (what, args) in cases {
         let out = run(bare().args(&args));
@@ -527,11 +637,20 @@ fn usage_errors_exit_2_without_touching_redis() {
 
     // The same arguments made valid do reach for Redis, and fail there.
     let out = run(bare().args([
-        "--url", &url, "-n", NS, "run", "k", "--", "sh", "-c", &touch,
+        "--url",
+        &url,
+        "--namespace",
+        NS,
+        "run",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &touch,
     ]));
     assert_code(&out, UNAVAILABLE);
     assert!(!mark.exists(), "no command ran");
-    let out = run(bare().args(["--url", &url, "-n", NS, "status", "k"]));
+    let out = run(bare().args(["--url", &url, "--namespace", NS, "status", "k"]));
     assert_code(&out, UNAVAILABLE);
 }
 
@@ -550,22 +669,26 @@ fn the_environment_supplies_url_and_namespace() {
     );
 }
 
+/// `redlease status KEY` (optionally `--json`) with its exit code.
+fn status_of(server: &RedisServer, key: &str, json: bool) -> (i32, String) {
+    let mut cmd = redlease(server);
+    cmd.arg("status");
+    if json {
+        cmd.arg("--json");
+    }
+    let out = run(cmd.arg(key));
+    (code(&out), stdout(&out))
+}
+
 #[test]
 fn status_reports_holder_time_and_fence_but_never_the_token() {
     let server = RedisServer::start();
-    let status = |json: bool| {
-        let mut cmd = redlease(&server);
-        cmd.arg("status");
-        if json {
-            cmd.arg("--json");
-        }
-        let out = run(cmd.arg("report"));
-        assert_code(&out, 0);
-        stdout(&out)
-    };
     assert_eq!(
-        status(true).trim(),
-        r#"{"held":false,"remaining_ms":null,"fence":null}"#
+        status_of(&server, "report", true),
+        (
+            FREE,
+            r#"{"held":false,"remaining_ms":null,"fence":null,"holder":null}"#.to_owned() + "\n"
+        )
     );
 
     // One grant through the binary sets the counter.
@@ -573,13 +696,16 @@ fn status_reports_holder_time_and_fence_but_never_the_token() {
         run(redlease(&server).args(["run", "report", "--", "sh", "-c", "echo $REDLEASE_FENCE"]));
     assert_code(&out, 0);
     let fence: u64 = stdout(&out).trim().parse().unwrap();
+    let (code_free, json) = status_of(&server, "report", true);
+    assert_eq!(code_free, FREE);
     assert_eq!(
-        status(true).trim(),
-        format!(r#"{{"held":false,"remaining_ms":null,"fence":{fence}}}"#)
+        json.trim(),
+        format!(r#"{{"held":false,"remaining_ms":null,"fence":{fence},"holder":null}}"#)
     );
 
     hold_elsewhere(&server, "report", "the-secret-owner-token");
-    let json = status(true);
+    let (code_held, json) = status_of(&server, "report", true);
+    assert_eq!(code_held, HELD, "{json}");
     assert!(
         json.starts_with(r#"{"held":true,"remaining_ms":"#),
         "{json}"
@@ -591,12 +717,123 @@ fn status_reports_holder_time_and_fence_but_never_the_token() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no remaining_ms in {json}"));
     assert!(remaining > 0 && remaining <= 30_000, "{json}");
-    let text = status(false);
+    // The record of the earlier `run` is for an older grant: not shown.
+    assert!(json.trim_end().ends_with(r#""holder":null}"#), "{json}");
+    let (_, text) = status_of(&server, "report", false);
     assert!(text.contains("held:      yes"), "{text}");
-    assert!(text.contains(&fence.to_string()), "{text}");
+    assert!(text.contains(&(fence + 1).to_string()), "{text}");
+    assert!(text.contains("holder:    not recorded"), "{text}");
+    // Human durations, as in `run`: 29.9s, not 29934 ms.
+    assert!(!text.contains(" ms"), "{text}");
     for output in [json, text] {
         assert!(!output.contains("the-secret-owner-token"), "{output}");
     }
+}
+
+/// `run` records who holds the key (host, its pid, the program name, never
+/// the arguments) beside the lock; `status` shows it while that grant holds.
+#[test]
+fn status_names_the_holder_that_run_recorded() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args(["run", "--lease", "5s", "who", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark) + " # secret-argument")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let (code_held, json) = status_of(&server, "who", true);
+    assert_eq!(code_held, HELD, "{json}");
+    assert!(
+        json.contains(&format!(r#""pid":{pid},"command":"sh"}}"#)),
+        "{json}"
+    );
+    assert!(json.contains(r#""holder":{"host":"#), "{json}");
+    let (_, text) = status_of(&server, "who", false);
+    assert!(
+        text.contains(&format!("holder:    pid {pid} on ")),
+        "{text}"
+    );
+    assert!(text.contains("running sh"), "{text}");
+    for output in [&json, &text] {
+        assert!(!output.contains("secret-argument"), "{output}");
+    }
+    // Never in the lock's value.
+    let value: String = redis::cmd("GET")
+        .arg(lock_name("who"))
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(
+        !value.contains("sh") || !value.contains(&pid.to_string()),
+        "{value}"
+    );
+    signal(pid, "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 0);
+    assert_eq!(status_of(&server, "who", true).0, FREE);
+}
+
+/// The README's least-privilege ACL (plus `~<ns>:lock-holder:*` for the
+/// holder record) is all `run` and `status` need: no MULTI/EXEC, and
+/// nothing in `ACL LOG`.
+#[test]
+fn run_and_status_work_as_the_least_privilege_acl_user() {
+    let server = RedisServer::start();
+    let rules = format!(
+        "on >s3cret-pass resetkeys resetchannels -@all +evalsha +eval +script|load \
+         +get +set +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe \
+         +punsubscribe +ping +config|get +info \
+         ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:lock-holder:* &{NS}:lock-released"
+    );
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER").arg("locker");
+    for rule in rules.split_whitespace() {
+        acl.arg(rule);
+    }
+    let _: () = acl.query(&mut server.conn()).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut server.conn())
+        .unwrap();
+    let url = server
+        .url()
+        .replace("redis://", "redis://locker:s3cret-pass@");
+    let as_user = || {
+        let mut cmd = bare();
+        cmd.args(["--url", &url, "--namespace", NS]);
+        cmd
+    };
+    let out = run(as_user().args(["status", "acl-job"]));
+    assert_code(&out, FREE);
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = as_user()
+        .args(["run", "--lease", "2s", "acl-job", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let out = run(as_user().args(["status", "--json", "acl-job"]));
+    assert_code(&out, HELD);
+    assert!(
+        stdout(&out).contains(r#""command":"sh""#),
+        "{}",
+        stdout(&out)
+    );
+    signal(child.id(), "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 0);
+    for output in [stdout(&out), stderr(&out)] {
+        assert!(!output.contains("s3cret-pass"), "{output}");
+    }
+    let log: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(log.is_empty(), "Redis refused something: {log:?}");
 }
 
 #[test]
@@ -767,8 +1004,17 @@ fn a_connect_failure_names_the_target_and_never_its_credentials() {
         .to_owned();
     let with_secret = url.replace("redis://", "redis://locker-user:pa55-s3cret@");
     for args in [
-        vec!["--url", &with_secret, "-n", NS, "run", "k", "--", "true"],
-        vec!["--url", &with_secret, "-n", NS, "status", "k"],
+        vec![
+            "--url",
+            &with_secret,
+            "--namespace",
+            NS,
+            "run",
+            "k",
+            "--",
+            "true",
+        ],
+        vec!["--url", &with_secret, "--namespace", NS, "status", "k"],
     ] {
         let out = run(bare().args(&args));
         let err = stderr(&out);
@@ -801,7 +1047,7 @@ fn a_tls_server_is_reached_with_its_ca_certificate() {
         &url,
         "--tls-ca-cert",
         &ca_arg,
-        "-n",
+        "--namespace",
         NS,
         "run",
         "k",
@@ -809,11 +1055,243 @@ fn a_tls_server_is_reached_with_its_ca_certificate() {
         "true",
     ]));
     assert_code(&out, 0);
-    let out = run(bare().args(["--url", &url, "-n", NS, "run", "k", "--", "true"]));
+    let out = run(bare().args(["--url", &url, "--namespace", NS, "run", "k", "--", "true"]));
     assert_ne!(code(&out), 0);
     assert!(
         stderr(&out).contains("TLS handshake failed"),
         "{}",
         stderr(&out)
     );
+}
+
+/// The command follows KEY with or without `--`; durations take bare
+/// seconds, fractions and compound forms; `-n` tries once and `-E` sets the
+/// busy code, like flock.
+#[test]
+fn flock_style_flags_durations_and_a_command_without_dashes() {
+    let server = RedisServer::start();
+    let out = run(redlease(&server).args([
+        "run",
+        "-w",
+        "1.5",
+        "-l",
+        "1m30s",
+        "plain",
+        "sh",
+        "-c",
+        "echo $REDLEASE_LEASE_MS",
+    ]));
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "90000");
+    let out =
+        run(redlease(&server).args(["run", "--lease", "1d", "plain", "--", "echo", "-n", "x"]));
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out), "x", "arguments after the command are its own");
+    let out = run(redlease(&server).args(["run", "plain", "echo", "-n", "--wait", "y"]));
+    assert_code(&out, 0);
+    assert_eq!(
+        stdout(&out),
+        "--wait y",
+        "options after the command are its own"
+    );
+
+    hold_elsewhere(&server, "plain", "someone-else");
+    let out = run(redlease(&server).args(["run", "-n", "plain", "echo", "ran"]));
+    assert_code(&out, BUSY);
+    let out = run(redlease(&server).args(["run", "-n", "-E", "3", "plain", "echo", "ran"]));
+    assert_code(&out, 3);
+    let out = run(redlease(&server).args(["run", "-w", "0.2", "-E", "0", "plain", "echo", "ran"]));
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out), "", "the command must not run");
+    let out = run(redlease(&server).args(["run", "-l", "99ms", "plain", "echo", "ran"]));
+    assert_code(&out, USAGE);
+    assert!(
+        stderr(&out).contains("shorter than the shortest lease, 100ms"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Every exit code of `redlease --help` that a test can reach, with its
+/// meaning (70, an internal error such as failing to set up signal
+/// handling, cannot be provoked from outside).
+#[test]
+fn every_documented_exit_code() {
+    let server = RedisServer::start();
+    let help = run(bare().args(["run", "--help"]));
+    assert_code(&help, 0);
+    let help = stdout(&help);
+    for line in [
+        "  2      usage error",
+        "  69     Redis unavailable",
+        "  70     internal error",
+        "  75     the lock is held by someone else",
+        "  122    the lease was lost",
+        "  126    the command could not be started",
+        "  127    the command was not found",
+        "Exit codes of status: 0 held, 1 free",
+    ] {
+        assert!(help.contains(line), "--help lacks {line:?}:\n{help}");
+    }
+    assert!(!help.contains(" 124 ") && !help.contains(" 125 "), "{help}");
+
+    let out = run(redlease(&server).args(["run", "codes", "sh", "-c", "exit 5"]));
+    assert_code(&out, 5);
+    let out = run(redlease(&server).args(["run", "codes", "sh", "-c", "kill -TERM $$"]));
+    assert_code(&out, 128 + 15);
+    let out = run(redlease(&server).args(["run", "--lease", "1x", "codes", "true"]));
+    assert_code(&out, USAGE);
+    let out = run(bare().args([
+        "--url",
+        &closed_port_url(),
+        "--namespace",
+        NS,
+        "run",
+        "codes",
+        "true",
+    ]));
+    assert_code(&out, UNAVAILABLE);
+    let scratch = Scratch::new();
+    let not_executable = scratch.path("data.txt");
+    fs::write(&not_executable, "not a program").unwrap();
+    let out = run(redlease(&server)
+        .args(["run", "codes"])
+        .arg(&not_executable));
+    assert_code(&out, CANNOT_EXECUTE);
+    let out = run(redlease(&server).args(["run", "codes", "/nonexistent/redlease-test"]));
+    assert_code(&out, NOT_FOUND);
+    hold_elsewhere(&server, "codes", "someone-else");
+    let out = run(redlease(&server).args(["run", "codes", "true"]));
+    assert_code(&out, BUSY);
+    let out = run(redlease(&server).args(["run", "-w", "200ms", "codes", "true"]));
+    assert_code(&out, BUSY);
+    // 122 (lease lost) is covered by a_lease_deleted_behind_the_childs_back_terminates_it.
+}
+
+/// A passed-on SIGTERM that the command ignores is followed by SIGKILL
+/// after --kill-after, instead of waiting forever.
+#[test]
+fn kill_after_applies_to_a_forwarded_signal() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let ready = scratch.path("ready");
+    let script = format!(
+        "trap '' TERM; echo ready > {}; i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 4",
+        ready.display()
+    );
+    let child = redlease(&server)
+        .args(["run", "--kill-after", "300ms", "stubborn-term", "sh", "-c"])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    signal(child.id(), "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 128 + 9);
+    assert!(
+        stderr(&out).contains("still running 300ms after SIGTERM; sending SIGKILL"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+/// After a loss, one clear line and nothing else (no library log lines
+/// such as LOCK_CLEANUP_FAILED unless -v).
+#[test]
+fn a_loss_is_reported_in_one_line() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args(["run", "--lease", "1s", "one-line", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let _: u64 = redis::cmd("DEL")
+        .arg(lock_name("one-line"))
+        .query(&mut server.conn())
+        .unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, LEASE_LOST);
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].starts_with("redlease: lost the lease: "), "{err}");
+    assert!(!err.contains("LOCK_"), "{err}");
+}
+
+/// A renewal that Redis refuses (here: the ACL user loses `PEXPIRE` for a
+/// while, so the renew script fails with NOPERM) is sent again while the
+/// lease has time left; once Redis accepts it again the command goes on
+/// and exits with its own status (SPEC §7).
+#[test]
+fn a_refused_renewal_is_sent_again_while_the_lease_has_time() {
+    let server = RedisServer::start();
+    let setuser = |rules: &str| {
+        let mut acl = redis::cmd("ACL");
+        acl.arg("SETUSER").arg("renewer");
+        for rule in rules.split_whitespace() {
+            acl.arg(rule);
+        }
+        let _: () = acl.query(&mut server.conn()).unwrap();
+    };
+    setuser("on >pw ~* &* +@all");
+    let url = server.url().replace("redis://", "redis://renewer:pw@");
+    let scratch = Scratch::new();
+    let (ready, go) = (scratch.path("ready"), scratch.path("go"));
+    let err_path = scratch.path("stderr");
+    let script = format!(
+        "echo ready > {ready}; i=0; while [ ! -e {go} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 6",
+        ready = ready.display(),
+        go = go.display()
+    );
+    let child = bare()
+        .args(["--url", &url, "--namespace", NS])
+        .args(["--verbose", "run", "--lease", "3s", "refused", "sh", "-c"])
+        .arg(script)
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    setuser("-pexpire");
+    wait_until(FILE_TIMEOUT, "a refused renewal", || {
+        read(&err_path).contains("trying again while it has")
+    });
+    setuser("+pexpire");
+    wait_until(FILE_TIMEOUT, "a renewal after the refusal", || {
+        let err = read(&err_path);
+        err.rfind("renewed the lease") > err.find("trying again")
+    });
+    fs::write(&go, "").unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    let err = read(&err_path);
+    assert_eq!(code(&out), 6, "{err}");
+    assert!(!err.contains("lost the lease"), "{err}");
+}
+
+/// Connecting is bounded like every command, by min(2 s, lease / 4): a
+/// server that accepts connections but never answers fails the run.
+#[test]
+fn a_server_that_never_answers_fails_the_connect() {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let url = format!(
+        "redis://127.0.0.1:{}/0",
+        listener.local_addr().unwrap().port()
+    );
+    let out = run(bare().args([
+        "--url",
+        &url,
+        "--namespace",
+        NS,
+        "run",
+        "--lease",
+        "1s",
+        "k",
+        "true",
+    ]));
+    drop(listener);
+    assert_code(&out, UNAVAILABLE);
+    assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
 }

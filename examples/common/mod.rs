@@ -1,5 +1,10 @@
-//! Shared by the examples: a throwaway `redis-server` when `REDIS_URL` is
-//! not set, and a throwaway cluster when `REDIS_CLUSTER_NODES` is not set.
+//! Shared by the examples: a throwaway `redis-server` unless
+//! `REDLEASE_EXAMPLE_URL` names a server to use, and a throwaway cluster
+//! unless `REDLEASE_EXAMPLE_CLUSTER_NODES` names one.
+//!
+//! The examples write keys and flush nothing, but they never use a server
+//! they were not pointed at on purpose: an unrelated `REDIS_URL` in the
+//! environment (a production server, say) is ignored, with a note.
 #![allow(dead_code)]
 
 use std::error::Error;
@@ -7,7 +12,21 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A `redis-server` started for this run when `REDIS_URL` is not set.
+/// The variable that points the examples at a server of your own.
+pub(crate) const URL_VAR: &str = "REDLEASE_EXAMPLE_URL";
+/// The variable that points the cluster example at a cluster of your own.
+pub(crate) const CLUSTER_VAR: &str = "REDLEASE_EXAMPLE_CLUSTER_NODES";
+
+/// `host:port` of `url`, for saying which server is used (never the
+/// password a URL may carry).
+fn shown(url: &str) -> String {
+    redis::Client::open(url).map_or_else(
+        |_| "(an unparsable URL)".to_owned(),
+        |c| c.get_connection_info().addr().to_string(),
+    )
+}
+
+/// A `redis-server` started for this run unless `REDLEASE_EXAMPLE_URL` is set.
 pub(crate) struct ThrowawayServer {
     url: String,
     child: Option<Child>,
@@ -15,8 +34,12 @@ pub(crate) struct ThrowawayServer {
 
 impl ThrowawayServer {
     pub(crate) fn start_unless_configured() -> Result<Self, Box<dyn Error>> {
-        if let Ok(url) = std::env::var("REDIS_URL") {
+        if let Ok(url) = std::env::var(URL_VAR) {
+            println!("using the Redis server at {} ({URL_VAR})", shown(&url));
             return Ok(ThrowawayServer { url, child: None });
+        }
+        if std::env::var_os("REDIS_URL").is_some() {
+            println!("ignoring REDIS_URL; set {URL_VAR} to run against a server of your own");
         }
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new("redis-server")
@@ -24,7 +47,7 @@ impl ThrowawayServer {
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .spawn()
-            .map_err(|e| format!("REDIS_URL is not set and redis-server could not start: {e}"))?;
+            .map_err(|e| format!("{URL_VAR} is not set and redis-server could not start: {e}"))?;
         let server = ThrowawayServer {
             url: format!("redis://127.0.0.1:{port}/0"),
             child: Some(child),
@@ -59,7 +82,7 @@ impl Drop for ThrowawayServer {
 }
 
 /// Three `redis-server` primaries formed into a cluster with `redis-cli`,
-/// started for this run when `REDIS_CLUSTER_NODES` is not set.
+/// started for this run unless `REDLEASE_EXAMPLE_CLUSTER_NODES` is set.
 pub(crate) struct ThrowawayCluster {
     nodes: Vec<String>,
     children: Vec<Child>,
@@ -68,8 +91,10 @@ pub(crate) struct ThrowawayCluster {
 
 impl ThrowawayCluster {
     pub(crate) fn start_unless_configured() -> Result<Self, Box<dyn Error>> {
-        if let Ok(nodes) = std::env::var("REDIS_CLUSTER_NODES") {
-            let nodes = nodes.split(',').map(str::to_owned).collect();
+        if let Ok(nodes) = std::env::var(CLUSTER_VAR) {
+            let nodes: Vec<String> = nodes.split(',').map(str::to_owned).collect();
+            let named: Vec<String> = nodes.iter().map(|n| shown(n)).collect();
+            println!("using the cluster at {} ({CLUSTER_VAR})", named.join(", "));
             return Ok(ThrowawayCluster {
                 nodes,
                 children: Vec::new(),
@@ -108,7 +133,7 @@ impl ThrowawayCluster {
                 .stdout(Stdio::null())
                 .spawn()
                 .map_err(|e| {
-                    format!("REDIS_CLUSTER_NODES is not set and redis-server could not start: {e}")
+                    format!("{CLUSTER_VAR} is not set and redis-server could not start: {e}")
                 })?;
             cluster.children.push(child);
             cluster.dirs.push(dir);

@@ -18,7 +18,7 @@ use crate::error::Error;
 /// dropping it does not release it at once: the locker releases its token
 /// within one round trip when one of its waiters waits for the key, else at
 /// its next operation or at shutdown (and the TTL ends it in any case).
-#[must_use = "a dropped lease is released only later, by the locker"]
+#[must_use = "if unused the lease goes back to the locker, which releases it soon after"]
 pub struct Lease(LeaseState<Commands, futures::lock::Mutex<()>>);
 
 lease_common!(Lease);

@@ -2,6 +2,7 @@
 //! operation driven inside the caller's future.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::connection::{Commands, Source};
 use super::drive::drive;
@@ -15,6 +16,7 @@ use crate::error::{is_auth_failure, url_error, Error, Failure};
 use crate::eviction;
 use crate::sentinel::Resolver;
 use crate::stats::Stats;
+use crate::url::IntoConnectionInfo;
 
 /// A lease client for one Redis server, for async code on any executor.
 ///
@@ -58,22 +60,30 @@ pub struct Locker {
     shared: Arc<Shared>,
 }
 
+// A panic in the caller's code never leaves a locker half-updated: the
+// locker runs no user code while it holds its internal locks, and its
+// parking_lot locks do not poison. So a locker (and `&Locker`) may cross
+// `catch_unwind`, as `std::sync::Mutex` may (`tests/api_traits.rs`).
+impl std::panic::UnwindSafe for Locker {}
+impl std::panic::RefUnwindSafe for Locker {}
+
 /// The locker's and its leases' shared state, over the shared connection.
 pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 
 impl Locker {
-    /// Connects to the Redis server at `url`.
+    /// Connects to the Redis server at `url` (a `&str`, `String`,
+    /// `&String`, `url::Url`, `(host, port)` or the redis crate's
+    /// `ConnectionInfo`; see [`IntoConnectionInfo`]).
     ///
     /// # Errors
     ///
     /// `InvalidConfig` for a bad config or URL, `ProviderFailed` when the
     /// first connection cannot be opened.
-    pub async fn connect(
-        url: impl redis::IntoConnectionInfo,
-        config: Config,
-    ) -> Result<Self, Error> {
+    pub async fn connect(url: impl IntoConnectionInfo, config: Config) -> Result<Self, Error> {
         config.validate()?;
-        let client = redis::Client::open(url)
+        let client = url
+            .into_connection_info()
+            .and_then(redis::Client::open)
             .map_err(|e| url_error("url", "not a valid Redis connection URL", &e))?;
         Self::new(client, config).await
     }
@@ -170,6 +180,17 @@ impl Locker {
         let op = Acquire::start(&self.shared.state, key, Want::Lock, options, now())?;
         let granted = drive(&self.shared, op).await?;
         Ok(Lease::new(self.shared.clone(), granted))
+    }
+
+    /// Tries once to acquire `key`, without waiting: the same as
+    /// `acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))`.
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking::Locker::try_acquire`](crate::blocking::Locker::try_acquire).
+    pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
+        self.acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))
+            .await
     }
 
     /// A snapshot of this locker's counters.

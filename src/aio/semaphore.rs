@@ -122,7 +122,7 @@ impl Semaphore {
 /// One permit of a [`Semaphore`]: a lease on one slot; semantics as
 /// [`blocking::Permit`](crate::blocking::Permit), dropping as
 /// [`Lease`]'s (the locker releases it later).
-#[must_use = "a dropped permit is released only later, by the locker"]
+#[must_use = "if unused the permit goes back to the locker, which releases it soon after"]
 pub struct Permit(Lease);
 
 impl Permit {

@@ -2,7 +2,7 @@
 //! fencing token; or show a key's lease status.
 //!
 //! ```text
-//! redlease run [OPTIONS] KEY -- COMMAND [ARGS...]
+//! redlease run [OPTIONS] KEY [--] COMMAND [ARGS...]
 //! redlease status [--json] KEY
 //! ```
 //!
@@ -15,6 +15,8 @@
 mod cli;
 #[path = "redlease/duration.rs"]
 mod duration;
+#[path = "redlease/holder.rs"]
+mod holder;
 #[path = "redlease/output.rs"]
 mod output;
 #[path = "redlease/run.rs"]
@@ -54,7 +56,8 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Adds a tip to the most likely mistake: a command after KEY without `--`.
+/// Adds a tip to an unknown option after KEY: it may be a command that
+/// starts with `-`.
 fn with_hints(mut e: clap::Error) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     let args: Vec<String> = std::env::args().collect();
@@ -63,7 +66,8 @@ fn with_hints(mut e: clap::Error) -> clap::Error {
         e.insert(
             ContextKind::Suggested,
             ContextValue::StyledStrs(vec![
-                "put `--` between KEY and the command: redlease run [OPTIONS] KEY -- COMMAND [ARGS...]"
+                "a command whose first word starts with '-' goes after `--`: \
+                 redlease run [OPTIONS] KEY -- COMMAND [ARGS...]"
                     .into(),
             ]),
         );
@@ -95,6 +99,9 @@ pub(crate) struct Names {
     pub(crate) lock: String,
     /// `<ns>:lock-fence:{<sha>}`
     pub(crate) fence: String,
+    /// `<ns>:lock-holder:{<sha>}`: who holds it, as `run` records it
+    /// (never the owner token; see `holder.rs`).
+    pub(crate) holder: String,
 }
 
 /// The client for `url`, trusting `--tls-ca-cert` when given.
@@ -177,6 +184,7 @@ impl Target {
         Names {
             lock: format!("{ns}:lock:{{{sha}}}"),
             fence: format!("{ns}:lock-fence:{{{sha}}}"),
+            holder: format!("{ns}:lock-holder:{{{sha}}}"),
         }
     }
 }
@@ -239,5 +247,6 @@ mod tests {
         let sha = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
         assert_eq!(names.lock, format!("ns:lock:{{{sha}}}"));
         assert_eq!(names.fence, format!("ns:lock-fence:{{{sha}}}"));
+        assert_eq!(names.holder, format!("ns:lock-holder:{{{sha}}}"));
     }
 }

@@ -22,7 +22,7 @@ use crate::error::Error;
 ///
 /// Dropping a lease releases it (best effort, blocking for one round trip);
 /// call [`release`](Self::release) to learn the outcome.
-#[must_use = "dropping a lease releases it at once"]
+#[must_use = "if unused the lease is released at once"]
 pub struct Lease(LeaseState<Commands, Mutex<()>>);
 
 lease_common!(Lease);

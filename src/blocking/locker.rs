@@ -2,6 +2,7 @@
 //! shared operation driven on the caller's thread.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::connection::{Commands, Source};
 use super::drive::drive;
@@ -15,6 +16,7 @@ use crate::error::{is_auth_failure, url_error, Error, Failure};
 use crate::eviction;
 use crate::sentinel::Resolver;
 use crate::stats::Stats;
+use crate::url::IntoConnectionInfo;
 
 /// A lease client for one Redis server, for std threads.
 ///
@@ -50,20 +52,32 @@ pub struct Locker {
     shared: Arc<Shared>,
 }
 
+// A panic in the caller's code never leaves a locker half-updated: the
+// locker runs no user code while it holds its internal locks, and its
+// parking_lot locks do not poison. So a locker (and `&Locker`) may cross
+// `catch_unwind`, as `std::sync::Mutex` may (`tests/api_traits.rs`).
+impl std::panic::UnwindSafe for Locker {}
+impl std::panic::RefUnwindSafe for Locker {}
+
 /// The locker's and its leases' shared state, over the pooled connections.
 pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 
 impl Locker {
-    /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`).
+    /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`
+    /// as a `&str`, `String` or `&String`; also a `url::Url`, a
+    /// `(host, port)` or the redis crate's `ConnectionInfo`; see
+    /// [`IntoConnectionInfo`]).
     ///
     /// # Errors
     ///
     /// `InvalidConfig` for a bad config or URL, `ProviderFailed` when the
     /// first connection cannot be opened.
-    pub fn connect(url: impl redis::IntoConnectionInfo, config: Config) -> Result<Self, Error> {
+    pub fn connect(url: impl IntoConnectionInfo, config: Config) -> Result<Self, Error> {
         config.validate()?;
         // The redis error would echo the URL, which may carry a password.
-        let client = redis::Client::open(url)
+        let client = url
+            .into_connection_info()
+            .and_then(redis::Client::open)
             .map_err(|e| url_error("url", "not a valid Redis connection URL", &e))?;
         Self::new(client, config)
     }
@@ -186,6 +200,30 @@ impl Locker {
         let op = Acquire::start(&self.shared.state, key, Want::Lock, options, now())?;
         let granted = drive(&self.shared, op)?;
         Ok(Lease::new(self.shared.clone(), granted))
+    }
+
+    /// Tries once to acquire `key`, without waiting (like `flock -n`):
+    /// the same as `acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))`.
+    ///
+    /// # Errors
+    ///
+    /// `Busy` when someone else holds the lock ([`Error::is_busy`], with
+    /// the holder's remaining time when known); otherwise as
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// match locker.try_acquire("report") {
+    ///     Ok(lease) => { /* do the work */ lease.release()?; }
+    ///     Err(e) if e.is_busy() => println!("someone else is on it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
+        self.acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))
     }
 
     /// A snapshot of this locker's counters.

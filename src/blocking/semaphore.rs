@@ -136,7 +136,7 @@ impl Semaphore {
 /// A store the permit protects checks `(slot, fence)`: it keeps a
 /// high-water fence per slot (see [`fenced`](crate::fenced)). Validity,
 /// renew, release and drop behave as [`Lease`]'s.
-#[must_use = "dropping a permit releases it at once"]
+#[must_use = "if unused the permit is released at once"]
 pub struct Permit(Lease);
 
 impl Permit {

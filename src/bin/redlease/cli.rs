@@ -19,14 +19,15 @@ pub(crate) mod exit {
     /// An internal error (EX_SOFTWARE), e.g. signal handling could not be
     /// set up; the command did not run.
     pub(crate) const SOFTWARE: u8 = 70;
-    /// The lock is held and `--wait` was 0 (EX_TEMPFAIL); overridable with
-    /// `--busy-exit-code`.
+    /// The lock is held by someone else: at once with `--wait 0`, or when
+    /// `--wait` ran out (EX_TEMPFAIL; as `flock -E`, one code for both);
+    /// overridable with `--conflict-exit-code`.
     pub(crate) const BUSY: u8 = 75;
-    /// `--wait` ran out before the lock became free (as `timeout(1)`).
-    pub(crate) const WAIT_TIMEOUT: u8 = 124;
     /// The lease was lost while the command ran, and the command was
-    /// stopped (`--on-lost term` or `kill`).
-    pub(crate) const LEASE_LOST: u8 = 125;
+    /// stopped (`--on-lost term` or `kill`). Not 124 or 125, which
+    /// `timeout(1)` uses for "killed at its deadline" and "timeout itself
+    /// failed".
+    pub(crate) const LEASE_LOST: u8 = 122;
     /// The command was found but could not be started.
     pub(crate) const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found.
@@ -60,21 +61,23 @@ is the lowercase hex SHA-256 of KEY; it is compatible with the redlease library.
 
 /// Shown at the end of `--help` (top level and `run`).
 pub(crate) const EXIT_CODES: &str = "\
-Exit codes:
+Exit codes of run:
   N      the command ran and exited with status N
   128+N  the command was killed by signal N, or redlease got signal N
          (SIGINT, SIGTERM, SIGHUP) before the command started
   2      usage error (bad or missing option, no URL or namespace, bad
-         duration, no `--` before the command); nothing was sent to Redis
+         duration, no command); nothing was sent to Redis
   69     Redis unavailable or failed; the command did not run
   70     internal error (e.g. signal handling could not be set up)
-  75     the lock is held by someone else and --wait is 0
-         (change it with --busy-exit-code, e.g. 0 for cron jobs)
-  124    --wait ran out before the lock became free
-  125    the lease was lost while the command ran, and the command was
+  75     the lock is held by someone else: at once (--wait 0, -n) or
+         when --wait ran out; the command did not run (change it with
+         -E/--conflict-exit-code, e.g. 0 for cron jobs)
+  122    the lease was lost while the command ran, and the command was
          stopped (--on-lost term or kill)
   126    the command could not be started
-  127    the command was not found";
+  127    the command was not found
+Exit codes of status: 0 held, 1 free, 2 usage error, 69 Redis
+unavailable.";
 
 const RUN_LONG_ABOUT: &str = "\
 Acquire the lease on KEY, run COMMAND while holding it, then release it.
@@ -88,8 +91,12 @@ these variables added to its environment:
 While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
 and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
 that the terminal sends to the whole foreground job reaches the command \
-directly and is not sent twice). When the command exits, the lease is released \
-and redlease exits with the command's status.
+directly and is not sent twice); a command still running --kill-after after a \
+passed-on signal is sent SIGKILL. When the command exits, the lease is \
+released and redlease exits with the command's status.
+
+The command follows KEY, with or without `--` in between (use `--` when the \
+command's first word starts with `-`).
 
 The lease counts as lost when a renewal finds it expired or held by someone \
 else, when a renewal fails, or when the lease's time runs out on the local clock \
@@ -97,19 +104,25 @@ without a confirmed renewal (so a holder cut off from Redis stops the command \
 before another holder can start). The loss is reported on standard error and \
 --on-lost decides what happens to the command.
 
+Durations are seconds when bare (5, 1.5, as timeout(1) and flock -w), or \
+numbers with units ms, s, m, h, d, also combined: 500ms, 1.5s, 1m30s, 1d.
+
 Examples:
   # Run at most one report at a time; skip silently when another runs.
-  redlease run --quiet --busy-exit-code 0 -n billing nightly-report -- ./report.sh
+  redlease --namespace billing run -q -n -E 0 nightly-report ./report.sh
 
   # Wait up to 2 minutes for the lock, with a 1 minute lease.
-  redlease run --wait 2m --lease 1m -n deploy prod -- ./deploy.sh --all";
+  redlease --namespace deploy run -w 2m -l 1m prod ./deploy.sh --all";
 
 const STATUS_LONG_ABOUT: &str = "\
-Show whether KEY is held, how long its lease has left and the current value of \
+Show whether KEY is held, how long its lease has left, the current value of \
 its fence counter (the fence of the last grant; the next grant gets a higher \
-one). The owner token is never shown.
+one) and, when the holder is a `redlease run` that recorded it, who holds it \
+(host, pid and program name). The owner token is never shown.
 
-Exits 0 whether or not the key is held; 69 when Redis cannot be asked.";
+Exits 0 when KEY is held and 1 when it is free (so `redlease status KEY` can \
+be tested like `flock -n`), 2 on a usage error and 69 when Redis cannot be \
+asked. It needs only GET and PTTL on the lock's names (no MULTI/EXEC).";
 
 /// `redlease`'s command line.
 #[derive(Debug, Parser)]
@@ -160,7 +173,6 @@ pub(crate) struct Global {
     /// Prefix of every name stored in Redis; processes must use the same
     /// namespace to share a lock (required; no default; no '{' or '}')
     #[arg(
-        short = 'n',
         long,
         env = "REDLEASE_NAMESPACE",
         hide_env_values = true,
@@ -218,8 +230,9 @@ pub(crate) struct RunArgs {
     #[arg(value_name = "KEY")]
     pub(crate) key: String,
 
-    /// How long to wait for a lock held by someone else: 0 tries once (like
-    /// `flock -n`), 'forever' waits without a deadline; units ms, s, m, h
+    /// How long to wait for a lock held by someone else (like `flock -w`):
+    /// 0 tries once, 'forever' waits without a deadline; bare seconds (5,
+    /// 1.5) or units ms, s, m, h, d (1m30s)
     #[arg(
         short,
         long,
@@ -229,8 +242,14 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) wait: Duration,
 
-    /// Length of the lease; it is renewed every half lease while the command
-    /// runs, so this bounds how long a crashed holder blocks the key
+    /// Try once and do not wait (like `flock -n`); the same as --wait 0,
+    /// which is the default
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub(crate) nonblock: bool,
+
+    /// Length of the lease (at least 100ms); it is renewed every half lease
+    /// while the command runs, so this bounds how long a crashed holder
+    /// blocks the key
     #[arg(
         short,
         long,
@@ -244,8 +263,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
     pub(crate) on_lost: OnLost,
 
-    /// With --on-lost term: how long the command gets to exit after SIGTERM
-    /// before it is sent SIGKILL
+    /// How long the command gets to exit after a SIGTERM (--on-lost term)
+    /// or a passed-on SIGINT, SIGTERM or SIGHUP before it is sent SIGKILL
     #[arg(
         long,
         value_name = "DURATION",
@@ -254,18 +273,37 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) kill_after: Duration,
 
-    /// Exit code when the lock is held by someone else and --wait is 0
-    #[arg(long, value_name = "N", default_value_t = exit::BUSY)]
-    pub(crate) busy_exit_code: u8,
-
-    /// The command to run and its arguments, after `--`
+    /// Exit code when the lock is held by someone else, at once or when
+    /// --wait ran out (like `flock -E`)
     #[arg(
-        last = true,
+        short = 'E',
+        long,
+        visible_alias = "busy-exit-code",
+        value_name = "N",
+        default_value_t = exit::BUSY
+    )]
+    pub(crate) conflict_exit_code: u8,
+
+    /// The command to run and its arguments (`--` before it is optional)
+    #[arg(
         required = true,
+        trailing_var_arg = true,
+        num_args = 1..,
         value_name = "COMMAND",
         value_parser = clap::value_parser!(OsString)
     )]
     pub(crate) command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// How long to wait for the lock (`-n` is zero, as is the default).
+    pub(crate) fn wait(&self) -> Duration {
+        if self.nonblock {
+            Duration::ZERO
+        } else {
+            self.wait
+        }
+    }
 }
 
 /// `redlease status`.
@@ -276,7 +314,8 @@ pub(crate) struct StatusArgs {
     pub(crate) key: String,
 
     /// Print one JSON object: {"held": bool, "remaining_ms": int|null,
-    /// "fence": int|null}
+    /// "fence": int|null, "holder": {"host": str, "pid": int, "command":
+    /// str}|null}
     #[arg(long)]
     pub(crate) json: bool,
 }

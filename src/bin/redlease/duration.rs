@@ -1,47 +1,99 @@
-//! Durations on the command line (`500ms`, `10s`, `2m`, `1h`, `0`, and
-//! `forever` for `--wait`) and short human-readable renderings of them.
+//! Durations on the command line and short human-readable renderings.
+//!
+//! Accepted: bare seconds as `timeout(1)` and `flock -w` take them (`5`,
+//! `1.5`), a number with a unit (`500ms`, `10s`, `2m`, `1h`, `1d`, also
+//! `0.5s`), and several such parts in a row (`1m30s`, `1h 30m`); `forever`
+//! for `--wait`. No crate of the field does all of this: `humantime` and
+//! `jiff` refuse a bare number, and `humantime` refuses fractions.
 
 use std::time::Duration;
 
-/// Parses `<digits><unit>` with unit `ms`, `s`, `m` or `h`; a bare `0` is
-/// accepted as zero. Any other bare number is refused, so that `--wait 5`
-/// cannot silently mean 5 ms or 5 hours.
+/// Shortest lease accepted: below it every renewal would be a race with
+/// the lease's own end (each command may take a quarter of the lease).
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(100);
+
+const UNITS: &str = "ms, s, m, h or d";
+
+/// Parses a duration (see the module docs).
 pub(crate) fn parse(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("an empty duration: write e.g. 10s, 1.5s, 1m30s or 5 (seconds)".to_owned());
     }
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("'{text}' has no unit: write e.g. {text}s or {text}ms"))?;
-    let (digits, unit) = text.split_at(split);
-    if digits.is_empty() {
-        return Err(format!(
-            "'{text}' is not a duration: expected a whole number and a unit (500ms, 10s, 2m, 1h)"
-        ));
-    }
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is too large"))?;
-    if unit.starts_with(['.', ',']) {
-        return Err(format!(
-            "'{text}' is not a whole number: use a smaller unit (1500ms rather than 1.5s)"
-        ));
-    }
-    let ms_per_unit: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => {
+    let mut rest = trimmed;
+    let mut total = Duration::ZERO;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        if number.is_empty() {
             return Err(format!(
-                "'{text}' has an unknown unit '{unit}': use ms, s, m or h (500ms, 10s, 2m, 1h)"
-            ))
+                "'{trimmed}' is not a duration: expected a number before '{after}' \
+                 (e.g. 10s, 1.5s, 1m30s, or 5 for seconds)"
+            ));
         }
+        let unit_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let nanos_per_unit: u128 = match unit {
+            // A bare number is seconds, but only on its own: `1m30` is
+            // more likely a typo than 1 minute 30 seconds.
+            "" if parts == 0 && after.trim().is_empty() => 1_000_000_000,
+            "" => {
+                return Err(format!(
+                    "'{trimmed}': '{number}' has no unit; use {UNITS} (e.g. 1m30s)"
+                ))
+            }
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "d" => 86_400_000_000_000,
+            other => {
+                return Err(format!(
+                    "'{trimmed}' has an unknown unit '{other}': use {UNITS} \
+                     (500ms, 10s, 2m, 1h, 1d)"
+                ))
+            }
+        };
+        let nanos = scaled(number, nanos_per_unit)
+            .ok_or_else(|| format!("'{trimmed}' is not a duration: '{number}' is not a number"))?;
+        let part = u64::try_from(nanos / 1_000_000_000)
+            .ok()
+            .map(|secs| Duration::new(secs, (nanos % 1_000_000_000) as u32))
+            .ok_or_else(|| format!("'{trimmed}' is too large"))?;
+        total = total
+            .checked_add(part)
+            .ok_or_else(|| format!("'{trimmed}' is too large"))?;
+        parts += 1;
+        rest = after.trim_start();
+    }
+    Ok(total)
+}
+
+/// `number` (digits, at most one `.`) times `per_unit` nanoseconds,
+/// exactly, dropping digits below one nanosecond. `None` if it is not
+/// such a number or too large.
+fn scaled(number: &str, per_unit: u128) -> Option<u128> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
     };
-    n.checked_mul(ms_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("'{text}' is too large"))
+    let mut nanos = whole.checked_mul(per_unit)?;
+    let mut scale = per_unit;
+    for digit in fraction.bytes() {
+        scale /= 10;
+        nanos = nanos.checked_add(u128::from(digit - b'0') * scale)?;
+    }
+    Some(nanos)
 }
 
 /// `--wait`: a duration, or `forever` for no deadline.
@@ -52,11 +104,16 @@ pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
     parse(text).map_err(|e| format!("{e}, or 'forever'"))
 }
 
-/// `--lease`: a duration of at least 1 ms.
+/// `--lease`: a duration of at least [`MIN_LEASE`].
 pub(crate) fn parse_lease(text: &str) -> Result<Duration, String> {
     let d = parse(text)?;
-    if d.is_zero() {
-        return Err("the lease must be at least 1ms".to_owned());
+    if d < MIN_LEASE {
+        return Err(format!(
+            "'{}' is shorter than the shortest lease, {}: a lease that short \
+             would be lost before its first renewal could be answered",
+            text.trim(),
+            human(MIN_LEASE)
+        ));
     }
     Ok(d)
 }
@@ -83,40 +140,71 @@ pub(crate) fn human(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn ms(n: u64) -> Result<Duration, String> {
+        Ok(Duration::from_millis(n))
+    }
 
     #[test]
     fn units() {
-        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse("0"), Ok(Duration::ZERO));
-        assert_eq!(parse("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse("500ms"), ms(500));
+        assert_eq!(parse("10s"), ms(10_000));
+        assert_eq!(parse("2m"), ms(120_000));
+        assert_eq!(parse("1h"), ms(3_600_000));
+        assert_eq!(parse("1d"), ms(86_400_000));
+        assert_eq!(parse("0"), ms(0));
+        assert_eq!(parse("0s"), ms(0));
+    }
+
+    #[test]
+    fn bare_seconds_fractions_and_compounds() {
+        assert_eq!(parse("5"), ms(5_000));
+        assert_eq!(parse("1.5"), ms(1_500));
+        assert_eq!(parse(".25"), ms(250));
+        assert_eq!(parse("1.5s"), ms(1_500));
+        assert_eq!(parse("0.1s"), ms(100));
+        assert_eq!(parse("1.5h"), ms(5_400_000));
+        assert_eq!(parse("1m30s"), ms(90_000));
+        assert_eq!(parse("1h 30m"), ms(5_400_000));
+        assert_eq!(parse("1d2h3m4s5ms"), ms(93_784_005));
+        assert_eq!(parse(" 10s "), ms(10_000));
     }
 
     #[test]
     fn refusals() {
         for bad in [
             "",
-            "5",
+            " ",
             "s",
-            "1.5s",
+            "1..5s",
+            "1.5.2s",
+            ".",
             "10x",
             "-1s",
-            "1 s",
-            "99999999999999999999s",
-            "18446744073709551615h",
+            "1m30",
+            "5 5",
+            "1sec",
+            "forever",
+            "99999999999999999999999999999999999999999d",
+            "18446744073709551615d",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
+    }
+
+    #[test]
+    fn the_lease_has_a_minimum_with_a_reason() {
         assert!(parse_lease("0").is_err());
-        assert!(parse_lease("0ms").is_err());
+        let e = parse_lease("50ms").unwrap_err();
+        assert!(e.contains("shortest lease, 100ms"), "{e}");
+        assert_eq!(parse_lease("100ms"), ms(100));
+        assert_eq!(parse_lease("0.1"), ms(100));
     }
 
     #[test]
     fn forever_only_for_wait() {
         assert_eq!(parse_wait("forever"), Ok(Duration::MAX));
-        assert!(parse("forever").is_err());
         assert!(parse_lease("forever").is_err());
     }
 
@@ -127,5 +215,45 @@ mod tests {
         assert_eq!(human(Duration::from_secs(185)), "3m05s");
         assert_eq!(human(Duration::from_secs(2 * 3600 + 7 * 60)), "2h07m");
         assert_eq!(human(Duration::MAX), "forever");
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(text in ".{0,40}") {
+            let _ = parse(&text);
+            let _ = parse_wait(&text);
+            let _ = parse_lease(&text);
+        }
+
+        #[test]
+        fn parts_add_up(
+            d in 0u64..1000, h in 0u64..1000, m in 0u64..1000,
+            s in 0u64..1000, milli in 0u64..1000, spaced: bool,
+        ) {
+            let sep = if spaced { " " } else { "" };
+            let text = format!("{d}d{sep}{h}h{sep}{m}m{sep}{s}s{sep}{milli}ms");
+            let expected = Duration::from_millis(
+                (((d * 24 + h) * 60 + m) * 60 + s) * 1000 + milli,
+            );
+            prop_assert_eq!(parse(&text), Ok(expected));
+        }
+
+        #[test]
+        fn fractions_of_seconds_are_exact(whole in 0u64..100_000, frac in 0u32..1000) {
+            let text = format!("{whole}.{frac:03}");
+            let expected = Duration::from_millis(whole * 1000 + u64::from(frac));
+            prop_assert_eq!(parse(&text), Ok(expected));
+            prop_assert_eq!(parse(&format!("{text}s")), Ok(expected));
+        }
+
+        #[test]
+        fn human_renders_what_parse_reads_back_within_its_rounding(ms_in in 0u64..86_400_000) {
+            let d = Duration::from_millis(ms_in);
+            let back = parse(&human(d)).unwrap();
+            // human() truncates: to 100 ms under a minute, to 1 s under an
+            // hour, to 1 min above.
+            let step = if ms_in < 1_000 { 0 } else if ms_in < 60_000 { 100 } else if ms_in < 3_600_000 { 1_000 } else { 60_000 };
+            prop_assert!(back <= d && d - back <= Duration::from_millis(step), "{:?} -> {} -> {:?}", d, human(d), back);
+        }
     }
 }

@@ -60,15 +60,15 @@ impl Out {
     }
 
     /// Sends the library's log records (target `redlease`) to standard
-    /// error: warnings and errors by default, debug with `--verbose`,
-    /// nothing with `--quiet`.
+    /// error with `--verbose` only (debug and up): without it, what matters
+    /// is said once in the tool's own words (a lost lease, a failed
+    /// release), not again as a library line such as
+    /// `LOCK_CLEANUP_FAILED`.
     pub(crate) fn install_logger(&self) {
-        let level = if self.quiet {
-            log::LevelFilter::Off
-        } else if self.verbose {
+        let level = if self.verbose && !self.quiet {
             log::LevelFilter::Debug
         } else {
-            log::LevelFilter::Warn
+            log::LevelFilter::Off
         };
         if log::set_logger(&LOGGER).is_ok() {
             log::set_max_level(level);
@@ -127,8 +127,8 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    /// Starts redrawing `redlease: waiting for the lock: 3.4s, holder's
-    /// lease has 26.6s left` on standard error. `pttl` asks Redis for the
+    /// Starts redrawing `redlease: waited 3.4s of 1m00s for the lock;
+    /// the holder's lease has 26.6s left unless renewed` on standard error. `pttl` asks Redis for the
     /// holder's remaining time (`None` when unknown); it is called from the
     /// progress thread about once a second.
     pub(crate) fn start(
@@ -142,7 +142,7 @@ impl Progress {
             let mut holder = holder;
             let mut refreshed = now();
             let limit = if wait == Duration::MAX {
-                String::new()
+                " (no deadline)".to_owned()
             } else {
                 format!(" of {}", human(wait))
             };
@@ -153,14 +153,17 @@ impl Progress {
                     holder = pttl().map(|remaining| HolderTime { remaining, at: t });
                 }
                 let held = match holder {
-                    Some(h) => format!(", holder's lease has {} left", human(h.left(t))),
+                    Some(h) => format!(
+                        "; the holder's lease has {} left unless renewed",
+                        human(h.left(t))
+                    ),
                     None => String::new(),
                 };
                 let elapsed = human(t.saturating_duration_since(started));
                 let mut err = std::io::stderr().lock();
                 let _ = write!(
                     err,
-                    "\r\x1b[Kredlease: waiting for the lock: {elapsed}{limit}{held}"
+                    "\r\x1b[Kredlease: waited {elapsed}{limit} for the lock{held}"
                 );
                 let _ = err.flush();
                 drop(err);

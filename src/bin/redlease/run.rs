@@ -13,6 +13,7 @@ use redlease::{AcquireOptions, CancelHandle, Config, Error, ReleaseOutcome, Rene
 
 use crate::cli::{exit, OnLost, RunArgs};
 use crate::duration::human;
+use crate::holder::Holder;
 use crate::output::{HolderTime, Out, Progress};
 use crate::signals::{self, Event, Forwarded, SignalWatch};
 use crate::{describe_error, describe_invalid, now, usage_error, Target};
@@ -21,6 +22,9 @@ use crate::{describe_error, describe_invalid, now, usage_error, Target};
 const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the supervising loop looks at the child even without SIGCHLD.
 const SAFETY_POLL: Duration = Duration::from_millis(250);
+/// Pause before a renewal Redis refused is sent again (at most a quarter
+/// of what is left of the lease).
+const RENEW_RETRY: Duration = Duration::from_millis(100);
 /// Connect and command timeout of the progress line's `PTTL` queries.
 const PROGRESS_QUERY_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -33,7 +37,7 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
         .max(Duration::from_millis(1));
     let config = Config::new(target.namespace.clone())
         .lease(args.lease)
-        .wait(args.wait)
+        .wait(args.wait())
         .command_timeout(command_timeout)
         .shutdown_timeout(command_timeout * 2);
     if let Err(e) = config.validate() {
@@ -76,6 +80,7 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
         signals: &signals,
         events_tx,
         events,
+        command_timeout,
     };
     let code = run.acquire_and_run(&locker, &cancel);
     if let Err(e) = locker.shutdown() {
@@ -92,6 +97,7 @@ struct Run<'a> {
     signals: &'a SignalWatch,
     events_tx: Sender<Event>,
     events: Receiver<Event>,
+    command_timeout: Duration,
 }
 
 impl Run<'_> {
@@ -116,6 +122,16 @@ impl Run<'_> {
             return signal_exit(sig);
         }
 
+        let mut record = HolderRecord {
+            client: self.target.client.clone(),
+            name: self.target.names(&self.args.key).holder,
+            value: Holder::this_process(lease.fence().get(), &self.args.command[0]).encode(),
+            lease: self.args.lease,
+            timeout: self.command_timeout,
+            conn: None,
+            out: self.out,
+        };
+        record.write();
         let child = match self.spawn(&lease) {
             Ok(child) => child,
             Err(code) => {
@@ -128,7 +144,7 @@ impl Run<'_> {
             let lease = &lease;
             let events = self.events_tx.clone();
             let (out, lease_len) = (self.out, self.args.lease);
-            scope.spawn(move || renewer(lease, lease_len, renewer_stop, events, out));
+            scope.spawn(move || renewer(lease, lease_len, renewer_stop, events, out, record));
             let result = self.supervise(child, lease);
             drop(stop_renewer);
             result
@@ -161,8 +177,8 @@ impl Run<'_> {
         let started = now();
         let options = |wait: Duration| AcquireOptions::new().wait(wait).cancel(cancel.clone());
         let show_progress = out.live_progress() || out.is_verbose();
-        let result = if args.wait.is_zero() || !show_progress {
-            locker.acquire_with(&args.key, options(args.wait))
+        let result = if args.wait().is_zero() || !show_progress {
+            locker.acquire_with(&args.key, options(args.wait()))
         } else {
             // Try once first: a free lock needs no progress line, and a busy
             // one tells the holder's remaining time.
@@ -171,7 +187,7 @@ impl Run<'_> {
                     locker,
                     started,
                     remaining,
-                    options(wait_left(args.wait, started)),
+                    options(wait_left(args.wait(), started)),
                 ),
                 other => other,
             }
@@ -192,7 +208,7 @@ impl Run<'_> {
                     "the lock is held by someone else{}; the command did not run",
                     holder_suffix(remaining)
                 ));
-                Err(args.busy_exit_code)
+                Err(args.conflict_exit_code)
             }
             Err(Error::WaitTimeout { remaining, .. }) => {
                 out.notice(format_args!(
@@ -200,7 +216,7 @@ impl Run<'_> {
                     human(waited),
                     holder_suffix(remaining)
                 ));
-                Err(exit::WAIT_TIMEOUT)
+                Err(args.conflict_exit_code)
             }
             Err(Error::Cancelled) => {
                 let sig = self
@@ -233,7 +249,7 @@ impl Run<'_> {
         options: AcquireOptions,
     ) -> Result<Lease, Error> {
         let out = self.out;
-        let wait = self.args.wait;
+        let wait = self.args.wait();
         if wait_left(wait, started).is_zero() {
             return Err(Error::WaitTimeout {
                 waited: now().saturating_duration_since(started),
@@ -320,6 +336,8 @@ impl Run<'_> {
         let out = self.out;
         let mut lost = false;
         let mut kill_at: Option<Instant> = None;
+        // The signal that started the kill_at countdown, for the report.
+        let mut stop_signal: Option<i32> = None;
         loop {
             match child.try_wait() {
                 Ok(Some(status)) => return (Some(status), lost),
@@ -333,16 +351,19 @@ impl Run<'_> {
             let t = now();
             if !lost && !lease.is_valid() {
                 lost = true;
-                kill_at = self.on_lost(
+                if let Some(at) = self.on_lost(
                     &mut child,
                     "its time ran out on the local clock without a confirmed renewal",
-                );
+                ) {
+                    (kill_at, stop_signal) = (Some(at), None);
+                }
             }
             if kill_at.is_some_and(|at| t >= at) {
                 kill_at = None;
                 out.fatal(format_args!(
-                    "the command is still running {} after SIGTERM; sending SIGKILL",
-                    human(self.args.kill_after)
+                    "the command is still running {} after {}; sending SIGKILL",
+                    human(self.args.kill_after),
+                    signals::name(stop_signal.unwrap_or(signal_hook::consts::SIGTERM))
                 ));
                 let _ = child.kill();
             }
@@ -358,10 +379,18 @@ impl Run<'_> {
             match self.events.recv_timeout(next.saturating_duration_since(t)) {
                 Ok(Event::Signal(sig)) if signals::is_child_event(sig) => {}
                 Ok(Event::Signal(sig)) => match signals::forward(&child, sig) {
-                    Forwarded::Sent => out.detail(format_args!(
-                        "passed {} on to the command",
-                        signals::name(sig)
-                    )),
+                    Forwarded::Sent => {
+                        out.detail(format_args!(
+                            "passed {} on to the command",
+                            signals::name(sig)
+                        ));
+                        // A command that ignores it is killed after
+                        // --kill-after, as after a lost lease.
+                        if kill_at.is_none() {
+                            kill_at = now().checked_add(self.args.kill_after);
+                            stop_signal = Some(sig);
+                        }
+                    }
                     Forwarded::FromTerminal => out.detail(format_args!(
                         "{} came from the terminal, which sent it to the command too",
                         signals::name(sig)
@@ -374,7 +403,9 @@ impl Run<'_> {
                 Ok(Event::Lost(reason)) => {
                     if !lost {
                         lost = true;
-                        kill_at = self.on_lost(&mut child, &reason);
+                        if let Some(at) = self.on_lost(&mut child, &reason) {
+                            (kill_at, stop_signal) = (Some(at), None);
+                        }
                     }
                 }
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
@@ -462,31 +493,95 @@ impl Run<'_> {
 
 /// Renews the lease every half lease until told to stop (the sender is
 /// dropped) or the lease is lost, which it reports as [`Event::Lost`].
-/// Each renew is bounded by the locker's command timeout.
+/// Each renew is bounded by the locker's command timeout. A renewal that
+/// Redis certainly did not apply (`PROVIDER_FAILED`: an error reply, no
+/// connection) is sent again after a short pause while the lease has time
+/// left (SPEC §7); the supervisor's local deadline check decides the loss.
+/// After each renewal the holder record is refreshed too.
 fn renewer(
     lease: &Lease,
     lease_len: Duration,
     stop: Receiver<()>,
     events: Sender<Event>,
     out: Out,
+    mut record: HolderRecord,
 ) {
     let every = (lease_len / 2).max(Duration::from_millis(1));
+    let mut pause = every;
     loop {
-        match stop.recv_timeout(every) {
+        match stop.recv_timeout(pause) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
+        pause = every;
         let reason = match lease.renew() {
             Ok(RenewOutcome::Renewed) => {
                 out.detail("renewed the lease");
+                record.write();
                 continue;
             }
             Ok(RenewOutcome::Conflict) => "someone else holds the lock".to_owned(),
             Ok(_) => "the lock had expired or been deleted".to_owned(),
+            Err(e) if e.code() == "PROVIDER_FAILED" && lease.is_valid() => {
+                out.detail(format_args!(
+                    "renewing the lease failed: {}; trying again while it has {} left",
+                    describe_error(&e),
+                    human(lease.remaining())
+                ));
+                pause = RENEW_RETRY.min(lease.remaining() / 4);
+                continue;
+            }
             Err(e) => format!("renewing it failed: {}", describe_error(&e)),
         };
         let _ = events.send(Event::Lost(reason));
         return;
+    }
+}
+
+/// Writes the holder record beside the lock (best effort: a refusal, e.g.
+/// an ACL without `~<ns>:lock-holder:*`, only costs `status` the "who"),
+/// with the lease's expiry, on a connection of its own.
+struct HolderRecord {
+    client: redis::Client,
+    name: String,
+    value: String,
+    lease: Duration,
+    timeout: Duration,
+    conn: Option<redis::Connection>,
+    out: Out,
+}
+
+impl HolderRecord {
+    fn write(&mut self) {
+        if self.conn.is_none() {
+            self.conn = self
+                .client
+                .get_connection_with_timeout(self.timeout)
+                .ok()
+                .filter(|c| {
+                    c.set_read_timeout(Some(self.timeout)).is_ok()
+                        && c.set_write_timeout(Some(self.timeout)).is_ok()
+                });
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            self.out
+                .detail("could not record the holder: no connection");
+            return;
+        };
+        let px = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+        let written: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(&self.name)
+            .arg(&self.value)
+            .arg("PX")
+            .arg(px)
+            .query(conn);
+        if let Err(e) = written {
+            self.out.detail(format_args!(
+                "could not record the holder: {}",
+                crate::describe_redis(&e)
+            ));
+            self.conn = None;
+        }
     }
 }
 

@@ -23,9 +23,11 @@ mod connection;
 mod drive;
 mod lease;
 mod locker;
+mod rw_lock;
 mod semaphore;
 mod with_lock;
 
 pub use lease::Lease;
 pub use locker::Locker;
+pub use rw_lock::{ReadLease, RwLock, WriteLease};
 pub use semaphore::{Permit, Semaphore};

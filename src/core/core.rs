@@ -443,9 +443,14 @@ impl Core {
                     Target::Permit { names, permits, .. } => {
                         ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl)
                     }
-                    Target::Read(names) => {
-                        ScriptCall::rw_acquire(ScriptKind::RwRead, names, w.token, w.lease_ms, ttl, 0)
-                    }
+                    Target::Read(names) => ScriptCall::rw_acquire(
+                        ScriptKind::RwRead,
+                        names,
+                        w.token,
+                        w.lease_ms,
+                        ttl,
+                        0,
+                    ),
                     Target::Write(names) => {
                         // Only a writer that will wait keeps readers out
                         // (SPEC §13); its intent outlives a few safety polls.
@@ -690,8 +695,8 @@ impl Attempted {
         Ok(match target {
             Target::Lock(_) | Target::Read(_) | Target::Write(_) => {
                 match classify_acquire(value)? {
-                AcquireReply::Acquired(fence) => Attempted::Granted { fence, slot: None },
-                AcquireReply::Busy(remaining) => Attempted::Busy(remaining),
+                    AcquireReply::Acquired(fence) => Attempted::Granted { fence, slot: None },
+                    AcquireReply::Busy(remaining) => Attempted::Busy(remaining),
                 }
             }
             Target::Permit { permits, .. } => match classify_permit(value)? {
@@ -738,7 +743,9 @@ fn is_retryable(e: &Error) -> bool {
 /// readers out only briefly (SPEC §13).
 pub(crate) fn intent_ms(notify_poll_interval: Duration) -> u64 {
     // Bounded by the config validation of the poll interval.
-    (notify_poll_interval.as_millis() as u64).saturating_mul(3).max(1)
+    (notify_poll_interval.as_millis() as u64)
+        .saturating_mul(3)
+        .max(1)
 }
 
 /// The earlier of two optional instants (`None`: no bound).

@@ -69,6 +69,27 @@ pub(crate) trait Front: Send + Sync + 'static {
     /// `format!("{permit:?}")`.
     fn permit_debug(permit: &Self::Permit) -> String;
 
+    /// A read lease of a read-write lease.
+    type Read: Send + 'static;
+    /// A write lease of a read-write lease.
+    type Write: Send + 'static;
+    /// `locker.rw_lock(key)?.read_with(options)`.
+    fn read_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Read, Error>;
+    /// `locker.rw_lock(key)?.write_with(options)`.
+    fn write_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Write, Error>;
+    /// `read.epoch()`.
+    fn epoch(read: &Self::Read) -> Fence;
+    /// `write.fence()`.
+    fn write_fence(write: &Self::Write) -> Fence;
+    /// `read.renew()`.
+    fn renew_read(read: &Self::Read) -> Result<RenewOutcome, Error>;
+    /// `read.release()`.
+    fn release_read(read: Self::Read) -> Result<ReleaseOutcome, Error>;
+    /// `write.renew()`.
+    fn renew_write(write: &Self::Write) -> Result<RenewOutcome, Error>;
+    /// `write.release()`.
+    fn release_write(write: Self::Write) -> Result<ReleaseOutcome, Error>;
+
     /// Whether the front end learns of a server-side close of an idle
     /// command connection by itself (the async driver reads the socket all
     /// the time; a sync connection only learns it by using it).
@@ -79,6 +100,41 @@ pub(crate) trait Front: Send + Sync + 'static {
 // take precedence over this trait's methods of the same name.
 impl Front for redlease::blocking::Locker {
     type Lease = redlease::blocking::Lease;
+
+    type Read = redlease::blocking::ReadLease;
+    type Write = redlease::blocking::WriteLease;
+
+    fn read_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Read, Error> {
+        self.rw_lock(key)?.read_with(options)
+    }
+
+    fn write_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Write, Error> {
+        self.rw_lock(key)?.write_with(options)
+    }
+
+    fn epoch(read: &Self::Read) -> Fence {
+        read.epoch()
+    }
+
+    fn write_fence(write: &Self::Write) -> Fence {
+        write.fence()
+    }
+
+    fn renew_read(read: &Self::Read) -> Result<RenewOutcome, Error> {
+        read.renew()
+    }
+
+    fn release_read(read: Self::Read) -> Result<ReleaseOutcome, Error> {
+        read.release()
+    }
+
+    fn renew_write(write: &Self::Write) -> Result<RenewOutcome, Error> {
+        write.renew()
+    }
+
+    fn release_write(write: Self::Write) -> Result<ReleaseOutcome, Error> {
+        write.release()
+    }
 
     type Permit = redlease::blocking::Permit;
 
@@ -182,6 +238,41 @@ impl Async {
 
 impl Front for Async {
     type Lease = redlease::aio::Lease;
+
+    type Read = redlease::aio::ReadLease;
+    type Write = redlease::aio::WriteLease;
+
+    fn read_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Read, Error> {
+        block_on(self.0.rw_lock(key)?.read_with(options))
+    }
+
+    fn write_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Write, Error> {
+        block_on(self.0.rw_lock(key)?.write_with(options))
+    }
+
+    fn epoch(read: &Self::Read) -> Fence {
+        read.epoch()
+    }
+
+    fn write_fence(write: &Self::Write) -> Fence {
+        write.fence()
+    }
+
+    fn renew_read(read: &Self::Read) -> Result<RenewOutcome, Error> {
+        block_on(read.renew())
+    }
+
+    fn release_read(read: Self::Read) -> Result<ReleaseOutcome, Error> {
+        block_on(read.release())
+    }
+
+    fn renew_write(write: &Self::Write) -> Result<RenewOutcome, Error> {
+        block_on(write.renew())
+    }
+
+    fn release_write(write: Self::Write) -> Result<ReleaseOutcome, Error> {
+        block_on(write.release())
+    }
 
     type Permit = redlease::aio::Permit;
 

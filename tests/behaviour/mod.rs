@@ -18,6 +18,7 @@ pub(crate) mod front;
 pub(crate) mod input;
 pub(crate) mod logs;
 pub(crate) mod outcomes;
+pub(crate) mod rw_lock;
 pub(crate) mod secrets;
 pub(crate) mod semaphore;
 pub(crate) mod server;
@@ -106,6 +107,16 @@ macro_rules! behaviour_suite {
             }
             secrets {
                 leases_errors_and_logs_never_show_tokens_keys_or_addresses,
+            }
+            rw_lock {
+                readers_share_a_writer_holds_alone_and_epochs_follow_fences,
+                writer_fences_strictly_increase_also_after_data_loss,
+                a_waiting_writer_keeps_new_readers_out_and_gets_in_on_release,
+                a_dead_writers_intent_blocks_readers_only_briefly,
+                a_dead_reader_frees_the_writer_at_its_ttl,
+                a_reader_renew_never_resurrects_an_expired_reader,
+                replayed_reads_and_writes_return_the_same_epoch_and_fence,
+                a_stream_of_readers_does_not_starve_a_waiting_writer,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

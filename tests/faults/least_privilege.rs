@@ -253,6 +253,41 @@ impl<F: Front> Front for AsLockerUser<F> {
     fn permit_debug(permit: &Self::Permit) -> String {
         F::permit_debug(permit)
     }
+
+    type Read = F::Read;
+    type Write = F::Write;
+
+    fn read_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Read, Error> {
+        self.inner.read_with(key, options)
+    }
+
+    fn write_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Write, Error> {
+        self.inner.write_with(key, options)
+    }
+
+    fn epoch(read: &Self::Read) -> Fence {
+        F::epoch(read)
+    }
+
+    fn write_fence(write: &Self::Write) -> Fence {
+        F::write_fence(write)
+    }
+
+    fn renew_read(read: &Self::Read) -> Result<RenewOutcome, Error> {
+        F::renew_read(read)
+    }
+
+    fn release_read(read: Self::Read) -> Result<ReleaseOutcome, Error> {
+        F::release_read(read)
+    }
+
+    fn renew_write(write: &Self::Write) -> Result<RenewOutcome, Error> {
+        F::renew_write(write)
+    }
+
+    fn release_write(write: Self::Write) -> Result<ReleaseOutcome, Error> {
+        F::release_write(write)
+    }
 }
 
 // ----- the behaviour suite's core cases, as the locker user -----------------------

@@ -1,0 +1,328 @@
+//! The read-write lease (SPEC §13): readers share and carry an epoch, a
+//! writer holds alone with a fence, a waiting writer's intent keeps new
+//! readers out, and dead holders free the key at their TTL.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use redlease::{Error, ReleaseOutcome, RenewOutcome};
+
+use super::common::{
+    config, connect, get, granted, key_sha, leased, namespace, no_wait, refused, spawn, waiting,
+    BOUND,
+};
+use super::fences::script_lua;
+use super::front::Front;
+use crate::support::{wait_until, RedisServer};
+
+/// `<ns>:rw-<part>:{<sha>}`
+pub(crate) fn rw_name(ns: &str, part: &str, key: &str) -> String {
+    format!("{ns}:rw-{part}:{{{}}}", key_sha(key))
+}
+
+fn exists(server: &RedisServer, name: &str) -> bool {
+    super::common::exists(server, name)
+}
+
+fn assert_busy<T>(result: Result<T, Error>, what: &str) {
+    match refused(result, what) {
+        Error::Busy { .. } => {}
+        other => panic!("{what}: expected LOCK_BUSY, got {other:?}"),
+    }
+}
+
+/// Readers on two lockers hold at once with the same epoch; a writer is
+/// busy meanwhile and gets a fence above the epoch once they left; readers
+/// are busy while it writes, and the next readers' epoch is its fence.
+pub(crate) fn readers_share_a_writer_holds_alone_and_epochs_follow_fences<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-basic");
+    let a: F = connect(&server, config(&ns));
+    let b: F = connect(&server, config(&ns));
+
+    let r1 = granted(a.read_with("doc", no_wait()), "a first reader");
+    let r2 = granted(b.read_with("doc", no_wait()), "a second reader");
+    let r3 = granted(a.read_with("doc", no_wait()), "a third reader, same locker");
+    let epoch = F::epoch(&r1);
+    assert_eq!(F::epoch(&r2), epoch);
+    assert_eq!(F::epoch(&r3), epoch);
+    assert_eq!(
+        get(&server, &rw_name(&ns, "fence", "doc")),
+        Some(epoch.get().to_string()),
+        "the epoch is the counter's value"
+    );
+    assert_busy(
+        b.write_with("doc", no_wait()),
+        "a writer while readers hold",
+    );
+    assert!(
+        !exists(&server, &rw_name(&ns, "intent", "doc")),
+        "a try-once write leaves no intent"
+    );
+    for r in [r1, r2, r3] {
+        assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+    }
+
+    let w = granted(
+        b.write_with("doc", no_wait()),
+        "the writer after the readers",
+    );
+    let fence = F::write_fence(&w);
+    assert!(fence > epoch, "the writer's fence is above every epoch");
+    assert_busy(
+        a.read_with("doc", no_wait()),
+        "a reader while the writer holds",
+    );
+    assert_busy(a.write_with("doc", no_wait()), "a second writer");
+    assert_eq!(F::renew_write(&w).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+
+    let r = granted(a.read_with("doc", no_wait()), "a reader after the writer");
+    assert_eq!(F::epoch(&r), fence, "the epoch is the latest writer fence");
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+    // A lock of the same key is another thing.
+    let lease = granted(a.acquire_with("doc", no_wait()), "the lock of the key");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+}
+
+/// Writer fences strictly increase, also after Redis lost its data; an
+/// epoch handed out with no counter is below the next writer's fence.
+pub(crate) fn writer_fences_strictly_increase_also_after_data_loss<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-fences");
+    let locker: F = connect(&server, config(&ns));
+    let mut fences = Vec::new();
+    for round in 0..6 {
+        if round == 3 {
+            server.flushall();
+            let r = granted(
+                locker.read_with("doc", no_wait()),
+                "a reader after the loss",
+            );
+            let epoch = F::epoch(&r);
+            assert!(
+                epoch > *fences.last().unwrap(),
+                "floored at the server clock"
+            );
+            fences.push(epoch);
+            assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+        }
+        let w = granted(locker.write_with("doc", no_wait()), "a free writer");
+        fences.push(F::write_fence(&w));
+        assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+    }
+    assert!(
+        fences.windows(2).all(|w| w[1] > w[0]),
+        "writer fences (and the epoch after the loss) strictly increase: {fences:?}"
+    );
+}
+
+/// A writer waiting for a reader sets its intent, which keeps new readers
+/// out (writer preference); the reader's release hands the key to the
+/// writer through the notification (safety polls 30 s, bound 10 s).
+pub(crate) fn a_waiting_writer_keeps_new_readers_out_and_gets_in_on_release<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-prefer");
+    let slow = config(&ns)
+        .wait(Duration::from_secs(20))
+        .lease(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30));
+    let readers: F = connect(&server, slow.clone());
+    let writer = Arc::new(connect::<F>(&server, slow));
+
+    let r = granted(readers.read_with("doc", no_wait()), "a reader");
+    let w = writer.clone();
+    let waiting_writer = spawn("waiting writer", move || {
+        w.write_with("doc", waiting(Duration::from_secs(20)))
+    });
+    wait_until(BOUND, "the waiting writer's intent", || {
+        exists(&server, &rw_name(&ns, "intent", "doc"))
+    });
+    assert_busy(
+        readers.read_with("doc", no_wait()),
+        "a new reader behind a waiting writer",
+    );
+    wait_until(BOUND, "the writer waits subscribed", || {
+        let s = writer.stats();
+        s.waiters == 1 && s.subscribed
+    });
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+    let w = granted(
+        waiting_writer.join_within(BOUND),
+        "the writer after the reader",
+    );
+    assert!(
+        !exists(&server, &rw_name(&ns, "intent", "doc")),
+        "the grant cleared the writer's intent"
+    );
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A writer that gave up waiting leaves its intent behind, which keeps
+/// readers out only for its short life (3 × `notify_poll_interval`).
+pub(crate) fn a_dead_writers_intent_blocks_readers_only_briefly<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-intent");
+    let cfg = config(&ns).notify_poll_interval(Duration::from_millis(100));
+    let a: F = connect(&server, cfg.clone());
+    let b: F = connect(&server, cfg);
+
+    let r = granted(a.read_with("doc", no_wait()), "a reader");
+    assert!(matches!(
+        b.write_with("doc", waiting(Duration::from_millis(50))),
+        Err(Error::WaitTimeout { .. })
+    ));
+    let intent = rw_name(&ns, "intent", "doc");
+    assert!(exists(&server, &intent), "the writer left its intent");
+    let left = super::common::pttl(&server, &intent);
+    assert!(
+        left > 0 && left <= 300,
+        "the intent lives 3 × 100 ms: {left}"
+    );
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+    let r = granted(
+        a.read_with("doc", waiting(Duration::from_secs(5))),
+        "a reader once the dead writer's intent expired",
+    );
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A reader that dies without releasing frees the writer at its TTL.
+pub(crate) fn a_dead_reader_frees_the_writer_at_its_ttl<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-dead");
+    let a: F = connect(&server, config(&ns));
+    let b: F = connect(&server, config(&ns));
+    let r = granted(
+        a.read_with("doc", leased(Duration::from_millis(300))),
+        "a short reader",
+    );
+    // Never released, never dropped: as if its process died.
+    std::mem::forget(r);
+    let w = granted(
+        b.write_with("doc", waiting(Duration::from_secs(5))),
+        "the writer after the dead reader's TTL",
+    );
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A reader's renew extends it; once it expired, renew and release say
+/// `Expired` and the reader is never brought back.
+pub(crate) fn a_reader_renew_never_resurrects_an_expired_reader<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-renew");
+    let locker: F = connect(&server, config(&ns));
+    let readers = rw_name(&ns, "read", "doc");
+
+    let r = granted(locker.read_with("doc", no_wait()), "a reader");
+    assert_eq!(F::renew_read(&r).unwrap(), RenewOutcome::Renewed);
+    let ttl = super::common::pttl(&server, &readers);
+    assert!(ttl > 4000, "the set expires with its latest member: {ttl}");
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+
+    let short = granted(
+        locker.read_with("doc", leased(Duration::from_millis(200))),
+        "a short reader",
+    );
+    wait_until(BOUND, "the reader's set expired", || {
+        !exists(&server, &readers)
+    });
+    assert_eq!(F::renew_read(&short).unwrap(), RenewOutcome::Expired);
+    assert!(!exists(&server, &readers), "never resurrected");
+    assert_eq!(F::release_read(short).unwrap(), ReleaseOutcome::Expired);
+
+    // Expired by its score while another reader keeps the set alive.
+    let long = granted(locker.read_with("doc", no_wait()), "a long reader");
+    let short = granted(
+        locker.read_with("doc", leased(Duration::from_millis(200))),
+        "a short reader",
+    );
+    let server_ms = super::common::server_time_ms(&server);
+    wait_until(BOUND, "past the short reader's expiry", || {
+        super::common::server_time_ms(&server) > server_ms + 250
+    });
+    assert_eq!(F::renew_read(&short).unwrap(), RenewOutcome::Expired);
+    assert_eq!(F::release_read(short).unwrap(), ReleaseOutcome::Expired);
+    assert_eq!(F::release_read(long).unwrap(), ReleaseOutcome::Released);
+}
+
+/// The read and write scripts run again with a token already granted
+/// return the same epoch or fence, without a second member or `INCR`.
+pub(crate) fn replayed_reads_and_writes_return_the_same_epoch_and_fence<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-replay");
+    let _locker: F = connect(&server, config(&ns));
+    let eval = |script: &str, key: &str, token: &str, extra: &[u64]| {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script_lua(script)).arg(4);
+        for part in ["write", "read", "intent", "fence"] {
+            cmd.arg(rw_name(&ns, part, key));
+        }
+        cmd.arg(token).arg(5000).arg(0);
+        for x in extra {
+            cmd.arg(*x);
+        }
+        server.query(&cmd)
+    };
+    let mine = "0123456789abcdef0123456789abcdef";
+    let first = eval("RW_READ_LUA", "r", mine, &[]);
+    assert!(matches!(first, Value::BulkString(_)), "an epoch: {first:?}");
+    assert_eq!(eval("RW_READ_LUA", "r", mine, &[]), first);
+    let members: u64 = redis::cmd("ZCARD")
+        .arg(rw_name(&ns, "read", "r"))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(members, 1, "one reader");
+
+    let fence = eval("RW_WRITE_LUA", "w", mine, &[750]);
+    assert!(matches!(fence, Value::BulkString(_)), "a fence: {fence:?}");
+    let counter = get(&server, &rw_name(&ns, "fence", "w"));
+    assert_eq!(eval("RW_WRITE_LUA", "w", mine, &[750]), fence);
+    assert_eq!(
+        get(&server, &rw_name(&ns, "fence", "w")),
+        counter,
+        "no second INCR"
+    );
+}
+
+/// A continuous stream of overlapping readers (eight lockers, each reading
+/// again at once) does not starve a writer waiting on another locker: it
+/// gets in within its wait (5 s; without writer preference it waits for an
+/// instant with no reader, which this stream hardly leaves).
+pub(crate) fn a_stream_of_readers_does_not_starve_a_waiting_writer<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-starve");
+    let cfg = config(&ns).notify_poll_interval(Duration::from_millis(100));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..8)
+        .map(|i| {
+            let locker: F = connect(&server, cfg.clone());
+            let (stop, reads) = (stop.clone(), reads.clone());
+            spawn(&format!("reader {i}"), move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(r) = locker.read_with("doc", waiting(Duration::from_secs(1))) {
+                        reads.fetch_add(1, Ordering::SeqCst);
+                        super::common::let_pass(Duration::from_millis(50));
+                        let _ = F::release_read(r);
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_until(BOUND, "readers overlap", || {
+        reads.load(Ordering::SeqCst) >= 16
+    });
+    let writer: F = connect(&server, cfg);
+    let w = granted(
+        writer.write_with("doc", waiting(Duration::from_secs(5))),
+        "the writer amid a stream of readers",
+    );
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+    stop.store(true, Ordering::SeqCst);
+    for r in readers {
+        r.join_within(BOUND);
+    }
+}

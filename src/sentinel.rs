@@ -393,3 +393,78 @@ fn timed_out() -> redis::RedisError {
 pub(crate) fn is_failover_reply(e: &redis::RedisError) -> bool {
     matches!(e.code(), Some("READONLY" | "MASTERDOWN"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_debug_shows_no_credentials() {
+        let options = SentinelOptions::new()
+            .primary_username("app-user-91")
+            .primary_password("primary-secret-17")
+            .primary_db(3);
+        #[cfg(feature = "tls-rustls")]
+        let options = options.certificates(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
+        });
+        let shown = format!("{options:?}");
+        for secret in ["app-user-91", "primary-secret-17", "BEGIN"] {
+            assert!(!shown.contains(secret), "{shown} shows {secret}");
+        }
+        assert!(shown.contains("primary_password: true"), "{shown}");
+    }
+
+    #[test]
+    fn resolver_debug_shows_no_address_or_password() {
+        let resolver = Resolver::with_options(
+            ["redis://:sentinel-secret-5@10.1.2.3:26379"],
+            "mymaster",
+            SentinelOptions::new().primary_password("primary-secret-17"),
+        )
+        .expect("valid options");
+        let shown = format!("{resolver:?}");
+        for secret in [
+            "sentinel-secret-5",
+            "10.1.2.3",
+            "26379",
+            "primary-secret-17",
+        ] {
+            assert!(!shown.contains(secret), "{shown} shows {secret}");
+        }
+    }
+
+    #[cfg(feature = "tls-rustls")]
+    #[test]
+    fn certificates_for_the_primary_need_one_sentinel_password() {
+        let options = SentinelOptions::new()
+            .primary_tls(redis::TlsMode::Secure)
+            .certificates(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(Vec::new()),
+            });
+        let e = Resolver::with_options(
+            [
+                "rediss://:one@127.0.0.1:26379",
+                "rediss://:two@127.0.0.1:26380",
+            ],
+            "mymaster",
+            options,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), "INVALID_CONFIG");
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains("one") && !shown.contains("two"), "{shown}");
+    }
+
+    #[test]
+    fn no_sentinels_or_no_master_name_is_invalid_config() {
+        let none: [&str; 0] = [];
+        let e = Resolver::with_options(none, "mymaster", SentinelOptions::new()).unwrap_err();
+        assert_eq!(e.code(), "INVALID_CONFIG");
+        let e = Resolver::with_options(["redis://127.0.0.1:26379"], "", SentinelOptions::new())
+            .unwrap_err();
+        assert_eq!(e.code(), "INVALID_CONFIG");
+    }
+}

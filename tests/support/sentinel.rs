@@ -429,12 +429,18 @@ impl SentinelSet {
     }
 
     /// Normal client connections on the server at `port`, other than the
-    /// one asking.
+    /// one asking and the sentinels' own command links (named
+    /// `sentinel-<id>-cmd`; a sentinel that finds the server as a replica
+    /// opens one within its 10 s `INFO` period).
     pub fn normal_clients(&self, port: u16) -> usize {
         self.server(port)
             .client_list()
             .iter()
-            .filter(|c| c.contains("flags=N") && !c.contains("cmd=client|list"))
+            .filter(|c| {
+                c.contains("flags=N")
+                    && !c.contains("cmd=client|list")
+                    && !c.contains(" name=sentinel-")
+            })
             .count()
     }
 

@@ -111,7 +111,7 @@
 //! |---|---|---|
 //! | `aio` | yes | the async front end `redlease::aio` (redis `smol-comp`, `futures`, `async-io`) |
 //! | `cli` | no | the `redlease` command-line tool (a binary; the library does not use it): `cargo install redlease --features cli` |
-//! | `tls-rustls` | no | `rediss://` URLs on both front ends (redis `tls-rustls` and `smol-rustls-comp`, rustls with `ring`); custom roots through `redis::Client::build_with_tls` and `Locker::new` |
+//! | `tls-rustls` | no | `rediss://` URLs on both front ends (redis `tls-rustls` and `smol-rustls-comp`, rustls with `ring`); custom roots through `redis::Client::build_with_tls` and `Locker::new`, behind Sentinel through [`SentinelOptions`] |
 //!
 //! # Guarantees and their limits
 //!
@@ -176,6 +176,7 @@ pub use crate::config::{AcquireOptions, Config, WithLock};
 pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
 pub use crate::error::{Error, LostCause, Operation};
 pub use crate::lost::Lost;
+pub use crate::sentinel::SentinelOptions;
 pub use crate::stats::Stats;
 pub use crate::url::IntoConnectionInfo;
 

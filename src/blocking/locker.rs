@@ -14,7 +14,7 @@ use crate::driver::ops::{Acquire, Shutdown};
 use crate::driver::subscriber;
 use crate::error::{is_auth_failure, url_error, Error, Failure};
 use crate::eviction;
-use crate::sentinel::Resolver;
+use crate::sentinel::{Resolver, SentinelOptions};
 use crate::stats::Stats;
 use crate::url::IntoConnectionInfo;
 
@@ -141,7 +141,49 @@ impl Locker {
         config: Config,
     ) -> Result<Self, Error> {
         config.validate()?;
-        let resolver = Resolver::new(sentinel_urls, master_name, node)?;
+        Self::through_sentinel(Resolver::new(sentinel_urls, master_name, node)?, config)
+    }
+
+    /// As [`connect_sentinel`](Self::connect_sentinel), with the
+    /// primary's credentials, db and TLS mode and (feature `tls-rustls`)
+    /// the certificates of a private CA in a [`SentinelOptions`]; the
+    /// sentinels' own password stays in their URLs.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_sentinel`](Self::connect_sentinel); a wrong sentinel or
+    /// primary password is `ProviderFailed` with
+    /// `could not connect to redis: authentication failed`, a
+    /// certificate or key whose PEM does not parse is `InvalidConfig`
+    /// (option `certificates`). With
+    /// certificates for the primary, every sentinel URL must carry the
+    /// same username and password (`InvalidConfig` otherwise).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use redlease::{blocking::Locker, Config, SentinelOptions};
+    ///
+    /// let locker = Locker::connect_sentinel_with_options(
+    ///     ["redis://:sentinel-secret@10.0.0.1:26379", "redis://:sentinel-secret@10.0.0.2:26379"],
+    ///     "mymaster",
+    ///     SentinelOptions::new().primary_password("primary-secret"),
+    ///     Config::new("my-service"),
+    /// )?;
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
+    pub fn connect_sentinel_with_options<T: redis::IntoConnectionInfo>(
+        sentinel_urls: impl IntoIterator<Item = T>,
+        master_name: &str,
+        options: SentinelOptions,
+        config: Config,
+    ) -> Result<Self, Error> {
+        config.validate()?;
+        let resolver = Resolver::with_options(sentinel_urls, master_name, options)?;
+        Self::through_sentinel(resolver, config)
+    }
+
+    fn through_sentinel(resolver: Resolver, config: Config) -> Result<Self, Error> {
         let commands = Commands::new(Source::Sentinel(resolver.clone()), config.command_timeout);
         let shared = Shared::new(commands, subscriber::Source::Sentinel(resolver), config);
         check_eviction(&shared.commands)?;

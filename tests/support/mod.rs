@@ -48,7 +48,11 @@ static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct RedisServerBuilder {
     args: Vec<String>,
     replica_of: Option<u16>,
+    /// The primary's TLS port, for [`tls_replication`](Self::tls_replication).
+    primary_tls_port: Option<u16>,
     tls: Option<Arc<TlsMaterial>>,
+    tls_replication: bool,
+    password: Option<String>,
 }
 
 impl RedisServerBuilder {
@@ -73,6 +77,30 @@ impl RedisServerBuilder {
     /// [`start`](Self::start) then also waits for `master_link_status:up`.
     pub fn replica_of(mut self, primary: &RedisServer) -> Self {
         self.replica_of = Some(primary.port());
+        self.primary_tls_port = primary.tls_port_if_any();
+        self
+    }
+
+    /// Replication over TLS (`--tls-replication yes`): a replica links to
+    /// its primary's TLS port, and announces its own TLS port (what
+    /// Sentinel then names). Needs [`tls`](Self::tls) or
+    /// [`tls_with`](Self::tls_with), on the primary too.
+    pub fn tls_replication(mut self) -> Self {
+        self.tls_replication = true;
+        self
+    }
+
+    /// Wants `password` from clients and replicas (`--requirepass`, and
+    /// `--masterauth` for when it is or becomes a replica). The URLs and
+    /// inspection helpers of the [`RedisServer`] carry it.
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self.args.extend([
+            "--requirepass".to_owned(),
+            password.to_owned(),
+            "--masterauth".to_owned(),
+            password.to_owned(),
+        ]);
         self
     }
 
@@ -101,11 +129,20 @@ impl RedisServerBuilder {
     /// [`start`](Self::start), but a server that does not come up is an
     /// error (the reasons, with log tails) instead of a panic. A replica
     /// whose link does not come up still panics.
-    pub fn try_start(self) -> Result<RedisServer, String> {
-        if let Some(material) = self.tls {
-            return RedisServer::launch_tls(self.args, self.replica_of, material);
+    pub fn try_start(mut self) -> Result<RedisServer, String> {
+        let mut replica_of = self.replica_of;
+        if self.tls_replication {
+            self.args
+                .extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+            if replica_of.is_some() {
+                let tls_port = self.primary_tls_port;
+                replica_of = Some(tls_port.expect("tls_replication: the primary has no TLS port"));
+            }
         }
-        RedisServer::launch(self.args, self.replica_of)
+        if let Some(material) = self.tls {
+            return RedisServer::launch_tls(self.args, replica_of, material, self.password);
+        }
+        RedisServer::launch(self.args, replica_of, self.password)
     }
 }
 
@@ -125,6 +162,7 @@ pub struct RedisServer {
     running: Mutex<Running>,
     paused: AtomicBool,
     tls: Option<TlsFiles>,
+    password: Option<String>,
 }
 
 /// The TLS side of a server started with [`RedisServerBuilder::tls`].
@@ -218,13 +256,25 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:<port>/0`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        format!("redis://{}127.0.0.1:{}/0", self.auth(), self.port)
+    }
+
+    /// `:<password>@` for a server started with
+    /// [`RedisServerBuilder::password`], else nothing.
+    fn auth(&self) -> String {
+        self.password
+            .as_ref()
+            .map_or_else(String::new, |p| format!(":{p}@"))
     }
 
     /// `rediss://127.0.0.1:<tls port>/0`; panics unless started with
     /// [`RedisServerBuilder::tls`].
     pub fn tls_url(&self) -> String {
-        format!("rediss://127.0.0.1:{}/0", self.tls_files().port)
+        format!(
+            "rediss://{}127.0.0.1:{}/0",
+            self.auth(),
+            self.tls_files().port
+        )
     }
 
     /// The TLS port, if started with [`RedisServerBuilder::tls`].
@@ -356,7 +406,7 @@ impl RedisServer {
             if attempt > 0 {
                 thread::sleep(backoff);
             }
-            result = try_start(self.port, &args);
+            result = try_start(self.port, &args, self.password.as_deref());
             if result.is_ok() {
                 break;
             }
@@ -483,12 +533,16 @@ impl RedisServer {
         }
     }
 
-    fn launch(extra_args: Vec<String>, replica_of: Option<u16>) -> Result<RedisServer, String> {
+    fn launch(
+        extra_args: Vec<String>,
+        replica_of: Option<u16>,
+        password: Option<String>,
+    ) -> Result<RedisServer, String> {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
             let args = base_args(port, &extra_args, replica_of);
-            match try_start(port, &args) {
+            match try_start(port, &args, password.as_deref()) {
                 Ok(running) => {
                     let server = RedisServer {
                         port,
@@ -497,6 +551,7 @@ impl RedisServer {
                         running: Mutex::new(running),
                         paused: AtomicBool::new(false),
                         tls: None,
+                        password: password.clone(),
                     };
                     if replica_of.is_some() {
                         server.wait_replica_link_up();
@@ -516,20 +571,21 @@ impl RedisServer {
         extra_args: Vec<String>,
         replica_of: Option<u16>,
         material: Arc<TlsMaterial>,
+        password: Option<String>,
     ) -> Result<RedisServer, String> {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let tls_port = free_port();
             let mut args = extra_args.clone();
             args.extend(material.args(tls_port));
-            let mut server = match RedisServer::launch(args, replica_of) {
+            let mut server = match RedisServer::launch(args, replica_of, password.clone()) {
                 Ok(server) => server,
                 Err(msg) => {
                     failures.push(msg);
                     continue;
                 }
             };
-            match tls_ping(&material.ca_file(), tls_port) {
+            match tls_ping(&material.ca_file(), tls_port, password.as_deref()) {
                 Ok(()) => {
                     server.tls = Some(TlsFiles {
                         port: tls_port,
@@ -602,10 +658,14 @@ fn write_tls_files(dir: &Path) -> Result<String, String> {
 
 /// PING over TLS with `redis-cli --tls --cacert`, polled until PONG or
 /// [`STARTUP_TIMEOUT`] (the server already answered on its plain port).
-fn tls_ping(ca: &Path, port: u16) -> Result<(), String> {
+fn tls_ping(ca: &Path, port: u16, password: Option<&str>) -> Result<(), String> {
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
-        let out = Command::new("redis-cli")
+        let mut cli = Command::new("redis-cli");
+        if let Some(password) = password {
+            cli.args(["--no-auth-warning", "-a", password]);
+        }
+        let out = cli
             .args(["--tls", "--cacert"])
             .arg(ca)
             .args(["-h", "127.0.0.1", "-p", &port.to_string(), "PING"])
@@ -724,7 +784,7 @@ fn fresh_dir(port: u16) -> PathBuf {
 /// (checked through `INFO server`'s `process_id`, so a concurrent server
 /// that won a port race is not mistaken for ours). On failure the child is
 /// killed, the temp dir removed, and the reason returned with the log tail.
-fn try_start(port: u16, args: &[String]) -> Result<Running, String> {
+fn try_start(port: u16, args: &[String], password: Option<&str>) -> Result<Running, String> {
     let dir = fresh_dir(port);
     let log_path = dir.join(LOG_FILE);
     let log = OpenOptions::new()
@@ -757,7 +817,8 @@ fn try_start(port: u16, args: &[String]) -> Result<Running, String> {
     };
     let pid = child.id();
     let deadline = Instant::now() + STARTUP_TIMEOUT;
-    let url = format!("redis://127.0.0.1:{port}/0");
+    let auth = password.map_or_else(String::new, |p| format!(":{p}@"));
+    let url = format!("redis://{auth}127.0.0.1:{port}/0");
     let client = redis::Client::open(url.as_str()).expect("valid URL");
     loop {
         match child.try_wait() {

@@ -18,14 +18,27 @@
 //! primary is replaced within a few seconds. [`SentinelSet::start`]
 //! returns once every sentinel names the primary, knows the replica and
 //! the two other sentinels (without which no failover can be voted).
+//!
+//! [`SentinelSet::builder`] adds TLS (one CA for all; the sentinels listen
+//! on a TLS port only, `port 0`, and talk TLS to the servers and to each
+//! other through `tls-replication yes`; the data servers keep their plain
+//! port for the inspection helpers) and passwords (`requirepass` on the
+//! sentinels; `requirepass`/`masterauth` on the servers, given to the
+//! sentinels with `sentinel auth-pass`):
+//!
+//! ```ignore
+//! let set = SentinelSet::builder().tls().sentinel_password("s").primary_password("p").start();
+//! // set.sentinel_urls(): rediss://:s@127.0.0.1:<port>; set.ca_pem() for the CA
+//! ```
 
 use std::fs;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{free_port, kill_and_reap, wait_until, RedisServer};
+use super::{free_port, kill_and_reap, wait_until, RedisServer, TlsMaterial};
 
 /// The master name the sentinels monitor.
 pub const MASTER_NAME: &str = "redlease-primary";
@@ -35,15 +48,56 @@ const STARTUP: Duration = Duration::from_secs(30);
 
 static SENTINEL_DIRS: AtomicU64 = AtomicU64::new(0);
 
+/// What a [`SentinelSet`] is started with; see [`SentinelSet::builder`].
+#[derive(Debug, Default, Clone)]
+pub struct SentinelSetBuilder {
+    tls: bool,
+    sentinel_password: Option<String>,
+    primary_password: Option<String>,
+}
+
+impl SentinelSetBuilder {
+    /// Everything over TLS, with one CA made at start ([`SentinelSet::ca_pem`]).
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// The sentinels want `password` (`requirepass`; they use it with
+    /// each other too); [`SentinelSet::sentinel_urls`] carry it.
+    pub fn sentinel_password(mut self, password: &str) -> Self {
+        self.sentinel_password = Some(password.to_owned());
+        self
+    }
+
+    /// The primary and the replica want `password` (`requirepass`,
+    /// `masterauth`); the sentinels get it with `sentinel auth-pass`.
+    pub fn primary_password(mut self, password: &str) -> Self {
+        self.primary_password = Some(password.to_owned());
+        self
+    }
+
+    /// Starts everything; see [`SentinelSet::start`].
+    pub fn start(self) -> SentinelSet {
+        SentinelSet::start_with(self)
+    }
+}
+
 /// One `redis-server --sentinel` process.
 pub struct SentinelNode {
     port: u16,
     child: Child,
     dir: PathBuf,
+    tls: Option<Arc<TlsMaterial>>,
+    password: Option<String>,
 }
 
 impl SentinelNode {
-    fn start(primary_port: u16) -> SentinelNode {
+    fn start(
+        primary_port: u16,
+        setup: &SentinelSetBuilder,
+        tls: Option<&Arc<TlsMaterial>>,
+    ) -> SentinelNode {
         let port = free_port();
         let n = SENTINEL_DIRS.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
@@ -53,19 +107,35 @@ impl SentinelNode {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
         let conf = dir.join("sentinel.conf");
-        fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
-                 logfile {log}\n\
-                 sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                 sentinel failover-timeout {MASTER_NAME} 3000\n",
-                dir = dir.display(),
-                log = dir.join("sentinel.log").display(),
-            ),
-        )
-        .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
+        let mut text = match tls {
+            // The server arguments, as config lines: `tls-port <port>`,
+            // `tls-cert-file ...`, ...
+            Some(material) => {
+                let args = material.args(port);
+                let lines: Vec<String> = args
+                    .chunks(2)
+                    .map(|kv| format!("{} {}", kv[0].trim_start_matches("--"), kv[1]))
+                    .collect();
+                format!("port 0\n{}\ntls-replication yes\n", lines.join("\n"))
+            }
+            None => format!("port {port}\n"),
+        };
+        text.push_str(&format!(
+            "bind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+             logfile {log}\n\
+             sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 3000\n",
+            dir = dir.display(),
+            log = dir.join("sentinel.log").display(),
+        ));
+        if let Some(password) = &setup.sentinel_password {
+            text.push_str(&format!("requirepass {password}\n"));
+        }
+        if let Some(password) = &setup.primary_password {
+            text.push_str(&format!("sentinel auth-pass {MASTER_NAME} {password}\n"));
+        }
+        fs::write(&conf, text).unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
         let child = Command::new("redis-server")
             .arg(&conf)
             .arg("--sentinel")
@@ -75,17 +145,51 @@ impl SentinelNode {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn redis-server --sentinel: {e}"));
-        SentinelNode { port, child, dir }
+        SentinelNode {
+            port,
+            child,
+            dir,
+            tls: tls.cloned(),
+            password: setup.sentinel_password.clone(),
+        }
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (`rediss://` with TLS), with the
+    /// sentinel password if there is one.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.url_with_password(self.password.as_deref())
+    }
+
+    /// As [`url`](Self::url), with `password` (or none) instead.
+    pub fn url_with_password(&self, password: Option<&str>) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let auth = password.map_or_else(String::new, |p| format!(":{p}@"));
+        format!("{scheme}://{auth}127.0.0.1:{}", self.port)
+    }
+
+    fn client(&self) -> redis::RedisResult<redis::Client> {
+        match &self.tls {
+            None => redis::Client::open(self.url()),
+            #[cfg(feature = "tls-rustls")]
+            Some(material) => redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(material.ca_pem().into_bytes()),
+                },
+            ),
+            #[cfg(not(feature = "tls-rustls"))]
+            Some(_) => panic!("a TLS sentinel set needs feature tls-rustls"),
+        }
     }
 
     fn conn(&self) -> redis::RedisResult<redis::Connection> {
         let timeout = Duration::from_secs(2);
-        let conn = redis::Client::open(self.url())?.get_connection_with_timeout(timeout)?;
+        let conn = self.client()?.get_connection_with_timeout(timeout)?;
         conn.set_read_timeout(Some(timeout))?;
         conn.set_write_timeout(Some(timeout))?;
         Ok(conn)
@@ -132,22 +236,45 @@ impl Drop for SentinelNode {
 pub struct SentinelSet {
     servers: Vec<RedisServer>,
     sentinels: Vec<SentinelNode>,
+    tls: Option<Arc<TlsMaterial>>,
 }
 
 impl SentinelSet {
     /// Starts everything and waits until the sentinels agree on the
     /// primary and know the replica and each other. Panics on failure.
     pub fn start() -> SentinelSet {
-        let primary = RedisServer::start();
-        let replica = RedisServer::builder().replica_of(&primary).start();
+        Self::builder().start()
+    }
+
+    /// TLS and passwords; see [`SentinelSetBuilder`].
+    pub fn builder() -> SentinelSetBuilder {
+        SentinelSetBuilder::default()
+    }
+
+    fn start_with(setup: SentinelSetBuilder) -> SentinelSet {
+        let tls = setup.tls.then(TlsMaterial::generate);
+        let server = || {
+            let mut builder = RedisServer::builder();
+            if let Some(material) = &tls {
+                builder = builder.tls_with(material).tls_replication();
+            }
+            if let Some(password) = &setup.primary_password {
+                builder = builder.password(password);
+            }
+            builder
+        };
+        let primary = server().start();
+        let replica = server().replica_of(&primary).start();
+        let monitored = primary.tls_port_if_any().unwrap_or(primary.port());
         let sentinels: Vec<SentinelNode> = (0..3)
-            .map(|_| SentinelNode::start(primary.port()))
+            .map(|_| SentinelNode::start(monitored, &setup, tls.as_ref()))
             .collect();
         let set = SentinelSet {
             servers: vec![primary, replica],
             sentinels,
+            tls,
         };
-        let primary_port = set.servers[0].port();
+        let primary_port = monitored;
         wait_until(STARTUP, "the sentinels agree on the primary", || {
             set.sentinels
                 .iter()
@@ -170,17 +297,41 @@ impl SentinelSet {
         MASTER_NAME
     }
 
-    /// The sentinels' URLs.
+    /// The sentinels' URLs (`rediss://` with TLS; with the sentinel
+    /// password if there is one).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(SentinelNode::url).collect()
     }
 
-    /// The data server listening on `port`.
+    /// The sentinels' URLs with `password` (or none) instead of theirs.
+    pub fn sentinel_urls_with_password(&self, password: Option<&str>) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| s.url_with_password(password))
+            .collect()
+    }
+
+    /// The PEM of the CA of a TLS set; panics without
+    /// [`SentinelSetBuilder::tls`].
+    pub fn ca_pem(&self) -> String {
+        self.tls
+            .as_ref()
+            .expect("a set started without .tls()")
+            .ca_pem()
+    }
+
+    /// The data server on `port`: its plain port, or the TLS port the
+    /// sentinels name in a TLS set.
     pub fn server(&self, port: u16) -> &RedisServer {
         self.servers
             .iter()
-            .find(|s| s.port() == port)
+            .find(|s| s.port() == port || s.tls_port_if_any() == Some(port))
             .unwrap_or_else(|| panic!("no server of the set on port {port}"))
+    }
+
+    /// The port the sentinels know `server` by (its TLS port in a TLS set).
+    fn named_port(server: &RedisServer) -> u16 {
+        server.tls_port_if_any().unwrap_or(server.port())
     }
 
     /// The port of the primary the first sentinel names.
@@ -228,7 +379,7 @@ impl SentinelSet {
         let new = self
             .servers
             .iter()
-            .map(RedisServer::port)
+            .map(Self::named_port)
             .find(|p| *p != old)
             .expect("a replica");
         self.server(new)
@@ -278,12 +429,18 @@ impl SentinelSet {
     }
 
     /// Normal client connections on the server at `port`, other than the
-    /// one asking.
+    /// one asking and the sentinels' own command links (named
+    /// `sentinel-<id>-cmd`; a sentinel that finds the server as a replica
+    /// opens one within its 10 s `INFO` period).
     pub fn normal_clients(&self, port: u16) -> usize {
         self.server(port)
             .client_list()
             .iter()
-            .filter(|c| c.contains("flags=N") && !c.contains("cmd=client|list"))
+            .filter(|c| {
+                c.contains("flags=N")
+                    && !c.contains("cmd=client|list")
+                    && !c.contains(" name=sentinel-")
+            })
             .count()
     }
 

@@ -2,7 +2,10 @@
 //! stores a value only if its fence is not lower than the last fence the
 //! resource accepted. A lease's writes are checked against the resource's
 //! high-water fence; a semaphore permit's against the high-water of its
-//! (resource, slot), since each slot has fences of its own.
+//! (resource, slot), since each slot has fences of its own. A read-write
+//! lease's writer writes with its fence; a write derived from a read (a
+//! cache fill) carries the read's epoch and is refused once a newer writer
+//! committed ([`FencedStore::write_derived`]).
 //!
 //! This is the check that turns a lease into mutual exclusion under pauses
 //! and delays: a holder that lost its lease without knowing it still holds an
@@ -151,6 +154,41 @@ impl FencedStore {
         self.write_as(conn, resource, None, fence, value)
     }
 
+    /// Stores `value` derived from a read (a cache fill, a materialised
+    /// view) for `resource` if the read's `epoch` is not lower than the
+    /// last fence `resource` accepted: a read that started before a newer
+    /// writer committed cannot overwrite that writer's data. Writers of the
+    /// same read-write lease write with [`write`](Self::write) and their
+    /// fence, which is above every epoch handed out before their grant.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(read: &redlease::blocking::ReadLease, conn: &mut redis::Connection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use redlease::fenced::{FencedStore, WriteError};
+    ///
+    /// let cache = FencedStore::new("my-service");
+    /// match cache.write_derived(conn, "doc:7:html", read.epoch(), "<p>rendered</p>") {
+    ///     Ok(()) | Err(WriteError::Stale(_)) => {} // stale: a newer save won, drop the fill
+    ///     Err(e) => return Err(e.into()),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn write_derived(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+        resource: &str,
+        epoch: Fence,
+        value: impl ToRedisArgs,
+    ) -> Result<(), WriteError> {
+        // The same comparison as a writer's: epoch ≥ the high-water.
+        self.write_as(conn, resource, None, epoch, value)
+    }
+
     /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
     /// than the last fence that slot accepted: the write of a semaphore
     /// permit, checked against the (resource, slot) high-water.
@@ -204,6 +242,23 @@ impl FencedStore {
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
         self.write_as_async(conn, resource, None, fence, value)
+            .await
+    }
+
+    /// The async form of [`write_derived`](Self::write_derived).
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write).
+    #[cfg(feature = "aio")]
+    pub async fn write_derived_async(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        resource: &str,
+        epoch: Fence,
+        value: impl ToRedisArgs,
+    ) -> Result<(), WriteError> {
+        self.write_as_async(conn, resource, None, epoch, value)
             .await
     }
 

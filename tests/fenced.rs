@@ -184,6 +184,54 @@ fn a_stale_permits_write_is_rejected_per_slot<F: Front>() {
     assert_eq!(F::release_permit(other).unwrap(), ReleaseOutcome::Released);
 }
 
+/// The read-write lease's two checks: a writer writes with its fence; a
+/// cache fill derived from a read carries the read's epoch and is accepted
+/// while no newer writer committed, refused (stale) once one did.
+fn a_stale_cache_fill_is_rejected_after_a_newer_writer_committed<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced-rw");
+    let locker: F = connect(&server, config(&ns));
+    let store = FencedStore::new(ns.as_str());
+    let mut conn = server.conn();
+
+    let w = granted(locker.write_with("doc", no_wait()), "the first writer");
+    let first = F::write_fence(&w);
+    store.write(&mut conn, RESOURCE, first, "v1").unwrap();
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+
+    // A reader renders v1; its fill is current and accepted.
+    let r = granted(locker.read_with("doc", no_wait()), "a reader of v1");
+    let epoch = F::epoch(&r);
+    assert_eq!(epoch, first, "the epoch is the latest writer fence");
+    store
+        .write_derived(&mut conn, RESOURCE, epoch, "v1 rendered")
+        .unwrap();
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+
+    // Another reader renders v1 slowly; meanwhile a writer saves v2.
+    let slow = granted(
+        locker.read_with("doc", leased(Duration::from_millis(300))),
+        "a slow reader of v1",
+    );
+    let slow_epoch = F::epoch(&slow);
+    let w = granted(
+        locker.write_with("doc", behaviour::common::waiting(BOUND)),
+        "the second writer",
+    );
+    let second = F::write_fence(&w);
+    assert!(second > slow_epoch);
+    store.write(&mut conn, RESOURCE, second, "v2").unwrap();
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+
+    // The slow reader's fill of v1 comes too late.
+    assert_stale(
+        store.write_derived(&mut conn, RESOURCE, slow_epoch, "v1 rendered, late"),
+        second,
+    );
+    assert_eq!(read(&store, &server), Some((second, "v2".to_owned())));
+    assert_eq!(F::release_read(slow).unwrap(), ReleaseOutcome::Expired);
+}
+
 /// With `fence_counter_ttl(200 ms)` the fence counter carries a TTL after
 /// an acquire, disappears once unused for that long, and the next acquire
 /// still gets a higher fence, seeded from the server's `TIME` in ms × 1000.
@@ -234,6 +282,10 @@ macro_rules! fenced_suite {
         #[test]
         fn a_stale_permits_write_is_rejected_per_slot() {
             super::a_stale_permits_write_is_rejected_per_slot::<$front>();
+        }
+        #[test]
+        fn a_stale_cache_fill_is_rejected_after_a_newer_writer_committed() {
+            super::a_stale_cache_fill_is_rejected_after_a_newer_writer_committed::<$front>();
         }
         #[test]
         fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence() {
@@ -358,6 +410,20 @@ fn write_async_rejects_a_stale_holder_on_smol_and_futures() {
             .write_permit_async(&mut conn, RESOURCE, 2, old, "slot 2")
             .await
             .unwrap();
+        // A read-derived write is checked like a writer's.
+        assert_stale(
+            store
+                .write_derived_async(&mut conn, RESOURCE, old, "stale fill")
+                .await,
+            new,
+        );
+        store
+            .write_derived_async(&mut conn, RESOURCE, new, "current fill")
+            .await
+            .unwrap();
     });
-    assert_eq!(read(&store, &server), Some((new, "equal fence".to_owned())));
+    assert_eq!(
+        read(&store, &server),
+        Some((new, "current fill".to_owned()))
+    );
 }

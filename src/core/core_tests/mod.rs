@@ -24,8 +24,8 @@ use redis::RedisError;
 use super::*;
 use crate::core::lease::RenewResult;
 use crate::core::line::HeadState;
-use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
 use crate::core::names::LockNames;
+use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
 use crate::core::script::ScriptKind;
 
 const POLL: Duration = Duration::from_millis(25);
@@ -171,7 +171,9 @@ fn ok(value: Value) -> Result<Value, RedisError> {
 
 /// The head of `key`'s line.
 fn head(core: &Core, key: &str) -> Option<WaiterId> {
-    core.lines.get(&LineKey::lock(KeyId::of(key))).and_then(Line::head)
+    core.lines
+        .get(&LineKey::lock(KeyId::of(key)))
+        .and_then(Line::head)
 }
 
 /// Every acquire in progress for `key`.
@@ -200,7 +202,9 @@ fn assert_line(core: &Core, key: &str, expected: &[WaiterId]) {
 }
 
 fn head_state(core: &Core, key: &str) -> Option<HeadState> {
-    core.lines.get(&LineKey::lock(KeyId::of(key))).map(Line::head_state)
+    core.lines
+        .get(&LineKey::lock(KeyId::of(key)))
+        .map(Line::head_state)
 }
 
 fn packed(call: &ScriptCall) -> String {

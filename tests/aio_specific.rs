@@ -255,3 +255,65 @@ fn abandoning_an_async_head_with_an_attempt_in_flight_does_not_send_a_second_att
     block_on(second.release()).unwrap();
     assert!(lock_keys(&server, ns).is_empty());
 }
+
+fn sem_keys(server: &RedisServer, ns: &str) -> Vec<String> {
+    server.keys(&format!("{ns}:sem:*"))
+}
+
+/// A dropped `aio::Permit` is handed back to the locker (drop does not
+/// block on Redis), which releases it by token at its next operation.
+#[test]
+fn a_dropped_permit_is_released_by_the_locker_at_its_next_operation() {
+    let server = RedisServer::start();
+    let ns = "drop-permit";
+    block_on(async {
+        let locker = Locker::connect(server.url(), config(ns)).await.unwrap();
+        let pool = locker.semaphore("pool", 2).unwrap();
+        let permit = pool.acquire().await.unwrap();
+        drop(permit);
+        assert_eq!(
+            sem_keys(&server, ns).len(),
+            1,
+            "drop does not block on Redis"
+        );
+        let other = locker.acquire("other").await.unwrap();
+        assert_eq!(sem_keys(&server, ns), Vec::<String>::new(), "released");
+        other.release().await.unwrap();
+        assert_eq!(locker.stats().tracked_leases, 0);
+        locker.shutdown().await.unwrap();
+    });
+}
+
+/// A permit acquire dropped right after it was sent leaves no permit held
+/// once the locker ran its next operation, whatever Redis decided: both
+/// permits can be taken afterwards.
+#[test]
+fn a_permit_acquire_dropped_right_after_submission_leaves_no_permit_held() {
+    let server = RedisServer::start();
+    let ns = "drop-permit-submit";
+    block_on(async {
+        let locker = Locker::connect(server.url(), config(ns)).await.unwrap();
+        let pool = locker.semaphore("pool", 2).unwrap();
+        {
+            let mut fut = pin!(pool.acquire());
+            assert!(
+                poll_once(fut.as_mut()).is_pending(),
+                "the attempt is in flight"
+            );
+        }
+        let other = locker.acquire("unrelated").await.unwrap();
+        assert_eq!(
+            sem_keys(&server, ns),
+            Vec::<String>::new(),
+            "no permit held"
+        );
+        other.release().await.unwrap();
+        let first = pool.try_acquire().await.expect("a free permit");
+        let second = pool.try_acquire().await.expect("the other free permit");
+        assert_ne!(first.slot(), second.slot());
+        first.release().await.unwrap();
+        second.release().await.unwrap();
+        assert_eq!(locker.stats().waiters, 0);
+        locker.shutdown().await.unwrap();
+    });
+}

@@ -130,6 +130,55 @@ fn every_grant_is_floored_at_the_server_clock<F: Front>() {
     let _ = locker.shutdown();
 }
 
+/// A permit's fence after a failover that lost the last grant of its slot
+/// is larger than that grant's: the slot's counter is floored at the
+/// promoted replica's clock too.
+fn a_permit_after_a_failover_that_lost_the_last_grant_has_a_larger_fence_on_its_slot<F: Front>() {
+    let (primary, replica) = primary_and_replica();
+    let ns = namespace("sem-failover");
+    let counter = behaviour::semaphore::slot_fence_name(&ns, "pool", 0);
+
+    let first: F = connect(&primary, config(&ns));
+    for _ in 0..3 {
+        let permit = granted(first.acquire_permit("pool", 2, no_wait()), "before");
+        assert_eq!(F::slot(&permit), 0);
+        F::release_permit(permit).unwrap();
+    }
+    wait_until(BOUND, "the replica has slot 0's fence counter", || {
+        replicated(&replica, &counter)
+    });
+
+    let promoted: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .expect("promote the replica");
+    assert_eq!(promoted, "OK");
+    let stale = granted(first.acquire_permit("pool", 2, no_wait()), "the last grant");
+    assert_eq!(F::slot(&stale), 0);
+    let stale_fence = F::permit_fence(&stale);
+    drop(primary);
+    assert!(
+        !replicated(&replica, &behaviour::semaphore::slot_name(&ns, "pool", 0)),
+        "the promoted replica never saw the last grant"
+    );
+
+    let second: F = connect(&replica, config(&ns));
+    let fresh = granted(
+        second.acquire_permit("pool", 2, no_wait()),
+        "after the failover",
+    );
+    assert_eq!(F::slot(&fresh), 0, "the same slot");
+    let fresh_fence = F::permit_fence(&fresh);
+    assert!(
+        fresh_fence > stale_fence,
+        "slot 0's fence {fresh_fence} after the failover is not above {stale_fence}"
+    );
+    F::release_permit(fresh).unwrap();
+    drop(stale);
+    let _ = second.shutdown();
+}
+
 macro_rules! suite {
     ($module:ident, $front:ty) => {
         mod $module {
@@ -137,6 +186,11 @@ macro_rules! suite {
             fn a_failover_that_lost_the_last_grants_still_hands_out_a_larger_fence() {
                 super::a_failover_that_lost_the_last_grants_still_hands_out_a_larger_fence::<$front>(
                 );
+            }
+
+            #[test]
+            fn a_permit_after_a_failover_that_lost_the_last_grant_has_a_larger_fence_on_its_slot() {
+                super::a_permit_after_a_failover_that_lost_the_last_grant_has_a_larger_fence_on_its_slot::<$front>();
             }
 
             #[test]

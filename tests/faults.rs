@@ -54,6 +54,11 @@ macro_rules! fault_matrix {
                 maxmemory_policy_is_checked_through_info_when_config_get_is_refused,
                 acl_user_without_pubsub_rights_falls_back_to_polling_and_stays_correct,
                 holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires,
+                restart_while_permit_waiters_wait_lets_them_acquire_after_it,
+                sigstop_during_a_permit_acquire_is_outcome_unknown_and_its_token_is_released_later,
+                client_kill_of_the_command_connections_mid_wait_permit_waiters_still_acquire,
+                client_kill_of_the_subscriber_mid_wait_permit_waiters_are_still_notified,
+                acl_user_without_pubsub_rights_permit_waiters_poll_and_still_acquire,
             );
         }
 
@@ -72,6 +77,10 @@ macro_rules! fault_matrix {
                 flushed_scripts_are_loaded_again,
                 shutdown_releases_tracked_leases,
                 shutdown_ends_waits,
+                permits_are_granted_up_to_the_count,
+                each_slots_fences_strictly_increase,
+                a_permit_release_wakes_a_waiter,
+                permit_outcomes_and_count_changes,
                 no_command_outside_the_rules_is_sent,
             );
         }

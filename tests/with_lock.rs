@@ -522,6 +522,90 @@ mod blocking {
         assert_eq!(loss, None, "lost fired during the job");
         assert!(!exists(&server, &name), "released after the job");
     }
+
+    /// `with_permit` with `extend(true)`: the permit stays valid through a
+    /// closure three leases long, the semaphore stays busy for another
+    /// locker and `lost` never fires; the slot is free afterwards.
+    #[test]
+    fn with_permit_extend_keeps_the_permit_past_its_lease() {
+        let server = RedisServer::start();
+        let ns = namespace("wp-extend");
+        let slot = crate::behaviour::semaphore::slot_name(&ns, "pool", 0);
+        let locker: Locker = connect(&server, config(&ns));
+        let other: Locker = connect(&server, config(&ns));
+        let checks = locker
+            .semaphore("pool", 1)
+            .unwrap()
+            .with_permit(
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |permit, lost| {
+                    let start = Instant::now();
+                    let mut checks_past_first_lease = 0;
+                    while start.elapsed() < SHORT_LEASE * 3 {
+                        let busy = refused(
+                            other.semaphore("pool", 1).unwrap().try_acquire(),
+                            "other locker",
+                        );
+                        assert_eq!(busy.code(), "LOCK_BUSY", "{busy:?}");
+                        assert!(pttl(&server, &slot) > 0, "the slot keeps a TTL");
+                        assert!(permit.is_valid(), "valid after {:?}", start.elapsed());
+                        assert!(permit.remaining() <= SHORT_LEASE);
+                        assert!(!lost.is_lost(), "{:?}", lost.cause());
+                        if start.elapsed() > SHORT_LEASE {
+                            checks_past_first_lease += 1;
+                        }
+                        thread::sleep(Duration::from_millis(40));
+                    }
+                    Ok::<_, JobError>(checks_past_first_lease)
+                },
+            )
+            .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &slot), "released after with_permit");
+        granted(
+            other.semaphore("pool", 1).unwrap().try_acquire(),
+            "free after with_permit",
+        )
+        .release()
+        .unwrap();
+    }
+
+    /// `with_permit(extend)`: another holder taking the slot (deleted, then
+    /// acquired by another locker) fires `lost` with `Conflict`, and the
+    /// release afterwards leaves the new holder's slot alone.
+    #[test]
+    fn with_permit_lost_fires_when_the_slot_is_taken() {
+        let server = RedisServer::start();
+        let ns = namespace("wp-lost");
+        let slot = crate::behaviour::semaphore::slot_name(&ns, "pool", 0);
+        let locker: Locker = connect(&server, config(&ns));
+        let other: Locker = connect(&server, config(&ns));
+        let taken = locker
+            .semaphore("pool", 1)
+            .unwrap()
+            .with_permit(
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |permit, lost| {
+                    del(&server, &slot);
+                    let taken = granted(
+                        other
+                            .semaphore("pool", 1)
+                            .unwrap()
+                            .acquire_with(no_wait().lease(Duration::from_secs(30))),
+                        "other locker",
+                    );
+                    assert_eq!(taken.slot(), permit.slot());
+                    assert!(taken.fence() > permit.fence());
+                    assert!(lost.wait_timeout(SHORT_LEASE * 2), "the loss signal fired");
+                    assert_eq!(cause_of(lost), Some("conflict"), "{:?}", lost.cause());
+                    assert!(!permit.is_valid());
+                    Ok::<_, JobError>(taken)
+                },
+            )
+            .unwrap();
+        assert!(exists(&server, &slot), "the new holder's slot survived");
+        assert_eq!(taken.release().unwrap(), ReleaseOutcome::Released);
+    }
 }
 
 /// The async `Locker::with_lock`, with async closures.
@@ -1066,5 +1150,78 @@ mod aio {
         .unwrap();
         assert_eq!(loss, None, "lost fired during the job");
         assert!(!exists(&server, &name), "released after the job");
+    }
+
+    /// Async `with_permit` with `extend(true)`: the permit stays valid
+    /// through a job three leases long and `lost` never fires.
+    #[test]
+    fn with_permit_extend_keeps_the_permit_past_its_lease() {
+        let server = RedisServer::start();
+        let ns = namespace("awp-extend");
+        let slot = crate::behaviour::semaphore::slot_name(&ns, "pool", 0);
+        let locker = connect(&server, config(&ns));
+        let other = connect(&server, config(&ns));
+        let pool = locker.semaphore("pool", 1).unwrap();
+        let checks = block_on(pool.with_permit(
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |permit, lost| {
+                let start = Instant::now();
+                let mut checks_past_first_lease = 0;
+                while start.elapsed() < SHORT_LEASE * 3 {
+                    let busy = other
+                        .semaphore("pool", 1)?
+                        .try_acquire()
+                        .await
+                        .expect_err("the other locker is busy");
+                    assert_eq!(busy.code(), "LOCK_BUSY", "{busy:?}");
+                    assert!(pttl(&server, &slot) > 0, "the slot keeps a TTL");
+                    assert!(permit.is_valid(), "valid after {:?}", start.elapsed());
+                    assert!(!lost.is_lost(), "{:?}", lost.cause());
+                    if start.elapsed() > SHORT_LEASE {
+                        checks_past_first_lease += 1;
+                    }
+                    sleep(Duration::from_millis(40)).await;
+                }
+                Ok::<_, JobError>(checks_past_first_lease)
+            },
+        ))
+        .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &slot), "released after with_permit");
+    }
+
+    /// Async `with_permit(extend)`: the slot taken by another holder
+    /// completes `lost.wait()` with `Conflict`; the new holder's slot
+    /// survives the release afterwards.
+    #[test]
+    fn with_permit_lost_fires_when_the_slot_is_taken() {
+        let server = RedisServer::start();
+        let ns = namespace("awp-lost");
+        let slot = crate::behaviour::semaphore::slot_name(&ns, "pool", 0);
+        let locker = connect(&server, config(&ns));
+        let other = connect(&server, config(&ns));
+        let pool = locker.semaphore("pool", 1).unwrap();
+        let taken = block_on(pool.with_permit(
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |permit, lost| {
+                del(&server, &slot);
+                let taken = other
+                    .semaphore("pool", 1)?
+                    .acquire_with(no_wait().lease(Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(taken.slot(), permit.slot());
+                assert!(taken.fence() > permit.fence());
+                let e = lost_within(lost, SHORT_LEASE * 2)
+                    .await
+                    .expect("the loss signal fired");
+                assert_eq!(e.code(), "LOCK_LOST");
+                assert_eq!(cause_of(lost), Some("conflict"), "{e:?}");
+                assert!(!permit.is_valid());
+                Ok::<_, JobError>(taken)
+            },
+        ))
+        .unwrap();
+        assert!(exists(&server, &slot), "the new holder's slot survived");
+        assert_eq!(block_on(taken.release()).unwrap(), ReleaseOutcome::Released);
     }
 }

@@ -128,6 +128,8 @@ macro_rules! behaviour_suite {
                 a_dead_holders_slot_frees_at_its_ttl,
                 a_replayed_permit_acquire_returns_the_same_slot_and_fence,
                 bad_permit_counts_and_keys_are_refused,
+                never_more_than_n_hold_permits_under_contention_and_each_slots_fences_increase,
+                a_dropped_permit_frees_a_waiter_of_the_same_locker_before_its_ttl,
             }
         );
     };

@@ -9,8 +9,8 @@ use redis::Value;
 use redlease::{Error, ReleaseOutcome, RenewOutcome};
 
 use super::common::{
-    config, connect, get, granted, key_sha, leased, namespace, no_wait, pttl, refused, spawn,
-    waiting, BOUND,
+    config, connect, get, granted, key_sha, leased, let_pass, namespace, no_wait, pttl, refused,
+    spawn, waiting, BOUND,
 };
 use super::fences::script_lua;
 use super::front::Front;
@@ -360,4 +360,143 @@ pub(crate) fn bad_permit_counts_and_keys_are_refused<F: Front>() {
     );
     assert!(!debug.contains("secret") && !debug.contains(&ns), "{debug}");
     assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+}
+
+/// Four lockers with eight waiter threads each contend for a semaphore of
+/// three permits, each holder holding about 2 ms, for a bounded number of
+/// rounds. Markers on a second Redis (`INCR` on grant, `DECR` before the
+/// release) show that never more than three hold a permit and never two
+/// hold one slot; each slot's fences, logged there in grant order (while
+/// the slot is held, so the log order is the grant order), strictly
+/// increase; and every thread finishes its rounds within the bound (no
+/// waiter starved).
+pub(crate) fn never_more_than_n_hold_permits_under_contention_and_each_slots_fences_increase<
+    F: Front,
+>() {
+    const LOCKERS: usize = 4;
+    const THREADS_PER_LOCKER: usize = 8;
+    const PERMITS: u32 = 3;
+    const ROUNDS: usize = 10;
+    const HOLD: Duration = Duration::from_millis(2);
+    let server = RedisServer::start();
+    let markers = std::sync::Arc::new(RedisServer::start());
+    let ns = namespace("sem-contend");
+    let lockers: Vec<std::sync::Arc<F>> = (0..LOCKERS)
+        .map(|_| std::sync::Arc::new(connect(&server, config(&ns).wait(Duration::from_secs(30)))))
+        .collect();
+
+    let threads: Vec<_> = (0..LOCKERS * THREADS_PER_LOCKER)
+        .map(|i| {
+            let (locker, markers) = (lockers[i % LOCKERS].clone(), markers.clone());
+            spawn(&format!("contender-{i}"), move || {
+                let mut conn = markers.conn();
+                let mut step = |cmd: &mut redis::Cmd| -> i64 {
+                    cmd.query(&mut conn)
+                        .unwrap_or_else(|e| panic!("{cmd:?} on the marker redis: {e}"))
+                };
+                for round in 0..ROUNDS {
+                    let permit = granted(
+                        locker.acquire_permit("pool", PERMITS, waiting(Duration::from_secs(30))),
+                        &format!("contender-{i}, round {round}"),
+                    );
+                    let slot = F::slot(&permit);
+                    assert!(slot < PERMITS, "slot {slot} of {PERMITS}");
+                    let holders = step(redis::cmd("INCR").arg("holders"));
+                    let in_slot = step(redis::cmd("INCR").arg(format!("slot:{slot}")));
+                    assert!(holders <= i64::from(PERMITS), "{holders} holders at once");
+                    assert_eq!(in_slot, 1, "two holders of slot {slot} at once");
+                    step(
+                        redis::cmd("RPUSH")
+                            .arg(format!("fences:{slot}"))
+                            .arg(F::permit_fence(&permit).get()),
+                    );
+                    assert!(F::permit_is_valid(&permit));
+                    let_pass(HOLD);
+                    assert_eq!(step(redis::cmd("DECR").arg(format!("slot:{slot}"))), 0);
+                    assert!(step(redis::cmd("DECR").arg("holders")) >= 0);
+                    assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join_within(Duration::from_secs(40));
+    }
+
+    let mut grants = 0;
+    for slot in 0..PERMITS {
+        let fences: Vec<u64> = redis::cmd("LRANGE")
+            .arg(format!("fences:{slot}"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut markers.conn())
+            .unwrap();
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "slot {slot}'s fences in grant order: {fences:?}"
+        );
+        grants += fences.len();
+    }
+    assert_eq!(
+        grants,
+        LOCKERS * THREADS_PER_LOCKER * ROUNDS,
+        "every grant logged"
+    );
+    assert!(
+        markers.keys("fences:*").len() <= PERMITS as usize,
+        "no slot beyond the count"
+    );
+    for locker in &lockers {
+        assert_eq!(locker.stats().waiters, 0);
+    }
+    assert!(
+        server.keys(&format!("{ns}:sem:*")).is_empty(),
+        "all released"
+    );
+}
+
+/// A permit dropped without `release` while a waiter of the same locker
+/// waits for the semaphore (lease 30 s, safety polls 30 s, wait 10 s)
+/// frees that waiter within its wait: the blocking permit releases itself
+/// in `drop`, the async one is handed back to the locker, which releases
+/// it at once because a waiter of that semaphore waits.
+pub(crate) fn a_dropped_permit_frees_a_waiter_of_the_same_locker_before_its_ttl<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-drop-frees");
+    let slow = Duration::from_secs(30);
+    let locker = std::sync::Arc::new(connect::<F>(
+        &server,
+        config(&ns)
+            .wait(Duration::from_secs(10))
+            .poll_interval(slow)
+            .notify_poll_interval(slow),
+    ));
+    let permit = granted(
+        locker.acquire_permit("p", 1, leased(Duration::from_secs(30))),
+        "the only permit",
+    );
+    let dropped_fence = F::permit_fence(&permit);
+    let l = locker.clone();
+    let waiter = spawn("waiter", move || {
+        let permit = l
+            .acquire_permit("p", 1, waiting(Duration::from_secs(10)))
+            .map_err(|e| format!("{} ({e})", e.code()))?;
+        let fence = F::permit_fence(&permit);
+        F::release_permit(permit)
+            .map(|outcome| (fence, outcome))
+            .map_err(|e| format!("release: {}", e.code()))
+    });
+    wait_until(BOUND, "the second acquire waits, subscribed", || {
+        let s = locker.stats();
+        s.waiters == 1 && s.subscribed && s.busy_replies >= 2
+    });
+
+    drop(permit);
+    // The waiter ends by its 10 s wait at the latest.
+    let (fence, outcome) = waiter
+        .join_within(Duration::from_secs(15))
+        .unwrap_or_else(|e| panic!("the waiter got the dropped permit's slot: {e}"));
+    assert_eq!(outcome, ReleaseOutcome::Released);
+    assert!(fence > dropped_fence);
+    assert!(server.keys(&format!("{ns}:sem:*")).is_empty());
 }

@@ -15,7 +15,7 @@ use crate::behaviour::common::{
     wait_for_stats, BOUND,
 };
 use crate::behaviour::front::Front;
-use crate::behaviour::{faults, fences, outcomes, shutdown, waiting};
+use crate::behaviour::{faults, fences, outcomes, semaphore, shutdown, waiting};
 use crate::support::RedisServer;
 
 /// The password of every test user.
@@ -24,7 +24,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 17] = [
+const COMMANDS: [&str; 18] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -34,8 +34,9 @@ const COMMANDS: [&str; 17] = [
     "+evalsha",
     "+eval",
     "+script|load",
-    // inside the scripts
+    // inside the scripts (MGET: the semaphore's scripts read every slot)
     "+get",
+    "+mget",
     "+set",
     "+del",
     "+incr",
@@ -56,7 +57,8 @@ const COMMANDS: [&str; 17] = [
 ];
 
 /// The ACL rules for a locker of namespace `ns`: nothing but [`COMMANDS`],
-/// its lock and fence-counter keys, and its release channel.
+/// its lock and fence-counter keys, its semaphores' slot, slot-fence and
+/// permit-count keys, and its release channel.
 pub(crate) fn rules(ns: &str) -> Vec<String> {
     let mut rules: Vec<String> = ["resetkeys", "resetchannels", "-@all"]
         .iter()
@@ -65,6 +67,9 @@ pub(crate) fn rules(ns: &str) -> Vec<String> {
         .collect();
     rules.push(format!("~{ns}:lock:*"));
     rules.push(format!("~{ns}:lock-fence:*"));
+    rules.push(format!("~{ns}:sem:*"));
+    rules.push(format!("~{ns}:sem-fence:*"));
+    rules.push(format!("~{ns}:sem-permits:*"));
     rules.push(format!("&{ns}:lock-released"));
     rules
 }
@@ -374,6 +379,29 @@ pub(crate) fn shutdown_ends_waits<F: Front>() {
     shutdown::shutdown_ends_waits_and_refuses_new_acquires_with_shutting_down::<AsLockerUser<F>>();
 }
 
+/// Permits up to the count, each slot with its own fence counter, `Busy`
+/// beyond it (the acquire script's `MGET` and the slot keys are allowed).
+pub(crate) fn permits_are_granted_up_to_the_count<F: Front>() {
+    semaphore::permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own::<AsLockerUser<F>>();
+}
+
+/// A slot's fences increase, also after `FLUSHALL`.
+pub(crate) fn each_slots_fences_strictly_increase<F: Front>() {
+    semaphore::each_slots_fences_strictly_increase_also_after_data_loss::<AsLockerUser<F>>();
+}
+
+/// A permit release wakes a waiter by notification.
+pub(crate) fn a_permit_release_wakes_a_waiter<F: Front>() {
+    semaphore::a_release_wakes_a_waiter_through_the_notification::<AsLockerUser<F>>();
+}
+
+/// Permit renew and release outcomes; the permit-count record.
+pub(crate) fn permit_outcomes_and_count_changes<F: Front>() {
+    semaphore::permit_renew_and_release_report_their_outcomes::<AsLockerUser<F>>();
+    semaphore::another_permit_count_is_refused_while_held_and_applies_once_drained::<AsLockerUser<F>>(
+    );
+}
+
 /// Every command the locker user sent in a busy scenario (contention with
 /// notifications, a zero-wait try, renew, release, a flushed script
 /// cache, shutdown with a tracked lease) is one the rules name, and
@@ -414,12 +442,50 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
             ReleaseOutcome::Released
         );
         assert_eq!(waiter.join_within(BOUND).unwrap(), ReleaseOutcome::Released);
+        // The semaphore: a busy try, a waiter, an orphan-free release.
+        let permit = granted(
+            holder.acquire_permit("pool", 1, leased(Duration::from_secs(30))),
+            "a permit",
+        );
+        assert_eq!(
+            refused(waiters.acquire_permit("pool", 1, no_wait()), "busy").code(),
+            "LOCK_BUSY"
+        );
+        let w = waiters.clone();
+        let busy = waiters.stats().busy_replies;
+        let permit_waiter = spawn("permit waiter", move || {
+            let permit = granted(
+                w.acquire_permit("pool", 1, crate::behaviour::common::waiting(BOUND)),
+                "permit waiter",
+            );
+            AsLockerUser::<F>::release_permit(permit)
+        });
+        wait_for_stats(&*waiters, "the permit waiter waits", |s| {
+            s.subscribed && s.busy_replies >= busy + 2
+        });
+        assert_eq!(
+            AsLockerUser::<F>::renew_permit(&permit).unwrap(),
+            RenewOutcome::Renewed
+        );
+        assert_eq!(
+            AsLockerUser::<F>::release_permit(permit).unwrap(),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(
+            permit_waiter.join_within(BOUND).unwrap(),
+            ReleaseOutcome::Released
+        );
+        let kept_permit = granted(
+            holder.acquire_permit("pool", 1, no_wait()),
+            "a permit left to shutdown",
+        );
         let kept = granted(waiters.acquire("kept"), "a lease left to shutdown");
         server.script_flush();
         waiters.shutdown().unwrap();
         holder.shutdown().unwrap();
         assert!(!exists(&server, &lock_name(&ns, "kept")));
-        drop(kept);
+        assert_eq!(server.keys(&format!("{ns}:sem:*")), Vec::<String>::new());
+        drop((kept, kept_permit));
     }
     let allowed: BTreeSet<String> = COMMANDS
         .iter()

@@ -569,3 +569,281 @@ pub(crate) fn holder_process_killed_without_releasing_frees_the_key_when_its_lea
     all_served_in_order(threads, &order, fence, BOUND);
     assert_eq!(waiters.stats().waiters, 0);
 }
+
+// ----- the semaphore -----------------------------------------------------------------
+
+/// A semaphore of two permits, both held by another locker for longer than
+/// every bound: its slots free up only by release (or data loss).
+const SEM_PERMITS: u32 = 2;
+
+/// Takes every permit of the semaphore `key` on `holder`; returns the
+/// permits and each slot's fence.
+fn hold_every_permit<F: Front>(holder: &F, key: &str) -> (Vec<F::Permit>, Vec<(u32, u64)>) {
+    let permits: Vec<_> = (0..SEM_PERMITS)
+        .map(|_| {
+            granted(
+                holder.acquire_permit(key, SEM_PERMITS, leased(LONG_LEASE)),
+                "a free permit",
+            )
+        })
+        .collect();
+    let fences = permits
+        .iter()
+        .map(|p| (F::slot(p), F::permit_fence(p).get()))
+        .collect();
+    (permits, fences)
+}
+
+/// Starts `n` waiters for the semaphore `key` on `locker`, each queued
+/// before the next starts; each releases its permit and returns its slot
+/// and fence.
+fn queue_permit_waiters<F: Front>(
+    locker: &Arc<F>,
+    key: &'static str,
+    n: usize,
+    wait: Duration,
+) -> Vec<Bounded<Result<(u32, u64), String>>> {
+    (0..n)
+        .map(|i| {
+            let queued = locker.stats().waiters;
+            let l = locker.clone();
+            let t = spawn(&format!("permit-waiter-{i}"), move || {
+                let permit = l
+                    .acquire_permit(key, SEM_PERMITS, waiting(wait))
+                    .map_err(|e| format!("{} ({e:?})", e.code()))?;
+                let got = (F::slot(&permit), F::permit_fence(&permit).get());
+                match F::release_permit(permit) {
+                    Ok(ReleaseOutcome::Released) => Ok(got),
+                    other => Err(format!("release: {other:?}")),
+                }
+            });
+            wait_for_stats(&**locker, &format!("permit-waiter-{i} queued"), |s| {
+                s.waiters == queued + 1
+            });
+            t
+        })
+        .collect()
+}
+
+/// Joins every permit waiter (each within `bound`): each got a permit and
+/// released it, with a fence above the one its slot had in `held`.
+fn all_permit_waiters_served(
+    waiters: Vec<Bounded<Result<(u32, u64), String>>>,
+    held: &[(u32, u64)],
+    bound: Duration,
+) {
+    for (i, t) in waiters.into_iter().enumerate() {
+        let (slot, fence) = t
+            .join_within(bound)
+            .unwrap_or_else(|e| panic!("permit-waiter-{i} ended with {e}"));
+        let before = held
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map_or(0, |(_, fence)| *fence);
+        assert!(
+            fence > before,
+            "permit-waiter-{i}: slot {slot}'s fence {fence} after {before}"
+        );
+    }
+}
+
+/// Redis killed while permit waiters wait (every slot held), and started
+/// again on the same port 400 ms later with all data lost: the waiters
+/// keep waiting through the outage and all get a permit afterwards, each
+/// with a fence above the one its slot had before.
+pub(crate) fn restart_while_permit_waiters_wait_lets_them_acquire_after_it<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-sem-restart");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(
+        &server,
+        config(&ns).wait(Duration::from_secs(15)),
+    ));
+    let (held, fences) = hold_every_permit(&holder, "pool");
+    let threads = queue_permit_waiters(&waiters, "pool", 3, Duration::from_secs(15));
+    wait_for_stats(&*waiters, "three permit waiters, subscribed", |s| {
+        s.waiters == 3 && s.subscribed
+    });
+    let last = fences.iter().map(|(_, f)| *f).max().unwrap_or_default();
+    clock_passes(&server, last);
+
+    server.restart_after(Duration::from_millis(400));
+    all_permit_waiters_served(threads, &fences, Duration::from_secs(20));
+    assert_eq!(waiters.stats().waiters, 0);
+    // The holder's permits went with the data.
+    for permit in held {
+        let _ = F::release_permit(permit);
+    }
+}
+
+/// Redis SIGSTOPped during a permit acquire: `OUTCOME_UNKNOWN`; the script
+/// runs after SIGCONT and takes a slot the locker never learnt, so the
+/// token is released as an orphan by the locker's next operation (the
+/// release that searches the slots for the token), and a second such
+/// token by shutdown: no slot key is left for the TTL.
+pub(crate) fn sigstop_during_a_permit_acquire_is_outcome_unknown_and_its_token_is_released_later<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-sem-stop");
+    let locker = warm_locker::<F>(&server, &ns);
+    // The semaphore's script cached too, so the paused acquire is sent.
+    F::release_permit(granted(
+        locker.acquire_permit("warm-up", 1, no_wait()),
+        "warm-up permit",
+    ))
+    .unwrap();
+    let slot_key = crate::behaviour::semaphore::slot_name(&ns, "p", 0);
+
+    let acquire_paused = || {
+        let e = {
+            let _paused = server.pause_guard();
+            let l = locker.clone();
+            refused(
+                spawn("permit acquire", move || {
+                    l.acquire_permit("p", SEM_PERMITS, no_wait())
+                })
+                .join_within(BOUND),
+                "permit acquire on a paused server",
+            )
+        };
+        assert_outcome_unknown(&e, Operation::Acquire);
+        // Redis runs the buffered script on resume, before it answers a
+        // connection opened afterwards.
+        assert!(
+            exists(&server, &slot_key),
+            "the unknown acquire took slot 0"
+        );
+    };
+
+    acquire_paused();
+    F::release(granted(locker.acquire("other"), "the next operation")).unwrap();
+    assert!(
+        !exists(&server, &slot_key),
+        "the orphan was released by token"
+    );
+
+    acquire_paused();
+    locker.shutdown().unwrap();
+    assert!(!exists(&server, &slot_key), "shutdown released the orphan");
+    assert_eq!(server.keys(&format!("{ns}:sem:*")), Vec::<String>::new());
+    let other: F = connect(&server, config(&ns));
+    let (permits, _) = hold_every_permit(&other, "p");
+    for permit in permits {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// The command connections of both lockers killed while permit waiters
+/// wait for a notification: the releases and every waiter's attempt go
+/// out on new connections, and every waiter gets a permit.
+pub(crate) fn client_kill_of_the_command_connections_mid_wait_permit_waiters_still_acquire<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-sem-kill-normal");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(&server, slow_polling(&ns)));
+    let (held, fences) = hold_every_permit(&holder, "pool");
+    let threads = queue_permit_waiters(&waiters, "pool", 3, Duration::from_secs(25));
+    wait_for_stats(&*waiters, "subscribed, head backing off", |s| {
+        s.subscribed && s.busy_replies >= 2
+    });
+
+    let killed = server.client_kill_type("normal");
+    assert!(
+        killed >= 2,
+        "both lockers had a command connection: {killed}"
+    );
+    if F::NOTICES_IDLE_CLOSE {
+        for (who, locker) in [("holder", &holder), ("waiters", &*waiters)] {
+            wait_for_stats(locker, &format!("the {who} noticed the kill"), |s| {
+                !s.connected
+            });
+        }
+    }
+    for permit in held {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+    all_permit_waiters_served(threads, &fences, BOUND);
+    assert_eq!(waiters.stats().waiters, 0);
+}
+
+/// The subscriber connection killed while permit waiters wait: the locker
+/// subscribes again, the head checks once more, and the releases still
+/// hand the permits over by notification (safety polls are 30 s).
+pub(crate) fn client_kill_of_the_subscriber_mid_wait_permit_waiters_are_still_notified<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-sem-kill-pubsub");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(&server, slow_polling(&ns)));
+    let (held, fences) = hold_every_permit(&holder, "pool");
+    let threads = queue_permit_waiters(&waiters, "pool", 3, Duration::from_secs(25));
+    wait_for_stats(&*waiters, "subscribed, head backing off", |s| {
+        s.subscribed && s.busy_replies >= 2
+    });
+
+    let busy = waiters.stats().busy_replies;
+    assert_eq!(server.client_kill_type("pubsub"), 1, "one subscriber");
+    wait_until(
+        BOUND,
+        "subscribed again, and the head checked again",
+        || {
+            let s = waiters.stats();
+            s.subscribed
+                && s.busy_replies > busy
+                && server.client_list().iter().any(|c| c.contains(" sub=1 "))
+        },
+    );
+    let notified = waiters.stats().notifications;
+
+    for permit in held {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+    all_permit_waiters_served(threads, &fences, BOUND);
+    assert!(waiters.stats().notifications > notified, "by notification");
+}
+
+/// An ACL user without pub/sub commands: `SUBSCRIBE` is refused, the
+/// locker logs `LOCK_NOTIFY_UNAVAILABLE`, and its permit waiters poll at
+/// `poll_interval` and all get a permit after the releases (whose
+/// notification is refused inside the script, and still `Released`).
+pub(crate) fn acl_user_without_pubsub_rights_permit_waiters_poll_and_still_acquire<F: Front>() {
+    let logs = logs::capture();
+    let server = RedisServer::start();
+    let ns = namespace("m-sem-nopubsub");
+    let url = crate::least_privilege::add_user(
+        &server,
+        "nopubsub",
+        &["+@all", "-@pubsub", "~*", "&*"].map(String::from),
+    );
+    let acl_config = config(&ns)
+        .poll_interval(Duration::from_millis(25))
+        .notify_poll_interval(SLOW_POLL)
+        .wait(Duration::from_secs(25));
+    let holder = F::connect(&url, acl_config.clone()).unwrap_or_else(|e| panic!("{e:?}"));
+    let waiters = Arc::new(F::connect(&url, acl_config).unwrap_or_else(|e| panic!("{e:?}")));
+    let (held, fences) = hold_every_permit(&holder, "pool");
+    let threads = queue_permit_waiters(&waiters, "pool", 3, Duration::from_secs(25));
+    wait_until(BOUND, "the refused subscription was reported", || {
+        logs.contains(log::Level::Warn, "LOCK_NOTIFY_UNAVAILABLE")
+    });
+    assert!(!waiters.stats().subscribed);
+
+    for permit in held {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+    all_permit_waiters_served(threads, &fences, BOUND);
+    let stats = waiters.stats();
+    assert!(!stats.subscribed, "{stats:?}");
+    assert_eq!(stats.notifications, 0, "{stats:?}");
+    assert!(
+        stats.safety_polls >= 1,
+        "the hand-over came by polls: {stats:?}"
+    );
+    let denied = crate::least_privilege::denials(&server, "nopubsub");
+    assert!(
+        denied.iter().all(|d| d == "subscribe" || d == "publish"),
+        "only pub/sub was refused: {denied:?}"
+    );
+}

@@ -1,0 +1,134 @@
+//! The fenced semaphore (SPEC §12) on a real 3-primary / 3-replica Redis
+//! Cluster, both front ends: every name of one semaphore lives on the
+//! primary that owns its hash tag, permits go out up to the count from two
+//! lockers, a waiter is woken by the sharded release notification, and
+//! semaphores on different primaries work independently. One cluster per
+//! test (startup is the expensive part).
+#![allow(clippy::disallowed_methods)]
+// The standalone suite's macro is not used here, only its helpers.
+#![allow(unused_macros, unused_imports, dead_code)]
+
+mod behaviour;
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use behaviour::common::{granted, namespace, no_wait, refused, spawn, waiting, BOUND};
+use behaviour::front::{ClusterFront, Front};
+use behaviour::semaphore::{permits_name, slot_fence_name, slot_name};
+use redlease::{Error, ReleaseOutcome};
+use support::cluster::{ClusterNode, RedisCluster};
+use support::wait_until;
+
+fn exists_on(node: &ClusterNode, name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(name)
+        .query(&mut node.conn())
+        .unwrap_or_else(|e| panic!("EXISTS on node {}: {e}", node.port()))
+}
+
+/// Grants up to the count from two lockers, each slot's names on the
+/// owning primary, `Busy` beyond it; a waiter of the other locker woken by
+/// the sharded notification (safety polls 30 s, bound 10 s) gets the freed
+/// slot with a larger fence; semaphores whose keys live on three different
+/// primaries are granted there.
+fn the_semaphore_works_on_a_cluster<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-sem");
+    let config = behaviour::common::cluster_config(&ns);
+    let a: Arc<F> = behaviour::common::connect_cluster(&cluster, config.clone());
+    let b: Arc<F> = behaviour::common::connect_cluster(&cluster, config);
+
+    let mut permits: Vec<_> = (0..3)
+        .map(|i| {
+            let locker = if i % 2 == 0 { &a } else { &b };
+            granted(locker.acquire_permit("pool", 3, no_wait()), "a free permit")
+        })
+        .collect();
+    let slots: BTreeSet<u32> = permits.iter().map(F::slot).collect();
+    assert_eq!(slots, BTreeSet::from([0, 1, 2]));
+    let owner = cluster.primary_for_lock("pool");
+    for slot in 0..3 {
+        assert!(
+            exists_on(owner, &slot_name(&ns, "pool", slot)),
+            "slot {slot}"
+        );
+        assert!(exists_on(owner, &slot_fence_name(&ns, "pool", slot)));
+    }
+    assert!(exists_on(owner, &permits_name(&ns, "pool")));
+    for locker in [&a, &b] {
+        let e = refused(locker.acquire_permit("pool", 3, no_wait()), "a fourth");
+        assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+    }
+
+    let busy = b.stats().busy_replies;
+    let waiter = {
+        let b = b.clone();
+        spawn("semaphore waiter", move || {
+            let permit = granted(b.acquire_permit("pool", 3, waiting(BOUND)), "waiter");
+            (F::slot(&permit), F::permit_fence(&permit), permit)
+        })
+    };
+    wait_until(
+        BOUND,
+        "the waiter waits with a confirmed subscription",
+        || {
+            let s = b.stats();
+            s.waiters == 1 && s.subscribed && s.busy_replies >= busy + 2
+        },
+    );
+    let notified = b.stats().notifications;
+    let freed = permits.remove(0);
+    let (freed_slot, freed_fence) = (F::slot(&freed), F::permit_fence(&freed));
+    assert_eq!(F::release_permit(freed).unwrap(), ReleaseOutcome::Released);
+    let (slot, fence, permit) = waiter.join_within(BOUND);
+    assert_eq!(slot, freed_slot, "the freed slot");
+    assert!(fence > freed_fence, "{fence} after {freed_fence}");
+    assert!(
+        b.stats().notifications > notified,
+        "woken by the notification"
+    );
+    permits.push(permit);
+    for permit in permits {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+
+    let keys = cluster.keys_on_distinct_primaries(|i| format!("sem-{i}"));
+    let primaries: BTreeSet<u16> = keys
+        .iter()
+        .map(|k| cluster.primary_for_lock(k).port())
+        .collect();
+    assert_eq!(primaries.len(), 3, "the semaphores live on three primaries");
+    let held: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            granted(
+                a.acquire_permit(k, 2, no_wait()),
+                "a permit on each primary",
+            )
+        })
+        .collect();
+    for (key, permit) in keys.iter().zip(held) {
+        let name = slot_name(&ns, key, F::slot(&permit));
+        assert!(exists_on(cluster.primary_for_lock(key), &name), "{key}");
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+        assert!(!exists_on(cluster.primary_for_lock(key), &name));
+    }
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+mod blocking {
+    #[test]
+    fn the_semaphore_works_on_a_cluster() {
+        super::the_semaphore_works_on_a_cluster::<crate::behaviour::Blocking>();
+    }
+}
+
+mod aio {
+    #[test]
+    fn the_semaphore_works_on_a_cluster() {
+        super::the_semaphore_works_on_a_cluster::<crate::behaviour::Async>();
+    }
+}

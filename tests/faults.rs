@@ -81,6 +81,9 @@ macro_rules! fault_matrix {
                 each_slots_fences_strictly_increase,
                 a_permit_release_wakes_a_waiter,
                 permit_outcomes_and_count_changes,
+                readers_share_and_a_writer_holds_alone,
+                a_waiting_writer_keeps_readers_out,
+                reader_renew_and_release_outcomes,
                 no_command_outside_the_rules_is_sent,
             );
         }

@@ -15,7 +15,7 @@ use crate::behaviour::common::{
     wait_for_stats, BOUND,
 };
 use crate::behaviour::front::Front;
-use crate::behaviour::{faults, fences, outcomes, semaphore, shutdown, waiting};
+use crate::behaviour::{faults, fences, outcomes, rw_lock, semaphore, shutdown, waiting};
 use crate::support::RedisServer;
 
 /// The password of every test user.
@@ -24,7 +24,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 18] = [
+const COMMANDS: [&str; 25] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -44,6 +44,14 @@ const COMMANDS: [&str; 18] = [
     "+pttl",
     "+time",
     "+publish",
+    // inside the read-write lease's scripts: the readers' sorted set
+    "+zadd",
+    "+zrem",
+    "+zscore",
+    "+zcard",
+    "+zrange",
+    "+zremrangebyscore",
+    "+pexpireat",
     // release notifications; the redis crate sends UNSUBSCRIBE and
     // PUNSUBSCRIBE when the blocking subscriber closes (refusing them only
     // fills the ACL LOG)
@@ -70,6 +78,7 @@ pub(crate) fn rules(ns: &str) -> Vec<String> {
     rules.push(format!("~{ns}:sem:*"));
     rules.push(format!("~{ns}:sem-fence:*"));
     rules.push(format!("~{ns}:sem-permits:*"));
+    rules.push(format!("~{ns}:rw-*"));
     rules.push(format!("&{ns}:lock-released"));
     rules
 }
@@ -395,6 +404,21 @@ pub(crate) fn a_permit_release_wakes_a_waiter<F: Front>() {
     semaphore::a_release_wakes_a_waiter_through_the_notification::<AsLockerUser<F>>();
 }
 
+/// Readers share, a writer holds alone, epochs follow fences.
+pub(crate) fn readers_share_and_a_writer_holds_alone<F: Front>() {
+    rw_lock::readers_share_a_writer_holds_alone_and_epochs_follow_fences::<AsLockerUser<F>>();
+}
+
+/// A waiting writer's intent keeps readers out; the release hands over.
+pub(crate) fn a_waiting_writer_keeps_readers_out<F: Front>() {
+    rw_lock::a_waiting_writer_keeps_new_readers_out_and_gets_in_on_release::<AsLockerUser<F>>();
+}
+
+/// Reader renew and release outcomes.
+pub(crate) fn reader_renew_and_release_outcomes<F: Front>() {
+    rw_lock::a_reader_renew_never_resurrects_an_expired_reader::<AsLockerUser<F>>();
+}
+
 /// Permit renew and release outcomes; the permit-count record.
 pub(crate) fn permit_outcomes_and_count_changes<F: Front>() {
     semaphore::permit_renew_and_release_report_their_outcomes::<AsLockerUser<F>>();
@@ -475,6 +499,30 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
             permit_waiter.join_within(BOUND).unwrap(),
             ReleaseOutcome::Released
         );
+        // The read-write lease: readers, a busy writer, a writer, renews.
+        let read = granted(holder.read_with("doc", no_wait()), "a reader");
+        assert_eq!(
+            refused(waiters.write_with("doc", no_wait()), "busy writer").code(),
+            "LOCK_BUSY"
+        );
+        assert_eq!(
+            AsLockerUser::<F>::renew_read(&read).unwrap(),
+            RenewOutcome::Renewed
+        );
+        assert_eq!(
+            AsLockerUser::<F>::release_read(read).unwrap(),
+            ReleaseOutcome::Released
+        );
+        let write = granted(waiters.write_with("doc", no_wait()), "a writer");
+        assert_eq!(
+            AsLockerUser::<F>::renew_write(&write).unwrap(),
+            RenewOutcome::Renewed
+        );
+        assert_eq!(
+            AsLockerUser::<F>::release_write(write).unwrap(),
+            ReleaseOutcome::Released
+        );
+        let kept_read = granted(holder.read_with("doc", no_wait()), "a reader left to shutdown");
         let kept_permit = granted(
             holder.acquire_permit("pool", 1, no_wait()),
             "a permit left to shutdown",
@@ -485,7 +533,8 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
         holder.shutdown().unwrap();
         assert!(!exists(&server, &lock_name(&ns, "kept")));
         assert_eq!(server.keys(&format!("{ns}:sem:*")), Vec::<String>::new());
-        drop((kept, kept_permit));
+        assert_eq!(server.keys(&format!("{ns}:rw-read:*")), Vec::<String>::new());
+        drop((kept, kept_permit, kept_read));
     }
     let allowed: BTreeSet<String> = COMMANDS
         .iter()

@@ -326,3 +326,120 @@ pub(crate) fn a_stream_of_readers_does_not_starve_a_waiting_writer<F: Front>() {
         r.join_within(BOUND);
     }
 }
+
+/// Readers overlap, a writer never overlaps anyone: 4 lockers with 6
+/// reader and 2 writer loops each, marking on a second Redis (one script
+/// call per entry, atomic there) how many readers and writers hold. Every
+/// reader's epoch is the fence of the last writer that held before it,
+/// writer fences strictly increase in grant order, and every loop finishes
+/// its rounds within the bound.
+pub(crate) fn readers_overlap_and_a_writer_never_overlaps_anyone_under_contention<F: Front>() {
+    const LOCKERS: usize = 4;
+    const READERS: usize = 6;
+    const WRITERS: usize = 2;
+    const ROUNDS: usize = 5;
+    const HOLD: Duration = Duration::from_millis(2);
+    // KEYS = the counter entered, the other; ARGV = the fence to record
+    // (writers) or the epoch to check (readers). Returns
+    // {entered, other, last writer fence or -1}.
+    const ENTER: &str = r"
+        local entered = redis.call('INCR', KEYS[1])
+        local other = tonumber(redis.call('GET', KEYS[2]) or '0')
+        local last = redis.call('GET', 'last-fence')
+        if KEYS[1] == 'writers' then
+          redis.call('RPUSH', 'fences', ARGV[1])
+          redis.call('SET', 'last-fence', ARGV[1])
+        end
+        if KEYS[1] == 'readers' and entered > 1 then
+          redis.call('INCR', 'overlapping-reads')
+        end
+        return {entered, other, tonumber(last or '-1')}
+    ";
+    let server = RedisServer::start();
+    let markers = Arc::new(RedisServer::start());
+    let ns = namespace("rw-contend");
+    let lockers: Vec<Arc<F>> = (0..LOCKERS)
+        .map(|_| Arc::new(connect(&server, config(&ns).wait(Duration::from_secs(30)))))
+        .collect();
+    let threads: Vec<_> = (0..LOCKERS * (READERS + WRITERS))
+        .map(|i| {
+            let (locker, markers) = (lockers[i % LOCKERS].clone(), markers.clone());
+            let writer = (i / LOCKERS) < WRITERS;
+            spawn(&format!("rw-{i}"), move || {
+                let mut conn = markers.conn();
+                let mut enter = |counter: &str, other: &str, n: u64| -> (i64, i64, i64) {
+                    redis::cmd("EVAL")
+                        .arg(ENTER)
+                        .arg(2)
+                        .arg(counter)
+                        .arg(other)
+                        .arg(n)
+                        .query(&mut conn)
+                        .unwrap_or_else(|e| panic!("marker enter: {e}"))
+                };
+                let mut leave = |counter: &str| {
+                    let _: i64 = redis::cmd("DECR")
+                        .arg(counter)
+                        .query(&mut markers.conn())
+                        .unwrap();
+                };
+                for round in 0..ROUNDS {
+                    let what = format!("rw-{i}, round {round}");
+                    if writer {
+                        let w = granted(
+                            locker.write_with("doc", waiting(Duration::from_secs(30))),
+                            &what,
+                        );
+                        let fence = F::write_fence(&w).get();
+                        let (writers, readers, last) = enter("writers", "readers", fence);
+                        assert_eq!((writers, readers), (1, 0), "a writer alone: {what}");
+                        assert!(
+                            last < fence as i64,
+                            "writer fences increase: {last} then {fence}"
+                        );
+                        super::common::let_pass(HOLD);
+                        leave("writers");
+                        assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+                    } else {
+                        let r = granted(
+                            locker.read_with("doc", waiting(Duration::from_secs(30))),
+                            &what,
+                        );
+                        let epoch = F::epoch(&r).get();
+                        let (_, writers, last) = enter("readers", "writers", epoch);
+                        assert_eq!(writers, 0, "no writer beside a reader: {what}");
+                        if last >= 0 {
+                            assert_eq!(epoch as i64, last, "the epoch is the last writer's fence");
+                        }
+                        super::common::let_pass(HOLD * 4);
+                        leave("readers");
+                        assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join_within(Duration::from_secs(60));
+    }
+    let fences: Vec<u64> = redis::cmd("LRANGE")
+        .arg("fences")
+        .arg(0)
+        .arg(-1)
+        .query(&mut markers.conn())
+        .unwrap();
+    assert_eq!(
+        fences.len(),
+        LOCKERS * WRITERS * ROUNDS,
+        "every write logged"
+    );
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    let overlapping: Option<u64> = redis::cmd("GET")
+        .arg("overlapping-reads")
+        .query(&mut markers.conn())
+        .unwrap();
+    assert!(overlapping.unwrap_or(0) > 0, "readers did overlap");
+    for locker in &lockers {
+        assert_eq!(locker.stats().waiters, 0);
+    }
+}

@@ -522,7 +522,10 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
             AsLockerUser::<F>::release_write(write).unwrap(),
             ReleaseOutcome::Released
         );
-        let kept_read = granted(holder.read_with("doc", no_wait()), "a reader left to shutdown");
+        let kept_read = granted(
+            holder.read_with("doc", no_wait()),
+            "a reader left to shutdown",
+        );
         let kept_permit = granted(
             holder.acquire_permit("pool", 1, no_wait()),
             "a permit left to shutdown",
@@ -533,7 +536,10 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
         holder.shutdown().unwrap();
         assert!(!exists(&server, &lock_name(&ns, "kept")));
         assert_eq!(server.keys(&format!("{ns}:sem:*")), Vec::<String>::new());
-        assert_eq!(server.keys(&format!("{ns}:rw-read:*")), Vec::<String>::new());
+        assert_eq!(
+            server.keys(&format!("{ns}:rw-read:*")),
+            Vec::<String>::new()
+        );
         drop((kept, kept_permit, kept_read));
     }
     let allowed: BTreeSet<String> = COMMANDS

@@ -1,9 +1,10 @@
-//! The fenced semaphore (SPEC §12) on a real 3-primary / 3-replica Redis
-//! Cluster, both front ends: every name of one semaphore lives on the
-//! primary that owns its hash tag, permits go out up to the count from two
-//! lockers, a waiter is woken by the sharded release notification, and
-//! semaphores on different primaries work independently. One cluster per
-//! test (startup is the expensive part).
+//! The lease kinds beyond the lock on a real 3-primary / 3-replica Redis
+//! Cluster, both front ends. The fenced semaphore (SPEC §12): every name
+//! of one semaphore lives on the primary that owns its hash tag, permits go
+//! out up to the count from two lockers, a waiter is woken by the sharded
+//! release notification, and semaphores on different primaries work
+//! independently. The read-write lease (SPEC §13): the same for readers
+//! and writers. One cluster per test (startup is the expensive part).
 #![allow(clippy::disallowed_methods)]
 // The standalone suite's macro is not used here, only its helpers.
 #![allow(unused_macros, unused_imports, dead_code)]
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 use behaviour::common::{granted, namespace, no_wait, refused, spawn, waiting, BOUND};
 use behaviour::front::{ClusterFront, Front};
+use behaviour::rw_lock::rw_name;
 use behaviour::semaphore::{permits_name, slot_fence_name, slot_name};
 use redlease::{Error, ReleaseOutcome};
 use support::cluster::{ClusterNode, RedisCluster};
@@ -33,12 +35,11 @@ fn exists_on(node: &ClusterNode, name: &str) -> bool {
 /// the sharded notification (safety polls 30 s, bound 10 s) gets the freed
 /// slot with a larger fence; semaphores whose keys live on three different
 /// primaries are granted there.
-fn the_semaphore_works_on_a_cluster<F: ClusterFront>() {
-    let cluster = RedisCluster::start();
+fn the_semaphore_works_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
     let ns = namespace("cluster-sem");
     let config = behaviour::common::cluster_config(&ns);
-    let a: Arc<F> = behaviour::common::connect_cluster(&cluster, config.clone());
-    let b: Arc<F> = behaviour::common::connect_cluster(&cluster, config);
+    let a: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
+    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config);
 
     let mut permits: Vec<_> = (0..3)
         .map(|i| {
@@ -119,16 +120,83 @@ fn the_semaphore_works_on_a_cluster<F: ClusterFront>() {
     b.shutdown().unwrap();
 }
 
+/// Readers on two lockers share, a writer of one of them waits with its
+/// intent on the owning primary and is woken by the sharded notification
+/// of the last reader's release (safety polls 30 s, bound 10 s); readers
+/// on three primaries.
+fn the_rw_lock_works_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
+    let ns = namespace("cluster-rw");
+    let config = behaviour::common::cluster_config(&ns);
+    let a: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
+    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config);
+
+    let r1 = granted(a.read_with("doc", no_wait()), "a reader");
+    let r2 = granted(b.read_with("doc", no_wait()), "a reader elsewhere");
+    let epoch = F::epoch(&r1);
+    assert_eq!(F::epoch(&r2), epoch);
+    let owner = cluster.primary_for_lock("doc");
+    assert!(exists_on(owner, &rw_name(&ns, "read", "doc")));
+    let writer = {
+        let b = b.clone();
+        spawn("waiting writer", move || {
+            granted(b.write_with("doc", waiting(BOUND)), "the writer")
+        })
+    };
+    wait_until(BOUND, "the writer's intent on the owner", || {
+        exists_on(owner, &rw_name(&ns, "intent", "doc"))
+    });
+    wait_until(BOUND, "the writer waits subscribed", || {
+        let s = b.stats();
+        s.waiters == 1 && s.subscribed
+    });
+    let e = refused(a.read_with("doc", no_wait()), "a reader behind the writer");
+    assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+    let notified = b.stats().notifications;
+    assert_eq!(F::release_read(r1).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(F::release_read(r2).unwrap(), ReleaseOutcome::Released);
+    let w = writer.join_within(BOUND);
+    assert!(F::write_fence(&w) > epoch);
+    assert!(
+        b.stats().notifications > notified,
+        "woken by the notification"
+    );
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+
+    let keys = cluster.keys_on_distinct_primaries(|i| format!("rw-{i}"));
+    for key in &keys {
+        let r = granted(a.read_with(key, no_wait()), "a reader on each primary");
+        assert!(exists_on(
+            cluster.primary_for_lock(key),
+            &rw_name(&ns, "read", key)
+        ));
+        assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+        let w = granted(b.write_with(key, no_wait()), "a writer on each primary");
+        assert!(exists_on(
+            cluster.primary_for_lock(key),
+            &rw_name(&ns, "write", key)
+        ));
+        assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+    }
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+fn both_kinds_work_on_a_cluster<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    the_semaphore_works_on_a_cluster::<F>(&cluster);
+    the_rw_lock_works_on_a_cluster::<F>(&cluster);
+}
+
 mod blocking {
     #[test]
-    fn the_semaphore_works_on_a_cluster() {
-        super::the_semaphore_works_on_a_cluster::<crate::behaviour::Blocking>();
+    fn the_semaphore_and_the_rw_lock_work_on_a_cluster() {
+        super::both_kinds_work_on_a_cluster::<crate::behaviour::Blocking>();
     }
 }
 
 mod aio {
     #[test]
-    fn the_semaphore_works_on_a_cluster() {
-        super::the_semaphore_works_on_a_cluster::<crate::behaviour::Async>();
+    fn the_semaphore_and_the_rw_lock_work_on_a_cluster() {
+        super::both_kinds_work_on_a_cluster::<crate::behaviour::Async>();
     }
 }

@@ -377,7 +377,7 @@ pub(crate) fn readers_overlap_and_a_writer_never_overlaps_anyone_under_contentio
                         .query(&mut conn)
                         .unwrap_or_else(|e| panic!("marker enter: {e}"))
                 };
-                let mut leave = |counter: &str| {
+                let leave = |counter: &str| {
                     let _: i64 = redis::cmd("DECR")
                         .arg(counter)
                         .query(&mut markers.conn())

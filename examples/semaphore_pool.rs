@@ -7,7 +7,7 @@
 //! cargo run --example semaphore_pool
 //! ```
 //!
-//! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server`
+//! Uses `REDLEASE_EXAMPLE_URL` when set; otherwise starts a throwaway `redis-server`
 //! on a free loopback port (and stops it at the end). `WORKERS` (default 8),
 //! `PERMITS` (default 3) and `ROUNDS` (default 4) size the run. At the end
 //! the example shows the most holders it saw at once, and a stale write

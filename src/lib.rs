@@ -105,6 +105,28 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Read-write leases
+//!
+//! [`blocking::Locker::rw_lock`] (and `aio::Locker::rw_lock`) gives many
+//! readers at once or one writer, writers preferred. A
+//! [`blocking::WriteLease`] has a fence; a [`blocking::ReadLease`] has an
+//! epoch, the latest writer fence at its grant, which writes derived from
+//! the read carry ([`fenced::FencedStore::write_derived`]).
+//!
+//! ```no_run
+//! # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+//! let doc = locker.rw_lock("doc:7")?;
+//! let read = doc.read()?;
+//! println!("epoch {}", read.epoch());
+//! read.release()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Which to use: one holder at a time, a lease (the store checks its
+//! fence); at most N, a semaphore (the store checks `(slot, fence)`); many
+//! readers or one writer, a read-write lease (writers' fence, and the
+//! epoch for writes derived from a read).
+//!
 //! # Features
 //!
 //! | feature | default | what it adds |

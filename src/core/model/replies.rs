@@ -1,4 +1,4 @@
-//! `check_replies`: reply classification against SPEC §3 and §12, alone and through a core.
+//! `check_replies`: reply classification against SPEC §3, §12 and §13, alone and through a core.
 
 use std::time::Duration;
 
@@ -282,10 +282,15 @@ fn check_classification(value: &Value) {
             "an accepted fence's decimal form is accepted as the same fence"
         );
     }
-    assert_eq!(
-        ScriptKind::Acquire.grants(value),
-        matches!(acquire, Ok(AcquireReply::Acquired(_)))
-    );
+    // A read-write lease's read (epoch) and write (fence) replies read as
+    // a lock's acquire.
+    for kind in [ScriptKind::Acquire, ScriptKind::RwRead, ScriptKind::RwWrite] {
+        assert_eq!(
+            kind.grants(value),
+            matches!(acquire, Ok(AcquireReply::Acquired(_))),
+            "{kind:?}"
+        );
+    }
 
     let permit = classify_permit(value);
     let padded_fence = matches!(value, Value::Array(items)
@@ -324,7 +329,17 @@ fn check_classification(value: &Value) {
         ScriptKind::Renew.grants(value),
         renew == Ok(RenewOutcome::Renewed)
     );
-    assert!(!ScriptKind::Release.grants(value));
+    assert_eq!(
+        ScriptKind::RwReadRenew.grants(value),
+        renew == Ok(RenewOutcome::Renewed)
+    );
+    for kind in [
+        ScriptKind::Release,
+        ScriptKind::SemReleaseAny,
+        ScriptKind::RwReadRelease,
+    ] {
+        assert!(!kind.grants(value), "{kind:?}");
+    }
 
     // The error text names the shape only: it reads the same when every
     // string in the reply (a token, say) is replaced by `#`s.

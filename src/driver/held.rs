@@ -253,30 +253,9 @@ macro_rules! permit_common {
             pub fn fence(&self) -> $crate::Fence {
                 self.0.fence()
             }
-
-            /// Whether the permit is still held, by the local estimate.
-            pub fn is_valid(&self) -> bool {
-                self.0.is_valid()
-            }
-
-            /// The time left by the local estimate (zero when not valid).
-            pub fn remaining(&self) -> std::time::Duration {
-                self.0.remaining()
-            }
-
-            /// How many replicas acknowledged the last acquire or renew,
-            /// when [`Config::min_replicas`](crate::Config::min_replicas) is
-            /// set.
-            pub fn replicas(&self) -> Option<u32> {
-                self.0.replicas()
-            }
         }
 
-        impl std::fmt::Debug for $permit {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.0.held().debug(f)
-            }
-        }
+        $crate::driver::held::guard_common!($permit, "Permit", "fence");
 
         impl $semaphore {
             /// The number of permits this handle acquires from.
@@ -326,8 +305,8 @@ macro_rules! rw_common {
             }
         }
 
-        $crate::driver::held::rw_common!(@guard $read, "ReadLease", "epoch");
-        $crate::driver::held::rw_common!(@guard $write, "WriteLease", "fence");
+        $crate::driver::held::guard_common!($read, "ReadLease", "epoch");
+        $crate::driver::held::guard_common!($write, "WriteLease", "fence");
 
         // Hand-written: the key must not show.
         impl std::fmt::Debug for $rw {
@@ -336,7 +315,14 @@ macro_rules! rw_common {
             }
         }
     };
-    (@guard $guard:ident, $name:literal, $number:literal) => {
+}
+pub(crate) use rw_common;
+
+/// Validity, replicas and `Debug` of a guard that wraps a front end's
+/// `Lease` (`$guard(Lease)`): a permit, a read or a write lease. `$name`
+/// and `$number` name the type and its grant number in the `Debug`.
+macro_rules! guard_common {
+    ($guard:ident, $name:literal, $number:literal) => {
         impl $guard {
             /// Whether the lease is still held, by the local estimate.
             pub fn is_valid(&self) -> bool {
@@ -363,4 +349,4 @@ macro_rules! rw_common {
         }
     };
 }
-pub(crate) use rw_common;
+pub(crate) use guard_common;

@@ -7,9 +7,10 @@
 //!
 //! Scenarios (each prints a short summary on stderr and its JSON on stdout,
 //! or to `--out`): `uncontended`, `contention`, `semaphore` (contention on
-//! a fenced semaphore, `--permits 3`), `wakeup`, `many-keys`,
+//! a fenced semaphore, `--permits 3`), `rw` (read-mostly contention on a
+//! read-write lease, with a lock baseline), `wakeup`, `many-keys`,
 //! `memory`, `core` (micro-benchmarks of the sans-IO core; needs
-//! `--features bench-hooks`). `contention` and `memory` re-execute this binary as worker
+//! `--features bench-hooks`). `contention`, `semaphore`, `rw` and `memory` re-execute this binary as worker
 //! processes (`contention-worker`, `memory-child`). `free-port` prints a free
 //! loopback port (for `benchmarks/run.sh`).
 //!
@@ -32,6 +33,8 @@ mod json;
 mod many_keys;
 #[path = "bench/memory.rs"]
 mod memory;
+#[path = "bench/rw.rs"]
+mod rw;
 #[path = "bench/uncontended.rs"]
 mod uncontended;
 #[path = "bench/util.rs"]
@@ -124,6 +127,7 @@ fn run() -> BoxResult<()> {
         "memory-child" => return memory::child(&args),
         "uncontended" => uncontended::run(&args)?,
         "contention" | "semaphore" => contention::run(&args)?,
+        "rw" => rw::run(&args)?,
         "wakeup" => wakeup::run(&args)?,
         "many-keys" => many_keys::run(&args)?,
         "memory" => memory::run(&args)?,

@@ -13,6 +13,12 @@
 //! acquisition (fence, shared-clock timestamps), an `S` line with the
 //! locker's statistics and `END`. Timestamps are `SystemTime` in µs: the
 //! one clock all processes share.
+//!
+//! The `rw` scenario (`rw.rs`) drives the same workers on a read-write
+//! lease (`--rw 1`): each waiter loop then reads, and writes every
+//! `--write-every`th operation, and the `R` lines carry the mode and the
+//! time of the call; an acquire cancelled by STOP is reported as a `P`
+//! line (mode, call time, cancel time).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -40,7 +46,7 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         _ => None,
     };
     let plan = Plan {
-        permits,
+        kind: permits.map_or(Kind::Lock, Kind::Semaphore),
         processes: args.num("processes", 4)?,
         waiters: args.num("waiters", 8)?,
         total: args.num("total", 500)?,
@@ -77,14 +83,78 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
     Ok(J::obj(out))
 }
 
-struct Plan {
-    /// A semaphore of this many permits; `None`: a lock.
-    permits: Option<u32>,
-    processes: usize,
-    waiters: usize,
-    total: usize,
-    hold: Duration,
-    budget: Duration,
+pub(crate) struct Plan {
+    pub(crate) kind: Kind,
+    pub(crate) processes: usize,
+    pub(crate) waiters: usize,
+    pub(crate) total: usize,
+    pub(crate) hold: Duration,
+    pub(crate) budget: Duration,
+}
+
+/// What the workers contend for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Lock,
+    /// A fenced semaphore of this many permits.
+    Semaphore(u32),
+    /// A read-write lease; every `write_every`th operation of a loop writes.
+    Rw {
+        write_every: u32,
+    },
+}
+
+impl Kind {
+    fn permits(self) -> Option<u32> {
+        match self {
+            Kind::Semaphore(n) => Some(n),
+            Kind::Lock | Kind::Rw { .. } => None,
+        }
+    }
+}
+
+/// What one grant was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A lock's lease or a semaphore's permit.
+    Exclusive,
+    Read,
+    Write,
+}
+
+impl Mode {
+    fn code(self) -> u64 {
+        match self {
+            Mode::Exclusive => 0,
+            Mode::Read => 1,
+            Mode::Write => 2,
+        }
+    }
+
+    fn from_code(n: u64) -> Mode {
+        match n {
+            1 => Mode::Read,
+            2 => Mode::Write,
+            _ => Mode::Exclusive,
+        }
+    }
+}
+
+/// The mode of operation `i` (from 0) of waiter loop `seed` (its index
+/// among all loops of the run): deterministic, every `write_every`th
+/// operation a write, the loops' writes staggered by their index.
+fn op_mode(kind: Kind, seed: usize, i: usize) -> Mode {
+    match kind {
+        Kind::Rw { write_every } => {
+            let every = write_every.max(1) as usize;
+            if (seed + i) % every == every - 1 {
+                Mode::Write
+            } else {
+                Mode::Read
+            }
+        }
+        Kind::Lock | Kind::Semaphore(_) => Mode::Exclusive,
+    }
 }
 
 fn headline(front: Front, notify: bool, r: &J) -> String {
@@ -124,24 +194,41 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Rec {
-    process: usize,
-    waiter: usize,
-    /// The permit's slot; 0 for a lock.
-    slot: u32,
-    fence: u64,
-    /// Shared clock, µs: the acquire returned.
-    acquired: u64,
+pub(crate) struct Rec {
+    pub(crate) process: usize,
+    pub(crate) waiter: usize,
+    /// The permit's slot; 0 for a lock or a read-write lease.
+    pub(crate) slot: u32,
+    /// The fence (a writer's or a lock's) or a reader's epoch.
+    pub(crate) fence: u64,
+    pub(crate) mode: Mode,
+    /// Shared clock, µs: the acquire was called.
+    pub(crate) called: u64,
+    /// The acquire returned.
+    pub(crate) acquired: u64,
     /// The holder called release.
-    release_called: u64,
+    pub(crate) release_called: u64,
     /// The release returned.
-    released: u64,
+    pub(crate) released: u64,
+}
+
+/// An acquire still waiting when STOP cancelled it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    pub(crate) process: usize,
+    pub(crate) waiter: usize,
+    pub(crate) mode: Mode,
+    /// Shared clock, µs: the acquire was called.
+    pub(crate) called: u64,
+    /// It returned `Cancelled`.
+    pub(crate) cancelled: u64,
 }
 
 enum Msg {
     Ready,
     Acquired,
     Rec(Rec),
+    Pending(Pending),
     Stats(usize, Vec<u64>),
     Error(usize, String),
     End,
@@ -157,17 +244,69 @@ fn say(stdin: &mut ChildStdin, what: &str) {
     let _ = stdin.flush();
 }
 
+/// What the workers of one run reported, and the run's facts.
+pub(crate) struct Raw {
+    pub(crate) recs: Vec<Rec>,
+    pub(crate) pending: Vec<Pending>,
+    /// The `S` fields of each process.
+    pub(crate) stats: BTreeMap<usize, Vec<u64>>,
+    pub(crate) errors: BTreeMap<String, u64>,
+    pub(crate) commandstats: CommandStats,
+    pub(crate) rtt: Vec<u64>,
+    pub(crate) rtt_p50: u64,
+    pub(crate) idle_rtt: Vec<u64>,
+    /// Shared clock, µs: GO and STOP.
+    pub(crate) go_us: u64,
+    pub(crate) stop_us: u64,
+    pub(crate) counted_at_stop: usize,
+    pub(crate) timed_out: bool,
+}
+
+impl Raw {
+    pub(crate) fn window_us(&self) -> u64 {
+        self.stop_us.saturating_sub(self.go_us)
+    }
+}
+
 fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
+    let raw = gather(front, url, notify, plan)?;
+    let mut j = analyse(front, notify, plan, raw);
+    if front == Front::Async {
+        let plain = util::ping_blocking(url, 1_000)?;
+        let gap = j
+            .get("handover_other_process")
+            .and_then(|g| g.get("p50_us"))
+            .and_then(J::as_f64)
+            .unwrap_or(0.0);
+        j.set("plain_rtt", util::summary_us(&plain));
+        j.set(
+            "handover_other_process_p50_plain_rtt",
+            util::in_rtt((gap * 1000.0) as u64, util::p50(&plain)),
+        );
+    }
+    Ok(j)
+}
+
+/// Runs the worker processes of one (front end, notifications) pair to
+/// `plan.total` grants and collects what they report.
+pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<Raw> {
     let mut admin = util::connect(url)?;
     let worker_url = if notify {
         url.to_owned()
     } else {
         util::with_user(url, NO_NOTIFY_USER, NO_NOTIFY_PASSWORD)?
     };
-    let ns = util::fresh_namespace("contention");
+    let ns = util::fresh_namespace(match plan.kind {
+        Kind::Rw { .. } => "rw",
+        Kind::Lock | Kind::Semaphore(_) => "contention",
+    });
     let rtt = util::ping(front, url, 1_000)?;
     let rtt_p50 = util::p50(&rtt);
     let idle_rtt = util::ping_after_idle(front, url, 200, Duration::from_millis(2))?;
+    let write_every = match plan.kind {
+        Kind::Rw { write_every } => write_every,
+        Kind::Lock | Kind::Semaphore(_) => 0,
+    };
     let (tx, rx) = mpsc::channel();
     let mut workers = Vec::new();
     for p in 0..plan.processes {
@@ -177,7 +316,8 @@ fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
             .args(["--process", &p.to_string()])
             .args(["--waiters", &plan.waiters.to_string()])
             .args(["--hold-us", &plan.hold.as_micros().to_string()])
-            .args(["--permits", &plan.permits.unwrap_or(0).to_string()])
+            .args(["--permits", &plan.kind.permits().unwrap_or(0).to_string()])
+            .args(["--write-every", &write_every.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -198,7 +338,7 @@ fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
         }
     }
     CommandStats::reset(&mut admin)?;
-    let go_at = sys_us();
+    let go_us = sys_us();
     let started = Instant::now();
     for w in &mut workers {
         say(&mut w.stdin, "GO");
@@ -206,6 +346,7 @@ fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
     let mut counted = 0usize;
     let mut stop_at = None;
     let mut recs = Vec::new();
+    let mut pending = Vec::new();
     let mut stats: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut ended = 0;
@@ -219,6 +360,7 @@ fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
         match msg {
             Some(Msg::Acquired) => counted += 1,
             Some(Msg::Rec(r)) => recs.push(r),
+            Some(Msg::Pending(p)) => pending.push(p),
             Some(Msg::Stats(p, s)) => {
                 stats.insert(p, s);
             }
@@ -248,39 +390,20 @@ fn one(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxResult<J> {
         let _ = w.child.wait();
     }
     let (stop_us, counted_at_stop) = stop_at.unwrap_or((sys_us(), counted));
-    let plain = if front == Front::Async {
-        util::ping_blocking(url, 1_000)?
-    } else {
-        Vec::new()
-    };
-    let mut j = analyse(Analysis {
-        front,
-        notify,
-        plan,
+    Ok(Raw {
         recs,
+        pending,
         stats,
         errors,
         commandstats,
         rtt,
         rtt_p50,
         idle_rtt,
-        window_us: stop_us.saturating_sub(go_at),
+        go_us,
+        stop_us,
         counted_at_stop,
         timed_out,
-    });
-    if !plain.is_empty() {
-        let gap = j
-            .get("handover_other_process")
-            .and_then(|g| g.get("p50_us"))
-            .and_then(J::as_f64)
-            .unwrap_or(0.0);
-        j.set("plain_rtt", util::summary_us(&plain));
-        j.set(
-            "handover_other_process_p50_plain_rtt",
-            util::in_rtt((gap * 1000.0) as u64, util::p50(&plain)),
-        );
-    }
-    Ok(j)
+    })
 }
 
 fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Msg>) {
@@ -295,7 +418,7 @@ fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Ms
             Some("A") => Msg::Acquired,
             Some("R") => {
                 let n = nums(words);
-                if n.len() != 6 {
+                if n.len() != 8 {
                     continue;
                 }
                 Msg::Rec(Rec {
@@ -303,9 +426,24 @@ fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Ms
                     waiter: n[0] as usize,
                     slot: n[1] as u32,
                     fence: n[2],
-                    acquired: n[3],
-                    release_called: n[4],
-                    released: n[5],
+                    mode: Mode::from_code(n[3]),
+                    called: n[4],
+                    acquired: n[5],
+                    release_called: n[6],
+                    released: n[7],
+                })
+            }
+            Some("P") => {
+                let n = nums(words);
+                if n.len() != 4 {
+                    continue;
+                }
+                Msg::Pending(Pending {
+                    process: p,
+                    waiter: n[0] as usize,
+                    mode: Mode::from_code(n[1]),
+                    called: n[2],
+                    cancelled: n[3],
                 })
             }
             Some("S") => Msg::Stats(p, nums(words)),
@@ -320,32 +458,97 @@ fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Ms
     let _ = tx.send(Msg::End);
 }
 
-struct Analysis<'a> {
-    front: Front,
-    notify: bool,
-    plan: &'a Plan,
-    recs: Vec<Rec>,
-    stats: BTreeMap<usize, Vec<u64>>,
-    errors: BTreeMap<String, u64>,
-    commandstats: CommandStats,
-    rtt: Vec<u64>,
-    rtt_p50: u64,
-    idle_rtt: Vec<u64>,
-    window_us: u64,
-    counted_at_stop: usize,
-    timed_out: bool,
+/// The lockers' statistics (the `S` fields) summed over the processes,
+/// in total and per acquisition.
+pub(crate) fn locker_stats(
+    stats: &BTreeMap<usize, Vec<u64>>,
+    acquisitions: usize,
+) -> [(&'static str, J); 2] {
+    let names = [
+        "acquires",
+        "busy_replies",
+        "notifications",
+        "safety_polls",
+        "scripts_sent",
+        "wait_timeouts",
+        "noscript_reloads",
+    ];
+    let mut sums = vec![0u64; names.len()];
+    for s in stats.values() {
+        for (i, v) in s.iter().enumerate().take(names.len()) {
+            sums[i] += v;
+        }
+    }
+    let acq = acquisitions.max(1) as f64;
+    [
+        (
+            "locker_stats_sum",
+            J::obj(
+                names
+                    .iter()
+                    .zip(&sums)
+                    .map(|(name, v)| (*name, J::from(*v))),
+            ),
+        ),
+        (
+            "locker_stats_per_acquisition",
+            J::obj(
+                names
+                    .iter()
+                    .zip(&sums)
+                    .map(|(name, v)| (*name, J::round(*v as f64 / acq, 2))),
+            ),
+        ),
+    ]
 }
 
-fn analyse(a: Analysis<'_>) -> J {
+/// Redis' work per acquisition from `INFO commandstats` (every grant has
+/// one release script, the rest are acquire scripts).
+pub(crate) fn redis_per_acquisition(
+    front: Front,
+    cs: &CommandStats,
+    acquisitions: usize,
+) -> [(&'static str, J); 6] {
+    let n = acquisitions as u64;
+    let per_acq = |x: u64| J::round(x as f64 / acquisitions.max(1) as f64, 2);
+    let pings = pipelined_pings(front, cs);
+    [
+        ("redis_scripts_per_acquisition", per_acq(cs.scripts())),
+        (
+            "redis_acquire_scripts_per_acquisition",
+            per_acq(cs.scripts().saturating_sub(n)),
+        ),
+        ("redis_commands_per_acquisition", per_acq(cs.total())),
+        (
+            "redis_calls_inside_scripts_per_acquisition",
+            per_acq(cs.inside_scripts()),
+        ),
+        (
+            "redis_round_trips_per_acquisition",
+            per_acq(cs.total().saturating_sub(pings)),
+        ),
+        ("commandstats", cs.to_json()),
+    ]
+}
+
+/// Wait of each grant: from the call to the grant, in ns.
+pub(crate) fn waits_ns<'a>(recs: impl IntoIterator<Item = &'a Rec>) -> Vec<u64> {
+    recs.into_iter()
+        .map(|r| r.acquired.saturating_sub(r.called) * 1000)
+        .collect()
+}
+
+pub(crate) fn analyse(front: Front, notify: bool, plan: &Plan, a: Raw) -> J {
+    let window_us = a.window_us();
     let mut recs = a.recs;
     // Fences increase strictly per key (per slot): fence order is grant
     // order, and each hand-over is from one holder of a slot to the next.
     recs.sort_by_key(|r| (r.slot, r.fence));
     let n = recs.len();
     // A lock's overlaps are the successive holders' below.
-    let mut violations = a
-        .plan
-        .permits
+    let mut violations = plan
+        .kind
+        .permits()
         .map_or(0, |permits| over_capacity(&recs, permits));
     let successive: Vec<[Rec; 2]> = recs
         .windows(2)
@@ -359,7 +562,7 @@ fn analyse(a: Analysis<'_>) -> J {
     let mut same_waiter = 0u64;
     let mut same_process = 0u64;
     // [releaser's process][next holder's process]
-    let mut transitions = vec![vec![0u64; a.plan.processes]; a.plan.processes];
+    let mut transitions = vec![vec![0u64; plan.processes]; plan.processes];
     for [prev, next] in successive {
         // The next holder saw its grant before the previous one started to
         // release (or fences repeated): two holders at once.
@@ -389,15 +592,15 @@ fn analyse(a: Analysis<'_>) -> J {
     }
     let pairs = n.saturating_sub(1).max(1) as f64;
     let mut per_waiter: BTreeMap<(usize, usize), u64> = BTreeMap::new();
-    for p in 0..a.plan.processes {
-        for w in 0..a.plan.waiters {
+    for p in 0..plan.processes {
+        for w in 0..plan.waiters {
             per_waiter.insert((p, w), 0);
         }
     }
     for r in &recs {
         *per_waiter.entry((r.process, r.waiter)).or_default() += 1;
     }
-    let mut per_process = vec![0u64; a.plan.processes];
+    let mut per_process = vec![0u64; plan.processes];
     for ((p, _), c) in &per_waiter {
         if let Some(slot) = per_process.get_mut(*p) {
             *slot += c;
@@ -408,47 +611,27 @@ fn analyse(a: Analysis<'_>) -> J {
         .iter()
         .map(|r| r.released.saturating_sub(r.release_called) * 1000)
         .collect();
-    // Locker statistics summed over the processes (order of `S` fields).
-    let names = [
-        "acquires",
-        "busy_replies",
-        "notifications",
-        "safety_polls",
-        "scripts_sent",
-        "wait_timeouts",
-        "noscript_reloads",
-    ];
-    let mut sums = vec![0u64; names.len()];
-    for s in a.stats.values() {
-        for (i, v) in s.iter().enumerate().take(names.len()) {
-            sums[i] += v;
-        }
-    }
-    let acq = n.max(1) as f64;
-    let per_acq = |x: u64| J::round(x as f64 / acq, 2);
-    let cs = &a.commandstats;
-    let pings = pipelined_pings(a.front, cs);
     let rtt_p50 = a.rtt_p50;
     let p50_of = |v: &[u64]| util::in_rtt(util::p50(v), rtt_p50);
-    let mut j = J::obj([
-        ("front", J::from(a.front.name())),
-        ("notifications", J::from(a.notify)),
-        ("processes", J::from(a.plan.processes)),
-        ("waiters_per_process", J::from(a.plan.waiters)),
-        ("hold_us", J::from(a.plan.hold.as_micros() as u64)),
-        ("target_acquisitions", J::from(a.plan.total)),
+    let mut fields = vec![
+        ("front", J::from(front.name())),
+        ("notifications", J::from(notify)),
+        ("processes", J::from(plan.processes)),
+        ("waiters_per_process", J::from(plan.waiters)),
+        ("hold_us", J::from(plan.hold.as_micros() as u64)),
+        ("target_acquisitions", J::from(plan.total)),
         ("acquisitions", J::from(n)),
         ("acquisitions_counted_at_stop", J::from(a.counted_at_stop)),
         ("timed_out", J::from(a.timed_out)),
         (
             "acquisitions_per_s",
             J::round(
-                a.counted_at_stop as f64 / (a.window_us.max(1) as f64 / 1e6),
+                a.counted_at_stop as f64 / (window_us.max(1) as f64 / 1e6),
                 1,
             ),
         ),
         ("rtt", util::summary_us(&a.rtt)),
-        ("rtt_connection", J::from(rtt_connection(a.front))),
+        ("rtt_connection", J::from(rtt_connection(front))),
         ("rtt_after_2ms_idle", util::summary_us(&a.idle_rtt)),
         (
             "handover_other_waiter_p50_in_rtt_after_idle",
@@ -478,6 +661,7 @@ fn analyse(a: Analysis<'_>) -> J {
             util::summary_us(&gaps_same_process),
         ),
         ("release_call", util::summary_us(&release_rtts)),
+        ("wait", util::summary_us(&waits_ns(&recs))),
         (
             "releaser_process_retake_rate",
             J::round(same_process as f64 / pairs, 3),
@@ -514,48 +698,17 @@ fn analyse(a: Analysis<'_>) -> J {
             ]),
         ),
         ("mutual_exclusion_violations", J::from(violations)),
-        ("redis_scripts_per_acquisition", per_acq(cs.scripts())),
-        (
-            "redis_acquire_scripts_per_acquisition",
-            per_acq(cs.scripts().saturating_sub(n as u64)),
-        ),
-        ("redis_commands_per_acquisition", per_acq(cs.total())),
-        (
-            "redis_calls_inside_scripts_per_acquisition",
-            per_acq(cs.inside_scripts()),
-        ),
-        (
-            "redis_round_trips_per_acquisition",
-            per_acq(cs.total() - pings),
-        ),
-        ("commandstats", cs.to_json()),
-        (
-            "locker_stats_sum",
-            J::obj(
-                names
-                    .iter()
-                    .zip(&sums)
-                    .map(|(name, v)| (*name, J::from(*v))),
-            ),
-        ),
-        (
-            "locker_stats_per_acquisition",
-            J::obj(
-                names
-                    .iter()
-                    .zip(&sums)
-                    .map(|(name, v)| (*name, per_acq(*v))),
-            ),
-        ),
-        (
-            "errors",
-            J::obj(a.errors.iter().map(|(k, v)| (k.as_str(), J::from(*v)))),
-        ),
-    ]);
-    if let Some(permits) = a.plan.permits {
-        j.set("permits", J::from(u64::from(permits)));
+    ];
+    fields.extend(redis_per_acquisition(front, &a.commandstats, n));
+    fields.extend(locker_stats(&a.stats, n));
+    fields.push((
+        "errors",
+        J::obj(a.errors.iter().map(|(k, v)| (k.as_str(), J::from(*v)))),
+    ));
+    if let Some(permits) = plan.kind.permits() {
+        fields.push(("permits", J::from(u64::from(permits))));
     }
-    j
+    J::obj(fields)
 }
 
 /// How often more than `capacity` holders held at once, by the holders'
@@ -602,9 +755,23 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     let front = Front::parse(args.get("front").ok_or("--front")?)?;
     let ns = args.get("ns").ok_or("--ns")?.to_owned();
     let key = args.get("key").ok_or("--key")?.to_owned();
+    let process: usize = args.num("process", 0)?;
     let waiters: usize = args.num("waiters", 8)?;
     let hold = Duration::from_micros(args.num("hold-us", 2_000)?);
     let permits: u32 = args.num("permits", 0)?;
+    let write_every: u32 = args.num("write-every", 0)?;
+    let kind = match (permits, write_every) {
+        (0, 0) => Kind::Lock,
+        (0, n) => Kind::Rw { write_every: n },
+        (n, _) => Kind::Semaphore(n),
+    };
+    let job = |waiter: usize| Job {
+        key: key.clone(),
+        kind,
+        waiter,
+        seed: process * waiters + waiter,
+        hold,
+    };
     let state = Arc::new(WorkerState {
         stop: AtomicBool::new(false),
         cancel: CancelHandle::new(),
@@ -639,10 +806,8 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
                 .map(|w| {
                     let locker = locker.clone();
                     let state = state.clone();
-                    let key = key.clone();
-                    std::thread::spawn(move || {
-                        blocking_waiter(&locker, &state, &key, permits, w, hold)
-                    })
+                    let job = job(w);
+                    std::thread::spawn(move || blocking_waiter(&locker, &state, &job))
                 })
                 .collect();
             let mut recs = Vec::new();
@@ -657,10 +822,10 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
             let locker = redlease::aio::Locker::connect(url.as_str(), config).await?;
             state.out.line("READY");
             go_rx.recv()?;
-            let all = futures::future::join_all(
-                (0..waiters).map(|w| async_waiter(&locker, &state, &key, permits, w, hold)),
-            )
-            .await;
+            let jobs: Vec<Job> = (0..waiters).map(job).collect();
+            let all =
+                futures::future::join_all(jobs.iter().map(|j| async_waiter(&locker, &state, j)))
+                    .await;
             let stats = locker.stats();
             locker.shutdown().await?;
             Ok::<_, Box<dyn std::error::Error>>((all.into_iter().flatten().collect(), stats))
@@ -668,13 +833,30 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     };
     for r in &recs {
         state.out.line(&format!(
-            "R {} {} {} {} {} {}",
-            r.waiter, r.slot, r.fence, r.acquired, r.release_called, r.released
+            "R {} {} {} {} {} {} {} {}",
+            r.waiter,
+            r.slot,
+            r.fence,
+            r.mode.code(),
+            r.called,
+            r.acquired,
+            r.release_called,
+            r.released
         ));
     }
     state.out.line(&stats_line(&stats));
     state.out.line("END");
     Ok(())
+}
+
+/// One waiter loop of a worker.
+struct Job {
+    key: String,
+    kind: Kind,
+    waiter: usize,
+    /// The loop's index among all loops of the run (for `op_mode`).
+    seed: usize,
+    hold: Duration,
 }
 
 fn stats_line(s: &Stats) -> String {
@@ -694,12 +876,14 @@ fn options(state: &WorkerState) -> AcquireOptions {
     AcquireOptions::new().cancel(state.cancel.clone())
 }
 
+/// One loop's record of a grant, once released; `slot_fence` is (slot,
+/// fence or epoch), `times` (called, acquired, release called).
 fn record(
     state: &WorkerState,
-    waiter: usize,
+    job: &Job,
+    mode: Mode,
     (slot, fence): (u32, u64),
-    acquired: u64,
-    release_called: u64,
+    [called, acquired, release_called]: [u64; 3],
     outcome: Result<ReleaseOutcome, redlease::Error>,
 ) -> Rec {
     match outcome {
@@ -709,105 +893,206 @@ fn record(
     }
     Rec {
         process: 0,
-        waiter,
+        waiter: job.waiter,
         slot,
         fence,
+        mode,
+        called,
         acquired,
         release_called,
         released: sys_us(),
     }
 }
 
+/// An acquire that STOP cancelled: how long it had waited.
+fn report_pending(state: &WorkerState, job: &Job, mode: Mode, called: u64) {
+    state.out.line(&format!(
+        "P {} {} {} {}",
+        job.waiter,
+        mode.code(),
+        called,
+        sys_us()
+    ));
+}
+
+/// What a blocking waiter loop acquires.
+enum BlockingTarget {
+    Lock,
+    Semaphore(redlease::blocking::Semaphore),
+    Rw(redlease::blocking::RwLock),
+}
+
+/// What it holds.
+enum BlockingHeld {
+    Lease(redlease::blocking::Lease),
+    Permit(redlease::blocking::Permit),
+    Read(redlease::blocking::ReadLease),
+    Write(redlease::blocking::WriteLease),
+}
+
+impl BlockingHeld {
+    fn release(self) -> Result<ReleaseOutcome, redlease::Error> {
+        match self {
+            BlockingHeld::Lease(l) => l.release(),
+            BlockingHeld::Permit(p) => p.release(),
+            BlockingHeld::Read(r) => r.release(),
+            BlockingHeld::Write(w) => w.release(),
+        }
+    }
+}
+
+fn blocking_acquire(
+    locker: &redlease::blocking::Locker,
+    target: &BlockingTarget,
+    key: &str,
+    mode: Mode,
+    options: AcquireOptions,
+) -> Result<((u32, u64), BlockingHeld), redlease::Error> {
+    match (target, mode) {
+        (BlockingTarget::Lock, _) => locker
+            .acquire_with(key, options)
+            .map(|l| ((0, l.fence().get()), BlockingHeld::Lease(l))),
+        (BlockingTarget::Semaphore(s), _) => s
+            .acquire_with(options)
+            .map(|p| ((p.slot(), p.fence().get()), BlockingHeld::Permit(p))),
+        (BlockingTarget::Rw(rw), Mode::Write) => rw
+            .write_with(options)
+            .map(|w| ((0, w.fence().get()), BlockingHeld::Write(w))),
+        (BlockingTarget::Rw(rw), _) => rw
+            .read_with(options)
+            .map(|r| ((0, r.epoch().get()), BlockingHeld::Read(r))),
+    }
+}
+
 fn blocking_waiter(
     locker: &redlease::blocking::Locker,
     state: &WorkerState,
-    key: &str,
-    permits: u32,
-    w: usize,
-    hold: Duration,
+    job: &Job,
 ) -> Vec<Rec> {
-    let semaphore = match permits {
-        0 => None,
-        n => match locker.semaphore(key, n) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                state.out.line(&format!("E semaphore {}", e.code()));
-                return Vec::new();
-            }
-        },
+    let target = match job.kind {
+        Kind::Lock => Ok(BlockingTarget::Lock),
+        Kind::Semaphore(n) => locker.semaphore(&job.key, n).map(BlockingTarget::Semaphore),
+        Kind::Rw { .. } => locker.rw_lock(&job.key).map(BlockingTarget::Rw),
+    };
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => {
+            state.out.line(&format!("E handle {}", e.code()));
+            return Vec::new();
+        }
     };
     let mut recs = Vec::new();
+    let mut op = 0;
     while !state.stop.load(Ordering::SeqCst) {
-        let held = match &semaphore {
-            Some(s) => s
-                .acquire_with(options(state))
-                .map(|p| ((p.slot(), p.fence().get()), Ok(p))),
-            None => locker
-                .acquire_with(key, options(state))
-                .map(|l| ((0, l.fence().get()), Err(l))),
-        };
-        match held {
+        let mode = op_mode(job.kind, job.seed, op);
+        let called = sys_us();
+        match blocking_acquire(locker, &target, &job.key, mode, options(state)) {
             Ok((grant, held)) => {
                 let acquired = sys_us();
                 state.out.line("A");
-                util::sleep(hold);
+                util::sleep(job.hold);
                 let release_called = sys_us();
-                let outcome = match held {
-                    Ok(permit) => permit.release(),
-                    Err(lease) => lease.release(),
-                };
-                recs.push(record(state, w, grant, acquired, release_called, outcome));
+                let outcome = held.release();
+                let times = [called, acquired, release_called];
+                recs.push(record(state, job, mode, grant, times, outcome));
+                op += 1;
             }
-            Err(e) if e.code() == "CANCELLED" => break,
+            Err(e) if e.code() == "CANCELLED" => {
+                report_pending(state, job, mode, called);
+                break;
+            }
             Err(e) => state.out.line(&format!("E acquire {}", e.code())),
         }
     }
     recs
 }
 
-async fn async_waiter(
+/// What an async waiter loop acquires.
+enum AsyncTarget {
+    Lock,
+    Semaphore(redlease::aio::Semaphore),
+    Rw(redlease::aio::RwLock),
+}
+
+/// What it holds.
+enum AsyncHeld {
+    Lease(redlease::aio::Lease),
+    Permit(redlease::aio::Permit),
+    Read(redlease::aio::ReadLease),
+    Write(redlease::aio::WriteLease),
+}
+
+impl AsyncHeld {
+    async fn release(self) -> Result<ReleaseOutcome, redlease::Error> {
+        match self {
+            AsyncHeld::Lease(l) => l.release().await,
+            AsyncHeld::Permit(p) => p.release().await,
+            AsyncHeld::Read(r) => r.release().await,
+            AsyncHeld::Write(w) => w.release().await,
+        }
+    }
+}
+
+async fn async_acquire(
     locker: &redlease::aio::Locker,
-    state: &WorkerState,
+    target: &AsyncTarget,
     key: &str,
-    permits: u32,
-    w: usize,
-    hold: Duration,
-) -> Vec<Rec> {
-    let semaphore = match permits {
-        0 => None,
-        n => match locker.semaphore(key, n) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                state.out.line(&format!("E semaphore {}", e.code()));
-                return Vec::new();
-            }
-        },
+    mode: Mode,
+    options: AcquireOptions,
+) -> Result<((u32, u64), AsyncHeld), redlease::Error> {
+    match (target, mode) {
+        (AsyncTarget::Lock, _) => locker
+            .acquire_with(key, options)
+            .await
+            .map(|l| ((0, l.fence().get()), AsyncHeld::Lease(l))),
+        (AsyncTarget::Semaphore(s), _) => s
+            .acquire_with(options)
+            .await
+            .map(|p| ((p.slot(), p.fence().get()), AsyncHeld::Permit(p))),
+        (AsyncTarget::Rw(rw), Mode::Write) => rw
+            .write_with(options)
+            .await
+            .map(|w| ((0, w.fence().get()), AsyncHeld::Write(w))),
+        (AsyncTarget::Rw(rw), _) => rw
+            .read_with(options)
+            .await
+            .map(|r| ((0, r.epoch().get()), AsyncHeld::Read(r))),
+    }
+}
+
+async fn async_waiter(locker: &redlease::aio::Locker, state: &WorkerState, job: &Job) -> Vec<Rec> {
+    let target = match job.kind {
+        Kind::Lock => Ok(AsyncTarget::Lock),
+        Kind::Semaphore(n) => locker.semaphore(&job.key, n).map(AsyncTarget::Semaphore),
+        Kind::Rw { .. } => locker.rw_lock(&job.key).map(AsyncTarget::Rw),
+    };
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => {
+            state.out.line(&format!("E handle {}", e.code()));
+            return Vec::new();
+        }
     };
     let mut recs = Vec::new();
+    let mut op = 0;
     while !state.stop.load(Ordering::SeqCst) {
-        let held = match &semaphore {
-            Some(s) => s
-                .acquire_with(options(state))
-                .await
-                .map(|p| ((p.slot(), p.fence().get()), Ok(p))),
-            None => locker
-                .acquire_with(key, options(state))
-                .await
-                .map(|l| ((0, l.fence().get()), Err(l))),
-        };
-        match held {
+        let mode = op_mode(job.kind, job.seed, op);
+        let called = sys_us();
+        match async_acquire(locker, &target, &job.key, mode, options(state)).await {
             Ok((grant, held)) => {
                 let acquired = sys_us();
                 state.out.line("A");
-                async_io::Timer::after(hold).await;
+                async_io::Timer::after(job.hold).await;
                 let release_called = sys_us();
-                let outcome = match held {
-                    Ok(permit) => permit.release().await,
-                    Err(lease) => lease.release().await,
-                };
-                recs.push(record(state, w, grant, acquired, release_called, outcome));
+                let outcome = held.release().await;
+                let times = [called, acquired, release_called];
+                recs.push(record(state, job, mode, grant, times, outcome));
+                op += 1;
             }
-            Err(e) if e.code() == "CANCELLED" => break,
+            Err(e) if e.code() == "CANCELLED" => {
+                report_pending(state, job, mode, called);
+                break;
+            }
             Err(e) => state.out.line(&format!("E acquire {}", e.code())),
         }
     }

@@ -279,9 +279,27 @@ impl CommandStats {
     }
 }
 
-/// Commands the crate only runs inside its Lua scripts, never on their own.
-const SCRIPT_INTERNAL: [&str; 11] = [
-    "get", "mget", "set", "del", "exists", "incr", "pexpire", "pttl", "publish", "spublish", "time",
+/// Commands the crate only runs inside its Lua scripts, never on their own
+/// (the sorted-set ones, `pexpireat` and `zcard` in the read-write lease's).
+const SCRIPT_INTERNAL: [&str; 18] = [
+    "get",
+    "mget",
+    "set",
+    "del",
+    "exists",
+    "incr",
+    "pexpire",
+    "pexpireat",
+    "pttl",
+    "publish",
+    "spublish",
+    "time",
+    "zadd",
+    "zcard",
+    "zrange",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
 ];
 
 fn is_harness_command(name: &str) -> bool {

@@ -355,10 +355,14 @@ fn waiting_on_a_thread<T: Send + 'static>(
 ) -> behaviour::common::Bounded<T> {
     let l = locker.clone();
     let waiter = behaviour::common::spawn("waiter", move || acquire(&l));
-    wait_until(BOUND, "the waiter waits, subscribed, after a busy reply", || {
-        let s = locker.stats();
-        s.waiters == 1 && s.subscribed && s.busy_replies >= 2
-    });
+    wait_until(
+        BOUND,
+        "the waiter waits, subscribed, after a busy reply",
+        || {
+            let s = locker.stats();
+            s.waiters == 1 && s.subscribed && s.busy_replies >= 2
+        },
+    );
     waiter
 }
 
@@ -384,7 +388,12 @@ fn a_dropped_read_lease_frees_a_waiting_writer_of_the_same_locker() {
     let (fence, outcome) = writer
         // It ends by its 10 s wait at the latest.
         .join_within(Duration::from_secs(15))
-        .unwrap_or_else(|e| panic!("the writer got the dropped reader's key: {} ({e:?})", e.code()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "the writer got the dropped reader's key: {} ({e:?})",
+                e.code()
+            )
+        });
     assert_eq!(outcome, redlease::ReleaseOutcome::Released);
     assert!(fence > epoch);
     assert_eq!(rw_holds(&server, ns), Vec::<String>::new());
@@ -412,7 +421,12 @@ fn a_dropped_write_lease_frees_a_waiting_reader_of_the_same_locker() {
     let (epoch, outcome) = reader
         // It ends by its 10 s wait at the latest.
         .join_within(Duration::from_secs(15))
-        .unwrap_or_else(|e| panic!("the reader got the dropped writer's key: {} ({e:?})", e.code()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "the reader got the dropped writer's key: {} ({e:?})",
+                e.code()
+            )
+        });
     assert_eq!(outcome, redlease::ReleaseOutcome::Released);
     assert_eq!(epoch, fence, "the epoch is the dropped writer's fence");
     assert_eq!(rw_holds(&server, ns), Vec::<String>::new());
@@ -438,7 +452,11 @@ fn a_read_or_write_acquire_dropped_right_after_submission_leaves_nothing_held() 
                 assert!(poll_once(fut.as_mut()).is_pending(), "in flight");
             }
             let other = locker.acquire("unrelated").await.unwrap();
-            assert_eq!(rw_holds(&server, ns), Vec::<String>::new(), "write: {write}");
+            assert_eq!(
+                rw_holds(&server, ns),
+                Vec::<String>::new(),
+                "write: {write}"
+            );
             other.release().await.unwrap();
             let w = doc.try_write().await.expect("the writer gets in");
             w.release().await.unwrap();

@@ -907,7 +907,11 @@ fn reader_and_writer_backing_off<F: Front>(
 /// the writer's fence is above `above`, the last writer fence before, and
 /// the reader's epoch is at least that (it is `above` when the reader went
 /// first, the new writer's fence when it went after it).
-fn reader_and_writer_served(waiters: [Bounded<Result<u64, String>>; 2], above: u64, bound: Duration) {
+fn reader_and_writer_served(
+    waiters: [Bounded<Result<u64, String>>; 2],
+    above: u64,
+    bound: Duration,
+) {
     let [reader, writer] = waiters;
     let epoch = reader
         .join_within(bound)

@@ -4,6 +4,14 @@
 
 mod support;
 
+#[allow(
+    dead_code,
+    unused_imports,
+    unused_macros,
+    reason = "this binary uses the suite's helpers, not its bodies"
+)]
+mod behaviour;
+
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
@@ -315,5 +323,153 @@ fn a_permit_acquire_dropped_right_after_submission_leaves_no_permit_held() {
         second.release().await.unwrap();
         assert_eq!(locker.stats().waiters, 0);
         locker.shutdown().await.unwrap();
+    });
+}
+
+fn rw_keys(server: &RedisServer, ns: &str) -> Vec<String> {
+    server.keys(&format!("{ns}:rw-*"))
+}
+
+/// The names a read-write lease holds while it is held: the writer's key
+/// and the reader set (the fence counter and an intent are not holds).
+fn rw_holds(server: &RedisServer, ns: &str) -> Vec<String> {
+    let mut held = server.keys(&format!("{ns}:rw-write:*"));
+    held.extend(server.keys(&format!("{ns}:rw-read:*")));
+    held
+}
+
+/// A locker whose waiters move only on a notification or a wake-up by the
+/// locker itself: safety polls (30 s) beyond the waiter's 10 s wait.
+fn slow_polling(ns: &str) -> Config {
+    config(ns)
+        .poll_interval(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30))
+}
+
+/// Starts `acquire` on its own thread (driven by `block_on` there) and
+/// waits until it waits in its line, subscribed, its head backing off after
+/// a busy reply.
+fn waiting_on_a_thread<T: Send + 'static>(
+    locker: &std::sync::Arc<Locker>,
+    acquire: impl FnOnce(&Locker) -> T + Send + 'static,
+) -> behaviour::common::Bounded<T> {
+    let l = locker.clone();
+    let waiter = behaviour::common::spawn("waiter", move || acquire(&l));
+    wait_until(
+        BOUND,
+        "the waiter waits, subscribed, after a busy reply",
+        || {
+            let s = locker.stats();
+            s.waiters == 1 && s.subscribed && s.busy_replies >= 2
+        },
+    );
+    waiter
+}
+
+/// A dropped `aio::ReadLease` is handed back to the locker, which releases
+/// it within one round trip when a writer of the same locker waits for the
+/// key: the writer gets in (its safety polls are 30 s, its wait 10 s; a
+/// writer woken only by its own line's events stayed out).
+#[test]
+fn a_dropped_read_lease_frees_a_waiting_writer_of_the_same_locker() {
+    let server = RedisServer::start();
+    let ns = "drop-read";
+    let locker =
+        std::sync::Arc::new(block_on(Locker::connect(server.url(), slow_polling(ns))).unwrap());
+    let read = block_on(locker.rw_lock("doc").unwrap().try_read()).unwrap();
+    let epoch = read.epoch();
+    let writer = waiting_on_a_thread(&locker, |l| {
+        let w = block_on(l.rw_lock("doc")?.write())?;
+        let fence = w.fence();
+        block_on(w.release()).map(|outcome| (fence, outcome))
+    });
+
+    drop(read);
+    let (fence, outcome) = writer
+        // It ends by its 10 s wait at the latest.
+        .join_within(Duration::from_secs(15))
+        .unwrap_or_else(|e| {
+            panic!(
+                "the writer got the dropped reader's key: {} ({e:?})",
+                e.code()
+            )
+        });
+    assert_eq!(outcome, redlease::ReleaseOutcome::Released);
+    assert!(fence > epoch);
+    assert_eq!(rw_holds(&server, ns), Vec::<String>::new());
+    block_on(locker.shutdown()).unwrap();
+}
+
+/// A dropped `aio::WriteLease` is released within one round trip when a
+/// reader of the same locker waits for the key; the reader's epoch is the
+/// dropped writer's fence.
+#[test]
+fn a_dropped_write_lease_frees_a_waiting_reader_of_the_same_locker() {
+    let server = RedisServer::start();
+    let ns = "drop-write";
+    let locker =
+        std::sync::Arc::new(block_on(Locker::connect(server.url(), slow_polling(ns))).unwrap());
+    let write = block_on(locker.rw_lock("doc").unwrap().try_write()).unwrap();
+    let fence = write.fence();
+    let reader = waiting_on_a_thread(&locker, |l| {
+        let r = block_on(l.rw_lock("doc")?.read())?;
+        let epoch = r.epoch();
+        block_on(r.release()).map(|outcome| (epoch, outcome))
+    });
+
+    drop(write);
+    let (epoch, outcome) = reader
+        // It ends by its 10 s wait at the latest.
+        .join_within(Duration::from_secs(15))
+        .unwrap_or_else(|e| {
+            panic!(
+                "the reader got the dropped writer's key: {} ({e:?})",
+                e.code()
+            )
+        });
+    assert_eq!(outcome, redlease::ReleaseOutcome::Released);
+    assert_eq!(epoch, fence, "the epoch is the dropped writer's fence");
+    assert_eq!(rw_holds(&server, ns), Vec::<String>::new());
+    block_on(locker.shutdown()).unwrap();
+}
+
+/// A read or write acquire dropped right after it was sent leaves nothing
+/// held once the locker ran its next operation, whatever Redis decided:
+/// a try-once writer and a try-once reader both get in afterwards.
+#[test]
+fn a_read_or_write_acquire_dropped_right_after_submission_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let ns = "drop-rw-submit";
+    block_on(async {
+        let locker = Locker::connect(server.url(), config(ns)).await.unwrap();
+        let doc = locker.rw_lock("doc").unwrap();
+        for write in [false, true] {
+            if write {
+                let mut fut = pin!(doc.write());
+                assert!(poll_once(fut.as_mut()).is_pending(), "in flight");
+            } else {
+                let mut fut = pin!(doc.read());
+                assert!(poll_once(fut.as_mut()).is_pending(), "in flight");
+            }
+            let other = locker.acquire("unrelated").await.unwrap();
+            assert_eq!(
+                rw_holds(&server, ns),
+                Vec::<String>::new(),
+                "write: {write}"
+            );
+            other.release().await.unwrap();
+            let w = doc.try_write().await.expect("the writer gets in");
+            w.release().await.unwrap();
+            let r = doc.try_read().await.expect("a reader gets in");
+            r.release().await.unwrap();
+        }
+        assert_eq!(locker.stats().waiters, 0);
+        assert_eq!(locker.stats().tracked_leases, 0);
+        locker.shutdown().await.unwrap();
+        let left = rw_keys(&server, ns);
+        assert!(
+            left.iter().all(|k| k.contains(":rw-fence:")),
+            "only the fence counter stays: {left:?}"
+        );
     });
 }

@@ -179,6 +179,142 @@ fn a_permit_after_a_failover_that_lost_the_last_grant_has_a_larger_fence_on_its_
     let _ = second.shutdown();
 }
 
+/// `GET name` on `server`, parsed as a fence counter.
+fn counter(server: &RedisServer, name: &str) -> Option<u64> {
+    let value: Option<u64> = redis::cmd("GET")
+        .arg(name)
+        .query(&mut server.conn())
+        .unwrap_or(None);
+    value
+}
+
+/// The read-write lease after a failover that lost the last writer's grant
+/// and a reader granted after it (SPEC §3, §13): the next writer's fence
+/// is above every fence and every epoch handed out before, so a fencing
+/// store rejects the stale writer and the stale reader's derived write;
+/// a reader granted on the promoted replica before that writer carries
+/// the replica's older counter, so its derived write is rejected too
+/// (refused, never accepted over the lost writer's data), and a reader
+/// after the new writer carries its fence and is accepted.
+fn a_writer_after_a_failover_that_lost_the_last_grant_is_fenced_above_every_fence_and_epoch_before<
+    F: Front,
+>() {
+    let (primary, replica) = primary_and_replica();
+    let store_server = RedisServer::start();
+    let store = FencedStore::new("rw-failover-store");
+    let ns = namespace("rw-failover");
+    let fence_counter = behaviour::rw_lock::rw_name(&ns, "fence", "doc");
+
+    let first: F = connect(&primary, config(&ns));
+    // Writers and readers whose grants do reach the replica.
+    for _ in 0..3 {
+        F::release_write(granted(first.write_with("doc", no_wait()), "before")).unwrap();
+        F::release_read(granted(first.read_with("doc", no_wait()), "before")).unwrap();
+    }
+    let held_names = ["write", "read"].map(|part| behaviour::rw_lock::rw_name(&ns, part, "doc"));
+    wait_until(
+        BOUND,
+        "the replica has the latest counter and the releases",
+        || {
+            counter(&replica, &fence_counter).is_some()
+                && counter(&replica, &fence_counter) == counter(&primary, &fence_counter)
+                && !held_names
+                    .iter()
+                    .any(|name| behaviour::common::exists(&replica, name))
+        },
+    );
+
+    let promoted: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .expect("promote the replica");
+    assert_eq!(promoted, "OK");
+    // The last writer, and a reader after it, on the primary only.
+    let stale_writer = granted(first.write_with("doc", no_wait()), "the last writer");
+    let stale_fence = F::write_fence(&stale_writer);
+    store
+        .write(
+            &mut store_server.conn(),
+            "doc",
+            stale_fence,
+            "the lost save",
+        )
+        .expect("the last writer's write is accepted");
+    F::release_write(stale_writer).unwrap();
+    let stale_reader = granted(first.read_with("doc", no_wait()), "the last reader");
+    let stale_epoch = F::epoch(&stale_reader);
+    assert_eq!(
+        stale_epoch, stale_fence,
+        "the epoch is the last writer's fence"
+    );
+    drop(primary);
+    let replicated_counter = counter(&replica, &fence_counter).expect("the replica's counter");
+    assert!(
+        replicated_counter < stale_fence.get(),
+        "the promoted replica never saw the last grant"
+    );
+
+    let second: F = connect(&replica, config(&ns));
+    let early = granted(
+        second.read_with("doc", no_wait()),
+        "a reader after the failover",
+    );
+    let early_epoch = F::epoch(&early);
+    assert_eq!(
+        early_epoch.get(),
+        replicated_counter,
+        "the replica's counter"
+    );
+    match store.write_derived(&mut store_server.conn(), "doc", early_epoch, "early fill") {
+        Err(WriteError::Stale(s)) => assert_eq!(s.current, stale_fence),
+        other => panic!("a fill below the lost save must be rejected: {other:?}"),
+    }
+    F::release_read(early).unwrap();
+
+    let fresh = granted(
+        second.write_with("doc", no_wait()),
+        "a writer after the failover",
+    );
+    let fresh_fence = F::write_fence(&fresh);
+    assert!(
+        fresh_fence > stale_fence && fresh_fence > stale_epoch,
+        "fence {fresh_fence} after the failover is not above {stale_fence} / epoch {stale_epoch}"
+    );
+    store
+        .write(&mut store_server.conn(), "doc", fresh_fence, "the new save")
+        .expect("the new writer's write is accepted");
+    for (what, result) in [
+        (
+            "the stale writer",
+            store.write(&mut store_server.conn(), "doc", stale_fence, "late save"),
+        ),
+        (
+            "the stale reader",
+            store.write_derived(&mut store_server.conn(), "doc", stale_epoch, "late fill"),
+        ),
+    ] {
+        match result {
+            Err(WriteError::Stale(s)) => assert_eq!(s.current, fresh_fence, "{what}"),
+            other => panic!("{what}'s write must be rejected: {other:?}"),
+        }
+    }
+    F::release_write(fresh).unwrap();
+    let after = granted(second.read_with("doc", no_wait()), "a reader after it");
+    assert_eq!(F::epoch(&after), fresh_fence);
+    store
+        .write_derived(
+            &mut store_server.conn(),
+            "doc",
+            F::epoch(&after),
+            "fresh fill",
+        )
+        .expect("a fill of the new save is accepted");
+    F::release_read(after).unwrap();
+    drop(stale_reader);
+    let _ = second.shutdown();
+}
+
 macro_rules! suite {
     ($module:ident, $front:ty) => {
         mod $module {
@@ -191,6 +327,11 @@ macro_rules! suite {
             #[test]
             fn a_permit_after_a_failover_that_lost_the_last_grant_has_a_larger_fence_on_its_slot() {
                 super::a_permit_after_a_failover_that_lost_the_last_grant_has_a_larger_fence_on_its_slot::<$front>();
+            }
+
+            #[test]
+            fn a_writer_after_a_failover_that_lost_the_last_grant_is_fenced_above_every_fence_and_epoch_before() {
+                super::a_writer_after_a_failover_that_lost_the_last_grant_is_fenced_above_every_fence_and_epoch_before::<$front>();
             }
 
             #[test]

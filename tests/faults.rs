@@ -59,6 +59,12 @@ macro_rules! fault_matrix {
                 client_kill_of_the_command_connections_mid_wait_permit_waiters_still_acquire,
                 client_kill_of_the_subscriber_mid_wait_permit_waiters_are_still_notified,
                 acl_user_without_pubsub_rights_permit_waiters_poll_and_still_acquire,
+                restart_while_a_reader_and_a_writer_wait_lets_them_acquire_after_it,
+                sigstop_during_a_write_acquire_is_outcome_unknown_and_its_token_is_released_later,
+                sigstop_during_a_read_acquire_is_outcome_unknown_and_its_token_is_released_later,
+                client_kill_of_the_command_connections_mid_wait_readers_and_writers_still_acquire,
+                client_kill_of_the_subscriber_mid_wait_readers_and_writers_are_still_notified,
+                acl_user_without_pubsub_rights_readers_and_writers_poll_and_still_acquire,
             );
         }
 

@@ -82,6 +82,18 @@ fn cause_of(lost: &redlease::Lost) -> Option<&'static str> {
     }
 }
 
+/// Removes every member of the reader set `name` behind the readers'
+/// backs, as if they had expired.
+fn clear_readers(server: &RedisServer, name: &str) {
+    let removed: u64 = redis::cmd("ZREMRANGEBYRANK")
+        .arg(name)
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap_or_else(|e| panic!("ZREMRANGEBYRANK on the test redis: {e}"));
+    assert_eq!(removed, 1, "one reader was in the set");
+}
+
 /// The blocking `Locker::with_lock`.
 mod blocking {
     use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -93,12 +105,13 @@ mod blocking {
     use redlease::blocking::Locker;
     use redlease::{Error, ReleaseOutcome, WithLock};
 
-    use super::{cause_of, del, JobError, SHORT_LEASE};
+    use super::{cause_of, clear_readers, del, JobError, SHORT_LEASE};
     use crate::behaviour::common::{
         config, connect, exists, get, granted, leased, lock_name, namespace, no_wait, pttl,
         refused, spawn, token_of, wait_for_stats, BOUND,
     };
     use crate::behaviour::logs;
+    use crate::behaviour::rw_lock::rw_name;
     use crate::support::{wait_until, RedisServer};
 
     /// `f` sees the lock held under its lease's fence and an unfired loss
@@ -606,6 +619,185 @@ mod blocking {
         assert!(exists(&server, &slot), "the new holder's slot survived");
         assert_eq!(taken.release().unwrap(), ReleaseOutcome::Released);
     }
+
+    /// Runs checks every 40 ms for three lease lengths while `f` holds a
+    /// read-write lease with `extend(true)`: `busy` (another locker's
+    /// try-once acquires) is refused with `LOCK_BUSY`, the held name keeps
+    /// a TTL, the lease stays valid and `lost` never fires. Returns how many
+    /// checks ran past the first lease length.
+    fn holds_through_three_leases(
+        server: &RedisServer,
+        held: &str,
+        valid: impl Fn() -> bool,
+        lost: &redlease::Lost,
+        busy: impl Fn() -> Vec<Result<(), Error>>,
+    ) -> usize {
+        let start = Instant::now();
+        let mut past_first_lease = 0;
+        while start.elapsed() < SHORT_LEASE * 3 {
+            for refused in busy() {
+                let e = refused.expect_err("another locker stays out");
+                assert_eq!(e.code(), "LOCK_BUSY", "{e:?}");
+            }
+            assert!(pttl(server, held) > 0, "{held} keeps a TTL");
+            assert!(valid(), "valid after {:?}", start.elapsed());
+            assert!(!lost.is_lost(), "{:?}", lost.cause());
+            if start.elapsed() > SHORT_LEASE {
+                past_first_lease += 1;
+            }
+            thread::sleep(Duration::from_millis(40));
+        }
+        past_first_lease
+    }
+
+    /// `with_write` and `with_read` with `extend(true)`: each keeps its
+    /// lease through a closure three leases long (another locker's writer,
+    /// and for `with_write` its reader, busy throughout; `lost` never
+    /// fires), and nothing is held afterwards.
+    #[test]
+    fn with_write_and_with_read_extend_keep_the_lease_past_its_length() {
+        let server = RedisServer::start();
+        let ns = namespace("wrw-extend");
+        let locker: Locker = connect(&server, config(&ns));
+        let other: Locker = connect(&server, config(&ns));
+        let doc = locker.rw_lock("doc").unwrap();
+        let theirs = other.rw_lock("doc").unwrap();
+        let options = WithLock::new().lease(SHORT_LEASE).extend(true);
+        let writer = rw_name(&ns, "write", "doc");
+        let checks = doc
+            .with_write(options.clone(), |write, lost| {
+                Ok::<_, JobError>(holds_through_three_leases(
+                    &server,
+                    &writer,
+                    || write.is_valid() && write.remaining() <= SHORT_LEASE,
+                    lost,
+                    || vec![theirs.try_write().map(drop), theirs.try_read().map(drop)],
+                ))
+            })
+            .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &writer), "released after with_write");
+
+        let readers = rw_name(&ns, "read", "doc");
+        let checks = doc
+            .with_read(options, |read, lost| {
+                Ok::<_, JobError>(holds_through_three_leases(
+                    &server,
+                    &readers,
+                    || read.is_valid() && read.remaining() <= SHORT_LEASE,
+                    lost,
+                    || vec![theirs.try_write().map(drop)],
+                ))
+            })
+            .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &readers), "released after with_read");
+        let w = granted(theirs.try_write(), "free after with_read");
+        assert_eq!(w.release().unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// `with_write(extend)`: another writer taking the key (deleted, then
+    /// written by another locker) fires `lost` with `Conflict`; the
+    /// release afterwards leaves the new writer's key in place.
+    #[test]
+    fn with_write_lost_fires_with_conflict_when_another_writer_takes_the_key() {
+        let server = RedisServer::start();
+        let ns = namespace("wrw-lost-w");
+        let writer = rw_name(&ns, "write", "doc");
+        let locker: Locker = connect(&server, config(&ns));
+        let other: Locker = connect(&server, config(&ns));
+        let taken = locker
+            .rw_lock("doc")
+            .unwrap()
+            .with_write(
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |write, lost| {
+                    // Both steps well before the first renewal at lease/2.
+                    del(&server, &writer);
+                    let taken = granted(
+                        other
+                            .rw_lock("doc")?
+                            .write_with(no_wait().lease(Duration::from_secs(30))),
+                        "another writer",
+                    );
+                    assert!(taken.fence() > write.fence());
+                    assert!(lost.wait_timeout(SHORT_LEASE * 2), "the loss signal fired");
+                    assert_eq!(lost.cause().map(|e| e.code()), Some("LOCK_LOST"));
+                    assert_eq!(cause_of(lost), Some("conflict"), "{:?}", lost.cause());
+                    assert!(!write.is_valid());
+                    Ok::<_, JobError>(taken)
+                },
+            )
+            .unwrap();
+        assert!(exists(&server, &writer), "the new writer's key survived");
+        assert_eq!(taken.release().unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// `with_read(extend)`: the reader removed from the reader set by hand
+    /// (as if it had expired) fires `lost` with `Expired`, and the reader
+    /// is never renewed back.
+    #[test]
+    fn with_read_lost_fires_with_expired_when_the_reader_is_gone() {
+        let server = RedisServer::start();
+        let ns = namespace("wrw-lost-r");
+        let readers = rw_name(&ns, "read", "doc");
+        let locker: Locker = connect(&server, config(&ns));
+        locker
+            .rw_lock("doc")
+            .unwrap()
+            .with_read(
+                WithLock::new().lease(SHORT_LEASE).extend(true),
+                |read, lost| {
+                    clear_readers(&server, &readers);
+                    assert!(lost.wait_timeout(SHORT_LEASE * 2), "the loss signal fired");
+                    assert_eq!(lost.cause().map(|e| e.code()), Some("LOCK_LOST"));
+                    assert_eq!(cause_of(lost), Some("expired"), "{:?}", lost.cause());
+                    assert!(!read.is_valid());
+                    assert!(!exists(&server, &readers), "never renewed back");
+                    Ok::<_, JobError>(())
+                },
+            )
+            .unwrap();
+        assert!(!exists(&server, &readers));
+        assert_eq!(locker.stats().tracked_leases, 0);
+    }
+
+    /// A `with_write` closure's error and a panic in a `with_read` closure
+    /// come back to the caller after the release: nothing is held when they
+    /// do, and the key is free for a writer.
+    #[test]
+    fn with_write_error_and_with_read_panic_still_release() {
+        let server = RedisServer::start();
+        let ns = namespace("wrw-err");
+        let locker: Locker = connect(&server, config(&ns));
+        let doc = locker.rw_lock("doc").unwrap();
+        let (writer, readers) = (rw_name(&ns, "write", "doc"), rw_name(&ns, "read", "doc"));
+        let options = WithLock::new().lease(SHORT_LEASE).extend(true);
+        let e = doc
+            .with_write(options.clone(), |_write, _lost| {
+                assert!(exists(&server, &writer));
+                Err::<(), _>(JobError::Job(7))
+            })
+            .unwrap_err();
+        assert!(matches!(e, JobError::Job(7)), "{e:?}");
+        assert!(!exists(&server, &writer), "released after the error");
+
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            doc.with_read(options, |_read, _lost| -> Result<(), JobError> {
+                assert!(exists(&server, &readers));
+                panic!("the job panicked");
+            })
+        }));
+        let payload = result.expect_err("the panic comes back to the caller");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the job panicked"));
+        assert!(
+            !exists(&server, &readers),
+            "released before the panic resumed"
+        );
+        assert_eq!(locker.stats().tracked_leases, 0);
+        let w = granted(doc.try_write(), "the key is free");
+        assert_eq!(w.release().unwrap(), ReleaseOutcome::Released);
+    }
 }
 
 /// The async `Locker::with_lock`, with async closures.
@@ -628,6 +820,7 @@ mod aio {
         config, exists, get, lock_name, namespace, pttl, token_of, BOUND,
     };
     use crate::behaviour::logs;
+    use crate::behaviour::rw_lock::rw_name;
     use crate::support::{wait_until, RedisServer};
 
     fn connect(server: &RedisServer, config: Config) -> Locker {
@@ -1223,5 +1416,184 @@ mod aio {
         .unwrap();
         assert!(exists(&server, &slot), "the new holder's slot survived");
         assert_eq!(block_on(taken.release()).unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// Checks every 40 ms for three lease lengths while an async `f` holds
+    /// a read-write lease with `extend(true)`, as the blocking twin does;
+    /// `busy` runs the other locker's try-once acquires.
+    async fn holds_through_three_leases(
+        server: &RedisServer,
+        held: &str,
+        valid: impl Fn() -> bool,
+        lost: &Lost,
+        busy: impl AsyncFn() -> Vec<Result<(), Error>>,
+    ) -> usize {
+        let start = Instant::now();
+        let mut past_first_lease = 0;
+        while start.elapsed() < SHORT_LEASE * 3 {
+            for refused in busy().await {
+                let e = refused.expect_err("another locker stays out");
+                assert_eq!(e.code(), "LOCK_BUSY", "{e:?}");
+            }
+            assert!(pttl(server, held) > 0, "{held} keeps a TTL");
+            assert!(valid(), "valid after {:?}", start.elapsed());
+            assert!(!lost.is_lost(), "{:?}", lost.cause());
+            if start.elapsed() > SHORT_LEASE {
+                past_first_lease += 1;
+            }
+            sleep(Duration::from_millis(40)).await;
+        }
+        past_first_lease
+    }
+
+    /// Async `with_write` and `with_read` with `extend(true)` keep their
+    /// lease through a job three leases long; nothing is held afterwards.
+    #[test]
+    fn with_write_and_with_read_extend_keep_the_lease_past_its_length() {
+        let server = RedisServer::start();
+        let ns = namespace("awrw-extend");
+        let locker = connect(&server, config(&ns));
+        let other = connect(&server, config(&ns));
+        let doc = locker.rw_lock("doc").unwrap();
+        let theirs = other.rw_lock("doc").unwrap();
+        let options = WithLock::new().lease(SHORT_LEASE).extend(true);
+        let writer = rw_name(&ns, "write", "doc");
+        let checks = block_on(doc.with_write(options.clone(), async |write, lost| {
+            Ok::<_, JobError>(
+                holds_through_three_leases(
+                    &server,
+                    &writer,
+                    || write.is_valid() && write.remaining() <= SHORT_LEASE,
+                    lost,
+                    async || {
+                        vec![
+                            theirs.try_write().await.map(drop),
+                            theirs.try_read().await.map(drop),
+                        ]
+                    },
+                )
+                .await,
+            )
+        }))
+        .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &writer), "released after with_write");
+
+        let readers = rw_name(&ns, "read", "doc");
+        let checks = block_on(doc.with_read(options, async |read, lost| {
+            Ok::<_, JobError>(
+                holds_through_three_leases(
+                    &server,
+                    &readers,
+                    || read.is_valid() && read.remaining() <= SHORT_LEASE,
+                    lost,
+                    async || vec![theirs.try_write().await.map(drop)],
+                )
+                .await,
+            )
+        }))
+        .unwrap();
+        assert!(checks > 0, "some checks ran past the first lease");
+        assert!(!exists(&server, &readers), "released after with_read");
+        let w = block_on(theirs.try_write()).expect("free after with_read");
+        assert_eq!(block_on(w.release()).unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// Async `with_write(extend)`: another writer taking the key completes
+    /// `lost.wait()` with `Conflict`; its key survives the release.
+    #[test]
+    fn with_write_lost_fires_with_conflict_when_another_writer_takes_the_key() {
+        let server = RedisServer::start();
+        let ns = namespace("awrw-lost-w");
+        let writer = rw_name(&ns, "write", "doc");
+        let locker = connect(&server, config(&ns));
+        let other = connect(&server, config(&ns));
+        let doc = locker.rw_lock("doc").unwrap();
+        let taken = block_on(doc.with_write(
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |write, lost| {
+                del(&server, &writer);
+                let taken = other
+                    .rw_lock("doc")?
+                    .write_with(no_wait().lease(Duration::from_secs(30)))
+                    .await?;
+                assert!(taken.fence() > write.fence());
+                let e = lost_within(lost, SHORT_LEASE * 2)
+                    .await
+                    .expect("the loss signal fired");
+                assert_eq!(e.code(), "LOCK_LOST");
+                assert_eq!(cause_of(lost), Some("conflict"), "{e:?}");
+                assert!(!write.is_valid());
+                Ok::<_, JobError>(taken)
+            },
+        ))
+        .unwrap();
+        assert!(exists(&server, &writer), "the new writer's key survived");
+        assert_eq!(block_on(taken.release()).unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// Async `with_read(extend)`: the reader removed from the set by hand
+    /// completes `lost.wait()` with `Expired`; it is never renewed back.
+    #[test]
+    fn with_read_lost_fires_with_expired_when_the_reader_is_gone() {
+        let server = RedisServer::start();
+        let ns = namespace("awrw-lost-r");
+        let readers = rw_name(&ns, "read", "doc");
+        let locker = connect(&server, config(&ns));
+        let doc = locker.rw_lock("doc").unwrap();
+        block_on(doc.with_read(
+            WithLock::new().lease(SHORT_LEASE).extend(true),
+            async |read, lost| {
+                super::clear_readers(&server, &readers);
+                let e = lost_within(lost, SHORT_LEASE * 2)
+                    .await
+                    .expect("the loss signal fired");
+                assert_eq!(e.code(), "LOCK_LOST");
+                assert_eq!(cause_of(lost), Some("expired"), "{e:?}");
+                assert!(!read.is_valid());
+                assert!(!exists(&server, &readers), "never renewed back");
+                Ok::<_, JobError>(())
+            },
+        ))
+        .unwrap();
+        assert!(!exists(&server, &readers));
+        assert_eq!(locker.stats().tracked_leases, 0);
+    }
+
+    /// An async `with_write` job's error and a panic in an async
+    /// `with_read` job come back after the release: nothing is held then.
+    #[test]
+    fn with_write_error_and_with_read_panic_still_release() {
+        let server = RedisServer::start();
+        let ns = namespace("awrw-err");
+        let locker = connect(&server, config(&ns));
+        let doc = locker.rw_lock("doc").unwrap();
+        let (writer, readers) = (rw_name(&ns, "write", "doc"), rw_name(&ns, "read", "doc"));
+        let options = WithLock::new().lease(SHORT_LEASE).extend(true);
+        let e = block_on(doc.with_write(options.clone(), async |_write, _lost| {
+            assert!(exists(&server, &writer));
+            Err::<(), _>(JobError::Job(7))
+        }))
+        .unwrap_err();
+        assert!(matches!(e, JobError::Job(7)), "{e:?}");
+        assert!(!exists(&server, &writer), "released after the error");
+
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            block_on(
+                doc.with_read(options, async |_read, _lost| -> Result<(), JobError> {
+                    assert!(exists(&server, &readers));
+                    panic!("the job panicked");
+                }),
+            )
+        }));
+        let payload = result.expect_err("the panic comes back to the caller");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the job panicked"));
+        assert!(
+            !exists(&server, &readers),
+            "released before the panic resumed"
+        );
+        assert_eq!(locker.stats().tracked_leases, 0);
+        let w = block_on(doc.try_write()).expect("the key is free");
+        assert_eq!(block_on(w.release()).unwrap(), ReleaseOutcome::Released);
     }
 }

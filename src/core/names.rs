@@ -143,18 +143,30 @@ impl LineKey {
         }
     }
 
+    /// The lines a release of a grant of this line may let in: this line,
+    /// and for a read-write lease both of its lines (a reader's release
+    /// may let in a writer, a writer's release readers and writers).
+    pub(crate) fn freed_by_release(self) -> impl Iterator<Item = LineKey> {
+        let kinds: &'static [Kind] = match self.kind {
+            Kind::Lock => &[Kind::Lock],
+            Kind::Semaphore => &[Kind::Semaphore],
+            Kind::Read | Kind::Write => &[Kind::Write, Kind::Read],
+        };
+        kinds.iter().map(move |&kind| LineKey { kind, id: self.id })
+    }
+
     /// The lines a release notification's message is for: a read-write
     /// lease's release may let in readers and writers alike.
     pub(crate) fn from_message(message: &[u8]) -> Vec<Self> {
-        let (kinds, hex): (&[Kind], &[u8]) = if let Some(hex) = message.strip_prefix(b"sem:") {
-            (&[Kind::Semaphore], hex)
+        let (kind, hex) = if let Some(hex) = message.strip_prefix(b"sem:") {
+            (Kind::Semaphore, hex)
         } else if let Some(hex) = message.strip_prefix(b"rw:") {
-            (&[Kind::Write, Kind::Read], hex)
+            (Kind::Read, hex)
         } else {
-            (&[Kind::Lock], message)
+            (Kind::Lock, message)
         };
         match KeyId::from_hex(hex) {
-            Some(id) => kinds.iter().map(|&kind| LineKey { kind, id }).collect(),
+            Some(id) => LineKey { kind, id }.freed_by_release().collect(),
             None => Vec::new(),
         }
     }

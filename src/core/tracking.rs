@@ -132,13 +132,17 @@ impl Core {
 
     /// Hands a lease nobody will release back to the core: its token is
     /// released with the orphans, promptly when a waiter of this locker
-    /// waits for the key (its head is woken to send the release).
+    /// waits for what its release frees (the head of each such line is
+    /// woken to send the release: for a read-write lease, readers and
+    /// writers alike).
     pub(crate) fn abandon_lease(&mut self, lease: LeaseId) {
         if let Some(owned) = self.leases.remove(lease.0) {
-            let key = owned.target.line();
+            let freed = owned.target.line().freed_by_release();
             self.orphans.push(owned);
-            if let Some(head) = self.lines.get(&key).and_then(Line::head) {
-                self.events.push_back(CoreEvent::Wake(head));
+            for key in freed {
+                if let Some(head) = self.lines.get(&key).and_then(Line::head) {
+                    self.events.push_back(CoreEvent::Wake(head));
+                }
             }
         }
     }

@@ -118,6 +118,7 @@ macro_rules! behaviour_suite {
                 replayed_reads_and_writes_return_the_same_epoch_and_fence,
                 a_stream_of_readers_does_not_starve_a_waiting_writer,
                 readers_overlap_and_a_writer_never_overlaps_anyone_under_contention,
+                writer_renew_and_release_report_their_outcomes,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

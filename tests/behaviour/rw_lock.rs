@@ -443,3 +443,41 @@ pub(crate) fn readers_overlap_and_a_writer_never_overlaps_anyone_under_contentio
         assert_eq!(locker.stats().waiters, 0);
     }
 }
+
+/// A writer's renew and release report `Renewed`/`Released`; after its
+/// TTL ran out, `Expired` (and a release after that renew still reports
+/// `Expired`); once another writer took the key, `Conflict` for both, and
+/// the other writer's key stays.
+pub(crate) fn writer_renew_and_release_report_their_outcomes<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-w-outcomes");
+    let locker: F = connect(&server, config(&ns));
+    let other: F = connect(&server, config(&ns));
+    let writer = rw_name(&ns, "write", "doc");
+
+    let w = granted(locker.write_with("doc", no_wait()), "a free writer");
+    assert_eq!(F::renew_write(&w).unwrap(), RenewOutcome::Renewed);
+    let ttl = super::common::pttl(&server, &writer);
+    assert!(ttl > 4000, "renewed to a full lease: {ttl}");
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+
+    let short = Duration::from_millis(200);
+    let gone = granted(locker.write_with("doc", leased(short)), "a short writer");
+    wait_until(BOUND, "the writer's key expired", || {
+        !exists(&server, &writer)
+    });
+    assert_eq!(F::renew_write(&gone).unwrap(), RenewOutcome::Expired);
+    assert!(!exists(&server, &writer), "never resurrected");
+    assert_eq!(F::release_write(gone).unwrap(), ReleaseOutcome::Expired);
+
+    let stale = granted(locker.write_with("doc", leased(short)), "a short writer");
+    wait_until(BOUND, "the writer's key expired", || {
+        !exists(&server, &writer)
+    });
+    let taken = granted(other.write_with("doc", no_wait()), "another writer");
+    assert!(F::write_fence(&taken) > F::write_fence(&stale));
+    assert_eq!(F::renew_write(&stale).unwrap(), RenewOutcome::Conflict);
+    assert_eq!(F::release_write(stale).unwrap(), ReleaseOutcome::Conflict);
+    assert!(exists(&server, &writer), "the other writer's key stays");
+    assert_eq!(F::release_write(taken).unwrap(), ReleaseOutcome::Released);
+}

@@ -17,6 +17,7 @@ use crate::behaviour::common::{
 };
 use crate::behaviour::front::Front;
 use crate::behaviour::logs;
+use crate::behaviour::rw_lock::rw_name;
 use crate::child;
 use crate::support::{wait_until, RedisServer};
 
@@ -834,6 +835,293 @@ pub(crate) fn acl_user_without_pubsub_rights_permit_waiters_poll_and_still_acqui
         assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
     }
     all_permit_waiters_served(threads, &fences, BOUND);
+    let stats = waiters.stats();
+    assert!(!stats.subscribed, "{stats:?}");
+    assert_eq!(stats.notifications, 0, "{stats:?}");
+    assert!(
+        stats.safety_polls >= 1,
+        "the hand-over came by polls: {stats:?}"
+    );
+    let denied = crate::least_privilege::denials(&server, "nopubsub");
+    assert!(
+        denied.iter().all(|d| d == "subscribe" || d == "publish"),
+        "only pub/sub was refused: {denied:?}"
+    );
+}
+
+// ----- the read-write lease ----------------------------------------------------------
+
+/// Starts a reader (`write == false`) or a writer for the read-write lease
+/// `key` on `locker` and waits until it is queued; it releases what it
+/// got and returns the epoch or fence.
+fn queue_rw_waiter<F: Front>(
+    locker: &Arc<F>,
+    key: &'static str,
+    write: bool,
+    wait: Duration,
+) -> Bounded<Result<u64, String>> {
+    let queued = locker.stats().waiters;
+    let l = locker.clone();
+    let what = if write { "writer" } else { "reader" };
+    let t = spawn(&format!("waiting {what}"), move || {
+        let failed = |e: Error| format!("{} ({e:?})", e.code());
+        let (got, released) = if write {
+            let w = l.write_with(key, waiting(wait)).map_err(failed)?;
+            (F::write_fence(&w).get(), F::release_write(w))
+        } else {
+            let r = l.read_with(key, waiting(wait)).map_err(failed)?;
+            (F::epoch(&r).get(), F::release_read(r))
+        };
+        match released {
+            Ok(ReleaseOutcome::Released) => Ok(got),
+            other => Err(format!("release: {other:?}")),
+        }
+    });
+    wait_for_stats(&**locker, &format!("the {what} queued"), |s| {
+        s.waiters == queued + 1
+    });
+    t
+}
+
+/// A reader, then a writer, waiting on `locker` for `key` held by a
+/// writer elsewhere; returns once both heads backed off after a busy reply
+/// with the locker subscribed, so that no attempt is in flight.
+fn reader_and_writer_backing_off<F: Front>(
+    locker: &Arc<F>,
+    key: &'static str,
+) -> [Bounded<Result<u64, String>>; 2] {
+    let wait = Duration::from_secs(25);
+    let reader = queue_rw_waiter(locker, key, false, wait);
+    // Its first attempt, and its check after the confirmation.
+    wait_for_stats(&**locker, "the reader backs off, subscribed", |s| {
+        s.subscribed && s.busy_replies >= 2
+    });
+    let writer = queue_rw_waiter(locker, key, true, wait);
+    wait_for_stats(&**locker, "the writer backs off too", |s| {
+        s.busy_replies >= 3
+    });
+    [reader, writer]
+}
+
+/// Joins the reader and the writer (each within `bound`): both got in;
+/// the writer's fence is above `above`, the last writer fence before, and
+/// the reader's epoch is at least that (it is `above` when the reader went
+/// first, the new writer's fence when it went after it).
+fn reader_and_writer_served(
+    waiters: [Bounded<Result<u64, String>>; 2],
+    above: u64,
+    bound: Duration,
+) {
+    let [reader, writer] = waiters;
+    let epoch = reader
+        .join_within(bound)
+        .unwrap_or_else(|e| panic!("the reader ended with {e}"));
+    let fence = writer
+        .join_within(bound)
+        .unwrap_or_else(|e| panic!("the writer ended with {e}"));
+    assert!(fence > above, "the writer's fence {fence} after {above}");
+    assert!(
+        epoch == above || epoch == fence,
+        "the reader's epoch {epoch} is the last writer fence ({above} or {fence})"
+    );
+}
+
+/// Redis killed while a reader and a writer wait (a writer of another
+/// locker holds the key), and started again on the same port 400 ms later
+/// with all data lost: both keep waiting through the outage and get in
+/// afterwards, the writer with a fence above the old holder's and the
+/// reader with an epoch above it (floored at the server clock).
+pub(crate) fn restart_while_a_reader_and_a_writer_wait_lets_them_acquire_after_it<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-rw-restart");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(
+        &server,
+        config(&ns).wait(Duration::from_secs(15)),
+    ));
+    let held = granted(holder.write_with("doc", leased(LONG_LEASE)), "the holder");
+    let above = F::write_fence(&held).get();
+    let wait = Duration::from_secs(15);
+    let reader = queue_rw_waiter(&waiters, "doc", false, wait);
+    let writer = queue_rw_waiter(&waiters, "doc", true, wait);
+    wait_for_stats(&*waiters, "a reader and a writer wait, subscribed", |s| {
+        s.waiters == 2 && s.subscribed
+    });
+    clock_passes(&server, above);
+
+    server.restart_after(Duration::from_millis(400));
+    let epoch = reader
+        .join_within(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("the reader ended with {e}"));
+    let fence = writer
+        .join_within(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("the writer ended with {e}"));
+    assert!(fence > above, "the writer's fence {fence} after {above}");
+    assert!(epoch > above, "the reader's epoch {epoch} after {above}");
+    assert_eq!(waiters.stats().waiters, 0);
+    // The holder's lease went with the data.
+    let _ = F::release_write(held);
+}
+
+/// Redis SIGSTOPped during a try-once read or write acquire: it returns
+/// `OUTCOME_UNKNOWN`; the script runs after SIGCONT and takes what the
+/// locker never learnt (the writer's key, or a member of the reader set),
+/// so the token is released as an orphan by the locker's next operation,
+/// and a second such token by shutdown: nothing is left for the TTL.
+fn sigstop_during_an_rw_acquire<F: Front>(write: bool) {
+    let server = RedisServer::start();
+    let ns = namespace(if write { "m-rw-stop-w" } else { "m-rw-stop-r" });
+    let locker = warm_locker::<F>(&server, &ns);
+    // The read-write scripts cached too, so the paused acquire is sent.
+    F::release_read(granted(locker.read_with("warm-up", no_wait()), "warm-up")).unwrap();
+    F::release_write(granted(locker.write_with("warm-up", no_wait()), "warm-up")).unwrap();
+    let held = rw_name(&ns, if write { "write" } else { "read" }, "doc");
+
+    let acquire_paused = || {
+        let e = {
+            let _paused = server.pause_guard();
+            let l = locker.clone();
+            let t = spawn("rw acquire", move || {
+                if write {
+                    l.write_with("doc", no_wait()).map(drop)
+                } else {
+                    l.read_with("doc", no_wait()).map(drop)
+                }
+            });
+            refused(t.join_within(BOUND), "an rw acquire on a paused server")
+        };
+        assert_outcome_unknown(&e, Operation::Acquire);
+        assert_eq!(locker.stats().waiters, 0, "the waiter left");
+        // Redis runs the buffered script on resume, before it answers a
+        // connection opened afterwards.
+        assert!(exists(&server, &held), "the unknown acquire took {held}");
+    };
+
+    acquire_paused();
+    F::release(granted(locker.acquire("other"), "the next operation")).unwrap();
+    assert!(!exists(&server, &held), "the orphan was released by token");
+
+    acquire_paused();
+    locker.shutdown().unwrap();
+    assert!(!exists(&server, &held), "shutdown released the orphan");
+    let other: F = connect(&server, config(&ns));
+    let w = granted(other.write_with("doc", no_wait()), "a writer afterwards");
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+}
+
+/// `sigstop_during_an_rw_acquire` for a writer.
+pub(crate) fn sigstop_during_a_write_acquire_is_outcome_unknown_and_its_token_is_released_later<
+    F: Front,
+>() {
+    sigstop_during_an_rw_acquire::<F>(true);
+}
+
+/// `sigstop_during_an_rw_acquire` for a reader.
+pub(crate) fn sigstop_during_a_read_acquire_is_outcome_unknown_and_its_token_is_released_later<
+    F: Front,
+>() {
+    sigstop_during_an_rw_acquire::<F>(false);
+}
+
+/// The command connections of both lockers killed while a reader and a
+/// writer wait for a notification: the holder's release and the waiters'
+/// attempts go out on new connections, and both get in.
+pub(crate) fn client_kill_of_the_command_connections_mid_wait_readers_and_writers_still_acquire<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-rw-kill-normal");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(&server, slow_polling(&ns)));
+    let held = granted(holder.write_with("doc", leased(LONG_LEASE)), "the holder");
+    let above = F::write_fence(&held).get();
+    let threads = reader_and_writer_backing_off(&waiters, "doc");
+
+    let killed = server.client_kill_type("normal");
+    assert!(
+        killed >= 2,
+        "both lockers had a command connection: {killed}"
+    );
+    if F::NOTICES_IDLE_CLOSE {
+        for (who, locker) in [("holder", &holder), ("waiters", &*waiters)] {
+            wait_for_stats(locker, &format!("the {who} noticed the kill"), |s| {
+                !s.connected
+            });
+        }
+    }
+    assert_eq!(F::release_write(held).unwrap(), ReleaseOutcome::Released);
+    reader_and_writer_served(threads, above, BOUND);
+    assert_eq!(waiters.stats().waiters, 0);
+}
+
+/// The subscriber connection killed while a reader and a writer wait: the
+/// locker subscribes again, both heads check once more, and the release
+/// still hands the key over by notification (safety polls are 30 s).
+pub(crate) fn client_kill_of_the_subscriber_mid_wait_readers_and_writers_are_still_notified<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-rw-kill-pubsub");
+    let holder: F = connect(&server, config(&ns));
+    let waiters = Arc::new(connect::<F>(&server, slow_polling(&ns)));
+    let held = granted(holder.write_with("doc", leased(LONG_LEASE)), "the holder");
+    let above = F::write_fence(&held).get();
+    let threads = reader_and_writer_backing_off(&waiters, "doc");
+
+    let busy = waiters.stats().busy_replies;
+    assert_eq!(server.client_kill_type("pubsub"), 1, "one subscriber");
+    wait_until(
+        BOUND,
+        "subscribed again, and both heads checked again",
+        || {
+            let s = waiters.stats();
+            s.subscribed
+                && s.busy_replies >= busy + 2
+                && server.client_list().iter().any(|c| c.contains(" sub=1 "))
+        },
+    );
+    let notified = waiters.stats().notifications;
+
+    assert_eq!(F::release_write(held).unwrap(), ReleaseOutcome::Released);
+    reader_and_writer_served(threads, above, BOUND);
+    assert!(waiters.stats().notifications > notified, "by notification");
+}
+
+/// An ACL user without pub/sub commands: `SUBSCRIBE` is refused, the
+/// locker logs `LOCK_NOTIFY_UNAVAILABLE`, and its reader and writer poll
+/// at `poll_interval` and both get in after the holder's release (whose
+/// notification is refused inside the script, and still `Released`).
+pub(crate) fn acl_user_without_pubsub_rights_readers_and_writers_poll_and_still_acquire<
+    F: Front,
+>() {
+    let logs = logs::capture();
+    let server = RedisServer::start();
+    let ns = namespace("m-rw-nopubsub");
+    let url = crate::least_privilege::add_user(
+        &server,
+        "nopubsub",
+        &["+@all", "-@pubsub", "~*", "&*"].map(String::from),
+    );
+    let acl_config = config(&ns)
+        .poll_interval(Duration::from_millis(25))
+        .notify_poll_interval(SLOW_POLL)
+        .wait(Duration::from_secs(25));
+    let holder = F::connect(&url, acl_config.clone()).unwrap_or_else(|e| panic!("{e:?}"));
+    let waiters = Arc::new(F::connect(&url, acl_config).unwrap_or_else(|e| panic!("{e:?}")));
+    let held = granted(holder.write_with("doc", leased(LONG_LEASE)), "the holder");
+    let above = F::write_fence(&held).get();
+    let wait = Duration::from_secs(25);
+    let threads = [
+        queue_rw_waiter(&waiters, "doc", false, wait),
+        queue_rw_waiter(&waiters, "doc", true, wait),
+    ];
+    wait_until(BOUND, "the refused subscription was reported", || {
+        logs.contains(log::Level::Warn, "LOCK_NOTIFY_UNAVAILABLE")
+    });
+    assert!(!waiters.stats().subscribed);
+
+    assert_eq!(F::release_write(held).unwrap(), ReleaseOutcome::Released);
+    reader_and_writer_served(threads, above, BOUND);
     let stats = waiters.stats();
     assert!(!stats.subscribed, "{stats:?}");
     assert_eq!(stats.notifications, 0, "{stats:?}");

@@ -113,3 +113,37 @@ fn an_abandoned_lease_wakes_the_head_waiting_for_its_key_to_release_it() {
     assert_eq!(sweep.calls.len(), 1);
     assert!(releases(&sweep.calls[0], token(1)));
 }
+
+#[test]
+fn an_abandoned_read_or_write_lease_wakes_the_other_modes_head_of_its_key() {
+    // Bug: a dropped async reader stalled a writer of the same locker
+    // waiting for that key until a safety poll (and a dropped writer its
+    // readers): only the head of the abandoned lease's own line was woken.
+    for (held, waits) in [(Want::Read, Want::Write), (Want::Write, Want::Read)] {
+        let now = t0();
+        let mut core = core_at(now);
+        let holder = core
+            .acquire_for(now, "k", held, token(1), waiting(secs(5)))
+            .unwrap();
+        attempt(&mut core, now, holder);
+        core.handle_acquire_reply(now, holder, acquired(7));
+        let grant = granted(&mut core, now, holder);
+        let waiter = core
+            .acquire_for(now, "k", waits, token(2), waiting(secs(60)))
+            .unwrap();
+        attempt(&mut core, now, waiter);
+        core.handle_acquire_reply(now, waiter, busy(10_000));
+        assert!(wait_until(&mut core, now, waiter).is_some(), "backing off");
+        drain(&mut core);
+
+        core.abandon_lease(grant.lease);
+        assert_eq!(
+            drain(&mut core),
+            vec![CoreEvent::Wake(waiter)],
+            "{held:?} dropped, {waits:?} waits"
+        );
+        let sweep = core.take_sweep();
+        assert_eq!(sweep.calls.len(), 1);
+        assert!(packed(&sweep.calls[0]).contains(&token(1).to_hex()));
+    }
+}

@@ -1257,18 +1257,72 @@ fn a_refused_renewal_is_sent_again_while_the_lease_has_time() {
     wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
     setuser("-pexpire");
     wait_until(FILE_TIMEOUT, "a refused renewal", || {
-        read(&err_path).contains("trying again while it has")
+        read(&err_path).contains("LOCK_RENEW_RETRY")
     });
     setuser("+pexpire");
     wait_until(FILE_TIMEOUT, "a renewal after the refusal", || {
         let err = read(&err_path);
-        err.rfind("renewed the lease") > err.find("trying again")
+        err.rfind("renewed the lease") > err.find("LOCK_RENEW_RETRY")
     });
     fs::write(&go, "").unwrap();
     let out = finish(child, RUN_TIMEOUT);
     let err = read(&err_path);
     assert_eq!(code(&out), 6, "{err}");
     assert!(!err.contains("lost the lease"), "{err}");
+}
+
+/// A renewal that times out (outcome unknown: the server is stopped with
+/// SIGSTOP for longer than the command timeout, but shorter than what is
+/// left of the lease) is sent again; the command runs on and exits with
+/// its own status, 0 (SPEC §7). Before, the unknown outcome ended the job.
+#[test]
+fn a_renewal_that_times_out_once_does_not_end_the_job() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, go) = (scratch.path("ready"), scratch.path("go"));
+    let err_path = scratch.path("stderr");
+    let script = format!(
+        "echo ready > {ready}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ -e {go} ]",
+        ready = ready.display(),
+        go = go.display()
+    );
+    // Lease 6 s: each command is bounded by 1.5 s; the first renewal is
+    // sent at 3 s and times out at 4.5 s, 1.5 s before the lease ends.
+    let child = redlease(&server)
+        .args([
+            "--verbose",
+            "run",
+            "--lease",
+            "6s",
+            "slow-renewal",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    {
+        let _paused = server.pause_guard();
+        wait_until(FILE_TIMEOUT, "a renewal that timed out", || {
+            read(&err_path).contains("LOCK_RENEW_RETRY")
+        });
+    }
+    wait_until(FILE_TIMEOUT, "a renewal after the timeout", || {
+        let err = read(&err_path);
+        err.rfind("renewed the lease") > err.find("LOCK_RENEW_RETRY")
+    });
+    fs::write(&go, "").unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    let err = read(&err_path);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(
+        err.contains("timed out") || err.contains("OUTCOME_UNKNOWN"),
+        "{err}"
+    );
+    assert!(!err.contains("lost the lease"), "{err}");
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
 }
 
 /// Connecting is bounded like every command, by min(2 s, lease / 4): a

@@ -99,9 +99,10 @@ The command follows KEY, with or without `--` in between (use `--` when the \
 command's first word starts with `-`).
 
 The lease counts as lost when a renewal finds it expired or held by someone \
-else, when a renewal fails, or when the lease's time runs out on the local clock \
-without a confirmed renewal (so a holder cut off from Redis stops the command \
-before another holder can start). The loss is reported on standard error and \
+else, or when the lease's time runs out on the local clock without a confirmed \
+renewal (so a holder cut off from Redis stops the command before another holder \
+can start); a renewal that fails with a Redis error, a timeout included, is sent \
+again while the lease has time left. The loss is reported on standard error and \
 --on-lost decides what happens to the command.
 
 Durations are seconds when bare (5, 1.5, as timeout(1) and flock -w), or \

@@ -4,12 +4,13 @@
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::blocking::{Lease, Locker};
-use redlease::{AcquireOptions, CancelHandle, Config, Error, ReleaseOutcome, RenewOutcome};
+use redlease::{AcquireOptions, CancelHandle, Config, Error, Lost, LostCause, ReleaseOutcome};
 
 use crate::cli::{exit, OnLost, RunArgs};
 use crate::duration::human;
@@ -22,9 +23,9 @@ use crate::{describe_error, describe_invalid, now, usage_error, Target};
 const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the supervising loop looks at the child even without SIGCHLD.
 const SAFETY_POLL: Duration = Duration::from_millis(250);
-/// Pause before a renewal Redis refused is sent again (at most a quarter
-/// of what is left of the lease).
-const RENEW_RETRY: Duration = Duration::from_millis(100);
+/// How often the lease watcher looks for a renewal (to refresh the holder
+/// record) and for the end of the command; a loss wakes it at once.
+const WATCH_POLL: Duration = Duration::from_millis(50);
 /// Connect and command timeout of the progress line's `PTTL` queries.
 const PROGRESS_QUERY_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -139,27 +140,31 @@ impl Run<'_> {
                 return code;
             }
         };
-        let (status, mut lost) = thread::scope(|scope| {
-            let (stop_renewer, renewer_stop) = mpsc::channel::<()>();
-            let lease = &lease;
-            let events = self.events_tx.clone();
-            let (out, lease_len) = (self.out, self.args.lease);
-            scope.spawn(move || renewer(lease, lease_len, renewer_stop, events, out, record));
-            let result = self.supervise(child, lease);
-            drop(stop_renewer);
-            result
+        // The library's with_lock renewer keeps the lease alive (SPEC §7: a
+        // renewal that errs is sent again while the lease has time left);
+        // the watcher passes a loss on to the supervising loop and refreshes
+        // the holder record after each renewal.
+        let done = AtomicBool::new(false);
+        let (status, mut lost, loss) = lease.keep_alive(|loss| {
+            thread::scope(|scope| {
+                let (lease, done_ref) = (&lease, &done);
+                let events = self.events_tx.clone();
+                let (out, lease_len) = (self.out, self.args.lease);
+                scope.spawn(move || watch(lease, lease_len, loss, done_ref, events, out, record));
+                let (status, lost) = self.supervise(child, lease);
+                done.store(true, Ordering::SeqCst);
+                (status, lost, loss.clone())
+            })
         });
         // A renewal that was under way when the command exited may have
         // found the lease gone.
-        while let Ok(event) = self.events.try_recv() {
-            if let Event::Lost(reason) = event {
-                if !lost {
-                    lost = true;
-                    self.out.fatal(format_args!(
-                        "lost the lease as the command exited: {reason}"
-                    ));
-                }
-            }
+        while self.events.try_recv().is_ok() {}
+        if !lost && loss.is_lost() {
+            lost = true;
+            self.out.fatal(format_args!(
+                "lost the lease as the command exited: {}",
+                loss_reason(&loss)
+            ));
         }
         let lost = self.release(lease, lost);
         match status {
@@ -491,50 +496,63 @@ impl Run<'_> {
     }
 }
 
-/// Renews the lease every half lease until told to stop (the sender is
-/// dropped) or the lease is lost, which it reports as [`Event::Lost`].
-/// Each renew is bounded by the locker's command timeout. A renewal that
-/// Redis certainly did not apply (`PROVIDER_FAILED`: an error reply, no
-/// connection) is sent again after a short pause while the lease has time
-/// left (SPEC §7); the supervisor's local deadline check decides the loss.
-/// After each renewal the holder record is refreshed too.
-fn renewer(
+/// Watches the lease that `keep_alive` renews until the command is done:
+/// sends [`Event::Lost`] when the library's loss signal fires, and after
+/// each renewal (the local deadline moved on) says so with `--verbose` and
+/// refreshes the holder record.
+fn watch(
     lease: &Lease,
     lease_len: Duration,
-    stop: Receiver<()>,
+    loss: &Lost,
+    done: &AtomicBool,
     events: Sender<Event>,
     out: Out,
     mut record: HolderRecord,
 ) {
-    let every = (lease_len / 2).max(Duration::from_millis(1));
-    let mut pause = every;
+    let until = |lease: &Lease| now().checked_add(lease.remaining());
+    let mut last = until(lease);
     loop {
-        match stop.recv_timeout(pause) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        if loss.wait_timeout(WATCH_POLL) {
+            let _ = events.send(Event::Lost(loss_reason(loss)));
+            return;
         }
-        pause = every;
-        let reason = match lease.renew() {
-            Ok(RenewOutcome::Renewed) => {
-                out.detail("renewed the lease");
-                record.write();
-                continue;
-            }
-            Ok(RenewOutcome::Conflict) => "someone else holds the lock".to_owned(),
-            Ok(_) => "the lock had expired or been deleted".to_owned(),
-            Err(e) if e.code() == "PROVIDER_FAILED" && lease.is_valid() => {
-                out.detail(format_args!(
-                    "renewing the lease failed: {}; trying again while it has {} left",
-                    describe_error(&e),
-                    human(lease.remaining())
-                ));
-                pause = RENEW_RETRY.min(lease.remaining() / 4);
-                continue;
-            }
-            Err(e) => format!("renewing it failed: {}", describe_error(&e)),
+        if done.load(Ordering::SeqCst) {
+            return;
+        }
+        let now_until = until(lease);
+        // A renewal moves the deadline by about half a lease; reading the
+        // clock twice moves it by microseconds.
+        let renewed = match (now_until, last) {
+            (Some(new), Some(old)) => new > old + lease_len / 8,
+            _ => false,
         };
-        let _ = events.send(Event::Lost(reason));
-        return;
+        if renewed {
+            last = now_until;
+            out.detail(format_args!(
+                "renewed the lease ({} left)",
+                human(lease.remaining())
+            ));
+            record.write();
+        }
+    }
+}
+
+/// Why the loss signal fired, in the words of the report.
+fn loss_reason(loss: &Lost) -> String {
+    let time_ran_out = "its time ran out on the local clock without a confirmed renewal";
+    match loss.cause() {
+        Some(Error::LockLost { cause }) => match cause {
+            LostCause::Expired => "the lock had expired or been deleted".to_owned(),
+            LostCause::Conflict => "someone else holds the lock".to_owned(),
+            LostCause::RenewFailed(e)
+                if matches!(*e, Error::ProviderFailed { .. }) || e.is_outcome_unknown() =>
+            {
+                format!("{time_ran_out} (the last renewal: {})", describe_error(&e))
+            }
+            LostCause::RenewFailed(e) => format!("renewing it failed: {}", describe_error(&e)),
+            _ => time_ran_out.to_owned(),
+        },
+        _ => time_ran_out.to_owned(),
     }
 }
 

@@ -1349,3 +1349,103 @@ fn a_server_that_never_answers_fails_the_connect() {
     assert_code(&out, UNAVAILABLE);
     assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
 }
+
+/// `s` in single quotes for `sh`.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The process group and the terminal's foreground process group of
+/// `pid` (fields 5 and 8 of /proc/<pid>/stat).
+fn pgrp_and_foreground(pid: u32) -> (i64, i64) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    // After "pid (comm) ": state ppid pgrp session tty_nr tpgid ...
+    (fields[2].parse().unwrap(), fields[5].parse().unwrap())
+}
+
+/// On a terminal (a pty made by `script`, redlease in its foreground
+/// process group), Ctrl-C reaches the command once, from the terminal, and
+/// is not passed on a second time; `kill -INT <redlease pid>` reaches only
+/// redlease and is passed on (item 2 of issue 15: told apart by the
+/// signal's origin, not by the foreground group, which is the same).
+#[test]
+fn on_a_terminal_kill_int_is_passed_on_and_ctrl_c_is_not_doubled() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, go, mark, ppid) = (
+        scratch.path("ready"),
+        scratch.path("go"),
+        scratch.path("mark"),
+        scratch.path("ppid"),
+    );
+    let script = format!(
+        "trap 'echo int >> {mark}' INT; echo $PPID > {ppid}; echo ready > {ready}; \
+         i=0; while [ ! -e {go} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; [ -e {go} ]",
+        mark = mark.display(),
+        ppid = ppid.display(),
+        ready = ready.display(),
+        go = go.display()
+    );
+    let inner = format!(
+        "exec {} --url {} --namespace {NS} --verbose run tty-sigint sh -c {}",
+        sh_quote(BIN),
+        sh_quote(&server.url()),
+        sh_quote(&script)
+    );
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-f", "-c", &inner, "/dev/null"])
+        .env_remove("REDIS_URL")
+        .env_remove("REDLEASE_NAMESPACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script(1)");
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let pid: u32 = read(&ppid).trim().parse().unwrap();
+    assert_eq!(
+        fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap()
+            .trim(),
+        "redlease"
+    );
+    let (pgrp, foreground) = pgrp_and_foreground(pid);
+    assert_eq!(
+        pgrp, foreground,
+        "redlease runs in the terminal's foreground group"
+    );
+
+    // Ctrl-C typed on the terminal: the line discipline signals the group.
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(b"\x03").unwrap();
+        stdin.flush().unwrap();
+    }
+    wait_until(FILE_TIMEOUT, "Ctrl-C to reach the command", || {
+        read(&mark).lines().count() >= 1
+    });
+    let after_ctrl_c = read(&mark).lines().count();
+    signal(pid, "INT");
+    wait_until(FILE_TIMEOUT, "kill -INT to be passed on", || {
+        read(&mark).lines().count() > after_ctrl_c
+    });
+    fs::write(&go, "").unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    let text = stdout(&out);
+    assert_code(&out, 0);
+    assert_eq!(
+        text.matches("passed SIGINT on to the command").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("SIGINT came from the terminal").count(),
+        1,
+        "{text}"
+    );
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}

@@ -90,8 +90,8 @@ these variables added to its environment:
 
 While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
 and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
-that the terminal sends to the whole foreground job reaches the command \
-directly and is not sent twice); a command still running --kill-after after a \
+that the terminal sends to the whole foreground job, such as Ctrl-C, reaches \
+the command directly and is not sent twice; one sent with kill is passed on); a command still running --kill-after after a \
 passed-on signal is sent SIGKILL. When the command exits, the lease is \
 released and redlease exits with the command's status.
 

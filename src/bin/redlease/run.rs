@@ -382,27 +382,27 @@ impl Run<'_> {
                 }
             }
             match self.events.recv_timeout(next.saturating_duration_since(t)) {
-                Ok(Event::Signal(sig)) if signals::is_child_event(sig) => {}
-                Ok(Event::Signal(sig)) => match signals::forward(&child, sig) {
+                Ok(Event::Signal(received)) if signals::is_child_event(received.sig) => {}
+                Ok(Event::Signal(received)) => match signals::forward(&child, received) {
                     Forwarded::Sent => {
                         out.detail(format_args!(
                             "passed {} on to the command",
-                            signals::name(sig)
+                            signals::name(received.sig)
                         ));
                         // A command that ignores it is killed after
                         // --kill-after, as after a lost lease.
                         if kill_at.is_none() {
                             kill_at = now().checked_add(self.args.kill_after);
-                            stop_signal = Some(sig);
+                            stop_signal = Some(received.sig);
                         }
                     }
                     Forwarded::FromTerminal => out.detail(format_args!(
                         "{} came from the terminal, which sent it to the command too",
-                        signals::name(sig)
+                        signals::name(received.sig)
                     )),
                     Forwarded::Failed(e) => out.notice(format_args!(
                         "could not pass {} on to the command: {e}",
-                        signals::name(sig)
+                        signals::name(received.sig)
                     )),
                 },
                 Ok(Event::Lost(reason)) => {

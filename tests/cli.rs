@@ -1449,3 +1449,62 @@ fn on_a_terminal_kill_int_is_passed_on_and_ctrl_c_is_not_doubled() {
     );
     assert!(lock_keys(&server).is_empty(), "the lease is released");
 }
+
+/// Whether process `pid` is gone or a zombie (dead, not yet reaped by
+/// whoever inherited it).
+fn is_dead(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'),
+    }
+}
+
+/// `kill -9` of `redlease run` (Linux): the command gets SIGKILL through
+/// its parent-death signal instead of running on without a renewed lease,
+/// and the lease stays until its TTL, so a second `run` of the key does
+/// not start beside anything (issue 15, item 4).
+#[test]
+#[cfg(target_os = "linux")]
+fn kill_9_of_redlease_kills_the_command_and_the_lease_waits_for_its_ttl() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, pid_file) = (scratch.path("ready"), scratch.path("pid"));
+    // Runs ~60 s unless killed; the test waits far less for its death.
+    let script = format!(
+        "echo $$ > {pid}; echo ready > {ready}; i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+        pid = pid_file.display(),
+        ready = ready.display()
+    );
+    let child = redlease(&server)
+        .args(["run", "--lease", "30s", "killed-9", "sh", "-c"])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    let redlease_pid = child.id();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let command_pid: u32 = read(&pid_file).trim().parse().unwrap();
+    let (parent, _) = parent_of(command_pid);
+    assert_eq!(parent, redlease_pid, "the command is redlease's own child");
+
+    signal(redlease_pid, "KILL");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_eq!(out.status.code(), None, "redlease died of SIGKILL");
+    wait_until(FILE_TIMEOUT, "the command to be killed", || {
+        is_dead(command_pid)
+    });
+
+    // The lease was not released: it ends at its TTL, and until then a
+    // second run does not start.
+    assert_eq!(lock_keys(&server).len(), 1, "the lease is still held");
+    let second = run(redlease(&server).args(["run", "-n", "killed-9", "true"]));
+    assert_code(&second, BUSY);
+}
+
+/// The parent pid and the process group of `pid`.
+fn parent_of(pid: u32) -> (u32, i64) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    (fields[1].parse().unwrap(), fields[2].parse().unwrap())
+}

@@ -93,7 +93,9 @@ and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
 that the terminal sends to the whole foreground job, such as Ctrl-C, reaches \
 the command directly and is not sent twice; one sent with kill is passed on); a command still running --kill-after after a \
 passed-on signal is sent SIGKILL. When the command exits, the lease is \
-released and redlease exits with the command's status.
+released and redlease exits with the command's status. On Linux, if redlease \
+itself is killed (SIGKILL) the command is killed too; the lease then ends at its \
+TTL.
 
 The command follows KEY, with or without `--` in between (use `--` when the \
 command's first word starts with `-`).

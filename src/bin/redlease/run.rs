@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use redlease::blocking::{Lease, Locker};
 use redlease::{AcquireOptions, CancelHandle, Config, Error, Lost, LostCause, ReleaseOutcome};
 
+use crate::child;
 use crate::cli::{exit, OnLost, RunArgs};
 use crate::duration::human;
 use crate::holder::Holder;
@@ -311,17 +312,33 @@ impl Run<'_> {
         }
     }
 
-    /// Starts the command with the lease's variables. `Err` is the exit code.
+    /// Starts the command with the lease's variables, on Linux with a
+    /// parent-death signal (see child.rs; called on the main thread, whose
+    /// end the signal follows). `Err` is the exit code.
     fn spawn(&self, lease: &Lease) -> Result<Child, u8> {
         let args = self.args;
         let program = &args.command[0];
-        let mut command = std::process::Command::new(program);
-        command
-            .args(&args.command[1..])
-            .env("REDLEASE_FENCE", lease.fence().to_string())
-            .env("REDLEASE_KEY", &args.key)
-            .env("REDLEASE_LEASE_MS", args.lease.as_millis().to_string());
-        command.spawn().map_err(|e| {
+        let with_env = |mut command: std::process::Command| {
+            command
+                .env("REDLEASE_FENCE", lease.fence().to_string())
+                .env("REDLEASE_KEY", &args.key)
+                .env("REDLEASE_LEASE_MS", args.lease.as_millis().to_string());
+            command
+        };
+        let spawned = with_env(child::command(program, &args.command[1..]))
+            .spawn()
+            .or_else(|e| {
+                if cfg!(target_os = "linux") {
+                    self.out.notice(format_args!(
+                        "cannot start the command through redlease itself ({e}); starting it \
+                         directly: it will not be stopped if redlease is killed"
+                    ));
+                    with_env(child::direct(program, &args.command[1..])).spawn()
+                } else {
+                    Err(e)
+                }
+            });
+        spawned.map_err(|e| {
             self.out.fatal(format_args!(
                 "cannot run {}: {e}",
                 program.to_string_lossy()

@@ -1257,18 +1257,72 @@ fn a_refused_renewal_is_sent_again_while_the_lease_has_time() {
     wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
     setuser("-pexpire");
     wait_until(FILE_TIMEOUT, "a refused renewal", || {
-        read(&err_path).contains("trying again while it has")
+        read(&err_path).contains("LOCK_RENEW_RETRY")
     });
     setuser("+pexpire");
     wait_until(FILE_TIMEOUT, "a renewal after the refusal", || {
         let err = read(&err_path);
-        err.rfind("renewed the lease") > err.find("trying again")
+        err.rfind("renewed the lease") > err.find("LOCK_RENEW_RETRY")
     });
     fs::write(&go, "").unwrap();
     let out = finish(child, RUN_TIMEOUT);
     let err = read(&err_path);
     assert_eq!(code(&out), 6, "{err}");
     assert!(!err.contains("lost the lease"), "{err}");
+}
+
+/// A renewal that times out (outcome unknown: the server is stopped with
+/// SIGSTOP for longer than the command timeout, but shorter than what is
+/// left of the lease) is sent again; the command runs on and exits with
+/// its own status, 0 (SPEC §7). Before, the unknown outcome ended the job.
+#[test]
+fn a_renewal_that_times_out_once_does_not_end_the_job() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, go) = (scratch.path("ready"), scratch.path("go"));
+    let err_path = scratch.path("stderr");
+    let script = format!(
+        "echo ready > {ready}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ -e {go} ]",
+        ready = ready.display(),
+        go = go.display()
+    );
+    // Lease 6 s: each command is bounded by 1.5 s; the first renewal is
+    // sent at 3 s and times out at 4.5 s, 1.5 s before the lease ends.
+    let child = redlease(&server)
+        .args([
+            "--verbose",
+            "run",
+            "--lease",
+            "6s",
+            "slow-renewal",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    {
+        let _paused = server.pause_guard();
+        wait_until(FILE_TIMEOUT, "a renewal that timed out", || {
+            read(&err_path).contains("LOCK_RENEW_RETRY")
+        });
+    }
+    wait_until(FILE_TIMEOUT, "a renewal after the timeout", || {
+        let err = read(&err_path);
+        err.rfind("renewed the lease") > err.find("LOCK_RENEW_RETRY")
+    });
+    fs::write(&go, "").unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    let err = read(&err_path);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(
+        err.contains("timed out") || err.contains("OUTCOME_UNKNOWN"),
+        "{err}"
+    );
+    assert!(!err.contains("lost the lease"), "{err}");
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
 }
 
 /// Connecting is bounded like every command, by min(2 s, lease / 4): a
@@ -1294,4 +1348,163 @@ fn a_server_that_never_answers_fails_the_connect() {
     drop(listener);
     assert_code(&out, UNAVAILABLE);
     assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
+}
+
+/// `s` in single quotes for `sh`.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The process group and the terminal's foreground process group of
+/// `pid` (fields 5 and 8 of /proc/<pid>/stat).
+fn pgrp_and_foreground(pid: u32) -> (i64, i64) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    // After "pid (comm) ": state ppid pgrp session tty_nr tpgid ...
+    (fields[2].parse().unwrap(), fields[5].parse().unwrap())
+}
+
+/// On a terminal (a pty made by `script`, redlease in its foreground
+/// process group), Ctrl-C reaches the command once, from the terminal, and
+/// is not passed on a second time; `kill -INT <redlease pid>` reaches only
+/// redlease and is passed on (item 2 of issue 15: told apart by the
+/// signal's origin, not by the foreground group, which is the same).
+#[test]
+fn on_a_terminal_kill_int_is_passed_on_and_ctrl_c_is_not_doubled() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, go, mark, ppid) = (
+        scratch.path("ready"),
+        scratch.path("go"),
+        scratch.path("mark"),
+        scratch.path("ppid"),
+    );
+    let script = format!(
+        "trap 'echo int >> {mark}' INT; echo $PPID > {ppid}; echo ready > {ready}; \
+         i=0; while [ ! -e {go} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; [ -e {go} ]",
+        mark = mark.display(),
+        ppid = ppid.display(),
+        ready = ready.display(),
+        go = go.display()
+    );
+    let inner = format!(
+        "exec {} --url {} --namespace {NS} --verbose run tty-sigint sh -c {}",
+        sh_quote(BIN),
+        sh_quote(&server.url()),
+        sh_quote(&script)
+    );
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-f", "-c", &inner, "/dev/null"])
+        .env_remove("REDIS_URL")
+        .env_remove("REDLEASE_NAMESPACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script(1)");
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let pid: u32 = read(&ppid).trim().parse().unwrap();
+    assert_eq!(
+        fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap()
+            .trim(),
+        "redlease"
+    );
+    let (pgrp, foreground) = pgrp_and_foreground(pid);
+    assert_eq!(
+        pgrp, foreground,
+        "redlease runs in the terminal's foreground group"
+    );
+
+    // Ctrl-C typed on the terminal: the line discipline signals the group.
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(b"\x03").unwrap();
+        stdin.flush().unwrap();
+    }
+    wait_until(FILE_TIMEOUT, "Ctrl-C to reach the command", || {
+        read(&mark).lines().count() >= 1
+    });
+    let after_ctrl_c = read(&mark).lines().count();
+    signal(pid, "INT");
+    wait_until(FILE_TIMEOUT, "kill -INT to be passed on", || {
+        read(&mark).lines().count() > after_ctrl_c
+    });
+    fs::write(&go, "").unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    let text = stdout(&out);
+    assert_code(&out, 0);
+    assert_eq!(
+        text.matches("passed SIGINT on to the command").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("SIGINT came from the terminal").count(),
+        1,
+        "{text}"
+    );
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+/// Whether process `pid` is gone or a zombie (dead, not yet reaped by
+/// whoever inherited it).
+fn is_dead(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'),
+    }
+}
+
+/// `kill -9` of `redlease run` (Linux): the command gets SIGKILL through
+/// its parent-death signal instead of running on without a renewed lease,
+/// and the lease stays until its TTL, so a second `run` of the key does
+/// not start beside anything (issue 15, item 4).
+#[test]
+#[cfg(target_os = "linux")]
+fn kill_9_of_redlease_kills_the_command_and_the_lease_waits_for_its_ttl() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, pid_file) = (scratch.path("ready"), scratch.path("pid"));
+    // Runs ~60 s unless killed; the test waits far less for its death.
+    let script = format!(
+        "echo $$ > {pid}; echo ready > {ready}; i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+        pid = pid_file.display(),
+        ready = ready.display()
+    );
+    let child = redlease(&server)
+        .args(["run", "--lease", "30s", "killed-9", "sh", "-c"])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    let redlease_pid = child.id();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let command_pid: u32 = read(&pid_file).trim().parse().unwrap();
+    let (parent, _) = parent_of(command_pid);
+    assert_eq!(parent, redlease_pid, "the command is redlease's own child");
+
+    signal(redlease_pid, "KILL");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_eq!(out.status.code(), None, "redlease died of SIGKILL");
+    wait_until(FILE_TIMEOUT, "the command to be killed", || {
+        is_dead(command_pid)
+    });
+
+    // The lease was not released: it ends at its TTL, and until then a
+    // second run does not start.
+    assert_eq!(lock_keys(&server).len(), 1, "the lease is still held");
+    let second = run(redlease(&server).args(["run", "-n", "killed-9", "true"]));
+    assert_code(&second, BUSY);
+}
+
+/// The parent pid and the process group of `pid`.
+fn parent_of(pid: u32) -> (u32, i64) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    (fields[1].parse().unwrap(), fields[2].parse().unwrap())
 }

@@ -11,6 +11,8 @@
 
 // The binary's root is src/bin/redlease.rs, so its modules are named with
 // their paths in src/bin/redlease/ (a directory of its own, not a target).
+#[path = "redlease/child.rs"]
+mod child;
 #[path = "redlease/cli.rs"]
 mod cli;
 #[path = "redlease/duration.rs"]
@@ -39,6 +41,11 @@ use crate::output::Out;
 const MAX_KEY_BYTES: usize = 1024;
 
 fn main() -> ExitCode {
+    // The hidden mode in which `run` starts the command (see child.rs):
+    // before anything else, so no signal handler or thread exists.
+    if let Some(code) = child::exec_if_asked() {
+        return ExitCode::from(code);
+    }
     // Usage errors exit with 2 here, before anything touches Redis.
     let cli = Cli::try_parse().unwrap_or_else(|e| with_hints(e).exit());
     let out = Out::new(cli.global.quiet, cli.global.verbose);

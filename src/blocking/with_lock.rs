@@ -86,11 +86,80 @@ where
 {
     let lease = guard.lease();
     let lost = Lost::new(extend, lease.held().valid_until().flatten());
+    let outcome = renewing(lease, &lost, extend, || {
+        catch_unwind(AssertUnwindSafe(|| f(&guard, &lost)))
+    });
+    lost.disarm();
+    log_failed_release(guard.into_lease().release());
+    match outcome {
+        Ok(result) => result,
+        Err(panic) => resume_unwind(panic),
+    }
+}
+
+impl Lease {
+    /// Keeps this lease alive while `f` runs, exactly as
+    /// [`Locker::with_lock`] with [`WithLock::extend`] does, and returns
+    /// what `f` returns. The lease stays held afterwards: release it (to
+    /// learn the [`ReleaseOutcome`](crate::ReleaseOutcome)) or drop it.
+    ///
+    /// For a caller that acquires and releases by itself (to show progress
+    /// while it waits, or to report how the release went) but wants
+    /// `with_lock`'s renewals: the lease is renewed every lease/2 by one
+    /// scoped thread, a renewal that fails with a Redis error
+    /// (`ProviderFailed`, `OutcomeUnknown`) is sent again after a short
+    /// backoff while the lease has time left, and `lost` fires with
+    /// [`Error::LockLost`] only when a renewal finds the lease expired or
+    /// taken, or the local deadline passes without a confirmed renewal.
+    /// Renewal stops (the thread is joined) before `keep_alive` returns,
+    /// also when `f` panics. A clone of `lost` keeps telling, after the
+    /// return, whether the lease was lost while it was kept alive (a
+    /// renewal under way when `f` returned may still have found it gone).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.acquire("nightly-report")?;
+    /// let done = lease.keep_alive(|lost| {
+    ///     let mut rows = 0;
+    ///     while !lost.is_lost() && rows < 1000 {
+    ///         // write a row, passing lease.fence() to the store
+    ///         rows += 1;
+    ///     }
+    ///     rows
+    /// });
+    /// println!("{done} rows; release: {:?}", lease.release()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+        let lost = Lost::new(true, self.held().valid_until().flatten());
+        let result = renewing(self, &lost, true, || f(&lost));
+        // Settle a deadline that passed unobserved, then stop counting:
+        // from here on the caller decides the lease's fate.
+        let _ = lost.is_lost();
+        lost.disarm();
+        result
+    }
+}
+
+/// Runs `f` with the renewer of `lease` on a scoped thread when `extend`,
+/// and stops and joins the renewer before returning (also when `f`
+/// panics).
+fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, f: impl FnOnce() -> R) -> R {
+    /// Stops the renewer when `f` ends, by return or by unwinding.
+    struct StopOnDrop<'a>(&'a StopSignal);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+
     let stop = StopSignal::default();
-    let outcome = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let renewer = if extend {
             let shared = lease.shared();
-            let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
+            let renewer = Renewer::new(&shared.state, lease.held(), lost, &stop);
             let spawned = std::thread::Builder::new()
                 .name("redlease-renewer".into())
                 .spawn_scoped(scope, || drive(shared, renewer));
@@ -103,19 +172,14 @@ where
         } else {
             None
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| f(&guard, &lost)));
-        stop.stop();
+        let stopping = StopOnDrop(&stop);
+        let result = f();
+        drop(stopping);
         if let Some(renewer) = renewer {
             // The renewer catches nothing and panics only on a bug; its
             // panic is not the caller's.
             let _ = renewer.join();
         }
-        outcome
-    });
-    lost.disarm();
-    log_failed_release(guard.into_lease().release());
-    match outcome {
-        Ok(result) => result,
-        Err(panic) => resume_unwind(panic),
-    }
+        result
+    })
 }

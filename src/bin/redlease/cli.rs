@@ -90,18 +90,21 @@ these variables added to its environment:
 
 While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
 and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
-that the terminal sends to the whole foreground job reaches the command \
-directly and is not sent twice); a command still running --kill-after after a \
+that the terminal sends to the whole foreground job, such as Ctrl-C, reaches \
+the command directly and is not sent twice; one sent with kill is passed on); a command still running --kill-after after a \
 passed-on signal is sent SIGKILL. When the command exits, the lease is \
-released and redlease exits with the command's status.
+released and redlease exits with the command's status. On Linux, if redlease \
+itself is killed (SIGKILL) the command is killed too; the lease then ends at its \
+TTL.
 
 The command follows KEY, with or without `--` in between (use `--` when the \
 command's first word starts with `-`).
 
 The lease counts as lost when a renewal finds it expired or held by someone \
-else, when a renewal fails, or when the lease's time runs out on the local clock \
-without a confirmed renewal (so a holder cut off from Redis stops the command \
-before another holder can start). The loss is reported on standard error and \
+else, or when the lease's time runs out on the local clock without a confirmed \
+renewal (so a holder cut off from Redis stops the command before another holder \
+can start); a renewal that fails with a Redis error, a timeout included, is sent \
+again while the lease has time left. The loss is reported on standard error and \
 --on-lost decides what happens to the command.
 
 Durations are seconds when bare (5, 1.5, as timeout(1) and flock -w), or \

@@ -4,13 +4,15 @@
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::blocking::{Lease, Locker};
-use redlease::{AcquireOptions, CancelHandle, Config, Error, ReleaseOutcome, RenewOutcome};
+use redlease::{AcquireOptions, CancelHandle, Config, Error, Lost, LostCause, ReleaseOutcome};
 
+use crate::child;
 use crate::cli::{exit, OnLost, RunArgs};
 use crate::duration::human;
 use crate::holder::Holder;
@@ -22,9 +24,9 @@ use crate::{describe_error, describe_invalid, now, usage_error, Target};
 const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the supervising loop looks at the child even without SIGCHLD.
 const SAFETY_POLL: Duration = Duration::from_millis(250);
-/// Pause before a renewal Redis refused is sent again (at most a quarter
-/// of what is left of the lease).
-const RENEW_RETRY: Duration = Duration::from_millis(100);
+/// How often the lease watcher looks for a renewal (to refresh the holder
+/// record) and for the end of the command; a loss wakes it at once.
+const WATCH_POLL: Duration = Duration::from_millis(50);
 /// Connect and command timeout of the progress line's `PTTL` queries.
 const PROGRESS_QUERY_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -139,27 +141,31 @@ impl Run<'_> {
                 return code;
             }
         };
-        let (status, mut lost) = thread::scope(|scope| {
-            let (stop_renewer, renewer_stop) = mpsc::channel::<()>();
-            let lease = &lease;
-            let events = self.events_tx.clone();
-            let (out, lease_len) = (self.out, self.args.lease);
-            scope.spawn(move || renewer(lease, lease_len, renewer_stop, events, out, record));
-            let result = self.supervise(child, lease);
-            drop(stop_renewer);
-            result
+        // The library's with_lock renewer keeps the lease alive (SPEC §7: a
+        // renewal that errs is sent again while the lease has time left);
+        // the watcher passes a loss on to the supervising loop and refreshes
+        // the holder record after each renewal.
+        let done = AtomicBool::new(false);
+        let (status, mut lost, loss) = lease.keep_alive(|loss| {
+            thread::scope(|scope| {
+                let (lease, done_ref) = (&lease, &done);
+                let events = self.events_tx.clone();
+                let (out, lease_len) = (self.out, self.args.lease);
+                scope.spawn(move || watch(lease, lease_len, loss, done_ref, events, out, record));
+                let (status, lost) = self.supervise(child, lease);
+                done.store(true, Ordering::SeqCst);
+                (status, lost, loss.clone())
+            })
         });
         // A renewal that was under way when the command exited may have
         // found the lease gone.
-        while let Ok(event) = self.events.try_recv() {
-            if let Event::Lost(reason) = event {
-                if !lost {
-                    lost = true;
-                    self.out.fatal(format_args!(
-                        "lost the lease as the command exited: {reason}"
-                    ));
-                }
-            }
+        while self.events.try_recv().is_ok() {}
+        if !lost && loss.is_lost() {
+            lost = true;
+            self.out.fatal(format_args!(
+                "lost the lease as the command exited: {}",
+                loss_reason(&loss)
+            ));
         }
         let lost = self.release(lease, lost);
         match status {
@@ -306,17 +312,33 @@ impl Run<'_> {
         }
     }
 
-    /// Starts the command with the lease's variables. `Err` is the exit code.
+    /// Starts the command with the lease's variables, on Linux with a
+    /// parent-death signal (see child.rs; called on the main thread, whose
+    /// end the signal follows). `Err` is the exit code.
     fn spawn(&self, lease: &Lease) -> Result<Child, u8> {
         let args = self.args;
         let program = &args.command[0];
-        let mut command = std::process::Command::new(program);
-        command
-            .args(&args.command[1..])
-            .env("REDLEASE_FENCE", lease.fence().to_string())
-            .env("REDLEASE_KEY", &args.key)
-            .env("REDLEASE_LEASE_MS", args.lease.as_millis().to_string());
-        command.spawn().map_err(|e| {
+        let with_env = |mut command: std::process::Command| {
+            command
+                .env("REDLEASE_FENCE", lease.fence().to_string())
+                .env("REDLEASE_KEY", &args.key)
+                .env("REDLEASE_LEASE_MS", args.lease.as_millis().to_string());
+            command
+        };
+        let spawned = with_env(child::command(program, &args.command[1..]))
+            .spawn()
+            .or_else(|e| {
+                if cfg!(target_os = "linux") {
+                    self.out.notice(format_args!(
+                        "cannot start the command through redlease itself ({e}); starting it \
+                         directly: it will not be stopped if redlease is killed"
+                    ));
+                    with_env(child::direct(program, &args.command[1..])).spawn()
+                } else {
+                    Err(e)
+                }
+            });
+        spawned.map_err(|e| {
             self.out.fatal(format_args!(
                 "cannot run {}: {e}",
                 program.to_string_lossy()
@@ -377,27 +399,27 @@ impl Run<'_> {
                 }
             }
             match self.events.recv_timeout(next.saturating_duration_since(t)) {
-                Ok(Event::Signal(sig)) if signals::is_child_event(sig) => {}
-                Ok(Event::Signal(sig)) => match signals::forward(&child, sig) {
+                Ok(Event::Signal(received)) if signals::is_child_event(received.sig) => {}
+                Ok(Event::Signal(received)) => match signals::forward(&child, received) {
                     Forwarded::Sent => {
                         out.detail(format_args!(
                             "passed {} on to the command",
-                            signals::name(sig)
+                            signals::name(received.sig)
                         ));
                         // A command that ignores it is killed after
                         // --kill-after, as after a lost lease.
                         if kill_at.is_none() {
                             kill_at = now().checked_add(self.args.kill_after);
-                            stop_signal = Some(sig);
+                            stop_signal = Some(received.sig);
                         }
                     }
                     Forwarded::FromTerminal => out.detail(format_args!(
                         "{} came from the terminal, which sent it to the command too",
-                        signals::name(sig)
+                        signals::name(received.sig)
                     )),
                     Forwarded::Failed(e) => out.notice(format_args!(
                         "could not pass {} on to the command: {e}",
-                        signals::name(sig)
+                        signals::name(received.sig)
                     )),
                 },
                 Ok(Event::Lost(reason)) => {
@@ -491,50 +513,63 @@ impl Run<'_> {
     }
 }
 
-/// Renews the lease every half lease until told to stop (the sender is
-/// dropped) or the lease is lost, which it reports as [`Event::Lost`].
-/// Each renew is bounded by the locker's command timeout. A renewal that
-/// Redis certainly did not apply (`PROVIDER_FAILED`: an error reply, no
-/// connection) is sent again after a short pause while the lease has time
-/// left (SPEC §7); the supervisor's local deadline check decides the loss.
-/// After each renewal the holder record is refreshed too.
-fn renewer(
+/// Watches the lease that `keep_alive` renews until the command is done:
+/// sends [`Event::Lost`] when the library's loss signal fires, and after
+/// each renewal (the local deadline moved on) says so with `--verbose` and
+/// refreshes the holder record.
+fn watch(
     lease: &Lease,
     lease_len: Duration,
-    stop: Receiver<()>,
+    loss: &Lost,
+    done: &AtomicBool,
     events: Sender<Event>,
     out: Out,
     mut record: HolderRecord,
 ) {
-    let every = (lease_len / 2).max(Duration::from_millis(1));
-    let mut pause = every;
+    let until = |lease: &Lease| now().checked_add(lease.remaining());
+    let mut last = until(lease);
     loop {
-        match stop.recv_timeout(pause) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        if loss.wait_timeout(WATCH_POLL) {
+            let _ = events.send(Event::Lost(loss_reason(loss)));
+            return;
         }
-        pause = every;
-        let reason = match lease.renew() {
-            Ok(RenewOutcome::Renewed) => {
-                out.detail("renewed the lease");
-                record.write();
-                continue;
-            }
-            Ok(RenewOutcome::Conflict) => "someone else holds the lock".to_owned(),
-            Ok(_) => "the lock had expired or been deleted".to_owned(),
-            Err(e) if e.code() == "PROVIDER_FAILED" && lease.is_valid() => {
-                out.detail(format_args!(
-                    "renewing the lease failed: {}; trying again while it has {} left",
-                    describe_error(&e),
-                    human(lease.remaining())
-                ));
-                pause = RENEW_RETRY.min(lease.remaining() / 4);
-                continue;
-            }
-            Err(e) => format!("renewing it failed: {}", describe_error(&e)),
+        if done.load(Ordering::SeqCst) {
+            return;
+        }
+        let now_until = until(lease);
+        // A renewal moves the deadline by about half a lease; reading the
+        // clock twice moves it by microseconds.
+        let renewed = match (now_until, last) {
+            (Some(new), Some(old)) => new > old + lease_len / 8,
+            _ => false,
         };
-        let _ = events.send(Event::Lost(reason));
-        return;
+        if renewed {
+            last = now_until;
+            out.detail(format_args!(
+                "renewed the lease ({} left)",
+                human(lease.remaining())
+            ));
+            record.write();
+        }
+    }
+}
+
+/// Why the loss signal fired, in the words of the report.
+fn loss_reason(loss: &Lost) -> String {
+    let time_ran_out = "its time ran out on the local clock without a confirmed renewal";
+    match loss.cause() {
+        Some(Error::LockLost { cause }) => match cause {
+            LostCause::Expired => "the lock had expired or been deleted".to_owned(),
+            LostCause::Conflict => "someone else holds the lock".to_owned(),
+            LostCause::RenewFailed(e)
+                if matches!(*e, Error::ProviderFailed { .. }) || e.is_outcome_unknown() =>
+            {
+                format!("{time_ran_out} (the last renewal: {})", describe_error(&e))
+            }
+            LostCause::RenewFailed(e) => format!("renewing it failed: {}", describe_error(&e)),
+            _ => time_ran_out.to_owned(),
+        },
+        _ => time_ran_out.to_owned(),
     }
 }
 

@@ -1,8 +1,8 @@
 //! Signal handling without `unsafe`: `signal-hook` turns SIGINT, SIGTERM,
-//! SIGHUP and SIGCHLD into messages on a channel, read by a thread; `nix`
-//! sends signals to the child.
+//! SIGHUP and SIGCHLD, with their origin (`siginfo_t`'s `si_code` and
+//! `si_pid`), into messages on a channel, read by a thread; `nix` sends
+//! signals to the child.
 
-use std::fs::File;
 use std::process::Child;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::Sender;
@@ -10,18 +10,39 @@ use std::sync::Arc;
 use std::thread;
 
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::{getpgrp, tcgetpgrp, Pid};
+use nix::unistd::Pid;
 use redlease::CancelHandle;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::{Handle, Signals};
+use signal_hook::iterator::exfiltrator::origin::WithOrigin;
+use signal_hook::iterator::{Handle, SignalsInfo};
+use signal_hook::low_level::siginfo::{Cause, Origin};
 
 /// What the supervising loop hears about.
 #[derive(Debug)]
 pub(crate) enum Event {
     /// A signal reached redlease (SIGCHLD included: the child changed state).
-    Signal(i32),
+    Signal(Received),
     /// The renewer found the lease lost; the reason, for the report.
     Lost(String),
+}
+
+/// A signal and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Received {
+    pub(crate) sig: i32,
+    /// Sent by the kernel with no sending process: for SIGINT and SIGHUP,
+    /// the terminal driver, which signals the whole foreground process
+    /// group (the child included).
+    pub(crate) by_kernel: bool,
+}
+
+impl Received {
+    fn of(origin: &Origin) -> Self {
+        Received {
+            sig: origin.signal,
+            by_kernel: origin.cause == Cause::Kernel && origin.process.is_none(),
+        }
+    }
 }
 
 /// The signal thread. The first SIGINT, SIGTERM or SIGHUP also cancels an
@@ -35,19 +56,21 @@ pub(crate) struct SignalWatch {
 
 impl SignalWatch {
     pub(crate) fn start(events: Sender<Event>, cancel: CancelHandle) -> std::io::Result<Self> {
-        let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])?;
+        let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])?;
         let handle = signals.handle();
         let first_stop = Arc::new(AtomicI32::new(0));
         let first = first_stop.clone();
         thread::Builder::new()
             .name("redlease-signals".to_owned())
             .spawn(move || {
-                for sig in signals.forever() {
+                for origin in signals.forever() {
+                    let received = Received::of(&origin);
+                    let sig = received.sig;
                     if sig != SIGCHLD {
                         let _ = first.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
                         cancel.cancel();
                     }
-                    if events.send(Event::Signal(sig)).is_err() {
+                    if events.send(Event::Signal(received)).is_err() {
                         break;
                     }
                 }
@@ -80,17 +103,14 @@ pub(crate) fn name(sig: i32) -> String {
     Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_owned())
 }
 
-/// Whether a SIGINT or SIGHUP most likely came from the terminal, which
-/// sends them to the whole foreground process group: the child (in our
-/// group) then got it already, and forwarding would deliver it twice.
-fn terminal_sent_it(sig: i32) -> bool {
-    if sig != SIGINT && sig != SIGHUP {
-        return false;
-    }
-    let Ok(tty) = File::open("/dev/tty") else {
-        return false;
-    };
-    tcgetpgrp(&tty).is_ok_and(|fg| fg == getpgrp())
+/// Whether the terminal sent `received` to the whole foreground process
+/// group: a SIGINT (Ctrl-C) or SIGHUP (hang-up) from the kernel with no
+/// sending process (`si_code` `SI_KERNEL`). The child, in our group, got it
+/// already, and forwarding would deliver it twice. The same signal sent by
+/// a process (`kill -INT <pid>`: `SI_USER`, with its pid) reached only
+/// redlease and is passed on.
+pub(crate) fn terminal_sent_it(received: Received) -> bool {
+    received.by_kernel && (received.sig == SIGINT || received.sig == SIGHUP)
 }
 
 /// How forwarding a signal went.
@@ -105,11 +125,11 @@ pub(crate) enum Forwarded {
 /// Passes `sig` on to the child. The child is not reaped yet (the caller
 /// owns its `Child` and only reaps through it), so its pid cannot have been
 /// reused.
-pub(crate) fn forward(child: &Child, sig: i32) -> Forwarded {
-    if terminal_sent_it(sig) {
+pub(crate) fn forward(child: &Child, received: Received) -> Forwarded {
+    if terminal_sent_it(received) {
         return Forwarded::FromTerminal;
     }
-    match send(child, sig) {
+    match send(child, received.sig) {
         Ok(()) => Forwarded::Sent,
         Err(e) => Forwarded::Failed(e),
     }
@@ -124,4 +144,26 @@ fn send(child: &Child, sig: i32) -> Result<(), String> {
     let pid = i32::try_from(child.id()).map_err(|_| "pid out of range".to_owned())?;
     let signal = Signal::try_from(sig).map_err(|e| e.to_string())?;
     kill(Pid::from_raw(pid), signal).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_kernel_sent_sigint_or_sighup_counts_as_the_terminals() {
+        let kernel = |sig| Received {
+            sig,
+            by_kernel: true,
+        };
+        let sent = |sig| Received {
+            sig,
+            by_kernel: false,
+        };
+        assert!(terminal_sent_it(kernel(SIGINT)));
+        assert!(terminal_sent_it(kernel(SIGHUP)));
+        assert!(!terminal_sent_it(kernel(SIGTERM)));
+        assert!(!terminal_sent_it(sent(SIGINT)));
+        assert!(!terminal_sent_it(sent(SIGHUP)));
+    }
 }

@@ -95,6 +95,12 @@ impl<'a> Renewer<'a> {
                 // harmless, and one slow reply must not end the job.
                 let delay = FAILURE_BACKOFF[self.failures.min(FAILURE_BACKOFF.len() - 1)];
                 self.failures += 1;
+                log::debug!(
+                    target: "redlease",
+                    "LOCK_RENEW_RETRY: a renewal failed ({}); sending it again in {delay:?} \
+                     while the lease has time left",
+                    e.code()
+                );
                 self.retry = Some((deadline_after(now, delay), e));
                 true
             }

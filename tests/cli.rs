@@ -1508,3 +1508,66 @@ fn parent_of(pid: u32) -> (u32, i64) {
         .collect();
     (fields[1].parse().unwrap(), fields[2].parse().unwrap())
 }
+
+/// `run -s` takes a shared lease of the key's read-write lease (flock's
+/// `-s`), `-x` its exclusive lease: two `-s` runs hold at once, `-x` is
+/// busy beside them, and then gets a fence above their epoch; the command
+/// sees `REDLEASE_EPOCH` (shared) or `REDLEASE_FENCE` (exclusive). A plain
+/// `run` takes the key's lock, which is another thing.
+#[test]
+fn shared_runs_hold_together_and_exclusive_runs_alone() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (epoch_file, go) = (scratch.path("epoch"), scratch.path("go"));
+    let script = format!(
+        "echo \"$REDLEASE_EPOCH ${{REDLEASE_FENCE:-none}}\" > {}; while [ ! -e {} ]; do sleep 0.02; done",
+        epoch_file.display(),
+        go.display()
+    );
+    let first = redlease(&server)
+        .args(["run", "-s", "--lease", "5s", "doc", "sh", "-c"])
+        .arg(&script)
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the shared command to start", || {
+        fs::read_to_string(&epoch_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let seen = fs::read_to_string(&epoch_file).unwrap();
+    let (epoch, fence) = seen.trim().split_once(' ').unwrap();
+    let epoch: u64 = epoch
+        .parse()
+        .unwrap_or_else(|_| panic!("an epoch: {seen:?}"));
+    assert_eq!(fence, "none", "a shared run gets no REDLEASE_FENCE");
+
+    let second =
+        run(redlease(&server).args(["run", "-s", "-n", "doc", "sh", "-c", "echo $REDLEASE_EPOCH"]));
+    assert_code(&second, 0);
+    assert_eq!(
+        stdout(&second).trim(),
+        epoch.to_string(),
+        "shared beside shared"
+    );
+    let busy = run(redlease(&server).args(["run", "-x", "-n", "doc", "true"]));
+    assert_code(&busy, 75);
+    let lock = run(redlease(&server).args(["run", "-n", "doc", "true"]));
+    assert_code(&lock, 0);
+
+    fs::write(&go, "").unwrap();
+    assert_code(&finish(first, RUN_TIMEOUT), 0);
+    let exclusive = run(redlease(&server).args([
+        "run",
+        "-x",
+        "-n",
+        "doc",
+        "sh",
+        "-c",
+        "echo \"$REDLEASE_FENCE ${REDLEASE_EPOCH:-none}\"",
+    ]));
+    assert_code(&exclusive, 0);
+    let out = stdout(&exclusive);
+    let (fence, epoch_var) = out.trim().split_once(' ').unwrap();
+    assert!(fence.parse::<u64>().unwrap() > epoch, "{out}");
+    assert_eq!(epoch_var, "none");
+    let both = run(redlease(&server).args(["run", "-s", "-x", "doc", "true"]));
+    assert_code(&both, 2);
+}

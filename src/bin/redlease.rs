@@ -17,6 +17,8 @@ mod child;
 mod cli;
 #[path = "redlease/duration.rs"]
 mod duration;
+#[path = "redlease/held.rs"]
+mod held;
 #[path = "redlease/holder.rs"]
 mod holder;
 #[path = "redlease/output.rs"]

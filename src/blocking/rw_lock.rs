@@ -209,6 +209,11 @@ macro_rules! guard_ops {
             pub fn release(self) -> Result<ReleaseOutcome, Error> {
                 self.0.release()
             }
+
+            /// Keeps the lease alive while `f` runs, as [`Lease::keep_alive`].
+            pub fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+                self.0.keep_alive(f)
+            }
         }
 
         impl Holding for $guard {

@@ -157,6 +157,11 @@ impl Permit {
     pub fn release(self) -> Result<ReleaseOutcome, Error> {
         self.0.release()
     }
+
+    /// Keeps the permit alive while `f` runs, as [`Lease::keep_alive`].
+    pub fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+        self.0.keep_alive(f)
+    }
 }
 
 impl Holding for Permit {

@@ -262,6 +262,20 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) lease: Duration,
 
+    /// Take a shared lease of KEY's read-write lease (like `flock -s`): any
+    /// number of --shared holders at once, never beside an --exclusive one,
+    /// and a waiting --exclusive holder goes first. The command gets the
+    /// read's epoch as REDLEASE_EPOCH instead of REDLEASE_FENCE
+    #[arg(short, long, conflicts_with = "exclusive")]
+    pub(crate) shared: bool,
+
+    /// Take the exclusive lease of KEY's read-write lease (like `flock -x`),
+    /// the counterpart of --shared. Without -s or -x, run takes KEY's plain
+    /// lock (the library's `acquire(KEY)`), which does not exclude -s/-x
+    /// holders
+    #[arg(short = 'x', long)]
+    pub(crate) exclusive: bool,
+
     /// What to do with the command when the lease is lost
     #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
     pub(crate) on_lost: OnLost,

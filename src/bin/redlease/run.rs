@@ -9,12 +9,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::blocking::{Lease, Locker};
+use redlease::blocking::Locker;
 use redlease::{AcquireOptions, CancelHandle, Config, Error, Lost, LostCause, ReleaseOutcome};
 
 use crate::child;
 use crate::cli::{exit, OnLost, RunArgs};
 use crate::duration::human;
+use crate::held::Held;
 use crate::holder::Holder;
 use crate::output::{HolderTime, Out, Progress};
 use crate::signals::{self, Event, Forwarded, SignalWatch};
@@ -104,7 +105,26 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> u8 {
-        let lease = match self.acquire(locker, cancel) {
+        let key = &self.args.key;
+        if self.args.shared || self.args.exclusive {
+            let rw = match locker.rw_lock(key) {
+                Ok(rw) => rw,
+                Err(e) => return self.cannot_acquire(&e),
+            };
+            if self.args.shared {
+                self.hold_and_run(self.acquire(cancel, |options| rw.read_with(options)))
+            } else {
+                self.hold_and_run(self.acquire(cancel, |options| rw.write_with(options)))
+            }
+        } else {
+            self.hold_and_run(self.acquire(cancel, |options| locker.acquire_with(key, options)))
+        }
+    }
+
+    /// Runs the command under the lease `acquired` holds (or returns the
+    /// exit code of the failed acquire).
+    fn hold_and_run<H: Held>(&self, acquired: Result<H, u8>) -> u8 {
+        let lease = match acquired {
             Ok(lease) => lease,
             Err(code) => return code,
         };
@@ -124,16 +144,19 @@ impl Run<'_> {
             return signal_exit(sig);
         }
 
-        let mut record = HolderRecord {
+        // The holder record names the exclusive holder; readers share.
+        let mut record = H::RECORDED.then(|| HolderRecord {
             client: self.target.client.clone(),
             name: self.target.names(&self.args.key).holder,
-            value: Holder::this_process(lease.fence().get(), &self.args.command[0]).encode(),
+            value: Holder::this_process(lease.number().get(), &self.args.command[0]).encode(),
             lease: self.args.lease,
             timeout: self.command_timeout,
             conn: None,
             out: self.out,
-        };
-        record.write();
+        });
+        if let Some(record) = &mut record {
+            record.write();
+        }
         let child = match self.spawn(&lease) {
             Ok(child) => child,
             Err(code) => {
@@ -177,20 +200,24 @@ impl Run<'_> {
 
     /// Acquires the lease, showing progress while it waits. `Err` is the
     /// exit code.
-    fn acquire(&self, locker: &Locker, cancel: &CancelHandle) -> Result<Lease, u8> {
+    fn acquire<H: Held>(
+        &self,
+        cancel: &CancelHandle,
+        get: impl Fn(AcquireOptions) -> Result<H, Error>,
+    ) -> Result<H, u8> {
         let args = self.args;
         let out = self.out;
         let started = now();
         let options = |wait: Duration| AcquireOptions::new().wait(wait).cancel(cancel.clone());
         let show_progress = out.live_progress() || out.is_verbose();
         let result = if args.wait().is_zero() || !show_progress {
-            locker.acquire_with(&args.key, options(args.wait()))
+            get(options(args.wait()))
         } else {
             // Try once first: a free lock needs no progress line, and a busy
             // one tells the holder's remaining time.
-            match locker.acquire_with(&args.key, options(Duration::ZERO)) {
+            match get(options(Duration::ZERO)) {
                 Err(Error::Busy { remaining }) => self.wait_with_progress(
-                    locker,
+                    &get,
                     started,
                     remaining,
                     options(wait_left(args.wait(), started)),
@@ -202,8 +229,9 @@ impl Run<'_> {
         match result {
             Ok(lease) => {
                 out.detail(format_args!(
-                    "acquired the lease (fence {}, lease {}) after {}",
-                    lease.fence(),
+                    "acquired the {} (fence {}, lease {}) after {}",
+                    H::NAME,
+                    lease.number(),
                     human(args.lease),
                     human(waited)
                 ));
@@ -235,25 +263,28 @@ impl Run<'_> {
                 ));
                 Err(signal_exit(sig))
             }
-            Err(e) => {
-                out.fatal(format_args!(
-                    "cannot acquire the lease: {}; the command did not run",
-                    describe_error(&e)
-                ));
-                Err(exit_code_of(&e))
-            }
+            Err(e) => Err(self.cannot_acquire(&e)),
         }
+    }
+
+    /// Reports an acquire that failed; the exit code.
+    fn cannot_acquire(&self, e: &Error) -> u8 {
+        self.out.fatal(format_args!(
+            "cannot acquire the lease: {}; the command did not run",
+            describe_error(e)
+        ));
+        exit_code_of(e)
     }
 
     /// The waiting acquire after a busy first try, with the progress line
     /// on a terminal (or one line each way with `--verbose`).
-    fn wait_with_progress(
+    fn wait_with_progress<H: Held>(
         &self,
-        locker: &Locker,
+        get: &impl Fn(AcquireOptions) -> Result<H, Error>,
         started: Instant,
         remaining: Option<Duration>,
         options: AcquireOptions,
-    ) -> Result<Lease, Error> {
+    ) -> Result<H, Error> {
         let out = self.out;
         let wait = self.args.wait();
         if wait_left(wait, started).is_zero() {
@@ -278,7 +309,7 @@ impl Run<'_> {
             });
             Progress::start(started, wait, holder, self.pttl_probe())
         });
-        let result = locker.acquire_with(&self.args.key, options);
+        let result = get(options);
         if let Some(progress) = progress {
             progress.finish();
         }
@@ -315,12 +346,12 @@ impl Run<'_> {
     /// Starts the command with the lease's variables, on Linux with a
     /// parent-death signal (see child.rs; called on the main thread, whose
     /// end the signal follows). `Err` is the exit code.
-    fn spawn(&self, lease: &Lease) -> Result<Child, u8> {
+    fn spawn<H: Held>(&self, lease: &H) -> Result<Child, u8> {
         let args = self.args;
         let program = &args.command[0];
         let with_env = |mut command: std::process::Command| {
             command
-                .env("REDLEASE_FENCE", lease.fence().to_string())
+                .env(H::VARIABLE, lease.number().to_string())
                 .env("REDLEASE_KEY", &args.key)
                 .env("REDLEASE_LEASE_MS", args.lease.as_millis().to_string());
             command
@@ -354,7 +385,7 @@ impl Run<'_> {
     /// Waits for the child while forwarding signals, watching the lease and
     /// acting on its loss. Returns the child's status (`None` if it could
     /// not be waited for) and whether the lease was lost.
-    fn supervise(&self, mut child: Child, lease: &Lease) -> (Option<ExitStatus>, bool) {
+    fn supervise<H: Held>(&self, mut child: Child, lease: &H) -> (Option<ExitStatus>, bool) {
         let out = self.out;
         let mut lost = false;
         let mut kill_at: Option<Instant> = None;
@@ -472,7 +503,7 @@ impl Run<'_> {
 
     /// Releases the lease; returns whether it was lost (already known, or
     /// found ended by the release).
-    fn release(&self, lease: Lease, lost: bool) -> bool {
+    fn release<H: Held>(&self, lease: H, lost: bool) -> bool {
         let out = self.out;
         match lease.release() {
             Ok(ReleaseOutcome::Released) => {
@@ -517,16 +548,16 @@ impl Run<'_> {
 /// sends [`Event::Lost`] when the library's loss signal fires, and after
 /// each renewal (the local deadline moved on) says so with `--verbose` and
 /// refreshes the holder record.
-fn watch(
-    lease: &Lease,
+fn watch<H: Held>(
+    lease: &H,
     lease_len: Duration,
     loss: &Lost,
     done: &AtomicBool,
     events: Sender<Event>,
     out: Out,
-    mut record: HolderRecord,
+    mut record: Option<HolderRecord>,
 ) {
-    let until = |lease: &Lease| now().checked_add(lease.remaining());
+    let until = |lease: &H| now().checked_add(lease.remaining());
     let mut last = until(lease);
     loop {
         if loss.wait_timeout(WATCH_POLL) {
@@ -549,7 +580,9 @@ fn watch(
                 "renewed the lease ({} left)",
                 human(lease.remaining())
             ));
-            record.write();
+            if let Some(record) = &mut record {
+                record.write();
+            }
         }
     }
 }

@@ -85,7 +85,7 @@ where
     F: FnOnce(&G, &Lost) -> Result<T, E>,
 {
     let lease = guard.lease();
-    let lost = Lost::new(extend, lease.held().valid_until().flatten());
+    let lost = lease.held().lost_signal(extend);
     let stop = StopSignal::default();
     let outcome = std::thread::scope(|scope| {
         let renewer = if extend {

@@ -35,6 +35,8 @@ pub struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) min_replicas: Option<(u32, Duration)>,
     pub(crate) fence_counter_ttl: Option<Duration>,
+    /// The `locker` label of the metrics; `None`: the namespace.
+    pub(crate) metrics_label: Option<String>,
 }
 
 impl Config {
@@ -60,6 +62,7 @@ impl Config {
             command_timeout: Duration::from_secs(2),
             min_replicas: None,
             fence_counter_ttl: None,
+            metrics_label: None,
         }
     }
 
@@ -145,6 +148,42 @@ impl Config {
         self
     }
 
+    /// The value of the `locker` label on every metric this locker records
+    /// with feature `metrics` (default: the namespace), so that several
+    /// lockers of one process can be told apart. Without the feature it is
+    /// validated and otherwise unused.
+    ///
+    /// The label is shown to whoever reads the metrics: never put a key or
+    /// a secret in it. Keys never appear in a metric's name or labels.
+    ///
+    /// # Errors
+    ///
+    /// [`validate`](Self::validate) (and so `connect`) fails with
+    /// [`Error::InvalidConfig`] for an empty label, one longer than
+    /// [`MAX_METRICS_LABEL_BYTES`](Self::MAX_METRICS_LABEL_BYTES) bytes, or
+    /// one with a control character.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let config = redlease::Config::new("billing").metrics_label("billing-eu");
+    /// assert_eq!(config.metrics_label_value(), "billing-eu");
+    /// # config.validate().unwrap();
+    /// ```
+    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into());
+        self
+    }
+
+    /// The longest [`metrics_label`](Self::metrics_label), in bytes.
+    pub const MAX_METRICS_LABEL_BYTES: usize = 128;
+
+    /// The `locker` label this configuration gives its metrics: the
+    /// [`metrics_label`](Self::metrics_label), or the namespace.
+    pub fn metrics_label_value(&self) -> &str {
+        self.metrics_label.as_deref().unwrap_or(&self.namespace)
+    }
+
     /// The namespace this configuration was made with.
     pub fn namespace(&self) -> &str {
         &self.namespace
@@ -157,6 +196,9 @@ impl Config {
     /// [`Error::InvalidConfig`] naming the first option that is out of bounds.
     pub fn validate(&self) -> Result<(), Error> {
         validate_namespace(&self.namespace)?;
+        if let Some(label) = &self.metrics_label {
+            validate_metrics_label(label)?;
+        }
         lease_ms(self.lease, "lease")?;
         positive(self.poll_interval, "poll_interval")?;
         positive(self.notify_poll_interval, "notify_poll_interval")?;
@@ -196,6 +238,29 @@ fn validate_namespace(ns: &str) -> Result<(), Error> {
         return Err(Error::invalid_config(
             "namespace",
             "must not contain '{' or '}' (they would change the Redis Cluster hash tag)",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_metrics_label(label: &str) -> Result<(), Error> {
+    if label.is_empty() {
+        return Err(Error::invalid_config("metrics_label", "must not be empty"));
+    }
+    if label.len() > Config::MAX_METRICS_LABEL_BYTES {
+        return Err(Error::invalid_config(
+            "metrics_label",
+            format!(
+                "must be at most {} bytes, got {}",
+                Config::MAX_METRICS_LABEL_BYTES,
+                label.len()
+            ),
+        ));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(Error::invalid_config(
+            "metrics_label",
+            "must not contain control characters",
         ));
     }
     Ok(())
@@ -370,6 +435,29 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         Config::new("ns").validate().unwrap();
+    }
+
+    #[test]
+    fn metrics_label_defaults_to_the_namespace_and_is_bounded() {
+        assert_eq!(Config::new("ns").metrics_label_value(), "ns");
+        assert_eq!(
+            Config::new("ns").metrics_label("x").metrics_label_value(),
+            "x"
+        );
+        let longest = "a".repeat(Config::MAX_METRICS_LABEL_BYTES);
+        assert!(Config::new("ns").metrics_label(longest).validate().is_ok());
+        let too_long = "a".repeat(Config::MAX_METRICS_LABEL_BYTES + 1);
+        for label in [String::new(), too_long, "a\nb".to_string()] {
+            assert_eq!(
+                option_of(
+                    Config::new("ns")
+                        .metrics_label(label)
+                        .validate()
+                        .unwrap_err()
+                ),
+                "metrics_label"
+            );
+        }
     }
 
     #[test]

@@ -535,6 +535,13 @@ impl Failure {
         matches!(self, Failure::Sent(e) if is_server_reply(e))
     }
 
+    /// Whether it leaves the command's outcome unknown (it became
+    /// [`Error::OutcomeUnknown`]).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Failure::Sent(e) if !is_server_reply(e))
+    }
+
     pub(crate) fn into_error(self, op: Operation) -> Error {
         match self {
             Failure::NotSent(source) => Error::ProviderFailed { op, source },

@@ -14,6 +14,7 @@ use event_listener::{Event, Listener};
 use parking_lot::Mutex;
 
 use crate::clock::now;
+use crate::driver::metrics::LostCounter;
 use crate::error::{Error, LostCause};
 
 /// Tells a `with_lock` closure that its lease was lost.
@@ -38,6 +39,8 @@ pub struct Lost {
 struct Inner {
     state: Mutex<State>,
     event: Event,
+    /// `redlease_lost_total` (feature `metrics`).
+    counter: LostCounter,
 }
 
 struct State {
@@ -50,11 +53,17 @@ struct State {
 
 impl State {
     /// Records the deadline passing, if it has.
-    fn check(&mut self, now: Instant) -> bool {
+    fn check(&mut self, now: Instant, counter: &LostCounter) -> bool {
         if self.cause.is_none() && self.armed && self.deadline.is_some_and(|d| now >= d) {
-            self.cause = Some(LostCause::DeadlinePassed);
+            self.set(LostCause::DeadlinePassed, counter);
         }
         self.cause.is_some()
+    }
+
+    /// The loss, counted once.
+    fn set(&mut self, cause: LostCause, counter: &LostCounter) {
+        counter.fired(&cause);
+        self.cause = Some(cause);
     }
 
     /// Until when a waiter should sleep before checking the deadline.
@@ -68,7 +77,7 @@ impl State {
 }
 
 impl Lost {
-    pub(crate) fn new(armed: bool, deadline: Option<Instant>) -> Self {
+    pub(crate) fn new(armed: bool, deadline: Option<Instant>, counter: LostCounter) -> Self {
         Lost {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -77,19 +86,20 @@ impl Lost {
                     deadline,
                 }),
                 event: Event::new(),
+                counter,
             }),
         }
     }
 
     /// Whether the lease was lost.
     pub fn is_lost(&self) -> bool {
-        self.inner.state.lock().check(now())
+        self.inner.state.lock().check(now(), &self.inner.counter)
     }
 
     /// The loss as [`Error::LockLost`] with its cause, once lost.
     pub fn cause(&self) -> Option<Error> {
         let mut state = self.inner.state.lock();
-        state.check(now());
+        state.check(now(), &self.inner.counter);
         state.cause.as_ref().map(|cause| Error::LockLost {
             cause: cause.duplicate(),
         })
@@ -102,7 +112,7 @@ impl Lost {
             let listener = self.inner.event.listen();
             let wake_at = {
                 let mut state = self.inner.state.lock();
-                if state.check(now()) {
+                if state.check(now(), &self.inner.counter) {
                     return true;
                 }
                 earliest(state.wake_at(), until)
@@ -128,7 +138,7 @@ impl Lost {
             let listener = self.inner.event.listen();
             let wake_at = {
                 let mut state = self.inner.state.lock();
-                if state.check(now()) {
+                if state.check(now(), &self.inner.counter) {
                     if let Some(cause) = &state.cause {
                         return Error::LockLost {
                             cause: cause.duplicate(),
@@ -151,7 +161,7 @@ impl Lost {
     pub(crate) fn fire(&self, cause: LostCause) {
         let mut state = self.inner.state.lock();
         if state.armed && state.cause.is_none() {
-            state.cause = Some(cause);
+            state.set(cause, &self.inner.counter);
         }
         drop(state);
         self.inner.event.notify(usize::MAX);
@@ -192,7 +202,7 @@ mod tests {
 
     #[test]
     fn an_unarmed_signal_never_fires() {
-        let lost = Lost::new(false, Some(now()));
+        let lost = Lost::new(false, Some(now()), LostCounter::default());
         lost.fire(LostCause::Expired);
         assert!(!lost.is_lost());
         assert!(!lost.wait_timeout(Duration::from_millis(1)));
@@ -200,7 +210,7 @@ mod tests {
 
     #[test]
     fn a_passed_deadline_fires_with_its_cause() {
-        let lost = Lost::new(true, Some(now()));
+        let lost = Lost::new(true, Some(now()), LostCounter::default());
         assert!(lost.is_lost());
         assert!(matches!(
             lost.cause(),
@@ -212,7 +222,7 @@ mod tests {
 
     #[test]
     fn the_first_cause_wins_and_wakes_a_waiter() {
-        let lost = Lost::new(true, None);
+        let lost = Lost::new(true, None, LostCounter::default());
         let for_thread = lost.clone();
         let waiter = std::thread::spawn(move || for_thread.wait_timeout(Duration::from_secs(10)));
         lost.fire(LostCause::Conflict);
@@ -228,7 +238,7 @@ mod tests {
 
     #[test]
     fn extending_moves_the_deadline_and_disarming_stops_it() {
-        let lost = Lost::new(true, Some(now()));
+        let lost = Lost::new(true, Some(now()), LostCounter::default());
         lost.extend_to(now().checked_add(Duration::from_secs(60)));
         // The earlier deadline was replaced before anyone looked.
         assert!(!lost.is_lost());

@@ -83,7 +83,7 @@ where
     F: AsyncFnOnce(&G, &Lost) -> Result<T, E>,
 {
     let lease = guard.lease();
-    let lost = Lost::new(extend, lease.held().valid_until().flatten());
+    let lost = lease.held().lost_signal(extend);
     let outcome = {
         let work = pin!(AssertUnwindSafe(f(&guard, &lost)).catch_unwind());
         if extend {

@@ -85,7 +85,7 @@ where
     F: FnOnce(&G, &Lost) -> Result<T, E>,
 {
     let lease = guard.lease();
-    let lost = Lost::new(extend, lease.held().valid_until().flatten());
+    let lost = lease.held().lost_signal(extend);
     let outcome = renewing(lease, &lost, extend, || {
         catch_unwind(AssertUnwindSafe(|| f(&guard, &lost)))
     });
@@ -133,7 +133,7 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-        let lost = Lost::new(true, self.held().valid_until().flatten());
+        let lost = self.held().lost_signal(true);
         let result = renewing(self, &lost, true, || f(&lost));
         // Settle a deadline that passed unobserved, then stop counting:
         // from here on the caller decides the lease's fate.

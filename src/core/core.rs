@@ -177,6 +177,21 @@ pub(crate) struct CoreCounts {
     pub(crate) safety_polls: u64,
 }
 
+/// Waiters woken since the last [`Core::poll_wakeups`], by what woke them
+/// (for the `redlease_wakeups_total` metric). Hand-overs inside the locker
+/// (a waiter leaving its line to the next) are not counted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wakeups {
+    /// Heads woken by a release notification.
+    pub(crate) notification: u64,
+    /// Attempts sent because a waiting head's retry instant came (the
+    /// safety polls).
+    pub(crate) poll: u64,
+    /// Heads woken because the subscription came back after it was lost
+    /// (a release may have gone unseen meanwhile).
+    pub(crate) reconnect: u64,
+}
+
 /// One locker's sans-IO state.
 #[derive(Debug)]
 pub(crate) struct Core {
@@ -189,6 +204,7 @@ pub(crate) struct Core {
     pub(super) shutting_down: bool,
     attempts_in_flight: usize,
     safety_polls: u64,
+    pub(super) wakeups: Wakeups,
     pub(super) events: VecDeque<CoreEvent>,
 }
 
@@ -204,6 +220,7 @@ impl Core {
             shutting_down: false,
             attempts_in_flight: 0,
             safety_polls: 0,
+            wakeups: Wakeups::default(),
             events: VecDeque::new(),
         }
     }
@@ -216,6 +233,11 @@ impl Core {
             orphans: self.orphans.len(),
             safety_polls: self.safety_polls,
         }
+    }
+
+    /// The wake-ups since the last call (a drain, like `poll_event`).
+    pub(crate) fn poll_wakeups(&mut self) -> Wakeups {
+        std::mem::take(&mut self.wakeups)
     }
 
     pub(crate) fn is_shutting_down(&self) -> bool {
@@ -433,6 +455,7 @@ impl Core {
             LineStep::Attempt => {
                 if backing_off && w.failure.is_none() {
                     self.safety_polls += 1;
+                    self.wakeups.poll += 1;
                 }
                 w.phase = Phase::Attempting { submitted: now };
                 w.attempts += 1;
@@ -648,27 +671,34 @@ impl Core {
         }
     }
 
-    /// Wakes the heads that should check at once, as `wake` says per line.
+    /// Wakes the heads that should check at once, as `wake` says per line;
+    /// returns how many.
     pub(super) fn wake_heads(
         &mut self,
         mut wake: impl FnMut(LineKey, &mut Line) -> Option<WaiterId>,
-    ) {
+    ) -> u64 {
         let heads: Vec<WaiterId> = self
             .lines
             .iter_mut()
             .filter_map(|(key, line)| wake(*key, line))
             .collect();
+        let woken = heads.len() as u64;
         self.events.extend(heads.into_iter().map(CoreEvent::Wake));
+        woken
     }
 
-    /// Wakes the head of `key`'s line if `wake` says so.
+    /// Wakes the head of `key`'s line if `wake` says so; returns whether.
     pub(super) fn wake_head_of(
         &mut self,
         key: LineKey,
         wake: impl FnOnce(&mut Line) -> Option<WaiterId>,
-    ) {
-        if let Some(head) = self.lines.get_mut(&key).and_then(wake) {
-            self.events.push_back(CoreEvent::Wake(head));
+    ) -> bool {
+        match self.lines.get_mut(&key).and_then(wake) {
+            Some(head) => {
+                self.events.push_back(CoreEvent::Wake(head));
+                true
+            }
+            None => false,
         }
     }
 

@@ -306,6 +306,18 @@ pub(crate) enum Want {
     Write,
 }
 
+impl Want {
+    /// The kind of line this acquire waits in.
+    pub(crate) fn kind(self) -> Kind {
+        match self {
+            Want::Lock => Kind::Lock,
+            Want::Permit { .. } => Kind::Semaphore,
+            Want::Read => Kind::Read,
+            Want::Write => Kind::Write,
+        }
+    }
+}
+
 /// The largest permit count of a semaphore (SPEC §12).
 pub(crate) const MAX_PERMITS: u32 = 1024;
 

@@ -58,6 +58,9 @@ pub(crate) struct SubscriptionState {
     /// like the locker-wide subscription. Only subscribed keys are kept, so
     /// uncontended acquires never grow it.
     lingering: HashMap<KeyId, Instant>,
+    /// The subscription was lost while active and is not back yet: the
+    /// next confirmation's wake-ups are counted as `reconnect`.
+    reconnecting: bool,
 }
 
 impl SubscriptionState {
@@ -67,6 +70,7 @@ impl SubscriptionState {
             idle_since: Some(now),
             channels: HashSet::new(),
             lingering: HashMap::new(),
+            reconnecting: false,
         }
     }
 
@@ -125,19 +129,22 @@ impl Core {
     /// of a read-write lease).
     pub(crate) fn handle_notification(&mut self, payload: &[u8]) {
         for line in LineKey::from_message(payload) {
-            self.wake_head_of(line, Line::handle_wake);
+            if self.wake_head_of(line, Line::handle_wake) {
+                self.wakeups.notification += 1;
+            }
         }
     }
 
-    /// Wakes the head of every line of `id` (they share its channel).
-    fn wake_lines_of(&mut self, id: KeyId) {
+    /// Wakes the head of every line of `id` (they share its channel);
+    /// returns how many.
+    fn wake_lines_of(&mut self, id: KeyId) -> u64 {
         self.wake_heads(|line_key, line| {
             if line_key.id == id {
                 line.handle_wake()
             } else {
                 None
             }
-        });
+        })
     }
 
     /// The subscription is confirmed (first time or after a reconnect): a
@@ -146,7 +153,10 @@ impl Core {
         if self.subscription.mode == Mode::Starting {
             self.subscription.mode = Mode::Active;
         }
-        self.wake_heads(|_, line| line.handle_wake());
+        let woken = self.wake_heads(|_, line| line.handle_wake());
+        if std::mem::take(&mut self.subscription.reconnecting) {
+            self.wakeups.reconnect += woken;
+        }
     }
 
     /// The subscriber lost its connection and is reconnecting: heads poll
@@ -154,6 +164,7 @@ impl Core {
     pub(crate) fn handle_subscriber_lost(&mut self, now: Instant) {
         if self.subscription.mode == Mode::Active {
             self.subscription.mode = Mode::Starting;
+            self.subscription.reconnecting = true;
         }
         self.clamp_heads(now);
     }
@@ -163,6 +174,7 @@ impl Core {
     pub(crate) fn handle_subscription_failed(&mut self, now: Instant) -> bool {
         let first = self.subscription.mode != Mode::Unavailable;
         self.subscription.mode = Mode::Unavailable;
+        self.subscription.reconnecting = false;
         self.subscription.channels.clear();
         self.subscription.lingering.clear();
         self.clamp_heads(now);
@@ -171,7 +183,8 @@ impl Core {
 
     fn clamp_heads(&mut self, now: Instant) {
         let safety = self.settings.poll_interval;
-        self.wake_heads(|_, line| line.clamp_retry(now, safety));
+        // Rescheduled, not woken for a reason of their own: not counted.
+        let _ = self.wake_heads(|_, line| line.clamp_retry(now, safety));
     }
 
     /// Whether the subscriber should keep listening.
@@ -182,6 +195,7 @@ impl Core {
         }
         if self.shutting_down {
             sub.mode = Mode::Off;
+            sub.reconnecting = false;
             return SubscriberStep::Stop;
         }
         match sub.idle_since {
@@ -190,6 +204,7 @@ impl Core {
                 Some(until) if now < until => SubscriberStep::Listen(Some(until)),
                 _ => {
                     sub.mode = Mode::Off;
+                    sub.reconnecting = false;
                     sub.channels.clear();
                     sub.lingering.clear();
                     SubscriberStep::Stop
@@ -236,13 +251,14 @@ impl Core {
         if self.settings.channel == Channel::Sharded {
             sub.channels.insert(key);
         }
-        self.wake_lines_of(key);
+        let _ = self.wake_lines_of(key);
     }
 
     /// A key's channel went away on the node's side (its slot moved): its
-    /// head checks at once, and the subscriber subscribes it again.
+    /// head checks at once (a `reconnect` wake-up), and the subscriber
+    /// subscribes it again.
     pub(crate) fn handle_channel_lost(&mut self, key: KeyId) {
         self.subscription.channels.remove(&key);
-        self.wake_lines_of(key);
+        self.wakeups.reconnect += self.wake_lines_of(key);
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use event_listener::{Event, EventListener};
 use parking_lot::Mutex;
 
+use super::metrics::CellMetrics;
 use crate::core::core::{Core, CoreEvent};
 use crate::core::line::WaiterId;
 
@@ -16,6 +17,7 @@ pub(crate) struct CoreCell {
     /// Notified after every call into the core, so that shutdown can wait
     /// for attempts in flight to finish.
     changed: Event,
+    metrics: CellMetrics,
 }
 
 struct CellState {
@@ -29,17 +31,19 @@ struct CellState {
 pub(crate) struct StartSubscriber(pub(crate) bool);
 
 impl CoreCell {
-    pub(crate) fn new(core: Core) -> Self {
+    pub(crate) fn new(core: Core, metrics: CellMetrics) -> Self {
         CoreCell {
             state: Mutex::new(CellState {
                 core,
                 wakers: HashMap::new(),
             }),
             changed: Event::new(),
+            metrics,
         }
     }
 
-    /// Runs `f` on the core, then wakes every waiter the core named.
+    /// Runs `f` on the core, then wakes every waiter the core named and
+    /// records the gauges and wake-ups (feature `metrics`).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Core) -> R) -> (R, StartSubscriber) {
         let mut st = self.state.lock();
         let result = f(&mut st.core);
@@ -54,6 +58,7 @@ impl CoreCell {
                 CoreEvent::StartSubscriber => start = true,
             }
         }
+        self.metrics.update(&mut st.core);
         drop(st);
         self.changed.notify(usize::MAX);
         (result, StartSubscriber(start))

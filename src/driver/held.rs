@@ -13,9 +13,11 @@ use crate::clock::now;
 use crate::core::core::{Grant, LeaseId};
 use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
+use crate::driver::metrics::HoldTimer;
 use crate::driver::ops::Granted;
 use crate::driver::state::Shared;
 use crate::error::Error;
+use crate::lost::Lost;
 
 /// `replicas` before any replication check ran.
 const NO_REPLICAS: u32 = u32::MAX;
@@ -26,22 +28,25 @@ pub(crate) struct Held {
     slot: Option<u32>,
     clock: Mutex<LeaseClock>,
     replicas: AtomicU32,
+    /// The hold time's metric (feature `metrics`).
+    hold: HoldTimer,
 }
 
 impl Held {
-    pub(crate) fn new(grant: Grant) -> Self {
+    fn new(grant: Grant, hold: HoldTimer) -> Self {
         Held {
             id: grant.lease,
             fence: grant.fence,
             slot: grant.slot,
             clock: Mutex::new(grant.clock),
             replicas: AtomicU32::new(NO_REPLICAS),
+            hold,
         }
     }
 
     /// A lease as an acquire handed it out, with its replication count.
     pub(crate) fn granted(granted: Granted) -> Self {
-        let held = Held::new(granted.grant);
+        let held = Held::new(granted.grant, granted.hold);
         if let Some(n) = granted.replicas {
             held.set_replicas(n);
         }
@@ -103,6 +108,9 @@ impl Held {
     }
 
     pub(crate) fn handle_renew(&self, result: RenewResult, retrying: bool) {
+        if let RenewResult::Outcome(outcome) = result {
+            self.hold.renewed(outcome);
+        }
         let mut clock = self.clock.lock();
         if retrying {
             clock.handle_renew_retrying(result);
@@ -113,9 +121,20 @@ impl Held {
 
     /// Records a release's result; the lease is never valid afterwards.
     pub(crate) fn handle_release(&self, result: &Result<ReleaseOutcome, Error>) {
+        self.hold.released(result);
         self.clock
             .lock()
             .handle_release(result.as_ref().ok().copied());
+    }
+
+    /// The loss signal of a `with_lock` closure on this lease (armed only
+    /// with `extend`).
+    pub(crate) fn lost_signal(&self, armed: bool) -> Lost {
+        Lost::new(
+            armed,
+            self.valid_until().flatten(),
+            self.hold.lost_counter(),
+        )
     }
 
     /// What `release` reports when the core no longer tracks the lease: the
@@ -158,6 +177,15 @@ impl Held {
             .field("remaining", &self.remaining())
             .field("replicas", &self.replicas())
             .finish_non_exhaustive()
+    }
+}
+
+/// A lease that ends without a release, renew or loss seen: `dropped`, or
+/// `expired` when its local deadline had passed.
+impl Drop for Held {
+    fn drop(&mut self) {
+        let clock = self.clock.get_mut();
+        self.hold.dropped(|now| !clock.is_valid(now));
     }
 }
 

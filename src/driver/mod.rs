@@ -15,6 +15,7 @@
 
 pub(crate) mod cell;
 pub(crate) mod held;
+pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod state;
 pub(crate) mod subscriber;

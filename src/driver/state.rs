@@ -8,6 +8,7 @@ use std::sync::Arc;
 use event_listener::EventListener;
 
 use super::cell::{CoreCell, StartSubscriber};
+use super::metrics::LockerMetrics;
 use super::subscriber;
 use crate::clock::now;
 use crate::config::Config;
@@ -19,6 +20,7 @@ use crate::stats::{Counters, Stats};
 pub(crate) struct LockerState {
     pub(crate) config: Config,
     pub(crate) counters: Counters,
+    pub(crate) metrics: LockerMetrics,
     pub(crate) replication: Option<Replication>,
     /// The standalone release channel's name (cluster channels are per key).
     pub(crate) channel_name: String,
@@ -38,9 +40,11 @@ impl LockerState {
         let settings = CoreSettings::new(&config, channel);
         // Any key: the standalone channel name does not depend on it.
         let channel_name = channel.name(&settings.namespace, KeyId::of(""));
+        let metrics = LockerMetrics::new(config.metrics_label_value());
         Arc::new(LockerState {
-            cell: CoreCell::new(Core::new(settings, now())),
+            cell: CoreCell::new(Core::new(settings, now()), metrics.cell()),
             counters: Counters::default(),
+            metrics,
             replication: Replication::of(&config),
             channel_name,
             notifications,

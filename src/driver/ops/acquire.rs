@@ -16,15 +16,18 @@ use crate::core::core::{Grant, LeaseId, WaiterStep};
 use crate::core::line::WaiterId;
 use crate::core::names::Want;
 use crate::core::script::ScriptCall;
+use crate::driver::metrics::{AcquireTimer, HoldTimer};
 use crate::driver::state::LockerState;
 use crate::entropy::fresh_token;
-use crate::error::Error;
+use crate::error::{Error, Operation};
 
 /// A granted lease and, with `min_replicas`, how many replicas acked it.
 #[derive(Debug)]
 pub(crate) struct Granted {
     pub(crate) grant: Grant,
     pub(crate) replicas: Option<u32>,
+    /// The hold time's metric, from the grant.
+    pub(crate) hold: HoldTimer,
 }
 
 #[derive(Debug)]
@@ -57,6 +60,8 @@ pub(crate) struct Acquire {
     /// the orphans wait for a later operation instead of a resend loop.
     sweep_unanswered: bool,
     finished: bool,
+    /// The wait's metric and the attempts' (feature `metrics`).
+    timer: AcquireTimer,
 }
 
 impl Acquire {
@@ -75,13 +80,21 @@ impl Acquire {
         options: AcquireOptions,
         now: Instant,
     ) -> Result<Self, Error> {
-        let resolved = options.resolve(&state.config)?;
+        let mut timer = state.metrics.acquire(want.kind(), now);
+        let admitted = options.resolve(&state.config).and_then(|resolved| {
+            state.with_core(|core| core.acquire_for(now, key, want, fresh_token(), resolved))
+        });
+        let id = match admitted {
+            Ok(id) => id,
+            Err(e) => {
+                timer.done(now, Err(&e));
+                return Err(e);
+            }
+        };
         let wake = Arc::new(Event::new());
         if let Some(cancel) = &options.cancel {
             cancel.register(&wake);
         }
-        let id =
-            state.with_core(|core| core.acquire_for(now, key, want, fresh_token(), resolved))?;
         state.cell().set_waker(id, wake.clone());
         Ok(Acquire {
             state: state.clone(),
@@ -95,11 +108,17 @@ impl Acquire {
             deferred: None,
             sweep_unanswered: false,
             finished: false,
+            timer,
         })
     }
 
-    fn finish(&mut self, result: Result<Granted, Error>) -> Io<Result<Granted, Error>> {
+    fn finish(
+        &mut self,
+        now: Instant,
+        result: Result<Granted, Error>,
+    ) -> Io<Result<Granted, Error>> {
         self.finished = true;
+        self.timer.done(now, result.as_ref().map(|_| ()));
         let counters = &self.state.counters;
         match &result {
             Ok(_) => counters.acquired(),
@@ -111,12 +130,14 @@ impl Acquire {
 
     /// The grant's replication verdict: the lease, or its release first.
     fn after_grant(&mut self, now: Instant, grant: Grant) -> Io<Result<Granted, Error>> {
+        let hold = self.timer.hold(now);
         let Some(replication) = self.state.replication else {
             return self.hold_back(
                 now,
                 Ok(Granted {
                     grant,
                     replicas: None,
+                    hold,
                 }),
             );
         };
@@ -127,6 +148,7 @@ impl Acquire {
                 Ok(Granted {
                     grant,
                     replicas: Some(acked),
+                    hold,
                 }),
             ),
             Err(e) => {
@@ -174,8 +196,8 @@ impl Acquire {
             }
         }
         match self.result.take() {
-            Some(result) => self.finish(result),
-            None => self.finish(Err(Error::Cancelled)),
+            Some(result) => self.finish(now, result),
+            None => self.finish(now, Err(Error::Cancelled)),
         }
     }
 }
@@ -193,6 +215,7 @@ impl Op for Acquire {
         }
         if let Some(call) = self.deferred.take() {
             self.pending = Pending::Attempt;
+            self.timer.attempt_sent();
             return Io::Send(Request::Script {
                 call,
                 then: self.then.clone(),
@@ -215,6 +238,7 @@ impl Op for Acquire {
                     return sweep;
                 }
                 self.pending = Pending::Attempt;
+                self.timer.attempt_sent();
                 Io::Send(Request::Script {
                     call,
                     then: self.then.clone(),
@@ -239,6 +263,7 @@ impl Op for Acquire {
         match std::mem::replace(&mut self.pending, Pending::Nothing) {
             Pending::Attempt => {
                 let (reply, then) = reply.into_script();
+                self.state.metrics.reply(Operation::Acquire, &reply);
                 self.acks = then;
                 let id = self.id;
                 let summary = self
@@ -270,6 +295,7 @@ impl Op for Acquire {
 
 impl Drop for Acquire {
     fn drop(&mut self) {
+        self.timer.abandoned();
         self.state.cell().remove_waker(self.id);
         if let Some(Ok(granted)) = self.result.take() {
             // Dropped during its last sweep: the lease nobody took.

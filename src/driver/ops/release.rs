@@ -11,7 +11,7 @@ use super::{Io, Op, Reply, Request};
 use crate::core::outcome::ReleaseOutcome;
 use crate::driver::held::Held;
 use crate::driver::state::LockerState;
-use crate::error::Error;
+use crate::error::{Error, Operation};
 
 #[derive(Debug)]
 enum Phase {
@@ -74,6 +74,7 @@ impl Op for Release<'_> {
             }
             Phase::Sent => {
                 let (reply, _) = reply.into_script();
+                self.state.metrics.reply(Operation::Release, &reply);
                 let id = self.held.id;
                 let result = self
                     .state

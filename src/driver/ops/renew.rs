@@ -10,7 +10,7 @@ use super::{Io, Op, Reply, Request};
 use crate::core::outcome::RenewOutcome;
 use crate::driver::held::Held;
 use crate::driver::state::LockerState;
-use crate::error::Error;
+use crate::error::{Error, Operation};
 
 #[derive(Debug)]
 enum Phase {
@@ -101,6 +101,7 @@ impl Op for Renew<'_> {
         let id = self.held.id;
         self.phase = match std::mem::replace(&mut self.phase, Phase::Start) {
             Phase::Sent => {
+                self.state.metrics.reply(Operation::Renew, &reply);
                 let (result, outcome) = self
                     .state
                     .with_core(|core| core.handle_renew_reply(id, reply));

@@ -211,10 +211,7 @@ mod tests {
 
     /// The loss signal of an extended lease, and the renewer's stop.
     fn armed(held: &Held) -> (Lost, StopSignal) {
-        (
-            Lost::new(true, held.valid_until().flatten()),
-            StopSignal::default(),
-        )
+        (held.lost_signal(true), StopSignal::default())
     }
 
     fn script_reply(reply: Result<Value, Failure>) -> Reply {

@@ -14,6 +14,10 @@
 //! processes (`contention-worker`, `memory-child`). `free-port` prints a free
 //! loopback port (for `benchmarks/run.sh`).
 //!
+//! `--metrics noop` (built with `--features bench-hooks,metrics`) installs a
+//! no-op `metrics` recorder first: compare its `uncontended` figures with a
+//! build without the feature, in one run (see BENCHMARKS.md).
+//!
 //! Never point it at a Redis that holds data you care about: it runs
 //! `CONFIG RESETSTAT`, `ACL SETUSER` and writes keys under `redlease-bench`.
 //! See BENCHMARKS.md for what each figure means.
@@ -106,6 +110,22 @@ impl Args {
     }
 }
 
+/// `--metrics noop` (a binary built with the feature `metrics`): installs
+/// the facade's no-op recorder before any locker is built, to measure what
+/// recording costs when the application records nothing.
+fn install_metrics_recorder(args: &Args) -> BoxResult<()> {
+    match args.get("metrics") {
+        None | Some("off") => Ok(()),
+        #[cfg(feature = "metrics")]
+        Some("noop") => metrics::set_global_recorder(metrics::NoopRecorder)
+            .map_err(|e| format!("--metrics noop: {e}").into()),
+        Some(other) => Err(format!(
+            "--metrics {other}: only `noop`, in a build with the feature `metrics`"
+        )
+        .into()),
+    }
+}
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("bench: {e}");
@@ -115,6 +135,7 @@ fn main() {
 
 fn run() -> BoxResult<()> {
     let args = Args::parse()?;
+    install_metrics_recorder(&args)?;
     let result = match args.scenario.as_str() {
         "free-port" => {
             let port = std::net::TcpListener::bind("127.0.0.1:0")?

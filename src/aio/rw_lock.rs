@@ -8,11 +8,10 @@ use std::time::Duration;
 use super::drive::drive;
 use super::lease::Lease;
 use super::locker::{Locker, Shared};
-use super::with_lock::{run_holding, Holding};
+use super::with_lock::{guard_ops, run_holding};
 use crate::clock::now;
 use crate::config::{AcquireOptions, WithLock};
 use crate::core::names::{validate_key, Want};
-use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
 use crate::driver::held::rw_common;
 use crate::driver::ops::Acquire;
 use crate::error::Error;
@@ -164,38 +163,5 @@ pub struct ReadLease(Lease);
 #[must_use = "if unused the write lease goes back to the locker, which releases it soon after"]
 pub struct WriteLease(Lease);
 
-macro_rules! guard_ops {
-    ($guard:ident) => {
-        impl $guard {
-            /// Extends the lease to its full length, counted from now.
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::renew`].
-            pub async fn renew(&self) -> Result<RenewOutcome, Error> {
-                self.0.renew().await
-            }
-
-            /// Releases the lease and notifies waiters.
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::release`].
-            pub async fn release(self) -> Result<ReleaseOutcome, Error> {
-                self.0.release().await
-            }
-        }
-
-        impl Holding for $guard {
-            fn lease(&self) -> &Lease {
-                &self.0
-            }
-
-            fn into_lease(self) -> Lease {
-                self.0
-            }
-        }
-    };
-}
-guard_ops!(ReadLease);
-guard_ops!(WriteLease);
+guard_ops!(ReadLease, "the read lease", "waiters");
+guard_ops!(WriteLease, "the write lease", "waiters");

@@ -8,11 +8,10 @@ use std::time::Duration;
 use super::drive::drive;
 use super::lease::Lease;
 use super::locker::{Locker, Shared};
-use super::with_lock::{run_holding, Holding};
+use super::with_lock::{guard_ops, run_holding};
 use crate::clock::now;
 use crate::config::{AcquireOptions, WithLock};
 use crate::core::names::{validate_key, validate_permits};
-use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
 use crate::driver::held::permit_common;
 use crate::driver::ops::Acquire;
 use crate::error::Error;
@@ -125,32 +124,4 @@ impl Semaphore {
 #[must_use = "if unused the permit goes back to the locker, which releases it soon after"]
 pub struct Permit(Lease);
 
-impl Permit {
-    /// Extends the permit to its full length, counted from now.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lease::renew`].
-    pub async fn renew(&self) -> Result<RenewOutcome, Error> {
-        self.0.renew().await
-    }
-
-    /// Releases the permit and notifies the semaphore's waiters.
-    ///
-    /// # Errors
-    ///
-    /// As [`Lease::release`].
-    pub async fn release(self) -> Result<ReleaseOutcome, Error> {
-        self.0.release().await
-    }
-}
-
-impl Holding for Permit {
-    fn lease(&self) -> &Lease {
-        &self.0
-    }
-
-    fn into_lease(self) -> Lease {
-        self.0
-    }
-}
+guard_ops!(Permit, "the permit", "the semaphore's waiters");

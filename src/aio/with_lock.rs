@@ -110,3 +110,41 @@ where
         Err(panic) => resume_unwind(panic),
     }
 }
+
+/// The renew, release (and, blocking, keep-alive) of a guard that wraps
+/// this front end's `Lease` (`$guard(Lease)`: a permit, a read or a write
+/// lease), and its `Holding` for `with_permit`/`with_read`/`with_write`.
+macro_rules! guard_ops {
+    ($guard:ident, $what:literal, $whom:literal) => {
+        impl $guard {
+            #[doc = concat!("Extends ", $what, " to its full length, counted from now.")]
+            ///
+            /// # Errors
+            ///
+            /// As [`Lease::renew`](crate::aio::Lease::renew).
+            pub async fn renew(&self) -> Result<$crate::RenewOutcome, $crate::Error> {
+                self.0.renew().await
+            }
+
+            #[doc = concat!("Releases ", $what, " and notifies ", $whom, ".")]
+            ///
+            /// # Errors
+            ///
+            /// As [`Lease::release`](crate::aio::Lease::release).
+            pub async fn release(self) -> Result<$crate::ReleaseOutcome, $crate::Error> {
+                self.0.release().await
+            }
+        }
+
+        impl $crate::aio::with_lock::Holding for $guard {
+            fn lease(&self) -> &$crate::aio::Lease {
+                &self.0
+            }
+
+            fn into_lease(self) -> $crate::aio::Lease {
+                self.0
+            }
+        }
+    };
+}
+pub(crate) use guard_ops;

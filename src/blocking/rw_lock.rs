@@ -9,11 +9,10 @@ use std::time::Duration;
 use super::drive::drive;
 use super::lease::Lease;
 use super::locker::{Locker, Shared};
-use super::with_lock::{run_holding, Holding};
+use super::with_lock::{guard_ops, run_holding};
 use crate::clock::now;
 use crate::config::{AcquireOptions, WithLock};
 use crate::core::names::{validate_key, Want};
-use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
 use crate::driver::held::rw_common;
 use crate::driver::ops::Acquire;
 use crate::error::Error;
@@ -189,43 +188,5 @@ pub struct ReadLease(Lease);
 #[must_use = "if unused the write lease is released at once"]
 pub struct WriteLease(Lease);
 
-macro_rules! guard_ops {
-    ($guard:ident) => {
-        impl $guard {
-            /// Extends the lease to its full length, counted from now.
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::renew`].
-            pub fn renew(&self) -> Result<RenewOutcome, Error> {
-                self.0.renew()
-            }
-
-            /// Releases the lease and notifies waiters.
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::release`].
-            pub fn release(self) -> Result<ReleaseOutcome, Error> {
-                self.0.release()
-            }
-
-            /// Keeps the lease alive while `f` runs, as [`Lease::keep_alive`].
-            pub fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-                self.0.keep_alive(f)
-            }
-        }
-
-        impl Holding for $guard {
-            fn lease(&self) -> &Lease {
-                &self.0
-            }
-
-            fn into_lease(self) -> Lease {
-                self.0
-            }
-        }
-    };
-}
-guard_ops!(ReadLease);
-guard_ops!(WriteLease);
+guard_ops!(ReadLease, "the read lease", "waiters");
+guard_ops!(WriteLease, "the write lease", "waiters");

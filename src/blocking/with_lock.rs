@@ -183,3 +183,46 @@ fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, f: impl FnOnce() -> R) 
         result
     })
 }
+
+/// The renew, release (and, blocking, keep-alive) of a guard that wraps
+/// this front end's `Lease` (`$guard(Lease)`: a permit, a read or a write
+/// lease), and its `Holding` for `with_permit`/`with_read`/`with_write`.
+macro_rules! guard_ops {
+    ($guard:ident, $what:literal, $whom:literal) => {
+        impl $guard {
+            #[doc = concat!("Extends ", $what, " to its full length, counted from now.")]
+            ///
+            /// # Errors
+            ///
+            /// As [`Lease::renew`](crate::blocking::Lease::renew).
+            pub fn renew(&self) -> Result<$crate::RenewOutcome, $crate::Error> {
+                self.0.renew()
+            }
+
+            #[doc = concat!("Releases ", $what, " and notifies ", $whom, ".")]
+            ///
+            /// # Errors
+            ///
+            /// As [`Lease::release`](crate::blocking::Lease::release).
+            pub fn release(self) -> Result<$crate::ReleaseOutcome, $crate::Error> {
+                self.0.release()
+            }
+
+            #[doc = concat!("Keeps ", $what, " alive while `f` runs, as [`Lease::keep_alive`](", "crate::blocking::Lease::keep_alive).")]
+            pub fn keep_alive<T>(&self, f: impl FnOnce(&$crate::Lost) -> T) -> T {
+                self.0.keep_alive(f)
+            }
+        }
+
+        impl $crate::blocking::with_lock::Holding for $guard {
+            fn lease(&self) -> &$crate::blocking::Lease {
+                &self.0
+            }
+
+            fn into_lease(self) -> $crate::blocking::Lease {
+                self.0
+            }
+        }
+    };
+}
+pub(crate) use guard_ops;

@@ -305,6 +305,30 @@ mod blocking {
             .unwrap();
     }
 
+    /// `keep_alive` renews a lease the caller acquired past three lease
+    /// lengths (the server says the key outlived them), fires nothing, and
+    /// leaves the lease held: its release afterwards says `Released`.
+    #[test]
+    fn keep_alive_renews_a_lease_the_caller_holds_and_leaves_it_held() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-keep");
+        let name = lock_name(&ns, "k");
+        let locker: Locker = connect(&server, config(&ns));
+        let lease = granted(locker.acquire_with("k", leased(SHORT_LEASE)), "a lease");
+        let until = crate::behaviour::common::server_time_ms(&server) + 3 * 400;
+        let renewed = lease.keep_alive(|lost| {
+            wait_until(BOUND, "three lease lengths on the server's clock", || {
+                crate::behaviour::common::server_time_ms(&server) > until
+            });
+            assert!(exists(&server, &name), "renewed past three lease lengths");
+            !lost.is_lost()
+        });
+        assert!(renewed, "nothing was lost");
+        assert!(lease.is_valid());
+        assert_eq!(lease.release().unwrap(), ReleaseOutcome::Released);
+        assert!(!exists(&server, &name));
+    }
+
     /// Without `extend` the lock expires during a long `f`, another owner
     /// can take it, the loss signal never fires, and `with_lock`'s release
     /// afterwards leaves the new owner's lock alone.
@@ -1595,5 +1619,34 @@ mod aio {
         assert_eq!(locker.stats().tracked_leases, 0);
         let w = block_on(doc.try_write()).expect("the key is free");
         assert_eq!(block_on(w.release()).unwrap(), ReleaseOutcome::Released);
+    }
+
+    /// The async `keep_alive`, as the blocking one: the lease outlives three
+    /// lease lengths on the server's clock, nothing fires, and it stays held.
+    #[test]
+    fn keep_alive_renews_a_lease_the_caller_holds_and_leaves_it_held() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-keep-aio");
+        let name = lock_name(&ns, "k");
+        let locker = connect(&server, config(&ns));
+        block_on(async {
+            let lease = locker
+                .acquire_with("k", AcquireOptions::new().lease(SHORT_LEASE))
+                .await
+                .unwrap();
+            let until = crate::behaviour::common::server_time_ms(&server) + 3 * 400;
+            let renewed = lease
+                .keep_alive(async |lost: &Lost| {
+                    while crate::behaviour::common::server_time_ms(&server) <= until {
+                        Timer::after(Duration::from_millis(20)).await;
+                    }
+                    assert!(exists(&server, &name), "renewed past three lease lengths");
+                    !lost.is_lost()
+                })
+                .await;
+            assert!(renewed, "nothing was lost");
+            assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+        });
+        assert!(!exists(&server, &name));
     }
 }

@@ -3,6 +3,7 @@
 //! with `extend(true)` the shared renewer runs inside the same future,
 //! selected against the closure's future, never spawned.
 
+use std::future::Future;
 use std::panic::{resume_unwind, AssertUnwindSafe};
 use std::pin::pin;
 
@@ -84,25 +85,13 @@ where
 {
     let lease = guard.lease();
     let lost = lease.held().lost_signal(extend);
-    let outcome = {
-        let work = pin!(AssertUnwindSafe(f(&guard, &lost)).catch_unwind());
-        if extend {
-            let stop = StopSignal::default();
-            let shared = lease.shared();
-            let renewer = Renewer::new(&shared.state, lease.held(), &lost, &stop);
-            let renew = pin!(drive(shared, renewer));
-            match select(work, renew).await {
-                Either::Left((outcome, renew)) => {
-                    stop.stop();
-                    renew.await;
-                    outcome
-                }
-                Either::Right(((), work)) => work.await,
-            }
-        } else {
-            work.await
-        }
-    };
+    let outcome = renewing(
+        lease,
+        &lost,
+        extend,
+        AssertUnwindSafe(f(&guard, &lost)).catch_unwind(),
+    )
+    .await;
     lost.disarm();
     log_failed_release(guard.into_lease().release().await);
     match outcome {
@@ -111,7 +100,63 @@ where
     }
 }
 
-/// The renew, release (and, blocking, keep-alive) of a guard that wraps
+impl Lease {
+    /// Keeps this lease alive while `f`'s future runs, as
+    /// [`Locker::with_lock`] with [`WithLock::extend`] does (the renewer
+    /// runs inside this same future), and returns what `f` returns. The
+    /// lease stays held afterwards: release it or drop it. The async twin
+    /// of [`blocking::Lease::keep_alive`](crate::blocking::Lease::keep_alive).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(locker: &redlease::aio::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.acquire("nightly-report").await?;
+    /// let rows = lease
+    ///     .keep_alive(async |lost| {
+    ///         let mut rows = 0;
+    ///         while !lost.is_lost() && rows < 1000 {
+    ///             rows += 1; // write a row, passing lease.fence() to the store
+    ///         }
+    ///         rows
+    ///     })
+    ///     .await;
+    /// println!("{rows} rows; release: {:?}", lease.release().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn keep_alive<T>(&self, f: impl AsyncFnOnce(&Lost) -> T) -> T {
+        let lost = self.held().lost_signal(true);
+        let result = renewing(self, &lost, true, f(&lost)).await;
+        // Settle a deadline that passed unobserved, then stop counting:
+        // from here on the caller decides the lease's fate.
+        let _ = lost.is_lost();
+        lost.disarm();
+        result
+    }
+}
+
+/// Awaits `work` with the renewer of `lease` selected against it when
+/// `extend`; an extension still in flight when `work` ends finishes first.
+async fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, work: impl Future<Output = R>) -> R {
+    let work = pin!(work);
+    if !extend {
+        return work.await;
+    }
+    let stop = StopSignal::default();
+    let shared = lease.shared();
+    let renewer = Renewer::new(&shared.state, lease.held(), lost, &stop);
+    let renew = pin!(drive(shared, renewer));
+    match select(work, renew).await {
+        Either::Left((outcome, renew)) => {
+            stop.stop();
+            renew.await;
+            outcome
+        }
+        Either::Right(((), work)) => work.await,
+    }
+}
+
+/// The renew, release and keep-alive of a guard that wraps
 /// this front end's `Lease` (`$guard(Lease)`: a permit, a read or a write
 /// lease), and its `Holding` for `with_permit`/`with_read`/`with_write`.
 macro_rules! guard_ops {
@@ -133,6 +178,11 @@ macro_rules! guard_ops {
             /// As [`Lease::release`](crate::aio::Lease::release).
             pub async fn release(self) -> Result<$crate::ReleaseOutcome, $crate::Error> {
                 self.0.release().await
+            }
+
+            #[doc = concat!("Keeps ", $what, " alive while `f`'s future runs, as [`Lease::keep_alive`](", "crate::aio::Lease::keep_alive).")]
+            pub async fn keep_alive<T>(&self, f: impl AsyncFnOnce(&$crate::Lost) -> T) -> T {
+                self.0.keep_alive(f).await
             }
         }
 

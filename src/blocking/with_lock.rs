@@ -184,7 +184,7 @@ fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, f: impl FnOnce() -> R) 
     })
 }
 
-/// The renew, release (and, blocking, keep-alive) of a guard that wraps
+/// The renew, release and keep-alive of a guard that wraps
 /// this front end's `Lease` (`$guard(Lease)`: a permit, a read or a write
 /// lease), and its `Holding` for `with_permit`/`with_read`/`with_write`.
 macro_rules! guard_ops {

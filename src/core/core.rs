@@ -256,7 +256,10 @@ impl Core {
     // ----- application commands -------------------------------------------
 
     /// Starts an acquire of `key`'s lock. The waiter joins the key's line;
-    /// drive it with [`poll_waiter`](Self::poll_waiter).
+    /// drive it with [`poll_waiter`](Self::poll_waiter). (The operations
+    /// call [`acquire_for`](Self::acquire_for); this shorthand serves the
+    /// core's tests, the fuzz model and the micro-benchmarks.)
+    #[cfg(any(test, fuzzing, feature = "bench-hooks"))]
     pub(crate) fn acquire(
         &mut self,
         now: Instant,

@@ -661,9 +661,13 @@ impl Core {
     /// Whether any line of `id` (of any kind) has waiters: they share the
     /// key's notification channel.
     pub(super) fn is_wanted(&self, id: KeyId) -> bool {
-        self.lines
-            .iter()
-            .any(|(key, line)| key.id == id && !line.is_empty())
+        // One lookup per kind, not a scan of every line: this runs each time
+        // a line empties.
+        Kind::ALL.iter().any(|&kind| {
+            self.lines
+                .get(&LineKey { kind, id })
+                .is_some_and(|line| !line.is_empty())
+        })
     }
 
     pub(super) fn safety_interval(&self) -> Duration {

@@ -124,6 +124,11 @@ pub(crate) struct LineKey {
     pub(crate) id: KeyId,
 }
 
+impl Kind {
+    /// Every kind, for lookups of all the lines of one key.
+    pub(crate) const ALL: [Kind; 4] = [Kind::Lock, Kind::Semaphore, Kind::Read, Kind::Write];
+}
+
 impl LineKey {
     pub(crate) fn lock(id: KeyId) -> Self {
         LineKey {

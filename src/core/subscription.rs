@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::core::{Core, CoreEvent};
 use super::lease::deadline_after;
 use super::line::Line;
-use super::names::{Channel, KeyId, LineKey};
+use super::names::{Channel, KeyId, Kind, LineKey};
 
 /// How long the subscription outlives the last waiter (SPEC §5).
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
@@ -138,13 +138,12 @@ impl Core {
     /// Wakes the head of every line of `id` (they share its channel);
     /// returns how many.
     fn wake_lines_of(&mut self, id: KeyId) -> u64 {
-        self.wake_heads(|line_key, line| {
-            if line_key.id == id {
-                line.handle_wake()
-            } else {
-                None
-            }
-        })
+        // One lookup per kind: on a cluster this runs for every channel
+        // confirmed, so a scan of every line would grow with the keys.
+        Kind::ALL
+            .iter()
+            .map(|&kind| u64::from(self.wake_head_of(LineKey { kind, id }, Line::handle_wake)))
+            .sum()
     }
 
     /// The subscription is confirmed (first time or after a reconnect): a

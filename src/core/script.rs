@@ -23,14 +23,22 @@ use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 ///
 /// The lock's value is `<token>:<fence>`, so an acquire replayed by a client
 /// library after a timeout finds its own token and returns the same fence
-/// without a second `INCR`. Every grant's fence is `max(counter + 1, TIME in
+/// without a second grant. Every grant's fence is `max(counter + 1, TIME in
 /// ms × 1000)` (SPEC §3), so fences keep increasing after Redis lost its
-/// data and after a failover to a replica that missed the last grants. The
-/// fence is read back with `GET` because Lua numbers are doubles and would
-/// print large counters in float notation (the floor, below 2^53 until
-/// about the year 2255, is exact as a double).
+/// data and after a failover to a replica that missed the last grants.
+///
+/// One `MGET` reads the lock and the counter, so a busy attempt runs
+/// `MGET` + `PTTL` and a grant `MGET` + `TIME` + two `SET`s. The next fence
+/// is computed in Lua, whose numbers are doubles: that is exact only for a
+/// counter of at most 16 plain digits below 2^53 (until about the year
+/// 2255 for counters floored at the clock). Any other counter value takes
+/// the general path: `INCR` (which refuses a counter that is not an
+/// integer, as before), then the fence read back with `GET`, so a large
+/// counter is never printed in float notation. `KEEPTTL` keeps the
+/// counter's expiry where the locker sets none, as `INCR` did.
 pub(crate) const ACQUIRE_LUA: &str = r#"
-local held = redis.call('GET', KEYS[1])
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local held = got[1]
 if held then
   local sep = string.find(held, ':', 1, true)
   if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
@@ -40,13 +48,35 @@ if held then
 end
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-if redis.call('INCR', KEYS[2]) < floor then
-  redis.call('SET', KEYS[2], string.format('%.0f', floor))
+local ttl = ARGV[3] and ARGV[3] ~= '0'
+local counter = got[2]
+local last = 0
+if counter then
+  last = nil
+  if #counter <= 16 and string.find(counter, '^[1-9]%d*$') then
+    last = tonumber(counter)
+    if last >= 9007199254740991 then
+      last = nil
+    end
+  end
 end
-if ARGV[3] and ARGV[3] ~= '0' then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local fence
+if last then
+  fence = string.format('%.0f', math.max(last + 1, floor))
+  if ttl then
+    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  else
+    redis.call('SET', KEYS[2], fence, 'KEEPTTL')
+  end
+else
+  if redis.call('INCR', KEYS[2]) < floor then
+    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'KEEPTTL')
+  end
+  if ttl then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  fence = redis.call('GET', KEYS[2])
 end
-local fence = redis.call('GET', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return fence
 "#;

@@ -6,8 +6,8 @@ use redis::Value;
 use redlease::ReleaseOutcome;
 
 use super::common::{
-    config, connect, fence_name, get, granted, lock_name, namespace, pttl, server_time_ms,
-    token_of, BOUND,
+    config, connect, fence_name, get, granted, lock_name, namespace, no_wait, pttl, refused,
+    server_time_ms, token_of, BOUND,
 };
 use super::front::Front;
 use crate::support::{wait_until, RedisServer};
@@ -186,4 +186,151 @@ pub(crate) fn an_acquire_replayed_with_its_token_returns_the_same_fence<F: Front
         other => panic!("another token must be told the lock is busy, got {other:?}"),
     }
     assert_eq!(get(&server, &counter), Some(first_fence.to_string()));
+}
+
+/// The Redis commands of `stats` (a `commandstats` reading) that a lock's
+/// scripts and their callers run, with the blocking front end's `PING` in
+/// front of a command on a reused connection and the test's own `INFO` and
+/// `CONFIG` left out.
+fn lock_commands(stats: &std::collections::HashMap<String, u64>) -> Vec<(String, u64)> {
+    let mut ran: Vec<(String, u64)> = stats
+        .iter()
+        .filter(|(name, _)| {
+            let command = name.split('|').next().unwrap_or_default();
+            !matches!(command, "ping" | "info" | "config" | "client" | "hello")
+        })
+        .map(|(name, calls)| (name.clone(), *calls))
+        .collect();
+    ran.sort();
+    ran
+}
+
+fn calls(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
+    let mut ran: Vec<(String, u64)> = pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect();
+    ran.sort();
+    ran
+}
+
+/// An uncontended acquire + release costs Redis nine commands, `TIME` and
+/// `PUBLISH` included (issue 16): the acquire script's `MGET`, `TIME` and
+/// two `SET`s, the release script's `GET`, `DEL` and `PUBLISH`, and the two
+/// `EVALSHA`s. A busy attempt is its `EVALSHA`, the `MGET` and the `PTTL`
+/// that the waiter's retry needs (SPEC §5).
+pub(crate) fn an_uncontended_cycle_runs_nine_commands_and_a_busy_attempt_three<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("cost");
+    let locker: F = connect(&server, config(&ns));
+    let other: F = connect(&server, config(&ns));
+    // Warm: the scripts are cached and the connections open.
+    for key in ["warm", "job"] {
+        let lease = granted(locker.acquire(key), "warm-up acquire");
+        assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    }
+    let held = granted(other.acquire("held"), "warm-up of the other locker");
+
+    server.reset_stats();
+    let lease = granted(locker.acquire("job"), "acquire of a free key");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        lock_commands(&server.commandstats()),
+        calls(&[
+            ("evalsha", 2),
+            ("mget", 1),
+            ("time", 1),
+            ("set", 2),
+            ("get", 1),
+            ("del", 1),
+            ("publish", 1),
+        ]),
+        "one uncontended cycle"
+    );
+
+    server.reset_stats();
+    refused(locker.acquire_with("held", no_wait()), "a held key");
+    assert_eq!(
+        lock_commands(&server.commandstats()),
+        calls(&[("evalsha", 1), ("mget", 1), ("pttl", 1)]),
+        "one busy attempt"
+    );
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+}
+
+/// The acquire script computes the next fence in Lua only where a double
+/// holds it exactly; any other counter value goes through `INCR`, so a
+/// counter past 2^53 still moves by exactly one, a counter that is not an
+/// integer is refused without a grant, and the counter's expiry is kept
+/// where the locker sets none and set where it does.
+pub(crate) fn the_acquire_script_moves_any_counter_exactly<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("counter");
+    let (lock, counter) = (lock_name(&ns, "k"), fence_name(&ns, "k"));
+    let token = "0123456789abcdef0123456789abcdef";
+    let release = |server: &RedisServer| {
+        server.query(redis::cmd("DEL").arg(&lock));
+    };
+    let bulk = |fence: &str| Value::BulkString(fence.as_bytes().to_vec());
+
+    for (stored, next) in [
+        ("9007199254740993", "9007199254740994"),
+        ("9223372036854775000", "9223372036854775001"),
+    ] {
+        server.query(redis::cmd("SET").arg(&counter).arg(stored));
+        assert_eq!(
+            eval_acquire(&server, &lock, &counter, token, 5000),
+            bulk(next),
+            "a counter of {stored} moves by one"
+        );
+        assert_eq!(get(&server, &counter).as_deref(), Some(next));
+        release(&server);
+    }
+
+    server.query(redis::cmd("SET").arg(&counter).arg("not-a-number"));
+    let refused: redis::RedisResult<Value> = redis::cmd("EVAL")
+        .arg(acquire_lua())
+        .arg(2)
+        .arg(&lock)
+        .arg(&counter)
+        .arg(token)
+        .arg(5000)
+        .query(&mut server.conn());
+    assert!(
+        refused.is_err(),
+        "a counter that is not an integer is refused: {refused:?}"
+    );
+    assert!(get(&server, &lock).is_none(), "and nothing was granted");
+
+    // A counter with an expiry keeps it when the locker sets none ...
+    server.query(
+        redis::cmd("SET")
+            .arg(&counter)
+            .arg("7")
+            .arg("PX")
+            .arg(600_000),
+    );
+    let Value::BulkString(_) = eval_acquire(&server, &lock, &counter, token, 5000) else {
+        panic!("a free key is granted");
+    };
+    let kept = pttl(&server, &counter);
+    assert!(
+        kept > 0 && kept <= 600_000,
+        "the counter's expiry is kept: {kept}"
+    );
+    release(&server);
+    // ... and gets the locker's `fence_counter_ttl` when it sets one.
+    let granted_with_ttl = server.query(
+        redis::cmd("EVAL")
+            .arg(acquire_lua())
+            .arg(2)
+            .arg(&lock)
+            .arg(&counter)
+            .arg(token)
+            .arg(5000)
+            .arg(90_000),
+    );
+    assert!(matches!(granted_with_ttl, Value::BulkString(_)));
+    let set = pttl(&server, &counter);
+    assert!(
+        set > 0 && set <= 90_000,
+        "the counter expires as configured: {set}"
+    );
 }

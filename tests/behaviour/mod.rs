@@ -49,6 +49,8 @@ macro_rules! behaviour_suite {
                 fences_strictly_increase_across_acquires_on_one_key,
                 fences_keep_increasing_after_redis_lost_its_data,
                 an_acquire_replayed_with_its_token_returns_the_same_fence,
+                an_uncontended_cycle_runs_nine_commands_and_a_busy_attempt_three,
+                the_acquire_script_moves_any_counter_exactly,
             }
             waiting {
                 a_waiter_is_woken_by_the_release_notification_not_its_safety_poll,

@@ -36,7 +36,14 @@ use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 /// integer, as before), then the fence read back with `GET`, so a large
 /// counter is never printed in float notation. `KEEPTTL` keeps the
 /// counter's expiry where the locker sets none, as `INCR` did.
+///
+/// `MGET` reads a key of another type as missing, where `GET` and `INCR`
+/// refused it with `WRONGTYPE`: so a counter `MGET` found missing is
+/// created with `NX`, the lock is set with `NX`, and either refusal is
+/// answered with that same `WRONGTYPE` error. The counter is written first,
+/// so an error never leaves a lock whose fence the counter does not cover.
 pub(crate) const ACQUIRE_LUA: &str = r#"
+local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 local held = got[1]
 if held then
@@ -63,10 +70,18 @@ end
 local fence
 if last then
   fence = string.format('%.0f', math.max(last + 1, floor))
+  local set = {'SET', KEYS[2], fence}
+  if not counter then
+    table.insert(set, 'NX')
+  end
   if ttl then
-    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
-  else
-    redis.call('SET', KEYS[2], fence, 'KEEPTTL')
+    table.insert(set, 'PX')
+    table.insert(set, ARGV[3])
+  elseif counter then
+    table.insert(set, 'KEEPTTL')
+  end
+  if not redis.call(unpack(set)) then
+    return redis.error_reply(WRONGTYPE)
   end
 else
   if redis.call('INCR', KEYS[2]) < floor then
@@ -77,7 +92,9 @@ else
   end
   fence = redis.call('GET', KEYS[2])
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
+  return redis.error_reply(WRONGTYPE)
+end
 return fence
 "#;
 

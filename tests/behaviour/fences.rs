@@ -334,3 +334,29 @@ pub(crate) fn the_acquire_script_moves_any_counter_exactly<F: Front>() {
         "the counter expires as configured: {set}"
     );
 }
+
+/// `MGET` reads a key of another type as missing, so the acquire script
+/// guards its writes with `NX`: a lock name or a fence counter holding a
+/// hash is refused with `WRONGTYPE` (`PROVIDER_FAILED`, as when `GET` and
+/// `INCR` refused it) and left as it was.
+pub(crate) fn a_counter_of_another_type_is_refused_and_left_alone<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("counter-type");
+    let locker: F = connect(&server, config(&ns));
+    let counter = fence_name(&ns, "k");
+    server.query(redis::cmd("HSET").arg(&counter).arg("field").arg("value"));
+
+    let e = refused(
+        locker.acquire_with("k", no_wait()),
+        "acquire with a hash counter",
+    );
+    assert_eq!(e.code(), "PROVIDER_FAILED", "{e:?}");
+    let kind = |name: &str| -> String {
+        redis::cmd("TYPE")
+            .arg(name)
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    assert_eq!(kind(&counter), "hash", "the counter was left alone");
+    assert_eq!(kind(&lock_name(&ns, "k")), "none", "nothing was granted");
+}

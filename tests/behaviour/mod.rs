@@ -51,6 +51,7 @@ macro_rules! behaviour_suite {
                 an_acquire_replayed_with_its_token_returns_the_same_fence,
                 an_uncontended_cycle_runs_nine_commands_and_a_busy_attempt_three,
                 the_acquire_script_moves_any_counter_exactly,
+                a_counter_of_another_type_is_refused_and_left_alone,
             }
             waiting {
                 a_waiter_is_woken_by_the_release_notification_not_its_safety_poll,

@@ -13,6 +13,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
+use super::deadline::{Deadlines, TimedConnection};
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{is_noscript, is_server_reply, Failure};
@@ -25,7 +26,7 @@ type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
 /// A script's reply, or the reply of `EVAL` sent after it said `NOSCRIPT`.
 async fn eval_again_on_noscript(
     call: &ScriptCall,
-    conn: &mut AnyConnection,
+    conn: &mut Timed,
     reply: redis::RedisResult<Value>,
 ) -> redis::RedisResult<Value> {
     match reply {
@@ -34,10 +35,14 @@ async fn eval_again_on_noscript(
     }
 }
 
+/// The shared connection with the command timeout applied.
+type Timed = TimedConnection<AnyConnection>;
+
 pub(crate) struct Commands {
     source: Source,
     timeout: Duration,
     conn: Arc<Mutex<Current>>,
+    deadlines: Deadlines,
 }
 
 /// Where connections come from.
@@ -108,6 +113,7 @@ impl Commands {
             source,
             timeout,
             conn: Arc::new(Mutex::new(Current::default())),
+            deadlines: Deadlines::default(),
         }
     }
 
@@ -138,9 +144,11 @@ impl Commands {
             }
             Ok(())
         };
+        // The command timeout is applied by `timed`, without a timer per
+        // command (deadline.rs).
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
+            .set_response_timeout(None);
         let conn = match &self.source {
             Source::Standalone(client) => AnyConnection::Standalone(
                 client
@@ -173,6 +181,20 @@ impl Commands {
         Ok(conn)
     }
 
+    /// `conn` with the command timeout: on one server, bounded here; the
+    /// cluster connection has its own (`crate::cluster`).
+    fn timed(&self, conn: AnyConnection) -> Timed {
+        let timeout = match conn {
+            AnyConnection::Standalone(_) => Some(self.timeout),
+            AnyConnection::Cluster(_) => None,
+        };
+        TimedConnection {
+            conn,
+            deadlines: self.deadlines.clone(),
+            timeout,
+        }
+    }
+
     /// Forgets a connection that failed, or whose server says it is no
     /// longer a writable primary (`READONLY`, `MASTERDOWN`), so the next
     /// operation opens anew (through Sentinel: to the primary it names now).
@@ -196,7 +218,7 @@ impl Commands {
         then: Option<&redis::Cmd>,
     ) -> (Result<Value, Failure>, Option<redis::RedisResult<Value>>) {
         let mut conn = match self.connection().await {
-            Ok(conn) => conn,
+            Ok(conn) => self.timed(conn),
             Err(e) => return (Err(Failure::NotSent(e)), None),
         };
         counters.script_sent();
@@ -243,7 +265,7 @@ impl Commands {
             let conn = self.connection().await.map_err(Failure::NotSent)?;
             if let AnyConnection::Cluster(_) = conn {
                 futures::future::join_all(calls.iter().enumerate().map(|(i, call)| {
-                    let (mut conn, replies) = (conn.clone(), &replies);
+                    let (mut conn, replies) = (self.timed(conn.clone()), &replies);
                     async move {
                         let first = call.evalsha().query_async::<Value>(&mut conn).await;
                         let reply = eval_again_on_noscript(call, &mut conn, first).await;
@@ -253,7 +275,7 @@ impl Commands {
                 .await;
                 return Ok(());
             }
-            let mut conn = conn;
+            let mut conn = self.timed(conn);
             let mut pipe = redis::pipe();
             pipe.add_command(load_cmd(ScriptKind::Release)).ignore();
             for call in calls {
@@ -283,7 +305,7 @@ impl Commands {
 
     /// Runs a plain command on the shared connection.
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
-        let mut conn = self.connection().await.map_err(Failure::NotSent)?;
+        let mut conn = self.timed(self.connection().await.map_err(Failure::NotSent)?);
         let result = cmd.query_async::<Value>(&mut conn).await;
         self.discard_if_broken(&result);
         result.map_err(Failure::Sent)

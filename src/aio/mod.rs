@@ -20,6 +20,7 @@
 
 mod cluster;
 mod connection;
+mod deadline;
 mod drive;
 mod lease;
 mod locker;

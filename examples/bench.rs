@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 use std::error::Error;
 use std::io::Write;
 
+#[path = "bench/async_hops.rs"]
+mod async_hops;
 #[path = "bench/contention.rs"]
 mod contention;
 #[path = "bench/core.rs"]
@@ -147,6 +149,7 @@ fn run() -> BoxResult<()> {
         "contention-worker" => return contention::worker(&args),
         "memory-child" => return memory::child(&args),
         "uncontended" => uncontended::run(&args)?,
+        "async-hops" => async_hops::run(&args)?,
         "contention" | "semaphore" => contention::run(&args)?,
         "rw" => rw::run(&args)?,
         "wakeup" => wakeup::run(&args)?,

@@ -777,6 +777,11 @@ pub(crate) fn analyse(front: Front, notify: bool, plan: &Plan, a: Raw) -> J {
         ("mutual_exclusion_violations", J::from(violations)),
     ];
     fields.extend(redis_per_acquisition(front, &a.commandstats, n));
+    fields.push((
+        "redis_cpu_us_per_acquisition",
+        J::round(a.cpu.redis_s() * 1e6 / a.counted_at_stop.max(1) as f64, 1),
+    ));
+    fields.push(("cpu_go_to_stop", a.cpu.to_json()));
     fields.extend(locker_stats(&a.stats, n));
     fields.push((
         "errors",

@@ -399,6 +399,11 @@ fn analyse(front: Front, plan: &Plan, a: Raw) -> J {
         ("violations", violations(&a.recs)),
     ];
     fields.extend(contention::redis_per_acquisition(front, &a.commandstats, n));
+    fields.push((
+        "redis_cpu_us_per_acquisition",
+        J::round(a.cpu.redis_s() * 1e6 / counted.max(1) as f64, 1),
+    ));
+    fields.push(("cpu_go_to_stop", a.cpu.to_json()));
     fields.extend(contention::locker_stats(&a.stats, n));
     fields.push((
         "errors",

@@ -250,7 +250,7 @@ struct OneKeyPlan {
     budget: Duration,
 }
 
-const ONE_KEY_COLUMNS: [&str; 20] = [
+const ONE_KEY_COLUMNS: [&str; 21] = [
     "front",
     "processes",
     "waiters_per_process",
@@ -261,6 +261,7 @@ const ONE_KEY_COLUMNS: [&str; 20] = [
     "redis_commands_with_script_calls_per_acquisition",
     "redis_pings_per_acquisition",
     "redis_server_us_per_acquisition",
+    "redis_cpu_us_per_acquisition",
     "busy_replies_per_acquisition",
     "notifications_per_acquisition",
     "handover_other_waiter_p50_us",
@@ -301,9 +302,7 @@ fn one_key(url: &str, fronts: &[Front], plan: &OneKeyPlan) -> BoxResult<J> {
                 plan.budget,
             );
             let raw = contention::gather(front, url, true, &p)?;
-            let cpu = raw.cpu;
             let mut j = contention::analyse(front, true, &p, raw);
-            j.set("cpu", cpu.to_json());
             let row = J::obj(ONE_KEY_COLUMNS.iter().map(|&c| {
                 let v = match c {
                     "front" => J::from(front.name()),

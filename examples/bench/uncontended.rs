@@ -24,7 +24,8 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         eprintln!(
             "uncontended {:8}: {:.0} cycles/s, cycle p50 {:.1} µs = {:.2} RTT = {:.2}× baseline \
              ({:.1} µs, {:.0} cycles/s); {:.1} commands/cycle with script calls (baseline {:.0}), \
-             Redis {:.1} µs/cycle = {:.2}× baseline ({:.1} µs); rtt p50 {:.1} µs",
+             Redis {:.1} µs/cycle = {:.2}× baseline ({:.1} µs; Redis CPU {:.1} vs {:.1} µs/cycle); \
+             rtt p50 {:.1} µs",
             front.name(),
             num(&r, &["cycles_per_s"]),
             num(&r, &["cycle", "p50_us"]),
@@ -40,6 +41,8 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
             num(&r, &["redis_server_us_per_cycle"]),
             num(&r, &["ratio_to_baseline", "redis_server_us_per_cycle"]),
             num(&r, &["baseline", "redis_server_us_per_cycle"]),
+            num(&r, &["redis_cpu_us_per_cycle"]),
+            num(&r, &["baseline", "redis_cpu_us_per_cycle"]),
             num(&r, &["rtt", "p50_us"]),
         );
         out.push((front.name(), r));
@@ -80,6 +83,9 @@ struct Run {
     base: Cycles,
     base_stats: CommandStats,
     base_idle: Idle,
+    /// Redis's CPU (`INFO cpu`) over the timed blocks, s.
+    redis_cpu_s: f64,
+    base_redis_cpu_s: f64,
 }
 
 impl Run {
@@ -91,6 +97,8 @@ impl Run {
             base: Cycles::with_capacity(cycles),
             base_stats: CommandStats::default(),
             base_idle: Idle::default(),
+            redis_cpu_s: 0.0,
+            base_redis_cpu_s: 0.0,
         }
     }
 }
@@ -126,14 +134,18 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
             let before = locker.stats();
             for &n in &sizes {
                 CommandStats::reset(&mut admin)?;
+                let cpu = util::CpuSample::take(&mut admin, &[]);
                 let start = Instant::now();
                 for _ in 0..n {
                     let (a, c) = base.blocking(&mut conn, Duration::ZERO)?;
                     run.base.push(a, c);
                 }
                 run.base.elapsed += start.elapsed();
+                run.base_redis_cpu_s +=
+                    cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                 run.base_stats.add(&CommandStats::read(&mut admin)?);
                 CommandStats::reset(&mut admin)?;
+                let cpu = util::CpuSample::take(&mut admin, &[]);
                 let start = Instant::now();
                 for _ in 0..n {
                     let t = Instant::now();
@@ -143,6 +155,7 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
                     run.ours.push(a, ns_since(t));
                 }
                 run.ours.elapsed += start.elapsed();
+                run.redis_cpu_s += cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                 run.stats.add(&CommandStats::read(&mut admin)?);
             }
             let after = locker.stats();
@@ -174,14 +187,18 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
                 let before = locker.stats();
                 for &n in &sizes {
                     CommandStats::reset(&mut admin)?;
+                    let cpu = util::CpuSample::take(&mut admin, &[]);
                     let start = Instant::now();
                     for _ in 0..n {
                         let (a, c) = base.run_async(&mut conn, Duration::ZERO).await?;
                         run.base.push(a, c);
                     }
                     run.base.elapsed += start.elapsed();
+                    run.base_redis_cpu_s +=
+                        cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                     run.base_stats.add(&CommandStats::read(&mut admin)?);
                     CommandStats::reset(&mut admin)?;
+                    let cpu = util::CpuSample::take(&mut admin, &[]);
                     let start = Instant::now();
                     for _ in 0..n {
                         let t = Instant::now();
@@ -191,6 +208,7 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
                         run.ours.push(a, ns_since(t));
                     }
                     run.ours.elapsed += start.elapsed();
+                    run.redis_cpu_s += cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                     run.stats.add(&CommandStats::read(&mut admin)?);
                 }
                 let after = locker.stats();
@@ -219,12 +237,15 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
         base: base_timed,
         base_stats,
         base_idle,
+        redis_cpu_s,
+        base_redis_cpu_s,
     } = run;
     let baseline = Baseline {
         warmup,
         timed: base_timed,
         stats: base_stats,
         idle: Some((base_idle.acquire, base_idle.release)),
+        redis_cpu_s: base_redis_cpu_s,
     };
     rtt.extend(util::ping(front, url, pings)?);
     let idle_rtt = util::ping_after_idle(front, url, IDLE_SAMPLES, IDLE)?;
@@ -309,6 +330,7 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
             "redis_server_us_pings_per_cycle",
             J::round(stats.usec("ping") as f64 / n, 2),
         ),
+        ("redis_cpu_us_per_cycle", J::round(redis_cpu_s * 1e6 / n, 2)),
         ("commandstats", stats.to_json()),
         ("locker_stats_delta", stats_delta(&before, &after)),
     ]);
@@ -342,7 +364,7 @@ pub(crate) fn num(j: &J, path: &[&str]) -> f64 {
 fn ratio_to_baseline(j: &J, b: &Baseline, rtt_p50: u64) -> J {
     let base = b.to_json(rtt_p50);
     let r = |path: &[&str]| J::round(num(j, path) / num(&base, path), 3);
-    let pairs: [(&str, &[&str]); 16] = [
+    let pairs: [(&str, &[&str]); 17] = [
         ("cycle_p50", &["cycle", "p50_us"]),
         ("cycle_p90", &["cycle", "p90_us"]),
         ("cycle_p99", &["cycle", "p99_us"]),
@@ -361,6 +383,7 @@ fn ratio_to_baseline(j: &J, b: &Baseline, rtt_p50: u64) -> J {
             &["redis_round_trips_per_cycle"],
         ),
         ("redis_server_us_per_cycle", &["redis_server_us_per_cycle"]),
+        ("redis_cpu_us_per_cycle", &["redis_cpu_us_per_cycle"]),
         (
             "after_2ms_idle_acquire_p50",
             &["after_2ms_idle", "acquire", "p50_us"],

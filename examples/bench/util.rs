@@ -512,6 +512,8 @@ pub(crate) struct Baseline {
     pub(crate) stats: CommandStats,
     /// Each step after `IDLE` without traffic (acquire, release), if asked.
     pub(crate) idle: Option<(Vec<u64>, Vec<u64>)>,
+    /// Redis's CPU over the timed cycles (`INFO cpu`), s.
+    pub(crate) redis_cpu_s: f64,
 }
 
 impl Baseline {
@@ -566,6 +568,10 @@ impl Baseline {
             (
                 "redis_server_us_per_cycle",
                 J::round(self.server_us_per_cycle(), 2),
+            ),
+            (
+                "redis_cpu_us_per_cycle",
+                J::round(self.redis_cpu_s * 1e6 / t.cycle.len().max(1) as f64, 2),
             ),
             ("commandstats", self.stats.to_json()),
         ]);
@@ -738,6 +744,11 @@ impl CpuSample {
 }
 
 impl CpuUse {
+    /// Redis's CPU between the samples, s.
+    pub(crate) fn redis_s(self) -> f64 {
+        self.redis_cores * self.wall_s
+    }
+
     /// What bounds the throughput, by CPU: Redis's one thread, the
     /// machine's cores (Redis and the clients share them), or neither
     /// (round trips and waits).

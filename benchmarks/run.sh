@@ -3,7 +3,7 @@
 # of its own on a free loopback port (never 6379), writes
 # benchmarks/results/<date>-<scenario>.json, and stops the server.
 #
-#   benchmarks/run.sh                 # every scenario (a few minutes on 2 cores)
+#   benchmarks/run.sh                 # every scenario (about 5 minutes on 2 cores)
 #   benchmarks/run.sh uncontended     # only the named scenarios
 #
 # Environment:
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
-    scenarios=(uncontended wakeup contention rw many-keys memory core)
+    scenarios=(uncontended wakeup contention rw many-keys scale memory core)
 fi
 
 command -v redis-server >/dev/null || { echo "redis-server is not on PATH" >&2; exit 1; }

@@ -9,10 +9,15 @@
 //! or to `--out`): `uncontended`, `contention`, `semaphore` (contention on
 //! a fenced semaphore, `--permits 3`), `rw` (read-mostly contention on a
 //! read-write lease, with a lock baseline), `wakeup`, `many-keys`,
-//! `memory`, `core` (micro-benchmarks of the sans-IO core; needs
-//! `--features bench-hooks`). `contention`, `semaphore`, `rw` and `memory` re-execute this binary as worker
-//! processes (`contention-worker`, `memory-child`). `free-port` prints a free
+//! `scale` (distinct keys over 1..8 processes, one key over 1..128 waiters
+//! per process), `memory`, `core` (micro-benchmarks of the sans-IO core;
+//! needs `--features bench-hooks`). `contention`, `semaphore`, `rw`,
+//! `scale` and `memory` re-execute this binary as worker processes
+//! (`contention-worker`, `memory-child`). `free-port` prints a free
 //! loopback port (for `benchmarks/run.sh`).
+//!
+//! A flag without a value (`--quick`) is a switch. The result file holds
+//! the load average before and after the scenario.
 //!
 //! `--metrics noop` (built with `--features bench-hooks,metrics`) installs a
 //! no-op `metrics` recorder first: compare its `uncontended` figures with a
@@ -41,6 +46,8 @@ mod many_keys;
 mod memory;
 #[path = "bench/rw.rs"]
 mod rw;
+#[path = "bench/scale.rs"]
+mod scale;
 #[path = "bench/uncontended.rs"]
 mod uncontended;
 #[path = "bench/util.rs"]
@@ -61,7 +68,7 @@ pub(crate) struct Args {
 
 impl Args {
     fn parse() -> BoxResult<Self> {
-        let mut it = std::env::args().skip(1);
+        let mut it = std::env::args().skip(1).peekable();
         let scenario = it
             .next()
             .ok_or("usage: bench SCENARIO --url URL [--flag value]...")?;
@@ -70,7 +77,11 @@ impl Args {
             let name = flag
                 .strip_prefix("--")
                 .ok_or_else(|| format!("expected --flag, got {flag:?}"))?;
-            let value = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
+            // A flag without a value (`--quick`) is a switch.
+            let value = match it.next_if(|v| !v.starts_with("--")) {
+                Some(v) => v,
+                None => "1".to_owned(),
+            };
             flags.insert(name.to_owned(), value);
         }
         Ok(Args { scenario, flags })
@@ -138,6 +149,7 @@ fn main() {
 fn run() -> BoxResult<()> {
     let args = Args::parse()?;
     install_metrics_recorder(&args)?;
+    let load_before = util::loadavg();
     let result = match args.scenario.as_str() {
         "free-port" => {
             let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -153,15 +165,23 @@ fn run() -> BoxResult<()> {
         "contention" | "semaphore" => contention::run(&args)?,
         "rw" => rw::run(&args)?,
         "wakeup" => wakeup::run(&args)?,
+        "scale" => scale::run(&args)?,
         "many-keys" => many_keys::run(&args)?,
         "memory" => memory::run(&args)?,
         "core" => core_micro::run(&args)?,
         other => return Err(format!("unknown scenario {other:?}").into()),
     };
+    let load_after = util::loadavg();
+    eprintln!(
+        "{}: load average {load_before} before, {load_after} after",
+        args.scenario
+    );
     let meta = util::meta(&args)?;
     let doc = J::obj([
         ("scenario", J::from(args.scenario.as_str())),
         ("meta", meta),
+        ("loadavg_before", J::from(load_before)),
+        ("loadavg_after", J::from(load_after)),
         ("results", result),
     ]);
     let text = doc.pretty();

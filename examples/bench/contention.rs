@@ -19,6 +19,13 @@
 //! `--write-every`th operation, and the `R` lines carry the mode and the
 //! time of the call; an acquire cancelled by STOP is reported as a `P`
 //! line (mode, call time, cancel time).
+//!
+//! The `scale` scenario (`scale.rs`) calls `gather` and `analyse` with its
+//! own `Plan`s; with `distinct_keys` (`--distinct 1`) each waiter loop
+//! takes a key of its own, sends no `A` line, and reports one `C` line
+//! (waiter, grants) per loop instead of the `R` lines; with `duration` the
+//! controller says STOP after that time. Every run also measures the CPU
+//! Redis and the workers used between GO and STOP (`Raw::cpu`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -31,7 +38,7 @@ use std::time::{Duration, Instant};
 use redlease::{AcquireOptions, CancelHandle, Config, ReleaseOutcome, Stats};
 
 use super::json::J;
-use super::uncontended::{pipelined_pings, rtt_connection};
+use super::uncontended::{pipelined_pings, rtt_connection, with_script_calls};
 use super::util::{self, sys_us, CommandStats, Front};
 use super::{Args, BoxResult};
 
@@ -45,14 +52,14 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         "semaphore" => Some(args.num("permits", 3)?),
         _ => None,
     };
-    let plan = Plan {
-        kind: permits.map_or(Kind::Lock, Kind::Semaphore),
-        processes: args.num("processes", 4)?,
-        waiters: args.num("waiters", 8)?,
-        total: args.num("total", 500)?,
-        hold: Duration::from_micros(args.num("hold-us", 2_000)?),
-        budget: Duration::from_secs(args.num("budget-s", 120)?),
-    };
+    let plan = Plan::new(
+        permits.map_or(Kind::Lock, Kind::Semaphore),
+        args.num("processes", 4)?,
+        args.num("waiters", 8)?,
+        args.num("total", 500)?,
+        Duration::from_micros(args.num("hold-us", 2_000)?),
+        Duration::from_secs(args.num("budget-s", 120)?),
+    );
     let modes: Vec<bool> = match args.get("notify").unwrap_or("both") {
         "both" => vec![true, false],
         "on" => vec![true],
@@ -90,6 +97,34 @@ pub(crate) struct Plan {
     pub(crate) total: usize,
     pub(crate) hold: Duration,
     pub(crate) budget: Duration,
+    /// Each waiter loop on a key of its own (`scale`): the workers count
+    /// their grants instead of reporting each one.
+    pub(crate) distinct_keys: bool,
+    /// Say STOP after this long, whatever the count.
+    pub(crate) duration: Option<Duration>,
+}
+
+impl Plan {
+    /// One key, `total` grants, nothing else.
+    pub(crate) fn new(
+        kind: Kind,
+        processes: usize,
+        waiters: usize,
+        total: usize,
+        hold: Duration,
+        budget: Duration,
+    ) -> Plan {
+        Plan {
+            kind,
+            processes,
+            waiters,
+            total,
+            hold,
+            budget,
+            distinct_keys: false,
+            duration: None,
+        }
+    }
 }
 
 /// What the workers contend for.
@@ -171,7 +206,8 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
     format!(
         "{} {:8} {:9}: {:.0} acq/s, hand-over to another waiter p50 {:.0} µs = {:.1} RTT \
          ({:.1} idle RTT), p99 {:.0} µs; releaser's process re-takes {:.0}%; {:.2} scripts/acq, \
-         {:.2} round trips/acq, {:.1} commands/acq; per waiter {}..{}; violations {}",
+         {:.2} round trips/acq, {:.1} commands/acq, Redis {:.1} µs/acq; per waiter {}..{}; \
+         violations {}",
         match r.get("permits").and_then(J::as_f64) {
             Some(n) => format!("semaphore ({n} permits)"),
             None => "contention".to_owned(),
@@ -187,6 +223,7 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
         f(&["redis_scripts_per_acquisition"]),
         f(&["redis_round_trips_per_acquisition"]),
         f(&["redis_commands_per_acquisition"]) + f(&["redis_calls_inside_scripts_per_acquisition"]),
+        f(&["redis_server_us_per_acquisition"]),
         f(&["fairness", "min_per_waiter"]),
         f(&["fairness", "max_per_waiter"]),
         f(&["mutual_exclusion_violations"]),
@@ -230,6 +267,8 @@ enum Msg {
     Rec(Rec),
     Pending(Pending),
     Stats(usize, Vec<u64>),
+    /// (process, waiter, grants) of a counting worker.
+    Count(usize, usize, u64),
     Error(usize, String),
     End,
 }
@@ -260,6 +299,10 @@ pub(crate) struct Raw {
     pub(crate) stop_us: u64,
     pub(crate) counted_at_stop: usize,
     pub(crate) timed_out: bool,
+    /// Grants per (process, waiter) of counting workers (`distinct_keys`).
+    pub(crate) counts: BTreeMap<(usize, usize), u64>,
+    /// CPU that Redis and the worker processes used from GO to STOP.
+    pub(crate) cpu: util::CpuUse,
 }
 
 impl Raw {
@@ -318,6 +361,7 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
             .args(["--hold-us", &plan.hold.as_micros().to_string()])
             .args(["--permits", &plan.kind.permits().unwrap_or(0).to_string()])
             .args(["--write-every", &write_every.to_string()])
+            .args(["--distinct", if plan.distinct_keys { "1" } else { "0" }])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -337,7 +381,9 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
             _ => {}
         }
     }
+    let pids: Vec<u32> = workers.iter().map(|w| w.child.id()).collect();
     CommandStats::reset(&mut admin)?;
+    let cpu_at_go = util::CpuSample::take(&mut admin, &pids);
     let go_us = sys_us();
     let started = Instant::now();
     for w in &mut workers {
@@ -349,10 +395,16 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
     let mut pending = Vec::new();
     let mut stats: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    let mut cpu_at_stop = None;
     let mut ended = 0;
     let mut timed_out = false;
     while ended < plan.processes {
-        let msg = match rx.recv_timeout(Duration::from_millis(200)) {
+        let mut wait = Duration::from_millis(200);
+        if let (Some(d), None) = (plan.duration, stop_at) {
+            wait = wait.min(d.saturating_sub(started.elapsed()));
+        }
+        let msg = match rx.recv_timeout(wait) {
             Ok(msg) => Some(msg),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -364,6 +416,9 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
             Some(Msg::Stats(p, s)) => {
                 stats.insert(p, s);
             }
+            Some(Msg::Count(p, w, n)) => {
+                counts.insert((p, w), n);
+            }
             Some(Msg::Error(p, code)) => {
                 *errors.entry(format!("process {p}: {code}")).or_default() += 1;
             }
@@ -371,8 +426,10 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
             Some(Msg::Ready) | None => {}
         }
         let over_budget = started.elapsed() > plan.budget;
-        if stop_at.is_none() && (counted >= plan.total || over_budget) {
+        let over_time = plan.duration.is_some_and(|d| started.elapsed() >= d);
+        if stop_at.is_none() && (counted >= plan.total || over_budget || over_time) {
             timed_out = over_budget && counted < plan.total;
+            cpu_at_stop = Some(util::CpuSample::take(&mut admin, &pids));
             stop_at = Some((sys_us(), counted));
             for w in &mut workers {
                 say(&mut w.stdin, "STOP");
@@ -390,7 +447,10 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
         let _ = w.child.wait();
     }
     let (stop_us, counted_at_stop) = stop_at.unwrap_or((sys_us(), counted));
+    let cpu_at_stop = cpu_at_stop.unwrap_or_else(|| util::CpuSample::take(&mut admin, &pids));
     Ok(Raw {
+        counts,
+        cpu: cpu_at_go.until(&cpu_at_stop),
         recs,
         pending,
         stats,
@@ -447,6 +507,13 @@ fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Ms
                 })
             }
             Some("S") => Msg::Stats(p, nums(words)),
+            Some("C") => {
+                let n = nums(words);
+                if n.len() != 2 {
+                    continue;
+                }
+                Msg::Count(p, n[0] as usize, n[1])
+            }
             Some("E") => Msg::Error(p, words.collect::<Vec<_>>().join(" ")),
             Some("END") => break,
             _ => continue,
@@ -508,11 +575,21 @@ pub(crate) fn redis_per_acquisition(
     front: Front,
     cs: &CommandStats,
     acquisitions: usize,
-) -> [(&'static str, J); 6] {
+) -> Vec<(&'static str, J)> {
     let n = acquisitions as u64;
     let per_acq = |x: u64| J::round(x as f64 / acquisitions.max(1) as f64, 2);
     let pings = pipelined_pings(front, cs);
-    [
+    vec![
+        (
+            "redis_commands_with_script_calls_per_acquisition",
+            per_acq(with_script_calls(front, cs)),
+        ),
+        ("redis_pings_per_acquisition", per_acq(pings)),
+        ("redis_server_us_per_acquisition", per_acq(cs.total_usec())),
+        (
+            "redis_server_us_pings_per_acquisition",
+            per_acq(cs.usec("ping")),
+        ),
         ("redis_scripts_per_acquisition", per_acq(cs.scripts())),
         (
             "redis_acquire_scripts_per_acquisition",
@@ -700,6 +777,11 @@ pub(crate) fn analyse(front: Front, notify: bool, plan: &Plan, a: Raw) -> J {
         ("mutual_exclusion_violations", J::from(violations)),
     ];
     fields.extend(redis_per_acquisition(front, &a.commandstats, n));
+    fields.push((
+        "redis_cpu_us_per_acquisition",
+        J::round(a.cpu.redis_s() * 1e6 / a.counted_at_stop.max(1) as f64, 1),
+    ));
+    fields.push(("cpu_go_to_stop", a.cpu.to_json()));
     fields.extend(locker_stats(&a.stats, n));
     fields.push((
         "errors",
@@ -760,17 +842,23 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     let hold = Duration::from_micros(args.num("hold-us", 2_000)?);
     let permits: u32 = args.num("permits", 0)?;
     let write_every: u32 = args.num("write-every", 0)?;
+    let distinct = args.num::<u8>("distinct", 0)? != 0;
     let kind = match (permits, write_every) {
         (0, 0) => Kind::Lock,
         (0, n) => Kind::Rw { write_every: n },
         (n, _) => Kind::Semaphore(n),
     };
     let job = |waiter: usize| Job {
-        key: key.clone(),
+        key: if distinct {
+            format!("{key}:{process}:{waiter}")
+        } else {
+            key.clone()
+        },
         kind,
         waiter,
         seed: process * waiters + waiter,
         hold,
+        count_only: distinct,
     };
     let state = Arc::new(WorkerState {
         stop: AtomicBool::new(false),
@@ -796,7 +884,8 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     }
     let config = Config::new(ns)
         .lease(Duration::from_secs(5))
-        .wait(Duration::from_secs(60));
+        .wait(Duration::from_secs(60))
+        .max_waiters(waiters.max(128));
     let (recs, stats) = match front {
         Front::Blocking => {
             let locker = Arc::new(redlease::blocking::Locker::connect(url.as_str(), config)?);
@@ -831,7 +920,19 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
             Ok::<_, Box<dyn std::error::Error>>((all.into_iter().flatten().collect(), stats))
         })?,
     };
-    for r in &recs {
+    if distinct {
+        // Counts only: a distinct-keys run makes too many grants to list.
+        let mut per_waiter = vec![0u64; waiters];
+        for r in &recs {
+            if let Some(c) = per_waiter.get_mut(r.waiter) {
+                *c += 1;
+            }
+        }
+        for (w, c) in per_waiter.iter().enumerate() {
+            state.out.line(&format!("C {w} {c}"));
+        }
+    }
+    for r in recs.iter().filter(|_| !distinct) {
         state.out.line(&format!(
             "R {} {} {} {} {} {} {} {}",
             r.waiter,
@@ -857,6 +958,8 @@ struct Job {
     /// The loop's index among all loops of the run (for `op_mode`).
     seed: usize,
     hold: Duration,
+    /// Reports no `A` line per grant (the controller stops by time).
+    count_only: bool,
 }
 
 fn stats_line(s: &Stats) -> String {
@@ -989,7 +1092,9 @@ fn blocking_waiter(
         match blocking_acquire(locker, &target, &job.key, mode, options(state)) {
             Ok((grant, held)) => {
                 let acquired = sys_us();
-                state.out.line("A");
+                if !job.count_only {
+                    state.out.line("A");
+                }
                 util::sleep(job.hold);
                 let release_called = sys_us();
                 let outcome = held.release();
@@ -1081,8 +1186,12 @@ async fn async_waiter(locker: &redlease::aio::Locker, state: &WorkerState, job: 
         match async_acquire(locker, &target, &job.key, mode, options(state)).await {
             Ok((grant, held)) => {
                 let acquired = sys_us();
-                state.out.line("A");
-                async_io::Timer::after(job.hold).await;
+                if !job.count_only {
+                    state.out.line("A");
+                }
+                if !job.hold.is_zero() {
+                    async_io::Timer::after(job.hold).await;
+                }
                 let release_called = sys_us();
                 let outcome = held.release().await;
                 let times = [called, acquired, release_called];

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use redlease::Config;
 
 use super::json::J;
-use super::uncontended::stats_delta;
-use super::util::{self, ns_since, CommandStats};
+use super::uncontended::{stats_delta, with_script_calls};
+use super::util::{self, ns_since, CommandStats, Front};
 use super::{Args, BoxResult};
 
 pub(crate) fn run(args: &Args) -> BoxResult<J> {
@@ -31,9 +31,12 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         .and_then(J::as_f64)
         .unwrap_or(f64::NAN);
     eprintln!(
-        "many keys async: {cycles_per_s:.0} cycles/s ({keys} concurrent); redis-benchmark \
-         acquire+release EVALSHA ceiling on one connection -P {pipeline}: {ceiling:.0} cycles/s \
-         ({:.0}%)",
+        "many keys async: {cycles_per_s:.0} cycles/s ({keys} concurrent), Redis {:.1} µs/cycle; \
+         redis-benchmark acquire+release EVALSHA ceiling on one connection -P {pipeline}: \
+         {ceiling:.0} cycles/s ({:.0}%)",
+        ours.get("redis_server_us_per_cycle")
+            .and_then(J::as_f64)
+            .unwrap_or(f64::NAN),
         100.0 * cycles_per_s / ceiling
     );
     Ok(J::obj([
@@ -114,6 +117,14 @@ fn locker_rounds(url: &str, keys: usize, rounds: usize) -> BoxResult<J> {
             (
                 "redis_commands_per_cycle",
                 J::round(stats.total() as f64 / cycles, 3),
+            ),
+            (
+                "redis_commands_with_script_calls_per_cycle",
+                J::round(with_script_calls(Front::Async, &stats) as f64 / cycles, 3),
+            ),
+            (
+                "redis_server_us_per_cycle",
+                J::round(stats.total_usec() as f64 / cycles, 2),
             ),
             ("commandstats", stats.to_json()),
             ("locker_stats_delta", stats_delta(&before, &after)),

@@ -30,24 +30,24 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
     let waiters = args.num("waiters", 8)?;
     let hold = Duration::from_micros(args.num("hold-us", 2_000)?);
     let budget = Duration::from_secs(args.num("budget-s", 120)?);
-    let rw = Plan {
-        kind: Kind::Rw {
+    let rw = Plan::new(
+        Kind::Rw {
             write_every: args.num("write-every", 10)?,
         },
         processes,
         waiters,
-        total: args.num("total", 3_000)?,
+        args.num("total", 3_000)?,
         hold,
         budget,
-    };
-    let lock = Plan {
-        kind: Kind::Lock,
+    );
+    let lock = Plan::new(
+        Kind::Lock,
         processes,
         waiters,
-        total: args.num("lock-total", 500)?,
+        args.num("lock-total", 500)?,
         hold,
         budget,
-    };
+    );
     let load_before = util::loadavg();
     let mut out = Vec::new();
     for front in args.fronts()? {
@@ -159,6 +159,13 @@ fn ratios(rw: &J, lock: &J) -> J {
             "commands_per_acquisition_with_script_calls",
             ratio(all_commands(rw), all_commands(lock)),
         ),
+        (
+            "redis_server_us_per_acquisition",
+            ratio(
+                num(rw, &["redis_server_us_per_acquisition"]),
+                num(lock, &["redis_server_us_per_acquisition"]),
+            ),
+        ),
     ])
 }
 
@@ -168,7 +175,7 @@ fn headline(front: Front, r: &J, lock: &J, ratios: &J) -> String {
         "rw {:8} notify: {:.0} acq/s (read {:.0}, write {:.0}) = {:.2}× lock ({:.0}); writer wait \
          p50 {:.1} ms p99 {:.1} ms, reader wait p50 {:.2} ms p99 {:.1} ms (lock p50 {:.1} ms p99 \
          {:.1} ms); up to {:.0} readers at once; {:.2} round trips/acq ({:.2}× lock), {:.1} + {:.1} \
-         in scripts commands/acq ({:.2}× lock); starved loops {:.0}, writes waiting at stop {:.0} \
+         in scripts commands/acq ({:.2}× lock), Redis {:.1} µs/acq ({:.2}× lock); starved loops {:.0}, writes waiting at stop {:.0} \
          (longest {:.1} ms); violations {:.0}",
         front.name(),
         num(r, &["acquisitions_per_s"]),
@@ -188,6 +195,8 @@ fn headline(front: Front, r: &J, lock: &J, ratios: &J) -> String {
         num(r, &["redis_commands_per_acquisition"]),
         num(r, &["redis_calls_inside_scripts_per_acquisition"]),
         num(ratios, &["commands_per_acquisition_with_script_calls"]),
+        num(r, &["redis_server_us_per_acquisition"]),
+        num(ratios, &["redis_server_us_per_acquisition"]),
         num(r, &["starved_loops"]),
         num(r, &["pending_at_stop", "write", "n"]),
         ms(num(r, &["pending_at_stop", "write", "max_us"])),
@@ -390,6 +399,11 @@ fn analyse(front: Front, plan: &Plan, a: Raw) -> J {
         ("violations", violations(&a.recs)),
     ];
     fields.extend(contention::redis_per_acquisition(front, &a.commandstats, n));
+    fields.push((
+        "redis_cpu_us_per_acquisition",
+        J::round(a.cpu.redis_s() * 1e6 / counted.max(1) as f64, 1),
+    ));
+    fields.push(("cpu_go_to_stop", a.cpu.to_json()));
     fields.extend(contention::locker_stats(&a.stats, n));
     fields.push((
         "errors",
@@ -418,6 +432,7 @@ fn cost_of(
         ("scripts_per_cycle", per(cs.scripts())),
         ("calls_inside_scripts_per_cycle", per(cs.inside_scripts())),
         ("script_server_us_per_cycle", per(cs.script_usec())),
+        ("redis_server_us_per_cycle", per(cs.total_usec())),
         (
             "by_command_per_cycle",
             J::obj(

@@ -216,6 +216,16 @@ impl CommandStats {
         Ok(CommandStats(map))
     }
 
+    /// Adds another reading's counts (of another stretch of one run).
+    pub(crate) fn add(&mut self, other: &CommandStats) {
+        for (k, (c, f, us)) in &other.0 {
+            let e = self.0.entry(k.clone()).or_default();
+            e.0 += c;
+            e.1 += f;
+            e.2 += us;
+        }
+    }
+
     pub(crate) fn reset(conn: &mut redis::Connection) -> BoxResult<()> {
         redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(conn)?;
         Ok(())
@@ -253,6 +263,24 @@ impl CommandStats {
 
     pub(crate) fn scripts(&self) -> u64 {
         self.calls("evalsha") + self.calls("eval")
+    }
+
+    /// Server time of one command, µs.
+    pub(crate) fn usec(&self, name: &str) -> u64 {
+        self.0.get(name).map_or(0, |(_, _, us)| *us)
+    }
+
+    /// Redis's server time for what the clients sent, µs: the `usec` of
+    /// every command but the harness' own. A script's `usec` already holds
+    /// the time of the `redis.call`s inside it (a script whose one call is
+    /// a 74 ms `SORT` shows 74 ms on both `eval` and `sort`), so the calls
+    /// only scripts make are left out rather than counted twice.
+    pub(crate) fn total_usec(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| !is_harness_command(k) && !SCRIPT_INTERNAL.contains(&k.as_str()))
+            .map(|(_, (_, _, us))| us)
+            .sum()
     }
 
     pub(crate) fn to_json(&self) -> J {
@@ -302,7 +330,7 @@ const SCRIPT_INTERNAL: [&str; 18] = [
     "zscore",
 ];
 
-fn is_harness_command(name: &str) -> bool {
+pub(crate) fn is_harness_command(name: &str) -> bool {
     name == "info" || name.starts_with("config") || name.starts_with("acl")
 }
 
@@ -435,4 +463,362 @@ pub(crate) fn fresh_namespace(what: &str) -> String {
 
 pub(crate) fn sleep(d: Duration) {
     std::thread::sleep(d);
+}
+
+/// Latencies of sequential acquire + release cycles, in ns.
+#[derive(Debug, Default)]
+pub(crate) struct Cycles {
+    pub(crate) cycle: Vec<u64>,
+    pub(crate) acquire: Vec<u64>,
+    pub(crate) release: Vec<u64>,
+    /// Wall time of the timed cycles.
+    pub(crate) elapsed: Duration,
+}
+
+impl Cycles {
+    pub(crate) fn with_capacity(n: usize) -> Cycles {
+        Cycles {
+            cycle: Vec::with_capacity(n),
+            acquire: Vec::with_capacity(n),
+            release: Vec::with_capacity(n),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// One cycle: `acquire_ns` into it, `cycle_ns` in all.
+    pub(crate) fn push(&mut self, acquire_ns: u64, cycle_ns: u64) {
+        self.cycle.push(cycle_ns);
+        self.acquire.push(acquire_ns);
+        self.release.push(cycle_ns.saturating_sub(acquire_ns));
+    }
+
+    pub(crate) fn per_s(&self) -> f64 {
+        self.cycle.len() as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// The release of the unfenced baseline: compare-and-delete.
+pub(crate) const BASELINE_RELEASE_LUA: &str =
+    "if redis.call('GET',KEYS[1])==ARGV[1] then return redis.call('DEL',KEYS[1]) end return 0";
+
+/// The minimal unfenced lock cycle, `SET key token NX PX 30000` then the
+/// compare-and-delete script by `EVALSHA`: no fence, no notification, no
+/// replay safety. What a cycle costs at the least on the same connection.
+#[derive(Debug)]
+pub(crate) struct Baseline {
+    pub(crate) warmup: usize,
+    pub(crate) timed: Cycles,
+    /// `INFO commandstats` over the timed cycles.
+    pub(crate) stats: CommandStats,
+    /// Each step after `IDLE` without traffic (acquire, release), if asked.
+    pub(crate) idle: Option<(Vec<u64>, Vec<u64>)>,
+    /// Redis's CPU over the timed cycles (`INFO cpu`), s.
+    pub(crate) redis_cpu_s: f64,
+}
+
+impl Baseline {
+    /// Commands Redis executes per cycle, the two inside the script included.
+    pub(crate) fn commands_per_cycle(&self) -> f64 {
+        let n = self.timed.cycle.len().max(1) as f64;
+        ["set", "evalsha", "get", "del"]
+            .iter()
+            .map(|k| self.stats.calls(k))
+            .sum::<u64>() as f64
+            / n
+    }
+
+    pub(crate) fn round_trips_per_cycle(&self) -> f64 {
+        let n = self.timed.cycle.len().max(1) as f64;
+        (self.stats.calls("set") + self.stats.calls("evalsha")) as f64 / n
+    }
+
+    /// Redis server time per cycle, µs: `SET` and the script (whose `usec`
+    /// holds its `GET` and `DEL`).
+    pub(crate) fn server_us_per_cycle(&self) -> f64 {
+        let n = self.timed.cycle.len().max(1) as f64;
+        (self.stats.usec("set") + self.stats.usec("evalsha")) as f64 / n
+    }
+
+    pub(crate) fn to_json(&self, rtt_p50: u64) -> J {
+        let t = &self.timed;
+        let mut j = J::obj([
+            (
+                "what",
+                J::from(
+                    "SET key token NX PX 30000, then EVALSHA of compare-and-delete \
+                     (GET == token -> DEL), same connection kind",
+                ),
+            ),
+            ("cycles", J::from(t.cycle.len())),
+            ("warmup_cycles", J::from(self.warmup)),
+            ("cycles_per_s", J::round(t.per_s(), 0)),
+            ("cycle", summary_us(&t.cycle)),
+            ("acquire", summary_us(&t.acquire)),
+            ("release", summary_us(&t.release)),
+            ("cycle_p50_rtt", in_rtt(p50(&t.cycle), rtt_p50)),
+            ("cycle_p99_rtt", in_rtt(p99(&t.cycle), rtt_p50)),
+            (
+                "redis_commands_with_script_calls_per_cycle",
+                J::round(self.commands_per_cycle(), 3),
+            ),
+            (
+                "redis_round_trips_per_cycle",
+                J::round(self.round_trips_per_cycle(), 3),
+            ),
+            (
+                "redis_server_us_per_cycle",
+                J::round(self.server_us_per_cycle(), 2),
+            ),
+            (
+                "redis_cpu_us_per_cycle",
+                J::round(self.redis_cpu_s * 1e6 / t.cycle.len().max(1) as f64, 2),
+            ),
+            ("commandstats", self.stats.to_json()),
+        ]);
+        if let Some((acquire, release)) = &self.idle {
+            j.set(
+                "after_2ms_idle",
+                J::obj([
+                    ("acquire", summary_us(acquire)),
+                    ("release", summary_us(release)),
+                ]),
+            );
+        }
+        j
+    }
+}
+
+/// One baseline cycle at a time on `key`, on a connection of the caller's.
+#[derive(Debug)]
+pub(crate) struct BaselineCycle {
+    key: String,
+    sha: String,
+    seq: u64,
+}
+
+impl BaselineCycle {
+    /// Loads the release script (`SCRIPT LOAD`, before any `RESETSTAT`).
+    pub(crate) fn new(admin: &mut redis::Connection, key: &str) -> BoxResult<BaselineCycle> {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(BASELINE_RELEASE_LUA)
+            .query(admin)?;
+        Ok(BaselineCycle {
+            key: key.to_owned(),
+            sha,
+            seq: 0,
+        })
+    }
+
+    /// A token of the size of a random one, different every cycle.
+    fn next(&mut self) -> (redis::Cmd, redis::Cmd) {
+        self.seq += 1;
+        let token = format!("{:016x}{:016x}", sys_us(), self.seq);
+        let mut set = redis::cmd("SET");
+        set.arg(&self.key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000);
+        let mut del = redis::cmd("EVALSHA");
+        del.arg(&self.sha).arg(1).arg(&self.key).arg(&token);
+        (set, del)
+    }
+
+    fn check(&self, set: Option<String>, deleted: i64) -> BoxResult<()> {
+        if set.is_none() || deleted != 1 {
+            return Err(format!("baseline: the key {:?} was not free", self.key).into());
+        }
+        Ok(())
+    }
+
+    /// One cycle on a plain connection, each step after `pause`: (ns to
+    /// the acquire's reply, ns of both steps, the pauses left out).
+    pub(crate) fn blocking(
+        &mut self,
+        conn: &mut redis::Connection,
+        pause: Duration,
+    ) -> BoxResult<(u64, u64)> {
+        let (set, del) = self.next();
+        sleep(pause);
+        let t = Instant::now();
+        let ok: Option<String> = set.query(conn)?;
+        let a = ns_since(t);
+        sleep(pause);
+        let t = Instant::now();
+        let n: i64 = del.query(conn)?;
+        let r = ns_since(t);
+        self.check(ok, n)?;
+        Ok((a, a + r))
+    }
+
+    /// The same on the multiplexed async connection.
+    pub(crate) async fn run_async(
+        &mut self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        pause: Duration,
+    ) -> BoxResult<(u64, u64)> {
+        let (set, del) = self.next();
+        if !pause.is_zero() {
+            async_io::Timer::after(pause).await;
+        }
+        let t = Instant::now();
+        let ok: Option<String> = set.query_async(conn).await?;
+        let a = ns_since(t);
+        if !pause.is_zero() {
+            async_io::Timer::after(pause).await;
+        }
+        let t = Instant::now();
+        let n: i64 = del.query_async(conn).await?;
+        let r = ns_since(t);
+        self.check(ok, n)?;
+        Ok((a, a + r))
+    }
+}
+
+/// The pause before each step of an "after idle" sample.
+pub(crate) const IDLE_PAUSE: Duration = Duration::from_millis(2);
+
+/// CPU time used so far by Redis (`INFO cpu`) and by some processes of
+/// this machine (`/proc/<pid>/stat`), in s.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuSample {
+    at: Instant,
+    redis: f64,
+    redis_main_thread: f64,
+    processes: f64,
+    /// Every CPU of the machine, busy (not idle or iowait), s.
+    machine_busy: f64,
+}
+
+/// CPU use between two samples, in cores (CPU s per wall s).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CpuUse {
+    pub(crate) wall_s: f64,
+    /// All of Redis's threads.
+    pub(crate) redis_cores: f64,
+    /// Redis's main thread: 1.0 is a saturated Redis.
+    pub(crate) redis_main_thread_cores: f64,
+    /// The processes sampled, together.
+    pub(crate) processes_cores: f64,
+    /// The whole machine (other programs included), from `/proc/stat`.
+    pub(crate) machine_busy_cores: f64,
+}
+
+/// The kernel's clock ticks in `/proc/<pid>/stat` (`USER_HZ`, 100 on Linux).
+const USER_HZ: f64 = 100.0;
+
+impl CpuSample {
+    pub(crate) fn take(admin: &mut redis::Connection, pids: &[u32]) -> CpuSample {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query(admin)
+            .unwrap_or_default();
+        let field = |name: &str| -> f64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        CpuSample {
+            at: Instant::now(),
+            redis: field("used_cpu_sys") + field("used_cpu_user"),
+            redis_main_thread: field("used_cpu_sys_main_thread")
+                + field("used_cpu_user_main_thread"),
+            processes: pids.iter().map(|&pid| process_cpu_s(pid)).sum(),
+            machine_busy: machine_busy_s(),
+        }
+    }
+
+    pub(crate) fn until(&self, later: &CpuSample) -> CpuUse {
+        let wall_s = later.at.saturating_duration_since(self.at).as_secs_f64();
+        let cores = |a: f64, b: f64| if wall_s > 0.0 { (b - a) / wall_s } else { 0.0 };
+        CpuUse {
+            wall_s,
+            redis_cores: cores(self.redis, later.redis),
+            redis_main_thread_cores: cores(self.redis_main_thread, later.redis_main_thread),
+            processes_cores: cores(self.processes, later.processes),
+            machine_busy_cores: cores(self.machine_busy, later.machine_busy),
+        }
+    }
+}
+
+impl CpuUse {
+    /// Redis's CPU between the samples, s.
+    pub(crate) fn redis_s(self) -> f64 {
+        self.redis_cores * self.wall_s
+    }
+
+    /// What bounds the throughput, by CPU: Redis's one thread, the
+    /// machine's cores (Redis and the clients share them), or neither
+    /// (round trips and waits).
+    pub(crate) fn limited_by(self) -> &'static str {
+        let nproc = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        if self.redis_main_thread_cores >= 0.9 {
+            "redis: its main thread is 90 % busy or more"
+        } else if self.redis_cores + self.processes_cores >= 0.9 * nproc {
+            "machine CPU: Redis and the clients use 90 % of the cores or more"
+        } else if self.machine_busy_cores >= 0.9 * nproc {
+            "machine CPU: 90 % of the cores or more busy, other programs included"
+        } else {
+            "neither CPU: round trips and waits"
+        }
+    }
+
+    pub(crate) fn to_json(self) -> J {
+        J::obj([
+            ("wall_s", J::round(self.wall_s, 3)),
+            ("redis_cores", J::round(self.redis_cores, 3)),
+            (
+                "redis_main_thread_cores",
+                J::round(self.redis_main_thread_cores, 3),
+            ),
+            ("clients_cores", J::round(self.processes_cores, 3)),
+            ("machine_busy_cores", J::round(self.machine_busy_cores, 3)),
+            ("limited_by", J::from(self.limited_by())),
+        ])
+    }
+}
+
+/// utime + stime of a process (all its threads), s; 0 if it is gone.
+pub(crate) fn process_cpu_s(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The command name may hold spaces: the fields start after its ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of proc(5); `rest` starts at field 3.
+    let ticks = |i: usize| -> f64 {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0) as f64
+    };
+    (ticks(11) + ticks(12)) / USER_HZ
+}
+
+/// Busy time of all CPUs of the machine so far (the `cpu` line of
+/// `/proc/stat` less idle and iowait), s.
+fn machine_busy_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest is in user).
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    busy as f64 / USER_HZ
 }

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use redlease::{Config, Stats};
 
+use super::contention;
 use super::json::J;
-use super::uncontended::{rtt_connection, stats_delta};
-use super::util::{self, Front};
+use super::uncontended::{num, rtt_connection, stats_delta};
+use super::util::{self, CommandStats, Front};
 use super::{Args, BoxResult};
 
 pub(crate) fn run(args: &Args) -> BoxResult<J> {
@@ -25,7 +26,8 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         let split = one(front, &url, (samples / 3).max(20), true)?;
         r.set("with_probe_subscriber", split);
         eprintln!(
-            "wake-up {:8}: p50 {} µs = {} RTT, p99 {} µs (rtt p50 {} µs)",
+            "wake-up {:8}: p50 {} µs = {} RTT, p99 {} µs (rtt p50 {} µs); Redis {} µs and {} \
+             commands with script calls per acquisition",
             front.name(),
             r.get("wakeup")
                 .and_then(|w| w.get("p50_us"))
@@ -42,6 +44,8 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
                 .and_then(|w| w.get("p50_us"))
                 .and_then(J::as_f64)
                 .unwrap_or(f64::NAN),
+            num(&r, &["redis_server_us_per_acquisition"]),
+            num(&r, &["redis_commands_with_script_calls_per_acquisition"]),
         );
         out.push((front.name(), r));
     }
@@ -131,6 +135,8 @@ fn one(front: Front, url: &str, samples: usize, probe: bool) -> BoxResult<J> {
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (done_tx, done_rx) = mpsc::channel::<BoxResultSend<Instant>>();
     let mut wake = Vec::with_capacity(samples);
+    let mut admin = util::connect(url)?;
+    let commandstats;
     let (before, after) = match front {
         Front::Blocking => {
             let holder = redlease::blocking::Locker::connect(url, config())?;
@@ -149,6 +155,7 @@ fn one(front: Front, url: &str, samples: usize, probe: bool) -> BoxResult<J> {
             for i in 0..samples + warmup {
                 if i == warmup {
                     before = waiter.stats();
+                    CommandStats::reset(&mut admin)?;
                 }
                 let lease = holder.acquire(key)?;
                 let busy = waiter.stats().busy_replies;
@@ -166,6 +173,7 @@ fn one(front: Front, url: &str, samples: usize, probe: bool) -> BoxResult<J> {
                 }
             }
             let after = waiter.stats();
+            commandstats = CommandStats::read(&mut admin)?;
             drop(go_tx);
             thread.join().map_err(|_| "the waiter thread panicked")?;
             holder.shutdown()?;
@@ -193,6 +201,7 @@ fn one(front: Front, url: &str, samples: usize, probe: bool) -> BoxResult<J> {
             for i in 0..samples + warmup {
                 if i == warmup {
                     before = waiter.stats();
+                    CommandStats::reset(&mut admin)?;
                 }
                 let lease = smol::block_on(holder.acquire(key))?;
                 let busy = waiter.stats().busy_replies;
@@ -210,6 +219,7 @@ fn one(front: Front, url: &str, samples: usize, probe: bool) -> BoxResult<J> {
                 }
             }
             let after = waiter.stats();
+            commandstats = CommandStats::read(&mut admin)?;
             drop(go_tx);
             thread.join().map_err(|_| "the waiter thread panicked")?;
             smol::block_on(holder.shutdown())?;
@@ -235,7 +245,20 @@ fn one(front: Front, url: &str, samples: usize, probe: bool) -> BoxResult<J> {
             util::in_rtt(util::p50(&wake), util::p50(&idle_rtt)),
         ),
         ("waiter_stats_delta", stats_delta(&before, &after)),
+        (
+            "redis_per_acquisition_note",
+            J::from(
+                "INFO commandstats over the timed samples; each sample is two acquisitions \
+                 (the holder's and the waiter's) and their releases",
+            ),
+        ),
     ]);
+    j.extend(
+        contention::redis_per_acquisition(front, &commandstats, 2 * wake.len())
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    );
     j.extend(plain);
     if let Some(p) = probe {
         j.set(

@@ -48,6 +48,8 @@ mod memory;
 mod rw;
 #[path = "bench/scale.rs"]
 mod scale;
+#[path = "bench/script_floor.rs"]
+mod script_floor;
 #[path = "bench/uncontended.rs"]
 mod uncontended;
 #[path = "bench/util.rs"]
@@ -162,6 +164,7 @@ fn run() -> BoxResult<()> {
         "memory-child" => return memory::child(&args),
         "uncontended" => uncontended::run(&args)?,
         "async-hops" => async_hops::run(&args)?,
+        "script-floor" => script_floor::run(&args)?,
         "contention" | "semaphore" => contention::run(&args)?,
         "rw" => rw::run(&args)?,
         "wakeup" => wakeup::run(&args)?,

@@ -22,38 +22,8 @@ use futures::FutureExt;
 use tokio_util::compat::FuturesAsyncReadCompatExt;
 
 use crate::json::J;
-use crate::util::{host_port, loadavg, ns_since, resp3_client, summary_us};
+use crate::util::{host_port, loadavg, ns_since, process_counters, resp3_client, summary_us};
 use crate::{Args, BoxResult};
-
-/// Context switches (voluntary and not) and CPU time (ns) of this process
-/// so far, summed over its threads.
-fn process_counters() -> (u64, u64) {
-    let (mut switches, mut cpu_ns) = (0, 0);
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return (0, 0);
-    };
-    for task in tasks.flatten() {
-        let path = task.path();
-        if let Ok(status) = std::fs::read_to_string(path.join("status")) {
-            for line in status.lines() {
-                if let Some(v) = line
-                    .strip_prefix("voluntary_ctxt_switches:")
-                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-                {
-                    switches += v.trim().parse::<u64>().unwrap_or(0);
-                }
-            }
-        }
-        if let Ok(sched) = std::fs::read_to_string(path.join("schedstat")) {
-            cpu_ns += sched
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    (switches, cpu_ns)
-}
 
 /// The samples `run` takes (warm-up first, then `n` timed PINGs, in one
 /// loop on one executor), with the process's switches and CPU per PING

@@ -86,6 +86,17 @@ struct Run {
     /// Redis's CPU (`INFO cpu`) over the timed blocks, s.
     redis_cpu_s: f64,
     base_redis_cpu_s: f64,
+    /// This process's context switches and CPU ns over the timed blocks
+    /// (`util::process_counters`): the client's side, which varies with
+    /// the machine's load far less than latency does.
+    client: (u64, u64),
+    base_client: (u64, u64),
+}
+
+fn add_since(total: &mut (u64, u64), since: (u64, u64)) {
+    let now = util::process_counters();
+    total.0 += now.0.saturating_sub(since.0);
+    total.1 += now.1.saturating_sub(since.1);
 }
 
 impl Run {
@@ -99,6 +110,8 @@ impl Run {
             base_idle: Idle::default(),
             redis_cpu_s: 0.0,
             base_redis_cpu_s: 0.0,
+            client: (0, 0),
+            base_client: (0, 0),
         }
     }
 }
@@ -135,18 +148,19 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
             for &n in &sizes {
                 CommandStats::reset(&mut admin)?;
                 let cpu = util::CpuSample::take(&mut admin, &[]);
-                let start = Instant::now();
+                let (start, counters) = (Instant::now(), util::process_counters());
                 for _ in 0..n {
                     let (a, c) = base.blocking(&mut conn, Duration::ZERO)?;
                     run.base.push(a, c);
                 }
                 run.base.elapsed += start.elapsed();
+                add_since(&mut run.base_client, counters);
                 run.base_redis_cpu_s +=
                     cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                 run.base_stats.add(&CommandStats::read(&mut admin)?);
                 CommandStats::reset(&mut admin)?;
                 let cpu = util::CpuSample::take(&mut admin, &[]);
-                let start = Instant::now();
+                let (start, counters) = (Instant::now(), util::process_counters());
                 for _ in 0..n {
                     let t = Instant::now();
                     let lease = locker.acquire(key)?;
@@ -155,6 +169,7 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
                     run.ours.push(a, ns_since(t));
                 }
                 run.ours.elapsed += start.elapsed();
+                add_since(&mut run.client, counters);
                 run.redis_cpu_s += cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                 run.stats.add(&CommandStats::read(&mut admin)?);
             }
@@ -179,7 +194,7 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
             let client = util::resp3_client(url)?;
             smol::block_on(async {
                 let locker = redlease::aio::Locker::connect(url, Config::new(&ns)).await?;
-                let mut conn = client.get_multiplexed_async_connection().await?;
+                let mut conn = util::multiplexed(&client).await?;
                 for _ in 0..warmup {
                     locker.acquire(key).await?.release().await?;
                     base.run_async(&mut conn, Duration::ZERO).await?;
@@ -188,18 +203,19 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
                 for &n in &sizes {
                     CommandStats::reset(&mut admin)?;
                     let cpu = util::CpuSample::take(&mut admin, &[]);
-                    let start = Instant::now();
+                    let (start, counters) = (Instant::now(), util::process_counters());
                     for _ in 0..n {
                         let (a, c) = base.run_async(&mut conn, Duration::ZERO).await?;
                         run.base.push(a, c);
                     }
                     run.base.elapsed += start.elapsed();
+                    add_since(&mut run.base_client, counters);
                     run.base_redis_cpu_s +=
                         cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                     run.base_stats.add(&CommandStats::read(&mut admin)?);
                     CommandStats::reset(&mut admin)?;
                     let cpu = util::CpuSample::take(&mut admin, &[]);
-                    let start = Instant::now();
+                    let (start, counters) = (Instant::now(), util::process_counters());
                     for _ in 0..n {
                         let t = Instant::now();
                         let lease = locker.acquire(key).await?;
@@ -208,6 +224,7 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
                         run.ours.push(a, ns_since(t));
                     }
                     run.ours.elapsed += start.elapsed();
+                    add_since(&mut run.client, counters);
                     run.redis_cpu_s += cpu.until(&util::CpuSample::take(&mut admin, &[])).redis_s();
                     run.stats.add(&CommandStats::read(&mut admin)?);
                 }
@@ -239,6 +256,8 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
         base_idle,
         redis_cpu_s,
         base_redis_cpu_s,
+        client,
+        base_client,
     } = run;
     let baseline = Baseline {
         warmup,
@@ -335,8 +354,31 @@ fn one(front: Front, url: &str, cycles: usize, pings: usize, blocks: usize) -> B
         ("locker_stats_delta", stats_delta(&before, &after)),
     ]);
     j.extend(plain);
-    let ratios = ratio_to_baseline(&j, &baseline, rtt_p50);
-    j.set("baseline", baseline.to_json(rtt_p50));
+    let base_n = baseline.timed.cycle.len() as f64;
+    let client_fields = |(switches, cpu_ns): (u64, u64), n: f64| {
+        vec![
+            (
+                "client_context_switches_per_cycle".to_owned(),
+                J::round(switches as f64 / n, 2),
+            ),
+            (
+                "client_cpu_us_per_cycle".to_owned(),
+                J::round(cpu_ns as f64 / n / 1000.0, 2),
+            ),
+        ]
+    };
+    j.extend(client_fields(client, n));
+    let mut ratios = ratio_to_baseline(&j, &baseline, rtt_p50);
+    let mut base_json = baseline.to_json(rtt_p50);
+    base_json.extend(client_fields(base_client, base_n));
+    for field in [
+        "client_context_switches_per_cycle",
+        "client_cpu_us_per_cycle",
+    ] {
+        let ratio = num(&j, &[field]) / num(&base_json, &[field]);
+        ratios.set(field, J::round(ratio, 3));
+    }
+    j.set("baseline", base_json);
     j.set("ratio_to_baseline", ratios);
     Ok(j)
 }
@@ -420,6 +462,11 @@ fn async_to_blocking(blocking: &J, asynch: &J) -> J {
         ("baseline_cycle_p99", r(&["baseline", "cycle", "p99_us"])),
         ("baseline_cycles_per_s", r(&["baseline", "cycles_per_s"])),
         ("rtt_p50", r(&["rtt", "p50_us"])),
+        ("client_cpu_us_per_cycle", r(&["client_cpu_us_per_cycle"])),
+        (
+            "client_context_switches_per_cycle",
+            r(&["client_context_switches_per_cycle"]),
+        ),
     ])
 }
 

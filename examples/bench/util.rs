@@ -389,12 +389,23 @@ pub(crate) fn ping_after_idle(
     Ok(samples)
 }
 
+/// A multiplexed connection configured as the async locker's: no response
+/// timer per command (the locker keeps its timeout without one).
+pub(crate) async fn multiplexed(
+    client: &redis::Client,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
 /// PING round trips on a multiplexed RESP3 connection of the redis crate's
 /// smol support (what the async locker uses for its commands).
 pub(crate) fn ping_async(url: &str, n: usize) -> BoxResult<Vec<u64>> {
     let client = resp3_client(url)?;
     smol::block_on(async {
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = multiplexed(&client).await?;
         for _ in 0..n / 10 {
             redis::cmd("PING").query_async::<String>(&mut conn).await?;
         }
@@ -821,4 +832,34 @@ fn machine_busy_s() -> f64 {
         .map(|(_, t)| t)
         .sum();
     busy as f64 / USER_HZ
+}
+
+/// Context switches (voluntary and not) and CPU time (ns) of this process
+/// so far, summed over its threads.
+pub(crate) fn process_counters() -> (u64, u64) {
+    let (mut switches, mut cpu_ns) = (0, 0);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0, 0);
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        if let Ok(status) = std::fs::read_to_string(path.join("status")) {
+            for line in status.lines() {
+                if let Some(v) = line
+                    .strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                {
+                    switches += v.trim().parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+        if let Ok(sched) = std::fs::read_to_string(path.join("schedstat")) {
+            cpu_ns += sched
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (switches, cpu_ns)
 }

@@ -783,7 +783,7 @@ fn run_and_status_work_as_the_least_privilege_acl_user() {
     let server = RedisServer::start();
     let rules = format!(
         "on >s3cret-pass resetkeys resetchannels -@all +evalsha +eval +script|load \
-         +get +set +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe \
+         +get +mget +set +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe \
          +punsubscribe +ping +config|get +info \
          ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:lock-holder:* &{NS}:lock-released"
     );

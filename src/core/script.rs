@@ -135,25 +135,41 @@ return 2
 /// Semaphore acquire (SPEC §12): KEYS = permit record, slot prefix, fence
 /// prefix; ARGV = owner token, lease ms, fence counter TTL in ms, permits.
 ///
-/// One `MGET` reads every slot. A token already in a slot gets that slot
-/// and fence back (replay-safe). A permit count other than the recorded one
-/// is refused while any slot of the recorded count is held (the reply
-/// `['permits', n]`) and replaces the record when none is, so lockers that
-/// disagree never hold more than one count's slots at once. Else the lowest
-/// free slot is taken with the next fence of its own counter (the §3 floor)
-/// and the reply is `[slot, fence]`; with every slot held it is the
-/// smallest remaining time (`-1` when none is known).
+/// One `MGET` reads the count record and every slot of the count asked
+/// for; a second one, only when the record is larger, the slots past it. A
+/// token already in a slot gets that slot and fence back (replay-safe). A
+/// permit count other than the recorded one is refused while any slot of
+/// the recorded count is held (the reply `['permits', n]`) and replaces the
+/// record when none is, so lockers that disagree never hold more than one
+/// count's slots at once. Else the lowest free slot is taken with the next
+/// fence of its own counter, computed as in [`ACQUIRE_LUA`] (the §3 floor;
+/// `GET`, `TIME`, two `SET`s) and the reply is `[slot, fence]`; with every
+/// slot held it is the smallest remaining time (`-1` when none is known),
+/// one `PTTL` per slot.
 pub(crate) const SEM_ACQUIRE_LUA: &str = r#"
 local permits = tonumber(ARGV[4])
-local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-local scan = math.max(permits, stored)
-local slots = {}
-for i = 1, scan do
-  slots[i] = KEYS[2] .. (i - 1)
+local names = {KEYS[1]}
+for i = 1, permits do
+  names[i + 1] = KEYS[2] .. (i - 1)
 end
-local held = redis.call('MGET', unpack(slots))
+local got = redis.call('MGET', unpack(names))
+local stored = tonumber(got[1] or '0') or 0
+local held = {}
+for i = 1, permits do
+  held[i] = got[i + 1]
+end
+local more = {}
+for i = permits + 1, stored do
+  more[#more + 1] = KEYS[2] .. (i - 1)
+end
+if #more > 0 then
+  local rest = redis.call('MGET', unpack(more))
+  for i = 1, #rest do
+    held[permits + i] = rest[i]
+  end
+end
 local mine = ARGV[1] .. ':'
-for i = 1, scan do
+for i = 1, #held do
   local v = held[i]
   if v and string.sub(v, 1, #mine) == mine then
     return {i - 1, string.sub(v, #mine + 1)}
@@ -177,7 +193,7 @@ end
 if not free then
   local least = -1
   for i = 1, permits do
-    local ttl = redis.call('PTTL', slots[i])
+    local ttl = redis.call('PTTL', KEYS[2] .. (i - 1))
     if ttl >= 0 and (least < 0 or ttl < least) then
       least = ttl
     end
@@ -185,37 +201,73 @@ if not free then
   return least
 end
 local counter = KEYS[3] .. (free - 1)
+local current = redis.call('GET', counter)
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-if redis.call('INCR', counter) < floor then
-  redis.call('SET', counter, string.format('%.0f', floor))
+local ttl = ARGV[3] ~= '0'
+local last = 0
+if current then
+  last = nil
+  if #current <= 16 and string.find(current, '^[1-9]%d*$') then
+    last = tonumber(current)
+    if last >= 9007199254740991 then
+      last = nil
+    end
+  end
 end
-if ARGV[3] ~= '0' then
-  redis.call('PEXPIRE', counter, ARGV[3])
+local fence
+if last then
+  fence = string.format('%.0f', math.max(last + 1, floor))
+  if ttl then
+    redis.call('SET', counter, fence, 'PX', ARGV[3])
+  else
+    redis.call('SET', counter, fence, 'KEEPTTL')
+  end
+else
+  if redis.call('INCR', counter) < floor then
+    redis.call('SET', counter, string.format('%.0f', floor), 'KEEPTTL')
+  end
+  if ttl then
+    redis.call('PEXPIRE', counter, ARGV[3])
+  end
+  fence = redis.call('GET', counter)
 end
-local fence = redis.call('GET', counter)
-redis.call('SET', slots[free], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+redis.call('SET', KEYS[2] .. (free - 1), ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
 return {free - 1, fence}
 "#;
 
 /// Semaphore release of a token whose slot is unknown (an acquire whose
 /// outcome was unknown): KEYS = permit record, slot prefix; ARGV = owner
 /// token, publish command, channel, message, permits. Finds the token among
-/// the slots, deletes it and notifies; 1 released, 0 not held.
+/// the slots (read as in [`SEM_ACQUIRE_LUA`]: one `MGET` with the count
+/// record), deletes it and notifies; 1 released, 0 not held.
 pub(crate) const SEM_RELEASE_ANY_LUA: &str = r#"
 local permits = tonumber(ARGV[5])
-local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-local scan = math.max(permits, stored)
-local slots = {}
-for i = 1, scan do
-  slots[i] = KEYS[2] .. (i - 1)
+local names = {KEYS[1]}
+for i = 1, permits do
+  names[i + 1] = KEYS[2] .. (i - 1)
 end
-local held = redis.call('MGET', unpack(slots))
+local got = redis.call('MGET', unpack(names))
+local stored = tonumber(got[1] or '0') or 0
+local held = {}
+for i = 1, permits do
+  held[i] = got[i + 1]
+end
+local more = {}
+for i = permits + 1, stored do
+  more[#more + 1] = KEYS[2] .. (i - 1)
+end
+if #more > 0 then
+  local rest = redis.call('MGET', unpack(more))
+  for i = 1, #rest do
+    held[permits + i] = rest[i]
+  end
+end
 local mine = ARGV[1] .. ':'
-for i = 1, scan do
+for i = 1, #held do
   local v = held[i]
   if v and string.sub(v, 1, #mine) == mine then
-    redis.call('DEL', slots[i])
+    redis.call('DEL', KEYS[2] .. (i - 1))
     redis.pcall(ARGV[2], ARGV[3], ARGV[4])
     return 1
   end
@@ -226,41 +278,64 @@ return 0
 /// Read-write lease, read (SPEC §13): KEYS = writer, readers, intent,
 /// fence counter; ARGV = owner token, lease ms, fence counter TTL in ms.
 ///
-/// Readers are a sorted set scored by their expiry in the server's ms
-/// (`TIME`), expired ones purged first; the set expires with its latest
-/// member. A live reader of this token gets its epoch again (replay-safe).
-/// Busy (the writer's or the intent's `PTTL`) while a writer holds the
-/// lease or a waiting writer's intent lives: writers are preferred. Else
-/// the reader is added and the epoch is the counter's value, the latest
-/// writer fence; a missing counter is set to the §3 floor first, so that
-/// the next writer's fence is above every epoch handed out.
+/// One `MGET` reads the writer, the intent and the counter. Busy (the
+/// writer's or the intent's `PTTL`) while a writer holds the lease or a
+/// waiting writer's intent lives: writers are preferred. A live reader of
+/// this token gets its epoch again, its expiry untouched (replay-safe; no
+/// writer can hold beside a live reader, so only the intent's path looks).
+/// Else the reader is added, scored by its expiry in the server's ms
+/// (`TIME`), and the epoch is the counter's value, the latest writer fence;
+/// a missing counter is set to the §3 floor first, so that the next
+/// writer's fence is above every epoch handed out.
+///
+/// The set expires with its latest member: `PEXPIREAT ... GT` moves its
+/// expiry to the new reader's when that is later, and only a set with no
+/// expiry yet (one this `ZADD` created: every script that adds a reader
+/// gives the set an expiry in the same run) takes it with `NX`, which
+/// leaves nothing to purge; on a set that was there the expired readers are
+/// purged.
 pub(crate) const RW_READ_LUA: &str = r#"
+local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4])
+if got[1] then
+  return redis.call('PTTL', KEYS[1])
+end
+local epoch = got[3]
+if got[2] then
+  local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if mine and epoch then
+    local t = redis.call('TIME')
+    if tonumber(mine) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+      return epoch
+    end
+  end
+  return redis.call('PTTL', KEYS[3])
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local epoch = redis.call('GET', KEYS[4])
-local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if mine and tonumber(mine) > now and epoch then
-  return epoch
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local writer = redis.call('PTTL', KEYS[1])
-if writer ~= -2 then
-  return writer
-end
-local intent = redis.call('PTTL', KEYS[3])
-if intent ~= -2 then
-  return intent
+local expiry = string.format('%.0f', now + tonumber(ARGV[2]))
+if redis.call('ZADD', KEYS[2], 'NX', expiry, ARGV[1]) == 0 then
+  if tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1])) > now and epoch then
+    return epoch
+  end
+  redis.call('ZADD', KEYS[2], 'XX', expiry, ARGV[1])
 end
 if not epoch then
   epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
-  redis.call('SET', KEYS[4], epoch)
-end
-if ARGV[3] ~= '0' then
+  if ARGV[3] ~= '0' then
+    redis.call('SET', KEYS[4], epoch, 'PX', ARGV[3])
+  else
+    redis.call('SET', KEYS[4], epoch)
+  end
+elseif ARGV[3] ~= '0' then
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
-redis.call('ZADD', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[2], last[2])
+local fresh = false
+if redis.call('PEXPIREAT', KEYS[2], expiry, 'GT') == 0 then
+  fresh = redis.call('PEXPIREAT', KEYS[2], expiry, 'NX') == 1
+end
+if not fresh then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+end
 return epoch
 "#;
 
@@ -268,12 +343,16 @@ return epoch
 /// fence counter; ARGV = owner token, lease ms, fence counter TTL in ms,
 /// intent ms (0: a try-once write, which leaves no intent).
 ///
-/// As the lock's acquire (replay-safe, the §3 fence), but also busy while
-/// any live reader holds it: then a writer that will wait sets the intent
-/// (or refreshes its own), which keeps new readers out, and the reply is
-/// the time until the last reader's expiry. A grant clears its own intent.
+/// As the lock's acquire (one `MGET`, here of the writer, the intent and
+/// the counter; replay-safe; the §3 fence computed as there), but also
+/// busy while any live reader holds it: the latest reader's expiry
+/// (`ZRANGE -1 -1`) is in the future. Then a writer that will wait sets the
+/// intent (or refreshes its own), which keeps new readers out, and the
+/// reply is the time until that expiry. A set of expired readers only is
+/// deleted. A grant clears its own intent.
 pub(crate) const RW_WRITE_LUA: &str = r#"
-local held = redis.call('GET', KEYS[1])
+local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4])
+local held = got[1]
 if held then
   local sep = string.find(held, ':', 1, true)
   if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
@@ -283,27 +362,48 @@ if held then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-if last[1] then
-  if ARGV[4] ~= '0' then
-    local intent = redis.call('GET', KEYS[3])
-    if not intent or intent == ARGV[1] then
+local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if latest[1] then
+  if tonumber(latest[2]) > now then
+    if ARGV[4] ~= '0' and (not got[2] or got[2] == ARGV[1]) then
       redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
     end
+    return tonumber(latest[2]) - now
   end
-  return tonumber(last[2]) - now
+  redis.call('DEL', KEYS[2])
 end
 local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
-if redis.call('INCR', KEYS[4]) < floor then
-  redis.call('SET', KEYS[4], string.format('%.0f', floor))
+local ttl = ARGV[3] ~= '0'
+local counter = got[3]
+local last = 0
+if counter then
+  last = nil
+  if #counter <= 16 and string.find(counter, '^[1-9]%d*$') then
+    last = tonumber(counter)
+    if last >= 9007199254740991 then
+      last = nil
+    end
+  end
 end
-if ARGV[3] ~= '0' then
-  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+local fence
+if last then
+  fence = string.format('%.0f', math.max(last + 1, floor))
+  if ttl then
+    redis.call('SET', KEYS[4], fence, 'PX', ARGV[3])
+  else
+    redis.call('SET', KEYS[4], fence, 'KEEPTTL')
+  end
+else
+  if redis.call('INCR', KEYS[4]) < floor then
+    redis.call('SET', KEYS[4], string.format('%.0f', floor), 'KEEPTTL')
+  end
+  if ttl then
+    redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  end
+  fence = redis.call('GET', KEYS[4])
 end
-local fence = redis.call('GET', KEYS[4])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
-if redis.call('GET', KEYS[3]) == ARGV[1] then
+if got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 return fence
@@ -311,17 +411,17 @@ return fence
 
 /// Read-write lease, release of a reader: KEYS = readers; ARGV = owner
 /// token, publish command, channel, message. Returns 1 released, 0 expired
-/// (a reader past its expiry is never released as live). The last live
-/// reader's release notifies (waiting writers).
+/// (a reader past its expiry is never released as live). Expired readers
+/// are purged first, so the `ZREM` tells whether this one was live, and
+/// `ZCARD` what is left: the last live reader's release notifies (waiting
+/// writers).
 pub(crate) const RW_READ_RELEASE_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if not mine or tonumber(mine) <= now then
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.pcall(ARGV[2], ARGV[3], ARGV[4])
 end
@@ -330,7 +430,9 @@ return 1
 
 /// Read-write lease, renew of a reader: KEYS = readers; ARGV = owner
 /// token, lease ms. Returns 1 renewed, 0 expired: a reader past its expiry
-/// is never brought back.
+/// is never brought back. The set, which has an expiry while it holds a
+/// reader, moves it with `PEXPIREAT ... GT` to the new one when that is
+/// later.
 pub(crate) const RW_READ_RENEW_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -338,9 +440,9 @@ local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not mine or tonumber(mine) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+local expiry = string.format('%.0f', now + tonumber(ARGV[2]))
+redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], expiry, 'GT')
 return 1
 "#;
 

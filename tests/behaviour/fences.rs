@@ -192,7 +192,7 @@ pub(crate) fn an_acquire_replayed_with_its_token_returns_the_same_fence<F: Front
 /// scripts and their callers run, with the blocking front end's `PING` in
 /// front of a command on a reused connection and the test's own `INFO` and
 /// `CONFIG` left out.
-fn lock_commands(stats: &std::collections::HashMap<String, u64>) -> Vec<(String, u64)> {
+pub(crate) fn lock_commands(stats: &std::collections::HashMap<String, u64>) -> Vec<(String, u64)> {
     let mut ran: Vec<(String, u64)> = stats
         .iter()
         .filter(|(name, _)| {
@@ -205,7 +205,7 @@ fn lock_commands(stats: &std::collections::HashMap<String, u64>) -> Vec<(String,
     ran
 }
 
-fn calls(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
+pub(crate) fn calls(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
     let mut ran: Vec<(String, u64)> = pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect();
     ran.sort();
     ran
@@ -359,4 +359,45 @@ pub(crate) fn a_counter_of_another_type_is_refused_and_left_alone<F: Front>() {
     };
     assert_eq!(kind(&counter), "hash", "the counter was left alone");
     assert_eq!(kind(&lock_name(&ns, "k")), "none", "nothing was granted");
+}
+
+/// Counts the commands of measured steps (`CONFIG RESETSTAT` before each,
+/// `INFO commandstats` after it) and fails once, in [`Counts::finish`],
+/// naming every step whose commands differ from the expected ones.
+pub(crate) struct Counts<'a> {
+    server: &'a RedisServer,
+    wrong: Vec<String>,
+}
+
+impl<'a> Counts<'a> {
+    pub(crate) fn new(server: &'a RedisServer) -> Self {
+        Counts {
+            server,
+            wrong: Vec::new(),
+        }
+    }
+
+    /// Runs `run` alone and compares what it cost Redis with `expected`.
+    pub(crate) fn step<T>(
+        &mut self,
+        what: &str,
+        expected: &[(&str, u64)],
+        run: impl FnOnce() -> T,
+    ) -> T {
+        self.server.reset_stats();
+        let out = run();
+        let ran = lock_commands(&self.server.commandstats());
+        if ran != calls(expected) {
+            self.wrong.push(format!("{what}: ran {ran:?}"));
+        }
+        out
+    }
+
+    pub(crate) fn finish(self) {
+        assert!(
+            self.wrong.is_empty(),
+            "steps with other commands than expected:\n{}",
+            self.wrong.join("\n")
+        );
+    }
 }

@@ -122,6 +122,9 @@ macro_rules! behaviour_suite {
                 a_stream_of_readers_does_not_starve_a_waiting_writer,
                 readers_overlap_and_a_writer_never_overlaps_anyone_under_contention,
                 writer_renew_and_release_report_their_outcomes,
+                read_and_write_steps_run_the_commands_counted_here,
+                the_readers_set_expires_with_its_latest_member_and_replays_keep_their_grant,
+                the_write_counter_moves_exactly_and_keeps_or_takes_its_expiry,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,
@@ -135,6 +138,9 @@ macro_rules! behaviour_suite {
                 bad_permit_counts_and_keys_are_refused,
                 never_more_than_n_hold_permits_under_contention_and_each_slots_fences_increase,
                 a_dropped_permit_frees_a_waiter_of_the_same_locker_before_its_ttl,
+                a_permit_cycle_runs_ten_commands_and_a_busy_attempt_one_mget_and_a_pttl_per_slot,
+                slots_past_the_count_asked_for_are_still_seen,
+                a_slots_counter_moves_exactly_and_keeps_or_takes_its_expiry,
             }
         );
     };

@@ -487,3 +487,353 @@ pub(crate) fn writer_renew_and_release_report_their_outcomes<F: Front>() {
     assert!(exists(&server, &writer), "the other writer's key stays");
     assert_eq!(F::release_write(taken).unwrap(), ReleaseOutcome::Released);
 }
+
+/// What a read-write lease costs Redis (issue 16), counted in
+/// `commandstats`, each step alone: a read of a key nobody reads, a reader
+/// joining, the releases of a reader and of the last one, a reader's
+/// renew, a read and a try-once write refused by a writer and by readers,
+/// and a write cycle. `TIME` runs only where a grant or a reader's expiry
+/// needs it; the writer, the intent and the counter are read with one
+/// `MGET`; the readers' set gets its expiry with `PEXPIREAT ... GT` (and
+/// `NX` on a set that has none yet).
+pub(crate) fn read_and_write_steps_run_the_commands_counted_here<F: Front>() {
+    use super::fences::Counts;
+    let server = RedisServer::start();
+    let ns = namespace("rw-cost");
+    let locker: F = connect(&server, config(&ns));
+    let other: F = connect(&server, config(&ns));
+    // Warm: the scripts are cached, the connections open, the counter set.
+    for f in [&locker, &other] {
+        let w = granted(f.write_with("doc", no_wait()), "warm-up write");
+        assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+        let r = granted(f.read_with("doc", no_wait()), "warm-up read");
+        assert_eq!(F::renew_read(&r).unwrap(), RenewOutcome::Renewed);
+        assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+    }
+    let mut counts = Counts::new(&server);
+    // Every step below moves the server clock on, so that a later reader's
+    // expiry is the latest (equal ones would need the `NX` try as well).
+    let tick = || super::common::let_pass(Duration::from_millis(3));
+
+    let first = counts.step(
+        "a read of a key nobody reads",
+        &[
+            ("evalsha", 1),
+            ("mget", 1),
+            ("time", 1),
+            ("zadd", 1),
+            ("pexpireat", 2),
+        ],
+        || granted(locker.read_with("doc", no_wait()), "a first reader"),
+    );
+    tick();
+    let second = counts.step(
+        "a reader joining",
+        &[
+            ("evalsha", 1),
+            ("mget", 1),
+            ("time", 1),
+            ("zadd", 1),
+            ("pexpireat", 1),
+            ("zremrangebyscore", 1),
+        ],
+        || granted(other.read_with("doc", no_wait()), "a second reader"),
+    );
+    counts.step(
+        "the release of a reader with another left",
+        &[
+            ("evalsha", 1),
+            ("time", 1),
+            ("zremrangebyscore", 1),
+            ("zrem", 1),
+            ("zcard", 1),
+        ],
+        || assert_eq!(F::release_read(second).unwrap(), ReleaseOutcome::Released),
+    );
+    tick();
+    counts.step(
+        "a reader's renew",
+        &[
+            ("evalsha", 1),
+            ("time", 1),
+            ("zscore", 1),
+            ("zadd", 1),
+            ("pexpireat", 1),
+        ],
+        || assert_eq!(F::renew_read(&first).unwrap(), RenewOutcome::Renewed),
+    );
+    counts.step(
+        "a try-once write while a reader holds",
+        &[("evalsha", 1), ("mget", 1), ("time", 1), ("zrange", 1)],
+        || {
+            assert_busy(
+                other.write_with("doc", no_wait()),
+                "a writer beside a reader",
+            )
+        },
+    );
+    counts.step(
+        "the release of the last reader",
+        &[
+            ("evalsha", 1),
+            ("time", 1),
+            ("zremrangebyscore", 1),
+            ("zrem", 1),
+            ("zcard", 1),
+            ("publish", 1),
+        ],
+        || assert_eq!(F::release_read(first).unwrap(), ReleaseOutcome::Released),
+    );
+    counts.step(
+        "a write cycle",
+        &[
+            ("evalsha", 2),
+            ("mget", 1),
+            ("time", 1),
+            ("zrange", 1),
+            ("set", 2),
+            ("get", 1),
+            ("del", 1),
+            ("publish", 1),
+        ],
+        || {
+            let w = granted(locker.write_with("doc", no_wait()), "a free writer");
+            assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+        },
+    );
+    let w = granted(other.write_with("doc", no_wait()), "a writer");
+    counts.step(
+        "a read while a writer holds",
+        &[("evalsha", 1), ("mget", 1), ("pttl", 1)],
+        || {
+            assert_busy(
+                locker.read_with("doc", no_wait()),
+                "a reader beside a writer",
+            )
+        },
+    );
+    assert_eq!(F::release_write(w).unwrap(), ReleaseOutcome::Released);
+
+    // A waiting writer's attempt (it sets its intent) and a read behind it,
+    // the writer's attempt run as the script it is.
+    let r = granted(other.read_with("doc", no_wait()), "a reader");
+    let waiting_writer = "0123456789abcdef0123456789abcdef";
+    let write = |token: &str| {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script_lua("RW_WRITE_LUA")).arg(4);
+        for part in ["write", "read", "intent", "fence"] {
+            cmd.arg(rw_name(&ns, part, "doc"));
+        }
+        cmd.arg(token).arg(5000).arg(0).arg(750);
+        server.query(&cmd)
+    };
+    counts.step(
+        "a waiting writer's attempt while a reader holds",
+        &[
+            ("eval", 1),
+            ("mget", 1),
+            ("time", 1),
+            ("zrange", 1),
+            ("set", 1),
+        ],
+        || assert!(matches!(write(waiting_writer), Value::Int(_))),
+    );
+    counts.step(
+        "a read behind a waiting writer's intent",
+        &[("evalsha", 1), ("mget", 1), ("zscore", 1), ("pttl", 1)],
+        || {
+            assert_busy(
+                locker.read_with("doc", no_wait()),
+                "a reader behind the intent",
+            )
+        },
+    );
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+    counts.step(
+        "the waiting writer's grant, which clears its intent",
+        &[
+            ("eval", 1),
+            ("mget", 1),
+            ("time", 1),
+            ("zrange", 1),
+            ("set", 2),
+            ("del", 1),
+        ],
+        || assert!(matches!(write(waiting_writer), Value::BulkString(_))),
+    );
+    assert!(!exists(&server, &rw_name(&ns, "intent", "doc")));
+    counts.finish();
+}
+
+/// The readers' set expires with its latest member: a longer reader
+/// extends it, a shorter one or a shorter renew never cuts it. A replayed
+/// read of a live reader returns its epoch without touching its expiry,
+/// also behind a waiting writer's intent; a member past its expiry that is
+/// still in the set is granted anew, never taken for a replay. A writer
+/// counts live readers only, also in a set that has no expiry.
+pub(crate) fn the_readers_set_expires_with_its_latest_member_and_replays_keep_their_grant<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-expiry");
+    let _locker: F = connect(&server, config(&ns));
+    let readers = rw_name(&ns, "read", "doc");
+    let script = |name: &str, key: &str, token: &str, lease: u64, extra: &[u64]| {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script_lua(name)).arg(4);
+        for part in ["write", "read", "intent", "fence"] {
+            cmd.arg(rw_name(&ns, part, key));
+        }
+        cmd.arg(token).arg(lease).arg(0);
+        for x in extra {
+            cmd.arg(*x);
+        }
+        server.query(&cmd)
+    };
+    let read = |token: &str, lease: u64| script("RW_READ_LUA", "doc", token, lease, &[]);
+    let score = |token: &str| -> Option<f64> {
+        redis::cmd("ZSCORE")
+            .arg(&readers)
+            .arg(token)
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    let set_ttl = || super::common::pttl(&server, &readers);
+    let token = |c: char| c.to_string().repeat(32);
+    let (a, b, c, d, e) = (token('a'), token('b'), token('c'), token('d'), token('e'));
+
+    let epoch = read(&a, 5000);
+    assert!(matches!(epoch, Value::BulkString(_)), "{epoch:?}");
+    let ttl = set_ttl();
+    assert!(
+        ttl > 0 && ttl <= 5000,
+        "a new set expires with its reader: {ttl}"
+    );
+    assert_eq!(read(&b, 20_000), epoch);
+    assert!(set_ttl() > 5000, "a longer reader extends the set");
+    assert_eq!(read(&c, 1000), epoch);
+    assert!(set_ttl() > 5000, "a shorter one never cuts it");
+    let renewed = server.query(
+        redis::cmd("EVAL")
+            .arg(script_lua("RW_READ_RENEW_LUA"))
+            .arg(1)
+            .arg(&readers)
+            .arg(&c)
+            .arg(1000),
+    );
+    assert_eq!(renewed, Value::Int(1));
+    assert!(set_ttl() > 5000, "nor a shorter renew");
+
+    let a_score = score(&a);
+    super::common::let_pass(Duration::from_millis(3));
+    assert_eq!(read(&a, 5000), epoch, "a replay returns the epoch");
+    assert_eq!(score(&a), a_score, "and leaves the reader's expiry");
+
+    // A member past its expiry, kept in the set by the others.
+    let now = super::common::server_time_ms(&server);
+    server.query(
+        redis::cmd("ZADD")
+            .arg(&readers)
+            .arg(now.saturating_sub(10))
+            .arg(&e),
+    );
+    assert_eq!(read(&e, 5000), epoch, "granted anew");
+    assert!(
+        score(&e).is_some_and(|s| s > now as f64 + 4000.0),
+        "with a new expiry: {:?}",
+        score(&e)
+    );
+
+    // A waiting writer's intent keeps new readers out, not replays.
+    let writer = token('f');
+    assert!(matches!(
+        script("RW_WRITE_LUA", "doc", &writer, 5000, &[750]),
+        Value::Int(_)
+    ));
+    assert!(exists(&server, &rw_name(&ns, "intent", "doc")));
+    assert_eq!(read(&a, 5000), epoch, "a replay behind the intent");
+    assert!(
+        matches!(read(&d, 5000), Value::Int(_)),
+        "a new reader behind the intent is busy"
+    );
+    assert_eq!(score(&d), None);
+
+    // Only dead readers, in a set without expiry: the writer is not kept out.
+    let dead = rw_name(&ns, "read", "dead");
+    let now = super::common::server_time_ms(&server);
+    server.query(
+        redis::cmd("ZADD")
+            .arg(&dead)
+            .arg(now.saturating_sub(100))
+            .arg(&a),
+    );
+    let fence = script("RW_WRITE_LUA", "dead", &writer, 5000, &[0]);
+    assert!(matches!(fence, Value::BulkString(_)), "{fence:?}");
+    assert!(!exists(&server, &dead), "and the dead readers are purged");
+}
+
+/// A writer's next fence is computed as the lock's (SPEC §3): a counter
+/// past 2^53 moves by exactly one (through `INCR`), one that is not an
+/// integer is refused without a grant, and the counter keeps its expiry
+/// where the locker sets none and takes the locker's `fence_counter_ttl`
+/// where it does; a reader's epoch is that counter, set to the clock's
+/// floor (with that expiry) when it is missing.
+pub(crate) fn the_write_counter_moves_exactly_and_keeps_or_takes_its_expiry<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("rw-counter");
+    let _locker: F = connect(&server, config(&ns));
+    let (writer, counter) = (rw_name(&ns, "write", "doc"), rw_name(&ns, "fence", "doc"));
+    let eval = |name: &str, counter_ttl: u64| -> redis::RedisResult<Value> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script_lua(name)).arg(4);
+        for part in ["write", "read", "intent", "fence"] {
+            cmd.arg(rw_name(&ns, part, "doc"));
+        }
+        cmd.arg("0123456789abcdef0123456789abcdef")
+            .arg(5000)
+            .arg(counter_ttl)
+            .arg(0);
+        cmd.query(&mut server.conn())
+    };
+    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    server.query(redis::cmd("SET").arg(&counter).arg("9007199254740993"));
+    assert_eq!(eval("RW_WRITE_LUA", 0).unwrap(), bulk("9007199254740994"));
+    server.query(redis::cmd("DEL").arg(&writer));
+
+    server.query(redis::cmd("SET").arg(&counter).arg("not-a-number"));
+    assert!(
+        eval("RW_WRITE_LUA", 0).is_err(),
+        "a counter that is not an integer"
+    );
+    assert!(!exists(&server, &writer), "and nothing was granted");
+
+    server.query(
+        redis::cmd("SET")
+            .arg(&counter)
+            .arg("7")
+            .arg("PX")
+            .arg(600_000),
+    );
+    assert!(matches!(eval("RW_WRITE_LUA", 0), Ok(Value::BulkString(_))));
+    let kept = super::common::pttl(&server, &counter);
+    assert!(kept > 0 && kept <= 600_000, "the expiry is kept: {kept}");
+    server.query(redis::cmd("DEL").arg(&writer));
+    assert!(matches!(
+        eval("RW_WRITE_LUA", 90_000),
+        Ok(Value::BulkString(_))
+    ));
+    let set = super::common::pttl(&server, &counter);
+    assert!(set > 0 && set <= 90_000, "the locker's expiry: {set}");
+    server.query(redis::cmd("DEL").arg(&writer));
+
+    server.query(redis::cmd("DEL").arg(&counter));
+    let before = super::common::server_time_ms(&server);
+    let Value::BulkString(epoch) = eval("RW_READ_LUA", 90_000).unwrap() else {
+        panic!("a reader of a free key is granted");
+    };
+    let epoch: u64 = String::from_utf8(epoch).unwrap().parse().unwrap();
+    assert!(epoch >= before * 1000, "the epoch is floored at the clock");
+    assert_eq!(get(&server, &counter), Some(epoch.to_string()));
+    let set = super::common::pttl(&server, &counter);
+    assert!(set > 0 && set <= 90_000, "with the locker's expiry: {set}");
+}

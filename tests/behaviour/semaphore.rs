@@ -506,3 +506,208 @@ pub(crate) fn a_dropped_permit_frees_a_waiter_of_the_same_locker_before_its_ttl<
     assert!(fence > dropped_fence);
     assert!(server.keys(&format!("{ns}:sem:*")).is_empty());
 }
+
+/// What a semaphore costs Redis (issue 16), counted in `commandstats`: a
+/// permit acquire + release of a pool in use is 10 commands (the acquire
+/// script's `MGET` of the count record and every slot, the free slot's
+/// counter `GET`, `TIME` and two `SET`s; the release's `GET`, `DEL` and
+/// `PUBLISH`; two `EVALSHA`s), a first use records the count with one more
+/// `SET`, a busy attempt is `MGET` and one `PTTL` per slot (the smallest
+/// remaining time, SPEC §12), and the release of a token whose slot is
+/// unknown one `MGET`, the `DEL` and the `PUBLISH`.
+pub(crate) fn a_permit_cycle_runs_ten_commands_and_a_busy_attempt_one_mget_and_a_pttl_per_slot<
+    F: Front,
+>() {
+    use super::fences::Counts;
+    let server = RedisServer::start();
+    let ns = namespace("sem-cost");
+    let locker: F = connect(&server, config(&ns));
+    let other: F = connect(&server, config(&ns));
+    // Warm: the scripts are cached and the connections open.
+    let warm = granted(other.acquire_permit("warm", 2, no_wait()), "warm-up");
+    assert_eq!(F::release_permit(warm).unwrap(), ReleaseOutcome::Released);
+    let mut counts = Counts::new(&server);
+
+    let first = counts.step(
+        "the first grant of a pool, which records its count",
+        &[
+            ("evalsha", 1),
+            ("mget", 1),
+            ("get", 1),
+            ("time", 1),
+            ("set", 3),
+        ],
+        || granted(locker.acquire_permit("pool", 2, no_wait()), "a first use"),
+    );
+    assert_eq!(F::release_permit(first).unwrap(), ReleaseOutcome::Released);
+    counts.step(
+        "one uncontended permit cycle",
+        &[
+            ("evalsha", 2),
+            ("mget", 1),
+            ("get", 2),
+            ("time", 1),
+            ("set", 2),
+            ("del", 1),
+            ("publish", 1),
+        ],
+        || {
+            let permit = granted(locker.acquire_permit("pool", 2, no_wait()), "a free permit");
+            assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+        },
+    );
+
+    let held: Vec<_> = (0..2)
+        .map(|_| granted(other.acquire_permit("pool", 2, no_wait()), "a permit"))
+        .collect();
+    counts.step(
+        "one busy attempt on two slots",
+        &[("evalsha", 1), ("mget", 1), ("pttl", 2)],
+        || match refused(locker.acquire_permit("pool", 2, no_wait()), "a full pool") {
+            Error::Busy { remaining } => assert!(remaining.is_some(), "the soonest expiry"),
+            other => panic!("expected LOCK_BUSY, got {other:?}"),
+        },
+    );
+    for permit in held {
+        assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    }
+
+    // The release of a token in whichever slot holds it (after an acquire
+    // whose outcome was unknown), run as the script it is.
+    let token = "0123456789abcdef0123456789abcdef";
+    let prefix = format!("{ns}:sem:{{{}}}:", key_sha("pool"));
+    server.query(
+        redis::cmd("SET")
+            .arg(format!("{prefix}1"))
+            .arg(format!("{token}:7"))
+            .arg("PX")
+            .arg(5000),
+    );
+    let released = counts.step(
+        "a release of a token in an unknown slot",
+        &[("eval", 1), ("mget", 1), ("del", 1), ("publish", 1)],
+        || {
+            server.query(
+                redis::cmd("EVAL")
+                    .arg(script_lua("SEM_RELEASE_ANY_LUA"))
+                    .arg(2)
+                    .arg(permits_name(&ns, "pool"))
+                    .arg(&prefix)
+                    .arg(token)
+                    .arg("PUBLISH")
+                    .arg(format!("{ns}:lock-released"))
+                    .arg("sem:x")
+                    .arg(2),
+            )
+        },
+    );
+    assert_eq!(released, Value::Int(1));
+    assert!(get(&server, &format!("{prefix}1")).is_none());
+    counts.finish();
+}
+
+/// Counts above the recorded one are scanned too (SPEC §12: a token in a
+/// slot of a larger count is found, and a smaller count is refused while
+/// such a slot is held), with one more `MGET` for the slots past the count
+/// asked for, only when the record is larger.
+pub(crate) fn slots_past_the_count_asked_for_are_still_seen<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-shrink");
+    let _locker: F = connect(&server, config(&ns));
+    let token = "0123456789abcdef0123456789abcdef";
+    let other = "fedcba9876543210fedcba9876543210";
+    let prefix = format!("{ns}:sem:{{{}}}:", key_sha("p"));
+    let fences = format!("{ns}:sem-fence:{{{}}}:", key_sha("p"));
+    let acquire = |token: &str, permits: u32| {
+        server.query(
+            redis::cmd("EVAL")
+                .arg(script_lua("SEM_ACQUIRE_LUA"))
+                .arg(3)
+                .arg(permits_name(&ns, "p"))
+                .arg(&prefix)
+                .arg(&fences)
+                .arg(token)
+                .arg(5000)
+                .arg(0)
+                .arg(permits),
+        )
+    };
+    server.query(redis::cmd("SET").arg(permits_name(&ns, "p")).arg(4));
+    server.query(
+        redis::cmd("SET")
+            .arg(format!("{prefix}3"))
+            .arg(format!("{token}:42"))
+            .arg("PX")
+            .arg(5000),
+    );
+    assert_eq!(
+        acquire(token, 2),
+        Value::Array(vec![Value::Int(3), Value::BulkString(b"42".to_vec())]),
+        "a replay finds its slot past the count asked for"
+    );
+    assert_eq!(
+        acquire(other, 2),
+        Value::Array(vec![Value::BulkString(b"permits".to_vec()), Value::Int(4)]),
+        "a smaller count is refused while a slot of the recorded one is held"
+    );
+    server.query(redis::cmd("DEL").arg(format!("{prefix}3")));
+    let Value::Array(granted_now) = acquire(other, 2) else {
+        panic!("a drained pool takes the new count");
+    };
+    assert_eq!(granted_now[0], Value::Int(0));
+    assert_eq!(get(&server, &permits_name(&ns, "p")), Some("2".into()));
+}
+
+/// A slot's next fence is computed as the lock's (SPEC §3): a counter past
+/// 2^53 moves by exactly one (through `INCR`), one that is not an integer
+/// is refused without a grant, and the counter keeps its expiry where the
+/// locker sets none and takes the locker's `fence_counter_ttl` where it
+/// does.
+pub(crate) fn a_slots_counter_moves_exactly_and_keeps_or_takes_its_expiry<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("sem-counter");
+    let _locker: F = connect(&server, config(&ns));
+    let (slot, counter) = (slot_name(&ns, "p", 0), slot_fence_name(&ns, "p", 0));
+    let eval = |counter_ttl: u64| -> redis::RedisResult<Value> {
+        redis::cmd("EVAL")
+            .arg(script_lua("SEM_ACQUIRE_LUA"))
+            .arg(3)
+            .arg(permits_name(&ns, "p"))
+            .arg(format!("{ns}:sem:{{{}}}:", key_sha("p")))
+            .arg(format!("{ns}:sem-fence:{{{}}}:", key_sha("p")))
+            .arg("0123456789abcdef0123456789abcdef")
+            .arg(5000)
+            .arg(counter_ttl)
+            .arg(1)
+            .query(&mut server.conn())
+    };
+    let fence_of = |reply: Value| match reply {
+        Value::Array(items) => items[1].clone(),
+        other => panic!("a grant is [slot, fence], got {other:?}"),
+    };
+    server.query(redis::cmd("SET").arg(&counter).arg("9007199254740993"));
+    assert_eq!(
+        fence_of(eval(0).unwrap()),
+        Value::BulkString(b"9007199254740994".to_vec())
+    );
+    server.query(redis::cmd("DEL").arg(&slot));
+
+    server.query(redis::cmd("SET").arg(&counter).arg("not-a-number"));
+    assert!(eval(0).is_err(), "a counter that is not an integer");
+    assert!(get(&server, &slot).is_none(), "and nothing was granted");
+
+    server.query(
+        redis::cmd("SET")
+            .arg(&counter)
+            .arg("7")
+            .arg("PX")
+            .arg(600_000),
+    );
+    fence_of(eval(0).unwrap());
+    let kept = pttl(&server, &counter);
+    assert!(kept > 0 && kept <= 600_000, "the expiry is kept: {kept}");
+    server.query(redis::cmd("DEL").arg(&slot));
+    fence_of(eval(90_000).unwrap());
+    let set = pttl(&server, &counter);
+    assert!(set > 0 && set <= 90_000, "the locker's expiry: {set}");
+}

@@ -146,6 +146,9 @@ return 2
 /// `GET`, `TIME`, two `SET`s) and the reply is `[slot, fence]`; with every
 /// slot held it is the smallest remaining time (`-1` when none is known),
 /// one `PTTL` per slot.
+///
+/// The slot is set with `NX`: `MGET` reads a slot of another type as free,
+/// and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
 pub(crate) const SEM_ACQUIRE_LUA: &str = r#"
 local permits = tonumber(ARGV[4])
 local names = {KEYS[1]}
@@ -232,7 +235,9 @@ else
   end
   fence = redis.call('GET', counter)
 end
-redis.call('SET', KEYS[2] .. (free - 1), ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+if not redis.call('SET', KEYS[2] .. (free - 1), ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
+  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
 return {free - 1, fence}
 "#;
 
@@ -350,7 +355,11 @@ return epoch
 /// intent (or refreshes its own), which keeps new readers out, and the
 /// reply is the time until that expiry. A set of expired readers only is
 /// deleted. A grant clears its own intent.
+///
+/// As in [`ACQUIRE_LUA`], a writer key or counter `MGET` read as missing is
+/// written with `NX`, so one of another type is refused with `WRONGTYPE`.
 pub(crate) const RW_WRITE_LUA: &str = r#"
+local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4])
 local held = got[1]
 if held then
@@ -388,10 +397,18 @@ end
 local fence
 if last then
   fence = string.format('%.0f', math.max(last + 1, floor))
+  local set = {'SET', KEYS[4], fence}
+  if not counter then
+    table.insert(set, 'NX')
+  end
   if ttl then
-    redis.call('SET', KEYS[4], fence, 'PX', ARGV[3])
-  else
-    redis.call('SET', KEYS[4], fence, 'KEEPTTL')
+    table.insert(set, 'PX')
+    table.insert(set, ARGV[3])
+  elseif counter then
+    table.insert(set, 'KEEPTTL')
+  end
+  if not redis.call(unpack(set)) then
+    return redis.error_reply(WRONGTYPE)
   end
 else
   if redis.call('INCR', KEYS[4]) < floor then
@@ -402,7 +419,9 @@ else
   end
   fence = redis.call('GET', KEYS[4])
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
+  return redis.error_reply(WRONGTYPE)
+end
 if got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end

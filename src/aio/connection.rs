@@ -132,6 +132,13 @@ impl Commands {
             current.generation += 1;
             current.generation
         };
+        // Boxed: opening is rare, and its future (about 2.7 KB) would
+        // otherwise be part of every operation's future.
+        Box::pin(self.open(generation)).await
+    }
+
+    /// Opens a connection as generation `generation`.
+    async fn open(&self, generation: u64) -> Result<AnyConnection, redis::RedisError> {
         let shared = Arc::downgrade(&self.conn);
         let on_push = move |push: PushInfo| -> Result<(), Infallible> {
             if push.kind == PushKind::Disconnection {

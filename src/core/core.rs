@@ -159,7 +159,7 @@ struct Waiter {
 impl Waiter {
     fn owned(&self) -> Owned {
         Owned {
-            target: self.target.clone(),
+            target: self.target.held(),
             token: self.token,
         }
     }
@@ -546,8 +546,8 @@ impl Core {
                     })
                 } else {
                     let mut owned = w.owned();
-                    if let Target::Permit { slot: held, .. } = &mut owned.target {
-                        *held = slot;
+                    if let Want::Permit { .. } = owned.target.want {
+                        owned.target.slot = slot;
                     }
                     let lease = LeaseId(self.leases.insert(owned));
                     let lease_len = Duration::from_millis(w.lease_ms);

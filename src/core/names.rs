@@ -93,10 +93,25 @@ impl LockNames {
         let sha = id.to_hex();
         LockNames {
             id,
-            lock: format!("{namespace}:lock:{{{sha}}}"),
+            lock: lock_name(namespace, &sha),
             fence: format!("{namespace}:lock-fence:{{{sha}}}"),
         }
     }
+}
+
+/// `<ns>:lock:{<sha>}`
+fn lock_name(namespace: &str, sha: &str) -> String {
+    format!("{namespace}:lock:{{{sha}}}")
+}
+
+/// `<ns>:sem:{<sha>}:`
+fn sem_slot_prefix(namespace: &str, sha: &str) -> String {
+    format!("{namespace}:sem:{{{sha}}}:")
+}
+
+/// `<ns>:rw-write:{<sha>}`
+fn rw_write_name(namespace: &str, sha: &str) -> String {
+    format!("{namespace}:rw-write:{{{sha}}}")
 }
 
 impl fmt::Debug for LockNames {
@@ -197,14 +212,9 @@ impl SemNames {
         SemNames {
             id,
             permits: format!("{namespace}:sem-permits:{{{sha}}}"),
-            slot_prefix: format!("{namespace}:sem:{{{sha}}}:"),
+            slot_prefix: sem_slot_prefix(namespace, &sha),
             fence_prefix: format!("{namespace}:sem-fence:{{{sha}}}:"),
         }
-    }
-
-    /// The lease key of slot `slot`.
-    pub(crate) fn slot(&self, slot: u32) -> String {
-        format!("{}{slot}", self.slot_prefix)
     }
 }
 
@@ -233,7 +243,7 @@ impl RwNames {
         let sha = id.to_hex();
         RwNames {
             id,
-            write: format!("{namespace}:rw-write:{{{sha}}}"),
+            write: rw_write_name(namespace, &sha),
             read: format!("{namespace}:rw-read:{{{sha}}}"),
             intent: format!("{namespace}:rw-intent:{{{sha}}}"),
             fence: format!("{namespace}:rw-fence:{{{sha}}}"),
@@ -278,6 +288,22 @@ impl Target {
         }
     }
 
+    /// What a token that holds (or may hold) this keeps: the key's digest
+    /// and kind, without the names.
+    pub(crate) fn held(&self) -> HeldTarget {
+        let (want, slot) = match self {
+            Target::Lock(_) => (Want::Lock, None),
+            Target::Permit { permits, slot, .. } => (Want::Permit { permits: *permits }, *slot),
+            Target::Read(_) => (Want::Read, None),
+            Target::Write(_) => (Want::Write, None),
+        };
+        HeldTarget {
+            id: self.line().id,
+            want,
+            slot,
+        }
+    }
+
     pub(crate) fn line(&self) -> LineKey {
         match self {
             Target::Lock(names) => LineKey::lock(names.id),
@@ -295,6 +321,57 @@ impl Target {
             },
         }
     }
+}
+
+/// What a tracked lease or an orphan's token holds, without its Redis
+/// names: the key's digest, what was acquired on it and (for a permit) the
+/// slot a grant named. 10 000 held leases would otherwise keep 20 000 to
+/// 40 000 name strings of about 100 bytes; the one name a release or renew
+/// needs is built again from the namespace when it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldTarget {
+    pub(crate) id: KeyId,
+    pub(crate) want: Want,
+    /// A permit's slot, once a grant named it (an acquire whose outcome is
+    /// unknown holds some slot, or none).
+    pub(crate) slot: Option<u32>,
+}
+
+impl HeldTarget {
+    pub(crate) fn line(&self) -> LineKey {
+        LineKey {
+            kind: self.want.kind(),
+            id: self.id,
+        }
+    }
+
+    /// The names its release or renew needs, built from the namespace.
+    pub(crate) fn names(&self, namespace: &str) -> HeldNames {
+        let sha = self.id.to_hex();
+        match (self.want, self.slot) {
+            (Want::Lock, _) => HeldNames::Key(lock_name(namespace, &sha)),
+            (Want::Write, _) => HeldNames::Key(rw_write_name(namespace, &sha)),
+            (Want::Permit { .. }, Some(slot)) => {
+                HeldNames::Key(format!("{}{slot}", sem_slot_prefix(namespace, &sha)))
+            }
+            (Want::Permit { permits }, None) => {
+                HeldNames::AnySlot(SemNames::new(namespace, self.id), permits)
+            }
+            (Want::Read, _) => HeldNames::Reader(RwNames::new(namespace, self.id)),
+        }
+    }
+}
+
+/// What the release or renew of a [`HeldTarget`] names.
+#[derive(Debug)]
+pub(crate) enum HeldNames {
+    /// The one key the lease lives in: a lock's, a writer's, a permit's slot.
+    Key(String),
+    /// A semaphore of this many permits, slot unknown: its release frees
+    /// whichever slot the token holds.
+    AnySlot(SemNames, u32),
+    /// A reader of a read-write lease.
+    Reader(RwNames),
 }
 
 /// What an acquire asks for.
@@ -427,6 +504,32 @@ mod tests {
         assert!(!format!("{t:?}").contains("abab"));
         let n = LockNames::new("ns", KeyId::of("secret"));
         assert!(!format!("{n:?}").contains("ns:lock"));
+    }
+
+    #[test]
+    fn a_held_target_builds_again_the_names_of_its_grant() {
+        let id = KeyId::of("job:42");
+        let key = |want, slot| {
+            let mut held = Target::new("ns", want, id).held();
+            held.slot = slot;
+            match held.names("ns") {
+                HeldNames::Key(key) => Some(key),
+                HeldNames::AnySlot(..) | HeldNames::Reader(_) => None,
+            }
+        };
+        let (sem, rw) = (SemNames::new("ns", id), RwNames::new("ns", id));
+        assert_eq!(key(Want::Lock, None), Some(LockNames::new("ns", id).lock));
+        assert_eq!(key(Want::Write, None), Some(rw.write.clone()));
+        let permit = Want::Permit { permits: 3 };
+        assert_eq!(key(permit, Some(2)), Some(format!("{}2", sem.slot_prefix)));
+        let mut any = Target::new("ns", permit, id).held();
+        any.slot = None;
+        assert!(matches!(any.names("ns"), HeldNames::AnySlot(n, 3) if n == sem));
+        let reader = Target::new("ns", Want::Read, id).held();
+        assert!(matches!(reader.names("ns"), HeldNames::Reader(n) if n == rw));
+        assert_eq!(reader.line(), Target::new("ns", Want::Read, id).line());
+        // What a tracked lease keeps: no strings, 48 bytes.
+        assert!(std::mem::size_of::<HeldTarget>() <= 48);
     }
 
     proptest! {

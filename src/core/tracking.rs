@@ -9,7 +9,7 @@ use super::lease::RenewResult;
 use super::line::Line;
 #[cfg(test)]
 use super::names::KeyId;
-use super::names::{OwnerToken, Target};
+use super::names::{HeldNames, HeldTarget, OwnerToken};
 use super::outcome::{ReleaseOutcome, RenewOutcome};
 use super::script::{classify_release, classify_renew, ReplyError, ScriptCall};
 use super::slots::SlotId;
@@ -23,7 +23,7 @@ pub(crate) struct LeaseId(pub(super) SlotId);
 /// result nobody will take: outcome unknown, abandoned, or late at shutdown).
 #[derive(Debug, Clone)]
 pub(crate) struct Owned {
-    pub(crate) target: Target,
+    pub(crate) target: HeldTarget,
     pub(crate) token: OwnerToken,
 }
 
@@ -57,27 +57,13 @@ impl Core {
     fn release_of(&self, owned: &Owned) -> ScriptCall {
         let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
         let line = owned.target.line();
-        match &owned.target {
-            Target::Lock(names) => {
-                ScriptCall::release(&names.lock, line, owned.token, namespace, channel)
+        match owned.target.names(namespace) {
+            HeldNames::Key(key) => ScriptCall::release(&key, line, owned.token, namespace, channel),
+            HeldNames::AnySlot(names, permits) => {
+                ScriptCall::sem_release_any(&names, permits, line, owned.token, namespace, channel)
             }
-            Target::Permit {
-                names,
-                slot: Some(slot),
-                ..
-            } => ScriptCall::release(&names.slot(*slot), line, owned.token, namespace, channel),
-            Target::Permit {
-                names,
-                permits,
-                slot: None,
-            } => {
-                ScriptCall::sem_release_any(names, *permits, line, owned.token, namespace, channel)
-            }
-            Target::Read(names) => {
-                ScriptCall::rw_read_release(names, line, owned.token, namespace, channel)
-            }
-            Target::Write(names) => {
-                ScriptCall::release(&names.write, line, owned.token, namespace, channel)
+            HeldNames::Reader(names) => {
+                ScriptCall::rw_read_release(&names, line, owned.token, namespace, channel)
             }
         }
     }
@@ -97,19 +83,13 @@ impl Core {
     /// The renew command of a tracked lease.
     pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        let key = match &owned.target {
-            Target::Read(names) => {
-                return Ok(ScriptCall::rw_read_renew(names, owned.token, lease_ms));
+        let key = match owned.target.names(&self.settings.namespace) {
+            HeldNames::Key(key) => key,
+            HeldNames::Reader(names) => {
+                return Ok(ScriptCall::rw_read_renew(&names, owned.token, lease_ms));
             }
-            Target::Write(names) => names.write.clone(),
-            Target::Lock(names) => names.lock.clone(),
-            Target::Permit {
-                names,
-                slot: Some(slot),
-                ..
-            } => names.slot(*slot),
             // Only grants are tracked, and a permit's grant names its slot.
-            Target::Permit { slot: None, .. } => return Err(Error::ShuttingDown),
+            HeldNames::AnySlot(..) => return Err(Error::ShuttingDown),
         };
         Ok(ScriptCall::renew(&key, owned.token, lease_ms))
     }

@@ -148,13 +148,18 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
             };
             rows.push(measured(name, n, |n| {
                 let work = async {
-                    let (conn, driver) = self_driven(&url, info).await?;
-                    let driver = std::cell::RefCell::new(driver.fuse());
-                    pings(n, || {
-                        let (mut conn, driver) = (conn.clone(), &driver);
-                        async move { ping_beside(&mut conn, &mut driver.borrow_mut()).await }
-                    })
-                    .await
+                    let (mut conn, driver) = self_driven(&url, info).await?;
+                    let mut driver = driver.fuse();
+                    for _ in 0..n / 10 {
+                        ping_beside(&mut conn, &mut driver).await?;
+                    }
+                    let mut samples = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let t = Instant::now();
+                        ping_beside(&mut conn, &mut driver).await?;
+                        samples.push(ns_since(t));
+                    }
+                    Ok::<_, Box<dyn std::error::Error>>(samples)
                 };
                 if on_smol {
                     smol::block_on(work)

@@ -132,29 +132,11 @@ fn locker_rounds(url: &str, keys: usize, rounds: usize) -> BoxResult<J> {
     })
 }
 
-/// The crate's script sources, read from `src/core/script.rs` at build
-/// time so the comparison runs exactly what the crate sends.
-fn script_source(name: &str) -> BoxResult<(String, &'static str)> {
-    const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
-    let marker = format!("const {name}: &str = r#\"");
-    let start = SCRIPT_RS
-        .find(&marker)
-        .map(|at| at + marker.len())
-        .ok_or_else(|| format!("src/core/script.rs no longer defines {name}"))?;
-    let len = SCRIPT_RS[start..]
-        .find("\"#;")
-        .ok_or_else(|| format!("{name}'s raw string does not end with \"#;"))?;
-    Ok((
-        SCRIPT_RS[start..start + len].to_owned(),
-        "src/core/script.rs",
-    ))
-}
-
 fn redis_benchmark(url: &str, keys: usize, pipeline: usize, requests: usize) -> BoxResult<J> {
     let mut conn = util::connect(url)?;
     let (host, port) = util::host_port(url)?;
-    let (acquire, from) = script_source("ACQUIRE_LUA")?;
-    let (release, _) = script_source("RELEASE_LUA")?;
+    let (acquire, from) = (util::crate_script("ACQUIRE_LUA")?, "src/core/script.rs");
+    let release = util::crate_script("RELEASE_LUA")?;
     let load = |conn: &mut redis::Connection, src: &str| -> BoxResult<String> {
         Ok(redis::cmd("SCRIPT").arg("LOAD").arg(src).query(conn)?)
     };

@@ -14,19 +14,6 @@ use crate::json::J;
 use crate::util::{self, loadavg, CommandStats};
 use crate::{Args, BoxResult};
 
-fn script_source(name: &str) -> BoxResult<String> {
-    const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
-    let marker = format!("const {name}: &str = r#\"");
-    let start = SCRIPT_RS
-        .find(&marker)
-        .map(|at| at + marker.len())
-        .ok_or_else(|| format!("src/core/script.rs no longer defines {name}"))?;
-    let len = SCRIPT_RS[start..]
-        .find("\"#;")
-        .ok_or_else(|| format!("{name}'s raw string does not end with \"#;"))?;
-    Ok(SCRIPT_RS[start..start + len].to_owned())
-}
-
 /// Server µs per `EVALSHA` of `script`, each of `calls` (keys, args) sent
 /// `n` times.
 fn evalsha_us(
@@ -80,8 +67,8 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         body
     };
     let key = |k: &str| vec![k.to_owned()];
-    let acquire = script_source("ACQUIRE_LUA")?;
-    let release = script_source("RELEASE_LUA")?;
+    let acquire = util::crate_script("ACQUIRE_LUA")?;
+    let release = util::crate_script("RELEASE_LUA")?;
     let token = "0123456789abcdef0123456789abcdef".to_owned();
     let acquire_args = vec![token.clone(), "30000".to_owned(), "0".to_owned()];
     let release_args = vec![

@@ -18,6 +18,67 @@ use redis::Value;
 use super::names::{Channel, LineKey, LockNames, OwnerToken, RwNames, SemNames};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
+/// The Lua every fence-granting script starts with: `WRONGTYPE` (the
+/// error a write refused by `NX` answers with) and `next_fence(key,
+/// counter, now, ttl_ms)`, which stores and returns the next fence of the
+/// counter `key` whose value `counter` was read (`false` or `nil`: missing,
+/// or of another type for `MGET`), floored at the `TIME` reply `now`
+/// (SPEC §3: `max(counter + 1, TIME in ms × 1000)`), or returns nothing
+/// when a counter `MGET` read as missing holds another type.
+///
+/// The next fence is computed in Lua, whose numbers are doubles: that is
+/// exact only for a counter of at most 16 plain digits below 2^53 (until
+/// about the year 2255 for counters floored at the clock). Any other value
+/// takes the general path: `INCR` (which refuses a counter that is not an
+/// integer), then the fence read back with `GET`, so a large counter is
+/// never printed in float notation. `ttl_ms` is the locker's
+/// `fence_counter_ttl` (`'0'`: none, and `KEEPTTL` keeps the counter's
+/// expiry, as `INCR` did). A counter read as missing is created with `NX`.
+macro_rules! next_fence_lua {
+    () => {
+        r#"
+local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local function next_fence(key, counter, now, ttl_ms)
+  local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
+  local ttl = ttl_ms and ttl_ms ~= '0'
+  local last = 0
+  if counter then
+    last = nil
+    if #counter <= 16 and string.find(counter, '^[1-9]%d*$') then
+      last = tonumber(counter)
+      if last >= 9007199254740991 then
+        last = nil
+      end
+    end
+  end
+  if not last then
+    if redis.call('INCR', key) < floor then
+      redis.call('SET', key, string.format('%.0f', floor), 'KEEPTTL')
+    end
+    if ttl then
+      redis.call('PEXPIRE', key, ttl_ms)
+    end
+    return redis.call('GET', key)
+  end
+  local fence = string.format('%.0f', math.max(last + 1, floor))
+  local set = {'SET', key, fence}
+  if not counter then
+    table.insert(set, 'NX')
+  end
+  if ttl then
+    table.insert(set, 'PX')
+    table.insert(set, ttl_ms)
+  elseif counter then
+    table.insert(set, 'KEEPTTL')
+  end
+  if redis.call(unpack(set)) then
+    return fence
+  end
+end
+"#
+    };
+}
+
 /// Acquire: KEYS = lock, fence counter; ARGV = owner token, lease ms,
 /// fence counter TTL in ms (0: the counter never expires).
 ///
@@ -28,22 +89,17 @@ use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 /// data and after a failover to a replica that missed the last grants.
 ///
 /// One `MGET` reads the lock and the counter, so a busy attempt runs
-/// `MGET` + `PTTL` and a grant `MGET` + `TIME` + two `SET`s. The next fence
-/// is computed in Lua, whose numbers are doubles: that is exact only for a
-/// counter of at most 16 plain digits below 2^53 (until about the year
-/// 2255 for counters floored at the clock). Any other counter value takes
-/// the general path: `INCR` (which refuses a counter that is not an
-/// integer, as before), then the fence read back with `GET`, so a large
-/// counter is never printed in float notation. `KEEPTTL` keeps the
-/// counter's expiry where the locker sets none, as `INCR` did.
+/// `MGET` + `PTTL` and a grant `MGET` + `TIME` + two `SET`s; the fence
+/// comes from `next_fence` ([`next_fence_lua`]).
 ///
 /// `MGET` reads a key of another type as missing, where `GET` and `INCR`
 /// refused it with `WRONGTYPE`: so a counter `MGET` found missing is
 /// created with `NX`, the lock is set with `NX`, and either refusal is
 /// answered with that same `WRONGTYPE` error. The counter is written first,
 /// so an error never leaves a lock whose fence the counter does not cover.
-pub(crate) const ACQUIRE_LUA: &str = r#"
-local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+pub(crate) const ACQUIRE_LUA: &str = concat!(
+    next_fence_lua!(),
+    r#"
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 local held = got[1]
 if held then
@@ -53,50 +109,16 @@ if held then
   end
   return redis.call('PTTL', KEYS[1])
 end
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-local ttl = ARGV[3] and ARGV[3] ~= '0'
-local counter = got[2]
-local last = 0
-if counter then
-  last = nil
-  if #counter <= 16 and string.find(counter, '^[1-9]%d*$') then
-    last = tonumber(counter)
-    if last >= 9007199254740991 then
-      last = nil
-    end
-  end
-end
-local fence
-if last then
-  fence = string.format('%.0f', math.max(last + 1, floor))
-  local set = {'SET', KEYS[2], fence}
-  if not counter then
-    table.insert(set, 'NX')
-  end
-  if ttl then
-    table.insert(set, 'PX')
-    table.insert(set, ARGV[3])
-  elseif counter then
-    table.insert(set, 'KEEPTTL')
-  end
-  if not redis.call(unpack(set)) then
-    return redis.error_reply(WRONGTYPE)
-  end
-else
-  if redis.call('INCR', KEYS[2]) < floor then
-    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'KEEPTTL')
-  end
-  if ttl then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  end
-  fence = redis.call('GET', KEYS[2])
+local fence = next_fence(KEYS[2], got[2], redis.call('TIME'), ARGV[3])
+if not fence then
+  return redis.error_reply(WRONGTYPE)
 end
 if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
   return redis.error_reply(WRONGTYPE)
 end
 return fence
-"#;
+"#
+);
 
 /// Release: KEYS = lock; ARGV = owner token, publish command, channel,
 /// message. Returns 1 released, 0 expired (key gone), 2 conflict. The
@@ -149,7 +171,9 @@ return 2
 ///
 /// The slot is set with `NX`: `MGET` reads a slot of another type as free,
 /// and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
-pub(crate) const SEM_ACQUIRE_LUA: &str = r#"
+pub(crate) const SEM_ACQUIRE_LUA: &str = concat!(
+    next_fence_lua!(),
+    r#"
 local permits = tonumber(ARGV[4])
 local names = {KEYS[1]}
 for i = 1, permits do
@@ -205,41 +229,13 @@ if not free then
 end
 local counter = KEYS[3] .. (free - 1)
 local current = redis.call('GET', counter)
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
-local ttl = ARGV[3] ~= '0'
-local last = 0
-if current then
-  last = nil
-  if #current <= 16 and string.find(current, '^[1-9]%d*$') then
-    last = tonumber(current)
-    if last >= 9007199254740991 then
-      last = nil
-    end
-  end
-end
-local fence
-if last then
-  fence = string.format('%.0f', math.max(last + 1, floor))
-  if ttl then
-    redis.call('SET', counter, fence, 'PX', ARGV[3])
-  else
-    redis.call('SET', counter, fence, 'KEEPTTL')
-  end
-else
-  if redis.call('INCR', counter) < floor then
-    redis.call('SET', counter, string.format('%.0f', floor), 'KEEPTTL')
-  end
-  if ttl then
-    redis.call('PEXPIRE', counter, ARGV[3])
-  end
-  fence = redis.call('GET', counter)
-end
+local fence = next_fence(counter, current, redis.call('TIME'), ARGV[3])
 if not redis.call('SET', KEYS[2] .. (free - 1), ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+  return redis.error_reply(WRONGTYPE)
 end
 return {free - 1, fence}
-"#;
+"#
+);
 
 /// Semaphore release of a token whose slot is unknown (an acquire whose
 /// outcome was unknown): KEYS = permit record, slot prefix; ARGV = owner
@@ -358,8 +354,9 @@ return epoch
 ///
 /// As in [`ACQUIRE_LUA`], a writer key or counter `MGET` read as missing is
 /// written with `NX`, so one of another type is refused with `WRONGTYPE`.
-pub(crate) const RW_WRITE_LUA: &str = r#"
-local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+pub(crate) const RW_WRITE_LUA: &str = concat!(
+    next_fence_lua!(),
+    r#"
 local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4])
 local held = got[1]
 if held then
@@ -381,43 +378,9 @@ if latest[1] then
   end
   redis.call('DEL', KEYS[2])
 end
-local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
-local ttl = ARGV[3] ~= '0'
-local counter = got[3]
-local last = 0
-if counter then
-  last = nil
-  if #counter <= 16 and string.find(counter, '^[1-9]%d*$') then
-    last = tonumber(counter)
-    if last >= 9007199254740991 then
-      last = nil
-    end
-  end
-end
-local fence
-if last then
-  fence = string.format('%.0f', math.max(last + 1, floor))
-  local set = {'SET', KEYS[4], fence}
-  if not counter then
-    table.insert(set, 'NX')
-  end
-  if ttl then
-    table.insert(set, 'PX')
-    table.insert(set, ARGV[3])
-  elseif counter then
-    table.insert(set, 'KEEPTTL')
-  end
-  if not redis.call(unpack(set)) then
-    return redis.error_reply(WRONGTYPE)
-  end
-else
-  if redis.call('INCR', KEYS[4]) < floor then
-    redis.call('SET', KEYS[4], string.format('%.0f', floor), 'KEEPTTL')
-  end
-  if ttl then
-    redis.call('PEXPIRE', KEYS[4], ARGV[3])
-  end
-  fence = redis.call('GET', KEYS[4])
+local fence = next_fence(KEYS[4], got[3], t, ARGV[3])
+if not fence then
+  return redis.error_reply(WRONGTYPE)
 end
 if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
   return redis.error_reply(WRONGTYPE)
@@ -426,7 +389,8 @@ if got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 return fence
-"#;
+"#
+);
 
 /// Read-write lease, release of a reader: KEYS = readers; ARGV = owner
 /// token, publish command, channel, message. Returns 1 released, 0 expired

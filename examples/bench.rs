@@ -50,6 +50,9 @@ mod rw;
 mod scale;
 #[path = "bench/script_floor.rs"]
 mod script_floor;
+#[allow(unreachable_pub, reason = "shared with the tests, where it is `pub`")]
+#[path = "../tests/support/script_source.rs"]
+mod script_source;
 #[path = "bench/uncontended.rs"]
 mod uncontended;
 #[path = "bench/util.rs"]

@@ -864,24 +864,8 @@ pub(crate) fn process_counters() -> (u64, u64) {
     (switches, cpu_ns)
 }
 
-/// The source of the crate's script `const <name>` in src/core/script.rs,
-/// read at build time so a comparison runs exactly what the crate sends: a
-/// raw string, or `concat!(next_fence_lua!(), r#"..."#)`.
+/// The source of the crate's script `const <name>` as Redis receives it,
+/// read at build time so a comparison runs exactly what the crate sends.
 pub(crate) fn crate_script(name: &str) -> BoxResult<String> {
-    const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
-    let raw_after = |marker: &str| -> Option<&'static str> {
-        let start = SCRIPT_RS.find(marker)? + marker.len();
-        let len = SCRIPT_RS[start..].find("\"#")?;
-        Some(&SCRIPT_RS[start..start + len])
-    };
-    if let Some(raw) = raw_after(&format!("const {name}: &str = r#\"")) {
-        return Ok(raw.to_owned());
-    }
-    let own = raw_after(&format!(
-        "const {name}: &str = concat!(\n    next_fence_lua!(),\n    r#\""
-    ))
-    .ok_or_else(|| format!("src/core/script.rs no longer defines {name}"))?;
-    let shared = raw_after("macro_rules! next_fence_lua {\n    () => {\n        r#\"")
-        .ok_or("src/core/script.rs no longer defines next_fence_lua!")?;
-    Ok(format!("{shared}{own}"))
+    Ok(crate::script_source::script_source(name)?)
 }

@@ -154,6 +154,41 @@ end
 return 2
 "#;
 
+/// The Lua both semaphore scripts that look for a token start with:
+/// `read_slots(permits)` returns the values of the slots (`KEYS[2] .. i`)
+/// and the count of slots recorded at `KEYS[1]`: one `MGET` of the record
+/// and the `permits` slots asked for, and a second one only for the slots
+/// past them that a larger recorded count says may be held.
+macro_rules! read_slots_lua {
+    () => {
+        r#"
+local function read_slots(permits)
+  local names = {KEYS[1]}
+  for i = 1, permits do
+    names[i + 1] = KEYS[2] .. (i - 1)
+  end
+  local got = redis.call('MGET', unpack(names))
+  local stored = tonumber(got[1] or '0') or 0
+  local held = {}
+  for i = 1, permits do
+    held[i] = got[i + 1]
+  end
+  local more = {}
+  for i = permits + 1, stored do
+    more[#more + 1] = KEYS[2] .. (i - 1)
+  end
+  if #more > 0 then
+    local rest = redis.call('MGET', unpack(more))
+    for i = 1, #rest do
+      held[permits + i] = rest[i]
+    end
+  end
+  return held, stored
+end
+"#
+    };
+}
+
 /// Semaphore acquire (SPEC §12): KEYS = permit record, slot prefix, fence
 /// prefix; ARGV = owner token, lease ms, fence counter TTL in ms, permits.
 ///
@@ -173,28 +208,10 @@ return 2
 /// and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
 pub(crate) const SEM_ACQUIRE_LUA: &str = concat!(
     next_fence_lua!(),
+    read_slots_lua!(),
     r#"
 local permits = tonumber(ARGV[4])
-local names = {KEYS[1]}
-for i = 1, permits do
-  names[i + 1] = KEYS[2] .. (i - 1)
-end
-local got = redis.call('MGET', unpack(names))
-local stored = tonumber(got[1] or '0') or 0
-local held = {}
-for i = 1, permits do
-  held[i] = got[i + 1]
-end
-local more = {}
-for i = permits + 1, stored do
-  more[#more + 1] = KEYS[2] .. (i - 1)
-end
-if #more > 0 then
-  local rest = redis.call('MGET', unpack(more))
-  for i = 1, #rest do
-    held[permits + i] = rest[i]
-  end
-end
+local held, stored = read_slots(permits)
 local mine = ARGV[1] .. ':'
 for i = 1, #held do
   local v = held[i]
@@ -242,28 +259,11 @@ return {free - 1, fence}
 /// token, publish command, channel, message, permits. Finds the token among
 /// the slots (read as in [`SEM_ACQUIRE_LUA`]: one `MGET` with the count
 /// record), deletes it and notifies; 1 released, 0 not held.
-pub(crate) const SEM_RELEASE_ANY_LUA: &str = r#"
+pub(crate) const SEM_RELEASE_ANY_LUA: &str = concat!(
+    read_slots_lua!(),
+    r#"
 local permits = tonumber(ARGV[5])
-local names = {KEYS[1]}
-for i = 1, permits do
-  names[i + 1] = KEYS[2] .. (i - 1)
-end
-local got = redis.call('MGET', unpack(names))
-local stored = tonumber(got[1] or '0') or 0
-local held = {}
-for i = 1, permits do
-  held[i] = got[i + 1]
-end
-local more = {}
-for i = permits + 1, stored do
-  more[#more + 1] = KEYS[2] .. (i - 1)
-end
-if #more > 0 then
-  local rest = redis.call('MGET', unpack(more))
-  for i = 1, #rest do
-    held[permits + i] = rest[i]
-  end
-end
+local held, stored = read_slots(permits)
 local mine = ARGV[1] .. ':'
 for i = 1, #held do
   local v = held[i]
@@ -274,7 +274,8 @@ for i = 1, #held do
   end
 end
 return 0
-"#;
+"#
+);
 
 /// Read-write lease, read (SPEC §13): KEYS = writer, readers, intent,
 /// fence counter; ARGV = owner token, lease ms, fence counter TTL in ms.

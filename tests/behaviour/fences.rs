@@ -98,9 +98,8 @@ pub(crate) fn acquire_lua() -> &'static str {
     script_lua("ACQUIRE_LUA")
 }
 
-/// The source of the script `const <name>: &str` in src/core/script.rs:
-/// a raw string, or `concat!(next_fence_lua!(), r#"..."#)` (the shared
-/// fence function, then the script's own text).
+/// The source of the script `const <name>` in src/core/script.rs, as
+/// Redis receives it (`support::script_source`).
 pub(crate) fn script_lua(name: &str) -> &'static str {
     static SOURCES: std::sync::LazyLock<
         std::sync::Mutex<std::collections::HashMap<String, &'static str>>,
@@ -109,28 +108,11 @@ pub(crate) fn script_lua(name: &str) -> &'static str {
     if let Some(source) = sources.get(name) {
         return source;
     }
-    let source: &'static str = Box::leak(script_source(name).into_boxed_str());
+    let source =
+        crate::support::script_source::script_source(name).unwrap_or_else(|e| panic!("{e}"));
+    let source: &'static str = Box::leak(source.into_boxed_str());
     sources.insert(name.to_owned(), source);
     source
-}
-
-fn script_source(name: &str) -> String {
-    const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
-    let raw_after = |marker: &str| -> Option<&'static str> {
-        let start = SCRIPT_RS.find(marker)? + marker.len();
-        let len = SCRIPT_RS[start..].find("\"#")?;
-        Some(&SCRIPT_RS[start..start + len])
-    };
-    if let Some(raw) = raw_after(&format!("pub(crate) const {name}: &str = r#\"")) {
-        return raw.to_owned();
-    }
-    let own = raw_after(&format!(
-        "pub(crate) const {name}: &str = concat!(\n    next_fence_lua!(),\n    r#\""
-    ))
-    .unwrap_or_else(|| panic!("src/core/script.rs defines {name} as a raw string or concat!"));
-    let shared = raw_after("macro_rules! next_fence_lua {\n    () => {\n        r#\"")
-        .expect("src/core/script.rs defines next_fence_lua! as a raw string");
-    format!("{shared}{own}")
 }
 
 fn eval_acquire(

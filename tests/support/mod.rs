@@ -28,6 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod cluster;
+pub mod script_source;
 pub mod sentinel;
 
 /// How long a server (or a replica link) gets to come up.

@@ -22,6 +22,7 @@ use redlease::Config;
 use super::contention::{self, Kind, Mode, Plan, Raw, Rec};
 use super::json::J;
 use super::util::{self, CommandStats, Front};
+use super::uncontended::num;
 use super::{Args, BoxResult};
 
 pub(crate) fn run(args: &Args) -> BoxResult<J> {
@@ -77,17 +78,6 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
     out.push(("loadavg_before", J::from(load_before)));
     out.push(("loadavg_after", J::from(util::loadavg())));
     Ok(J::obj(out))
-}
-
-fn num(j: &J, path: &[&str]) -> f64 {
-    let mut v = j;
-    for p in path {
-        match v.get(p) {
-            Some(x) => v = x,
-            None => return f64::NAN,
-        }
-    }
-    v.as_f64().unwrap_or(f64::NAN)
 }
 
 /// Commands per acquisition, top-level and inside scripts together.

@@ -165,6 +165,7 @@ fn run() -> BoxResult<()> {
         }
         "contention-worker" => return contention::worker(&args),
         "memory-child" => return memory::child(&args),
+        "async-hops-row" => return async_hops::row(&args),
         "uncontended" => uncontended::run(&args)?,
         "async-hops" => async_hops::run(&args)?,
         "script-floor" => script_floor::run(&args)?,

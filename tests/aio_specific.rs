@@ -473,3 +473,41 @@ fn a_read_or_write_acquire_dropped_right_after_submission_leaves_nothing_held() 
         );
     });
 }
+
+/// The locker's connections that are open, besides this test's own.
+fn locker_connections(server: &RedisServer) -> usize {
+    server
+        .client_list()
+        .iter()
+        .filter(|c| c.contains("flags=N") && !c.contains("cmd=client|list"))
+        .count()
+}
+
+/// The command connection is driven by the futures that wait on it; the
+/// driver keeps its waker, which must not keep the connection alive: a
+/// replaced connection (`CLIENT KILL` here) and a dropped locker's
+/// connection are closed (regression: the waker held the driver, and every
+/// replaced connection stayed open).
+#[test]
+fn a_replaced_or_dropped_command_connection_is_closed() {
+    let server = RedisServer::start();
+    block_on(async {
+        let locker = Locker::connect(server.url(), config("driven-close"))
+            .await
+            .unwrap();
+        locker.acquire("k").await.unwrap().release().await.unwrap();
+        assert_eq!(locker_connections(&server), 1, "one command connection");
+        for _ in 0..3 {
+            assert!(server.client_kill_type("normal") >= 1);
+            wait_until(BOUND, "the killed connection is gone", || {
+                locker_connections(&server) == 0
+            });
+            locker.acquire("k").await.unwrap().release().await.unwrap();
+            assert_eq!(locker_connections(&server), 1, "replaced, not added");
+        }
+        drop(locker);
+    });
+    wait_until(BOUND, "the dropped locker's connection is closed", || {
+        locker_connections(&server) == 0
+    });
+}

@@ -22,13 +22,13 @@ use futures::FutureExt;
 use tokio_util::compat::FuturesAsyncReadCompatExt;
 
 use crate::json::J;
-use crate::util::{host_port, loadavg, ns_since, process_counters, resp3_client, summary_us};
+use crate::util::{host_port, loadavg, ns_since, pct, process_counters, resp3_client};
 use crate::{Args, BoxResult};
 
 /// The samples `run` takes (warm-up first, then `n` timed PINGs, in one
-/// loop on one executor), with the process's switches and CPU per PING
-/// over the whole call.
-fn measured<F>(name: &str, n: usize, run: F) -> BoxResult<J>
+/// loop on one executor), with the process's context switches and CPU µs
+/// per PING over the whole call.
+fn measured<F>(n: usize, run: F) -> BoxResult<(Vec<u64>, f64, f64)>
 where
     F: FnOnce(usize) -> BoxResult<Vec<u64>>,
 {
@@ -38,16 +38,7 @@ where
     let pings = (n + n / 10) as f64;
     let switches = s1.saturating_sub(s0) as f64 / pings;
     let cpu_us = c1.saturating_sub(c0) as f64 / pings / 1000.0;
-    eprintln!(
-        "async-hops {name:>70}: ping p50 {:>6.1} µs | switches/ping {switches:.2} | cpu µs/ping {cpu_us:.1}",
-        crate::util::p50(&samples) as f64 / 1000.0
-    );
-    Ok(J::obj([
-        ("connection", J::from(name)),
-        ("ping_us", summary_us(&samples)),
-        ("context_switches_per_ping", J::round(switches, 2)),
-        ("cpu_us_per_ping", J::round(cpu_us, 2)),
-    ]))
+    Ok((samples, switches, cpu_us))
 }
 
 /// `n / 10` untimed then `n` timed runs of `ping`.
@@ -99,32 +90,92 @@ async fn ping_beside(
     }
 }
 
+/// The rows, each measured in a fresh process (`async-hops-row`): a
+/// process that once ran the redis crate's spawned connection keeps the
+/// `smol-1` executor thread, which changes how async-io's reactor thread
+/// behaves for every later row.
+const ROWS: [&str; 5] = [
+    "blocking redis::Connection",
+    "multiplexed, driver on smol-1, response timer per command",
+    "multiplexed, driver on smol-1, no response timer",
+    "multiplexed, driven by the caller, smol::block_on",
+    "multiplexed, driven by the caller, futures::executor::block_on",
+];
+
 pub(crate) fn run(args: &Args) -> BoxResult<J> {
     let url = args.url()?;
     let n: usize = args.num("pings", 5_000)?;
     let rounds: usize = args.num("rounds", 3)?;
     let load_before = loadavg();
+    let mut rows = Vec::new();
+    for _ in 0..rounds {
+        for (index, name) in ROWS.iter().enumerate() {
+            let out = std::process::Command::new(std::env::current_exe()?)
+                .args(["async-hops-row", "--url", &url])
+                .args(["--row", &index.to_string(), "--pings", &n.to_string()])
+                .output()?;
+            if !out.status.success() {
+                return Err(format!(
+                    "async-hops-row {index}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+                .into());
+            }
+            let text = String::from_utf8(out.stdout)?;
+            let fields: Vec<f64> = text
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()?;
+            let [p50, p90, p99, switches, cpu_us] = fields[..] else {
+                return Err(format!("async-hops-row {index} printed {text:?}").into());
+            };
+            eprintln!(
+                "async-hops {name:>62}: ping p50 {p50:>6.1} µs | switches/ping {switches:.2} | cpu µs/ping {cpu_us:.1}"
+            );
+            rows.push(J::obj([
+                ("connection", J::from(*name)),
+                ("ping_p50_us", J::round(p50, 1)),
+                ("ping_p90_us", J::round(p90, 1)),
+                ("ping_p99_us", J::round(p99, 1)),
+                ("context_switches_per_ping", J::round(switches, 2)),
+                ("cpu_us_per_ping", J::round(cpu_us, 2)),
+            ]));
+        }
+    }
+    Ok(J::obj([
+        ("pings_per_row", J::from(n as u64)),
+        ("each_row_in_a_fresh_process", J::from(true)),
+        ("rows", J::Arr(rows)),
+        ("load_before", J::from(load_before.as_str())),
+        ("load_after", J::from(loadavg().as_str())),
+    ]))
+}
+
+/// One row of [`ROWS`] (`--row`), printed as `p50 p90 p99` (µs),
+/// switches and CPU µs per PING on one line.
+pub(crate) fn row(args: &Args) -> BoxResult<()> {
+    let url = args.url()?;
+    let n: usize = args.num("pings", 5_000)?;
+    let index: usize = args.num("row", 0)?;
     let client = resp3_client(&url)?;
     let info: &'static redis::RedisConnectionInfo = Box::leak(Box::new(
         client.get_connection_info().redis_settings().clone(),
     ));
-    let mut rows = Vec::new();
-    for _ in 0..rounds {
-        let mut plain = redis::Client::open(url.as_str())?.get_connection()?;
-        rows.push(measured("blocking redis::Connection", n, |n| {
-            let ping = || {
-                let reply = redis::cmd("PING").query::<String>(&mut plain);
-                std::future::ready(reply.map(drop).map_err(Into::into))
-            };
-            futures::executor::block_on(pings(n, ping))
-        })?);
-        for timeout in [Some(Duration::from_secs(2)), None] {
+    let (samples, switches, cpu_us) = match index {
+        0 => {
+            let mut plain = redis::Client::open(url.as_str())?.get_connection()?;
+            measured(n, |n| {
+                let ping = || {
+                    let reply = redis::cmd("PING").query::<String>(&mut plain);
+                    std::future::ready(reply.map(drop).map_err(Into::into))
+                };
+                futures::executor::block_on(pings(n, ping))
+            })?
+        }
+        1 | 2 => {
+            let timeout = (index == 1).then_some(Duration::from_secs(2));
             let config = redis::AsyncConnectionConfig::new().set_response_timeout(timeout);
-            let name = match timeout {
-                Some(_) => "multiplexed, driver on smol-1, response timer per command",
-                None => "multiplexed, driver on smol-1, no response timer",
-            };
-            rows.push(measured(name, n, |n| {
+            measured(n, |n| {
                 smol::block_on(async {
                     let conn = client
                         .get_multiplexed_async_connection_with_config(&config)
@@ -138,41 +189,34 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
                     })
                     .await
                 })
-            })?);
+            })?
         }
-        for on_smol in [true, false] {
-            let name = if on_smol {
-                "multiplexed, driver polled by the caller, smol::block_on"
-            } else {
-                "multiplexed, driver polled by the caller, futures::executor::block_on"
-            };
-            rows.push(measured(name, n, |n| {
-                let work = async {
-                    let (mut conn, driver) = self_driven(&url, info).await?;
-                    let mut driver = driver.fuse();
-                    for _ in 0..n / 10 {
-                        ping_beside(&mut conn, &mut driver).await?;
-                    }
-                    let mut samples = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        let t = Instant::now();
-                        ping_beside(&mut conn, &mut driver).await?;
-                        samples.push(ns_since(t));
-                    }
-                    Ok::<_, Box<dyn std::error::Error>>(samples)
-                };
-                if on_smol {
-                    smol::block_on(work)
-                } else {
-                    futures::executor::block_on(work)
+        3 | 4 => measured(n, |n| {
+            let work = async {
+                let (mut conn, driver) = self_driven(&url, info).await?;
+                let mut driver = driver.fuse();
+                for _ in 0..n / 10 {
+                    ping_beside(&mut conn, &mut driver).await?;
                 }
-            })?);
-        }
-    }
-    Ok(J::obj([
-        ("pings_per_row", J::from(n as u64)),
-        ("rows", J::Arr(rows)),
-        ("load_before", J::from(load_before.as_str())),
-        ("load_after", J::from(loadavg().as_str())),
-    ]))
+                let mut samples = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let t = Instant::now();
+                    ping_beside(&mut conn, &mut driver).await?;
+                    samples.push(ns_since(t));
+                }
+                Ok::<_, Box<dyn std::error::Error>>(samples)
+            };
+            if index == 3 {
+                smol::block_on(work)
+            } else {
+                futures::executor::block_on(work)
+            }
+        })?,
+        other => return Err(format!("no async-hops row {other}").into()),
+    };
+    let mut sorted = samples;
+    sorted.sort_unstable();
+    let us = |p: f64| pct(&sorted, p) as f64 / 1000.0;
+    println!("{} {} {} {switches} {cpu_us}", us(50.0), us(90.0), us(99.0));
+    Ok(())
 }

@@ -21,8 +21,8 @@ use redlease::Config;
 
 use super::contention::{self, Kind, Mode, Plan, Raw, Rec};
 use super::json::J;
-use super::util::{self, CommandStats, Front};
 use super::uncontended::num;
+use super::util::{self, CommandStats, Front};
 use super::{Args, BoxResult};
 
 pub(crate) fn run(args: &Args) -> BoxResult<J> {

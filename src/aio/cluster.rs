@@ -68,7 +68,7 @@ impl Locker {
                 conn.route_command(eviction::config_get_cmd(), eviction::every_primary())
                     .await
             }
-            Ok(AnyConnection::Standalone(_)) => unreachable_standalone(),
+            Ok(AnyConnection::Standalone(_) | AnyConnection::Driven(_)) => unreachable_standalone(),
             Err(e) => Err(e),
         };
         eviction::report_cluster_reply(policies);

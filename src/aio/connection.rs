@@ -14,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
 use super::deadline::{Deadlines, TimedConnection};
+use super::driven::DrivenConnection;
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{is_noscript, is_server_reply, Failure};
@@ -61,6 +62,7 @@ pub(crate) enum Source {
 /// A command connection of either kind; clones share one connection.
 #[derive(Clone)]
 pub(crate) enum AnyConnection {
+    Driven(DrivenConnection),
     Standalone(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
@@ -68,6 +70,7 @@ pub(crate) enum AnyConnection {
 impl redis::aio::ConnectionLike for AnyConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
+            AnyConnection::Driven(c) => c.req_packed_command(cmd),
             AnyConnection::Standalone(c) => c.req_packed_command(cmd),
             AnyConnection::Cluster(c) => c.req_packed_command(cmd),
         }
@@ -80,6 +83,7 @@ impl redis::aio::ConnectionLike for AnyConnection {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         match self {
+            AnyConnection::Driven(c) => c.req_packed_commands(pipeline, offset, count),
             AnyConnection::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
             AnyConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -87,6 +91,7 @@ impl redis::aio::ConnectionLike for AnyConnection {
 
     fn get_db(&self) -> i64 {
         match self {
+            AnyConnection::Driven(c) => c.get_db(),
             AnyConnection::Standalone(c) => c.get_db(),
             AnyConnection::Cluster(c) => c.get_db(),
         }
@@ -124,6 +129,8 @@ impl Commands {
     /// connection is forgotten then: the next operation opens a new one
     /// instead of failing on a dead socket.
     pub(crate) async fn connection(&self) -> Result<AnyConnection, redis::RedisError> {
+        // A driven connection learns of its end only when polled.
+        self.forget_if_ended();
         let generation = {
             let mut current = self.conn.lock();
             if let Some(conn) = &current.conn {
@@ -135,6 +142,35 @@ impl Commands {
         // Boxed: opening is rare, and its future (about 2.7 KB) would
         // otherwise be part of every operation's future.
         Box::pin(self.open(generation)).await
+    }
+
+    /// A connection to one server: over plain TCP driven by the commands
+    /// themselves (driven.rs), otherwise (TLS, unix socket) with the redis
+    /// crate's driver on smol's executor.
+    async fn open_one(
+        &self,
+        client: &redis::Client,
+        config: AsyncConnectionConfig,
+    ) -> Result<AnyConnection, redis::RedisError> {
+        let info = client.get_connection_info();
+        if let redis::ConnectionAddr::Tcp(host, port) = info.addr() {
+            let nodelay = info.tcp_settings().nodelay();
+            let conn = DrivenConnection::connect(
+                host,
+                *port,
+                nodelay,
+                info.redis_settings(),
+                config,
+                self.timeout,
+            )
+            .await?;
+            return Ok(AnyConnection::Driven(conn));
+        }
+        Ok(AnyConnection::Standalone(
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?,
+        ))
     }
 
     /// Opens a connection as generation `generation`.
@@ -156,12 +192,9 @@ impl Commands {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(None);
+        let config = config.set_push_sender(on_push);
         let conn = match &self.source {
-            Source::Standalone(client) => AnyConnection::Standalone(
-                client
-                    .get_multiplexed_async_connection_with_config(&config.set_push_sender(on_push))
-                    .await?,
-            ),
+            Source::Standalone(client) => self.open_one(client, config).await?,
             Source::Sentinel(resolver) => {
                 let primary = resolver.primary_async(self.timeout).await?;
                 let info = primary.get_connection_info().clone();
@@ -170,13 +203,7 @@ impl Commands {
                     .clone()
                     .set_protocol(redis::ProtocolVersion::RESP3);
                 let client = redis::Client::open(info.set_redis_settings(resp3))?;
-                AnyConnection::Standalone(
-                    client
-                        .get_multiplexed_async_connection_with_config(
-                            &config.set_push_sender(on_push),
-                        )
-                        .await?,
-                )
+                self.open_one(&client, config).await?
             }
             // The cluster connection reconnects to its nodes by itself.
             Source::Cluster(client) => AnyConnection::Cluster(client.get_async_connection().await?),
@@ -192,7 +219,7 @@ impl Commands {
     /// cluster connection has its own (`crate::cluster`).
     fn timed(&self, conn: AnyConnection) -> Timed {
         let timeout = match conn {
-            AnyConnection::Standalone(_) => Some(self.timeout),
+            AnyConnection::Driven(_) | AnyConnection::Standalone(_) => Some(self.timeout),
             AnyConnection::Cluster(_) => None,
         };
         TimedConnection {
@@ -318,9 +345,30 @@ impl Commands {
         result.map_err(Failure::Sent)
     }
 
-    /// Whether the shared connection is open (as far as its driver knows).
+    /// Whether the shared connection is open (as far as its driver knows;
+    /// a driven connection's driver reads what came in first).
     pub(crate) fn is_connected(&self) -> bool {
+        self.forget_if_ended();
         self.conn.lock().conn.is_some()
+    }
+
+    /// Forgets a driven connection whose driver, polled once, finds it
+    /// ended. The driver runs outside the lock: at its end it reports a
+    /// `Disconnection` push, whose handler takes the lock.
+    fn forget_if_ended(&self) {
+        let (driven, generation) = {
+            let current = self.conn.lock();
+            match &current.conn {
+                Some(AnyConnection::Driven(conn)) => (conn.clone(), current.generation),
+                _ => return,
+            }
+        };
+        if !driven.is_open() {
+            let mut current = self.conn.lock();
+            if current.generation == generation {
+                current.conn = None;
+            }
+        }
     }
 
     /// Drops the shared connection; its driver ends with the last clone.

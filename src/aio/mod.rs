@@ -6,9 +6,11 @@
 //! (`drive.rs`): it awaits what the operation asks on the shared
 //! multiplexed connection and otherwise awaits the operation's
 //! `event_listener` raced against an `async_io::Timer`. Nothing is spawned
-//! on the caller's executor: release notifications arrive on the driver
-//! layer's subscriber thread, which also drops the subscription after its
-//! linger without any call from the program.
+//! on the caller's executor: on one server over TCP the connection is
+//! driven by the commands waiting on it (`driven.rs`), and release
+//! notifications arrive on the driver layer's subscriber thread, which also
+//! drops the subscription after its linger without any call from the
+//! program.
 //!
 //! ```text
 //!   acquire futures ──drive(op)──▶ one multiplexed connection ──▶ Redis
@@ -22,6 +24,7 @@ mod cluster;
 mod connection;
 mod deadline;
 mod drive;
+mod driven;
 mod lease;
 mod locker;
 mod rw_lock;

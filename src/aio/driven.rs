@@ -1,0 +1,260 @@
+//! A multiplexed connection driven by the futures that wait on it.
+//!
+//! The redis crate spawns a multiplexed connection's driver on smol's
+//! global executor, so every command crosses to the `smol-1` thread and
+//! back: 3–4 context switches per round trip where a blocking connection
+//! has one (issue 16, `bench async-hops`). Built with
+//! `MultiplexedConnection::new_with_config`, the connection hands its
+//! driver to the caller instead, and here the driver is polled by whichever
+//! command is waiting for a reply, on the caller's own task: under
+//! `smol::block_on` or async-std a round trip then costs one context
+//! switch, elsewhere (`futures::executor`, tokio) two, as the socket's
+//! readiness comes from async-io's reactor thread. Nothing is spawned.
+//!
+//! Many commands may wait at once, on many tasks: each registers its waker
+//! in a queue, the driver is polled with a waker that wakes the oldest
+//! waiting command, and a command that gets its reply (or is dropped)
+//! passes that role on by waking the next. While no command waits, nobody
+//! polls the driver; an end of the connection that came in meanwhile (the
+//! server closed it) is seen by [`DrivenConnection::is_open`], which polls
+//! the driver once before the connection is reused.
+//!
+//! Only for plain TCP: the redis crate does not make its TLS or unix
+//! socket streams public, so those connections keep its spawned driver.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use futures::future::{select, Either};
+use futures::task::ArcWake;
+use parking_lot::Mutex;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisConnectionInfo, Value};
+
+type DriverFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A multiplexed connection and its driver; clones share both.
+#[derive(Clone)]
+pub(crate) struct DrivenConnection {
+    conn: MultiplexedConnection,
+    driver: Arc<Driver>,
+}
+
+struct Driver {
+    /// `None` once the connection ended.
+    future: Mutex<Option<DriverFuture>>,
+    ended: AtomicBool,
+    /// Apart from the driver, because the driver keeps its waker: a waker
+    /// holding the `Driver` would keep the connection open forever.
+    queue: Arc<Queue>,
+}
+
+/// The commands waiting for a reply, oldest first; waking it wakes the
+/// oldest.
+#[derive(Default)]
+struct Queue {
+    waiting: Mutex<VecDeque<(u64, Waker)>>,
+    next_id: AtomicU64,
+}
+
+impl Driver {
+    /// Polls the driver once, unless another command is polling it now
+    /// (that poll registers the same waker).
+    fn drive(&self) {
+        let Some(mut future) = self.future.try_lock() else {
+            return;
+        };
+        let Some(driver) = future.as_mut() else {
+            return;
+        };
+        let waker = futures::task::waker(self.queue.clone());
+        if driver
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_ready()
+        {
+            *future = None;
+            self.ended.store(true, Ordering::Release);
+        }
+    }
+
+    fn register(&self, id: &mut Option<u64>, waker: &Waker) {
+        let queue = &self.queue;
+        let mut waiting = queue.waiting.lock();
+        match id {
+            Some(id) => {
+                if let Some(entry) = waiting.iter_mut().find(|(i, _)| i == id) {
+                    if !entry.1.will_wake(waker) {
+                        entry.1 = waker.clone();
+                    }
+                }
+            }
+            None => {
+                let new = queue.next_id.fetch_add(1, Ordering::Relaxed);
+                waiting.push_back((new, waker.clone()));
+                *id = Some(new);
+            }
+        }
+    }
+
+    /// Takes `id` out of the queue; if it was the one woken for the
+    /// driver, the next waiting command takes that role.
+    fn leave(&self, id: u64) {
+        let mut waiting = self.queue.waiting.lock();
+        let Some(at) = waiting.iter().position(|(i, _)| *i == id) else {
+            return;
+        };
+        waiting.remove(at);
+        if at == 0 {
+            if let Some((_, next)) = waiting.front() {
+                next.wake_by_ref();
+            }
+        }
+    }
+}
+
+impl ArcWake for Queue {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        if let Some((_, oldest)) = arc_self.waiting.lock().front() {
+            oldest.wake_by_ref();
+        }
+    }
+}
+
+impl DrivenConnection {
+    /// Connects to `addr` over plain TCP and sets the connection up as the
+    /// redis crate does (`HELLO`, `AUTH`, `SELECT` from `info`), within
+    /// `timeout`.
+    pub(crate) async fn connect(
+        host: &str,
+        port: u16,
+        nodelay: bool,
+        info: &RedisConnectionInfo,
+        config: AsyncConnectionConfig,
+        timeout: Duration,
+    ) -> redis::RedisResult<Self> {
+        let open = async {
+            let tcp = connect_tcp(host, port).await?;
+            tcp.get_ref().set_nodelay(nodelay)?;
+            let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(tcp);
+            let (conn, driver) =
+                MultiplexedConnection::new_with_config(info, stream, config).await?;
+            let driver: DriverFuture = Box::pin(driver);
+            Ok::<_, redis::RedisError>((conn, driver))
+        };
+        let (conn, driver) = match select(Box::pin(open), async_io::Timer::after(timeout)).await {
+            Either::Left((opened, _)) => opened?,
+            Either::Right(_) => {
+                return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
+            }
+        };
+        Ok(DrivenConnection {
+            conn,
+            driver: Arc::new(Driver {
+                future: Mutex::new(Some(driver)),
+                ended: AtomicBool::new(false),
+                queue: Arc::default(),
+            }),
+        })
+    }
+
+    /// Whether the connection is still open, after letting the driver read
+    /// what came in while no command waited (the server closing it).
+    pub(crate) fn is_open(&self) -> bool {
+        self.driver.drive();
+        !self.driver.ended.load(Ordering::Acquire)
+    }
+}
+
+/// The first address of `host` that accepts a connection. Resolving a
+/// name blocks (the standard library has no asynchronous resolver), once
+/// per connection; an IP address resolves at once.
+async fn connect_tcp(
+    host: &str,
+    port: u16,
+) -> std::io::Result<async_io::Async<std::net::TcpStream>> {
+    let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))?;
+    let mut last = None;
+    for addr in addrs {
+        match async_io::Async::<std::net::TcpStream>::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("the host name resolves to no address")))
+}
+
+/// A command on the connection, driving it while it waits.
+struct Driving<'a, F> {
+    command: F,
+    driver: &'a Arc<Driver>,
+    id: Option<u64>,
+}
+
+impl<F: Future + Unpin> Future for Driving<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        if let Poll::Ready(out) = Pin::new(&mut this.command).poll(cx) {
+            return Poll::Ready(this.done(out));
+        }
+        this.driver.register(&mut this.id, cx.waker());
+        this.driver.drive();
+        if let Poll::Ready(out) = Pin::new(&mut this.command).poll(cx) {
+            return Poll::Ready(this.done(out));
+        }
+        Poll::Pending
+    }
+}
+
+impl<F> Driving<'_, F> {
+    fn done<T>(&mut self, out: T) -> T {
+        if let Some(id) = self.id.take() {
+            self.driver.leave(id);
+        }
+        out
+    }
+}
+
+impl<F> Drop for Driving<'_, F> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.driver.leave(id);
+        }
+    }
+}
+
+impl redis::aio::ConnectionLike for DrivenConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        let DrivenConnection { conn, driver } = self;
+        Box::pin(Driving {
+            command: conn.req_packed_command(cmd),
+            driver,
+            id: None,
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        let DrivenConnection { conn, driver } = self;
+        Box::pin(Driving {
+            command: conn.req_packed_commands(pipeline, offset, count),
+            driver,
+            id: None,
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}

@@ -21,7 +21,7 @@ use crate::error::{url_error, Error};
 /// (`redis://:sentinel-secret@10.0.0.1:26379`, `rediss://` for TLS); the
 /// primary's credentials, db and TLS mode are set here, since the primary's
 /// address comes from the sentinels. With feature `tls-rustls`,
-/// [`certificates`](Self::certificates) gives the roots (and a client
+/// `certificates` (feature `tls-rustls`) gives the roots (and a client
 /// certificate) for a private CA: they are used for every `rediss://`
 /// sentinel URL and, with [`primary_tls`](Self::primary_tls), for the
 /// primary.
@@ -109,7 +109,7 @@ impl SentinelOptions {
 
     /// Connects to the primary with TLS: `Secure` checks its certificate
     /// against the platform's roots, or the
-    /// [`certificates`](Self::certificates) given; `Insecure` checks
+    /// `certificates` (feature `tls-rustls`) given; `Insecure` checks
     /// nothing and needs the redis crate's `tls-rustls-insecure`. Without
     /// TLS support compiled in, connecting fails.
     pub fn primary_tls(mut self, mode: redis::TlsMode) -> Self {

@@ -22,7 +22,7 @@
 //! Only for plain TCP: the redis crate does not make its TLS or unix
 //! socket streams public, so those connections keep its spawned driver.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,11 +54,11 @@ struct Driver {
     queue: Arc<Queue>,
 }
 
-/// The commands waiting for a reply, oldest first; waking it wakes the
-/// oldest.
+/// The commands waiting for a reply by arrival (ids only grow, so the
+/// first is the oldest); waking the queue wakes the oldest.
 #[derive(Default)]
 struct Queue {
-    waiting: Mutex<VecDeque<(u64, Waker)>>,
+    waiting: Mutex<BTreeMap<u64, Waker>>,
     next_id: AtomicU64,
 }
 
@@ -88,15 +88,15 @@ impl Driver {
         let mut waiting = queue.waiting.lock();
         match id {
             Some(id) => {
-                if let Some(entry) = waiting.iter_mut().find(|(i, _)| i == id) {
-                    if !entry.1.will_wake(waker) {
-                        entry.1 = waker.clone();
+                if let Some(known) = waiting.get_mut(id) {
+                    if !known.will_wake(waker) {
+                        *known = waker.clone();
                     }
                 }
             }
             None => {
                 let new = queue.next_id.fetch_add(1, Ordering::Relaxed);
-                waiting.push_back((new, waker.clone()));
+                waiting.insert(new, waker.clone());
                 *id = Some(new);
             }
         }
@@ -106,12 +106,12 @@ impl Driver {
     /// driver, the next waiting command takes that role.
     fn leave(&self, id: u64) {
         let mut waiting = self.queue.waiting.lock();
-        let Some(at) = waiting.iter().position(|(i, _)| *i == id) else {
-            return;
-        };
-        waiting.remove(at);
-        if at == 0 {
-            if let Some((_, next)) = waiting.front() {
+        let was_oldest = waiting
+            .first_key_value()
+            .is_some_and(|(first, _)| *first == id);
+        waiting.remove(&id);
+        if was_oldest {
+            if let Some((_, next)) = waiting.first_key_value() {
                 next.wake_by_ref();
             }
         }
@@ -120,7 +120,7 @@ impl Driver {
 
 impl ArcWake for Queue {
     fn wake_by_ref(arc_self: &Arc<Self>) {
-        if let Some((_, oldest)) = arc_self.waiting.lock().front() {
+        if let Some((_, oldest)) = arc_self.waiting.lock().first_key_value() {
             oldest.wake_by_ref();
         }
     }

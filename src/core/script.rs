@@ -61,17 +61,17 @@ local function next_fence(key, counter, now, ttl_ms)
     return redis.call('GET', key)
   end
   local fence = string.format('%.0f', math.max(last + 1, floor))
-  local set = {'SET', key, fence}
-  if not counter then
-    table.insert(set, 'NX')
-  end
-  if ttl then
-    table.insert(set, 'PX')
-    table.insert(set, ttl_ms)
+  local set
+  if counter and ttl then
+    set = redis.call('SET', key, fence, 'PX', ttl_ms)
   elseif counter then
-    table.insert(set, 'KEEPTTL')
+    set = redis.call('SET', key, fence, 'KEEPTTL')
+  elseif ttl then
+    set = redis.call('SET', key, fence, 'NX', 'PX', ttl_ms)
+  else
+    set = redis.call('SET', key, fence, 'NX')
   end
-  if redis.call(unpack(set)) then
+  if set then
     return fence
   end
 end

@@ -7,22 +7,17 @@ use redis::cluster::ClusterClient;
 use redis::Value;
 
 use crate::config::Config;
-use crate::error::{url_error, Error, Failure, Operation};
+use crate::error::{Error, Failure, Operation};
 
 /// The cluster client a locker builds for `nodes` (the command timeout on
 /// connects and replies, `retries` when given), and the first node's info
 /// (credentials, protocol) for the per-node notification connections.
-pub(crate) fn cluster_client<T: redis::IntoConnectionInfo>(
-    nodes: impl IntoIterator<Item = T>,
+pub(crate) fn cluster_client(
+    infos: Vec<redis::ConnectionInfo>,
     config: &Config,
     retries: Option<u32>,
 ) -> Result<(ClusterClient, Option<redis::ConnectionInfo>), Error> {
     let bad = || Error::invalid_config("nodes", "not valid Redis Cluster node URLs");
-    let infos = nodes
-        .into_iter()
-        .map(|n| n.into_connection_info())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| url_error("nodes", "not valid Redis Cluster node URLs", &e))?;
     let template = infos.first().cloned();
     let mut builder = ClusterClient::builder(infos)
         .connection_timeout(config.command_timeout)

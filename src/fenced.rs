@@ -215,16 +215,31 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
+        let invocation = self.invocation(resource, slot, fence, value);
+        verdict(
+            &invocation
+                .invoke::<Value>(conn)
+                .map_err(WriteError::Redis)?,
+        )
+    }
+
+    /// The write script's call for (`resource`, `slot`) at `fence`, the
+    /// same whichever front end sends it.
+    fn invocation(
+        &self,
+        resource: &str,
+        slot: Option<u32>,
+        fence: Fence,
+        value: impl ToRedisArgs,
+    ) -> redis::ScriptInvocation<'static> {
         let (fence_field, value_field) = fields(slot);
-        let reply = FENCED_WRITE
-            .key(self.name(resource))
+        let mut invocation = FENCED_WRITE.key(self.name(resource));
+        invocation
             .arg(fence.get())
             .arg(value)
             .arg(fence_field)
-            .arg(value_field)
-            .invoke::<Value>(conn)
-            .map_err(WriteError::Redis)?;
-        verdict(&reply)
+            .arg(value_field);
+        invocation
     }
 
     /// The async form of [`write`](Self::write).
@@ -289,17 +304,9 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        let (fence_field, value_field) = fields(slot);
-        let reply = FENCED_WRITE
-            .key(self.name(resource))
-            .arg(fence.get())
-            .arg(value)
-            .arg(fence_field)
-            .arg(value_field)
-            .invoke_async::<Value>(conn)
-            .await
-            .map_err(WriteError::Redis)?;
-        verdict(&reply)
+        let invocation = self.invocation(resource, slot, fence, value);
+        let reply = invocation.invoke_async::<Value>(conn).await;
+        verdict(&reply.map_err(WriteError::Redis)?)
     }
 
     /// The last accepted fence and value of `resource`, if any.

@@ -178,6 +178,8 @@ mod entropy;
 mod error;
 mod eviction;
 pub mod fenced;
+pub mod front;
+mod handle;
 /// The property checks behind the fuzz targets in `fuzz/` (only under
 /// `--cfg fuzzing`, which cargo-fuzz passes; hidden: not an API).
 #[cfg(fuzzing)]
@@ -198,6 +200,7 @@ pub use crate::cancel::CancelHandle;
 pub use crate::config::{AcquireOptions, Config, WithLock};
 pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
 pub use crate::error::{Error, LostCause, Operation};
+pub use crate::handle::{kind, Lease, Locker, RwLock, Semaphore};
 pub use crate::lost::Lost;
 pub use crate::sentinel::SentinelOptions;
 pub use crate::stats::Stats;

@@ -39,7 +39,7 @@ async fn eval_again_on_noscript(
 /// The shared connection with the command timeout applied.
 type Timed = TimedConnection<AnyConnection>;
 
-pub(crate) struct Commands {
+pub struct Commands {
     source: Source,
     timeout: Duration,
     conn: Arc<Mutex<Current>>,

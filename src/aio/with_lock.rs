@@ -1,7 +1,8 @@
-//! `aio::Locker::with_lock` (and the run of `with_permit`): acquire, run an
-//! async closure, always release;
-//! with `extend(true)` the shared renewer runs inside the same future,
-//! selected against the closure's future, never spawned.
+//! The async calls that take an async closure, for every kind:
+//! `with_lock`, `with_permit`, `with_read`, `with_write` (acquire, await
+//! the closure, always release) and `keep_alive`; with `extend(true)` the
+//! shared renewer runs inside the same future, selected against the
+//! closure's future, never spawned.
 
 use std::future::Future;
 use std::panic::{resume_unwind, AssertUnwindSafe};
@@ -10,12 +11,17 @@ use std::pin::pin;
 use futures::future::{select, Either};
 use futures::FutureExt;
 
-use super::drive::drive;
-use super::{Lease, Locker};
+use super::front::drive;
+use super::{Lease, Locker, Permit, ReadLease, RwLock, Semaphore, WriteLease};
 use crate::config::WithLock;
 use crate::driver::ops::{log_failed_release, Renewer, StopSignal};
 use crate::error::Error;
+use crate::front::Async;
+use crate::handle::kind::Kind;
 use crate::lost::Lost;
+
+/// A lease of kind `K` on this front end.
+type Guard<K> = crate::Lease<Async, K>;
 
 impl Locker {
     /// Acquires `key`, awaits `f(&lease, &lost)`, and releases the lease
@@ -58,49 +64,82 @@ impl Locker {
     }
 }
 
-/// What `with_lock` and `with_permit` hold while their closure runs: a
-/// lease, or a permit (whose lease is renewed and released the same way).
-pub(crate) trait Holding {
-    fn lease(&self) -> &Lease;
-    fn into_lease(self) -> Lease;
+impl Semaphore {
+    /// Acquires a permit, awaits `f(&permit, &lost)` and releases the
+    /// permit afterwards, exactly as [`Locker::with_lock`] does with a lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(locker: &redlease::aio::Locker) -> Result<(), redlease::Error> {
+    /// use redlease::WithLock;
+    ///
+    /// let pool = locker.semaphore("api-quota", 3)?;
+    /// let slot = pool
+    ///     .with_permit(WithLock::new().extend(true), async |permit, _lost| {
+    ///         Ok::<_, redlease::Error>(permit.slot())
+    ///     })
+    ///     .await?;
+    /// # let _ = slot; Ok(()) }
+    /// ```
+    pub async fn with_permit<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: AsyncFnOnce(&Permit, &Lost) -> Result<T, E>,
+    {
+        let permit = self.acquire_with(options.acquire).await?;
+        run_holding(permit, options.extend, f).await
+    }
 }
 
-impl Holding for Lease {
-    fn lease(&self) -> &Lease {
-        self
+impl RwLock {
+    /// Acquires a read lease, awaits `f(&read, &lost)` and releases it
+    /// afterwards, as [`Locker::with_lock`] does with a lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`Locker::with_lock`].
+    pub async fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: AsyncFnOnce(&ReadLease, &Lost) -> Result<T, E>,
+    {
+        let read = self.read_with(options.acquire).await?;
+        run_holding(read, options.extend, f).await
     }
 
-    fn into_lease(self) -> Lease {
-        self
+    /// Acquires the write lease, awaits `f(&write, &lost)` and releases it
+    /// afterwards, as [`Locker::with_lock`] does with a lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`Locker::with_lock`].
+    pub async fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: AsyncFnOnce(&WriteLease, &Lost) -> Result<T, E>,
+    {
+        let write = self.write_with(options.acquire).await?;
+        run_holding(write, options.extend, f).await
     }
 }
 
 /// Awaits `f(&guard, &lost)` with the renewer selected against it when
 /// `extend`, then releases the guard whatever `f` did (see
 /// [`Locker::with_lock`]).
-pub(crate) async fn run_holding<G, T, E, F>(guard: G, extend: bool, f: F) -> Result<T, E>
+async fn run_holding<K: Kind, T, E, F>(guard: Guard<K>, extend: bool, f: F) -> Result<T, E>
 where
-    G: Holding,
-    F: AsyncFnOnce(&G, &Lost) -> Result<T, E>,
+    F: AsyncFnOnce(&Guard<K>, &Lost) -> Result<T, E>,
 {
-    let lease = guard.lease();
-    let lost = lease.held().lost_signal(extend);
-    let outcome = renewing(
-        lease,
-        &lost,
-        extend,
-        AssertUnwindSafe(f(&guard, &lost)).catch_unwind(),
-    )
-    .await;
+    let lost = guard.held().lost_signal(extend);
+    let work = AssertUnwindSafe(f(&guard, &lost)).catch_unwind();
+    let outcome = renewing(&guard, &lost, extend, work).await;
     lost.disarm();
-    log_failed_release(guard.into_lease().release().await);
-    match outcome {
-        Ok(result) => result,
-        Err(panic) => resume_unwind(panic),
-    }
+    log_failed_release(guard.release().await);
+    outcome.unwrap_or_else(|panic| resume_unwind(panic))
 }
 
-impl Lease {
+impl<K: Kind> Guard<K> {
     /// Keeps this lease alive while `f`'s future runs, as
     /// [`Locker::with_lock`] with [`WithLock::extend`] does (the renewer
     /// runs inside this same future), and returns what `f` returns. The
@@ -137,7 +176,12 @@ impl Lease {
 
 /// Awaits `work` with the renewer of `lease` selected against it when
 /// `extend`; an extension still in flight when `work` ends finishes first.
-async fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, work: impl Future<Output = R>) -> R {
+async fn renewing<K: Kind, R>(
+    lease: &Guard<K>,
+    lost: &Lost,
+    extend: bool,
+    work: impl Future<Output = R>,
+) -> R {
     let work = pin!(work);
     if !extend {
         return work.await;
@@ -155,46 +199,3 @@ async fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, work: impl Future
         Either::Right(((), work)) => work.await,
     }
 }
-
-/// The renew, release and keep-alive of a guard that wraps
-/// this front end's `Lease` (`$guard(Lease)`: a permit, a read or a write
-/// lease), and its `Holding` for `with_permit`/`with_read`/`with_write`.
-macro_rules! guard_ops {
-    ($guard:ident, $what:literal, $whom:literal) => {
-        impl $guard {
-            #[doc = concat!("Extends ", $what, " to its full length, counted from now.")]
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::renew`](crate::aio::Lease::renew).
-            pub async fn renew(&self) -> Result<$crate::RenewOutcome, $crate::Error> {
-                self.0.renew().await
-            }
-
-            #[doc = concat!("Releases ", $what, " and notifies ", $whom, ".")]
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::release`](crate::aio::Lease::release).
-            pub async fn release(self) -> Result<$crate::ReleaseOutcome, $crate::Error> {
-                self.0.release().await
-            }
-
-            #[doc = concat!("Keeps ", $what, " alive while `f`'s future runs, as [`Lease::keep_alive`](", "crate::aio::Lease::keep_alive).")]
-            pub async fn keep_alive<T>(&self, f: impl AsyncFnOnce(&$crate::Lost) -> T) -> T {
-                self.0.keep_alive(f).await
-            }
-        }
-
-        impl $crate::aio::with_lock::Holding for $guard {
-            fn lease(&self) -> &$crate::aio::Lease {
-                &self.0
-            }
-
-            fn into_lease(self) -> $crate::aio::Lease {
-                self.0
-            }
-        }
-    };
-}
-pub(crate) use guard_ops;

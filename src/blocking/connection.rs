@@ -43,7 +43,7 @@ const PARALLEL_RELEASES: usize = 8;
 type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
 
 #[derive(Clone)]
-pub(crate) struct Commands {
+pub struct Commands {
     inner: Arc<Inner>,
 }
 

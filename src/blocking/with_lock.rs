@@ -1,15 +1,21 @@
-//! `blocking::Locker::with_lock` (and the run of `with_permit`): acquire,
-//! run a closure, always release; with `extend(true)` the shared renewer
-//! runs on a scoped thread.
+//! The blocking calls that take a closure, for every kind: `with_lock`,
+//! `with_permit`, `with_read`, `with_write` (acquire, run the closure,
+//! always release) and `keep_alive`; with `extend(true)` the shared
+//! renewer runs on a scoped thread.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
-use super::drive::drive;
-use super::{Lease, Locker};
+use super::front::drive;
+use super::{Lease, Locker, Permit, ReadLease, RwLock, Semaphore, WriteLease};
 use crate::config::WithLock;
 use crate::driver::ops::{log_failed_release, Renewer, StopSignal};
 use crate::error::{Error, LostCause};
+use crate::front::Blocking;
+use crate::handle::kind::Kind;
 use crate::lost::Lost;
+
+/// A lease of kind `K` on this front end.
+type Guard<K> = crate::Lease<Blocking, K>;
 
 impl Locker {
     /// Acquires `key`, runs `f(&lease, &lost)`, and releases the lease
@@ -54,50 +60,98 @@ impl Locker {
         E: From<Error>,
         F: FnOnce(&Lease, &Lost) -> Result<T, E>,
     {
-        let lease = self.acquire_with(key, options.acquire)?;
-        run_holding(lease, options.extend, f)
+        run_holding(self.acquire_with(key, options.acquire)?, options.extend, f)
     }
 }
 
-/// What `with_lock` and `with_permit` hold while their closure runs: a
-/// lease, or a permit (whose lease is renewed and released the same way).
-pub(crate) trait Holding {
-    fn lease(&self) -> &Lease;
-    fn into_lease(self) -> Lease;
+impl Semaphore {
+    /// Acquires a permit, runs `f(&permit, &lost)` and releases the permit
+    /// afterwards, exactly as [`Locker::with_lock`] does with a lease
+    /// (extension, `lost`, panics and errors alike).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// use redlease::WithLock;
+    ///
+    /// let pool = locker.semaphore("api-quota", 3)?;
+    /// pool.with_permit(WithLock::new().extend(true), |permit, lost| {
+    ///     // call the API, passing (permit.slot(), permit.fence()) along
+    ///     Ok::<_, redlease::Error>(!lost.is_lost())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_permit<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: FnOnce(&Permit, &Lost) -> Result<T, E>,
+    {
+        run_holding(self.acquire_with(options.acquire)?, options.extend, f)
+    }
 }
 
-impl Holding for Lease {
-    fn lease(&self) -> &Lease {
-        self
+impl RwLock {
+    /// Acquires a read lease, runs `f(&read, &lost)` and releases it
+    /// afterwards, as [`Locker::with_lock`] does with a lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`Locker::with_lock`].
+    pub fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: FnOnce(&ReadLease, &Lost) -> Result<T, E>,
+    {
+        run_holding(self.read_with(options.acquire)?, options.extend, f)
     }
 
-    fn into_lease(self) -> Lease {
-        self
+    /// Acquires the write lease, runs `f(&write, &lost)` and releases it
+    /// afterwards, as [`Locker::with_lock`] does with a lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// use redlease::WithLock;
+    ///
+    /// let doc = locker.rw_lock("doc:7")?;
+    /// doc.with_write(WithLock::new().extend(true), |write, lost| {
+    ///     // save, passing write.fence() to the store
+    ///     Ok::<_, redlease::Error>(!lost.is_lost())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Locker::with_lock`].
+    pub fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: FnOnce(&WriteLease, &Lost) -> Result<T, E>,
+    {
+        run_holding(self.write_with(options.acquire)?, options.extend, f)
     }
 }
 
 /// Runs `f(&guard, &lost)` with the renewer on a scoped thread when
 /// `extend`, then releases the guard whatever `f` did (see
 /// [`Locker::with_lock`]).
-pub(crate) fn run_holding<G, T, E, F>(guard: G, extend: bool, f: F) -> Result<T, E>
+fn run_holding<K: Kind, T, E, F>(guard: Guard<K>, extend: bool, f: F) -> Result<T, E>
 where
-    G: Holding,
-    F: FnOnce(&G, &Lost) -> Result<T, E>,
+    F: FnOnce(&Guard<K>, &Lost) -> Result<T, E>,
 {
-    let lease = guard.lease();
-    let lost = lease.held().lost_signal(extend);
-    let outcome = renewing(lease, &lost, extend, || {
+    let lost = guard.held().lost_signal(extend);
+    let outcome = renewing(&guard, &lost, extend, || {
         catch_unwind(AssertUnwindSafe(|| f(&guard, &lost)))
     });
     lost.disarm();
-    log_failed_release(guard.into_lease().release());
-    match outcome {
-        Ok(result) => result,
-        Err(panic) => resume_unwind(panic),
-    }
+    log_failed_release(guard.release());
+    outcome.unwrap_or_else(|panic| resume_unwind(panic))
 }
 
-impl Lease {
+impl<K: Kind> Guard<K> {
     /// Keeps this lease alive while `f` runs, exactly as
     /// [`Locker::with_lock`] with [`WithLock::extend`] does, and returns
     /// what `f` returns. The lease stays held afterwards: release it (to
@@ -146,7 +200,7 @@ impl Lease {
 /// Runs `f` with the renewer of `lease` on a scoped thread when `extend`,
 /// and stops and joins the renewer before returning (also when `f`
 /// panics).
-fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, f: impl FnOnce() -> R) -> R {
+fn renewing<K: Kind, R>(lease: &Guard<K>, lost: &Lost, extend: bool, f: impl FnOnce() -> R) -> R {
     /// Stops the renewer when `f` ends, by return or by unwinding.
     struct StopOnDrop<'a>(&'a StopSignal);
     impl Drop for StopOnDrop<'_> {
@@ -183,46 +237,3 @@ fn renewing<R>(lease: &Lease, lost: &Lost, extend: bool, f: impl FnOnce() -> R) 
         result
     })
 }
-
-/// The renew, release and keep-alive of a guard that wraps
-/// this front end's `Lease` (`$guard(Lease)`: a permit, a read or a write
-/// lease), and its `Holding` for `with_permit`/`with_read`/`with_write`.
-macro_rules! guard_ops {
-    ($guard:ident, $what:literal, $whom:literal) => {
-        impl $guard {
-            #[doc = concat!("Extends ", $what, " to its full length, counted from now.")]
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::renew`](crate::blocking::Lease::renew).
-            pub fn renew(&self) -> Result<$crate::RenewOutcome, $crate::Error> {
-                self.0.renew()
-            }
-
-            #[doc = concat!("Releases ", $what, " and notifies ", $whom, ".")]
-            ///
-            /// # Errors
-            ///
-            /// As [`Lease::release`](crate::blocking::Lease::release).
-            pub fn release(self) -> Result<$crate::ReleaseOutcome, $crate::Error> {
-                self.0.release()
-            }
-
-            #[doc = concat!("Keeps ", $what, " alive while `f` runs, as [`Lease::keep_alive`](", "crate::blocking::Lease::keep_alive).")]
-            pub fn keep_alive<T>(&self, f: impl FnOnce(&$crate::Lost) -> T) -> T {
-                self.0.keep_alive(f)
-            }
-        }
-
-        impl $crate::blocking::with_lock::Holding for $guard {
-            fn lease(&self) -> &$crate::blocking::Lease {
-                &self.0
-            }
-
-            fn into_lease(self) -> $crate::blocking::Lease {
-                self.0
-            }
-        }
-    };
-}
-pub(crate) use guard_ops;

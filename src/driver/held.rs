@@ -1,10 +1,9 @@
-//! The state both front ends' `Lease` types share: the grant, its local
-//! clock and the replication count, with the bookkeeping around renew and
-//! release that does not depend on how the command is sent.
+//! The bookkeeping of a held lease of any kind: the grant, its local clock
+//! and the replication count, with what renew and release record, none of
+//! which depends on how the command is sent.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -15,7 +14,6 @@ use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::driver::metrics::HoldTimer;
 use crate::driver::ops::Granted;
-use crate::driver::state::Shared;
 use crate::error::Error;
 use crate::lost::Lost;
 
@@ -194,187 +192,3 @@ impl fmt::Debug for Held {
         self.debug(f)
     }
 }
-
-/// The state of a front end's `Lease`: its locker's shared state (`C`: the
-/// front end's connections), the grant's bookkeeping, the lock (`M`) that
-/// serialises its renew and release, and whether it was released on
-/// purpose. The two `Lease` types wrap it and differ only in how they send.
-#[derive(Debug)]
-pub(crate) struct LeaseState<C, M> {
-    pub(crate) shared: Arc<Shared<C>>,
-    pub(crate) held: Held,
-    pub(crate) op: M,
-    pub(crate) released: bool,
-}
-
-impl<C, M: Default> LeaseState<C, M> {
-    pub(crate) fn new(shared: Arc<Shared<C>>, granted: Granted) -> Self {
-        LeaseState {
-            shared,
-            held: Held::granted(granted),
-            op: M::default(),
-            released: false,
-        }
-    }
-}
-
-/// The read-only half of a lease's API and its `Debug`, the same on both
-/// front ends' `Lease(LeaseState<..>)` types.
-macro_rules! lease_common {
-    ($lease:ident) => {
-        impl $lease {
-            /// The fencing token of this grant.
-            pub fn fence(&self) -> $crate::Fence {
-                self.0.held.fence()
-            }
-
-            /// Whether the lease is still held, by the local estimate. Once
-            /// false because Redis reported it gone or taken, or a renew's
-            /// outcome was unknown, it stays false.
-            pub fn is_valid(&self) -> bool {
-                self.0.held.is_valid()
-            }
-
-            /// The time left by the local estimate (zero when not valid).
-            pub fn remaining(&self) -> std::time::Duration {
-                self.0.held.remaining()
-            }
-
-            /// How many replicas acknowledged the last acquire or renew,
-            /// when [`Config::min_replicas`](crate::Config::min_replicas) is
-            /// set.
-            pub fn replicas(&self) -> Option<u32> {
-                self.0.held.replicas()
-            }
-
-            pub(crate) fn held(&self) -> &$crate::driver::held::Held {
-                &self.0.held
-            }
-
-            pub(crate) fn shared(&self) -> &std::sync::Arc<Shared> {
-                &self.0.shared
-            }
-        }
-
-        impl std::fmt::Debug for $lease {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.0.held.debug(f)
-            }
-        }
-    };
-}
-pub(crate) use lease_common;
-
-/// The read-only half of a permit's API, its `Debug` and its semaphore
-/// handle's, the same on both front ends' `Permit(Lease)` and
-/// `Semaphore { shared, key, permits }` types.
-macro_rules! permit_common {
-    ($permit:ident, $semaphore:ident) => {
-        impl $permit {
-            /// Which permit this is, in `0..permits`.
-            pub fn slot(&self) -> u32 {
-                // Every permit grant names its slot (the core's classification).
-                self.0.held().slot().unwrap_or_default()
-            }
-
-            /// The fencing token of this grant, strictly increasing per slot.
-            pub fn fence(&self) -> $crate::Fence {
-                self.0.fence()
-            }
-        }
-
-        $crate::driver::held::guard_common!($permit, "Permit", "fence");
-
-        impl $semaphore {
-            /// The number of permits this handle acquires from.
-            pub fn permits(&self) -> u32 {
-                self.permits
-            }
-
-            fn want(&self) -> $crate::core::names::Want {
-                $crate::core::names::Want::Permit {
-                    permits: self.permits,
-                }
-            }
-        }
-
-        // Hand-written: the key must not show.
-        impl std::fmt::Debug for $semaphore {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($semaphore))
-                    .field("permits", &self.permits)
-                    .finish_non_exhaustive()
-            }
-        }
-    };
-}
-pub(crate) use permit_common;
-
-/// The read-only half of the API of a read-write lease's two guards
-/// (`ReadLease(Lease)` with `epoch`, `WriteLease(Lease)` with `fence`),
-/// their `Debug`, and the `RwLock { shared, key }` handle's `Debug`, the
-/// same on both front ends.
-macro_rules! rw_common {
-    ($rw:ident, $read:ident, $write:ident) => {
-        impl $read {
-            /// The epoch: the latest writer fence when this read was
-            /// granted. A write derived from this read is current only
-            /// while no newer writer committed (see [`fenced`](crate::fenced)).
-            pub fn epoch(&self) -> $crate::Fence {
-                self.0.fence()
-            }
-        }
-
-        impl $write {
-            /// The fencing token of this write lease, strictly increasing
-            /// per key.
-            pub fn fence(&self) -> $crate::Fence {
-                self.0.fence()
-            }
-        }
-
-        $crate::driver::held::guard_common!($read, "ReadLease", "epoch");
-        $crate::driver::held::guard_common!($write, "WriteLease", "fence");
-
-        // Hand-written: the key must not show.
-        impl std::fmt::Debug for $rw {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($rw)).finish_non_exhaustive()
-            }
-        }
-    };
-}
-pub(crate) use rw_common;
-
-/// Validity, replicas and `Debug` of a guard that wraps a front end's
-/// `Lease` (`$guard(Lease)`): a permit, a read or a write lease. `$name`
-/// and `$number` name the type and its grant number in the `Debug`.
-macro_rules! guard_common {
-    ($guard:ident, $name:literal, $number:literal) => {
-        impl $guard {
-            /// Whether the lease is still held, by the local estimate.
-            pub fn is_valid(&self) -> bool {
-                self.0.is_valid()
-            }
-
-            /// The time left by the local estimate (zero when not valid).
-            pub fn remaining(&self) -> std::time::Duration {
-                self.0.remaining()
-            }
-
-            /// How many replicas acknowledged the last acquire or renew,
-            /// when [`Config::min_replicas`](crate::Config::min_replicas) is
-            /// set.
-            pub fn replicas(&self) -> Option<u32> {
-                self.0.replicas()
-            }
-        }
-
-        impl std::fmt::Debug for $guard {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.0.held().debug_as(f, $name, $number)
-            }
-        }
-    };
-}
-pub(crate) use guard_common;

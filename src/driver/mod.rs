@@ -19,3 +19,4 @@ pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod state;
 pub(crate) mod subscriber;
+pub(crate) mod target;

@@ -104,6 +104,14 @@ impl LockerState {
     }
 }
 
+/// What the handles ask of a front end's connections besides sending.
+pub(crate) trait Connections: Send + Sync + 'static {
+    /// Whether the command connection is open, as far as it knows.
+    fn is_connected(&self) -> bool;
+    /// Closes the connections the locker opened (shutdown).
+    fn close(&self);
+}
+
 /// What a front end's locker and its leases share: the operations' state
 /// and the connections (`C`) they are sent on.
 pub(crate) struct Shared<C> {

@@ -28,6 +28,7 @@ use std::time::Instant;
 use event_listener::EventListener;
 use redis::Value;
 
+use crate::clock::now;
 use crate::core::script::ScriptCall;
 use crate::error::Failure;
 
@@ -39,7 +40,7 @@ mod shutdown;
 mod sweep;
 
 pub(crate) use acquire::{Acquire, Granted};
-pub(crate) use release::{log_failed_release, Release};
+pub(crate) use release::{log_failed_release, log_failed_release_on_drop, Release};
 pub(crate) use renew::Renew;
 pub(crate) use renewer::{Renewer, StopSignal};
 pub(crate) use shutdown::Shutdown;
@@ -63,6 +64,29 @@ impl<T> Io<T> {
             Io::Wait { until } => Io::Wait { until },
             Io::Done(output) => Io::Done(f(output)),
         }
+    }
+}
+
+/// One turn of a front end's loop: a request to send, a wait, or the end.
+#[derive(Debug)]
+pub(crate) enum Turn<T> {
+    /// Send this, then report the reply with `handle_reply`.
+    Send(Request),
+    /// Wait for the listener (registered before the step was taken, so no
+    /// wake-up is lost) or until the instant.
+    Wait(Option<EventListener>, Option<Instant>),
+    /// The operation is over.
+    Done(T),
+}
+
+/// Takes `op`'s next step now, with the listener of a wait registered
+/// before it; each front end's loop sends or waits on what this returns.
+pub(crate) fn turn<O: Op>(op: &mut O) -> Turn<O::Output> {
+    let listener = op.listener();
+    match op.next(now()) {
+        Io::Send(request) => Turn::Send(request),
+        Io::Wait { until } => Turn::Wait(listener, until),
+        Io::Done(output) => Turn::Done(output),
     }
 }
 

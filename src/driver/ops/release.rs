@@ -116,3 +116,17 @@ pub(crate) fn log_failed_release(result: Result<ReleaseOutcome, Error>) {
         );
     }
 }
+
+/// Logs a failed release of a lease dropped on the blocking front end
+/// (debug level: nobody asked for its outcome); after shutdown released it
+/// there is nothing to say.
+pub(crate) fn log_failed_release_on_drop(result: Result<ReleaseOutcome, Error>) {
+    match result {
+        Ok(_) | Err(Error::ShuttingDown) => {}
+        Err(e) => log::debug!(
+            target: "redlease",
+            "LOCK_RELEASE_FAILED: release on drop failed ({}); the TTL will end the lease",
+            e.code()
+        ),
+    }
+}

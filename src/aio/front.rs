@@ -1,0 +1,117 @@
+//! The async front end's half of every handle: how to send (awaiting the
+//! shared async connection) and how to wait (the operation's
+//! `event_listener` raced against an `async_io::Timer`), in one loop that
+//! drives every operation inside the caller's future. Nothing is spawned;
+//! dropping the future drops the operation, which abandons it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Instant;
+
+use event_listener::EventListener;
+use futures::future::{select, Either};
+
+use super::connection::Commands;
+use crate::clock::now;
+use crate::config::Config;
+use crate::core::outcome::ReleaseOutcome;
+use crate::driver::ops::{turn, Op, Release, Turn};
+use crate::driver::state::{Connections, Shared};
+use crate::driver::target::Target;
+use crate::error::Error;
+use crate::front::{Async, Front};
+use crate::handle::{LeaseState, Locker};
+
+#[allow(
+    private_interfaces,
+    private_bounds,
+    reason = "the sealed trait's hidden items; see `Front`"
+)]
+impl Front for Async {
+    type Call<'a, T: 'a> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+    type Commands = Commands;
+    type Serial = futures::lock::Mutex<()>;
+
+    fn run<'a, O, T>(
+        shared: &'a Shared<Commands>,
+        serial: Option<&'a Self::Serial>,
+        op: O,
+        then: impl FnOnce(O::Output) -> T + Send + 'a,
+    ) -> Self::Call<'a, T>
+    where
+        O: Op + Send + 'a,
+        O::Output: Send,
+        T: 'a,
+    {
+        Box::pin(async move {
+            let _serial = match serial {
+                Some(serial) => Some(serial.lock().await),
+                None => None,
+            };
+            then(drive(shared, op).await)
+        })
+    }
+
+    fn open(target: Target, config: Config) -> Self::Call<'static, Result<Locker<Async>, Error>> {
+        Box::pin(super::locker::open(target, config))
+    }
+
+    fn ready<'a, T: Send + 'a>(value: T) -> Self::Call<'a, T> {
+        Box::pin(std::future::ready(value))
+    }
+
+    fn release(mut lease: LeaseState<Self>) -> Self::Call<'static, Result<ReleaseOutcome, Error>> {
+        Box::pin(async move {
+            let result = {
+                let release = Release::new(&lease.shared.state, &lease.held);
+                drive(&lease.shared, release).await
+            };
+            // Only now: a release future dropped midway hands the token
+            // back to the locker like a dropped lease.
+            lease.finished();
+            result
+        })
+    }
+
+    fn dropped(lease: &mut LeaseState<Self>) {
+        let id = lease.held.id;
+        lease.shared.state.with_core(|core| core.abandon_lease(id));
+    }
+}
+
+impl Connections for Commands {
+    fn is_connected(&self) -> bool {
+        Commands::is_connected(self)
+    }
+
+    fn close(&self) {
+        Commands::close(self)
+    }
+}
+
+/// Drives `op` to its end on the locker's connection.
+pub(crate) async fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
+    loop {
+        match turn(&mut op) {
+            Turn::Send(request) => {
+                let reply = shared.commands.send(&request, &shared.state.counters).await;
+                op.handle_reply(now(), reply);
+            }
+            Turn::Wait(listener, until) => wait(listener, until).await,
+            Turn::Done(output) => return output,
+        }
+    }
+}
+
+async fn wait(listener: Option<EventListener>, until: Option<Instant>) {
+    match (listener, until) {
+        (Some(listener), Some(at)) => {
+            if let Either::Right(_) = select(listener, async_io::Timer::at(at)).await {}
+        }
+        (Some(listener), None) => listener.await,
+        (None, Some(at)) => {
+            async_io::Timer::at(at).await;
+        }
+        (None, None) => {}
+    }
+}

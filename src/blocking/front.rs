@@ -1,0 +1,105 @@
+//! The blocking front end's half of every handle: how to send (a sync call
+//! on the pooled connections) and how to wait (`wait_deadline` on the
+//! operation's `event_listener`), in one loop that drives every operation
+//! on the caller's thread.
+
+use std::time::Instant;
+
+use event_listener::{EventListener, Listener};
+use parking_lot::Mutex;
+
+use super::connection::Commands;
+use crate::clock::now;
+use crate::config::Config;
+use crate::core::outcome::ReleaseOutcome;
+use crate::driver::ops::{log_failed_release_on_drop, turn, Op, Release, Turn};
+use crate::driver::state::{Connections, Shared};
+use crate::driver::target::Target;
+use crate::error::Error;
+use crate::front::{Blocking, Front};
+use crate::handle::{LeaseState, Locker};
+
+#[allow(
+    private_interfaces,
+    private_bounds,
+    reason = "the sealed trait's hidden items; see `Front`"
+)]
+impl Front for Blocking {
+    type Call<'a, T: 'a> = T;
+    type Commands = Commands;
+    type Serial = Mutex<()>;
+
+    fn run<'a, O, T>(
+        shared: &'a Shared<Commands>,
+        serial: Option<&'a Mutex<()>>,
+        op: O,
+        then: impl FnOnce(O::Output) -> T + Send + 'a,
+    ) -> T
+    where
+        O: Op + Send + 'a,
+        O::Output: Send,
+    {
+        let _serial = serial.map(Mutex::lock);
+        then(drive(shared, op))
+    }
+
+    fn open(target: Target, config: Config) -> Result<Locker<Blocking>, Error> {
+        super::locker::open(target, config)
+    }
+
+    fn ready<'a, T: Send + 'a>(value: T) -> T {
+        value
+    }
+
+    fn release(mut lease: LeaseState<Self>) -> Result<ReleaseOutcome, Error> {
+        let result = release(&lease);
+        lease.finished();
+        result
+    }
+
+    fn dropped(lease: &mut LeaseState<Self>) {
+        log_failed_release_on_drop(release(lease));
+    }
+}
+
+fn release(lease: &LeaseState<Blocking>) -> Result<ReleaseOutcome, Error> {
+    let _serial = lease.serial.lock();
+    drive(
+        &lease.shared,
+        Release::new(&lease.shared.state, &lease.held),
+    )
+}
+
+impl Connections for Commands {
+    fn is_connected(&self) -> bool {
+        Commands::is_connected(self)
+    }
+
+    fn close(&self) {
+        Commands::close(self)
+    }
+}
+
+/// Drives `op` to its end on the locker's connections.
+pub(crate) fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
+    loop {
+        match turn(&mut op) {
+            Turn::Send(request) => {
+                let reply = shared.commands.send(&request, &shared.state.counters);
+                op.handle_reply(now(), reply);
+            }
+            Turn::Wait(listener, until) => wait(listener, until),
+            Turn::Done(output) => return output,
+        }
+    }
+}
+
+fn wait(listener: Option<EventListener>, until: Option<Instant>) {
+    let listener = listener.unwrap_or_else(|| event_listener::Event::new().listen());
+    match until {
+        Some(at) => {
+            listener.wait_deadline(at);
+        }
+        None => listener.wait(),
+    }
+}

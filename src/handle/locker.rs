@@ -1,0 +1,198 @@
+//! `Locker<F>`: a lease client on either front end. Everything but its
+//! constructors (per front end: `src/blocking/locker.rs`,
+//! `src/aio/locker.rs`) is written here once: acquire, the kinds'
+//! handles, stats and shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::kind::Kind;
+use super::lease::Lease;
+use crate::clock::now;
+use crate::config::{AcquireOptions, Config};
+use crate::core::names::Want;
+use crate::driver::ops::{Acquire, Shutdown};
+use crate::driver::state::{Connections, Shared};
+use crate::error::Error;
+use crate::front::{Call, Front};
+use crate::stats::Stats;
+
+/// A lease client for one Redis server, a Cluster or the primary Sentinel
+/// names: [`blocking::Locker`](crate::blocking::Locker) (`Locker<Blocking>`)
+/// for std threads, `aio::Locker` (`Locker<Async>`) for futures on any
+/// executor. Both have the same methods; on `aio` each returns a future.
+///
+/// Share one locker among all threads or tasks of a process: its waiters
+/// for one key form a FIFO line and only the head sends attempts, so the
+/// locker sends at most one acquire per key at a time however many wait.
+/// While anyone waits, one subscriber thread listens for release
+/// notifications, which wake the head at once; safety polls cover lost
+/// notifications. A waiter whose attempt fails keeps waiting and tries
+/// again with a short backoff while its wait lasts.
+///
+/// # Fairness
+///
+/// Waiters of one locker for one key are served in arrival order. Across
+/// lockers and processes no order is promised.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redlease::{blocking::Locker, Config};
+///
+/// let config = Config::new("my-service").lease(Duration::from_secs(10));
+/// let locker = Locker::connect("redis://127.0.0.1:6379/0", config)?;
+/// let lease = locker.acquire("job:42")?;      // aio: .acquire("job:42").await?
+/// println!("holding job:42 with fence {}", lease.fence());
+/// lease.release()?;
+/// locker.shutdown()?;
+/// # Ok::<(), redlease::Error>(())
+/// ```
+pub struct Locker<F: Front> {
+    shared: Arc<Shared<F::Commands>>,
+}
+
+// A panic in the caller's code never leaves a locker half-updated: the
+// locker runs no user code while it holds its internal locks, and its
+// parking_lot locks do not poison. So a locker (and `&Locker`) may cross
+// `catch_unwind`, as `std::sync::Mutex` may (`tests/api_conveniences.rs`).
+impl<F: Front> std::panic::UnwindSafe for Locker<F> {}
+impl<F: Front> std::panic::RefUnwindSafe for Locker<F> {}
+
+/// A locker's `Debug`: its namespace, never an address.
+impl<F: Front> std::fmt::Debug for Locker<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locker")
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+impl<F: Front> Locker<F> {
+    pub(crate) fn from_shared(shared: Arc<Shared<F::Commands>>) -> Self {
+        Locker { shared }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared<F::Commands>> {
+        &self.shared
+    }
+
+    /// The configuration this locker runs with.
+    pub fn config(&self) -> &Config {
+        &self.shared.state.config
+    }
+
+    /// Acquires `key`, waiting up to the config's `wait`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidKey`; `Busy` (wait zero) or `WaitTimeout`, both with the
+    /// holder's remaining time when known; `QueueFull`; `TooManyLeases`;
+    /// `ShuttingDown`; `ProviderFailed` or `OutcomeUnknown` when Redis
+    /// failed until the wait ended (or at once with wait zero). After an
+    /// unknown outcome the token is released by token at the next
+    /// operation.
+    pub fn acquire(&self, key: &str) -> Call<'_, F, Result<Lease<F>, Error>> {
+        self.acquire_with(key, AcquireOptions::new())
+    }
+
+    /// Acquires `key` with per-call options (wait, lease, and on the
+    /// blocking front end a cancel handle; an async acquire is cancelled
+    /// by dropping its future: the waiter leaves its line without
+    /// disturbing it, and a grant Redis may have made after the drop is
+    /// released by token).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), plus `Cancelled` and `InvalidConfig`
+    /// for a lease out of bounds.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// use std::time::Duration;
+    /// use redlease::AcquireOptions;
+    ///
+    /// match locker.acquire_with("report", AcquireOptions::new().wait(Duration::ZERO)) {
+    ///     Ok(lease) => { /* do the work */ lease.release()?; }
+    ///     Err(e) if e.code() == "LOCK_BUSY" => println!("someone else is on it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_with(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Call<'_, F, Result<Lease<F>, Error>> {
+        self.acquire_kind(key, Want::Lock, options)
+    }
+
+    /// Tries once to acquire `key`, without waiting (like `flock -n`):
+    /// the same as `acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))`.
+    ///
+    /// # Errors
+    ///
+    /// `Busy` when someone else holds the lock ([`Error::is_busy`], with
+    /// the holder's remaining time when known); otherwise as
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// match locker.try_acquire("report") {
+    ///     Ok(lease) => { /* do the work */ lease.release()?; }
+    ///     Err(e) if e.is_busy() => println!("someone else is on it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire(&self, key: &str) -> Call<'_, F, Result<Lease<F>, Error>> {
+        self.acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))
+    }
+
+    /// The acquire of every kind: one shared operation, whose grant
+    /// becomes a lease of kind `K`.
+    pub(crate) fn acquire_kind<K: Kind>(
+        &self,
+        key: &str,
+        want: Want,
+        options: AcquireOptions,
+    ) -> Call<'_, F, Result<Lease<F, K>, Error>> {
+        let shared = &self.shared;
+        match Acquire::start(&shared.state, key, want, options, now()) {
+            Ok(op) => F::run(shared, None, op, move |granted| {
+                granted.map(|granted| Lease::new(shared.clone(), granted))
+            }),
+            Err(e) => F::ready(Err(e)),
+        }
+    }
+
+    /// A snapshot of this locker's counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.state.stats(self.shared.commands.is_connected())
+    }
+
+    /// Shuts the locker down: refuses new acquires and ends waits with
+    /// `ShuttingDown`, waits for attempts in flight, releases every tracked
+    /// lease at once (one round trip on a single server, in parallel on a
+    /// cluster), stops the subscriber and closes the connections the locker
+    /// opened, all within `shutdown_timeout`. Later calls return `Ok` at once.
+    ///
+    /// # Errors
+    ///
+    /// `CleanupTimeout` when not every release was confirmed within
+    /// `shutdown_timeout` (late acquire replies are still released by token);
+    /// `CleanupFailed` when Redis refused or failed some releases;
+    /// `ProviderFailed`/`OutcomeUnknown` when the cleanup could not be sent.
+    pub fn shutdown(&self) -> Call<'_, F, Result<(), Error>> {
+        let shared = &self.shared;
+        F::run(shared, None, Shutdown::new(&shared.state), move |result| {
+            shared.commands.close();
+            result
+        })
+    }
+}

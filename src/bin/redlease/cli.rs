@@ -75,17 +75,17 @@ Exit codes of run:
          duration, no command); nothing was sent to Redis
   69     Redis unavailable or failed; the command did not run
   70     internal error (e.g. signal handling could not be set up)
-  75     the lock (with --permits, every permit) is held by someone
-         else: at once (--wait 0, -n) or when --wait ran out; or the
-         semaphore is in use with another --permits count; the command
-         did not run (change it with -E/--conflict-exit-code, e.g. 0
-         for cron jobs)
+  75     the lock is held by someone else (with --permits: every
+         permit, or the semaphore is in use with another count): at
+         once (--wait 0, -n) or when --wait ran out; the command did
+         not run (change it with -E/--conflict-exit-code, e.g. 0 for
+         cron jobs)
   122    the lease was lost while the command ran, and the command was
          stopped (--on-lost term or kill)
   126    the command could not be started
   127    the command was not found
-Exit codes of status: 0 held (with --permits, any permit held), 1
-free, 2 usage error, 69 Redis unavailable.";
+Exit codes of status: 0 held, 1 free (with --permits: 0 when any
+permit is held), 2 usage error, 69 Redis unavailable.";
 
 const RUN_LONG_ABOUT: &str = "\
 Acquire the lease on KEY, run COMMAND while holding it, then release it.

@@ -775,17 +775,16 @@ fn status_names_the_holder_that_run_recorded() {
     assert_eq!(status_of(&server, "who", true).0, FREE);
 }
 
-/// The README's least-privilege ACL (plus `~<ns>:lock-holder:*` for the
-/// holder record) is all `run` and `status` need: no MULTI/EXEC, and
-/// nothing in `ACL LOG`.
-#[test]
-fn run_and_status_work_as_the_least_privilege_acl_user() {
-    let server = RedisServer::start();
+/// Creates the README's least-privilege ACL user for the lock and the
+/// semaphore (`locker`, password `s3cret-pass`), with `extra` rules, and
+/// empties `ACL LOG`; the URL that logs in as it.
+fn least_privilege_user(server: &RedisServer, extra: &str) -> String {
     let rules = format!(
         "on >s3cret-pass resetkeys resetchannels -@all +evalsha +eval +script|load \
          +get +mget +set +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe \
          +punsubscribe +ping +config|get +info \
-         ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:lock-holder:* &{NS}:lock-released"
+         ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:sem:* ~{NS}:sem-fence:* ~{NS}:sem-permits:* \
+         &{NS}:lock-released {extra}"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("locker");
@@ -798,9 +797,25 @@ fn run_and_status_work_as_the_least_privilege_acl_user() {
         .arg("RESET")
         .query(&mut server.conn())
         .unwrap();
-    let url = server
+    server
         .url()
-        .replace("redis://", "redis://locker:s3cret-pass@");
+        .replace("redis://", "redis://locker:s3cret-pass@")
+}
+
+fn acl_log(server: &RedisServer) -> Vec<redis::Value> {
+    redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+/// The README's least-privilege ACL (plus `~<ns>:lock-holder:*` for the
+/// holder record) is all `run` and `status` need: no MULTI/EXEC, and
+/// nothing in `ACL LOG`.
+#[test]
+fn run_and_status_work_as_the_least_privilege_acl_user() {
+    let server = RedisServer::start();
+    let url = least_privilege_user(&server, &format!("~{NS}:lock-holder:*"));
     let as_user = || {
         let mut cmd = bare();
         cmd.args(["--url", &url, "--namespace", NS]);
@@ -829,10 +844,7 @@ fn run_and_status_work_as_the_least_privilege_acl_user() {
     for output in [stdout(&out), stderr(&out)] {
         assert!(!output.contains("s3cret-pass"), "{output}");
     }
-    let log: Vec<redis::Value> = redis::cmd("ACL")
-        .arg("LOG")
-        .query(&mut server.conn())
-        .unwrap();
+    let log = acl_log(&server);
     assert!(log.is_empty(), "Redis refused something: {log:?}");
 }
 
@@ -1570,4 +1582,455 @@ fn shared_runs_hold_together_and_exclusive_runs_alone() {
     assert_eq!(epoch_var, "none");
     let both = run(redlease(&server).args(["run", "-s", "-x", "doc", "true"]));
     assert_code(&both, 2);
+}
+
+// --- run --permits N / status --permits N (issue 22) -----------------------
+
+fn sem_slot_name(key: &str, slot: u32) -> String {
+    format!("{NS}:sem:{{{}}}:{slot}", sha_hex(key))
+}
+
+fn sem_fence_name(key: &str, slot: u32) -> String {
+    format!("{NS}:sem-fence:{{{}}}:{slot}", sha_hex(key))
+}
+
+fn sem_slot_keys(server: &RedisServer) -> Vec<String> {
+    server.keys(&format!("{NS}:sem:*"))
+}
+
+/// A child for `run --permits`: appends `start <slot> <fence>` to `log`,
+/// waits (at most ~20 s, then exits 9) until `<go>-<slot>` exists, appends
+/// `end <slot>` and exits 0. Both lines are single short appends.
+fn permit_script(log: &Path, go: &Path) -> String {
+    format!(
+        "echo \"start $REDLEASE_SLOT $REDLEASE_FENCE\" >> {log}; i=0; \
+         while [ ! -e {go}-$REDLEASE_SLOT ]; do \
+           i=$((i+1)); [ $i -gt 1000 ] && exit 9; sleep 0.02; \
+         done; echo \"end $REDLEASE_SLOT\" >> {log}",
+        log = log.display(),
+        go = go.display()
+    )
+}
+
+/// The `start` lines of `log`: (slot, fence).
+fn permit_starts(log: &Path) -> Vec<(u32, u64)> {
+    read(log)
+        .lines()
+        .filter_map(|line| line.strip_prefix("start "))
+        .map(|rest| {
+            let (slot, fence) = rest
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("a slot and a fence: {rest:?}"));
+            (
+                slot.parse().unwrap_or_else(|_| panic!("a slot: {rest:?}")),
+                fence
+                    .parse()
+                    .unwrap_or_else(|_| panic!("a fence: {rest:?}")),
+            )
+        })
+        .collect()
+}
+
+/// The most `start`s without their `end` at any point of `log`.
+fn max_concurrency(log: &str) -> usize {
+    let (mut running, mut max) = (0usize, 0usize);
+    for line in log.lines() {
+        if line.starts_with("start ") {
+            running += 1;
+            max = max.max(running);
+        } else if line.starts_with("end ") {
+            running = running.checked_sub(1).expect("an end without a start");
+        }
+    }
+    max
+}
+
+/// Three `run --permits 2` at once: two run, the third waits until one of
+/// them ends and then takes its slot; never more than two at once. Every
+/// child sees REDLEASE_SLOT in 0..2 and its slot's fence; a `-n` run while
+/// both permits are held exits 75 without running; `status --permits 2`
+/// shows both slots and who holds them.
+#[test]
+fn permits_let_n_runs_hold_at_once_and_the_next_one_waits() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (log, go) = (scratch.path("log"), scratch.path("go"));
+    let script = permit_script(&log, &go);
+    let start = |extra: &[&str]| {
+        redlease(&server)
+            .args(["run", "--permits", "2", "--lease", "5s"])
+            .args(extra)
+            .args(["pool", "sh", "-c", &script])
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (start(&[]), start(&[]));
+    wait_until(FILE_TIMEOUT, "two commands to start", || {
+        permit_starts(&log).len() == 2
+    });
+    let held = permit_starts(&log);
+    let mut slots: Vec<u32> = held.iter().map(|&(slot, _)| slot).collect();
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1], "one run per slot; log:\n{}", read(&log));
+    assert!(held.iter().all(|&(_, fence)| fence > 0), "{held:?}");
+    let mut slot_keys = sem_slot_keys(&server);
+    slot_keys.sort();
+    assert_eq!(
+        slot_keys,
+        [sem_slot_name("pool", 0), sem_slot_name("pool", 1)]
+    );
+
+    // Both permits held: trying once is busy, and the command does not run.
+    let busy = run(redlease(&server).args(["run", "--permits", "2", "-n", "pool", "echo", "ran"]));
+    assert_code(&busy, BUSY);
+    assert_eq!(stdout(&busy), "", "the command must not run");
+    assert!(
+        stderr(&busy).contains("all 2 permits are held by someone else"),
+        "{}",
+        stderr(&busy)
+    );
+
+    // Status: both slots, their fences and their holders (redlease's pids).
+    let mut status = redlease(&server);
+    let out = run(status.args(["status", "--permits", "2", "--json", "pool"]));
+    assert_code(&out, HELD);
+    let json = stdout(&out);
+    assert!(
+        json.starts_with(
+            r#"{"held":true,"permits":2,"permits_in_use":2,"held_permits":2,"slots":["#
+        ),
+        "{json}"
+    );
+    // The start lines do not say which redlease started them: both pids
+    // must be there, in either slot.
+    for (slot, fence) in &held {
+        assert!(
+            json.contains(&format!(r#"{{"slot":{slot},"held":true,"remaining_ms":"#)),
+            "{json}"
+        );
+        assert!(
+            json.contains(&format!(r#""fence":{fence},"holder":{{"host":"#)),
+            "{json}"
+        );
+    }
+    for pid in [first.id(), second.id()] {
+        assert!(
+            json.contains(&format!(r#""pid":{pid},"command":"sh"}}"#)),
+            "{json}"
+        );
+    }
+    let out = run(redlease(&server).args(["status", "--permits", "2", "pool"]));
+    assert_code(&out, HELD);
+    let text = stdout(&out);
+    assert!(text.starts_with("held:      2 of 2 permits\n"), "{text}");
+    for (slot, fence) in &held {
+        assert!(text.contains(&format!("slot {slot}:")), "{text}");
+        assert!(text.contains(&format!("fence {fence}, pid ")), "{text}");
+    }
+    for pid in [first.id(), second.id()] {
+        assert!(text.contains(&format!("pid {pid} on ")), "{text}");
+    }
+    assert!(!text.contains(" ms"), "human durations: {text}");
+
+    // A third run waits (it says so with -v) ...
+    let err_path = scratch.path("third-stderr");
+    let third = redlease(&server)
+        .args([
+            "--verbose",
+            "run",
+            "--permits",
+            "2",
+            "--wait",
+            "20s",
+            "--lease",
+            "5s",
+        ])
+        .args(["pool", "sh", "-c", &script])
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the third run to wait", || {
+        read(&err_path).contains("waiting up to")
+    });
+    assert_eq!(permit_starts(&log).len(), 2, "the third must wait");
+    // ... until slot 0 is released, which it then takes.
+    let slot0_fence = held.iter().find(|&&(slot, _)| slot == 0).unwrap().1;
+    fs::write(format!("{}-0", go.display()), "").unwrap();
+    wait_until(FILE_TIMEOUT, "the third command to start", || {
+        permit_starts(&log).len() == 3
+    });
+    let (slot, fence) = permit_starts(&log)[2];
+    assert_eq!(slot, 0, "the free slot; log:\n{}", read(&log));
+    assert!(
+        fence > slot0_fence,
+        "a slot's fences increase: {fence} after {slot0_fence}"
+    );
+    fs::write(format!("{}-1", go.display()), "").unwrap();
+    for child in [first, second, third] {
+        assert_code(&finish(child, RUN_TIMEOUT), 0);
+    }
+    let text = read(&log);
+    assert_eq!(text.lines().count(), 6, "log:\n{text}");
+    assert_eq!(
+        max_concurrency(&text),
+        2,
+        "at most 2 at once, and 2 did; log:\n{text}"
+    );
+    assert!(
+        sem_slot_keys(&server).is_empty(),
+        "every permit is released"
+    );
+    let out = run(redlease(&server).args(["status", "--permits", "2", "--json", "pool"]));
+    assert_code(&out, FREE);
+    assert!(
+        stdout(&out).starts_with(r#"{"held":false,"#),
+        "{}",
+        stdout(&out)
+    );
+    // The fence counter of slot 0 is the third run's fence.
+    let counter: String = redis::cmd("GET")
+        .arg(sem_fence_name("pool", 0))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(counter.parse::<u64>().unwrap(), fence);
+}
+
+/// The renewal, signal and loss handling of `run` hold for a permit too:
+/// SIGTERM reaches the command and the permit is released; a slot deleted
+/// behind the command's back stops it with 122.
+#[test]
+fn a_permit_run_forwards_signals_and_stops_the_command_when_its_slot_is_lost() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args([
+            "run",
+            "--permits",
+            "3",
+            "--lease",
+            "5s",
+            "sem-term",
+            "sh",
+            "-c",
+        ])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    assert_eq!(sem_slot_keys(&server), [sem_slot_name("sem-term", 0)]);
+    signal(child.id(), "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_eq!(read(&mark).trim(), "got-term", "the child got SIGTERM");
+    assert_code(&out, 0);
+    assert!(sem_slot_keys(&server).is_empty(), "the permit is released");
+
+    let (ready, mark) = (scratch.path("ready2"), scratch.path("mark2"));
+    let child = redlease(&server)
+        .args([
+            "run",
+            "--permits",
+            "3",
+            "--lease",
+            "1s",
+            "sem-lost",
+            "sh",
+            "-c",
+        ])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(sem_slot_name("sem-lost", 0))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, LEASE_LOST);
+    assert_eq!(
+        read(&mark).trim(),
+        "got-term",
+        "--on-lost term sends SIGTERM"
+    );
+    assert!(stderr(&out).contains("lost the lease"), "{}", stderr(&out));
+}
+
+/// `--permits` outside 1..=1024, or beside -s/-x, is a usage error before
+/// anything is sent to Redis (the URL points at a closed port).
+#[test]
+fn bad_permits_are_usage_errors() {
+    let scratch = Scratch::new();
+    let mark = scratch.path("ran");
+    let touch = format!("touch {}", mark.display());
+    let url = closed_port_url();
+    let base = ["--url", url.as_str(), "--namespace", NS];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "--permits", "0", "k", "sh", "-c", &touch],
+            "from 1 to 1024",
+        ),
+        (
+            vec!["run", "--permits", "1025", "k", "sh", "-c", &touch],
+            "from 1 to 1024",
+        ),
+        (
+            vec!["run", "--permits", "-1", "k", "sh", "-c", &touch],
+            "from 1 to 1024",
+        ),
+        (
+            vec!["run", "--permits", "two", "k", "sh", "-c", &touch],
+            "from 1 to 1024",
+        ),
+        (
+            vec![
+                "run",
+                "--permits",
+                "99999999999999999999",
+                "k",
+                "sh",
+                "-c",
+                &touch,
+            ],
+            "from 1 to 1024",
+        ),
+        (
+            vec!["run", "--permits", "k", "sh", "-c", &touch],
+            "from 1 to 1024",
+        ),
+        (
+            vec!["run", "-s", "--permits", "2", "k", "sh", "-c", &touch],
+            "cannot be used with",
+        ),
+        (
+            vec!["run", "--permits", "2", "-x", "k", "sh", "-c", &touch],
+            "cannot be used with",
+        ),
+        (vec!["status", "--permits", "0", "k"], "from 1 to 1024"),
+        (vec!["status", "--permits", "4096", "k"], "from 1 to 1024"),
+    ];
+    for (args, says) in cases {
+        let out = run(bare().args(base).args(&args));
+        assert_code(&out, USAGE);
+        let err = stderr(&out);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.contains("--permits"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    assert!(!mark.exists(), "no command ran");
+}
+
+/// A run with another permit count than the one in use does not run, and
+/// exits with the conflict code; status says which count is in use.
+#[test]
+fn a_semaphore_in_use_with_another_count_is_a_conflict() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args([
+            "run",
+            "--permits",
+            "2",
+            "--lease",
+            "5s",
+            "resized",
+            "sh",
+            "-c",
+        ])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let out = run(redlease(&server).args(["run", "--permits", "3", "resized", "echo", "ran"]));
+    assert_code(&out, BUSY);
+    assert_eq!(stdout(&out), "", "the command must not run");
+    assert!(
+        stderr(&out).contains("in use with 2 permits"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(redlease(&server).args(["status", "--permits", "3", "resized"]));
+    assert_code(&out, HELD);
+    let text = stdout(&out);
+    assert!(text.starts_with("held:      1 of 3 permits\n"), "{text}");
+    assert!(text.contains("in use:    with 2 permits"), "{text}");
+    signal(child.id(), "TERM");
+    assert_code(&finish(child, RUN_TIMEOUT), 0);
+    // Drained: the new count applies.
+    let out = run(redlease(&server).args([
+        "run",
+        "--permits",
+        "3",
+        "resized",
+        "sh",
+        "-c",
+        "echo $REDLEASE_SLOT",
+    ]));
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "0");
+}
+
+/// `run --permits` and `status --permits` as the README's least-privilege
+/// user with the semaphore's rules and `~<ns>:sem-holder:*`: nothing
+/// refused. Without the holder rule, status still works, without holders.
+#[test]
+fn permits_run_and_status_work_as_the_least_privilege_acl_user() {
+    let server = RedisServer::start();
+    let url = least_privilege_user(&server, &format!("~{NS}:sem-holder:*"));
+    let as_user = || {
+        let mut cmd = bare();
+        cmd.args(["--url", &url, "--namespace", NS]);
+        cmd
+    };
+    let out = run(as_user().args(["status", "--permits", "2", "acl-pool"]));
+    assert_code(&out, FREE);
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = as_user()
+        .args([
+            "run",
+            "--permits",
+            "2",
+            "--lease",
+            "2s",
+            "acl-pool",
+            "sh",
+            "-c",
+        ])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let out = run(as_user().args(["status", "--json", "--permits", "2", "acl-pool"]));
+    assert_code(&out, HELD);
+    let json = stdout(&out);
+    assert!(
+        json.contains(&format!(r#""pid":{},"command":"sh"}}"#, child.id())),
+        "{json}"
+    );
+    let log = acl_log(&server);
+    assert!(log.is_empty(), "Redis refused something: {log:?}");
+
+    // A user without the holder rule: the rest of the status still shows.
+    let url = least_privilege_user(&server, "");
+    let out = run(bare().args(["--url", &url, "--namespace", NS]).args([
+        "status",
+        "--json",
+        "--permits",
+        "2",
+        "acl-pool",
+    ]));
+    assert_code(&out, HELD);
+    let json = stdout(&out);
+    assert!(json.contains(r#""held_permits":1,"#), "{json}");
+    assert!(json.contains(r#""holder":null"#), "{json}");
+    assert!(!json.contains(r#""command":"sh""#), "{json}");
+
+    signal(child.id(), "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 0);
+    for output in [stdout(&out), stderr(&out)] {
+        assert!(!output.contains("s3cret-pass"), "{output}");
+    }
 }

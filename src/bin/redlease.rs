@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! redlease run [OPTIONS] KEY [--] COMMAND [ARGS...]
-//! redlease status [--json] KEY
+//! redlease status [--json] [--permits N] KEY
 //! ```
 //!
 //! See `redlease --help` and the README's "Command-line tool" section for
@@ -185,16 +185,66 @@ impl Target {
 
     /// The stored names of `key` (SHA-256 of the key inside a hash tag).
     pub(crate) fn names(&self, key: &str) -> Names {
-        let sha: String = Sha256::digest(key.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let sha = sha_hex(key);
         let ns = &self.namespace;
         Names {
             lock: format!("{ns}:lock:{{{sha}}}"),
             fence: format!("{ns}:lock-fence:{{{sha}}}"),
             holder: format!("{ns}:lock-holder:{{{sha}}}"),
         }
+    }
+
+    /// The stored names of `key`'s semaphore (SPEC §12), and of the holder
+    /// records `run --permits` writes beside its slots.
+    pub(crate) fn sem_names(&self, key: &str) -> SemNames {
+        let sha = sha_hex(key);
+        let ns = &self.namespace;
+        SemNames {
+            permits: format!("{ns}:sem-permits:{{{sha}}}"),
+            slot_prefix: format!("{ns}:sem:{{{sha}}}:"),
+            fence_prefix: format!("{ns}:sem-fence:{{{sha}}}:"),
+            holder_prefix: format!("{ns}:sem-holder:{{{sha}}}:"),
+        }
+    }
+}
+
+/// The lowercase hex SHA-256 of `key`.
+fn sha_hex(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The stored names of one key's semaphore. Slot `i` is `<slot_prefix><i>`
+/// with its fence counter at `<fence_prefix><i>`; all share the hash tag.
+#[derive(Debug)]
+pub(crate) struct SemNames {
+    /// `<ns>:sem-permits:{<sha>}`: the permit count in use.
+    pub(crate) permits: String,
+    /// `<ns>:sem:{<sha>}:`
+    slot_prefix: String,
+    /// `<ns>:sem-fence:{<sha>}:`
+    fence_prefix: String,
+    /// `<ns>:sem-holder:{<sha>}:`: who holds each slot, as `run` records
+    /// it (never the owner token; see `holder.rs`).
+    holder_prefix: String,
+}
+
+impl SemNames {
+    /// `<ns>:sem:{<sha>}:<slot>`: the slot's lease.
+    pub(crate) fn slot(&self, slot: u32) -> String {
+        format!("{}{slot}", self.slot_prefix)
+    }
+
+    /// `<ns>:sem-fence:{<sha>}:<slot>`: the slot's fence counter.
+    pub(crate) fn fence(&self, slot: u32) -> String {
+        format!("{}{slot}", self.fence_prefix)
+    }
+
+    /// `<ns>:sem-holder:{<sha>}:<slot>`: the slot's holder record.
+    pub(crate) fn holder(&self, slot: u32) -> String {
+        format!("{}{slot}", self.holder_prefix)
     }
 }
 
@@ -257,5 +307,10 @@ mod tests {
         assert_eq!(names.lock, format!("ns:lock:{{{sha}}}"));
         assert_eq!(names.fence, format!("ns:lock-fence:{{{sha}}}"));
         assert_eq!(names.holder, format!("ns:lock-holder:{{{sha}}}"));
+        let sem = target.sem_names("abc");
+        assert_eq!(sem.permits, format!("ns:sem-permits:{{{sha}}}"));
+        assert_eq!(sem.slot(3), format!("ns:sem:{{{sha}}}:3"));
+        assert_eq!(sem.fence(0), format!("ns:sem-fence:{{{sha}}}:0"));
+        assert_eq!(sem.holder(1023), format!("ns:sem-holder:{{{sha}}}:1023"));
     }
 }

@@ -19,9 +19,10 @@ pub(crate) mod exit {
     /// An internal error (EX_SOFTWARE), e.g. signal handling could not be
     /// set up; the command did not run.
     pub(crate) const SOFTWARE: u8 = 70;
-    /// The lock is held by someone else: at once with `--wait 0`, or when
-    /// `--wait` ran out (EX_TEMPFAIL; as `flock -E`, one code for both);
-    /// overridable with `--conflict-exit-code`.
+    /// The lock (with `--permits`, every permit) is held by someone else:
+    /// at once with `--wait 0`, or when `--wait` ran out (EX_TEMPFAIL; as
+    /// `flock -E`, one code for both); also a semaphore in use with another
+    /// `--permits` count. Overridable with `--conflict-exit-code`.
     pub(crate) const BUSY: u8 = 75;
     /// The lease was lost while the command ran, and the command was
     /// stopped (`--on-lost term` or `kill`). Not 124 or 125, which
@@ -48,8 +49,11 @@ every machine that uses the same Redis, namespace and key. If the lease is lost 
 while the command runs (Redis unreachable, the lock deleted or taken over), the \
 command is stopped; see `redlease run --help`.
 
+With --permits N, `redlease run` takes one of N permits of KEY's fenced \
+semaphore instead, so that at most N copies of the command run at once.
+
 Every grant carries a fencing token: a number that strictly increases with every \
-grant of the key. The command gets it as REDLEASE_FENCE. A store that remembers \
+grant of the key (of a semaphore: of the permit's slot). The command gets it as REDLEASE_FENCE. A store that remembers \
 the highest fence it accepted and refuses writes with a lower one turns a holder \
 that lost its lease without noticing (a paused VM, a network partition) into a \
 rejected write; without such a store, the lease is a best-effort guard.
@@ -57,7 +61,9 @@ rejected write; without such a store, the lease is a best-effort guard.
 The server (--url or REDIS_URL) and the namespace (--namespace or \
 REDLEASE_NAMESPACE) have no defaults. For namespace NS and key KEY the lock is \
 stored at NS:lock:{SHA} and the fence counter at NS:lock-fence:{SHA}, where SHA \
-is the lowercase hex SHA-256 of KEY; it is compatible with the redlease library.";
+is the lowercase hex SHA-256 of KEY; it is compatible with the redlease library. \
+A semaphore's slot I is NS:sem:{SHA}:I, with its fence counter at \
+NS:sem-fence:{SHA}:I and the permit count in use at NS:sem-permits:{SHA}.";
 
 /// Shown at the end of `--help` (top level and `run`).
 pub(crate) const EXIT_CODES: &str = "\
@@ -69,15 +75,17 @@ Exit codes of run:
          duration, no command); nothing was sent to Redis
   69     Redis unavailable or failed; the command did not run
   70     internal error (e.g. signal handling could not be set up)
-  75     the lock is held by someone else: at once (--wait 0, -n) or
-         when --wait ran out; the command did not run (change it with
-         -E/--conflict-exit-code, e.g. 0 for cron jobs)
+  75     the lock is held by someone else (with --permits: every
+         permit, or the semaphore is in use with another count): at
+         once (--wait 0, -n) or when --wait ran out; the command did
+         not run (change it with -E/--conflict-exit-code, e.g. 0 for
+         cron jobs)
   122    the lease was lost while the command ran, and the command was
          stopped (--on-lost term or kill)
   126    the command could not be started
   127    the command was not found
-Exit codes of status: 0 held, 1 free, 2 usage error, 69 Redis
-unavailable.";
+Exit codes of status: 0 held, 1 free (with --permits: 0 when any
+permit is held), 2 usage error, 69 Redis unavailable.";
 
 const RUN_LONG_ABOUT: &str = "\
 Acquire the lease on KEY, run COMMAND while holding it, then release it.
@@ -87,6 +95,16 @@ these variables added to its environment:
   REDLEASE_FENCE     this grant's fencing token (a decimal integer)
   REDLEASE_KEY       KEY
   REDLEASE_LEASE_MS  the lease length in milliseconds
+  REDLEASE_SLOT      with --permits N: the permit's slot, 0 to N-1
+                     (REDLEASE_FENCE is then that slot's fence)
+
+With --permits N, run takes one of N permits of KEY's fenced semaphore: at \
+most N runs of KEY hold one at once, each in a slot of its own whose fence \
+increases with every grant of that slot (a store checks the pair slot and \
+fence). Runs of one KEY must agree on N: while permits of another count are \
+held, the run exits as if busy; the new count applies once all are released. \
+The semaphore is not KEY's lock, nor its read-write lease: they do not \
+exclude each other.
 
 While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
 and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
@@ -115,7 +133,10 @@ Examples:
   redlease --namespace billing run -q -n -E 0 nightly-report ./report.sh
 
   # Wait up to 2 minutes for the lock, with a 1 minute lease.
-  redlease --namespace deploy run -w 2m -l 1m prod ./deploy.sh --all";
+  redlease --namespace deploy run -w 2m -l 1m prod ./deploy.sh --all
+
+  # At most 3 backups at once across every host; wait for a permit.
+  redlease --namespace ops run --permits 3 -w forever backup ./backup.sh";
 
 const STATUS_LONG_ABOUT: &str = "\
 Show whether KEY is held, how long its lease has left, the current value of \
@@ -123,9 +144,16 @@ its fence counter (the fence of the last grant; the next grant gets a higher \
 one) and, when the holder is a `redlease run` that recorded it, who holds it \
 (host, pid and program name). The owner token is never shown.
 
-Exits 0 when KEY is held and 1 when it is free (so `redlease status KEY` can \
-be tested like `flock -n`), 2 on a usage error and 69 when Redis cannot be \
-asked. It needs only GET and PTTL on the lock's names (no MULTI/EXEC).";
+With --permits N, it shows KEY's fenced semaphore (as `run --permits N` \
+takes it) instead: how many of its permits are held and, for each held slot, \
+its time left, its fence and its holder; a note when the semaphore is in use \
+with another count. The JSON lists every slot, free ones with their fence \
+counters.
+
+Exits 0 when KEY is held (with --permits, when any permit is) and 1 when it \
+is free (so `redlease status KEY` can be tested like `flock -n`), 2 on a \
+usage error and 69 when Redis cannot be asked. It needs only GET, MGET and \
+PTTL on the lock's (or the semaphore's) names (no MULTI/EXEC).";
 
 /// `redlease`'s command line.
 #[derive(Debug, Parser)]
@@ -210,6 +238,7 @@ pub(crate) enum Command {
     #[command(long_about = RUN_LONG_ABOUT, after_long_help = EXIT_CODES)]
     Run(RunArgs),
     /// Show whether KEY is held, its remaining time and its fence counter
+    /// (with --permits, its semaphore's slots)
     #[command(long_about = STATUS_LONG_ABOUT)]
     Status(StatusArgs),
 }
@@ -270,11 +299,24 @@ pub(crate) struct RunArgs {
     pub(crate) shared: bool,
 
     /// Take the exclusive lease of KEY's read-write lease (like `flock -x`),
-    /// the counterpart of --shared. Without -s or -x, run takes KEY's plain
-    /// lock (the library's `acquire(KEY)`), which does not exclude -s/-x
-    /// holders
+    /// the counterpart of --shared. Without -s, -x or --permits, run takes
+    /// KEY's plain lock (the library's `acquire(KEY)`), which does not
+    /// exclude -s/-x holders
     #[arg(short = 'x', long)]
     pub(crate) exclusive: bool,
+
+    /// Take one of N permits of KEY's fenced semaphore (N from 1 to 1024):
+    /// at most N runs of KEY at once. The command gets its permit's slot
+    /// (0 to N-1) as REDLEASE_SLOT and the slot's fence as REDLEASE_FENCE.
+    /// Runs of one KEY must agree on N; not with -s or -x
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = permits,
+        allow_negative_numbers = true,
+        conflicts_with_all = ["shared", "exclusive"]
+    )]
+    pub(crate) permits: Option<u32>,
 
     /// What to do with the command when the lease is lost
     #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
@@ -290,8 +332,8 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) kill_after: Duration,
 
-    /// Exit code when the lock is held by someone else, at once or when
-    /// --wait ran out (like `flock -E`)
+    /// Exit code when the lock (with --permits, every permit) is held by
+    /// someone else, at once or when --wait ran out (like `flock -E`)
     #[arg(
         short = 'E',
         long,
@@ -332,9 +374,31 @@ pub(crate) struct StatusArgs {
 
     /// Print one JSON object: {"held": bool, "remaining_ms": int|null,
     /// "fence": int|null, "holder": {"host": str, "pid": int, "command":
-    /// str}|null}
+    /// str}|null}; with --permits, {"held": bool, "permits": int,
+    /// "permits_in_use": int|null, "held_permits": int, "slots": [{"slot":
+    /// int, "held": bool, "remaining_ms": int|null, "fence": int|null,
+    /// "holder": {...}|null}, ...]}
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Show KEY's fenced semaphore of N permits (as `run --permits N`)
+    /// instead of its lock: every slot held, its time left, its fence and
+    /// its holder
+    #[arg(long, value_name = "N", value_parser = permits, allow_negative_numbers = true)]
+    pub(crate) permits: Option<u32>,
+}
+
+/// The largest permit count (the library's bound).
+pub(crate) const MAX_PERMITS: u32 = 1024;
+
+/// Parses `--permits`: a whole number from 1 to [`MAX_PERMITS`].
+fn permits(s: &str) -> Result<u32, String> {
+    let bad = || format!("must be a whole number from 1 to {MAX_PERMITS}");
+    let n: u64 = s.trim().parse().map_err(|_| bad())?;
+    u32::try_from(n)
+        .ok()
+        .filter(|n| (1..=MAX_PERMITS).contains(n))
+        .ok_or_else(bad)
 }
 
 #[cfg(test)]
@@ -345,5 +409,14 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn permits_are_whole_numbers_from_1_to_1024() {
+        assert_eq!(permits("1"), Ok(1));
+        assert_eq!(permits("1024"), Ok(1024));
+        for bad in ["0", "1025", "-1", "", "2.5", "x", "99999999999999999999999"] {
+            assert!(permits(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -1,12 +1,14 @@
 //! What `run` holds while the command runs: the key's lock (the default),
-//! or a read (`--shared`) or write (`--exclusive`) lease of its read-write
-//! lease, behind one small interface, so the acquire, supervision and
-//! release are written once.
+//! a read (`--shared`) or write (`--exclusive`) lease of its read-write
+//! lease, or a permit of its semaphore (`--permits N`), behind one small
+//! interface, so the acquire, supervision and release are written once.
 
 use std::time::Duration;
 
-use redlease::blocking::{Lease, ReadLease, WriteLease};
+use redlease::blocking::{Lease, Permit, ReadLease, WriteLease};
 use redlease::{Error, Fence, Lost, ReleaseOutcome};
+
+use crate::Target;
 
 /// A lease of either kind, as `run` uses it.
 pub(crate) trait Held: Sync {
@@ -14,10 +16,16 @@ pub(crate) trait Held: Sync {
     const VARIABLE: &'static str;
     /// What it is called in messages.
     const NAME: &'static str;
-    /// Whether `status` can show it: the holder record is the lock's.
-    const RECORDED: bool;
     /// The lease's fence, or a read lease's epoch.
     fn number(&self) -> Fence;
+    /// A permit's slot (for REDLEASE_SLOT); `None` for the other kinds.
+    fn slot(&self) -> Option<u32> {
+        None
+    }
+    /// Where `run` records who holds it, for `status` (see `holder.rs`):
+    /// beside the lock or the permit's slot; `None` when `status` cannot
+    /// show it (read-write leases: readers share).
+    fn record_name(&self, target: &Target, key: &str) -> Option<String>;
     fn is_valid(&self) -> bool;
     fn remaining(&self) -> Duration;
     fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T;
@@ -27,10 +35,13 @@ pub(crate) trait Held: Sync {
 impl Held for Lease {
     const VARIABLE: &'static str = "REDLEASE_FENCE";
     const NAME: &'static str = "lease";
-    const RECORDED: bool = true;
 
     fn number(&self) -> Fence {
         self.fence()
+    }
+
+    fn record_name(&self, target: &Target, key: &str) -> Option<String> {
+        Some(target.names(key).holder)
     }
 
     fn is_valid(&self) -> bool {
@@ -53,10 +64,13 @@ impl Held for Lease {
 impl Held for ReadLease {
     const VARIABLE: &'static str = "REDLEASE_EPOCH";
     const NAME: &'static str = "shared lease";
-    const RECORDED: bool = false;
 
     fn number(&self) -> Fence {
         self.epoch()
+    }
+
+    fn record_name(&self, _: &Target, _: &str) -> Option<String> {
+        None
     }
 
     fn is_valid(&self) -> bool {
@@ -79,10 +93,13 @@ impl Held for ReadLease {
 impl Held for WriteLease {
     const VARIABLE: &'static str = "REDLEASE_FENCE";
     const NAME: &'static str = "exclusive lease";
-    const RECORDED: bool = false;
 
     fn number(&self) -> Fence {
         self.fence()
+    }
+
+    fn record_name(&self, _: &Target, _: &str) -> Option<String> {
+        None
     }
 
     fn is_valid(&self) -> bool {
@@ -99,5 +116,39 @@ impl Held for WriteLease {
 
     fn release(self) -> Result<ReleaseOutcome, Error> {
         WriteLease::release(self)
+    }
+}
+
+impl Held for Permit {
+    const VARIABLE: &'static str = "REDLEASE_FENCE";
+    const NAME: &'static str = "permit";
+
+    /// The slot's fence (fences count per slot).
+    fn number(&self) -> Fence {
+        self.fence()
+    }
+
+    fn slot(&self) -> Option<u32> {
+        Some(Permit::slot(self))
+    }
+
+    fn record_name(&self, target: &Target, key: &str) -> Option<String> {
+        Some(target.sem_names(key).holder(Permit::slot(self)))
+    }
+
+    fn is_valid(&self) -> bool {
+        Permit::is_valid(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        Permit::remaining(self)
+    }
+
+    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+        Permit::keep_alive(self, f)
+    }
+
+    fn release(self) -> Result<ReleaseOutcome, Error> {
+        Permit::release(self)
     }
 }

@@ -98,6 +98,65 @@ impl log::Log for StderrLogger {
     }
 }
 
+/// What `run` waits for, as its messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wanted {
+    /// The key's lock, or a lease of its read-write lease.
+    Lock,
+    /// A permit of the key's semaphore of this many.
+    Permit(u32),
+}
+
+impl Wanted {
+    /// "the lock" or "a permit".
+    pub(crate) fn thing(self) -> &'static str {
+        match self {
+            Wanted::Lock => "the lock",
+            Wanted::Permit(_) => "a permit",
+        }
+    }
+
+    /// Why the acquire found it busy; `remaining` is the holder's time
+    /// left (for a semaphore, the soonest permit's).
+    pub(crate) fn busy(self, remaining: Option<Duration>) -> String {
+        match self {
+            Wanted::Lock => format!(
+                "the lock is held by someone else{}",
+                remaining.map_or_else(String::new, |d| format!(
+                    " (its lease has {} left)",
+                    human(d)
+                ))
+            ),
+            Wanted::Permit(n) => format!(
+                "{} held by someone else{}",
+                if n == 1 {
+                    "the only permit is".to_owned()
+                } else {
+                    format!("all {n} permits are")
+                },
+                remaining.map_or_else(String::new, |d| format!(
+                    " (the first to end has {} left)",
+                    human(d)
+                ))
+            ),
+        }
+    }
+
+    /// The progress line's words for the holder's time left.
+    fn holder_left(self, left: Duration) -> String {
+        match self {
+            Wanted::Lock => format!(
+                "; the holder's lease has {} left unless renewed",
+                human(left)
+            ),
+            Wanted::Permit(_) => format!(
+                "; the first permit to end has {} left unless renewed",
+                human(left)
+            ),
+        }
+    }
+}
+
 /// What the progress line knows about the holder.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HolderTime {
@@ -128,10 +187,12 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// Starts redrawing `redlease: waited 3.4s of 1m00s for the lock;
-    /// the holder's lease has 26.6s left unless renewed` on standard error. `pttl` asks Redis for the
-    /// holder's remaining time (`None` when unknown); it is called from the
+    /// the holder's lease has 26.6s left unless renewed` (or `for a
+    /// permit`) on standard error. `pttl` asks Redis for the holder's
+    /// remaining time (`None` when unknown); it is called from the
     /// progress thread about once a second.
     pub(crate) fn start(
+        wanted: Wanted,
         started: Instant,
         wait: Duration,
         holder: Option<HolderTime>,
@@ -152,18 +213,13 @@ impl Progress {
                     refreshed = t;
                     holder = pttl().map(|remaining| HolderTime { remaining, at: t });
                 }
-                let held = match holder {
-                    Some(h) => format!(
-                        "; the holder's lease has {} left unless renewed",
-                        human(h.left(t))
-                    ),
-                    None => String::new(),
-                };
+                let held = holder.map_or_else(String::new, |h| wanted.holder_left(h.left(t)));
                 let elapsed = human(t.saturating_duration_since(started));
                 let mut err = std::io::stderr().lock();
                 let _ = write!(
                     err,
-                    "\r\x1b[Kredlease: waited {elapsed}{limit} for the lock{held}"
+                    "\r\x1b[Kredlease: waited {elapsed}{limit} for {}{held}",
+                    wanted.thing()
                 );
                 let _ = err.flush();
                 drop(err);

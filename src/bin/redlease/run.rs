@@ -1,5 +1,6 @@
-//! `redlease run KEY -- COMMAND`: acquire, run the child under renewals,
-//! forward signals, act on a lost lease, release, and pick the exit code.
+//! `redlease run KEY -- COMMAND`: acquire (the lock, a read-write lease's
+//! side or a semaphore's permit), run the child under renewals, forward
+//! signals, act on a lost lease, release, and pick the exit code.
 
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
@@ -17,7 +18,7 @@ use crate::cli::{exit, OnLost, RunArgs};
 use crate::duration::human;
 use crate::held::Held;
 use crate::holder::Holder;
-use crate::output::{HolderTime, Out, Progress};
+use crate::output::{HolderTime, Out, Progress, Wanted};
 use crate::signals::{self, Event, Forwarded, SignalWatch};
 use crate::{describe_error, describe_invalid, now, usage_error, Target};
 
@@ -76,10 +77,21 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
             return exit_code_of(&e);
         }
     };
+    // What the waiting line watches for the holder's time left: the lock,
+    // or every slot of the semaphore.
+    let (wanted, probed) = match args.permits {
+        Some(n) => {
+            let sem = target.sem_names(&args.key);
+            (Wanted::Permit(n), (0..n).map(|i| sem.slot(i)).collect())
+        }
+        None => (Wanted::Lock, vec![target.names(&args.key).lock]),
+    };
     let run = Run {
         target: &target,
         args,
         out,
+        wanted,
+        probed,
         signals: &signals,
         events_tx,
         events,
@@ -97,6 +109,10 @@ struct Run<'a> {
     target: &'a Target,
     args: &'a RunArgs,
     out: Out,
+    /// What the acquire waits for, in messages.
+    wanted: Wanted,
+    /// The names whose `PTTL` the waiting line shows (the least of them).
+    probed: Vec<String>,
     signals: &'a SignalWatch,
     events_tx: Sender<Event>,
     events: Receiver<Event>,
@@ -106,7 +122,13 @@ struct Run<'a> {
 impl Run<'_> {
     fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> u8 {
         let key = &self.args.key;
-        if self.args.shared || self.args.exclusive {
+        if let Some(permits) = self.args.permits {
+            let semaphore = match locker.semaphore(key, permits) {
+                Ok(semaphore) => semaphore,
+                Err(e) => return self.cannot_acquire(&e),
+            };
+            self.hold_and_run(self.acquire(cancel, |options| semaphore.acquire_with(options)))
+        } else if self.args.shared || self.args.exclusive {
             let rw = match locker.rw_lock(key) {
                 Ok(rw) => rw,
                 Err(e) => return self.cannot_acquire(&e),
@@ -144,10 +166,12 @@ impl Run<'_> {
             return signal_exit(sig);
         }
 
-        // The holder record names the exclusive holder; readers share.
-        let mut record = H::RECORDED.then(|| HolderRecord {
+        // The holder record names the lock's holder or the permit's; readers
+        // share.
+        let name = lease.record_name(self.target, &self.args.key);
+        let mut record = name.map(|name| HolderRecord {
             client: self.target.client.clone(),
-            name: self.target.names(&self.args.key).holder,
+            name,
             value: Holder::this_process(lease.number().get(), &self.args.command[0]).encode(),
             lease: self.args.lease,
             timeout: self.command_timeout,
@@ -229,8 +253,11 @@ impl Run<'_> {
         match result {
             Ok(lease) => {
                 out.detail(format_args!(
-                    "acquired the {} (fence {}, lease {}) after {}",
+                    "acquired the {} ({}fence {}, lease {}) after {}",
                     H::NAME,
+                    lease
+                        .slot()
+                        .map_or_else(String::new, |slot| format!("slot {slot}, ")),
                     lease.number(),
                     human(args.lease),
                     human(waited)
@@ -239,16 +266,29 @@ impl Run<'_> {
             }
             Err(Error::Busy { remaining }) => {
                 out.notice(format_args!(
-                    "the lock is held by someone else{}; the command did not run",
-                    holder_suffix(remaining)
+                    "{}; the command did not run",
+                    self.wanted.busy(remaining)
                 ));
                 Err(args.conflict_exit_code)
             }
             Err(Error::WaitTimeout { remaining, .. }) => {
                 out.notice(format_args!(
-                    "gave up waiting for the lock after {}{}; the command did not run",
+                    "gave up waiting for {} after {}{}; the command did not run",
+                    self.wanted.thing(),
                     human(waited),
-                    holder_suffix(remaining)
+                    holder_suffix(self.wanted, remaining)
+                ));
+                Err(args.conflict_exit_code)
+            }
+            // The semaphore is in use with another count: held by others,
+            // who must all release before this count applies.
+            Err(Error::InvalidConfig {
+                option: "permits",
+                reason,
+            }) if self.args.permits.is_some() => {
+                out.notice(format_args!(
+                    "{reason} (runs of one key must agree on --permits); the command did \
+                     not run"
                 ));
                 Err(args.conflict_exit_code)
             }
@@ -258,8 +298,9 @@ impl Run<'_> {
                     .first_stop()
                     .unwrap_or(signal_hook::consts::SIGINT);
                 out.notice(format_args!(
-                    "got {} while waiting for the lock; the command did not run",
-                    signals::name(sig)
+                    "got {} while waiting for {}; the command did not run",
+                    signals::name(sig),
+                    self.wanted.thing()
                 ));
                 Err(signal_exit(sig))
             }
@@ -294,8 +335,8 @@ impl Run<'_> {
             });
         }
         out.detail(format_args!(
-            "the lock is held by someone else{}; waiting {}",
-            holder_suffix(remaining),
+            "{}; waiting {}",
+            self.wanted.busy(remaining),
             if wait == Duration::MAX {
                 "without a deadline".to_owned()
             } else {
@@ -307,7 +348,7 @@ impl Run<'_> {
                 remaining,
                 at: now(),
             });
-            Progress::start(started, wait, holder, self.pttl_probe())
+            Progress::start(self.wanted, started, wait, holder, self.pttl_probe())
         });
         let result = get(options);
         if let Some(progress) = progress {
@@ -316,11 +357,15 @@ impl Run<'_> {
         result
     }
 
-    /// Asks Redis for the holder's remaining time on a connection of its
-    /// own (opened lazily, dropped on error), for the progress line.
+    /// Asks Redis for the holder's remaining time (a semaphore's: the
+    /// least of its slots') on a connection of its own (opened lazily,
+    /// dropped on error), for the progress line.
     fn pttl_probe(&self) -> impl FnMut() -> Option<Duration> + Send + 'static {
         let client = self.target.client.clone();
-        let lock = self.target.names(&self.args.key).lock;
+        let mut probe = redis::pipe();
+        for name in &self.probed {
+            probe.cmd("PTTL").arg(name);
+        }
         let mut conn: Option<redis::Connection> = None;
         move || {
             if conn.is_none() {
@@ -333,8 +378,13 @@ impl Run<'_> {
                     });
             }
             let c = conn.as_mut()?;
-            match redis::cmd("PTTL").arg(&lock).query::<i64>(c) {
-                Ok(ms) => u64::try_from(ms).ok().map(Duration::from_millis),
+            match probe.query::<Vec<i64>>(c) {
+                // PTTL: -2 no such key, -1 no expiry, else milliseconds.
+                Ok(ms) => ms
+                    .into_iter()
+                    .filter_map(|ms| u64::try_from(ms).ok())
+                    .min()
+                    .map(Duration::from_millis),
                 Err(_) => {
                     conn = None;
                     None
@@ -354,6 +404,9 @@ impl Run<'_> {
                 .env(H::VARIABLE, lease.number().to_string())
                 .env("REDLEASE_KEY", &args.key)
                 .env("REDLEASE_LEASE_MS", args.lease.as_millis().to_string());
+            if let Some(slot) = lease.slot() {
+                command.env("REDLEASE_SLOT", slot.to_string());
+            }
             command
         };
         let spawned = with_env(child::command(program, &args.command[1..]))
@@ -661,9 +714,10 @@ fn wait_left(wait: Duration, started: Instant) -> Duration {
     wait.saturating_sub(now().saturating_duration_since(started))
 }
 
-fn holder_suffix(remaining: Option<Duration>) -> String {
-    remaining.map_or_else(String::new, |d| {
-        format!(" (its lease has {} left)", human(d))
+fn holder_suffix(wanted: Wanted, remaining: Option<Duration>) -> String {
+    remaining.map_or_else(String::new, |d| match wanted {
+        Wanted::Lock => format!(" (its lease has {} left)", human(d)),
+        Wanted::Permit(_) => format!(" (the first permit to end has {} left)", human(d)),
     })
 }
 

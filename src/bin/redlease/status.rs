@@ -2,11 +2,16 @@
 //! the holder record, read with plain `PTTL` and `GET` on the stored names
 //! (no MULTI/EXEC, so the README's least-privilege ACL is enough). The
 //! lock's value (the owner token) is never read.
+//!
+//! `redlease status --permits N KEY`: the same for each slot of KEY's
+//! semaphore (`PTTL` of each slot, `MGET` of the fence counters and of the
+//! holder records), and the permit count it is in use with. The slots'
+//! values (owner tokens) are never read either.
 
 use std::io::Write;
 use std::time::Duration;
 
-use crate::cli::{exit, StatusArgs};
+use crate::cli::{exit, StatusArgs, MAX_PERMITS};
 use crate::duration::human;
 use crate::holder::{json_string, Holder};
 use crate::output::Out;
@@ -30,6 +35,9 @@ struct Status {
 }
 
 pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
+    if let Some(permits) = args.permits {
+        return permits_status(&target, args, permits, out);
+    }
     let names = target.names(&args.key);
     let query = || -> redis::RedisResult<(i64, Option<String>, Option<String>)> {
         let mut conn = target.client.get_connection_with_timeout(TIMEOUT)?;
@@ -75,31 +83,157 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    // PTTL: -2 no such key, -1 no expiry, otherwise milliseconds left.
-    let held = pttl != -2;
-    let status = Status {
-        held,
-        remaining_ms: u64::try_from(pttl).ok(),
-        fence,
-        holder: holder
-            .as_deref()
-            .and_then(Holder::decode)
-            .filter(|h| held && Some(h.fence) == fence),
-    };
+    let status = slot_status(pttl, fence, holder.as_deref());
     let report = if args.json {
         json(&status) + "\n"
     } else {
         text(&status)
     };
+    print_and_exit(&report, status.held)
+}
+
+/// Prints the report; the exit code for `held`.
+fn print_and_exit(report: &str, held: bool) -> u8 {
     // A closed stdout (`| head -0`) is not worth a panic.
     let mut stdout = std::io::stdout().lock();
     let _ = stdout
         .write_all(report.as_bytes())
         .and_then(|()| stdout.flush());
-    if status.held {
+    if held {
         0
     } else {
         FREE
+    }
+}
+
+/// What `status --permits` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PermitsStatus {
+    /// The count asked for (`--permits`).
+    permits: u32,
+    /// The count the semaphore is in use with (its record in Redis), when
+    /// there is one.
+    in_use: Option<u32>,
+    /// Slots `0..max(permits, in_use)`, each as a lock's status.
+    slots: Vec<Status>,
+}
+
+impl PermitsStatus {
+    fn held(&self) -> usize {
+        self.slots.iter().filter(|s| s.held).count()
+    }
+}
+
+/// One slot's reply: `PTTL`, fence counter, holder record.
+type SlotReply = (i64, Option<String>, Option<String>);
+
+fn permits_status(target: &Target, args: &StatusArgs, permits: u32, out: Out) -> u8 {
+    let names = target.sem_names(&args.key);
+    let query = || -> redis::RedisResult<(Option<String>, Vec<SlotReply>)> {
+        let mut conn = target.client.get_connection_with_timeout(TIMEOUT)?;
+        conn.set_read_timeout(Some(TIMEOUT))?;
+        conn.set_write_timeout(Some(TIMEOUT))?;
+        let stored: Option<String> = redis::cmd("GET").arg(&names.permits).query(&mut conn)?;
+        // A larger count in use may hold slots past `permits`.
+        let in_use = stored.as_deref().and_then(parse_permits).unwrap_or(0);
+        let count = permits.max(in_use);
+        // One round trip, not a transaction: a slot can change in between,
+        // which the fence check below tolerates.
+        let mut pipe = redis::pipe();
+        for slot in 0..count {
+            pipe.cmd("PTTL").arg(names.slot(slot));
+        }
+        pipe.cmd("MGET");
+        for slot in 0..count {
+            pipe.arg(names.fence(slot));
+        }
+        let (mut reply, fences): (Vec<i64>, Vec<Option<String>>) = {
+            let mut values: Vec<redis::Value> = pipe.query(&mut conn)?;
+            let fences = values
+                .pop()
+                .map_or_else(|| Ok(Vec::new()), redis::from_redis_value)?;
+            let pttls = values
+                .into_iter()
+                .map(redis::from_redis_value)
+                .collect::<Result<Vec<i64>, _>>()?;
+            (pttls, fences)
+        };
+        reply.resize(count as usize, -2);
+        // The records are optional: a user whose ACL lacks their names
+        // still gets the rest.
+        let held: Vec<u32> = (0..count).filter(|&i| reply[i as usize] != -2).collect();
+        let mut holders: Vec<Option<String>> = vec![None; count as usize];
+        if !held.is_empty() {
+            let mut mget = redis::cmd("MGET");
+            for &slot in &held {
+                mget.arg(names.holder(slot));
+            }
+            if let Ok(records) = mget.query::<Vec<Option<String>>>(&mut conn) {
+                for (&slot, record) in held.iter().zip(records) {
+                    holders[slot as usize] = record;
+                }
+            }
+        }
+        let slots = reply
+            .into_iter()
+            .zip(fences.into_iter().chain(std::iter::repeat(None)))
+            .zip(holders)
+            .map(|((pttl, fence), holder)| (pttl, fence, holder))
+            .collect();
+        Ok((stored, slots))
+    };
+    let (stored, replies) = match query() {
+        Ok(reply) => reply,
+        Err(e) => {
+            out.fatal(format_args!(
+                "cannot read the semaphore's status from Redis at {}: {}",
+                target.address(),
+                crate::describe_redis(&e)
+            ));
+            return exit::UNAVAILABLE;
+        }
+    };
+    let mut slots = Vec::with_capacity(replies.len());
+    for (pttl, fence, holder) in replies {
+        let Ok(fence) = fence.map(|f| f.parse::<u64>()).transpose() else {
+            out.fatal("a slot's fence counter in Redis is not a decimal integer");
+            return exit::UNAVAILABLE;
+        };
+        slots.push(slot_status(pttl, fence, holder.as_deref()));
+    }
+    let status = PermitsStatus {
+        permits,
+        in_use: stored.as_deref().and_then(parse_permits),
+        slots,
+    };
+    let report = if args.json {
+        permits_json(&status) + "\n"
+    } else {
+        permits_text(&status)
+    };
+    print_and_exit(&report, status.held() > 0)
+}
+
+/// A stored permit count, when it is one the library could have written.
+fn parse_permits(stored: &str) -> Option<u32> {
+    stored
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_PERMITS).contains(n))
+}
+
+/// A lock's (or a slot's) status from its `PTTL`, its fence counter and
+/// its holder record: the record counts only for the latest grant.
+fn slot_status(pttl: i64, fence: Option<u64>, holder: Option<&str>) -> Status {
+    // PTTL: -2 no such key, -1 no expiry, otherwise milliseconds left.
+    let held = pttl != -2;
+    Status {
+        held,
+        remaining_ms: u64::try_from(pttl).ok(),
+        fence,
+        holder: holder
+            .and_then(Holder::decode)
+            .filter(|h| held && Some(h.fence) == fence),
     }
 }
 
@@ -107,8 +241,8 @@ fn opt(n: Option<u64>) -> String {
     n.map_or_else(|| "null".to_owned(), |n| n.to_string())
 }
 
-fn json(s: &Status) -> String {
-    let holder = s.holder.as_ref().map_or_else(
+fn holder_json(holder: Option<&Holder>) -> String {
+    holder.map_or_else(
         || "null".to_owned(),
         |h| {
             format!(
@@ -118,13 +252,83 @@ fn json(s: &Status) -> String {
                 json_string(&h.command)
             )
         },
-    );
+    )
+}
+
+fn json(s: &Status) -> String {
+    let holder = holder_json(s.holder.as_ref());
     format!(
         "{{\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{holder}}}",
         s.held,
         opt(s.remaining_ms),
         opt(s.fence)
     )
+}
+
+fn permits_json(s: &PermitsStatus) -> String {
+    let slots: Vec<String> = s
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            format!(
+                "{{\"slot\":{i},\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{}}}",
+                slot.held,
+                opt(slot.remaining_ms),
+                opt(slot.fence),
+                holder_json(slot.holder.as_ref())
+            )
+        })
+        .collect();
+    format!(
+        "{{\"held\":{},\"permits\":{},\"permits_in_use\":{},\"held_permits\":{},\"slots\":[{}]}}",
+        s.held() > 0,
+        s.permits,
+        opt(s.in_use.map(u64::from)),
+        s.held(),
+        slots.join(",")
+    )
+}
+
+/// `pid 77 on web-1 running backup`
+fn holder_text(h: &Holder) -> String {
+    format!(
+        "pid {} on {} running {}",
+        h.pid,
+        if h.host.is_empty() { "?" } else { &h.host },
+        h.command
+    )
+}
+
+/// The held slots, one a line; free ones are only counted (the JSON has
+/// every slot with its fence).
+fn permits_text(s: &PermitsStatus) -> String {
+    let mut report = format!("held:      {} of {} permits\n", s.held(), s.permits);
+    if let Some(in_use) = s.in_use.filter(|&n| n != s.permits) {
+        report.push_str(&format!(
+            "in use:    with {in_use} permits; runs with --permits {} are refused until \
+             every permit is released\n",
+            s.permits
+        ));
+    }
+    for (i, slot) in s.slots.iter().enumerate().filter(|(_, slot)| slot.held) {
+        let remaining = slot.remaining_ms.map_or_else(
+            || "no expiry (not set by redlease)".to_owned(),
+            |ms| format!("{} left", human(Duration::from_millis(ms))),
+        );
+        let fence = slot
+            .fence
+            .map_or_else(|| "none".to_owned(), |f| f.to_string());
+        let holder = slot
+            .holder
+            .as_ref()
+            .map_or_else(|| "holder not recorded".to_owned(), holder_text);
+        let label = format!("slot {i}:");
+        report.push_str(&format!(
+            "{label:<10} {remaining}, fence {fence}, {holder}\n"
+        ));
+    }
+    report
 }
 
 fn text(s: &Status) -> String {
@@ -140,12 +344,7 @@ fn text(s: &Status) -> String {
     };
     let mut report = format!("held:      {held}\nremaining: {remaining}\nfence:     {fence}\n");
     match (&s.holder, s.held) {
-        (Some(h), _) => report.push_str(&format!(
-            "holder:    pid {} on {} running {}\n",
-            h.pid,
-            if h.host.is_empty() { "?" } else { &h.host },
-            h.command
-        )),
+        (Some(h), _) => report.push_str(&format!("holder:    {}\n", holder_text(h))),
         (None, true) => report.push_str("holder:    not recorded\n"),
         (None, false) => {}
     }
@@ -204,5 +403,78 @@ mod tests {
             text(&held),
             "held:      yes\nremaining: 22.8s\nfence:     7\nholder:    not recorded\n"
         );
+    }
+
+    fn two_of_three() -> PermitsStatus {
+        let free = Status {
+            held: false,
+            remaining_ms: None,
+            fence: Some(4),
+            holder: None,
+        };
+        PermitsStatus {
+            permits: 3,
+            in_use: Some(3),
+            slots: vec![
+                Status {
+                    held: true,
+                    remaining_ms: Some(4_200),
+                    fence: Some(9),
+                    holder: Some(Holder {
+                        fence: 9,
+                        host: "web-1".into(),
+                        pid: 77,
+                        command: "backup".into(),
+                    }),
+                },
+                free,
+                Status {
+                    held: true,
+                    remaining_ms: Some(1_100),
+                    fence: Some(2),
+                    holder: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn permits_json_lists_every_slot() {
+        assert_eq!(
+            permits_json(&two_of_three()),
+            concat!(
+                r#"{"held":true,"permits":3,"permits_in_use":3,"held_permits":2,"slots":["#,
+                r#"{"slot":0,"held":true,"remaining_ms":4200,"fence":9,"holder":{"host":"web-1","pid":77,"command":"backup"}},"#,
+                r#"{"slot":1,"held":false,"remaining_ms":null,"fence":4,"holder":null},"#,
+                r#"{"slot":2,"held":true,"remaining_ms":1100,"fence":2,"holder":null}]}"#
+            )
+        );
+    }
+
+    #[test]
+    fn permits_text_shows_the_held_slots_and_a_count_in_use_that_differs() {
+        let mut status = two_of_three();
+        assert_eq!(
+            permits_text(&status),
+            "held:      2 of 3 permits\n\
+             slot 0:    4.2s left, fence 9, pid 77 on web-1 running backup\n\
+             slot 2:    1.1s left, fence 2, holder not recorded\n"
+        );
+        status.permits = 2;
+        status.slots.iter_mut().for_each(|s| s.held = false);
+        assert_eq!(
+            permits_text(&status),
+            "held:      0 of 2 permits\n\
+             in use:    with 3 permits; runs with --permits 2 are refused until every \
+             permit is released\n"
+        );
+    }
+
+    #[test]
+    fn a_stored_count_counts_only_within_the_librarys_bounds() {
+        assert_eq!(parse_permits("3"), Some(3));
+        for bad in ["0", "1025", "-1", "x", ""] {
+            assert_eq!(parse_permits(bad), None, "{bad:?}");
+        }
     }
 }

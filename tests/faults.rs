@@ -66,6 +66,7 @@ macro_rules! fault_matrix {
                 client_kill_of_the_subscriber_mid_wait_readers_and_writers_are_still_notified,
                 acl_user_without_pubsub_rights_readers_and_writers_poll_and_still_acquire,
                 sentinel_failover_while_contenders_wait_costs_only_time,
+                permit_and_writer_processes_killed_without_releasing_free_their_keys_at_the_ttl,
             );
         }
 

@@ -1304,3 +1304,69 @@ pub(crate) fn sentinel_failover_while_contenders_wait_costs_only_time<F: Sentine
         "no lease left on the new primary"
     );
 }
+
+// ----- holder processes of a permit and of a write lease that die -------------------
+
+/// A process holding the only permit of a semaphore, and one holding the
+/// write lease of a read-write lease, are SIGKILLed without releasing:
+/// a permit waiter, a writer and a reader of another process get them
+/// once the dead holders' leases expire (their TTL), the permit on the
+/// same slot with a higher fence, the writer with a fence above the dead
+/// writer's and the reader with an epoch not below it; none is stranded.
+pub(crate) fn permit_and_writer_processes_killed_without_releasing_free_their_keys_at_the_ttl<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-dead-kinds");
+    let lease = Duration::from_millis(1500);
+    let permit_holder =
+        child::spawn_holder_of::<F>(&server, &ns, "pool", lease, child::Hold::Permit(1));
+    let writer = child::spawn_holder_of::<F>(&server, &ns, "doc", lease, child::Hold::Write);
+
+    let locker = Arc::new(connect::<F>(
+        &server,
+        config(&ns).wait(Duration::from_secs(20)),
+    ));
+    let wait = || waiting(Duration::from_secs(20));
+    let l = locker.clone();
+    let permit = spawn("permit waiter", move || {
+        let p = l.acquire_permit("pool", 1, wait())?;
+        let got = (F::slot(&p), F::permit_fence(&p).get());
+        F::release_permit(p)?;
+        Ok::<_, Error>(got)
+    });
+    let l = locker.clone();
+    let write = spawn("writer", move || {
+        let w = l.write_with("doc", wait())?;
+        let fence = F::write_fence(&w).get();
+        F::release_write(w)?;
+        Ok::<_, Error>(fence)
+    });
+    let l = locker.clone();
+    let read = spawn("reader", move || {
+        let r = l.read_with("doc", wait())?;
+        let epoch = F::epoch(&r).get();
+        F::release_read(r)?;
+        Ok::<_, Error>(epoch)
+    });
+    wait_for_stats(&*locker, "three waiters in line", |s| s.waiters == 3);
+    let dead_permit = permit_holder.kill();
+    let dead_writer = writer.kill();
+
+    let (slot, fence) = permit.join_within(BOUND).expect("the permit after the TTL");
+    assert_eq!(slot, 0, "the only slot");
+    assert!(fence > dead_permit, "{fence} after the dead {dead_permit}");
+    let fence = write
+        .join_within(BOUND)
+        .expect("the write lease after the TTL");
+    assert!(fence > dead_writer, "{fence} after the dead {dead_writer}");
+    let epoch = read
+        .join_within(BOUND)
+        .expect("the read lease after the TTL");
+    assert!(
+        epoch >= dead_writer,
+        "epoch {epoch} below the dead writer's {dead_writer}"
+    );
+    assert_eq!(locker.stats().waiters, 0);
+    locker.shutdown().expect("shutdown");
+}

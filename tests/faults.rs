@@ -117,7 +117,8 @@ mod aio {
 
 /// Child-process helper of
 /// `holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires`:
-/// acquires a key and holds it until it is killed.
+/// acquires a key (a lock, a permit or a write lease) and holds it until
+/// it is killed.
 #[test]
 #[ignore = "a helper the fault matrix starts as a child process"]
 fn holder_child_process() {

@@ -1,40 +1,69 @@
 //! Fencing torture run: several worker processes, each with blocking
-//! threads and async tasks, contend for a few keys with random hold times,
-//! while a controller injects faults into the lock's `redis-server` at
-//! random: SIGSTOP/SIGCONT, `CLIENT KILL` of command and subscriber
-//! connections, restarts with data loss, and `SCRIPT FLUSH`.
+//! threads and async tasks, contend for a few locks, fenced semaphores and
+//! read-write leases with random hold times, while a controller injects
+//! faults into the lock's `redis-server` at random: SIGSTOP/SIGCONT,
+//! `CLIENT KILL` of command and subscriber connections, restarts with data
+//! loss, and `SCRIPT FLUSH`.
 //!
 //! ```text
 //! cargo run --release --example fencing_torture -- --seconds 20
 //! ```
 //!
-//! Every holder writes through a fenced store
-//! ([`redlease::fenced::FencedStore::write`]) kept on a second
-//! `redis-server` that is never faulted (the protected resource), and
-//! records each write (fence, accepted or stale) together with a logical
-//! clock read from that server (`INCR` before and after the write, so two
-//! writes whose intervals do not overlap are ordered). The controller then
-//! counts:
+//! Every contender picks a kind and a key at random for each round: a lock
+//! (`torture:resource:<k>`), a permit of a semaphore of `--permits` permits
+//! (`torture:sem:<k>`), or the write or a read lease of a read-write lease
+//! (`torture:rw:<k>`). Every holder writes twice, at the start and at the
+//! end of its hold, through a fenced store
+//! ([`redlease::fenced::FencedStore`]) kept on a second `redis-server` that
+//! is never faulted (the protected resource, and the checker): a lock with
+//! `write`, a permit with `write_permit` (its slot's register), a writer
+//! with `write` and a reader with `write_derived` and its epoch (both on
+//! the rw key's register). It brackets each write, and each acquire, with
+//! `INCR` of a logical clock on that server, so two events whose intervals
+//! do not overlap are ordered. A holder *certainly held* from the end of its
+//! first write to the start of its second when the store accepted both.
+//! The controller then counts, per kind:
 //!
-//! - `fencing_violations` (must be 0): a write accepted after a write with
-//!   a higher fence was accepted for the same resource, two grants of one
-//!   key with the same fence, or a store whose final fence is not the
-//!   highest one it accepted;
+//! - lock: a write accepted after a write with a higher fence was accepted
+//!   for the same key (`ordering_violations`), two grants of one key with
+//!   the same fence (`duplicate_fences`), a store whose final fence is not
+//!   the highest one it accepted (`store_mismatches`);
+//! - semaphore: the same three per (key, slot), plus a slot outside
+//!   `0..permits` (`slot_out_of_range`), two holders of one slot certainly
+//!   holding at once (`slot_overlaps`), and more than `permits` holders of
+//!   one key certainly holding at once (`over_capacity`);
+//! - rw: the same three on the key's register (writers' fences and
+//!   readers' epochs), plus a writer certainly holding at once with another
+//!   writer or a reader (`writer_overlaps`), two writers certainly granted
+//!   one after the other whose fences do not increase (`write_fence_order`),
+//!   and a reader whose epoch is not the fence of the last writer granted
+//!   before it (`epoch_mismatches`; a larger epoch is allowed only where a
+//!   restart with data loss, or a write acquire whose outcome the client
+//!   does not know, came in between). A writer that wrote with less than
+//!   [`VALID_MARGIN_MS`] of its lease left, overlapping a reader whose epoch
+//!   is its own fence, is counted apart (`expired_writer_overlaps`): a
+//!   writer past its lease is fenced out by the next writer, not by a
+//!   reader (SPEC §11, §13);
+//!
+//! and for the whole run:
+//!
 //! - `stranded_waiters` (must be 0): threads or tasks that did not finish
 //!   within a bound after the run ended;
-//! - `tokens_left` (must be 0): `<ns>:lock:*` keys still in Redis after
-//!   every locker shut down.
+//! - `tokens_left` (must be 0): `<ns>:lock:*`, `<ns>:sem:*`,
+//!   `<ns>:rw-write:*` and `<ns>:rw-read:*` keys still in Redis after every
+//!   locker shut down.
 //!
-//! It prints one JSON line and exits with 1 when any of the three is not 0
-//! (2 when the run could not be set up). Options: `--seconds N` (20),
-//! `--processes N` (3), `--threads N` (3), `--tasks N` (3), `--keys N` (3),
-//! `--seed N` (from the clock by default; the report names it). The
-//! worker processes are this program again (`std::env::current_exe`) with
-//! `--worker`; `tests/faults.rs` reuses this file for its ignored long run. Everything listens on loopback only;
-//! `redis-server` must be on `PATH`.
+//! It prints one JSON line and exits with 1 when a violation of any kind,
+//! a stranded waiter or a token left is not 0 (2 when the run could not be
+//! set up). Options: `--seconds N` (20), `--processes N` (3), `--threads N`
+//! (3), `--tasks N` (3), `--keys N` (3, per kind), `--permits N` (2),
+//! `--seed N` (from the clock by default; the report names it). The worker
+//! processes are this program again (`std::env::current_exe`) with
+//! `--worker`; `tests/faults.rs` reuses this file for its ignored long run.
+//! Everything listens on loopback only; `redis-server` must be on `PATH`.
 #![allow(clippy::disallowed_methods)] // a driver program reads the clock and sleeps
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
@@ -66,6 +95,9 @@ const WAIT_MS: u64 = 1500;
 /// Command timeout of the lockers: a paused Redis turns into
 /// `OUTCOME_UNKNOWN` quickly.
 const COMMAND_TIMEOUT_MS: u64 = 250;
+/// A holder that writes with less of its lease left than this (by the
+/// lease's own conservative estimate) may be writing after it expired.
+pub(crate) const VALID_MARGIN_MS: u64 = 100;
 
 const ENV_WORKER: &str = "REDLEASE_TORTURE_WORKER";
 const ENV_LOCK_URL: &str = "REDLEASE_TORTURE_LOCK_URL";
@@ -74,6 +106,7 @@ const ENV_NAMESPACE: &str = "REDLEASE_TORTURE_NAMESPACE";
 const ENV_THREADS: &str = "REDLEASE_TORTURE_THREADS";
 const ENV_TASKS: &str = "REDLEASE_TORTURE_TASKS";
 const ENV_KEYS: &str = "REDLEASE_TORTURE_KEYS";
+const ENV_PERMITS: &str = "REDLEASE_TORTURE_PERMITS";
 const ENV_SEED: &str = "REDLEASE_TORTURE_SEED";
 
 /// The size of a run.
@@ -83,7 +116,10 @@ pub(crate) struct Options {
     pub(crate) processes: usize,
     pub(crate) threads: usize,
     pub(crate) tasks: usize,
+    /// Keys per kind.
     pub(crate) keys: usize,
+    /// Permits of every semaphore.
+    pub(crate) permits: u32,
     pub(crate) seed: u64,
 }
 
@@ -95,6 +131,7 @@ impl Default for Options {
             threads: 3,
             tasks: 3,
             keys: 3,
+            permits: 2,
             // New random choices every run; the report names the seed and
             // `--seed` repeats the choices (timing still varies).
             seed: std::time::SystemTime::now()
@@ -163,6 +200,9 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--threads" => options.threads = value as usize,
             "--tasks" => options.tasks = value as usize,
             "--keys" => options.keys = count,
+            "--permits" => {
+                options.permits = u32::try_from(value.clamp(1, 1024)).map_err(|e| e.to_string())?
+            }
             "--seed" => options.seed = value,
             other => return Err(format!("unknown option {other}")),
         }
@@ -209,8 +249,63 @@ fn hold_time(rng: &mut Rng) -> Duration {
     }
 }
 
-fn key_name(index: u64) -> String {
-    format!("torture:resource:{index}")
+/// What a contender holds in one round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    Lock,
+    Permit,
+    Write,
+    Read,
+}
+
+impl Kind {
+    /// A third of the rounds take a lock, a third a permit, and the rest
+    /// the read-write lease, reading three times out of four.
+    fn pick(rng: &mut Rng) -> Kind {
+        match rng.below(12) {
+            0..=3 => Kind::Lock,
+            4..=7 => Kind::Permit,
+            8 => Kind::Write,
+            _ => Kind::Read,
+        }
+    }
+
+    fn code(self) -> char {
+        match self {
+            Kind::Lock => 'l',
+            Kind::Permit => 's',
+            Kind::Write => 'w',
+            Kind::Read => 'r',
+        }
+    }
+
+    fn from_code(code: &str) -> Option<Kind> {
+        match code {
+            "l" => Some(Kind::Lock),
+            "s" => Some(Kind::Permit),
+            "w" => Some(Kind::Write),
+            "r" => Some(Kind::Read),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Permit => "permit",
+            Kind::Write => "write",
+            Kind::Read => "read",
+        }
+    }
+}
+
+/// The key (and protected resource) of `kind` number `index`.
+fn key_name(kind: Kind, index: u64) -> String {
+    match kind {
+        Kind::Lock => format!("torture:resource:{index}"),
+        Kind::Permit => format!("torture:sem:{index}"),
+        Kind::Write | Kind::Read => format!("torture:rw:{index}"),
+    }
 }
 
 /// One event line a worker prints for the controller.
@@ -253,6 +348,7 @@ struct WorkerParams {
     threads: usize,
     tasks: usize,
     keys: u64,
+    permits: u32,
     seed: u64,
 }
 
@@ -268,6 +364,7 @@ impl WorkerParams {
             threads: num(ENV_THREADS)? as usize,
             tasks: num(ENV_TASKS)? as usize,
             keys: num(ENV_KEYS)?,
+            permits: u32::try_from(num(ENV_PERMITS)?).ok()?,
             seed: num(ENV_SEED)?,
         })
     }
@@ -293,67 +390,276 @@ struct Shared {
     keys: u64,
 }
 
-/// A fenced write bracketed by two reads of the store's logical clock:
-/// `W <key> <fence> <1 accepted | 0 stale | e error> <before> <after>`.
-fn write_sync(shared: &Shared, conn: &mut redis::Connection, key: u64, fence: Fence) {
-    let tick = |conn: &mut redis::Connection| {
-        redis::cmd("INCR")
-            .arg(&shared.clock_key)
-            .query::<u64>(conn)
-            .unwrap_or(0)
+/// One fenced write's record: verdict (`1` accepted, `0` stale, `e`
+/// error) and the logical clock before and after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WriteRecord {
+    verdict: char,
+    before: u64,
+    after: u64,
+}
+
+fn verdict(result: &Result<(), WriteError>) -> char {
+    match result {
+        Ok(()) => '1',
+        Err(WriteError::Stale(_)) => '0',
+        Err(_) => 'e',
+    }
+}
+
+/// One hold, as the contender saw it.
+struct HoldLine {
+    kind: Kind,
+    key: u64,
+    slot: u32,
+    /// The fence, or the epoch of a read.
+    fence: Fence,
+    /// The logical clock before the acquire call and after its grant.
+    started: u64,
+    granted: u64,
+    first: WriteRecord,
+    second: WriteRecord,
+    /// Both writes went out with at least [`VALID_MARGIN_MS`] of the lease
+    /// left.
+    valid: bool,
+}
+
+impl HoldLine {
+    /// `H <kind> <key> <slot> <fence> <started> <granted> <v1> <b1> <a1>
+    /// <v2> <b2> <a2> <valid>`.
+    fn emit(&self) {
+        let (f, s) = (self.first, self.second);
+        emit(format_args!(
+            "H {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            self.kind.code(),
+            self.key,
+            self.slot,
+            self.fence,
+            self.started,
+            self.granted,
+            f.verdict,
+            f.before,
+            f.after,
+            s.verdict,
+            s.before,
+            s.after,
+            u8::from(self.valid)
+        ));
+    }
+}
+
+/// `E <kind> <code> <started> <ended>`: an acquire that failed.
+fn emit_failed_acquire(kind: Kind, code: &str, started: u64, ended: u64) {
+    emit(format_args!("E {} {code} {started} {ended}", kind.code()));
+}
+
+fn emit_release(kind: Kind, result: Result<redlease::ReleaseOutcome, redlease::Error>) {
+    match result {
+        Ok(outcome) => emit(format_args!("R {} {outcome:?}", kind.code())),
+        Err(e) => emit(format_args!("F {} {}", kind.code(), e.code())),
+    }
+}
+
+fn tick_sync(shared: &Shared, conn: &mut redis::Connection) -> u64 {
+    redis::cmd("INCR")
+        .arg(&shared.clock_key)
+        .query::<u64>(conn)
+        .unwrap_or(0)
+}
+
+async fn tick_async(shared: &Shared, conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    redis::cmd("INCR")
+        .arg(&shared.clock_key)
+        .query_async::<u64>(conn)
+        .await
+        .unwrap_or(0)
+}
+
+/// A fenced write of `kind` bracketed by two reads of the store's logical
+/// clock.
+fn write_sync(
+    shared: &Shared,
+    conn: &mut redis::Connection,
+    kind: Kind,
+    key: u64,
+    slot: u32,
+    fence: Fence,
+) -> WriteRecord {
+    let before = tick_sync(shared, conn);
+    let (store, name) = (&shared.store, key_name(kind, key));
+    let result = match kind {
+        Kind::Lock | Kind::Write => store.write(conn, &name, fence, fence.get()),
+        Kind::Permit => store.write_permit(conn, &name, slot, fence, fence.get()),
+        Kind::Read => store.write_derived(conn, &name, fence, fence.get()),
     };
-    let before = tick(conn);
-    let verdict = match shared.store.write(conn, &key_name(key), fence, fence.get()) {
-        Ok(()) => "1",
-        Err(WriteError::Stale(_)) => "0",
-        Err(_) => "e",
-    };
-    let after = tick(conn);
-    emit(format_args!("W {key} {fence} {verdict} {before} {after}"));
+    let after = tick_sync(shared, conn);
+    WriteRecord {
+        verdict: verdict(&result),
+        before,
+        after,
+    }
 }
 
 async fn write_async(
     shared: &Shared,
     conn: &mut redis::aio::MultiplexedConnection,
+    kind: Kind,
     key: u64,
+    slot: u32,
     fence: Fence,
-) {
-    let mut incr = redis::cmd("INCR");
-    incr.arg(&shared.clock_key);
-    let before: u64 = incr.query_async(conn).await.unwrap_or(0);
-    let verdict = match shared
-        .store
-        .write_async(conn, &key_name(key), fence, fence.get())
-        .await
-    {
-        Ok(()) => "1",
-        Err(WriteError::Stale(_)) => "0",
-        Err(_) => "e",
+) -> WriteRecord {
+    let before = tick_async(shared, conn).await;
+    let (store, name) = (&shared.store, key_name(kind, key));
+    let result = match kind {
+        Kind::Lock | Kind::Write => store.write_async(conn, &name, fence, fence.get()).await,
+        Kind::Permit => {
+            store
+                .write_permit_async(conn, &name, slot, fence, fence.get())
+                .await
+        }
+        Kind::Read => {
+            store
+                .write_derived_async(conn, &name, fence, fence.get())
+                .await
+        }
     };
-    let after: u64 = incr.query_async(conn).await.unwrap_or(0);
-    emit(format_args!("W {key} {fence} {verdict} {before} {after}"));
+    let after = tick_async(shared, conn).await;
+    WriteRecord {
+        verdict: verdict(&result),
+        before,
+        after,
+    }
+}
+
+/// Whatever a blocking contender holds.
+enum BlockingHeld {
+    Lock(redlease::blocking::Lease),
+    Permit(redlease::blocking::Permit),
+    Write(redlease::blocking::WriteLease),
+    Read(redlease::blocking::ReadLease),
+}
+
+impl BlockingHeld {
+    /// `(slot, fence or epoch)`.
+    fn grant(&self) -> (u32, Fence) {
+        match self {
+            BlockingHeld::Lock(l) => (0, l.fence()),
+            BlockingHeld::Permit(p) => (p.slot(), p.fence()),
+            BlockingHeld::Write(w) => (0, w.fence()),
+            BlockingHeld::Read(r) => (0, r.epoch()),
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        match self {
+            BlockingHeld::Lock(l) => l.remaining(),
+            BlockingHeld::Permit(p) => p.remaining(),
+            BlockingHeld::Write(w) => w.remaining(),
+            BlockingHeld::Read(r) => r.remaining(),
+        }
+    }
+
+    fn release(self) -> Result<redlease::ReleaseOutcome, redlease::Error> {
+        match self {
+            BlockingHeld::Lock(l) => l.release(),
+            BlockingHeld::Permit(p) => p.release(),
+            BlockingHeld::Write(w) => w.release(),
+            BlockingHeld::Read(r) => r.release(),
+        }
+    }
+}
+
+/// Whatever an async contender holds.
+enum AsyncHeld {
+    Lock(redlease::aio::Lease),
+    Permit(redlease::aio::Permit),
+    Write(redlease::aio::WriteLease),
+    Read(redlease::aio::ReadLease),
+}
+
+impl AsyncHeld {
+    /// `(slot, fence or epoch)`.
+    fn grant(&self) -> (u32, Fence) {
+        match self {
+            AsyncHeld::Lock(l) => (0, l.fence()),
+            AsyncHeld::Permit(p) => (p.slot(), p.fence()),
+            AsyncHeld::Write(w) => (0, w.fence()),
+            AsyncHeld::Read(r) => (0, r.epoch()),
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        match self {
+            AsyncHeld::Lock(l) => l.remaining(),
+            AsyncHeld::Permit(p) => p.remaining(),
+            AsyncHeld::Write(w) => w.remaining(),
+            AsyncHeld::Read(r) => r.remaining(),
+        }
+    }
+
+    async fn release(self) -> Result<redlease::ReleaseOutcome, redlease::Error> {
+        match self {
+            AsyncHeld::Lock(l) => l.release().await,
+            AsyncHeld::Permit(p) => p.release().await,
+            AsyncHeld::Write(w) => w.release().await,
+            AsyncHeld::Read(r) => r.release().await,
+        }
+    }
+}
+
+/// A front end's handles: one semaphore and one read-write lease per key.
+struct Handles<S, W> {
+    semaphores: Vec<S>,
+    rw_locks: Vec<W>,
+}
+
+fn valid_for(remaining: Duration) -> bool {
+    remaining >= ms(VALID_MARGIN_MS)
 }
 
 fn blocking_contender(
     shared: &Shared,
     locker: &redlease::blocking::Locker,
+    handles: &Handles<redlease::blocking::Semaphore, redlease::blocking::RwLock>,
     mut store: redis::Connection,
     mut rng: Rng,
 ) {
     while !shared.stop.load(Ordering::SeqCst) {
-        let key = rng.below(shared.keys);
-        match locker.acquire(&key_name(key)) {
-            Ok(lease) => {
-                emit(format_args!("G {key} {}", lease.fence()));
-                write_sync(shared, &mut store, key, lease.fence());
+        let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
+        let index = key as usize;
+        let started = tick_sync(shared, &mut store);
+        let acquired = match kind {
+            Kind::Lock => locker.acquire(&key_name(kind, key)).map(BlockingHeld::Lock),
+            Kind::Permit => handles.semaphores[index]
+                .acquire()
+                .map(BlockingHeld::Permit),
+            Kind::Write => handles.rw_locks[index].write().map(BlockingHeld::Write),
+            Kind::Read => handles.rw_locks[index].read().map(BlockingHeld::Read),
+        };
+        let granted = tick_sync(shared, &mut store);
+        match acquired {
+            Ok(held) => {
+                let (slot, fence) = held.grant();
+                let mut valid = valid_for(held.remaining());
+                let first = write_sync(shared, &mut store, kind, key, slot, fence);
                 thread::sleep(hold_time(&mut rng));
-                write_sync(shared, &mut store, key, lease.fence());
-                match lease.release() {
-                    Ok(outcome) => emit(format_args!("R {outcome:?}")),
-                    Err(e) => emit(format_args!("F release {}", e.code())),
+                valid &= valid_for(held.remaining());
+                let second = write_sync(shared, &mut store, kind, key, slot, fence);
+                HoldLine {
+                    kind,
+                    key,
+                    slot,
+                    fence,
+                    started,
+                    granted,
+                    first,
+                    second,
+                    valid,
                 }
+                .emit();
+                emit_release(kind, held.release());
             }
-            Err(e) => emit(format_args!("E acquire {}", e.code())),
+            Err(e) => emit_failed_acquire(kind, e.code(), started, granted),
         }
         thread::sleep(ms(rng.below(20)));
     }
@@ -362,23 +668,50 @@ fn blocking_contender(
 async fn async_contender(
     shared: &Shared,
     locker: &redlease::aio::Locker,
+    handles: &Handles<redlease::aio::Semaphore, redlease::aio::RwLock>,
     mut store: redis::aio::MultiplexedConnection,
     mut rng: Rng,
 ) {
     while !shared.stop.load(Ordering::SeqCst) {
-        let key = rng.below(shared.keys);
-        match locker.acquire(&key_name(key)).await {
-            Ok(lease) => {
-                emit(format_args!("G {key} {}", lease.fence()));
-                write_async(shared, &mut store, key, lease.fence()).await;
+        let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
+        let index = key as usize;
+        let started = tick_async(shared, &mut store).await;
+        let acquired = match kind {
+            Kind::Lock => locker
+                .acquire(&key_name(kind, key))
+                .await
+                .map(AsyncHeld::Lock),
+            Kind::Permit => handles.semaphores[index]
+                .acquire()
+                .await
+                .map(AsyncHeld::Permit),
+            Kind::Write => handles.rw_locks[index].write().await.map(AsyncHeld::Write),
+            Kind::Read => handles.rw_locks[index].read().await.map(AsyncHeld::Read),
+        };
+        let granted = tick_async(shared, &mut store).await;
+        match acquired {
+            Ok(held) => {
+                let (slot, fence) = held.grant();
+                let mut valid = valid_for(held.remaining());
+                let first = write_async(shared, &mut store, kind, key, slot, fence).await;
                 async_io::Timer::after(hold_time(&mut rng)).await;
-                write_async(shared, &mut store, key, lease.fence()).await;
-                match lease.release().await {
-                    Ok(outcome) => emit(format_args!("R {outcome:?}")),
-                    Err(e) => emit(format_args!("F release {}", e.code())),
+                valid &= valid_for(held.remaining());
+                let second = write_async(shared, &mut store, kind, key, slot, fence).await;
+                HoldLine {
+                    kind,
+                    key,
+                    slot,
+                    fence,
+                    started,
+                    granted,
+                    first,
+                    second,
+                    valid,
                 }
+                .emit();
+                emit_release(kind, held.release().await);
             }
-            Err(e) => emit(format_args!("E acquire {}", e.code())),
+            Err(e) => emit_failed_acquire(kind, e.code(), started, granted),
         }
         async_io::Timer::after(ms(rng.below(20))).await;
     }
@@ -386,8 +719,9 @@ async fn async_contender(
 
 /// One worker process: a blocking locker shared by `threads` threads and an
 /// async locker shared by `tasks` tasks (on one thread, under
-/// `futures::executor::block_on`). Runs until "stop" (or EOF) on stdin,
-/// then reports stranded contenders, shuts both lockers down and exits.
+/// `futures::executor::block_on`), each with a semaphore and a read-write
+/// lease handle per key. Runs until "stop" (or EOF) on stdin, then reports
+/// stranded contenders, shuts both lockers down and exits.
 fn worker_main() -> ! {
     let Some(p) = WorkerParams::from_env() else {
         eprintln!("fencing_torture worker: missing {ENV_WORKER} and friends");
@@ -416,6 +750,22 @@ fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
     let aio = Arc::new(futures::executor::block_on(
         redlease::aio::Locker::connect(p.lock_url.as_str(), config),
     )?);
+    let blocking_handles = Arc::new(Handles {
+        semaphores: (0..p.keys)
+            .map(|k| blocking.semaphore(&key_name(Kind::Permit, k), p.permits))
+            .collect::<Result<_, _>>()?,
+        rw_locks: (0..p.keys)
+            .map(|k| blocking.rw_lock(&key_name(Kind::Write, k)))
+            .collect::<Result<_, _>>()?,
+    });
+    let aio_handles = Arc::new(Handles {
+        semaphores: (0..p.keys)
+            .map(|k| aio.semaphore(&key_name(Kind::Permit, k), p.permits))
+            .collect::<Result<_, _>>()?,
+        rw_locks: (0..p.keys)
+            .map(|k| aio.rw_lock(&key_name(Kind::Write, k)))
+            .collect::<Result<_, _>>()?,
+    });
     let store_client = redis::Client::open(p.store_url.as_str())?;
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -430,28 +780,43 @@ fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
     let (done_tx, done_rx) = mpsc::channel::<()>();
 
     for i in 0..p.threads {
-        let (shared, locker, done) = (shared.clone(), blocking.clone(), done_tx.clone());
+        let (shared, locker, handles, done) = (
+            shared.clone(),
+            blocking.clone(),
+            blocking_handles.clone(),
+            done_tx.clone(),
+        );
         let store = store_client.get_connection_with_timeout(ms(2000))?;
         let rng = Rng::new(worker_seed ^ (i as u64 + 1));
         thread::Builder::new()
             .name(format!("contender-{i}"))
             .spawn(move || {
-                blocking_contender(&shared, &locker, store, rng);
+                blocking_contender(&shared, &locker, &handles, store, rng);
                 emit(format_args!("D"));
                 let _ = done.send(());
             })?;
     }
     if p.tasks > 0 {
-        let (shared, locker, done) = (shared.clone(), aio.clone(), done_tx.clone());
+        let (shared, locker, handles, done) = (
+            shared.clone(),
+            aio.clone(),
+            aio_handles.clone(),
+            done_tx.clone(),
+        );
         let store = futures::executor::block_on(store_client.get_multiplexed_async_connection())?;
         let (tasks, seed) = (p.tasks, worker_seed);
         thread::Builder::new().name("tasks".into()).spawn(move || {
             let contenders = (0..tasks).map(|i| {
-                let (shared, locker, store, done) =
-                    (shared.clone(), locker.clone(), store.clone(), done.clone());
+                let (shared, locker, handles, store, done) = (
+                    shared.clone(),
+                    locker.clone(),
+                    handles.clone(),
+                    store.clone(),
+                    done.clone(),
+                );
                 let rng = Rng::new(seed ^ (0x1000 + i as u64));
                 async move {
-                    async_contender(&shared, &locker, store, rng).await;
+                    async_contender(&shared, &locker, &handles, store, rng).await;
                     emit(format_args!("D"));
                     let _ = done.send(());
                 }
@@ -493,13 +858,78 @@ fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
 
 // ----- the controller --------------------------------------------------------------
 
+/// One hold a worker reported (an `H` line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hold {
+    kind: Kind,
+    key: u64,
+    slot: u32,
+    /// The fence, or the epoch of a read.
+    fence: u64,
+    started: u64,
+    granted: u64,
+    first: WriteRecord,
+    second: WriteRecord,
+    valid: bool,
+}
+
+impl Hold {
+    fn parse(fields: &[&str]) -> Option<Hold> {
+        let num = |i: usize| fields.get(i).and_then(|s| s.parse::<u64>().ok());
+        let record = |i: usize| {
+            Some(WriteRecord {
+                verdict: fields.get(i)?.chars().next()?,
+                before: num(i + 1)?,
+                after: num(i + 2)?,
+            })
+        };
+        Some(Hold {
+            kind: Kind::from_code(fields.get(1)?)?,
+            key: num(2)?,
+            slot: u32::try_from(num(3)?).ok()?,
+            fence: num(4)?,
+            started: num(5)?,
+            granted: num(6)?,
+            first: record(7)?,
+            second: record(10)?,
+            valid: num(13)? == 1,
+        })
+    }
+
+    /// When this holder certainly held, by the store's logical clock: from
+    /// the end of its first write to the start of its second, when the
+    /// store accepted both.
+    fn tenure(&self) -> Option<(u64, u64)> {
+        (self.first.verdict == '1' && self.second.verdict == '1')
+            .then_some((self.first.after, self.second.before))
+    }
+
+    /// The register of the store this hold wrote to: the lock's, the
+    /// permit's slot, or the read-write lease's (shared by both modes).
+    fn register(&self) -> (Kind, u64, u32) {
+        match self.kind {
+            Kind::Read => (Kind::Write, self.key, 0),
+            kind => (kind, self.key, self.slot),
+        }
+    }
+}
+
+/// An acquire that failed (an `E` line): for a write, its grant may still
+/// have moved the fence counter.
+#[derive(Debug, Clone, Copy)]
+struct FailedAcquire {
+    kind: Kind,
+    started: u64,
+    ended: u64,
+}
+
 /// What one worker process reported.
 #[derive(Debug, Default)]
 struct WorkerLog {
     ready: bool,
-    grants: Vec<(u64, u64)>,
-    /// (key, fence, verdict, before, after)
-    writes: Vec<(u64, u64, char, u64, u64)>,
+    holds: Vec<Hold>,
+    failed: Vec<FailedAcquire>,
+    malformed: usize,
     errors: BTreeMap<String, u64>,
     releases: BTreeMap<String, u64>,
     done: usize,
@@ -524,26 +954,39 @@ impl WorkerLog {
                 .unwrap_or(0)
         };
         let text = |i: usize| fields.get(i).copied().unwrap_or("?").to_owned();
+        let kind = |i: usize| fields.get(i).and_then(|c| Kind::from_code(c));
+        let kind_name = |i: usize| kind(i).map_or("?", Kind::name);
         match fields.first().copied().unwrap_or("") {
             "READY" => self.ready = true,
-            "G" => self.grants.push((num(1), num(2))),
-            "W" => {
-                let verdict = text(3).chars().next().unwrap_or('e');
-                self.writes.push((num(1), num(2), verdict, num(4), num(5)));
-            }
+            "H" => match Hold::parse(&fields) {
+                Some(hold) => self.holds.push(hold),
+                None => self.malformed += 1,
+            },
             "E" => {
                 *self
                     .errors
-                    .entry(format!("acquire:{}", text(2)))
-                    .or_default() += 1
+                    .entry(format!("{}/acquire:{}", kind_name(1), text(2)))
+                    .or_default() += 1;
+                if let Some(kind) = kind(1) {
+                    self.failed.push(FailedAcquire {
+                        kind,
+                        started: num(3),
+                        ended: num(4),
+                    });
+                }
             }
             "F" => {
                 *self
                     .errors
-                    .entry(format!("release:{}", text(2)))
+                    .entry(format!("{}/release:{}", kind_name(1), text(2)))
                     .or_default() += 1
             }
-            "R" => *self.releases.entry(text(1)).or_default() += 1,
+            "R" => {
+                *self
+                    .releases
+                    .entry(format!("{}/{}", kind_name(1), text(2)))
+                    .or_default() += 1
+            }
             "D" => self.done += 1,
             "X" => self.stranded = Some(num(1) as usize),
             "Y" => self.shutdown_errors.push(fields[1..].join(" ")),
@@ -562,6 +1005,9 @@ struct Faults {
     client_kill_pubsub: u64,
     restart_with_data_loss: u64,
     script_flush: u64,
+    /// The store's logical clock before and after each restart: the fence
+    /// counters were lost somewhere in between.
+    restarts: Vec<(u64, u64)>,
 }
 
 impl Faults {
@@ -574,18 +1020,95 @@ impl Faults {
     }
 }
 
+/// The checks every kind shares, on the store's registers.
+#[derive(Debug, Default, Clone)]
+struct FenceChecks {
+    /// A write accepted after (by the logical clock) a write with a higher
+    /// fence was accepted for the same register.
+    ordering_violations: u64,
+    /// Two grants of one key (one slot) with the same fence.
+    duplicate_fences: u64,
+    /// A register whose final fence is not the highest one it accepted.
+    store_mismatches: u64,
+}
+
+impl FenceChecks {
+    fn violations(&self) -> u64 {
+        self.ordering_violations + self.duplicate_fences + self.store_mismatches
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "\"ordering_violations\":{},\"duplicate_fences\":{},\"store_mismatches\":{}",
+            self.ordering_violations, self.duplicate_fences, self.store_mismatches
+        )
+    }
+}
+
+/// The semaphore's checks.
+#[derive(Debug, Default, Clone)]
+struct SemaphoreChecks {
+    fences: FenceChecks,
+    /// A permit whose slot is not below the permit count.
+    slot_out_of_range: u64,
+    /// Two holders of one slot certainly holding at once.
+    slot_overlaps: u64,
+    /// A holder that certainly held while `permits` others of its key did.
+    over_capacity: u64,
+    /// The most holders of one key that certainly held at once (not a
+    /// check: shows that the permits were really shared).
+    most_holders_at_once: u64,
+}
+
+impl SemaphoreChecks {
+    fn violations(&self) -> u64 {
+        self.fences.violations() + self.slot_out_of_range + self.slot_overlaps + self.over_capacity
+    }
+}
+
+/// The read-write lease's checks.
+#[derive(Debug, Default, Clone)]
+struct RwChecks {
+    fences: FenceChecks,
+    /// A writer certainly holding at once with another writer or a reader.
+    writer_overlaps: u64,
+    /// Two writers granted one after the other whose fences do not increase.
+    write_fence_order: u64,
+    /// A reader whose epoch is not the fence of the last writer granted
+    /// before it (nor a larger value that a restart or a write acquire with
+    /// an unknown outcome explains).
+    epoch_mismatches: u64,
+    /// Not a violation: a writer that wrote with less than
+    /// [`VALID_MARGIN_MS`] of its lease left, overlapping a reader granted
+    /// after its lease ran out (the reader's epoch is its fence).
+    expired_writer_overlaps: u64,
+    /// The most readers of one key that certainly held at once.
+    most_readers_at_once: u64,
+}
+
+impl RwChecks {
+    fn violations(&self) -> u64 {
+        self.fences.violations()
+            + self.writer_overlaps
+            + self.write_fence_order
+            + self.epoch_mismatches
+    }
+}
+
 /// The outcome of a run.
 #[derive(Debug, Default)]
 pub(crate) struct Report {
     options: Option<Options>,
-    acquisitions: u64,
+    /// Grants by kind name.
+    acquisitions: BTreeMap<&'static str, u64>,
     faults: Faults,
     writes_accepted: u64,
     stale_writes_rejected: u64,
     store_errors: u64,
-    ordering_violations: u64,
-    duplicate_fences: u64,
-    store_mismatches: u64,
+    lock: FenceChecks,
+    semaphore: SemaphoreChecks,
+    rw: RwChecks,
+    malformed_lines: u64,
     stranded_waiters: u64,
     tokens_left: u64,
     errors: BTreeMap<String, u64>,
@@ -595,16 +1118,18 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    /// Ordering violations + duplicate fences + store mismatches.
+    /// Every kind's violations.
     pub(crate) fn fencing_violations(&self) -> u64 {
-        self.ordering_violations + self.duplicate_fences + self.store_mismatches
+        self.lock.violations() + self.semaphore.violations() + self.rw.violations()
     }
 
-    /// No violation, nobody stranded, nothing left in Redis, every worker ran.
+    /// No violation, nobody stranded, nothing left in Redis, every worker
+    /// ran and every line it printed was understood.
     pub(crate) fn passed(&self) -> bool {
         self.fencing_violations() == 0
             && self.stranded_waiters == 0
             && self.tokens_left == 0
+            && self.malformed_lines == 0
             && self.worker_failures.is_empty()
     }
 
@@ -621,16 +1146,30 @@ impl Report {
             .iter()
             .map(|s| format!("\"{}\"", s.replace(['"', '\\'], "'")))
             .collect();
+        let acquisitions: Vec<String> = [Kind::Lock, Kind::Permit, Kind::Write, Kind::Read]
+            .iter()
+            .map(|k| {
+                let n = self.acquisitions.get(k.name()).copied().unwrap_or(0);
+                format!("\"{}\":{n}", k.name())
+            })
+            .collect();
+        let (s, rw) = (&self.semaphore, &self.rw);
         format!(
             concat!(
                 "{{\"seconds\":{},\"processes\":{},\"threads_per_process\":{},",
-                "\"tasks_per_process\":{},\"keys\":{},\"seed\":{},",
-                "\"acquisitions\":{},",
+                "\"tasks_per_process\":{},\"keys_per_kind\":{},\"permits\":{},\"seed\":{},",
+                "\"acquisitions\":{{\"total\":{},{}}},",
                 "\"faults_injected\":{{\"total\":{},\"sigstop\":{},\"client_kill_normal\":{},",
                 "\"client_kill_pubsub\":{},\"restart_with_data_loss\":{},\"script_flush\":{}}},",
                 "\"writes_accepted\":{},\"stale_writes_rejected\":{},\"store_errors\":{},",
-                "\"fencing_violations\":{},\"ordering_violations\":{},\"duplicate_fences\":{},",
-                "\"store_mismatches\":{},\"stranded_waiters\":{},\"tokens_left\":{},",
+                "\"fencing_violations\":{},",
+                "\"lock\":{{\"violations\":{},{}}},",
+                "\"semaphore\":{{\"violations\":{},\"over_capacity\":{},\"slot_out_of_range\":{},",
+                "\"slot_overlaps\":{},{},\"most_holders_at_once\":{}}},",
+                "\"rw\":{{\"violations\":{},\"writer_overlaps\":{},\"write_fence_order\":{},",
+                "\"epoch_mismatches\":{},{},\"expired_writer_overlaps\":{},",
+                "\"most_readers_at_once\":{}}},",
+                "\"malformed_lines\":{},\"stranded_waiters\":{},\"tokens_left\":{},",
                 "\"acquire_release_errors\":{},\"release_outcomes\":{},\"shutdown_errors\":{},",
                 "\"worker_failures\":[{}],\"passed\":{}}}"
             ),
@@ -639,8 +1178,10 @@ impl Report {
             o.threads,
             o.tasks,
             o.keys,
+            o.permits,
             o.seed,
-            self.acquisitions,
+            self.acquisitions.values().sum::<u64>(),
+            acquisitions.join(","),
             f.total(),
             f.sigstop,
             f.client_kill_normal,
@@ -651,9 +1192,22 @@ impl Report {
             self.stale_writes_rejected,
             self.store_errors,
             self.fencing_violations(),
-            self.ordering_violations,
-            self.duplicate_fences,
-            self.store_mismatches,
+            self.lock.violations(),
+            self.lock.json(),
+            s.violations(),
+            s.over_capacity,
+            s.slot_out_of_range,
+            s.slot_overlaps,
+            s.fences.json(),
+            s.most_holders_at_once,
+            rw.violations(),
+            rw.writer_overlaps,
+            rw.write_fence_order,
+            rw.epoch_mismatches,
+            rw.fences.json(),
+            rw.expired_writer_overlaps,
+            rw.most_readers_at_once,
+            self.malformed_lines,
             self.stranded_waiters,
             self.tokens_left,
             map(&self.errors),
@@ -727,7 +1281,18 @@ fn spawn_worker(
     })
 }
 
-fn inject(lock: &RedisServer, rng: &mut Rng, faults: &mut Faults) -> Result<(), Box<dyn Error>> {
+/// Ticks the store's logical clock from the controller.
+fn tick_admin(store: &RedisServer, clock_key: &str) -> Result<u64, Box<dyn Error>> {
+    Ok(query::<u64>(store, redis::cmd("INCR").arg(clock_key))?)
+}
+
+fn inject(
+    lock: &RedisServer,
+    store: &RedisServer,
+    clock_key: &str,
+    rng: &mut Rng,
+    faults: &mut Faults,
+) -> Result<(), Box<dyn Error>> {
     match rng.below(10) {
         0..=2 => {
             lock.pause();
@@ -750,8 +1315,14 @@ fn inject(lock: &RedisServer, rng: &mut Rng, faults: &mut Faults) -> Result<(), 
             faults.client_kill_pubsub += 1;
         }
         7 => {
-            lock.try_restart(RESTART_ATTEMPTS, ms(50))
-                .map_err(|e| format!("redis-server could not restart on its port: {e}"))?;
+            let before = tick_admin(store, clock_key)?;
+            let restarted = lock.try_restart(RESTART_ATTEMPTS, ms(50));
+            // The counters were lost in between, whether or not the new
+            // server came up.
+            faults
+                .restarts
+                .push((before, tick_admin(store, clock_key)?));
+            restarted.map_err(|e| format!("redis-server could not restart on its port: {e}"))?;
             faults.restart_with_data_loss += 1;
         }
         _ => {
@@ -775,6 +1346,7 @@ pub(crate) fn run_controller(
     let lock = start_redis()?;
     let store = start_redis()?;
     let namespace = format!("torture-{}", std::process::id());
+    let clock_key = format!("{namespace}-store:clock");
     let env = [
         (ENV_LOCK_URL, lock.url()),
         (ENV_STORE_URL, store.url()),
@@ -782,6 +1354,7 @@ pub(crate) fn run_controller(
         (ENV_THREADS, options.threads.to_string()),
         (ENV_TASKS, options.tasks.to_string()),
         (ENV_KEYS, options.keys.to_string()),
+        (ENV_PERMITS, options.permits.to_string()),
         (ENV_SEED, options.seed.to_string()),
     ];
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -817,7 +1390,7 @@ pub(crate) fn run_controller(
         if Instant::now() >= end {
             break;
         }
-        if let Err(e) = inject(&lock, &mut rng, &mut faults) {
+        if let Err(e) = inject(&lock, &store, &clock_key, &mut rng, &mut faults) {
             fault_errors.push(e.to_string());
         }
     }
@@ -842,26 +1415,24 @@ pub(crate) fn run_controller(
         let _ = w.child.wait();
     }
 
-    let tokens_left =
-        query::<Vec<String>>(&lock, redis::cmd("KEYS").arg(format!("{namespace}:lock:*")))?.len()
-            as u64;
-    let store_fences = {
-        let fenced = FencedStore::new(format!("{namespace}-store"));
-        let mut conn = admin(&store)?;
-        let mut fences = HashMap::new();
-        for key in 0..options.keys as u64 {
-            if let Some((fence, _)) = fenced.read(&mut conn, &key_name(key))? {
-                fences.insert(key, fence.get());
-            }
-        }
-        fences
-    };
+    // Held tokens of every kind: locks, semaphore slots, writers and the
+    // readers' sets (not the fence counters, the permit counts or a
+    // waiting writer's intent, which expires by itself).
+    let mut tokens_left = 0;
+    for pattern in ["lock", "sem", "rw-write", "rw-read"] {
+        let keys: Vec<String> = query(
+            &lock,
+            redis::cmd("KEYS").arg(format!("{namespace}:{pattern}:*")),
+        )?;
+        tokens_left += keys.len() as u64;
+    }
+    let store_fences = read_registers(&store, &namespace, options)?;
 
     let logs: Vec<WorkerLog> = workers
         .into_iter()
         .map(|w| std::mem::take(&mut *w.log.lock().unwrap_or_else(|p| p.into_inner())))
         .collect();
-    let mut report = analyse(options, &logs, &store_fences);
+    let mut report = analyse(options, &logs, &store_fences, &faults.restarts);
     report.faults = faults;
     report.tokens_left = tokens_left;
     for i in killed {
@@ -877,33 +1448,52 @@ pub(crate) fn run_controller(
     Ok(report)
 }
 
-/// Checks the records of every worker against the fencing guarantee.
-fn analyse(options: &Options, logs: &[WorkerLog], store_fences: &HashMap<u64, u64>) -> Report {
+/// A register of the store: (kind, key, slot), reads sharing the writers'.
+type Register = (Kind, u64, u32);
+
+/// The final fence of every register of the store.
+fn read_registers(
+    store: &RedisServer,
+    namespace: &str,
+    options: &Options,
+) -> Result<HashMap<Register, u64>, Box<dyn Error>> {
+    let fenced = FencedStore::new(format!("{namespace}-store"));
+    let mut conn = admin(store)?;
+    let mut fences = HashMap::new();
+    for key in 0..options.keys as u64 {
+        for kind in [Kind::Lock, Kind::Write] {
+            if let Some((fence, _)) = fenced.read(&mut conn, &key_name(kind, key))? {
+                fences.insert((kind, key, 0), fence.get());
+            }
+        }
+        for slot in 0..options.permits {
+            let name = key_name(Kind::Permit, key);
+            if let Some((fence, _)) = fenced.read_permit(&mut conn, &name, slot)? {
+                fences.insert((Kind::Permit, key, slot), fence.get());
+            }
+        }
+    }
+    Ok(fences)
+}
+
+/// Checks the records of every worker against the guarantees of each kind.
+fn analyse(
+    options: &Options,
+    logs: &[WorkerLog],
+    store_fences: &HashMap<Register, u64>,
+    restarts: &[(u64, u64)],
+) -> Report {
     let mut report = Report {
         options: Some(options.clone()),
         ..Report::default()
     };
     let per_worker = (options.threads + options.tasks) as u64;
-    let mut grants: HashMap<(u64, u64), u64> = HashMap::new();
-    let mut accepted: HashMap<u64, Vec<(u64, u64, u64)>> = HashMap::new();
+    let mut holds: Vec<Hold> = Vec::new();
+    let mut failed: Vec<FailedAcquire> = Vec::new();
     for (i, log) in logs.iter().enumerate() {
-        report.acquisitions += log.grants.len() as u64;
-        for g in &log.grants {
-            *grants.entry(*g).or_default() += 1;
-        }
-        for &(key, fence, verdict, before, after) in &log.writes {
-            match verdict {
-                '1' => {
-                    report.writes_accepted += 1;
-                    accepted
-                        .entry(key)
-                        .or_default()
-                        .push((fence, before, after));
-                }
-                '0' => report.stale_writes_rejected += 1,
-                _ => report.store_errors += 1,
-            }
-        }
+        holds.extend(&log.holds);
+        failed.extend(&log.failed);
+        report.malformed_lines += log.malformed as u64;
         for (k, v) in &log.errors {
             *report.errors.entry(k.clone()).or_default() += v;
         }
@@ -923,18 +1513,66 @@ fn analyse(options: &Options, logs: &[WorkerLog], store_fences: &HashMap<u64, u6
                 .push(format!("worker {i} did not finish its shutdown"));
         }
     }
-    report.duplicate_fences = grants.values().filter(|n| **n > 1).map(|n| n - 1).sum();
-    for (key, writes) in &accepted {
-        report.ordering_violations += ordering_violations(writes);
-        let highest = writes.iter().map(|w| w.0).max();
-        if highest != store_fences.get(key).copied() {
-            report.store_mismatches += 1;
+    for h in &holds {
+        *report.acquisitions.entry(h.kind.name()).or_default() += 1;
+        for w in [h.first, h.second] {
+            match w.verdict {
+                '1' => report.writes_accepted += 1,
+                '0' => report.stale_writes_rejected += 1,
+                _ => report.store_errors += 1,
+            }
         }
     }
+    let of = |kinds: &[Kind]| -> Vec<Hold> {
+        holds
+            .iter()
+            .filter(|h| kinds.contains(&h.kind))
+            .copied()
+            .collect()
+    };
+    report.lock = fence_checks(&of(&[Kind::Lock]), store_fences);
+    report.semaphore = semaphore_checks(&of(&[Kind::Permit]), store_fences, options.permits);
+    report.rw = rw_checks(
+        &of(&[Kind::Write, Kind::Read]),
+        &failed,
+        restarts,
+        store_fences,
+    );
     report
 }
 
-/// Accepted writes `(fence, before, after)` of one resource, where write A
+/// Duplicate grants, ordering and final fence of every register `holds`
+/// wrote to. Reads count their epoch as the register's fence but are not
+/// grants of a fence (many readers share one epoch).
+fn fence_checks(holds: &[Hold], store_fences: &HashMap<Register, u64>) -> FenceChecks {
+    let mut checks = FenceChecks::default();
+    let mut grants: HashMap<(Register, u64), u64> = HashMap::new();
+    let mut accepted: BTreeMap<Register, Vec<(u64, u64, u64)>> = BTreeMap::new();
+    for h in holds {
+        if h.kind != Kind::Read {
+            *grants.entry((h.register(), h.fence)).or_default() += 1;
+        }
+        for w in [h.first, h.second] {
+            if w.verdict == '1' {
+                accepted
+                    .entry(h.register())
+                    .or_default()
+                    .push((h.fence, w.before, w.after));
+            }
+        }
+    }
+    checks.duplicate_fences = grants.values().filter(|n| **n > 1).map(|n| n - 1).sum();
+    for (register, writes) in &accepted {
+        checks.ordering_violations += ordering_violations(writes);
+        let highest = writes.iter().map(|w| w.0).max();
+        if highest != store_fences.get(register).copied() {
+            checks.store_mismatches += 1;
+        }
+    }
+    checks
+}
+
+/// Accepted writes `(fence, before, after)` of one register, where write A
 /// certainly came before write B when `A.after < B.before` (logical clock
 /// of the store). A write accepted with a fence lower than one accepted
 /// before it is a violation.
@@ -956,6 +1594,170 @@ fn ordering_violations(writes: &[(u64, u64, u64)]) -> u64 {
     violations
 }
 
+/// Tenures (start, end) that overlap an earlier-starting one.
+fn overlapping_tenures(mut tenures: Vec<(u64, u64)>) -> u64 {
+    tenures.sort_unstable();
+    let (mut latest_end, mut overlaps) = (0u64, 0u64);
+    for (start, end) in tenures {
+        if start < latest_end {
+            overlaps += 1;
+        }
+        latest_end = latest_end.max(end);
+    }
+    overlaps
+}
+
+/// The tenures alive at each tenure's start, including itself.
+fn alive_at_starts(tenures: &[(u64, u64)]) -> Vec<u64> {
+    let mut events: Vec<(u64, bool)> = tenures
+        .iter()
+        .flat_map(|&(start, end)| [(start, true), (end, false)])
+        .collect();
+    // Clock values are unique (one `INCR` each), so no two events tie.
+    events.sort_unstable();
+    let mut alive = 0u64;
+    let mut at_starts = Vec::new();
+    for (_, is_start) in events {
+        if is_start {
+            alive += 1;
+            at_starts.push(alive);
+        } else {
+            alive = alive.saturating_sub(1);
+        }
+    }
+    at_starts
+}
+
+fn semaphore_checks(
+    holds: &[Hold],
+    store_fences: &HashMap<Register, u64>,
+    permits: u32,
+) -> SemaphoreChecks {
+    let mut checks = SemaphoreChecks {
+        fences: fence_checks(holds, store_fences),
+        slot_out_of_range: holds.iter().filter(|h| h.slot >= permits).count() as u64,
+        ..SemaphoreChecks::default()
+    };
+    let mut by_slot: BTreeMap<(u64, u32), Vec<(u64, u64)>> = BTreeMap::new();
+    let mut by_key: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    for h in holds {
+        if let Some(tenure) = h.tenure() {
+            by_slot.entry((h.key, h.slot)).or_default().push(tenure);
+            by_key.entry(h.key).or_default().push(tenure);
+        }
+    }
+    for tenures in by_slot.into_values() {
+        checks.slot_overlaps += overlapping_tenures(tenures);
+    }
+    for tenures in by_key.values() {
+        for alive in alive_at_starts(tenures) {
+            checks.most_holders_at_once = checks.most_holders_at_once.max(alive);
+            if alive > u64::from(permits) {
+                checks.over_capacity += 1;
+            }
+        }
+    }
+    checks
+}
+
+fn rw_checks(
+    holds: &[Hold],
+    failed: &[FailedAcquire],
+    restarts: &[(u64, u64)],
+    store_fences: &HashMap<Register, u64>,
+) -> RwChecks {
+    let mut checks = RwChecks {
+        fences: fence_checks(holds, store_fences),
+        ..RwChecks::default()
+    };
+    let keys: HashSet<u64> = holds.iter().map(|h| h.key).collect();
+    for key in keys {
+        let of_key = |kind: Kind| -> Vec<&Hold> {
+            holds
+                .iter()
+                .filter(|h| h.key == key && h.kind == kind)
+                .collect()
+        };
+        let (mut writers, readers) = (of_key(Kind::Write), of_key(Kind::Read));
+        writers.sort_by_key(|w| w.granted);
+
+        // Writers granted one after the other: fences increase. `best` is
+        // the highest fence (and its writer) granted before a clock value.
+        let last_granted_before = |t: u64| -> Option<&Hold> {
+            let n = writers.partition_point(|w| w.granted < t);
+            writers[..n].iter().max_by_key(|w| w.fence).copied()
+        };
+        for w in &writers {
+            if last_granted_before(w.started).is_some_and(|before| before.fence >= w.fence) {
+                checks.write_fence_order += 1;
+            }
+        }
+
+        // Unknown moves of the counter: restarts, and write acquires whose
+        // grant the client may not have seen.
+        let unknown: Vec<(u64, u64)> = restarts
+            .iter()
+            .copied()
+            .chain(
+                failed
+                    .iter()
+                    .filter(|f| f.kind == Kind::Write)
+                    .map(|f| (f.started, f.ended)),
+            )
+            .collect();
+        let unknown_between = |from: u64, to: u64| unknown.iter().any(|&(a, b)| a < to && b > from);
+        let fence_started: HashMap<u64, u64> =
+            writers.iter().map(|w| (w.fence, w.started)).collect();
+        for r in &readers {
+            let epoch = r.fence;
+            // A writer certainly granted after this reader has a fence
+            // above its epoch.
+            let later_below = writers
+                .iter()
+                .any(|w| w.started > r.granted && w.fence <= epoch);
+            let ok = match last_granted_before(r.started) {
+                // The first readers: the epoch is the counter's floor.
+                None => true,
+                Some(last) => {
+                    epoch == last.fence
+                        || (epoch > last.fence
+                            && (fence_started.get(&epoch).is_some_and(|s| *s < r.granted)
+                                || unknown_between(last.started, r.granted)))
+                }
+            };
+            if later_below || !ok {
+                checks.epoch_mismatches += 1;
+            }
+        }
+
+        // A writer overlaps nobody.
+        let tenure = |h: &Hold| h.tenure();
+        for (i, w) in writers.iter().enumerate() {
+            let Some((ws, we)) = tenure(w) else { continue };
+            let overlaps = |(s, e): (u64, u64)| s < we && ws < e;
+            for other in &writers[i + 1..] {
+                if tenure(other).is_some_and(overlaps) {
+                    checks.writer_overlaps += 1;
+                }
+            }
+            for r in &readers {
+                if tenure(r).is_some_and(overlaps) {
+                    if r.fence == w.fence && !w.valid {
+                        checks.expired_writer_overlaps += 1;
+                    } else {
+                        checks.writer_overlaps += 1;
+                    }
+                }
+            }
+        }
+        let reader_tenures: Vec<(u64, u64)> = readers.iter().filter_map(|r| r.tenure()).collect();
+        if let Some(most) = alive_at_starts(&reader_tenures).into_iter().max() {
+            checks.most_readers_at_once = checks.most_readers_at_once.max(most);
+        }
+    }
+    checks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -970,35 +1772,63 @@ mod tests {
         assert_eq!(ordering_violations(&[(7, 1, 2), (9, 3, 4), (9, 5, 6)]), 0);
     }
 
+    /// A log of `lines` from one worker with `contenders` contenders, all
+    /// done.
+    fn log_of(lines: &[&str], contenders: usize) -> WorkerLog {
+        let mut log = WorkerLog::default();
+        log.record("test torture_worker_process ... READY");
+        for line in lines {
+            log.record(line);
+        }
+        for _ in 0..contenders {
+            log.record("D");
+        }
+        log.record("X 0");
+        log.record("BYE");
+        log
+    }
+
+    fn options(permits: u32) -> Options {
+        Options {
+            processes: 1,
+            threads: 1,
+            tasks: 0,
+            permits,
+            ..Options::default()
+        }
+    }
+
     #[test]
     fn the_analysis_counts_duplicates_mismatches_and_stranded_contenders() {
         let options = Options {
-            processes: 1,
             threads: 2,
-            tasks: 0,
-            ..Options::default()
+            ..options(2)
         };
         let mut log = WorkerLog::default();
         for line in [
             "test torture_worker_process ... READY",
-            "G 0 10",
-            "G 0 10",
-            "W 0 10 1 1 2",
-            "W 0 8 1 3 4",
-            "W 0 9 0 5 6",
+            // key 0: fence 10 twice; 8 accepted after 10; the store kept 9.
+            "H l 0 0 10 1 2 1 3 4 1 5 6 1",
+            "H l 0 0 10 7 8 0 9 10 0 11 12 1",
+            "H l 0 0 8 13 14 1 15 16 0 17 18 1",
+            "E l WAIT_TIMEOUT 19 20",
+            "R l Released",
+            "H l garbled",
             "D",
             "BYE",
         ] {
             log.record(line);
         }
-        let store = HashMap::from([(0, 9)]);
-        let report = analyse(&options, &[log], &store);
-        assert!(report.options.is_some());
-        assert_eq!(report.acquisitions, 2);
-        assert_eq!(report.duplicate_fences, 1);
-        assert_eq!(report.ordering_violations, 1);
-        assert_eq!(report.store_mismatches, 1, "the store kept 9, not 10");
-        assert_eq!(report.stale_writes_rejected, 1);
+        let store = HashMap::from([((Kind::Lock, 0, 0), 9)]);
+        let report = analyse(&options, &[log], &store, &[]);
+        assert_eq!(report.acquisitions.get("lock"), Some(&3));
+        assert_eq!(report.lock.duplicate_fences, 1);
+        assert_eq!(report.lock.ordering_violations, 1);
+        assert_eq!(report.lock.store_mismatches, 1, "the store kept 9, not 10");
+        assert_eq!(report.stale_writes_rejected, 3);
+        assert_eq!(report.malformed_lines, 1);
+        assert_eq!(report.errors.get("lock/acquire:WAIT_TIMEOUT"), Some(&1));
+        assert_eq!(report.releases.get("lock/Released"), Some(&1));
         assert_eq!(
             report.stranded_waiters, 1,
             "one of two contenders never finished"
@@ -1006,5 +1836,129 @@ mod tests {
         assert_eq!(report.fencing_violations(), 3);
         assert!(!report.passed());
         assert!(report.to_json().contains("\"fencing_violations\":3"));
+    }
+
+    #[test]
+    fn permits_within_the_count_on_their_own_slots_pass() {
+        // Two holders of key 0 at once on slots 0 and 1 (tenure 9..10
+        // inside 4..11), then slot 0 again, after the first.
+        let log = log_of(
+            &[
+                "H s 0 0 100 1 2 1 3 4 1 11 12 1",
+                "H s 0 1 200 5 6 1 7 9 1 10 13 1",
+                "H s 0 0 101 14 15 1 16 17 1 18 19 1",
+            ],
+            1,
+        );
+        let store = HashMap::from([((Kind::Permit, 0, 0), 101), ((Kind::Permit, 0, 1), 200)]);
+        let report = analyse(&options(2), &[log], &store, &[]);
+        assert_eq!(report.semaphore.violations(), 0, "{}", report.to_json());
+        assert_eq!(report.semaphore.most_holders_at_once, 2);
+        assert!(report.passed(), "{}", report.to_json());
+    }
+
+    #[test]
+    fn more_holders_than_permits_two_holders_of_a_slot_or_a_slot_out_of_range_are_violations() {
+        let at_once = [
+            "H s 0 0 100 1 2 1 3 4 1 20 21 1",
+            "H s 0 1 200 5 6 1 7 8 1 22 23 1",
+            "H s 0 2 300 9 10 1 11 12 1 24 25 1",
+        ];
+        let store = HashMap::from([
+            ((Kind::Permit, 0, 0), 100),
+            ((Kind::Permit, 0, 1), 200),
+            ((Kind::Permit, 0, 2), 300),
+        ]);
+        // Three slots in use with 3 permits: fine; with 2, the third
+        // holder is over capacity and its slot out of range.
+        let three = analyse(&options(3), &[log_of(&at_once, 1)], &store, &[]);
+        assert_eq!(three.semaphore.violations(), 0, "{}", three.to_json());
+        let two = analyse(&options(2), &[log_of(&at_once, 1)], &store, &[]);
+        assert_eq!(two.semaphore.over_capacity, 1);
+        assert_eq!(two.semaphore.slot_out_of_range, 1);
+
+        // Slot 0 held by fences 100 and 101 at once (a store that skipped
+        // the fence check accepted 100's second write after 101's first).
+        let log = log_of(
+            &[
+                "H s 0 0 100 1 2 1 3 4 1 11 12 1",
+                "H s 0 0 101 5 6 1 7 8 1 13 14 1",
+            ],
+            1,
+        );
+        let store = HashMap::from([((Kind::Permit, 0, 0), 101)]);
+        let report = analyse(&options(2), &[log], &store, &[]);
+        assert_eq!(report.semaphore.slot_overlaps, 1);
+        assert_eq!(report.semaphore.fences.ordering_violations, 1);
+        assert!(!report.passed());
+    }
+
+    #[test]
+    fn readers_share_and_carry_the_last_writers_fence() {
+        let log = log_of(
+            &[
+                // Readers before any writer: the counter's floor.
+                "H r 0 0 50 1 2 1 3 4 1 5 6 1",
+                "H w 0 0 70 7 8 1 9 10 1 11 12 1",
+                // Two readers at once with epoch 70, then a writer.
+                "H r 0 0 70 13 14 1 15 16 1 21 22 1",
+                "H r 0 0 70 17 18 1 19 20 1 23 24 1",
+                "H w 0 0 80 25 26 1 27 28 1 29 30 1",
+            ],
+            1,
+        );
+        let store = HashMap::from([((Kind::Write, 0, 0), 80)]);
+        let report = analyse(&options(2), &[log], &store, &[]);
+        assert_eq!(report.rw.violations(), 0, "{}", report.to_json());
+        assert_eq!(report.rw.most_readers_at_once, 2);
+        assert!(report.passed(), "{}", report.to_json());
+    }
+
+    #[test]
+    fn a_writer_beside_a_reader_a_wrong_epoch_or_a_lower_later_fence_are_violations() {
+        let store = HashMap::from([((Kind::Write, 0, 0), 80)]);
+        let run = |lines: &[&str], restarts: &[(u64, u64)]| {
+            analyse(&options(2), &[log_of(lines, 1)], &store, restarts)
+        };
+        // Writer 80 holds from 9 to 20 by a valid lease; a reader with
+        // epoch 80 holds from 15 to 17.
+        let overlap = run(
+            &[
+                "H w 0 0 80 1 2 1 3 9 1 20 21 1",
+                "H r 0 0 80 10 11 1 12 15 1 17 18 1",
+            ],
+            &[],
+        );
+        assert_eq!(overlap.rw.writer_overlaps, 1, "{}", overlap.to_json());
+        // The same with a writer that wrote past its lease: counted apart.
+        let expired = run(
+            &[
+                "H w 0 0 80 1 2 1 3 9 1 20 21 0",
+                "H r 0 0 80 10 11 1 12 15 1 17 18 1",
+            ],
+            &[],
+        );
+        assert_eq!(expired.rw.violations(), 0, "{}", expired.to_json());
+        assert_eq!(expired.rw.expired_writer_overlaps, 1);
+
+        // A reader after writer 80 whose epoch is 70, or 90 with nothing
+        // to explain it; 90 is fine after a restart.
+        let after_writer_80 = |epoch: u64, restarts: &[(u64, u64)]| {
+            let reader = format!("H r 0 0 {epoch} 7 8 1 9 10 1 11 12 1");
+            run(&["H w 0 0 80 1 2 1 3 4 1 5 6 1", &reader], restarts)
+        };
+        assert_eq!(after_writer_80(70, &[]).rw.epoch_mismatches, 1);
+        assert_eq!(after_writer_80(90, &[]).rw.epoch_mismatches, 1);
+        assert_eq!(after_writer_80(90, &[(3, 7)]).rw.epoch_mismatches, 0);
+
+        // Writer 80, then writer 75 granted after it.
+        let order = run(
+            &[
+                "H w 0 0 80 1 2 1 3 4 1 5 6 1",
+                "H w 0 0 75 7 8 1 9 10 0 11 12 1",
+            ],
+            &[],
+        );
+        assert_eq!(order.rw.write_fence_order, 1, "{}", order.to_json());
     }
 }

@@ -65,6 +65,8 @@ macro_rules! fault_matrix {
                 client_kill_of_the_command_connections_mid_wait_readers_and_writers_still_acquire,
                 client_kill_of_the_subscriber_mid_wait_readers_and_writers_are_still_notified,
                 acl_user_without_pubsub_rights_readers_and_writers_poll_and_still_acquire,
+                sentinel_failover_while_contenders_wait_costs_only_time,
+                permit_and_writer_processes_killed_without_releasing_free_their_keys_at_the_ttl,
             );
         }
 
@@ -115,7 +117,8 @@ mod aio {
 
 /// Child-process helper of
 /// `holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires`:
-/// acquires a key and holds it until it is killed.
+/// acquires a key (a lock, a permit or a write lease) and holds it until
+/// it is killed.
 #[test]
 #[ignore = "a helper the fault matrix starts as a child process"]
 fn holder_child_process() {

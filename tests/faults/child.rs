@@ -20,6 +20,7 @@ const ENV_NAMESPACE: &str = "REDLEASE_FAULTS_CHILD_NAMESPACE";
 const ENV_KEY: &str = "REDLEASE_FAULTS_CHILD_KEY";
 const ENV_LEASE_MS: &str = "REDLEASE_FAULTS_CHILD_LEASE_MS";
 const ENV_FRONT: &str = "REDLEASE_FAULTS_CHILD_FRONT";
+const ENV_WHAT: &str = "REDLEASE_FAULTS_CHILD_WHAT";
 const MARKER: &str = "REDLEASE_CHILD_HELD";
 
 /// A child process holding a key; killed (SIGKILL) and reaped on drop.
@@ -53,6 +54,35 @@ fn front_name<F: Front>() -> &'static str {
     }
 }
 
+/// What a child process holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Hold {
+    /// A lock.
+    Lock,
+    /// A permit of a semaphore of this many permits.
+    Permit(u32),
+    /// The write lease of a read-write lease.
+    Write,
+}
+
+impl Hold {
+    fn to_env(self) -> String {
+        match self {
+            Hold::Lock => "lock".into(),
+            Hold::Permit(n) => format!("permit:{n}"),
+            Hold::Write => "write".into(),
+        }
+    }
+
+    fn from_env(s: &str) -> Hold {
+        match s.split_once(':') {
+            Some(("permit", n)) => Hold::Permit(n.parse().expect("a permit count")),
+            _ if s == "write" => Hold::Write,
+            _ => Hold::Lock,
+        }
+    }
+}
+
 /// Starts a child process that holds `key` with `lease` through front end
 /// `F`, and waits (within [`BOUND`]) until it reports its fence.
 pub(crate) fn spawn_holder<F: Front>(
@@ -60,6 +90,17 @@ pub(crate) fn spawn_holder<F: Front>(
     ns: &str,
     key: &str,
     lease: Duration,
+) -> ChildHolder {
+    spawn_holder_of::<F>(server, ns, key, lease, Hold::Lock)
+}
+
+/// As [`spawn_holder`], holding `what`.
+pub(crate) fn spawn_holder_of<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    key: &str,
+    lease: Duration,
+    what: Hold,
 ) -> ChildHolder {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut child = Command::new(exe)
@@ -76,6 +117,7 @@ pub(crate) fn spawn_holder<F: Front>(
         .env(ENV_KEY, key)
         .env(ENV_LEASE_MS, lease.as_millis().to_string())
         .env(ENV_FRONT, front_name::<F>())
+        .env(ENV_WHAT, what.to_env())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -115,19 +157,39 @@ pub(crate) fn run_holder_if_asked() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
     let lease = Duration::from_millis(var(ENV_LEASE_MS).parse().expect("lease ms"));
     let (ns, key) = (var(ENV_NAMESPACE), var(ENV_KEY));
+    let what = Hold::from_env(&std::env::var(ENV_WHAT).unwrap_or_default());
     match var(ENV_FRONT).as_str() {
-        "async" => hold::<crate::behaviour::Async>(&url, &ns, &key, lease),
-        _ => hold::<crate::behaviour::Blocking>(&url, &ns, &key, lease),
+        "async" => hold::<crate::behaviour::Async>(&url, &ns, &key, lease, what),
+        _ => hold::<crate::behaviour::Blocking>(&url, &ns, &key, lease, what),
     }
 }
 
-fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration) {
+fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
     let locker = F::connect(url, Config::new(ns).lease(lease)).expect("the child connects");
-    let held = locker
-        .acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))
-        .expect("the child acquires a free key");
+    let free = || AcquireOptions::new().wait(Duration::ZERO);
+    // Kept alive (never released) until the process is killed.
+    let (fence, _held): (u64, Box<dyn std::any::Any>) = match what {
+        Hold::Lock => {
+            let held = locker
+                .acquire_with(key, free())
+                .expect("the child acquires a free key");
+            (F::fence(&held).get(), Box::new(held))
+        }
+        Hold::Permit(permits) => {
+            let held = locker
+                .acquire_permit(key, permits, free())
+                .expect("the child acquires a free permit");
+            (F::permit_fence(&held).get(), Box::new(held))
+        }
+        Hold::Write => {
+            let held = locker
+                .write_with(key, free())
+                .expect("the child acquires a free write lease");
+            (F::write_fence(&held).get(), Box::new(held))
+        }
+    };
     let mut out = std::io::stdout();
-    writeln!(out, "{MARKER} {}", F::fence(&held).get()).expect("stdout");
+    writeln!(out, "{MARKER} {fence}").expect("stdout");
     out.flush().expect("stdout");
     // Held until SIGKILL; if the parent goes away first, stdin closes and
     // the process exits without releasing (the TTL ends the lease).

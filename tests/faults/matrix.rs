@@ -1135,3 +1135,238 @@ pub(crate) fn acl_user_without_pubsub_rights_readers_and_writers_poll_and_still_
         "only pub/sub was refused: {denied:?}"
     );
 }
+
+// ----- Sentinel failover -------------------------------------------------------------
+
+/// A front end that can connect through Sentinel.
+pub(crate) trait SentinelConnect: Front + Sized {
+    /// `Locker::connect_sentinel(urls, master, config)`.
+    fn connect_sentinel(urls: &[String], master: &str, config: Config) -> Result<Self, Error>;
+}
+
+impl SentinelConnect for crate::behaviour::Blocking {
+    fn connect_sentinel(urls: &[String], master: &str, config: Config) -> Result<Self, Error> {
+        redlease::blocking::Locker::connect_sentinel(
+            urls.iter().map(String::as_str),
+            master,
+            config,
+        )
+    }
+}
+
+impl SentinelConnect for crate::behaviour::Async {
+    fn connect_sentinel(urls: &[String], master: &str, config: Config) -> Result<Self, Error> {
+        futures::executor::block_on(redlease::aio::Locker::connect_sentinel(
+            urls.iter().map(String::as_str),
+            master,
+            config,
+        ))
+        .map(crate::behaviour::Async::from_locker)
+    }
+}
+
+/// Detection (1 s down-after), vote and promotion, with room to spare.
+const FAILOVER_BOUND: Duration = Duration::from_secs(45);
+
+/// What the contenders of the failover row share.
+#[derive(Default)]
+struct FailoverLog {
+    /// Every grant's fence, in the order the grants were seen (one key: a
+    /// grant comes after the previous holder released, or lost its lease).
+    fences: Vec<u64>,
+    /// The holders inside now: (contender, granted after the failover).
+    inside: Vec<(usize, bool)>,
+    /// Two holders at once, both granted after the failover.
+    overlaps_after: u64,
+    /// Two holders at once, one granted before it (a grant the new primary
+    /// may never have received: SPEC §3, §11).
+    overlaps_across: u64,
+    /// Grants after the failover.
+    granted_after: u64,
+}
+
+/// Redis Sentinel (one primary, one replica, three sentinels): the primary
+/// is SIGKILLed while contenders of two lockers take turns on one key (one
+/// holds, the others wait). The failover costs only time: every waiter is
+/// granted within its wait (an attempt in flight at the kill may end
+/// `OUTCOME_UNKNOWN`, nothing else fails), fences strictly increase in
+/// grant order across the failover (every grant is floored at the
+/// server's clock), no two holders granted after the failover hold at
+/// once, and both lockers shut down leaving no lease on the new primary.
+pub(crate) fn sentinel_failover_while_contenders_wait_costs_only_time<F: SentinelConnect>() {
+    use crate::support::sentinel::SentinelSet;
+
+    const CONTENDERS: usize = 4;
+    const AFTER: u64 = 8;
+    let set = SentinelSet::start();
+    let ns = namespace("m-sentinel-failover");
+    let wait = Duration::from_secs(30);
+    let config = || {
+        Config::new(ns.as_str())
+            .lease(Duration::from_secs(2))
+            .wait(wait)
+            .command_timeout(Duration::from_secs(1))
+            .shutdown_timeout(Duration::from_secs(3))
+    };
+    let lockers: Vec<Arc<F>> = (0..2)
+        .map(|_| {
+            Arc::new(
+                F::connect_sentinel(&set.sentinel_urls(), set.master_name(), config())
+                    .unwrap_or_else(|e| panic!("connect through sentinel: {e}")),
+            )
+        })
+        .collect();
+    let log = Arc::new(Mutex::new(FailoverLog::default()));
+    let failed_over = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let contenders: Vec<_> = (0..CONTENDERS)
+        .map(|i| {
+            let locker = lockers[i % 2].clone();
+            let (log, failed_over, stop) = (log.clone(), failed_over.clone(), stop.clone());
+            spawn(&format!("contender-{i}"), move || {
+                let mut unknown = 0u32;
+                while !stop.load(Ordering::SeqCst) {
+                    let lease = match locker.acquire_with("job", waiting(wait)) {
+                        Ok(lease) => lease,
+                        Err(e) if e.is_outcome_unknown() => {
+                            unknown += 1;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let after = failed_over.load(Ordering::SeqCst);
+                    {
+                        let mut log = log.lock().unwrap();
+                        log.fences.push(F::fence(&lease).get());
+                        let others = log.inside.len() as u64;
+                        let after_too = log.inside.iter().filter(|o| after && o.1).count() as u64;
+                        log.overlaps_after += after_too;
+                        log.overlaps_across += others - after_too;
+                        log.inside.push((i, after));
+                        log.granted_after += u64::from(after);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    log.lock().unwrap().inside.retain(|(c, _)| *c != i);
+                    // The lease may be gone with the old primary: any
+                    // outcome but an error that is not about the failover.
+                    let _ = F::release(lease);
+                }
+                Ok::<u32, Error>(unknown)
+            })
+        })
+        .collect();
+
+    // Kill the primary while one contender holds and others wait.
+    wait_until(BOUND, "grants before the failover", || {
+        log.lock().unwrap().fences.len() >= 5
+    });
+    wait_until(BOUND, "a holder inside and waiters in line", || {
+        !log.lock().unwrap().inside.is_empty()
+            && lockers.iter().map(|l| l.stats().waiters).sum::<usize>() >= 2
+    });
+    let killed = set.kill_primary();
+    let new = set.wait_failover(killed, FAILOVER_BOUND);
+    failed_over.store(true, Ordering::SeqCst);
+    wait_until(FAILOVER_BOUND, "grants after the failover", || {
+        log.lock().unwrap().granted_after >= AFTER
+    });
+    stop.store(true, Ordering::SeqCst);
+    let mut unknown = 0;
+    for c in contenders {
+        match c.join_within(wait + BOUND) {
+            Ok(n) => unknown += n,
+            Err(e) => panic!("a waiter failed across the failover: {} ({e:?})", e.code()),
+        }
+    }
+    let log = log.lock().unwrap();
+    eprintln!(
+        "sentinel failover under contention: {} grants ({} after), {unknown} OUTCOME_UNKNOWN, \
+         {} overlaps across the failover",
+        log.fences.len(),
+        log.granted_after,
+        log.overlaps_across
+    );
+    assert!(
+        log.fences.windows(2).all(|w| w[0] < w[1]),
+        "fences strictly increase in grant order across the failover: {:?}",
+        log.fences
+    );
+    assert_eq!(
+        log.overlaps_after, 0,
+        "two holders granted after the failover held at once"
+    );
+    for locker in &lockers {
+        assert_eq!(locker.stats().waiters, 0, "no waiter stranded");
+        locker.shutdown().expect("shutdown after the failover");
+    }
+    assert!(
+        set.server(new).keys(&format!("{ns}:lock:*")).is_empty(),
+        "no lease left on the new primary"
+    );
+}
+
+// ----- holder processes of a permit and of a write lease that die -------------------
+
+/// A process holding the only permit of a semaphore, and one holding the
+/// write lease of a read-write lease, are SIGKILLed without releasing:
+/// a permit waiter, a writer and a reader of another process get them
+/// once the dead holders' leases expire (their TTL), the permit on the
+/// same slot with a higher fence, the writer with a fence above the dead
+/// writer's and the reader with an epoch not below it; none is stranded.
+pub(crate) fn permit_and_writer_processes_killed_without_releasing_free_their_keys_at_the_ttl<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-dead-kinds");
+    let lease = Duration::from_millis(1500);
+    let permit_holder =
+        child::spawn_holder_of::<F>(&server, &ns, "pool", lease, child::Hold::Permit(1));
+    let writer = child::spawn_holder_of::<F>(&server, &ns, "doc", lease, child::Hold::Write);
+
+    let locker = Arc::new(connect::<F>(
+        &server,
+        config(&ns).wait(Duration::from_secs(20)),
+    ));
+    let wait = || waiting(Duration::from_secs(20));
+    let l = locker.clone();
+    let permit = spawn("permit waiter", move || {
+        let p = l.acquire_permit("pool", 1, wait())?;
+        let got = (F::slot(&p), F::permit_fence(&p).get());
+        F::release_permit(p)?;
+        Ok::<_, Error>(got)
+    });
+    let l = locker.clone();
+    let write = spawn("writer", move || {
+        let w = l.write_with("doc", wait())?;
+        let fence = F::write_fence(&w).get();
+        F::release_write(w)?;
+        Ok::<_, Error>(fence)
+    });
+    let l = locker.clone();
+    let read = spawn("reader", move || {
+        let r = l.read_with("doc", wait())?;
+        let epoch = F::epoch(&r).get();
+        F::release_read(r)?;
+        Ok::<_, Error>(epoch)
+    });
+    wait_for_stats(&*locker, "three waiters in line", |s| s.waiters == 3);
+    let dead_permit = permit_holder.kill();
+    let dead_writer = writer.kill();
+
+    let (slot, fence) = permit.join_within(BOUND).expect("the permit after the TTL");
+    assert_eq!(slot, 0, "the only slot");
+    assert!(fence > dead_permit, "{fence} after the dead {dead_permit}");
+    let fence = write
+        .join_within(BOUND)
+        .expect("the write lease after the TTL");
+    assert!(fence > dead_writer, "{fence} after the dead {dead_writer}");
+    let epoch = read
+        .join_within(BOUND)
+        .expect("the read lease after the TTL");
+    assert!(
+        epoch >= dead_writer,
+        "epoch {epoch} below the dead writer's {dead_writer}"
+    );
+    assert_eq!(locker.stats().waiters, 0);
+    locker.shutdown().expect("shutdown");
+}

@@ -11,7 +11,7 @@ use super::locker::{Locker, Shared};
 use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::subscriber;
-use crate::error::Error;
+use crate::error::{Error, Transport};
 use crate::eviction;
 
 impl Locker {
@@ -56,7 +56,13 @@ impl Locker {
         template: Option<redis::ConnectionInfo>,
         config: Config,
     ) -> Result<Self, Error> {
-        let commands = Commands::new(Source::Cluster(client.clone()), config.command_timeout);
+        let transport = template
+            .as_ref()
+            .map_or(Transport::Unknown, |t| Transport::of(t.addr()));
+        let commands = Commands::new(
+            Source::Cluster(client.clone(), transport),
+            config.command_timeout,
+        );
         let notifications = subscriber::Source::Cluster {
             slots: client,
             template,

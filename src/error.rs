@@ -89,7 +89,10 @@ pub enum Error {
     /// opened, or Redis answered with an error. When connecting failed, the
     /// message says why in words (`connection refused`, `no such host`,
     /// `authentication failed`, `not a Redis server`, `no such database`,
-    /// ...), never naming the address, the user or the password.
+    /// and where the URL's scheme may not match the port `the TLS handshake
+    /// did not complete: is the server speaking TLS?` or `the server closed
+    /// the connection: it may expect TLS (rediss://)`, ...), never naming
+    /// the address, the user or the password.
     #[error("{}", provider_failed_message(*op, source))]
     ProviderFailed {
         /// The operation that failed.

@@ -89,7 +89,10 @@ pub enum Error {
     /// opened, or Redis answered with an error. When connecting failed, the
     /// message says why in words (`connection refused`, `no such host`,
     /// `authentication failed`, `not a Redis server`, `no such database`,
-    /// ...), never naming the address, the user or the password.
+    /// and where the URL's scheme may not match the port `the TLS handshake
+    /// did not complete: is the server speaking TLS?` or `the server closed
+    /// the connection: it may expect TLS (rediss://)`, ...), never naming
+    /// the address, the user or the password.
     #[error("{}", provider_failed_message(*op, source))]
     ProviderFailed {
         /// The operation that failed.
@@ -213,6 +216,9 @@ fn provider_failed_message(op: Operation, source: &redis::RedisError) -> String 
 /// redis crate's kind, code and fixed phrases are looked at, and a fixed
 /// phrase is returned: the error's own text can name the address.
 pub(crate) fn connect_cause(e: &redis::RedisError) -> &'static str {
+    if let Some(hint) = Hint::of(e) {
+        return hint.text();
+    }
     let text = e.to_string().to_ascii_lowercase();
     let has = |needle: &str| text.contains(needle);
     if is_auth_failure(e) {
@@ -234,6 +240,163 @@ pub(crate) fn connect_cause(e: &redis::RedisError) -> &'static str {
     } else {
         "the connection failed"
     }
+}
+
+/// Whether a connection was to go over TLS, as far as the locker knows:
+/// what [`connect_failed`] may add to a failed connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// `rediss://`.
+    Tls,
+    /// `redis://`.
+    Plain,
+    /// A unix socket, or not known (a cluster client made by the caller).
+    Unknown,
+}
+
+impl Transport {
+    pub(crate) fn of(addr: &redis::ConnectionAddr) -> Self {
+        match addr {
+            redis::ConnectionAddr::TcpTls { .. } => Transport::Tls,
+            redis::ConnectionAddr::Tcp(..) => Transport::Plain,
+            _ => Transport::Unknown,
+        }
+    }
+
+    /// `Tls` if any of `infos` is TLS, `Plain` if all are plain TCP.
+    pub(crate) fn of_any<'a>(infos: impl IntoIterator<Item = &'a redis::ConnectionInfo>) -> Self {
+        let mut all_plain = true;
+        for info in infos {
+            match Transport::of(info.addr()) {
+                Transport::Tls => return Transport::Tls,
+                Transport::Plain => {}
+                Transport::Unknown => all_plain = false,
+            }
+        }
+        if all_plain {
+            Transport::Plain
+        } else {
+            Transport::Unknown
+        }
+    }
+}
+
+/// What a failed connect most likely met when its scheme did not match
+/// the server's port. Found by experiment (issue 22): a plain Redis server
+/// reads a TLS ClientHello as an inline command and waits for its end of
+/// line, which never comes (a NUL byte comes first), so it never answers
+/// and a `rediss://` connect can only fail at its timeout; a TLS port
+/// resets the connection at once when it reads plain RESP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hint {
+    /// Over TLS, no answer to the handshake within the timeout.
+    TlsStalled,
+    /// Without TLS, the server hung up before answering.
+    ClosedMayExpectTls,
+    /// Without TLS, the server answered something that is not RESP.
+    GarbageMayExpectTls,
+}
+
+impl Hint {
+    const ALL: [Hint; 3] = [
+        Hint::TlsStalled,
+        Hint::ClosedMayExpectTls,
+        Hint::GarbageMayExpectTls,
+    ];
+
+    /// The words shown: fixed, naming no address.
+    fn text(self) -> &'static str {
+        match self {
+            Hint::TlsStalled => "the TLS handshake did not complete: is the server speaking TLS?",
+            Hint::ClosedMayExpectTls => {
+                "the server closed the connection: it may expect TLS (rediss://)"
+            }
+            Hint::GarbageMayExpectTls => "not a Redis server: it may expect TLS (rediss://)",
+        }
+    }
+
+    /// The hint [`connect_failed`] put on `e`. The redis crate's error
+    /// does not hand out its inner I/O error to downcast, so the hint is
+    /// known by its fixed text.
+    fn of(e: &redis::RedisError) -> Option<Hint> {
+        if e.kind() != redis::ErrorKind::Io {
+            return None;
+        }
+        let text = e.to_string();
+        Hint::ALL.into_iter().find(|hint| text == hint.text())
+    }
+}
+
+/// A connect error with its [`Hint`]; the redis error stays its source.
+#[derive(Debug)]
+struct Hinted {
+    hint: Hint,
+    source: redis::RedisError,
+}
+
+impl fmt::Display for Hinted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.hint.text())
+    }
+}
+
+impl std::error::Error for Hinted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// A failed connect over `transport`, with a hint where the scheme may not
+/// match the server's port: over TLS, a timeout says that the TLS handshake
+/// did not complete; without TLS, a connection the server closed (or
+/// answered with something other than RESP) says the server may expect
+/// TLS. Such an error becomes an I/O error of the same class (a timeout
+/// stays a timeout, a closed connection a dropped one) whose text is the
+/// hint's fixed words and whose source is `e`. Other errors (refused,
+/// unresolved, answered by Redis) are returned as they are. Used wherever
+/// a connection is opened, so that `Locker::connect` and later reconnects
+/// say the same.
+pub(crate) fn connect_failed(transport: Transport, e: redis::RedisError) -> redis::RedisError {
+    if Hint::of(&e).is_some() || is_server_reply(&e) || is_auth_failure(&e) {
+        return e;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    let has = |needle: &str| text.contains(needle);
+    // The cluster client folds its nodes' errors into one general error,
+    // hence the phrases beside the kinds.
+    let refused_or_unresolved = e.is_connection_refusal()
+        || has("refused")
+        || has("lookup")
+        || has("name or service not known")
+        || has("name resolution")
+        || has("resolve");
+    let timed_out = e.is_timeout()
+        || has("timed out")
+        || has("resource temporarily unavailable")
+        || has("would block");
+    let dropped = e.is_connection_dropped()
+        || has("reset by peer")
+        || has("broken pipe")
+        || has("end of file")
+        || has("closed");
+    let (hint, kind) = match transport {
+        _ if refused_or_unresolved => return e,
+        Transport::Tls if timed_out => (Hint::TlsStalled, std::io::ErrorKind::TimedOut),
+        Transport::Plain if timed_out => return e,
+        Transport::Plain
+            if e.kind() == redis::ErrorKind::Parse
+                || has("invalid response")
+                || has("protocol") =>
+        {
+            (Hint::GarbageMayExpectTls, std::io::ErrorKind::InvalidData)
+        }
+        Transport::Plain if dropped => (
+            Hint::ClosedMayExpectTls,
+            std::io::ErrorKind::ConnectionReset,
+        ),
+        _ => return e,
+    };
+    redis::RedisError::from(std::io::Error::new(kind, Hinted { hint, source: e }))
 }
 
 /// The reason of a failed TLS handshake, when the cause is one
@@ -645,6 +808,83 @@ mod tests {
             std::io::ErrorKind::TimedOut,
             "timed out",
         ))
+    }
+
+    fn io(kind: std::io::ErrorKind) -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::from(kind))
+    }
+
+    fn connect_display(transport: Transport, e: redis::RedisError) -> String {
+        Error::from_connect(connect_failed(transport, e)).to_string()
+    }
+
+    #[test]
+    fn a_tls_connect_that_timed_out_says_the_handshake_did_not_complete() {
+        let e = connect_failed(Transport::Tls, io(std::io::ErrorKind::WouldBlock));
+        assert!(e.is_timeout(), "still a timeout");
+        assert!(std::error::Error::source(&e).is_some());
+        let e = Error::from_connect(e);
+        assert_eq!(
+            e.to_string(),
+            "could not connect to redis: the TLS handshake did not complete: is the server speaking TLS?"
+        );
+        assert!(e.is_timeout() && e.is_retryable());
+    }
+
+    #[test]
+    fn a_plain_connect_the_server_closed_says_it_may_expect_tls() {
+        for kind in [
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::UnexpectedEof,
+            std::io::ErrorKind::BrokenPipe,
+        ] {
+            let e = connect_failed(Transport::Plain, io(kind));
+            assert!(e.is_connection_dropped(), "still a dropped connection");
+            assert_eq!(
+                connect_display(Transport::Plain, e),
+                "could not connect to redis: the server closed the connection: it may expect TLS (rediss://)"
+            );
+        }
+        let garbage = redis::RedisError::from((redis::ErrorKind::Parse, "invalid response"));
+        assert_eq!(
+            connect_display(Transport::Plain, garbage),
+            "could not connect to redis: not a Redis server: it may expect TLS (rediss://)"
+        );
+    }
+
+    #[test]
+    fn other_connect_failures_get_no_tls_hint() {
+        let refused = || io(std::io::ErrorKind::ConnectionRefused);
+        let expected = "could not connect to redis: connection refused";
+        assert_eq!(connect_display(Transport::Tls, refused()), expected);
+        assert_eq!(connect_display(Transport::Plain, refused()), expected);
+        let timeout = io(std::io::ErrorKind::TimedOut);
+        assert_eq!(
+            connect_display(Transport::Plain, timeout),
+            "could not connect to redis: connection timed out"
+        );
+        let reset = io(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            connect_display(Transport::Unknown, reset),
+            "could not connect to redis: the server closed the connection"
+        );
+        let wrongpass =
+            redis::RedisError::from((redis::ErrorKind::AuthenticationFailed, "WRONGPASS"));
+        assert_eq!(
+            connect_display(Transport::Tls, wrongpass),
+            "could not connect to redis: authentication failed"
+        );
+    }
+
+    #[test]
+    fn a_hint_is_put_on_once() {
+        let once = connect_failed(Transport::Tls, io_timeout());
+        let twice = connect_failed(Transport::Tls, once.clone());
+        assert_eq!(once.to_string(), twice.to_string());
+        let source = std::error::Error::source(&twice)
+            .and_then(std::error::Error::source)
+            .map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("timed out"), "the original is kept");
     }
 
     #[test]

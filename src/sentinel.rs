@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::IntoConnectionInfo;
 
-use crate::error::{url_error, Error};
+use crate::error::{connect_failed, url_error, Error, Transport};
 
 /// How a locker behind Redis Sentinel connects to the primary, and which
 /// certificates it trusts: the options of
@@ -316,6 +316,13 @@ impl Resolver {
         }
         rx.recv_timeout(timeout)
             .unwrap_or_else(|_| Err(timed_out()))
+            .map_err(|e| self.lookup_failed(e))
+    }
+
+    /// A failed lookup, with a hint where the sentinels' scheme may not
+    /// match their ports ([`connect_failed`]).
+    fn lookup_failed(&self, e: redis::RedisError) -> redis::RedisError {
+        connect_failed(Transport::of_any(&self.sentinels), e)
     }
 
     /// As [`primary`](Self::primary), without blocking the executor, and
@@ -332,6 +339,7 @@ impl Resolver {
             Either::Left((result, _)) => result,
             Either::Right(_) => Err(timed_out()),
         }
+        .map_err(|e| self.lookup_failed(e))
     }
 }
 

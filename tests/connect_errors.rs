@@ -107,9 +107,36 @@ fn a_server_that_does_not_speak_redis_says_so<F: Front>() {
         &["127.0.0.1", &port.to_string()],
     );
     assert!(
-        shown == "could not connect to redis: not a Redis server"
-            || shown == "could not connect to redis: the server closed the connection",
+        shown == format!("could not connect to redis: not a Redis server: {MAY_EXPECT_TLS}")
+            || shown
+                == format!("could not connect to redis: the server closed the connection: {MAY_EXPECT_TLS}"),
         "{shown}"
+    );
+    drop(server);
+}
+
+/// What a plain connection says when the server hung up or answered
+/// garbage at once, as a TLS port does.
+const MAY_EXPECT_TLS: &str = "it may expect TLS (rediss://)";
+
+/// A server that hangs up at once (as a TLS-only port does when it reads
+/// plain bytes): "the server closed the connection: it may expect TLS".
+fn a_server_that_hangs_up_at_once_says_it_may_expect_tls<F: Front>() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            let Ok(stream) = stream else { break };
+            drop(stream);
+        }
+    });
+    let shown = connect_error::<F>(
+        &format!("redis://127.0.0.1:{port}/0"),
+        &["127.0.0.1", &port.to_string()],
+    );
+    assert_eq!(
+        shown,
+        format!("could not connect to redis: the server closed the connection: {MAY_EXPECT_TLS}")
     );
     drop(server);
 }
@@ -140,6 +167,11 @@ macro_rules! suite {
             #[test]
             fn a_server_that_does_not_speak_redis_says_so() {
                 super::a_server_that_does_not_speak_redis_says_so::<$front>();
+            }
+
+            #[test]
+            fn a_server_that_hangs_up_at_once_says_it_may_expect_tls() {
+                super::a_server_that_hangs_up_at_once_says_it_may_expect_tls::<$front>();
             }
         }
     };

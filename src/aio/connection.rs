@@ -17,7 +17,7 @@ use super::deadline::{Deadlines, TimedConnection};
 use super::driven::DrivenConnection;
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
 use crate::driver::ops::{Reply, Request};
-use crate::error::{is_noscript, is_server_reply, Failure};
+use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
 use crate::sentinel::{is_failover_reply, Resolver};
 use crate::stats::Counters;
 
@@ -52,8 +52,9 @@ pub(crate) enum Source {
     /// One server, over RESP3 (its disconnection report needs pushes).
     Standalone(redis::Client),
     /// A Redis Cluster (the redis crate's async cluster connection routes
-    /// every command, follows redirects and reconnects its nodes).
-    Cluster(ClusterClient),
+    /// every command, follows redirects and reconnects its nodes), and
+    /// whether its nodes were given as `rediss://` (when known).
+    Cluster(ClusterClient, Transport),
     /// The primary Sentinel names, asked for at every new connection
     /// (over RESP3, as `Standalone`).
     Sentinel(Resolver),
@@ -146,8 +147,20 @@ impl Commands {
 
     /// A connection to one server: over plain TCP driven by the commands
     /// themselves (driven.rs), otherwise (TLS, unix socket) with the redis
-    /// crate's driver on smol's executor.
+    /// crate's driver on smol's executor. A failure says where the scheme
+    /// may not match the port ([`connect_failed`]).
     async fn open_one(
+        &self,
+        client: &redis::Client,
+        config: AsyncConnectionConfig,
+    ) -> Result<AnyConnection, redis::RedisError> {
+        let transport = Transport::of(client.get_connection_info().addr());
+        self.open_one_as_is(client, config)
+            .await
+            .map_err(|e| connect_failed(transport, e))
+    }
+
+    async fn open_one_as_is(
         &self,
         client: &redis::Client,
         config: AsyncConnectionConfig,
@@ -206,7 +219,12 @@ impl Commands {
                 self.open_one(&client, config).await?
             }
             // The cluster connection reconnects to its nodes by itself.
-            Source::Cluster(client) => AnyConnection::Cluster(client.get_async_connection().await?),
+            Source::Cluster(client, transport) => AnyConnection::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| connect_failed(*transport, e))?,
+            ),
         };
         let mut current = self.conn.lock();
         if current.generation == generation {

@@ -10,7 +10,7 @@ use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict}
 use crate::config::Config;
 use crate::driver::subscriber;
 use crate::driver::target::Target;
-use crate::error::{is_auth_failure, url_error, Error, Failure};
+use crate::error::{is_auth_failure, url_error, Error, Failure, Transport};
 use crate::eviction;
 use crate::front::Async;
 
@@ -106,7 +106,13 @@ async fn open_cluster(
     template: Option<redis::ConnectionInfo>,
     config: Config,
 ) -> Result<Locker, Error> {
-    let commands = Commands::new(Source::Cluster(client.clone()), config.command_timeout);
+    let transport = template
+        .as_ref()
+        .map_or(Transport::Unknown, |t| Transport::of(t.addr()));
+    let commands = Commands::new(
+        Source::Cluster(client.clone(), transport),
+        config.command_timeout,
+    );
     let notifications = subscriber::Source::Cluster {
         slots: client,
         template,

@@ -27,7 +27,7 @@ use redis::{ConnectionLike, Value};
 use crate::clock::now;
 use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
 use crate::driver::ops::{Reply, Request};
-use crate::error::{is_noscript, is_server_reply, Failure};
+use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
 use crate::sentinel::{is_failover_reply, Resolver};
 use crate::stats::Counters;
 
@@ -60,7 +60,7 @@ pub(crate) enum Source {
     Standalone(redis::Client),
     /// A cluster client built with `retries(0)`, so that a timed-out write
     /// is never re-sent behind the locker's back, and how to reach a node
-    /// directly (credentials, protocol) when known.
+    /// directly (credentials, protocol, TLS) when known.
     Cluster(ClusterClient, Option<redis::ConnectionInfo>),
     /// The primary Sentinel names, asked for at every new connection.
     Sentinel(Resolver),
@@ -155,8 +155,14 @@ impl Commands {
             Source::Sentinel(resolver) => {
                 open(&resolver.primary(self.inner.timeout)?, self.inner.timeout).map(Conn::Single)
             }
-            Source::Cluster(client, _) => {
-                client.get_connection().map(|c| Conn::Cluster(Box::new(c)))
+            Source::Cluster(client, template) => {
+                let transport = template
+                    .as_ref()
+                    .map_or(Transport::Unknown, |t| Transport::of(t.addr()));
+                client
+                    .get_connection()
+                    .map(|c| Conn::Cluster(Box::new(c)))
+                    .map_err(|e| connect_failed(transport, e))
             }
         }
     }
@@ -526,7 +532,9 @@ fn probe_and_send(conn: &mut redis::Connection, cmd: &redis::Cmd) -> Probe {
     }
 }
 
-/// Opens a connection with `timeout` on connect, reads and writes.
+/// Opens a connection with `timeout` on connect, reads and writes. A
+/// failure says where the scheme may not match the port
+/// ([`connect_failed`]).
 pub(crate) fn open(
     client: &redis::Client,
     timeout: Duration,
@@ -551,7 +559,10 @@ pub(crate) fn open(
                     #[expect(clippy::disallowed_methods, reason = "bounded connect backoff")]
                     std::thread::sleep(*pause);
                 }
-                _ => return Err(e),
+                _ => {
+                    let transport = Transport::of(client.get_connection_info().addr());
+                    return Err(connect_failed(transport, e));
+                }
             },
         }
     }

@@ -66,13 +66,15 @@ pub trait Front: sealed::Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     type Serial: Default + Send + Sync + 'static;
 
-    /// Drives `op` to its end (holding `serial` when given) and hands its
-    /// output to `then`.
+    /// Starts an operation when the call runs (an async call when first
+    /// polled: futures do nothing until then), drives it to its end
+    /// (holding `serial` when given) and hands its output, or the output
+    /// `start` failed with, to `then`.
     #[doc(hidden)]
     fn run<'a, O, T>(
         shared: &'a Shared<Self::Commands>,
         serial: Option<&'a Self::Serial>,
-        op: O,
+        start: impl FnOnce() -> Result<O, O::Output> + Send + 'a,
         then: impl FnOnce(O::Output) -> T + Send + 'a,
     ) -> Self::Call<'a, T>
     where

@@ -511,3 +511,23 @@ fn a_replaced_or_dropped_command_connection_is_closed() {
         locker_connections(&server) == 0
     });
 }
+
+/// An async call does nothing until it is polled: an acquire future made
+/// and never polled joins no line, so it neither holds a place ahead of
+/// later waiters of its locker nor sends anything.
+#[test]
+fn an_acquire_future_never_polled_joins_no_line() {
+    let server = RedisServer::start();
+    block_on(async {
+        let locker = Locker::connect(server.url(), config("lazy")).await.unwrap();
+        let idle = locker.acquire("job");
+        assert_eq!(locker.stats().waiters, 0, "made, not polled: not waiting");
+        // A try-once acquire behind a waiter of its own locker is `Busy` at
+        // once (SPEC §5); here nothing is ahead of it.
+        let lease = locker.try_acquire("job").await.unwrap();
+        lease.release().await.unwrap();
+        drop(idle);
+        assert!(lock_keys(&server, "lazy").is_empty());
+        locker.shutdown().await.unwrap();
+    });
+}

@@ -35,7 +35,7 @@ impl Front for Async {
     fn run<'a, O, T>(
         shared: &'a Shared<Commands>,
         serial: Option<&'a Self::Serial>,
-        op: O,
+        start: impl FnOnce() -> Result<O, O::Output> + Send + 'a,
         then: impl FnOnce(O::Output) -> T + Send + 'a,
     ) -> Self::Call<'a, T>
     where
@@ -48,7 +48,11 @@ impl Front for Async {
                 Some(serial) => Some(serial.lock().await),
                 None => None,
             };
-            then(drive(shared, op).await)
+            let output = match start() {
+                Ok(op) => drive(shared, op).await,
+                Err(output) => output,
+            };
+            then(output)
         })
     }
 

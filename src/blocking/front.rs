@@ -32,7 +32,7 @@ impl Front for Blocking {
     fn run<'a, O, T>(
         shared: &'a Shared<Commands>,
         serial: Option<&'a Mutex<()>>,
-        op: O,
+        start: impl FnOnce() -> Result<O, O::Output> + Send + 'a,
         then: impl FnOnce(O::Output) -> T + Send + 'a,
     ) -> T
     where
@@ -40,7 +40,7 @@ impl Front for Blocking {
         O::Output: Send,
     {
         let _serial = serial.map(Mutex::lock);
-        then(drive(shared, op))
+        then(start().map_or_else(|output| output, |op| drive(shared, op)))
     }
 
     fn open(target: Target, config: Config) -> Result<Locker<Blocking>, Error> {

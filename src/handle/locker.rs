@@ -93,7 +93,7 @@ impl<F: Front> Locker<F> {
     /// failed until the wait ended (or at once with wait zero). After an
     /// unknown outcome the token is released by token at the next
     /// operation.
-    pub fn acquire(&self, key: &str) -> Call<'_, F, Result<Lease<F>, Error>> {
+    pub fn acquire<'a>(&'a self, key: &'a str) -> Call<'a, F, Result<Lease<F>, Error>> {
         self.acquire_with(key, AcquireOptions::new())
     }
 
@@ -122,11 +122,11 @@ impl<F: Front> Locker<F> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn acquire_with(
-        &self,
-        key: &str,
+    pub fn acquire_with<'a>(
+        &'a self,
+        key: &'a str,
         options: AcquireOptions,
-    ) -> Call<'_, F, Result<Lease<F>, Error>> {
+    ) -> Call<'a, F, Result<Lease<F>, Error>> {
         self.acquire_kind(key, Want::Lock, options)
     }
 
@@ -150,25 +150,25 @@ impl<F: Front> Locker<F> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn try_acquire(&self, key: &str) -> Call<'_, F, Result<Lease<F>, Error>> {
+    pub fn try_acquire<'a>(&'a self, key: &'a str) -> Call<'a, F, Result<Lease<F>, Error>> {
         self.acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))
     }
 
     /// The acquire of every kind: one shared operation, whose grant
     /// becomes a lease of kind `K`.
-    pub(crate) fn acquire_kind<K: Kind>(
-        &self,
-        key: &str,
+    pub(crate) fn acquire_kind<'a, K: Kind>(
+        &'a self,
+        key: &'a str,
         want: Want,
         options: AcquireOptions,
-    ) -> Call<'_, F, Result<Lease<F, K>, Error>> {
+    ) -> Call<'a, F, Result<Lease<F, K>, Error>> {
         let shared = &self.shared;
-        match Acquire::start(&shared.state, key, want, options, now()) {
-            Ok(op) => F::run(shared, None, op, move |granted| {
-                granted.map(|granted| Lease::new(shared.clone(), granted))
-            }),
-            Err(e) => F::ready(Err(e)),
-        }
+        // Started when the call runs: an async acquire joins its line when
+        // first polled, not when its future is made.
+        let start = move || Acquire::start(&shared.state, key, want, options, now()).map_err(Err);
+        F::run(shared, None, start, move |granted| {
+            granted.map(|granted| Lease::new(shared.clone(), granted))
+        })
     }
 
     /// A snapshot of this locker's counters.
@@ -190,7 +190,8 @@ impl<F: Front> Locker<F> {
     /// `ProviderFailed`/`OutcomeUnknown` when the cleanup could not be sent.
     pub fn shutdown(&self) -> Call<'_, F, Result<(), Error>> {
         let shared = &self.shared;
-        F::run(shared, None, Shutdown::new(&shared.state), move |result| {
+        let start = move || Ok(Shutdown::new(&shared.state));
+        F::run(shared, None, start, move |result| {
             shared.commands.close();
             result
         })

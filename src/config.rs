@@ -37,6 +37,8 @@ pub struct Config {
     pub(crate) fence_counter_ttl: Option<Duration>,
     /// The `locker` label of the metrics; `None`: the namespace.
     pub(crate) metrics_label: Option<String>,
+    pub(crate) handover: bool,
+    pub(crate) claim_window: Duration,
 }
 
 impl Config {
@@ -63,7 +65,33 @@ impl Config {
             min_replicas: None,
             fence_counter_ttl: None,
             metrics_label: None,
+            handover: true,
+            claim_window: Duration::from_millis(100),
         }
+    }
+
+    /// Whether a waiting locker registers in the key's queue in Redis, so
+    /// that a release hands the lock to the next waiting process in arrival
+    /// order (docs/HANDOVER.md). Default on; off: every waiting locker tries
+    /// again after a release notification, and whoever lands first wins
+    /// (the path of 0.1). Locks only for now: semaphores and read-write
+    /// leases wait as with it off. A locker whose ACL does not allow the
+    /// queue's keys (`~<ns>:lock-queue*`, `~<ns>:lock-reg*`) turns it off
+    /// by itself at its first refusal (logged once as
+    /// `LOCK_HANDOVER_UNAVAILABLE`).
+    pub fn handover(mut self, on: bool) -> Self {
+        self.handover = on;
+        self
+    }
+
+    /// How long a lock handed over to this locker waits for its claim
+    /// (one round trip) before the next waiting process may have it:
+    /// default 100 ms, at most the lease. It must cover the release
+    /// notification's delivery and one round trip; a paused or dead
+    /// grantee costs the others this long.
+    pub fn claim_window(mut self, window: Duration) -> Self {
+        self.claim_window = window;
+        self
     }
 
     /// Default lease length for acquires: 1 ms to 999 999 999 999 999 ms,
@@ -210,6 +238,7 @@ impl Config {
         if let Some(ttl) = self.fence_counter_ttl {
             lease_ms(ttl, "fence_counter_ttl")?;
         }
+        lease_ms(self.claim_window, "claim_window")?;
         if let Some((n, timeout)) = self.min_replicas {
             if n == 0 {
                 return Err(Error::invalid_config(

@@ -4,7 +4,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::core::names::OwnerToken;
+use crate::core::names::{OwnerToken, RegId};
 
 /// A new 128-bit owner token.
 ///
@@ -24,6 +24,13 @@ pub(crate) fn fresh_token() -> OwnerToken {
         }
     }
     OwnerToken::from_bytes(bytes)
+}
+
+/// A new registration id for a locker's hand-over queue entries: not
+/// secret, only distinct (64 bits of a fresh token).
+pub(crate) fn fresh_reg() -> RegId {
+    let hex = fresh_token().to_hex();
+    RegId(u64::from_str_radix(&hex[..16], 16).unwrap_or_default())
 }
 
 #[cfg(test)]

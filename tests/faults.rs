@@ -52,6 +52,7 @@ macro_rules! fault_matrix {
                 script_flush_mid_wait_reloads_the_scripts_and_waiters_still_acquire,
                 maxmemory_policy_allkeys_lru_logs_redis_eviction_unsafe_and_still_works,
                 maxmemory_policy_is_checked_through_info_when_config_get_is_refused,
+                acl_user_without_the_handover_keys_waits_without_them,
                 acl_user_without_pubsub_rights_falls_back_to_polling_and_stays_correct,
                 holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires,
                 restart_while_permit_waiters_wait_lets_them_acquire_after_it,

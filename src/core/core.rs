@@ -12,11 +12,12 @@ use redis::Value;
 use super::lease::{deadline_after, LeaseClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
 use super::names::{
-    validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, Target, Want,
+    validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, RegId, Target, Want,
 };
 use super::outcome::Fence;
 use super::script::{
-    classify_acquire, classify_permit, AcquireReply, PermitReply, ScriptCall, ScriptKind,
+    classify_acquire, classify_permit, AcquireHandover, AcquireReply, PermitReply, ScriptCall,
+    ScriptKind,
 };
 use super::slots::Slots;
 use super::subscription::SubscriptionState;
@@ -53,6 +54,19 @@ pub(crate) struct CoreSettings {
     /// The longest an attempt's reply can take: after it, an abandoned
     /// attempt cannot be answered any more.
     pub(crate) command_timeout: Duration,
+    /// The lock's hand-over (docs/HANDOVER.md); `None`: off.
+    pub(crate) handover: Option<HandoverSettings>,
+    handover_wanted: bool,
+    claim_window: Duration,
+}
+
+/// A locker's part in the lock's hand-over queues.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandoverSettings {
+    pub(crate) reg: RegId,
+    /// The liveness bound of a registration: three safety polls.
+    pub(crate) reg_ms: u64,
+    pub(crate) claim_ms: u64,
 }
 
 impl CoreSettings {
@@ -70,7 +84,25 @@ impl CoreSettings {
                 .fence_counter_ttl
                 .map_or(0, |ttl| ttl.as_millis() as u64),
             command_timeout: config.command_timeout,
+            handover: None,
+            handover_wanted: config.handover,
+            claim_window: config.claim_window,
         }
+    }
+
+    /// Registers waiting lockers as `reg` in the hand-over queues, when the
+    /// config asks for the hand-over.
+    pub(crate) fn with_registration(mut self, reg: RegId) -> Self {
+        if self.handover_wanted {
+            let safety = self.notify_poll_interval.max(self.poll_interval);
+            // Both bounded by the config validation (at most 15 digits of ms).
+            self.handover = Some(HandoverSettings {
+                reg,
+                reg_ms: (safety.as_millis() as u64).saturating_mul(3).max(1),
+                claim_ms: self.claim_window.as_millis() as u64,
+            });
+        }
+        self
     }
 }
 
@@ -116,6 +148,10 @@ pub(crate) enum AttemptSummary {
     Failed,
     /// The waiter was gone or had no attempt in flight.
     Ignored,
+    /// Redis refused the hand-over's keys (an ACL without them): the
+    /// locker waits without the hand-over from now on, and the waiter
+    /// tries again at once (log `LOCK_HANDOVER_UNAVAILABLE` once).
+    HandoverRefused,
 }
 
 impl AttemptSummary {
@@ -464,8 +500,42 @@ impl Core {
                 w.attempts += 1;
                 self.attempts_in_flight += 1;
                 let ttl = self.settings.fence_counter_ttl_ms;
+                let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
+                let lock = match &w.target {
+                    Target::Lock(names) => Some(names.id),
+                    _ => None,
+                };
+                let (second, registered) = (line.second(), line.registered_token());
+                let handover = match (lock, self.settings.handover) {
+                    (Some(key), Some(h)) => {
+                        // The claim of a grant registers the locker again
+                        // for its next waiter, in the same script.
+                        let next = second
+                            .filter(|_| !try_once)
+                            .and_then(|next| self.waiters.get(next.0))
+                            .map(|next| next.token);
+                        if let Some(line) = self.lines.get_mut(&line_key) {
+                            line.attempt_registers(next);
+                        }
+                        Some(AcquireHandover {
+                            register: (!try_once).then_some(h.reg),
+                            reg_ms: h.reg_ms,
+                            claim_ms: h.claim_ms.min(lease_ms),
+                            channel: self.settings.channel,
+                            channel_name: self.settings.channel.name(&self.settings.namespace, key),
+                            other_token: registered.filter(|t| *t != token),
+                            next_token: next,
+                        })
+                    }
+                    _ => None,
+                };
+                let Some(w) = self.waiters.get_mut(id.0) else {
+                    return WaiterStep::Done(Err(Error::Cancelled));
+                };
                 WaiterStep::Attempt(match &w.target {
-                    Target::Lock(names) => ScriptCall::acquire(names, w.token, w.lease_ms, ttl),
+                    Target::Lock(names) => {
+                        ScriptCall::acquire(names, w.token, w.lease_ms, ttl, handover)
+                    }
                     Target::Permit { names, permits, .. } => {
                         ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl)
                     }
@@ -529,11 +599,26 @@ impl Core {
             }
             Err(e) => Err(e.into().into_error(Operation::Acquire)),
         };
+        let registers =
+            !w.try_once && self.settings.handover.is_some() && matches!(w.target, Target::Lock(_));
+        if registers_or_claims(self.settings.handover.is_some(), &w.target)
+            && matches!(&result, Err(e) if is_refusal_of_handover(e))
+        {
+            // An ACL written before the hand-over: wait as without it from
+            // now on, and send this attempt again at once that way.
+            self.settings.handover = None;
+            if let Some(line) = self.lines.get_mut(&w.target.line()) {
+                line.handle_attempt_done();
+            }
+            self.events.push_back(CoreEvent::Wake(id));
+            return AttemptSummary::HandoverRefused;
+        }
         let line = self.lines.get_mut(&w.target.line());
         match result {
             Ok(Attempted::Granted { fence, slot }) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
+                    line.handle_granted();
                 }
                 w.failure = None;
                 let outcome = if self.shutting_down {
@@ -564,6 +649,9 @@ impl Core {
             Ok(Attempted::Busy(remaining)) => {
                 if let Some(line) = line {
                     line.handle_busy(now, remaining, safety);
+                    if registers {
+                        line.handle_registered(w.token);
+                    }
                 }
                 // A settled reply for our token: an earlier unknown attempt
                 // did not leave it holding the key.
@@ -763,6 +851,22 @@ enum Leaving {
     Ended,
     /// Its caller went away; an attempt may still be in flight until then.
     Abandoned { in_flight_until: Option<Instant> },
+}
+
+/// Whether an attempt at `target` used the hand-over's keys.
+fn registers_or_claims(handover: bool, target: &Target) -> bool {
+    handover && matches!(target, Target::Lock(_))
+}
+
+/// Whether Redis refused an attempt for want of rights (`NOPERM`): with
+/// the hand-over on, the queue's keys or commands an older ACL lacks.
+fn is_refusal_of_handover(e: &Error) -> bool {
+    match e {
+        Error::ProviderFailed { .. } => e
+            .redis_error()
+            .is_some_and(|r| r.code() == Some("NOPERM") || r.to_string().contains("NOPERM")),
+        _ => false,
+    }
 }
 
 /// Whether a failed attempt may be sent again while the wait lasts: every

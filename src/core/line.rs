@@ -24,7 +24,12 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::lease::deadline_after;
+use super::names::OwnerToken;
 use super::slots::SlotId;
+
+/// How long after a grant's claim window a registered head checks whether
+/// the grant lapsed.
+const CLAIM_MARGIN: Duration = Duration::from_millis(2);
 
 /// Identifies one acquire in progress (a waiter) of a locker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,6 +65,13 @@ pub(crate) struct Line {
     head: HeadState,
     /// When the holder's lease ends, from the last busy reply.
     holder_until: Option<Instant>,
+    /// The token the locker's registration in the key's hand-over queue
+    /// names (docs/HANDOVER.md), as far as the replies told: a grant is
+    /// made out to it.
+    registered: Option<OwnerToken>,
+    /// The token the attempt in flight registers if it holds the lease
+    /// (its claim re-registers the locker for its next waiter).
+    registering_next: Option<OwnerToken>,
 }
 
 impl Line {
@@ -68,6 +80,8 @@ impl Line {
             queue: VecDeque::new(),
             head: HeadState::Ready,
             holder_until: None,
+            registered: None,
+            registering_next: None,
         }
     }
 
@@ -81,6 +95,73 @@ impl Line {
 
     pub(crate) fn head_state(&self) -> HeadState {
         self.head
+    }
+
+    /// The waiter after the head.
+    pub(crate) fn second(&self) -> Option<WaiterId> {
+        self.queue.get(1).copied()
+    }
+
+    /// The token the locker's hand-over registration names, if any.
+    pub(crate) fn registered_token(&self) -> Option<OwnerToken> {
+        self.registered
+    }
+
+    /// The head's attempt goes out; if it holds the lease by it, the
+    /// registration names `next` from then on.
+    pub(crate) fn attempt_registers(&mut self, next: Option<OwnerToken>) {
+        self.registering_next = next;
+    }
+
+    /// The head's attempt found the lease held and registered (or
+    /// refreshed) the locker with the head's `token`.
+    pub(crate) fn handle_registered(&mut self, token: OwnerToken) {
+        self.registered = Some(token);
+        self.registering_next = None;
+    }
+
+    /// The head's attempt got the lease: the registration, if the attempt
+    /// made one for the next waiter, names that waiter.
+    pub(crate) fn handle_granted(&mut self) {
+        self.registered = self.registering_next.take();
+    }
+
+    /// Another locker was handed the lease and has `claim` to claim it: if
+    /// it does not, the head must be ready to take over just after (the
+    /// next attempt of a registered locker hands the lapsed grant on).
+    /// Returns the head to wake when its retry instant moved earlier (it
+    /// sleeps toward the old one).
+    pub(crate) fn handle_grant_elsewhere(
+        &mut self,
+        now: Instant,
+        claim: Duration,
+    ) -> Option<WaiterId> {
+        if let HeadState::Backoff { retry_at } = self.head {
+            // Just after the window, so the lapsed grant is gone.
+            let after = deadline_after(now, claim + CLAIM_MARGIN);
+            let sooner = match (retry_at, after) {
+                (Some(r), Some(a)) => Some(r.min(a)),
+                (r, a) => r.or(a),
+            };
+            if sooner != retry_at {
+                self.head = HeadState::Backoff { retry_at: sooner };
+                return self.head();
+            }
+        }
+        None
+    }
+
+    /// The grant was claimed: the lease is held for a whole lease again, so
+    /// a head that moved its retry for the claim window backs off to the
+    /// safety interval.
+    pub(crate) fn handle_claimed(&mut self, now: Instant, safety: Duration) {
+        if let HeadState::Backoff { retry_at: Some(at) } = self.head {
+            if let Some(later) = deadline_after(now, safety).filter(|later| at < *later) {
+                self.head = HeadState::Backoff {
+                    retry_at: Some(later),
+                };
+            }
+        }
     }
 
     /// The holder's remaining time as of `now`, when a busy reply told it.

@@ -3,6 +3,7 @@
 //! counter and (in cluster mode) its release channel share one slot.
 
 use std::fmt;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -86,6 +87,13 @@ pub(crate) struct LockNames {
     pub(crate) lock: String,
     /// `<ns>:lock-fence:{<sha>}`
     pub(crate) fence: String,
+    /// `<ns>:lock-queue:{<sha>}`: the registrations of waiting lockers, in
+    /// arrival order (docs/HANDOVER.md).
+    pub(crate) queue: String,
+    /// `<ns>:lock-queued:{<sha>}`: set while the queue may hold entries.
+    pub(crate) queued: String,
+    /// `<ns>:lock-reg:{<sha>}:`, followed by a registration id.
+    pub(crate) reg_prefix: String,
 }
 
 impl LockNames {
@@ -95,7 +103,58 @@ impl LockNames {
             id,
             lock: lock_name(namespace, &sha),
             fence: format!("{namespace}:lock-fence:{{{sha}}}"),
+            queue: format!("{namespace}:lock-queue:{{{sha}}}"),
+            queued: format!("{namespace}:lock-queued:{{{sha}}}"),
+            reg_prefix: format!("{namespace}:lock-reg:{{{sha}}}:"),
         }
+    }
+}
+
+/// A locker's registration id in the hand-over queues: random, drawn once
+/// per locker, not secret (a grant is made out to a token, never to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct RegId(pub(crate) u64);
+
+impl RegId {
+    pub(crate) fn to_hex(self) -> String {
+        format!("{:016x}", self.0)
+    }
+
+    fn from_hex(hex: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(hex).ok().filter(|t| t.len() == 16)?;
+        u64::from_str_radix(text, 16).ok().map(RegId)
+    }
+}
+
+/// What a lock's hand-over notification says (docs/HANDOVER.md §3, §4):
+/// the payload `<sha>:g:<reg>:<fence>:<claim_ms>` for a grant to the
+/// registration `reg`, `<sha>:c:<fence>` for a grant that was claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handover {
+    Granted { reg: RegId, claim: Duration },
+    Claimed,
+}
+
+impl Handover {
+    /// The key and what happened, for a hand-over payload; `None` for any
+    /// other payload (a plain release is the bare sha).
+    pub(crate) fn parse(message: &[u8]) -> Option<(KeyId, Handover)> {
+        let mut parts = message.split(|b| *b == b':');
+        let id = KeyId::from_hex(parts.next()?)?;
+        let notice = match parts.next()? {
+            b"g" => {
+                let reg = RegId::from_hex(parts.next()?)?;
+                let _fence = parts.next()?;
+                let claim = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+                Handover::Granted {
+                    reg,
+                    claim: Duration::from_millis(claim),
+                }
+            }
+            b"c" => Handover::Claimed,
+            _ => return None,
+        };
+        Some((id, notice))
     }
 }
 

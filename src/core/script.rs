@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::names::{Channel, LineKey, LockNames, OwnerToken, RwNames, SemNames};
+use super::names::{Channel, LineKey, LockNames, OwnerToken, RegId, RwNames, SemNames};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
 /// The Lua every fence-granting script starts with: `WRONGTYPE` (the
@@ -79,18 +79,71 @@ end
     };
 }
 
-/// Acquire: KEYS = lock, fence counter; ARGV = owner token, lease ms,
-/// fence counter TTL in ms (0: the counter never expires).
+/// The Lua of the hand-over (docs/HANDOVER.md): `next_registration(queue,
+/// reg_prefix)` pops the queue until a registration whose key is still
+/// alive (its `GETDEL` value `<token>:<claim_ms>`), at most 8 entries: it
+/// returns the registration and its value, `nil` for an empty queue, or
+/// `false` when 8 entries were dead (the next caller continues);
+/// `grant_to(...)` writes the lock for that registration's token with the
+/// next fence (SPEC §3, `next_fence`) for its claim window, and publishes
+/// `<sha>:g:<reg>:<fence>:<claim_ms>`.
+macro_rules! handover_lua {
+    () => {
+        r#"
+local function next_registration(queue, reg_prefix)
+  for _ = 1, 8 do
+    local reg = redis.call('LPOP', queue)
+    if not reg then
+      return nil
+    end
+    local value = redis.call('GETDEL', reg_prefix .. reg)
+    if value then
+      return reg, value
+    end
+  end
+  return false
+end
+local function grant_to(reg, value, lock, counter_key, counter, ttl_ms, publish, channel, sha)
+  local sep = string.find(value, ':', 1, true)
+  local claim = string.sub(value, sep + 1)
+  local fence = next_fence(counter_key, counter, redis.call('TIME'), ttl_ms)
+  if not fence then
+    return nil
+  end
+  redis.call('SET', lock, string.sub(value, 1, sep - 1) .. ':' .. fence, 'PX', claim)
+  redis.pcall(publish, channel, sha .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
+  return claim
+end
+"#
+    };
+}
+
+/// Acquire: KEYS = lock, fence counter, and with the hand-over the queue
+/// and its flag; ARGV = owner token, lease ms, fence counter TTL in ms (0:
+/// the counter never expires), and with the hand-over: registration id
+/// (empty: do not register), registration bound ms, claim window ms,
+/// registration key prefix, publish command, channel, the key's sha,
+/// another token of this locker a grant may be made out to (or empty), the
+/// token to register for the locker's next waiter once this one holds the
+/// lease (or empty).
 ///
 /// The lock's value is `<token>:<fence>`, so an acquire replayed by a client
 /// library after a timeout finds its own token and returns the same fence
-/// without a second grant. Every grant's fence is `max(counter + 1, TIME in
-/// ms × 1000)` (SPEC §3), so fences keep increasing after Redis lost its
-/// data and after a failover to a replica that missed the last grants.
+/// without a second grant; it also sets the lease's full length from this
+/// attempt on, as the caller's clock counts it. That is the claim of a
+/// grant the hand-over made out to this locker (a token of its own), which
+/// may re-register the locker for its next waiter and publishes
+/// `<sha>:c:<fence>`. Every grant's fence is `max(counter + 1, TIME in ms ×
+/// 1000)` (SPEC §3), so fences keep increasing after Redis lost its data
+/// and after a failover to a replica that missed the last grants.
 ///
-/// One `MGET` reads the lock and the counter, so a busy attempt runs
-/// `MGET` + `PTTL` and a grant `MGET` + `TIME` + two `SET`s; the fence
-/// comes from `next_fence` ([`next_fence_lua`]).
+/// One `MGET` reads the lock, the counter and the queue's flag, so a busy
+/// attempt runs `MGET` + `PTTL` (and `SET … GET` to register or refresh
+/// the registration, `RPUSH` the first time) and an uncontended grant
+/// `MGET` + `TIME` + two `SET`s; the fence comes from `next_fence`
+/// ([`next_fence_lua`]). A lock found free with registrations queued goes
+/// to the head registration ([`handover_lua`]) unless that is the caller's
+/// own; the caller then hears busy for the claim window.
 ///
 /// `MGET` reads a key of another type as missing, where `GET` and `INCR`
 /// refused it with `WRONGTYPE`: so a counter `MGET` found missing is
@@ -99,15 +152,58 @@ end
 /// so an error never leaves a lock whose fence the counter does not cover.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     next_fence_lua!(),
+    handover_lua!(),
     r#"
-local got = redis.call('MGET', KEYS[1], KEYS[2])
+local handover = #KEYS == 4
+local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[#KEYS])
+local function register(token)
+  if handover and ARGV[4] ~= '' then
+    local key = ARGV[7] .. ARGV[4]
+    local was = redis.pcall('SET', key, token .. ':' .. ARGV[6], 'PX', ARGV[5], 'GET')
+    if type(was) == 'table' and was.err then
+      -- Not local while a slot migration imports the key: wait unregistered.
+      return
+    end
+    if not was then
+      redis.call('RPUSH', KEYS[3], ARGV[4])
+      if not got[3] then
+        redis.call('SET', KEYS[4], '1')
+        got[3] = '1'
+      end
+    end
+  end
+end
 local held = got[1]
 if held then
   local sep = string.find(held, ':', 1, true)
-  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
-    return string.sub(held, sep + 1)
+  local owner = sep and string.sub(held, 1, sep - 1)
+  if owner and (owner == ARGV[1] or (handover and ARGV[11] ~= '' and owner == ARGV[11])) then
+    local fence = string.sub(held, sep + 1)
+    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+    if handover and ARGV[4] ~= '' then
+      if ARGV[12] ~= '' then
+        register(ARGV[12])
+      end
+      redis.pcall(ARGV[8], ARGV[9], ARGV[10] .. ':c:' .. fence)
+    end
+    return fence
   end
+  register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
+end
+if handover and got[3] then
+  local reg, value = next_registration(KEYS[3], ARGV[7])
+  if reg and reg ~= ARGV[4] then
+    local claim = grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[3], ARGV[8], ARGV[9], ARGV[10])
+    if not claim then
+      return redis.error_reply(WRONGTYPE)
+    end
+    register(ARGV[1])
+    return tonumber(claim)
+  end
+  if reg == nil then
+    redis.call('DEL', KEYS[4])
+  end
 end
 local fence = next_fence(KEYS[2], got[2], redis.call('TIME'), ARGV[3])
 if not fence then
@@ -120,24 +216,62 @@ return fence
 "#
 );
 
-/// Release: KEYS = lock; ARGV = owner token, publish command, channel,
-/// message. Returns 1 released, 0 expired (key gone), 2 conflict. The
-/// notification goes out only when this script deleted the key, and through
-/// `pcall`: a publish refused (an ACL without channel rights) must not turn
-/// an applied `DEL` into an error reply; waiters then rely on safety polls.
-pub(crate) const RELEASE_LUA: &str = r#"
-local held = redis.call('GET', KEYS[1])
+/// Release: KEYS = lease key; ARGV = owner token, publish command, channel,
+/// message, and for a lock with the hand-over the fence counter TTL in ms,
+/// the registration key prefix, and the names of the fence counter, the
+/// queue and the queue's flag. Returns 1 released, 0 expired (key gone), 2
+/// conflict. A lock whose queue holds a live registration is handed to it
+/// ([`handover_lua`]) instead of deleted.
+///
+/// Only the lease key is declared: a release is a single-key command for
+/// Redis Cluster, so it runs on the node that has the lease while a slot
+/// migration has moved it there and not yet the queue's keys (the names
+/// share its hash tag, so they are in its slot; missing on that node, they
+/// read as an empty queue and the release is a plain one).
+///
+/// `MGET` reads a key of another type as missing: `EXISTS` then tells it
+/// from a lease that expired, and it is refused with `WRONGTYPE` as `GET`
+/// refused it. The plain notification goes out only when this script
+/// deleted the key, and through `pcall`: a publish refused (an ACL without
+/// channel rights) must not turn an applied `DEL` into an error reply;
+/// waiters then rely on safety polls.
+pub(crate) const RELEASE_LUA: &str = concat!(
+    next_fence_lua!(),
+    handover_lua!(),
+    r#"
+local handover = #ARGV == 9
+local got = handover and redis.pcall('MGET', KEYS[1], ARGV[7], ARGV[9])
+if not got or got.err then
+  -- Only the lease key is declared: on the node a slot migration is
+  -- importing it to, the queue's names are not local yet.
+  handover = false
+  got = redis.call('MGET', KEYS[1])
+end
+local held = got[1]
 if not held then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.error_reply(WRONGTYPE)
+  end
   return 0
 end
 local sep = string.find(held, ':', 1, true)
-if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.pcall(ARGV[2], ARGV[3], ARGV[4])
-  return 1
+if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
+  return 2
 end
-return 2
-"#;
+if handover and got[3] then
+  local reg, value = next_registration(ARGV[8], ARGV[6])
+  if reg and grant_to(reg, value, KEYS[1], ARGV[7], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4]) then
+    return 1
+  end
+  if reg == nil then
+    redis.call('DEL', ARGV[9])
+  end
+end
+redis.call('DEL', KEYS[1])
+redis.pcall(ARGV[2], ARGV[3], ARGV[4])
+return 1
+"#
+);
 
 /// Renew: KEYS = lock; ARGV = owner token, lease ms. Returns 1 renewed,
 /// 0 expired, 2 conflict. Never re-creates an expired key.
@@ -519,6 +653,25 @@ impl ScriptKind {
     }
 }
 
+/// What a lock's acquire adds for the hand-over (docs/HANDOVER.md).
+#[derive(Debug)]
+pub(crate) struct AcquireHandover {
+    /// The locker's registration, when this attempt waits (registers or
+    /// refreshes); `None` for a try-once acquire.
+    pub(crate) register: Option<RegId>,
+    pub(crate) reg_ms: u64,
+    pub(crate) claim_ms: u64,
+    pub(crate) channel: Channel,
+    /// The channel's name for this key.
+    pub(crate) channel_name: String,
+    /// Another token of this locker a grant may be made out to (the one
+    /// its registration named when the head changed since).
+    pub(crate) other_token: Option<OwnerToken>,
+    /// The token to register for the locker's next waiter once this
+    /// attempt holds the lease.
+    pub(crate) next_token: Option<OwnerToken>,
+}
+
 /// One script invocation, built once and sent by either front end.
 #[derive(Clone)]
 pub(crate) struct ScriptCall {
@@ -541,14 +694,59 @@ impl ScriptCall {
         token: OwnerToken,
         lease_ms: u64,
         fence_counter_ttl_ms: u64,
+        handover: Option<AcquireHandover>,
     ) -> Self {
+        let mut keys = vec![names.lock.clone(), names.fence.clone()];
+        let mut args = vec![
+            token.to_hex(),
+            lease_ms.to_string(),
+            fence_counter_ttl_ms.to_string(),
+        ];
+        if let Some(h) = handover {
+            keys.extend([names.queue.clone(), names.queued.clone()]);
+            let hex = |t: Option<OwnerToken>| t.map(OwnerToken::to_hex).unwrap_or_default();
+            args.extend([
+                h.register.map(RegId::to_hex).unwrap_or_default(),
+                h.reg_ms.to_string(),
+                h.claim_ms.to_string(),
+                names.reg_prefix.clone(),
+                h.channel.publish_command().to_owned(),
+                h.channel_name,
+                names.id.to_hex(),
+                hex(h.other_token),
+                hex(h.next_token),
+            ]);
+        }
         ScriptCall {
             kind: ScriptKind::Acquire,
-            keys: vec![names.lock.clone(), names.fence.clone()],
+            keys,
+            args,
+        }
+    }
+
+    /// Release of a lock by token with the hand-over: a live registration
+    /// queued for the key gets the lock (docs/HANDOVER.md §3).
+    pub(crate) fn release_lock(
+        names: &LockNames,
+        token: OwnerToken,
+        namespace: &str,
+        channel: Channel,
+        fence_counter_ttl_ms: u64,
+    ) -> Self {
+        let line = LineKey::lock(names.id);
+        ScriptCall {
+            kind: ScriptKind::Release,
+            keys: vec![names.lock.clone()],
             args: vec![
                 token.to_hex(),
-                lease_ms.to_string(),
+                channel.publish_command().to_owned(),
+                channel.name(namespace, line.id),
+                line.message(),
                 fence_counter_ttl_ms.to_string(),
+                names.reg_prefix.clone(),
+                names.fence.clone(),
+                names.queue.clone(),
+                names.queued.clone(),
             ],
         }
     }
@@ -941,7 +1139,7 @@ pub(crate) mod tests {
     #[test]
     fn the_evalsha_command_carries_the_sha1_and_both_keys() {
         let names = LockNames::new("ns", super::super::names::KeyId::of("k"));
-        let call = ScriptCall::acquire(&names, OwnerToken::from_bytes([1; 16]), 500, 0);
+        let call = ScriptCall::acquire(&names, OwnerToken::from_bytes([1; 16]), 500, 0, None);
         let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
         assert!(packed.contains(ScriptKind::Acquire.sha1()));
         assert!(packed.contains(&names.lock));

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::core::{Core, CoreEvent};
 use super::lease::deadline_after;
 use super::line::Line;
-use super::names::{Channel, KeyId, Kind, LineKey};
+use super::names::{Channel, Handover, KeyId, Kind, LineKey};
 
 /// How long the subscription outlives the last waiter (SPEC §5).
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
@@ -127,6 +127,37 @@ impl Core {
     /// A release notification arrived; its payload names the lines (the
     /// key's sha, `sem:<sha>` for a semaphore, `rw:<sha>` for both lines
     /// of a read-write lease).
+    /// A notification's payload at `now`: a hand-over's grant or claim
+    /// (docs/HANDOVER.md), or a release. Returns whether it counts as a
+    /// release notification (a claim only tells the other waiters).
+    pub(crate) fn handle_notice(&mut self, now: Instant, payload: &[u8]) -> bool {
+        let Some((id, handover)) = Handover::parse(payload) else {
+            self.handle_notification(payload);
+            return true;
+        };
+        let ours = self.settings.handover.map(|h| h.reg);
+        let safety = self.safety_interval();
+        let line = LineKey::lock(id);
+        match handover {
+            // Ours: the head claims it at once.
+            Handover::Granted { reg, .. } if Some(reg) == ours => {
+                if self.wake_head_of(line, Line::handle_wake) {
+                    self.wakeups.notification += 1;
+                }
+            }
+            Handover::Granted { claim, .. } => {
+                self.wake_head_of(line, |line| line.handle_grant_elsewhere(now, claim));
+            }
+            Handover::Claimed => {
+                if let Some(line) = self.lines.get_mut(&line) {
+                    line.handle_claimed(now, safety);
+                }
+                return false;
+            }
+        }
+        true
+    }
+
     pub(crate) fn handle_notification(&mut self, payload: &[u8]) {
         for line in LineKey::from_message(payload) {
             if self.wake_head_of(line, Line::handle_wake) {

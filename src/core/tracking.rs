@@ -9,7 +9,7 @@ use super::lease::RenewResult;
 use super::line::Line;
 #[cfg(test)]
 use super::names::KeyId;
-use super::names::{HeldNames, HeldTarget, OwnerToken};
+use super::names::{HeldNames, HeldTarget, LockNames, OwnerToken, Want};
 use super::outcome::{ReleaseOutcome, RenewOutcome};
 use super::script::{classify_release, classify_renew, ReplyError, ScriptCall};
 use super::slots::SlotId;
@@ -58,6 +58,13 @@ impl Core {
         let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
         let line = owned.target.line();
         match owned.target.names(namespace) {
+            HeldNames::Key(_)
+                if owned.target.want == Want::Lock && self.settings.handover.is_some() =>
+            {
+                let names = LockNames::new(namespace, owned.target.id);
+                let ttl = self.settings.fence_counter_ttl_ms;
+                ScriptCall::release_lock(&names, owned.token, namespace, channel, ttl)
+            }
             HeldNames::Key(key) => ScriptCall::release(&key, line, owned.token, namespace, channel),
             HeldNames::AnySlot(names, permits) => {
                 ScriptCall::sem_release_any(&names, permits, line, owned.token, namespace, channel)

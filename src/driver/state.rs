@@ -14,6 +14,7 @@ use crate::clock::now;
 use crate::config::Config;
 use crate::core::core::{Core, CoreSettings};
 use crate::core::names::{Channel, KeyId};
+use crate::entropy::fresh_reg;
 use crate::replication::Replication;
 use crate::stats::{Counters, Stats};
 
@@ -37,7 +38,7 @@ impl LockerState {
             }
             subscriber::Source::Cluster { .. } => Channel::Sharded,
         };
-        let settings = CoreSettings::new(&config, channel);
+        let settings = CoreSettings::new(&config, channel).with_registration(fresh_reg());
         // Any key: the standalone channel name does not depend on it.
         let channel_name = channel.name(&settings.namespace, KeyId::of(""));
         let metrics = LockerMetrics::new(config.metrics_label_value());

@@ -15,6 +15,7 @@ pub(crate) mod common;
 pub(crate) mod faults;
 pub(crate) mod fences;
 pub(crate) mod front;
+pub(crate) mod handover;
 pub(crate) mod input;
 pub(crate) mod logs;
 pub(crate) mod outcomes;
@@ -125,6 +126,14 @@ macro_rules! behaviour_suite {
                 read_and_write_steps_run_the_commands_counted_here,
                 the_readers_set_expires_with_its_latest_member_and_replays_keep_their_grant,
                 the_write_counter_moves_exactly_and_keeps_or_takes_its_expiry,
+            }
+            handover {
+                grants_follow_the_order_in_which_lockers_registered,
+                a_lapsed_registration_is_skipped,
+                an_unclaimed_grant_goes_to_the_next_registration,
+                a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
+                nobody_is_queued_when_nobody_waits,
+                with_the_handover_off_nothing_is_queued,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

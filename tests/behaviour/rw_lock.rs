@@ -588,11 +588,10 @@ pub(crate) fn read_and_write_steps_run_the_commands_counted_here<F: Front>() {
         "a write cycle",
         &[
             ("evalsha", 2),
-            ("mget", 1),
+            ("mget", 2),
             ("time", 1),
             ("zrange", 1),
             ("set", 2),
-            ("get", 1),
             ("del", 1),
             ("publish", 1),
         ],

@@ -544,8 +544,8 @@ pub(crate) fn a_permit_cycle_runs_ten_commands_and_a_busy_attempt_one_mget_and_a
         "one uncontended permit cycle",
         &[
             ("evalsha", 2),
-            ("mget", 1),
-            ("get", 2),
+            ("mget", 2),
+            ("get", 1),
             ("time", 1),
             ("set", 2),
             ("del", 1),

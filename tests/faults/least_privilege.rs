@@ -24,7 +24,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 25] = [
+const COMMANDS: [&str; 29] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -44,6 +44,12 @@ const COMMANDS: [&str; 25] = [
     "+pttl",
     "+time",
     "+publish",
+    // the lock's hand-over queue (docs/HANDOVER.md): registering, granting
+    // the head, and telling an expired lock from a key of another type
+    "+rpush",
+    "+lpop",
+    "+getdel",
+    "+exists",
     // inside the read-write lease's scripts: the readers' sorted set
     "+zadd",
     "+zrem",
@@ -75,6 +81,8 @@ pub(crate) fn rules(ns: &str) -> Vec<String> {
         .collect();
     rules.push(format!("~{ns}:lock:*"));
     rules.push(format!("~{ns}:lock-fence:*"));
+    rules.push(format!("~{ns}:lock-queue*"));
+    rules.push(format!("~{ns}:lock-reg:*"));
     rules.push(format!("~{ns}:sem:*"));
     rules.push(format!("~{ns}:sem-fence:*"));
     rules.push(format!("~{ns}:sem-permits:*"));

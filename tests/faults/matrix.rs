@@ -1370,3 +1370,48 @@ pub(crate) fn permit_and_writer_processes_killed_without_releasing_free_their_ke
     assert_eq!(locker.stats().waiters, 0);
     locker.shutdown().expect("shutdown");
 }
+
+/// A locker whose ACL was written before the hand-over (no rights on the
+/// queue's keys) turns the hand-over off at the first refusal, logs
+/// `LOCK_HANDOVER_UNAVAILABLE` once, and waits and acquires as before; the
+/// ACL refused nothing but the queue's keys.
+pub(crate) fn acl_user_without_the_handover_keys_waits_without_them<F: Front>() {
+    let logs = logs::capture();
+    let server = RedisServer::start();
+    let ns = namespace("m-no-queue");
+    let mut rules = crate::least_privilege::rules(&ns);
+    rules.retain(|r| !r.contains(":lock-queue") && !r.contains(":lock-reg"));
+    let url = crate::least_privilege::add_user(&server, "no-queue", &rules);
+    let holder: F = connect(&server, config(&ns));
+    let waiter =
+        Arc::new(F::connect(&url, config(&ns)).unwrap_or_else(|e| panic!("connect: {e:?}")));
+    let held = granted(holder.acquire("k"), "holder");
+    let w = waiter.clone();
+    let t = spawn("waiter", move || {
+        let lease = granted(w.acquire("k"), "a waiter without the queue's keys");
+        let again = granted(w.acquire_with("other", no_wait()), "a second key");
+        (F::release(lease).unwrap(), F::release(again).unwrap())
+    });
+    wait_for_stats(&*waiter, "the waiter waits", |s| s.waiters == 1);
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let outcomes = t.join_within(BOUND);
+    assert_eq!(
+        outcomes,
+        (ReleaseOutcome::Released, ReleaseOutcome::Released)
+    );
+    let warned = logs
+        .records()
+        .iter()
+        .filter(|r| r.message.contains("LOCK_HANDOVER_UNAVAILABLE"))
+        .count();
+    assert_eq!(warned, 1, "{:?}", logs.records());
+    let denied = crate::least_privilege::denials(&server, "no-queue");
+    assert!(
+        !denied.is_empty(),
+        "the first attempt touched the queue's flag"
+    );
+    assert!(
+        denied.iter().all(|d| d.contains(":lock-queue")),
+        "only the queue's keys were refused: {denied:?}"
+    );
+}

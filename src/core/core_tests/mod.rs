@@ -60,6 +60,9 @@ fn settings(max_waiters: usize, max_tracked_leases: usize) -> CoreSettings {
         max_key_bytes: 1024,
         fence_counter_ttl_ms: 0,
         command_timeout: Duration::from_secs(2),
+        handover: None,
+        handover_wanted: false,
+        claim_window: Duration::from_millis(100),
     }
 }
 

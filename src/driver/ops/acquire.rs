@@ -12,7 +12,7 @@ use super::sweep::Sweep;
 use super::{Io, Op, Reply, Request};
 use crate::cancel::CancelHandle;
 use crate::config::AcquireOptions;
-use crate::core::core::{Grant, LeaseId, WaiterStep};
+use crate::core::core::{AttemptSummary, Grant, LeaseId, WaiterStep};
 use crate::core::line::WaiterId;
 use crate::core::names::Want;
 use crate::core::script::ScriptCall;
@@ -271,6 +271,13 @@ impl Op for Acquire {
                     .with_core(|core| core.handle_acquire_reply(now, id, reply));
                 if summary.is_busy() {
                     self.state.counters.busy_reply();
+                }
+                if summary == AttemptSummary::HandoverRefused {
+                    log::warn!(
+                        target: "redlease",
+                        "LOCK_HANDOVER_UNAVAILABLE: redis refused the hand-over queue's keys (NOPERM); \
+                         this locker waits without the hand-over"
+                    );
                 }
             }
             Pending::Sweep(sweep) => {

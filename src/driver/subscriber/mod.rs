@@ -99,8 +99,9 @@ fn handle_push(
     let notice = decode(&state.channel_name, &state.config.namespace, kind, data)?;
     match &notice {
         Notice::Released(payload) => {
-            state.counters.notification();
-            state.with_core(|core| core.handle_notification(payload));
+            if state.with_core(|core| core.handle_notice(now(), payload)) {
+                state.counters.notification();
+            }
         }
         Notice::Subscribed(None) => state.with_core(|core| core.handle_subscribed()),
         Notice::Subscribed(Some(key)) => {

@@ -1,0 +1,215 @@
+//! The contended hand-over (docs/HANDOVER.md): waiting lockers register in
+//! the key's queue in Redis, a release grants the lock to the head
+//! registration, which claims it; grants follow the order of registration
+//! across lockers (processes), a dead or silent registration costs at most
+//! its bound or the claim window, and nothing is queued when nobody waits.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlease::ReleaseOutcome;
+
+use super::common::{
+    config, connect, get, granted, key_sha, lock_name, namespace, no_wait, refused, spawn, waiting,
+    BOUND,
+};
+use super::front::Front;
+use crate::support::{wait_until, RedisServer};
+
+/// `<ns>:lock-queue:{<sha>}`
+fn queue_name(ns: &str, key: &str) -> String {
+    format!("{ns}:lock-queue:{{{}}}", key_sha(key))
+}
+
+/// `<ns>:lock-reg:{<sha>}:<reg>`
+fn reg_name(ns: &str, key: &str, reg: &str) -> String {
+    format!("{ns}:lock-reg:{{{}}}:{reg}", key_sha(key))
+}
+
+fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(queue_name(ns, key))
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap_or_else(|e| panic!("LRANGE on the test redis: {e}"))
+}
+
+/// Puts a registration of a locker that does not exist at the tail of the
+/// queue: alive for `alive` (none: already expired), made out to `token`.
+fn fake_registration(
+    server: &RedisServer,
+    ns: &str,
+    key: &str,
+    reg: &str,
+    token: &str,
+    alive: Option<Duration>,
+) {
+    server.query(redis::cmd("RPUSH").arg(queue_name(ns, key)).arg(reg));
+    server.query(
+        redis::cmd("SET")
+            .arg(format!("{ns}:lock-queued:{{{}}}", key_sha(key)))
+            .arg("1"),
+    );
+    if let Some(alive) = alive {
+        server.query(
+            redis::cmd("SET")
+                .arg(reg_name(ns, key, reg))
+                .arg(format!("{token}:100"))
+                .arg("PX")
+                .arg(alive.as_millis() as u64),
+        );
+    }
+}
+
+/// Safety polls far beyond the test's bound: only a grant (or a release
+/// notification) can hand the key over in time.
+fn slow_polls(ns: &str) -> redlease::Config {
+    config(ns)
+        .notify_poll_interval(Duration::from_secs(30))
+        .wait(Duration::from_secs(20))
+}
+
+/// Three lockers (three processes as far as Redis can tell) start waiting
+/// one after the other; the releases hand the key over in that order.
+pub(crate) fn grants_follow_the_order_in_which_lockers_registered<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-fifo");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let held = granted(holder.acquire("k"), "holder");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let locker: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+        let order = order.clone();
+        threads.push(spawn(&format!("locker-{i}"), move || {
+            let lease = granted(locker.acquire("k"), "a registered waiter");
+            order.lock().unwrap().push(i);
+            F::release(lease).unwrap()
+        }));
+        wait_until(BOUND, &format!("locker {i} registered"), || {
+            queued(&server, &ns, "k").len() == i + 1
+        });
+    }
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    for t in threads {
+        assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2],
+        "grants in registration order"
+    );
+    assert!(
+        queued(&server, &ns, "k").is_empty(),
+        "every registration consumed"
+    );
+}
+
+/// A registration whose locker stopped refreshing it (killed, paused) is
+/// skipped: the release grants the next live registration.
+pub(crate) fn a_lapsed_registration_is_skipped<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-lapsed");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let waiter: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+    let held = granted(holder.acquire("k"), "holder");
+    fake_registration(&server, &ns, "k", "00000000000000aa", "dead", None);
+    let w = waiter.clone();
+    let t = spawn("waiter", move || {
+        let lease = granted(w.acquire("k"), "the live registration");
+        F::release(lease).unwrap()
+    });
+    wait_until(BOUND, "the waiter registered", || {
+        queued(&server, &ns, "k").len() == 2
+    });
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
+}
+
+/// A grant made out to a registration that never claims it (a paused or
+/// dead process) lapses after its claim window, and the next registration
+/// gets the key (the claim window of the fake is 100 ms; safety polls are
+/// 30 s, so the key can only come by the hand-over).
+pub(crate) fn an_unclaimed_grant_goes_to_the_next_registration<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-unclaimed");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let waiter: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+    let held = granted(holder.acquire("k"), "holder");
+    fake_registration(&server, &ns, "k", "00000000000000bb", "silent", Some(BOUND));
+    let w = waiter.clone();
+    let t = spawn("waiter", move || {
+        let lease = granted(w.acquire("k"), "the next registration");
+        let fence = F::fence(&lease);
+        (F::release(lease).unwrap(), fence)
+    });
+    wait_until(BOUND, "the waiter registered", || {
+        queued(&server, &ns, "k").len() == 2
+    });
+    let held_fence = F::fence(&held);
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let (outcome, fence) = t.join_within(BOUND);
+    assert_eq!(outcome, ReleaseOutcome::Released);
+    // The silent grant burnt a fence between the two.
+    assert!(
+        fence.get() > held_fence.get() + 1,
+        "{held_fence:?} then {fence:?}"
+    );
+}
+
+/// A lock found free with a live registration queued (its holder expired
+/// without a release) goes to that registration, not to a newcomer's
+/// try-once acquire, which hears busy.
+pub(crate) fn a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-free");
+    let newcomer: F = connect(&server, config(&ns));
+    fake_registration(&server, &ns, "k", "00000000000000cc", "queued", Some(BOUND));
+    let e = refused(
+        newcomer.acquire_with("k", no_wait()),
+        "a newcomer behind a queue",
+    );
+    assert_eq!(e.code(), "LOCK_BUSY", "{e:?}");
+    let value = get(&server, &lock_name(&ns, "k")).expect("the head was granted the lock");
+    assert!(value.starts_with("queued:"), "granted to the head's token");
+}
+
+/// Nothing is written to the queue when nobody waits: uncontended cycles
+/// and try-once acquires on a held key register nobody.
+pub(crate) fn nobody_is_queued_when_nobody_waits<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-idle");
+    let a: F = connect(&server, config(&ns));
+    let b: F = connect(&server, config(&ns));
+    for _ in 0..3 {
+        let lease = granted(a.acquire("k"), "uncontended");
+        refused(b.acquire_with("k", no_wait()), "a try-once on a held key");
+        F::release(lease).unwrap();
+    }
+    assert!(server.keys(&format!("{ns}:lock-queue*")).is_empty());
+    assert!(server.keys(&format!("{ns}:lock-reg*")).is_empty());
+}
+
+/// With the hand-over off, waiting lockers race as before and write
+/// nothing to the queue; a locker with it on still gets the key.
+pub(crate) fn with_the_handover_off_nothing_is_queued<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-off");
+    let holder: F = connect(&server, config(&ns).handover(false));
+    let waiter: Arc<F> = Arc::new(connect(&server, config(&ns).handover(false)));
+    let held = granted(holder.acquire("k"), "holder");
+    let w = waiter.clone();
+    let t = spawn("waiter", move || {
+        let lease = granted(
+            w.acquire_with("k", waiting(BOUND)),
+            "a waiter without hand-over",
+        );
+        F::release(lease).unwrap()
+    });
+    super::common::wait_for_stats(&*waiter, "the waiter waits", |s| s.waiters == 1);
+    assert!(queued(&server, &ns, "k").is_empty(), "nothing registered");
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
+    assert!(server.keys(&format!("{ns}:lock-*queue*")).is_empty());
+}

@@ -39,11 +39,11 @@
 //!   and a reader whose epoch is not the fence of the last writer granted
 //!   before it (`epoch_mismatches`; a larger epoch is allowed only where a
 //!   restart with data loss, or a write acquire whose outcome the client
-//!   does not know, came in between). A writer that wrote with less than
-//!   [`VALID_MARGIN_MS`] of its lease left, overlapping a reader whose epoch
-//!   is its own fence, is counted apart (`expired_writer_overlaps`): a
-//!   writer past its lease is fenced out by the next writer, not by a
-//!   reader (SPEC §11, §13);
+//!   does not know, came in between), and a writer's write accepted after
+//!   a derived write at its fence was (`writes_after_derived`: a reader
+//!   gets epoch `f` only after writer `f`'s lease ended, so the store must
+//!   refuse that writer from then on). `expired_writers_refused` counts the
+//!   writers' writes the store refused that way (not a check);
 //!
 //! and for the whole run:
 //!
@@ -1078,10 +1078,16 @@ struct RwChecks {
     /// before it (nor a larger value that a restart or a write acquire with
     /// an unknown outcome explains).
     epoch_mismatches: u64,
-    /// Not a violation: a writer that wrote with less than
-    /// [`VALID_MARGIN_MS`] of its lease left, overlapping a reader granted
-    /// after its lease ran out (the reader's epoch is its fence).
-    expired_writer_overlaps: u64,
+    /// A writer's write accepted after (by the logical clock) a write
+    /// derived at its fence was accepted: that writer's lease had ended.
+    writes_after_derived: u64,
+    /// Not a check: writers' writes the store refused after a write derived
+    /// at their fence was accepted (writers past their lease, fenced out
+    /// by a reader).
+    expired_writers_refused: u64,
+    /// Not a check: writers that wrote with less than [`VALID_MARGIN_MS`]
+    /// of their lease left.
+    late_writers: u64,
     /// The most readers of one key that certainly held at once.
     most_readers_at_once: u64,
 }
@@ -1092,6 +1098,7 @@ impl RwChecks {
             + self.writer_overlaps
             + self.write_fence_order
             + self.epoch_mismatches
+            + self.writes_after_derived
     }
 }
 
@@ -1167,7 +1174,8 @@ impl Report {
                 "\"semaphore\":{{\"violations\":{},\"over_capacity\":{},\"slot_out_of_range\":{},",
                 "\"slot_overlaps\":{},{},\"most_holders_at_once\":{}}},",
                 "\"rw\":{{\"violations\":{},\"writer_overlaps\":{},\"write_fence_order\":{},",
-                "\"epoch_mismatches\":{},{},\"expired_writer_overlaps\":{},",
+                "\"epoch_mismatches\":{},\"writes_after_derived\":{},{},",
+                "\"expired_writers_refused\":{},\"late_writers\":{},",
                 "\"most_readers_at_once\":{}}},",
                 "\"malformed_lines\":{},\"stranded_waiters\":{},\"tokens_left\":{},",
                 "\"acquire_release_errors\":{},\"release_outcomes\":{},\"shutdown_errors\":{},",
@@ -1204,8 +1212,10 @@ impl Report {
             rw.writer_overlaps,
             rw.write_fence_order,
             rw.epoch_mismatches,
+            rw.writes_after_derived,
             rw.fences.json(),
-            rw.expired_writer_overlaps,
+            rw.expired_writers_refused,
+            rw.late_writers,
             rw.most_readers_at_once,
             self.malformed_lines,
             self.stranded_waiters,
@@ -1730,23 +1740,37 @@ fn rw_checks(
             }
         }
 
-        // A writer overlaps nobody.
+        // Once a write derived at epoch f was accepted, writer f's lease
+        // had ended: none of its later writes may be accepted.
+        let derived: Vec<(u64, u64)> = readers
+            .iter()
+            .flat_map(|r| [r.first, r.second].map(|w| (r.fence, w)))
+            .filter(|(_, w)| w.verdict == '1')
+            .map(|(epoch, w)| (epoch, w.after))
+            .collect();
+        for w in &writers {
+            checks.late_writers += u64::from(!w.valid);
+            for write in [w.first, w.second] {
+                let after_derived = derived
+                    .iter()
+                    .any(|&(epoch, after)| epoch == w.fence && after < write.before);
+                match write.verdict {
+                    '1' if after_derived => checks.writes_after_derived += 1,
+                    '0' if after_derived => checks.expired_writers_refused += 1,
+                    _ => {}
+                }
+            }
+        }
+
+        // A writer overlaps nobody (a writer past its lease neither: the
+        // store refuses it once the next writer, or a reader, wrote).
         let tenure = |h: &Hold| h.tenure();
         for (i, w) in writers.iter().enumerate() {
             let Some((ws, we)) = tenure(w) else { continue };
             let overlaps = |(s, e): (u64, u64)| s < we && ws < e;
-            for other in &writers[i + 1..] {
+            for other in writers[i + 1..].iter().chain(&readers) {
                 if tenure(other).is_some_and(overlaps) {
                     checks.writer_overlaps += 1;
-                }
-            }
-            for r in &readers {
-                if tenure(r).is_some_and(overlaps) {
-                    if r.fence == w.fence && !w.valid {
-                        checks.expired_writer_overlaps += 1;
-                    } else {
-                        checks.writer_overlaps += 1;
-                    }
                 }
             }
         }
@@ -1930,7 +1954,10 @@ mod tests {
             &[],
         );
         assert_eq!(overlap.rw.writer_overlaps, 1, "{}", overlap.to_json());
-        // The same with a writer that wrote past its lease: counted apart.
+        // The same with a writer that wrote past its lease: its second
+        // write, accepted after the reader's fill at its fence, is one too
+        // (a store that accepts a fence equal to the high-water after a
+        // derived write).
         let expired = run(
             &[
                 "H w 0 0 80 1 2 1 3 9 1 20 21 0",
@@ -1938,8 +1965,19 @@ mod tests {
             ],
             &[],
         );
-        assert_eq!(expired.rw.violations(), 0, "{}", expired.to_json());
-        assert_eq!(expired.rw.expired_writer_overlaps, 1);
+        assert_eq!(expired.rw.writes_after_derived, 1, "{}", expired.to_json());
+        assert_eq!(expired.rw.writer_overlaps, 1);
+        assert_eq!(expired.rw.late_writers, 1);
+        // Refused by the store, it is fenced out: no violation.
+        let refused = run(
+            &[
+                "H w 0 0 80 1 2 1 3 9 0 20 21 0",
+                "H r 0 0 80 10 11 1 12 15 1 17 18 1",
+            ],
+            &[],
+        );
+        assert_eq!(refused.rw.violations(), 0, "{}", refused.to_json());
+        assert_eq!(refused.rw.expired_writers_refused, 1);
 
         // A reader after writer 80 whose epoch is 70, or 90 with nothing
         // to explain it; 90 is fine after a restart.

@@ -1,9 +1,10 @@
 //! Fencing torture run: several worker processes, each with blocking
 //! threads and async tasks, contend for a few locks, fenced semaphores and
 //! read-write leases with random hold times, while a controller injects
-//! faults into the lock's `redis-server` at random: SIGSTOP/SIGCONT,
+//! faults at random: into the lock's `redis-server` (SIGSTOP/SIGCONT,
 //! `CLIENT KILL` of command and subscriber connections, restarts with data
-//! loss, and `SCRIPT FLUSH`.
+//! loss, and `SCRIPT FLUSH`), and into the workers (SIGKILL of a worker
+//! process, holding or waiting, then a replacement started).
 //!
 //! ```text
 //! cargo run --release --example fencing_torture -- --seconds 20
@@ -39,19 +40,31 @@
 //!   and a reader whose epoch is not the fence of the last writer granted
 //!   before it (`epoch_mismatches`; a larger epoch is allowed only where a
 //!   restart with data loss, or a write acquire whose outcome the client
-//!   does not know, came in between). A writer that wrote with less than
-//!   [`VALID_MARGIN_MS`] of its lease left, overlapping a reader whose epoch
-//!   is its own fence, is counted apart (`expired_writer_overlaps`): a
-//!   writer past its lease is fenced out by the next writer, not by a
-//!   reader (SPEC §11, §13);
+//!   does not know, came in between), and a writer's write accepted after
+//!   a derived write at its fence was (`writes_after_derived`: a reader
+//!   gets epoch `f` only after writer `f`'s lease ended, so the store must
+//!   refuse that writer from then on). `expired_writers_refused` counts the
+//!   writers' writes the store refused that way (not a check);
 //!
 //! and for the whole run:
 //!
-//! - `stranded_waiters` (must be 0): threads or tasks that did not finish
-//!   within a bound after the run ended;
-//! - `tokens_left` (must be 0): `<ns>:lock:*`, `<ns>:sem:*`,
-//!   `<ns>:rw-write:*` and `<ns>:rw-read:*` keys still in Redis after every
-//!   locker shut down.
+//! - kills: a worker prints each round's start (`S`), grant (`G`) and first
+//!   write (`P`) as they happen, so a killed worker's unfinished rounds
+//!   join the checks: its grants count for `duplicate_fences` and the rw
+//!   checks, its unreported writes have an unknown outcome (maybe accepted,
+//!   so the store may end at its fence), it never *certainly held* past
+//!   its kill (no tenure), and its write acquires without a reply may have
+//!   moved the fence counter unseen (as an `OUTCOME_UNKNOWN` does). Its
+//!   lease simply expires: a grant of its key (slot) started after the
+//!   kill with a fence not above its own is `kills.fence_reused`;
+//! - `stranded_waiters` (must be 0): threads or tasks of the living
+//!   workers that did not finish within a bound after the run ended;
+//! - `tokens_left` (must be 0): `<ns>:lock:*`, `<ns>:sem:*` and
+//!   `<ns>:rw-write:*` keys, and live members of `<ns>:rw-read:*` sets,
+//!   still in Redis after every living locker shut down. A killed worker's
+//!   tokens expire within a lease: no worker is killed in the run's last
+//!   second, and the scan waits (bounded) until a lease after the last
+//!   kill.
 //!
 //! It prints one JSON line and exits with 1 when a violation of any kind,
 //! a stranded waiter or a token left is not 0 (2 when the run could not be
@@ -88,6 +101,13 @@ use support::RedisServer;
 const STOP_BOUND: Duration = Duration::from_secs(15);
 /// How long the controller waits for a worker process to exit after that.
 const EXIT_BOUND: Duration = Duration::from_secs(30);
+/// How long a worker process gets to start (connect and say READY).
+const READY_BOUND: Duration = Duration::from_secs(30);
+/// No worker is killed in the last this-long of a run (more than a lease),
+/// so killed workers' tokens have expired by the tokens-left scan.
+const KILL_QUIET: Duration = Duration::from_secs(1);
+/// Slack over a lease for a killed worker's token to expire.
+const TOKEN_SLACK_MS: u64 = 200;
 /// Lease of every acquire: short, so holds sometimes outlast it.
 const LEASE_MS: u64 = 400;
 /// Wait of every acquire.
@@ -448,6 +468,31 @@ impl HoldLine {
     }
 }
 
+/// `S <kind> <started>`: an acquire call starts. With `G` and `P` it tells
+/// the controller what a worker killed mid-round was doing.
+fn emit_started(kind: Kind, started: u64) {
+    emit(format_args!("S {} {started}", kind.code()));
+}
+
+/// `G <kind> <key> <slot> <fence> <started> <granted>`: a grant.
+fn emit_granted(kind: Kind, key: u64, slot: u32, fence: Fence, started: u64, granted: u64) {
+    emit(format_args!(
+        "G {} {key} {slot} {fence} {started} {granted}",
+        kind.code()
+    ));
+}
+
+/// `P <kind> <started> <v1> <b1> <a1>`: the first write of a hold.
+fn emit_first_write(kind: Kind, started: u64, w: WriteRecord) {
+    emit(format_args!(
+        "P {} {started} {} {} {}",
+        kind.code(),
+        w.verdict,
+        w.before,
+        w.after
+    ));
+}
+
 /// `E <kind> <code> <started> <ended>`: an acquire that failed.
 fn emit_failed_acquire(kind: Kind, code: &str, started: u64, ended: u64) {
     emit(format_args!("E {} {code} {started} {ended}", kind.code()));
@@ -628,6 +673,7 @@ fn blocking_contender(
         let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
         let index = key as usize;
         let started = tick_sync(shared, &mut store);
+        emit_started(kind, started);
         let acquired = match kind {
             Kind::Lock => locker.acquire(&key_name(kind, key)).map(BlockingHeld::Lock),
             Kind::Permit => handles.semaphores[index]
@@ -640,8 +686,10 @@ fn blocking_contender(
         match acquired {
             Ok(held) => {
                 let (slot, fence) = held.grant();
+                emit_granted(kind, key, slot, fence, started, granted);
                 let mut valid = valid_for(held.remaining());
                 let first = write_sync(shared, &mut store, kind, key, slot, fence);
+                emit_first_write(kind, started, first);
                 thread::sleep(hold_time(&mut rng));
                 valid &= valid_for(held.remaining());
                 let second = write_sync(shared, &mut store, kind, key, slot, fence);
@@ -676,6 +724,7 @@ async fn async_contender(
         let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
         let index = key as usize;
         let started = tick_async(shared, &mut store).await;
+        emit_started(kind, started);
         let acquired = match kind {
             Kind::Lock => locker
                 .acquire(&key_name(kind, key))
@@ -692,8 +741,10 @@ async fn async_contender(
         match acquired {
             Ok(held) => {
                 let (slot, fence) = held.grant();
+                emit_granted(kind, key, slot, fence, started, granted);
                 let mut valid = valid_for(held.remaining());
                 let first = write_async(shared, &mut store, kind, key, slot, fence).await;
+                emit_first_write(kind, started, first);
                 async_io::Timer::after(hold_time(&mut rng)).await;
                 valid &= valid_for(held.remaining());
                 let second = write_async(shared, &mut store, kind, key, slot, fence).await;
@@ -923,12 +974,25 @@ struct FailedAcquire {
     ended: u64,
 }
 
+/// A round a worker started and has not finished (no `H` or `E` yet),
+/// keyed by (kind, started): what it was doing if it is killed.
+#[derive(Debug, Default, Clone, Copy)]
+struct OpenRound {
+    /// `(key, slot, fence, granted)` once granted.
+    grant: Option<(u64, u32, u64, u64)>,
+    first: Option<WriteRecord>,
+}
+
 /// What one worker process reported.
 #[derive(Debug, Default)]
 struct WorkerLog {
     ready: bool,
     holds: Vec<Hold>,
     failed: Vec<FailedAcquire>,
+    open: BTreeMap<(Kind, u64), OpenRound>,
+    /// The store's logical clock just after the controller killed this
+    /// worker (every command it sent had been run by then).
+    killed_at: Option<u64>,
     malformed: usize,
     errors: BTreeMap<String, u64>,
     releases: BTreeMap<String, u64>,
@@ -958,11 +1022,40 @@ impl WorkerLog {
         let kind_name = |i: usize| kind(i).map_or("?", Kind::name);
         match fields.first().copied().unwrap_or("") {
             "READY" => self.ready = true,
+            "S" => match kind(1) {
+                Some(kind) => {
+                    self.open.insert((kind, num(2)), OpenRound::default());
+                }
+                None => self.malformed += 1,
+            },
+            "G" => match kind(1).and_then(|k| self.open.get_mut(&(k, num(5)))) {
+                Some(round) => {
+                    let slot = u32::try_from(num(3)).unwrap_or(u32::MAX);
+                    round.grant = Some((num(2), slot, num(4), num(6)));
+                }
+                None => self.malformed += 1,
+            },
+            "P" => match kind(1).and_then(|k| self.open.get_mut(&(k, num(2)))) {
+                Some(round) => {
+                    round.first = Some(WriteRecord {
+                        verdict: fields.get(3).and_then(|v| v.chars().next()).unwrap_or('?'),
+                        before: num(4),
+                        after: num(5),
+                    });
+                }
+                None => self.malformed += 1,
+            },
             "H" => match Hold::parse(&fields) {
-                Some(hold) => self.holds.push(hold),
+                Some(hold) => {
+                    self.open.remove(&(hold.kind, hold.started));
+                    self.holds.push(hold);
+                }
                 None => self.malformed += 1,
             },
             "E" => {
+                if let Some(kind) = kind(1) {
+                    self.open.remove(&(kind, num(3)));
+                }
                 *self
                     .errors
                     .entry(format!("{}/acquire:{}", kind_name(1), text(2)))
@@ -995,6 +1088,41 @@ impl WorkerLog {
             _ => {}
         }
     }
+
+    /// The rounds a worker killed at clock `killed_at` had not finished:
+    /// its holds, whose writes it did not report have an unknown outcome
+    /// (`k`: maybe accepted, before `killed_at`), never certainly held (no
+    /// tenure); and its write acquires without a grant, whose grant may
+    /// still have moved the fence counter unseen before `killed_at`.
+    fn cut_short(&self, killed_at: u64) -> (Vec<Hold>, Vec<FailedAcquire>) {
+        let unknown = |before| WriteRecord {
+            verdict: 'k',
+            before,
+            after: killed_at,
+        };
+        let (mut holds, mut failed) = (Vec::new(), Vec::new());
+        for (&(kind, started), round) in &self.open {
+            match round.grant {
+                Some((key, slot, fence, granted)) => holds.push(Hold {
+                    kind,
+                    key,
+                    slot,
+                    fence,
+                    started,
+                    granted,
+                    first: round.first.unwrap_or(unknown(granted)),
+                    second: unknown(round.first.map_or(granted, |w| w.after)),
+                    valid: false,
+                }),
+                None => failed.push(FailedAcquire {
+                    kind,
+                    started,
+                    ended: killed_at,
+                }),
+            }
+        }
+        (holds, failed)
+    }
 }
 
 /// Faults injected, by kind.
@@ -1005,9 +1133,13 @@ struct Faults {
     client_kill_pubsub: u64,
     restart_with_data_loss: u64,
     script_flush: u64,
+    /// Worker processes SIGKILLed (holding or waiting) and replaced.
+    worker_kill: u64,
     /// The store's logical clock before and after each restart: the fence
     /// counters were lost somewhere in between.
     restarts: Vec<(u64, u64)>,
+    /// When the last worker was killed: its tokens expire within a lease.
+    last_kill: Option<Instant>,
 }
 
 impl Faults {
@@ -1017,6 +1149,7 @@ impl Faults {
             + self.client_kill_pubsub
             + self.restart_with_data_loss
             + self.script_flush
+            + self.worker_kill
     }
 }
 
@@ -1078,10 +1211,16 @@ struct RwChecks {
     /// before it (nor a larger value that a restart or a write acquire with
     /// an unknown outcome explains).
     epoch_mismatches: u64,
-    /// Not a violation: a writer that wrote with less than
-    /// [`VALID_MARGIN_MS`] of its lease left, overlapping a reader granted
-    /// after its lease ran out (the reader's epoch is its fence).
-    expired_writer_overlaps: u64,
+    /// A writer's write accepted after (by the logical clock) a write
+    /// derived at its fence was accepted: that writer's lease had ended.
+    writes_after_derived: u64,
+    /// Not a check: writers' writes the store refused after a write derived
+    /// at their fence was accepted (writers past their lease, fenced out
+    /// by that reader's write or by a newer writer's).
+    expired_writers_refused: u64,
+    /// Not a check: writers that wrote with less than [`VALID_MARGIN_MS`]
+    /// of their lease left.
+    late_writers: u64,
     /// The most readers of one key that certainly held at once.
     most_readers_at_once: u64,
 }
@@ -1092,6 +1231,28 @@ impl RwChecks {
             + self.writer_overlaps
             + self.write_fence_order
             + self.epoch_mismatches
+            + self.writes_after_derived
+    }
+}
+
+/// The checks of the worker kills.
+#[derive(Debug, Default, Clone)]
+struct KillChecks {
+    /// A grant of a killed holder's key (slot) that started after the kill
+    /// with a fence not above the killed holder's: its fence reused.
+    fence_reused: u64,
+    /// Not a check: killed holders by kind name (holding at the kill).
+    holding: BTreeMap<&'static str, u64>,
+    /// Not a check: contenders killed inside an acquire call.
+    acquiring: u64,
+    /// Not a check: killed holds (not reads) whose key or slot was granted
+    /// again after the kill (their lease expired; the next one got in).
+    taken_over: u64,
+}
+
+impl KillChecks {
+    fn violations(&self) -> u64 {
+        self.fence_reused
     }
 }
 
@@ -1108,6 +1269,9 @@ pub(crate) struct Report {
     lock: FenceChecks,
     semaphore: SemaphoreChecks,
     rw: RwChecks,
+    kills: KillChecks,
+    /// Writes of killed holders whose outcome is unknown.
+    writes_cut_short: u64,
     malformed_lines: u64,
     stranded_waiters: u64,
     tokens_left: u64,
@@ -1120,7 +1284,10 @@ pub(crate) struct Report {
 impl Report {
     /// Every kind's violations.
     pub(crate) fn fencing_violations(&self) -> u64 {
-        self.lock.violations() + self.semaphore.violations() + self.rw.violations()
+        self.lock.violations()
+            + self.semaphore.violations()
+            + self.rw.violations()
+            + self.kills.violations()
     }
 
     /// No violation, nobody stranded, nothing left in Redis, every worker
@@ -1153,22 +1320,34 @@ impl Report {
                 format!("\"{}\":{n}", k.name())
             })
             .collect();
-        let (s, rw) = (&self.semaphore, &self.rw);
+        let (s, rw, k) = (&self.semaphore, &self.rw, &self.kills);
+        let killed_holding: Vec<String> = [Kind::Lock, Kind::Permit, Kind::Write, Kind::Read]
+            .iter()
+            .map(|kind| {
+                let n = k.holding.get(kind.name()).copied().unwrap_or(0);
+                format!("\"{}\":{n}", kind.name())
+            })
+            .collect();
         format!(
             concat!(
                 "{{\"seconds\":{},\"processes\":{},\"threads_per_process\":{},",
                 "\"tasks_per_process\":{},\"keys_per_kind\":{},\"permits\":{},\"seed\":{},",
                 "\"acquisitions\":{{\"total\":{},{}}},",
                 "\"faults_injected\":{{\"total\":{},\"sigstop\":{},\"client_kill_normal\":{},",
-                "\"client_kill_pubsub\":{},\"restart_with_data_loss\":{},\"script_flush\":{}}},",
+                "\"client_kill_pubsub\":{},\"restart_with_data_loss\":{},\"script_flush\":{},",
+                "\"worker_kill\":{}}},",
                 "\"writes_accepted\":{},\"stale_writes_rejected\":{},\"store_errors\":{},",
+                "\"writes_cut_short\":{},",
                 "\"fencing_violations\":{},",
                 "\"lock\":{{\"violations\":{},{}}},",
                 "\"semaphore\":{{\"violations\":{},\"over_capacity\":{},\"slot_out_of_range\":{},",
                 "\"slot_overlaps\":{},{},\"most_holders_at_once\":{}}},",
                 "\"rw\":{{\"violations\":{},\"writer_overlaps\":{},\"write_fence_order\":{},",
-                "\"epoch_mismatches\":{},{},\"expired_writer_overlaps\":{},",
+                "\"epoch_mismatches\":{},\"writes_after_derived\":{},{},",
+                "\"expired_writers_refused\":{},\"late_writers\":{},",
                 "\"most_readers_at_once\":{}}},",
+                "\"kills\":{{\"violations\":{},\"fence_reused\":{},\"killed_holding\":{{{}}},",
+                "\"killed_acquiring\":{},\"taken_over\":{}}},",
                 "\"malformed_lines\":{},\"stranded_waiters\":{},\"tokens_left\":{},",
                 "\"acquire_release_errors\":{},\"release_outcomes\":{},\"shutdown_errors\":{},",
                 "\"worker_failures\":[{}],\"passed\":{}}}"
@@ -1188,9 +1367,11 @@ impl Report {
             f.client_kill_pubsub,
             f.restart_with_data_loss,
             f.script_flush,
+            f.worker_kill,
             self.writes_accepted,
             self.stale_writes_rejected,
             self.store_errors,
+            self.writes_cut_short,
             self.fencing_violations(),
             self.lock.violations(),
             self.lock.json(),
@@ -1204,9 +1385,16 @@ impl Report {
             rw.writer_overlaps,
             rw.write_fence_order,
             rw.epoch_mismatches,
+            rw.writes_after_derived,
             rw.fences.json(),
-            rw.expired_writer_overlaps,
+            rw.expired_writers_refused,
+            rw.late_writers,
             rw.most_readers_at_once,
+            k.violations(),
+            k.fence_reused,
+            killed_holding.join(","),
+            k.acquiring,
+            k.taken_over,
             self.malformed_lines,
             self.stranded_waiters,
             self.tokens_left,
@@ -1286,14 +1474,133 @@ fn tick_admin(store: &RedisServer, clock_key: &str) -> Result<u64, Box<dyn Error
     Ok(query::<u64>(store, redis::cmd("INCR").arg(clock_key))?)
 }
 
+/// The worker processes: the living ones, the killed ones (kept for their
+/// logs), and what it takes to start a replacement.
+struct Fleet<'a> {
+    living: Vec<Worker>,
+    killed: Vec<Worker>,
+    relaunch: Relaunch,
+    env: &'a [(&'a str, String)],
+    ready_tx: mpsc::Sender<usize>,
+    ready_rx: mpsc::Receiver<usize>,
+    next_index: usize,
+}
+
+impl Fleet<'_> {
+    /// SIGKILLs a living worker, whatever its contenders are doing
+    /// (holding, writing, waiting), and starts a replacement. The victim
+    /// holds `wanted` by the lines read so far if one does (so that kills
+    /// hit holders of every kind), else anything, else it is any worker;
+    /// it may have moved on by the time the signal lands. The kill's
+    /// time on the store's logical clock is taken once the lock server
+    /// answered a `PING` after the process was gone: the server replies
+    /// only after the commands it had already received (the dead worker's
+    /// included) ran, so nothing of the dead worker happens after it.
+    fn kill_one(
+        &mut self,
+        lock: &RedisServer,
+        store: &RedisServer,
+        clock_key: &str,
+        rng: &mut Rng,
+        wanted: Kind,
+    ) -> Result<(), Box<dyn Error>> {
+        if self.living.is_empty() {
+            return Err("no living worker to kill".into());
+        }
+        let holds = |w: &Worker, kind: Option<Kind>| {
+            let log = w.log.lock().unwrap_or_else(|p| p.into_inner());
+            log.open
+                .iter()
+                .any(|(&(k, _), round)| round.grant.is_some() && kind.is_none_or(|kind| k == kind))
+        };
+        let pick = |kind: Option<Kind>| -> Vec<usize> {
+            (0..self.living.len())
+                .filter(|&i| holds(&self.living[i], kind))
+                .collect()
+        };
+        let mut candidates = pick(Some(wanted));
+        if candidates.is_empty() {
+            candidates = pick(None);
+        }
+        if candidates.is_empty() {
+            candidates = (0..self.living.len()).collect();
+        }
+        let victim = candidates[rng.below(candidates.len() as u64) as usize];
+        let mut worker = self.living.swap_remove(victim);
+        let _ = worker.child.kill();
+        let _ = worker.child.wait();
+        // Every line it wrote is read before its log is cut short.
+        let _ = worker.closed.recv_timeout(EXIT_BOUND);
+        let ping = query::<String>(lock, &redis::cmd("PING"));
+        let killed_at = tick_admin(store, clock_key);
+        // Without a clock value the dead worker's unfinished rounds stay
+        // open (unknown) to the end of the run.
+        let at = killed_at.as_ref().map_or(u64::MAX, |t| *t);
+        worker
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .killed_at = Some(at);
+        self.killed.push(worker);
+        ping?;
+        killed_at?;
+
+        let index = self.next_index;
+        self.next_index += 1;
+        self.living.push(spawn_worker(
+            index,
+            self.relaunch,
+            self.env,
+            self.ready_tx.clone(),
+        )?);
+        let deadline = Instant::now() + READY_BOUND;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.ready_rx.recv_timeout(left) {
+                Ok(ready) if ready == index => return Ok(()),
+                Ok(_) => {}
+                Err(_) => return Err(format!("replacement worker {index} did not start").into()),
+            }
+        }
+    }
+}
+
 fn inject(
     lock: &RedisServer,
     store: &RedisServer,
     clock_key: &str,
     rng: &mut Rng,
     faults: &mut Faults,
+    fleet: &mut Fleet<'_>,
+    kills_allowed: bool,
 ) -> Result<(), Box<dyn Error>> {
-    match rng.below(10) {
+    let mut fault = rng.below(13);
+    if fault >= 10 && !kills_allowed {
+        // No kill in the run's last second: every killed worker's tokens
+        // have expired before the tokens-left scan.
+        fault = rng.below(10);
+    }
+    if fault >= 10 {
+        // Holders of each kind in turn (writes are the rarest rounds).
+        const TURNS: [Kind; 4] = [Kind::Write, Kind::Lock, Kind::Permit, Kind::Read];
+        let wanted = TURNS[faults.worker_kill as usize % TURNS.len()];
+        fleet.kill_one(lock, store, clock_key, rng, wanted)?;
+        faults.worker_kill += 1;
+        faults.last_kill = Some(Instant::now());
+        return Ok(());
+    }
+    inject_on_redis(lock, store, clock_key, rng, faults, fault)
+}
+
+fn inject_on_redis(
+    lock: &RedisServer,
+    store: &RedisServer,
+    clock_key: &str,
+    rng: &mut Rng,
+    faults: &mut Faults,
+    fault: u64,
+) -> Result<(), Box<dyn Error>> {
+    match fault {
         0..=2 => {
             lock.pause();
             thread::sleep(ms(100 + rng.below(1100)));
@@ -1362,8 +1669,7 @@ pub(crate) fn run_controller(
     for i in 0..options.processes {
         workers.push(spawn_worker(i, relaunch, &env, ready_tx.clone())?);
     }
-    drop(ready_tx);
-    let ready_deadline = Instant::now() + Duration::from_secs(30);
+    let ready_deadline = Instant::now() + READY_BOUND;
     for _ in 0..options.processes {
         let left = ready_deadline.saturating_duration_since(Instant::now());
         if ready_rx.recv_timeout(left).is_err() {
@@ -1378,6 +1684,15 @@ pub(crate) fn run_controller(
             return Err(format!("the workers did not all start: {failures:?}").into());
         }
     }
+    let mut fleet = Fleet {
+        living: workers,
+        killed: Vec::new(),
+        relaunch,
+        env: &env,
+        ready_tx,
+        ready_rx,
+        next_index: options.processes,
+    };
 
     // Faults at random intervals until the end of the run.
     let mut rng = Rng::new(options.seed);
@@ -1390,7 +1705,16 @@ pub(crate) fn run_controller(
         if Instant::now() >= end {
             break;
         }
-        if let Err(e) = inject(&lock, &store, &clock_key, &mut rng, &mut faults) {
+        let kills_allowed = Instant::now() + KILL_QUIET < end;
+        if let Err(e) = inject(
+            &lock,
+            &store,
+            &clock_key,
+            &mut rng,
+            &mut faults,
+            &mut fleet,
+            kills_allowed,
+        ) {
             fault_errors.push(e.to_string());
         }
     }
@@ -1398,7 +1722,12 @@ pub(crate) fn run_controller(
         lock.resume();
     }
 
-    // Stop the workers; each must exit within a bound.
+    // Stop the living workers; each must exit within a bound.
+    let Fleet {
+        living: mut workers,
+        killed: dead,
+        ..
+    } = fleet;
     for w in &mut workers {
         if let Some(mut stdin) = w.stdin.take() {
             let _ = writeln!(stdin, "stop");
@@ -1415,21 +1744,24 @@ pub(crate) fn run_controller(
         let _ = w.child.wait();
     }
 
-    // Held tokens of every kind: locks, semaphore slots, writers and the
-    // readers' sets (not the fence counters, the permit counts or a
-    // waiting writer's intent, which expires by itself).
-    let mut tokens_left = 0;
-    for pattern in ["lock", "sem", "rw-write", "rw-read"] {
-        let keys: Vec<String> = query(
-            &lock,
-            redis::cmd("KEYS").arg(format!("{namespace}:{pattern}:*")),
-        )?;
-        tokens_left += keys.len() as u64;
-    }
+    // Tokens of killed workers expire within a lease of their kill; with
+    // no kill in the run's last second they are gone by now, but wait for
+    // them (bounded) all the same. Anything left is a living worker's.
+    let expired_by = faults
+        .last_kill
+        .map_or_else(Instant::now, |at| at + ms(LEASE_MS + TOKEN_SLACK_MS));
+    let tokens_left = loop {
+        let left = live_tokens(&lock, &namespace)?;
+        if left == 0 || Instant::now() >= expired_by {
+            break left;
+        }
+        thread::sleep(ms(50));
+    };
     let store_fences = read_registers(&store, &namespace, options)?;
 
     let logs: Vec<WorkerLog> = workers
         .into_iter()
+        .chain(dead)
         .map(|w| std::mem::take(&mut *w.log.lock().unwrap_or_else(|p| p.into_inner())))
         .collect();
     let mut report = analyse(options, &logs, &store_fences, &faults.restarts);
@@ -1446,6 +1778,36 @@ pub(crate) fn run_controller(
             .map(|e| format!("fault injection: {e}")),
     );
     Ok(report)
+}
+
+/// Held tokens of every kind on the lock server: locks, semaphore slots,
+/// writers, and live members of the readers' sets (a reader past its expiry
+/// is no token, though its set may live on with a later reader's TTL). Not
+/// the fence counters, the permit counts or a waiting writer's intent,
+/// which expires by itself.
+fn live_tokens(lock: &RedisServer, namespace: &str) -> Result<u64, Box<dyn Error>> {
+    let mut conn = admin(lock)?;
+    let mut tokens = 0;
+    for pattern in ["lock", "sem", "rw-write"] {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{namespace}:{pattern}:*"))
+            .query(&mut conn)?;
+        tokens += keys.len() as u64;
+    }
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn)?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let sets: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}:rw-read:*"))
+        .query(&mut conn)?;
+    for set in sets {
+        let live: u64 = redis::cmd("ZCOUNT")
+            .arg(&set)
+            .arg(format!("({now_ms}"))
+            .arg("+inf")
+            .query(&mut conn)?;
+        tokens += live;
+    }
+    Ok(tokens)
 }
 
 /// A register of the store: (kind, key, slot), reads sharing the writers'.
@@ -1490,9 +1852,28 @@ fn analyse(
     let per_worker = (options.threads + options.tasks) as u64;
     let mut holds: Vec<Hold> = Vec::new();
     let mut failed: Vec<FailedAcquire> = Vec::new();
+    let mut killed: Vec<(Hold, u64)> = Vec::new();
     for (i, log) in logs.iter().enumerate() {
         holds.extend(&log.holds);
         failed.extend(&log.failed);
+        if let Some(killed_at) = log.killed_at {
+            // Killed: no stop, no shutdown, no BYE to expect; what it was
+            // doing joins the checks (its grants' fences, its writes of
+            // unknown outcome, its write acquires' unseen grants).
+            let (cut, acquiring) = log.cut_short(killed_at);
+            report.kills.acquiring += acquiring.len() as u64;
+            for h in &cut {
+                *report.kills.holding.entry(h.kind.name()).or_default() += 1;
+                killed.push((*h, killed_at));
+            }
+            holds.extend(&cut);
+            failed.extend(acquiring.iter().filter(|f| f.kind == Kind::Write));
+            report.malformed_lines += log.malformed as u64;
+            if let Some(f) = &log.failure {
+                report.worker_failures.push(format!("worker {i}: {f}"));
+            }
+            continue;
+        }
         report.malformed_lines += log.malformed as u64;
         for (k, v) in &log.errors {
             *report.errors.entry(k.clone()).or_default() += v;
@@ -1519,6 +1900,7 @@ fn analyse(
             match w.verdict {
                 '1' => report.writes_accepted += 1,
                 '0' => report.stale_writes_rejected += 1,
+                'k' => report.writes_cut_short += 1,
                 _ => report.store_errors += 1,
             }
         }
@@ -1538,7 +1920,28 @@ fn analyse(
         restarts,
         store_fences,
     );
+    let kills = std::mem::take(&mut report.kills);
+    report.kills = kill_checks(&killed, &holds, kills);
     report
+}
+
+/// A killed holder's lease simply expires: every grant of its key (its
+/// slot) that started after the kill has a higher fence. Reads share
+/// epochs and are neither checked nor checked against.
+fn kill_checks(killed: &[(Hold, u64)], holds: &[Hold], mut checks: KillChecks) -> KillChecks {
+    for (dead, killed_at) in killed.iter().filter(|(h, _)| h.kind != Kind::Read) {
+        let mut later = holds.iter().filter(|h| {
+            h.kind != Kind::Read && h.register() == dead.register() && h.started > *killed_at
+        });
+        let (mut taken_over, mut reused) = (false, 0);
+        for h in &mut later {
+            taken_over = true;
+            reused += u64::from(h.fence <= dead.fence);
+        }
+        checks.taken_over += u64::from(taken_over);
+        checks.fence_reused += reused;
+    }
+    checks
 }
 
 /// Duplicate grants, ordering and final fence of every register `holds`
@@ -1548,16 +1951,23 @@ fn fence_checks(holds: &[Hold], store_fences: &HashMap<Register, u64>) -> FenceC
     let mut checks = FenceChecks::default();
     let mut grants: HashMap<(Register, u64), u64> = HashMap::new();
     let mut accepted: BTreeMap<Register, Vec<(u64, u64, u64)>> = BTreeMap::new();
+    // Writes of killed holders whose outcome is unknown: maybe accepted.
+    let mut maybe: HashSet<(Register, u64)> = HashSet::new();
     for h in holds {
         if h.kind != Kind::Read {
             *grants.entry((h.register(), h.fence)).or_default() += 1;
         }
         for w in [h.first, h.second] {
-            if w.verdict == '1' {
-                accepted
+            match w.verdict {
+                '1' => accepted
                     .entry(h.register())
                     .or_default()
-                    .push((h.fence, w.before, w.after));
+                    .push((h.fence, w.before, w.after)),
+                'k' => {
+                    accepted.entry(h.register()).or_default();
+                    maybe.insert((h.register(), h.fence));
+                }
+                _ => {}
             }
         }
     }
@@ -1565,7 +1975,10 @@ fn fence_checks(holds: &[Hold], store_fences: &HashMap<Register, u64>) -> FenceC
     for (register, writes) in &accepted {
         checks.ordering_violations += ordering_violations(writes);
         let highest = writes.iter().map(|w| w.0).max();
-        if highest != store_fences.get(register).copied() {
+        let stored = store_fences.get(register).copied();
+        // Above every accepted write, the store may hold a killed holder's.
+        let explained = stored.is_some_and(|f| stored > highest && maybe.contains(&(*register, f)));
+        if highest != stored && !explained {
             checks.store_mismatches += 1;
         }
     }
@@ -1730,23 +2143,37 @@ fn rw_checks(
             }
         }
 
-        // A writer overlaps nobody.
+        // Once a write derived at epoch f was accepted, writer f's lease
+        // had ended: none of its later writes may be accepted.
+        let derived: Vec<(u64, u64)> = readers
+            .iter()
+            .flat_map(|r| [r.first, r.second].map(|w| (r.fence, w)))
+            .filter(|(_, w)| w.verdict == '1')
+            .map(|(epoch, w)| (epoch, w.after))
+            .collect();
+        for w in &writers {
+            checks.late_writers += u64::from(!w.valid);
+            for write in [w.first, w.second] {
+                let after_derived = derived
+                    .iter()
+                    .any(|&(epoch, after)| epoch == w.fence && after < write.before);
+                match write.verdict {
+                    '1' if after_derived => checks.writes_after_derived += 1,
+                    '0' if after_derived => checks.expired_writers_refused += 1,
+                    _ => {}
+                }
+            }
+        }
+
+        // A writer overlaps nobody (a writer past its lease neither: the
+        // store refuses it once the next writer, or a reader, wrote).
         let tenure = |h: &Hold| h.tenure();
         for (i, w) in writers.iter().enumerate() {
             let Some((ws, we)) = tenure(w) else { continue };
             let overlaps = |(s, e): (u64, u64)| s < we && ws < e;
-            for other in &writers[i + 1..] {
+            for other in writers[i + 1..].iter().chain(&readers) {
                 if tenure(other).is_some_and(overlaps) {
                     checks.writer_overlaps += 1;
-                }
-            }
-            for r in &readers {
-                if tenure(r).is_some_and(overlaps) {
-                    if r.fence == w.fence && !w.valid {
-                        checks.expired_writer_overlaps += 1;
-                    } else {
-                        checks.writer_overlaps += 1;
-                    }
                 }
             }
         }
@@ -1894,6 +2321,68 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_workers_unfinished_rounds_join_the_checks() {
+        let options = Options {
+            threads: 2,
+            ..options(2)
+        };
+        let mut dead = WorkerLog::default();
+        for line in [
+            "READY",
+            // Holding lock 0 (fence 10), its first write accepted.
+            "S l 1",
+            "G l 0 0 10 1 2",
+            "P l 1 1 3 4",
+            // Holding the write lease of rw 0 (fence 70), no write reported.
+            "S w 5",
+            "G w 0 0 70 5 6",
+            // Inside a write acquire.
+            "S w 7",
+            // A finished round is not cut short.
+            "S s 8",
+            "G s 0 1 5 8 9",
+            "P s 8 1 10 11",
+            "H s 0 1 5 8 9 1 10 11 1 12 13 1",
+        ] {
+            dead.record(line);
+        }
+        dead.killed_at = Some(20);
+        // After the kill, lock 0 goes to fence 11; the store holds the
+        // killed writer's fence (its write's outcome is unknown).
+        let taken_over = "H l 0 0 11 21 22 1 23 24 1 25 26 1";
+        let store = HashMap::from([
+            ((Kind::Lock, 0, 0), 11),
+            ((Kind::Write, 0, 0), 70),
+            ((Kind::Permit, 0, 1), 5),
+        ]);
+        let report = analyse(&options, &[log_of(&[taken_over], 2), dead], &store, &[]);
+        assert!(report.passed(), "{}", report.to_json());
+        assert_eq!(report.kills.holding.get("lock"), Some(&1));
+        assert_eq!(report.kills.holding.get("write"), Some(&1));
+        assert_eq!(report.kills.holding.get("permit"), None);
+        assert_eq!(report.kills.acquiring, 1);
+        assert_eq!(report.kills.taken_over, 1);
+        assert_eq!(report.writes_cut_short, 3);
+        assert_eq!(
+            report.stranded_waiters, 0,
+            "the dead worker is not waited for"
+        );
+
+        // Lock 0 granted again with the killed holder's fence after the kill.
+        let mut dead = WorkerLog::default();
+        for line in ["READY", "S l 1", "G l 0 0 10 1 2"] {
+            dead.record(line);
+        }
+        dead.killed_at = Some(20);
+        let reused = "H l 0 0 10 21 22 1 23 24 1 25 26 1";
+        let store = HashMap::from([((Kind::Lock, 0, 0), 10)]);
+        let report = analyse(&options, &[log_of(&[reused], 2), dead], &store, &[]);
+        assert_eq!(report.kills.fence_reused, 1, "{}", report.to_json());
+        assert_eq!(report.lock.duplicate_fences, 1);
+        assert!(!report.passed());
+    }
+
+    #[test]
     fn readers_share_and_carry_the_last_writers_fence() {
         let log = log_of(
             &[
@@ -1930,7 +2419,10 @@ mod tests {
             &[],
         );
         assert_eq!(overlap.rw.writer_overlaps, 1, "{}", overlap.to_json());
-        // The same with a writer that wrote past its lease: counted apart.
+        // The same with a writer that wrote past its lease: its second
+        // write, accepted after the reader's fill at its fence, is one too
+        // (a store that accepts a fence equal to the high-water after a
+        // derived write).
         let expired = run(
             &[
                 "H w 0 0 80 1 2 1 3 9 1 20 21 0",
@@ -1938,8 +2430,19 @@ mod tests {
             ],
             &[],
         );
-        assert_eq!(expired.rw.violations(), 0, "{}", expired.to_json());
-        assert_eq!(expired.rw.expired_writer_overlaps, 1);
+        assert_eq!(expired.rw.writes_after_derived, 1, "{}", expired.to_json());
+        assert_eq!(expired.rw.writer_overlaps, 1);
+        assert_eq!(expired.rw.late_writers, 1);
+        // Refused by the store, it is fenced out: no violation.
+        let refused = run(
+            &[
+                "H w 0 0 80 1 2 1 3 9 0 20 21 0",
+                "H r 0 0 80 10 11 1 12 15 1 17 18 1",
+            ],
+            &[],
+        );
+        assert_eq!(refused.rw.violations(), 0, "{}", refused.to_json());
+        assert_eq!(refused.rw.expired_writers_refused, 1);
 
         // A reader after writer 80 whose epoch is 70, or 90 with nothing
         // to explain it; 90 is fine after a restart.

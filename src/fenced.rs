@@ -7,6 +7,24 @@
 //! cache fill) carries the read's epoch and is refused once a newer writer
 //! committed ([`FencedStore::write_derived`]).
 //!
+//! A holder's write with a fence *equal* to the high-water is the same
+//! holder writing again and is accepted, unless a derived write at that
+//! same number was accepted since: a reader gets epoch `f` only after
+//! writer `f`'s lease ended, so from then on a write with fence `f` comes
+//! from a writer (or lock holder) past its lease and is stale. Derived
+//! writes at the high-water stay accepted (many readers share an epoch).
+//!
+//! # What is stored
+//!
+//! One hash per resource, `<ns>:fenced:{<sha256 of the resource>}`:
+//!
+//! | field | holds |
+//! |---|---|
+//! | `fence` | the high-water: the highest fence (or epoch) accepted by [`write`](FencedStore::write) and [`write_derived`](FencedStore::write_derived) |
+//! | `value` | the value of the last accepted write |
+//! | `derived` | the epoch of the last accepted derived write; equal to `fence` when the last write at the high-water was derived, which makes a holder write at that fence stale |
+//! | `fence:<slot>`, `value:<slot>` | a semaphore slot's high-water and value ([`write_permit`](FencedStore::write_permit)); a slot has no derived writes, so its `derived:<slot>` is never written and a permit's write is checked against its slot's fence alone |
+//!
 //! This is the check that turns a lease into mutual exclusion under pauses
 //! and delays: a holder that lost its lease without knowing it still holds an
 //! older fence, and its late write is rejected with [`StaleFence`].
@@ -55,25 +73,77 @@ use sha2::{Digest, Sha256};
 use crate::core::names::hex;
 use crate::core::outcome::Fence;
 
-/// KEYS = the resource's hash; ARGV = fence (decimal), value, the fence
-/// field, the value field (`fence`/`value` for a lease, `fence:<slot>`/
-/// `value:<slot>` for a permit). Returns 1 when stored, or the stored fence
-/// when it is higher. Fences compare as decimal strings (length first),
-/// exact for every `u64`.
+/// KEYS = the resource's hash; ARGV = fence (decimal), value, the
+/// register's fence, value and derived fields (`fence`/`value`/`derived`
+/// for a lease, `fence:<slot>`/`value:<slot>`/`derived:<slot>` for a
+/// permit), the mode (`holder` or `derived`).
+///
+/// A derived write is stored if its epoch is not below the stored fence,
+/// and records its epoch in the derived field. A holder's write is stored
+/// if its fence is above the stored fence, or equal to it while the derived
+/// field is not (no derived write at that number). Returns 1 when stored,
+/// or the stored fence when the write is stale. Fences compare as decimal
+/// strings (length first), exact for every `u64`; equal numbers are equal
+/// strings (no leading zeros). Replay-safe: a replayed call stores the same
+/// fields again and gets the same verdict, except a holder's write replayed
+/// after a derived write at its fence, which is stale by then (that
+/// holder's lease had ended).
 const FENCED_WRITE_LUA: &str = r#"
 local last = redis.call('HGET', KEYS[1], ARGV[3])
-if last and (#last > #ARGV[1] or (#last == #ARGV[1] and last > ARGV[1])) then
-  return last
+if last then
+  if #last > #ARGV[1] or (#last == #ARGV[1] and last > ARGV[1]) then
+    return last
+  end
+  if ARGV[6] == 'holder' and last == ARGV[1]
+      and redis.call('HGET', KEYS[1], ARGV[5]) == last then
+    return last
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[3], ARGV[1], ARGV[4], ARGV[2])
+if ARGV[6] == 'derived' then
+  redis.call('HSET', KEYS[1], ARGV[3], ARGV[1], ARGV[4], ARGV[2], ARGV[5], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[3], ARGV[1], ARGV[4], ARGV[2])
+end
 return 1
 "#;
 
-/// The hash fields of one writer's register: a lease's, or a slot's.
-fn fields(slot: Option<u32>) -> (String, String) {
+/// Who writes: a holder with its fence (a lock's, a writer's, a permit's),
+/// or a reader with its epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Holder,
+    Derived,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Holder => "holder",
+            Mode::Derived => "derived",
+        }
+    }
+}
+
+/// The hash fields of one register, a lease's or a slot's: its fence, its
+/// value and the epoch of its last derived write.
+struct Fields {
+    fence: String,
+    value: String,
+    derived: String,
+}
+
+fn fields(slot: Option<u32>) -> Fields {
     match slot {
-        None => ("fence".into(), "value".into()),
-        Some(slot) => (format!("fence:{slot}"), format!("value:{slot}")),
+        None => Fields {
+            fence: "fence".into(),
+            value: "value".into(),
+            derived: "derived".into(),
+        },
+        Some(slot) => Fields {
+            fence: format!("fence:{slot}"),
+            value: format!("value:{slot}"),
+            derived: format!("derived:{slot}"),
+        },
     }
 }
 
@@ -119,7 +189,9 @@ impl std::fmt::Debug for WriteError {
 
 /// Fenced values in Redis, one hash per resource under a namespace:
 /// `<ns>:fenced:{<sha256 of the resource>}` with fields `fence` and `value`
-/// for lease writes, `fence:<slot>` and `value:<slot>` for permit writes.
+/// for lease writes (and `derived`, the epoch of the last derived write),
+/// `fence:<slot>` and `value:<slot>` for permit writes (see the [module
+/// docs](self#what-is-stored)).
 #[derive(Debug, Clone)]
 pub struct FencedStore {
     namespace: String,
@@ -138,12 +210,16 @@ impl FencedStore {
         format!("{}:fenced:{{{sha}}}", self.namespace)
     }
 
-    /// Stores `value` for `resource` if `fence` is not lower than the last
-    /// fence it accepted (equal fences are the same holder writing again).
+    /// Stores `value` for `resource` if `fence` is higher than the last
+    /// fence it accepted, or equal to it (the same holder writing again)
+    /// while no [derived write](Self::write_derived) at that number was
+    /// accepted since: a reader's epoch is `fence` only once this holder's
+    /// lease ended, so its write would overwrite data derived after it.
     ///
     /// # Errors
     ///
-    /// [`WriteError::Stale`] with the accepted fence; [`WriteError::Redis`].
+    /// [`WriteError::Stale`] with the accepted fence (equal to `fence` when
+    /// a derived write at `fence` refused it); [`WriteError::Redis`].
     pub fn write(
         &self,
         conn: &mut impl redis::ConnectionLike,
@@ -151,7 +227,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, None, fence, value)
+        self.write_as(conn, resource, None, Mode::Holder, fence, value)
     }
 
     /// Stores `value` derived from a read (a cache fill, a materialised
@@ -160,6 +236,8 @@ impl FencedStore {
     /// writer committed cannot overwrite that writer's data. Writers of the
     /// same read-write lease write with [`write`](Self::write) and their
     /// fence, which is above every epoch handed out before their grant.
+    /// Once a derived write at epoch `f` is accepted, writes with fence `f`
+    /// (a writer past its lease) are refused; derived writes at `f` are not.
     ///
     /// # Errors
     ///
@@ -185,8 +263,8 @@ impl FencedStore {
         epoch: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        // The same comparison as a writer's: epoch ≥ the high-water.
-        self.write_as(conn, resource, None, epoch, value)
+        // epoch ≥ the high-water, whoever wrote at it.
+        self.write_as(conn, resource, None, Mode::Derived, epoch, value)
     }
 
     /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
@@ -204,7 +282,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, Some(slot), fence, value)
+        self.write_as(conn, resource, Some(slot), Mode::Holder, fence, value)
     }
 
     fn write_as(
@@ -212,10 +290,11 @@ impl FencedStore {
         conn: &mut impl redis::ConnectionLike,
         resource: &str,
         slot: Option<u32>,
+        mode: Mode,
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        let invocation = self.invocation(resource, slot, fence, value);
+        let invocation = self.invocation(resource, slot, mode, fence, value);
         verdict(
             &invocation
                 .invoke::<Value>(conn)
@@ -223,22 +302,25 @@ impl FencedStore {
         )
     }
 
-    /// The write script's call for (`resource`, `slot`) at `fence`, the
-    /// same whichever front end sends it.
+    /// The write script's call for (`resource`, `slot`) at `fence` by
+    /// `mode`, the same whichever front end sends it.
     fn invocation(
         &self,
         resource: &str,
         slot: Option<u32>,
+        mode: Mode,
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> redis::ScriptInvocation<'static> {
-        let (fence_field, value_field) = fields(slot);
+        let fields = fields(slot);
         let mut invocation = FENCED_WRITE.key(self.name(resource));
         invocation
             .arg(fence.get())
             .arg(value)
-            .arg(fence_field)
-            .arg(value_field);
+            .arg(fields.fence)
+            .arg(fields.value)
+            .arg(fields.derived)
+            .arg(mode.arg());
         invocation
     }
 
@@ -256,7 +338,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, fence, value)
+        self.write_as_async(conn, resource, None, Mode::Holder, fence, value)
             .await
     }
 
@@ -273,7 +355,7 @@ impl FencedStore {
         epoch: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, epoch, value)
+        self.write_as_async(conn, resource, None, Mode::Derived, epoch, value)
             .await
     }
 
@@ -291,7 +373,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, Some(slot), fence, value)
+        self.write_as_async(conn, resource, Some(slot), Mode::Holder, fence, value)
             .await
     }
 
@@ -301,10 +383,11 @@ impl FencedStore {
         conn: &mut impl redis::aio::ConnectionLike,
         resource: &str,
         slot: Option<u32>,
+        mode: Mode,
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        let invocation = self.invocation(resource, slot, fence, value);
+        let invocation = self.invocation(resource, slot, mode, fence, value);
         let reply = invocation.invoke_async::<Value>(conn).await;
         verdict(&reply.map_err(WriteError::Redis)?)
     }
@@ -342,11 +425,11 @@ impl FencedStore {
         resource: &str,
         slot: Option<u32>,
     ) -> redis::RedisResult<Option<(Fence, Vec<u8>)>> {
-        let (fence_field, value_field) = fields(slot);
+        let fields = fields(slot);
         let (fence, value): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
             .arg(self.name(resource))
-            .arg(fence_field)
-            .arg(value_field)
+            .arg(fields.fence)
+            .arg(fields.value)
             .query(conn)?;
         Ok(fence.zip(value).map(|(f, v)| (Fence::new(f), v)))
     }

@@ -1,8 +1,9 @@
 //! Fences doing their job against a real Redis: `redlease::fenced`'s
 //! compare-and-set store rejects a stale holder's late write after a newer
 //! holder wrote (sync `write` and async `write_async`; a permit's per
-//! (resource, slot) with `write_permit`), and
-//! `Config::fence_counter_ttl` lets an unused fence counter expire while the
+//! (resource, slot) with `write_permit`), a read-write lease's writer whose
+//! lease ran out is refused at its own fence once a reader's derived write
+//! at that fence was accepted, and `Config::fence_counter_ttl` lets an unused fence counter expire while the
 //! next grant still gets a higher fence (seeded from Redis `TIME` × 1000).
 //!
 //! The lease bodies are generic over the behaviour suite's `Front` and run
@@ -232,6 +233,76 @@ fn a_stale_cache_fill_is_rejected_after_a_newer_writer_committed<F: Front>() {
     assert_eq!(F::release_read(slow).unwrap(), ReleaseOutcome::Expired);
 }
 
+/// A writer whose lease ran out is fenced out by the reader that got in
+/// after it: a reader's epoch is the last writer's fence `f`, so a write
+/// derived from that read is accepted at `f`, and from then on the stale
+/// writer's writes with `f` are refused, while further fills at `f` are
+/// still accepted. Before its lease ran out the writer wrote twice with
+/// `f` (the same live holder writing again), and the next writer writes
+/// above `f` as often as it likes.
+fn an_expired_writers_write_is_rejected_after_a_fill_derived_at_its_fence<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced-rw-expired");
+    let writer: F = connect(&server, config(&ns));
+    let reader: F = connect(&server, config(&ns));
+    let store = FencedStore::new(ns.as_str());
+    let mut conn = server.conn();
+
+    let w = granted(
+        writer.write_with("doc", leased(Duration::from_millis(300))),
+        "the writer",
+    );
+    let fence = F::write_fence(&w);
+    store.write(&mut conn, RESOURCE, fence, "v1").unwrap();
+    store
+        .write(&mut conn, RESOURCE, fence, "v1, saved again")
+        .unwrap();
+
+    // The writer stalls past its lease; a reader gets in after it.
+    let r = granted(
+        reader.read_with("doc", behaviour::common::waiting(BOUND)),
+        "a reader after the writer's lease ran out",
+    );
+    let epoch = F::epoch(&r);
+    assert_eq!(epoch, fence, "the epoch is the expired writer's fence");
+    store
+        .write_derived(&mut conn, RESOURCE, epoch, "v1 rendered")
+        .unwrap();
+
+    // The writer wakes up and writes again with its fence: stale.
+    assert_stale(store.write(&mut conn, RESOURCE, fence, "late save"), fence);
+    assert_eq!(
+        read(&store, &server),
+        Some((fence, "v1 rendered".to_owned())),
+        "the late save changed nothing"
+    );
+    // Fills at the epoch are still current.
+    store
+        .write_derived(&mut conn, RESOURCE, epoch, "v1 rendered again")
+        .unwrap();
+    assert_stale(store.write(&mut conn, RESOURCE, fence, "later save"), fence);
+    assert_eq!(F::release_read(r).unwrap(), ReleaseOutcome::Released);
+
+    // The next writer is above the epoch and may write again.
+    let next = granted(writer.write_with("doc", no_wait()), "the next writer");
+    let next_fence = F::write_fence(&next);
+    assert!(next_fence > fence);
+    store.write(&mut conn, RESOURCE, next_fence, "v2").unwrap();
+    store
+        .write(&mut conn, RESOURCE, next_fence, "v2, saved again")
+        .unwrap();
+    assert_stale(
+        store.write_derived(&mut conn, RESOURCE, epoch, "v1 rendered, late"),
+        next_fence,
+    );
+    assert_eq!(
+        read(&store, &server),
+        Some((next_fence, "v2, saved again".to_owned()))
+    );
+    assert_eq!(F::release_write(next).unwrap(), ReleaseOutcome::Released);
+    drop(w);
+}
+
 /// With `fence_counter_ttl(200 ms)` the fence counter carries a TTL after
 /// an acquire, disappears once unused for that long, and the next acquire
 /// still gets a higher fence, seeded from the server's `TIME` in ms × 1000.
@@ -286,6 +357,11 @@ macro_rules! fenced_suite {
         #[test]
         fn a_stale_cache_fill_is_rejected_after_a_newer_writer_committed() {
             super::a_stale_cache_fill_is_rejected_after_a_newer_writer_committed::<$front>();
+        }
+        #[test]
+        fn an_expired_writers_write_is_rejected_after_a_fill_derived_at_its_fence() {
+            super::an_expired_writers_write_is_rejected_after_a_fill_derived_at_its_fence::<$front>(
+            );
         }
         #[test]
         fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence() {
@@ -419,6 +495,18 @@ fn write_async_rejects_a_stale_holder_on_smol_and_futures() {
         );
         store
             .write_derived_async(&mut conn, RESOURCE, new, "current fill")
+            .await
+            .unwrap();
+        // A fill at `new` means writer `new`'s lease is over: its write
+        // with `new` is stale now; the slot registers are untouched.
+        assert_stale(
+            store
+                .write_async(&mut conn, RESOURCE, new, "late save")
+                .await,
+            new,
+        );
+        store
+            .write_permit_async(&mut conn, RESOURCE, 3, new, "slot 3 again")
             .await
             .unwrap();
     });

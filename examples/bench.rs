@@ -10,7 +10,8 @@
 //! a fenced semaphore, `--permits 3`), `rw` (read-mostly contention on a
 //! read-write lease, with a lock baseline), `wakeup`, `many-keys`,
 //! `scale` (distinct keys over 1..8 processes, one key over 1..128 waiters
-//! per process), `memory`, `core` (micro-benchmarks of the sans-IO core;
+//! per process), `async-vs-blocking` (the async cycle under each executor
+//! and connection kind against the blocking one, issue 22), `memory`, `core` (micro-benchmarks of the sans-IO core;
 //! needs `--features bench-hooks`). `contention`, `semaphore`, `rw`,
 //! `scale` and `memory` re-execute this binary as worker processes
 //! (`contention-worker`, `memory-child`). `free-port` prints a free
@@ -34,6 +35,8 @@ use std::io::Write;
 
 #[path = "bench/async_hops.rs"]
 mod async_hops;
+#[path = "bench/async_vs_blocking.rs"]
+mod async_vs_blocking;
 #[path = "bench/contention.rs"]
 mod contention;
 #[path = "bench/core.rs"]
@@ -168,6 +171,7 @@ fn run() -> BoxResult<()> {
         "async-hops-row" => return async_hops::row(&args),
         "uncontended" => uncontended::run(&args)?,
         "async-hops" => async_hops::run(&args)?,
+        "async-vs-blocking" => async_vs_blocking::run(&args)?,
         "script-floor" => script_floor::run(&args)?,
         "contention" | "semaphore" => contention::run(&args)?,
         "rw" => rw::run(&args)?,

@@ -55,31 +55,69 @@ struct Driver {
 }
 
 /// The commands waiting for a reply by arrival (ids only grow, so the
-/// first is the oldest); waking the queue wakes the oldest.
-#[derive(Default)]
+/// first is the oldest); waking the queue marks the driver woken and wakes
+/// the oldest.
 struct Queue {
     waiting: Mutex<BTreeMap<u64, Waker>>,
     next_id: AtomicU64,
+    /// Whether the driver was woken since its last poll (at first: never
+    /// polled). A poll without a wake finds nothing new, and costs a
+    /// `recv` that says `EAGAIN` (the stream tries to read first), so
+    /// commands skip it: `bench async-vs-blocking`, issue 22.
+    woken: AtomicBool,
 }
+
+impl Default for Queue {
+    fn default() -> Self {
+        Queue {
+            waiting: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            woken: AtomicBool::new(true),
+        }
+    }
+}
+
+/// The most polls of the driver in a row by one command: past them a
+/// driver still woken is left to the oldest waiting command's next poll.
+const POLLS_IN_A_ROW: usize = 16;
 
 impl Driver {
     /// Polls the driver once, unless another command is polling it now
-    /// (that poll registers the same waker).
-    fn drive(&self) {
-        let Some(mut future) = self.future.try_lock() else {
-            return;
-        };
-        let Some(driver) = future.as_mut() else {
-            return;
-        };
-        let waker = futures::task::waker(self.queue.clone());
-        if driver
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_ready()
-        {
-            *future = None;
-            self.ended.store(true, Ordering::Release);
+    /// (that poll registers the same waker); `only_if_woken`: only if it
+    /// was woken since its last poll. A wake during the poll polls it
+    /// again, so that a wake seen by a command that found the driver busy
+    /// is not lost.
+    fn drive(&self, only_if_woken: bool) {
+        let queue = &self.queue;
+        let mut force = !only_if_woken;
+        for _ in 0..POLLS_IN_A_ROW {
+            if !force && !queue.woken.load(Ordering::Acquire) {
+                return;
+            }
+            let Some(mut future) = self.future.try_lock() else {
+                return;
+            };
+            // Cleared before the poll: a wake during it is seen next turn.
+            if !queue.woken.swap(false, Ordering::AcqRel) && !force {
+                return;
+            }
+            force = false;
+            let Some(driver) = future.as_mut() else {
+                return;
+            };
+            let waker = futures::task::waker(queue.clone());
+            if driver
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready()
+            {
+                *future = None;
+                self.ended.store(true, Ordering::Release);
+                return;
+            }
+        }
+        if queue.woken.load(Ordering::Acquire) {
+            Queue::wake_oldest(queue);
         }
     }
 
@@ -118,11 +156,18 @@ impl Driver {
     }
 }
 
-impl ArcWake for Queue {
-    fn wake_by_ref(arc_self: &Arc<Self>) {
-        if let Some((_, oldest)) = arc_self.waiting.lock().first_key_value() {
+impl Queue {
+    fn wake_oldest(&self) {
+        if let Some((_, oldest)) = self.waiting.lock().first_key_value() {
             oldest.wake_by_ref();
         }
+    }
+}
+
+impl ArcWake for Queue {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.woken.store(true, Ordering::Release);
+        arc_self.wake_oldest();
     }
 }
 
@@ -141,7 +186,7 @@ impl DrivenConnection {
         let open = async {
             let tcp = connect_tcp(host, port).await?;
             tcp.get_ref().set_nodelay(nodelay)?;
-            let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(tcp);
+            let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(Stream::new(tcp));
             let (conn, driver) =
                 MultiplexedConnection::new_with_config(info, stream, config).await?;
             let driver: DriverFuture = Box::pin(driver);
@@ -166,8 +211,110 @@ impl DrivenConnection {
     /// Whether the connection is still open, after letting the driver read
     /// what came in while no command waited (the server closing it).
     pub(crate) fn is_open(&self) -> bool {
-        self.driver.drive();
+        // Even if not woken: async-io's reactor may not have passed the
+        // close on yet, the socket itself says it at once.
+        self.driver.drive(false);
         !self.driver.ended.load(Ordering::Acquire)
+    }
+}
+
+/// The connection's TCP stream: after a read found nothing, it reads
+/// again only once async-io's reactor has woken it for the socket.
+///
+/// `Async::poll_read` tries the socket before asking the reactor, and the
+/// redis crate's driver reads at every turn (ready, flush, read), so each
+/// command cost three to five `recv`s that said `EAGAIN` (`strace -c` over
+/// `bench async-vs-blocking`, issue 22), where a blocking connection makes
+/// one `recv` per reply. The first read after data still goes to the
+/// socket at once, so a reply already there costs no trip to the reactor.
+///
+/// The reactor's wake, not `poll_readable`'s answer, lets the next read
+/// through: an event that comes in the reactor turn that registered the
+/// interest wakes the waker, but `poll_readable` keeps saying `Pending`.
+struct Stream {
+    io: async_io::Async<std::net::TcpStream>,
+    /// The last read said `EAGAIN`: read again once `readable` is set.
+    drained: bool,
+    readable: Arc<Readable>,
+}
+
+/// The waker registered with the reactor: notes the socket readable, then
+/// wakes the driver.
+#[derive(Default)]
+struct Readable {
+    woken: AtomicBool,
+    driver: futures::task::AtomicWaker,
+}
+
+impl ArcWake for Readable {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.woken.store(true, Ordering::Release);
+        arc_self.driver.wake();
+    }
+}
+
+impl Stream {
+    fn new(io: async_io::Async<std::net::TcpStream>) -> Self {
+        Stream {
+            io,
+            drained: false,
+            readable: Arc::default(),
+        }
+    }
+}
+
+impl futures::io::AsyncRead for Stream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        loop {
+            if this.drained {
+                this.readable.driver.register(cx.waker());
+                if !this.readable.woken.swap(false, Ordering::AcqRel) {
+                    let waker = futures::task::waker_ref(&this.readable);
+                    match this.io.poll_readable(&mut Context::from_waker(&waker)) {
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Pending if this.readable.woken.swap(false, Ordering::AcqRel) => {}
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                this.drained = false;
+            }
+            match std::io::Read::read(&mut this.io.get_ref(), buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => this.drained = true,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+}
+
+impl futures::io::AsyncWrite for Stream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_close(cx)
     }
 }
 
@@ -205,7 +352,7 @@ impl<F: Future + Unpin> Future for Driving<'_, F> {
             return Poll::Ready(this.done(out));
         }
         this.driver.register(&mut this.id, cx.waker());
-        this.driver.drive();
+        this.driver.drive(true);
         if let Poll::Ready(out) = Pin::new(&mut this.command).poll(cx) {
             return Poll::Ready(this.done(out));
         }

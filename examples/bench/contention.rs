@@ -77,13 +77,29 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         .arg("resetchannels")
         .arg("+@all")
         .query::<()>(&mut admin)?;
+    let handovers: Vec<bool> = match args.get("handover").unwrap_or("on") {
+        "both" => vec![true, false],
+        "on" => vec![true],
+        "off" => vec![false],
+        other => return Err(format!("--handover: on, off or both, not {other:?}").into()),
+    };
+    let mut plan = plan;
     let mut out = Vec::new();
     for front in args.fronts()? {
         let mut per_front = Vec::new();
         for &notify in &modes {
-            let r = one(front, &url, notify, &plan)?;
-            eprintln!("{}", headline(front, notify, &r));
-            per_front.push((if notify { "notify" } else { "poll_only" }, r));
+            for &handover in &handovers {
+                plan.handover = handover;
+                let r = one(front, &url, notify, &plan)?;
+                eprintln!("{} handover {handover}", headline(front, notify, &r));
+                let name = match (notify, handover) {
+                    (true, true) => "notify",
+                    (false, true) => "poll_only",
+                    (true, false) => "notify_race",
+                    (false, false) => "poll_only_race",
+                };
+                per_front.push((name, r));
+            }
         }
         out.push((front.name(), J::obj(per_front)));
     }
@@ -102,6 +118,9 @@ pub(crate) struct Plan {
     pub(crate) distinct_keys: bool,
     /// Say STOP after this long, whatever the count.
     pub(crate) duration: Option<Duration>,
+    /// The workers' `Config::handover` (docs/HANDOVER.md): on, or the
+    /// race of every waiting process after a release (the 0.1 path).
+    pub(crate) handover: bool,
 }
 
 impl Plan {
@@ -123,6 +142,7 @@ impl Plan {
             budget,
             distinct_keys: false,
             duration: None,
+            handover: true,
         }
     }
 }
@@ -362,6 +382,7 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
             .args(["--permits", &plan.kind.permits().unwrap_or(0).to_string()])
             .args(["--write-every", &write_every.to_string()])
             .args(["--distinct", if plan.distinct_keys { "1" } else { "0" }])
+            .args(["--handover", if plan.handover { "1" } else { "0" }])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -843,6 +864,7 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     let permits: u32 = args.num("permits", 0)?;
     let write_every: u32 = args.num("write-every", 0)?;
     let distinct = args.num::<u8>("distinct", 0)? != 0;
+    let handover = args.num::<u8>("handover", 1)? != 0;
     let kind = match (permits, write_every) {
         (0, 0) => Kind::Lock,
         (0, n) => Kind::Rw { write_every: n },
@@ -885,7 +907,8 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
     let config = Config::new(ns)
         .lease(Duration::from_secs(5))
         .wait(Duration::from_secs(60))
-        .max_waiters(waiters.max(128));
+        .max_waiters(waiters.max(128))
+        .handover(handover);
     let (recs, stats) = match front {
         Front::Blocking => {
             let locker = Arc::new(redlease::blocking::Locker::connect(url.as_str(), config)?);

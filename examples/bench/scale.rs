@@ -59,6 +59,7 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
             total: args.num("total", if quick { 100 } else { 400 })?,
             hold: Duration::from_micros(args.num("hold-us", 2_000)?),
             budget: Duration::from_secs(args.num("budget-s", 60)?),
+            handover: args.get("handover").unwrap_or("on") != "off",
         };
         out.push(("one_key", one_key(&url, &fronts, &plan)?));
     }
@@ -248,6 +249,8 @@ struct OneKeyPlan {
     total: usize,
     hold: Duration,
     budget: Duration,
+    /// The workers' `Config::handover` (`--handover on|off`, default on).
+    handover: bool,
 }
 
 const ONE_KEY_COLUMNS: [&str; 21] = [
@@ -293,7 +296,7 @@ fn one_key(url: &str, fronts: &[Front], plan: &OneKeyPlan) -> BoxResult<J> {
     for &front in fronts {
         let first_row = rows.len();
         for &waiters in &plan.waiters {
-            let p = Plan::new(
+            let mut p = Plan::new(
                 Kind::Lock,
                 plan.processes,
                 waiters,
@@ -301,6 +304,7 @@ fn one_key(url: &str, fronts: &[Front], plan: &OneKeyPlan) -> BoxResult<J> {
                 plan.hold,
                 plan.budget,
             );
+            p.handover = plan.handover;
             let raw = contention::gather(front, url, true, &p)?;
             let mut j = contention::analyse(front, true, &p, raw);
             let row = J::obj(ONE_KEY_COLUMNS.iter().map(|&c| {

@@ -18,35 +18,20 @@ use crate::front::Async;
 pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 
 /// A lease client for async code on any executor: `Locker<Async>` (see
-/// [`Locker`](crate::Locker) for what every locker does). Each call
-/// returns a `Send` future.
+/// [`Locker`](crate::Locker) for what every locker does). Each call returns
+/// a `Send` future, which does nothing until polled.
 ///
-/// The same API and semantics as [`blocking::Locker`](crate::blocking::Locker),
-/// with `.await`. It needs no tokio runtime: commands share one multiplexed
-/// connection of the redis crate's smol runtime support, timers come from
-/// `async-io`, wake-ups from `event-listener`. The redis crate runs each
-/// connection's driver on smol's global executor, which starts one `smol-1`
-/// thread (the `SMOL_THREADS` environment variable sets how many) plus the
-/// `async-io` reactor thread, whatever executor your code runs on. While
-/// anyone waits, a thread of this crate holds the release-notification
-/// subscription.
-///
-/// Cancelling an acquire = dropping its future: a waiter leaves its line
-/// without disturbing it, and an acquire Redis may have granted after the
-/// drop is released by token. Dropping a held [`Lease`](super::Lease) never blocks: its
-/// token goes back to the locker, which releases it within one round trip
-/// when a waiter of the locker waits for that key, else at its next
-/// operation or at shutdown.
-///
-/// # Fairness
-///
-/// Waiters of one locker for one key are served in arrival order.
-///
-/// # Examples
+/// It needs no tokio runtime: timers come from `async-io`, wake-ups from
+/// `event-listener`. On one server over TCP the command connection is
+/// driven by the futures waiting on it; over TLS, a unix socket or a
+/// Cluster the redis crate drives it on smol's global executor (one
+/// `smol-1` thread, `SMOL_THREADS` sets how many). While anyone waits, a
+/// thread of this crate holds the release-notification subscription.
+/// Cancelling an acquire is dropping its future; dropping a held lease
+/// never blocks (see [`Lease`](crate::Lease)).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redlease::Error> {
-/// use std::time::Duration;
 /// use redlease::{aio::Locker, Config};
 ///
 /// let locker = Locker::connect("redis://127.0.0.1:6379/0", Config::new("my-service")).await?;

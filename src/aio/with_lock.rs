@@ -24,19 +24,12 @@ use crate::lost::Lost;
 type Guard<K> = crate::Lease<Async, K>;
 
 impl Locker {
-    /// Acquires `key`, awaits `f(&lease, &lost)`, and releases the lease
-    /// afterwards whether `f` returned `Ok`, `Err` or panicked (the panic
-    /// resumes after the release).
-    ///
-    /// The async twin of
-    /// [`blocking::Locker::with_lock`](crate::blocking::Locker::with_lock):
-    /// `f` is an async closure, its error type only needs `From<Error>`, and
-    /// with [`WithLock::extend`] the lease is renewed every lease/2 by this
-    /// same future while `f` runs (a failed renewal is sent again while the
-    /// lease has time left); an extension still in flight finishes before
-    /// the release. [`Lost::wait`] completes on a loss. If the `with_lock`
-    /// future itself is dropped, the lease goes back to the locker like any
-    /// dropped lease.
+    /// Acquires `key`, awaits `f(&lease, &lost)` and releases the lease
+    /// afterwards, whatever `f` did; with [`WithLock::extend`] this same
+    /// future renews the lease while `f` runs ([`Lost::wait`] completes on a
+    /// loss). See
+    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write)
+    /// for the rules (errors, panics, renewals, `lost`).
     ///
     /// # Examples
     ///
@@ -95,10 +88,7 @@ impl Semaphore {
 impl RwLock {
     /// Acquires a read lease, awaits `f(&read, &lost)` and releases it
     /// afterwards, as [`Locker::with_lock`] does with a lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Locker::with_lock`].
+
     pub async fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,
@@ -110,10 +100,7 @@ impl RwLock {
 
     /// Acquires the write lease, awaits `f(&write, &lost)` and releases it
     /// afterwards, as [`Locker::with_lock`] does with a lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Locker::with_lock`].
+
     pub async fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,
@@ -140,11 +127,9 @@ where
 }
 
 impl<K: Kind> Guard<K> {
-    /// Keeps this lease alive while `f`'s future runs, as
-    /// [`Locker::with_lock`] with [`WithLock::extend`] does (the renewer
-    /// runs inside this same future), and returns what `f` returns. The
-    /// lease stays held afterwards: release it or drop it. The async twin
-    /// of [`blocking::Lease::keep_alive`](crate::blocking::Lease::keep_alive).
+    /// Keeps this lease alive while `f`'s future runs (the renewer runs
+    /// inside this same future) and returns what `f` returns; the lease
+    /// stays held (see [`Lease`](crate::Lease#keeping-it-alive-keep_alive)).
     ///
     /// # Examples
     ///

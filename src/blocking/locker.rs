@@ -19,23 +19,9 @@ use crate::front::Blocking;
 pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 
 /// A lease client for std threads: `Locker<Blocking>` (see
-/// [`Locker`](crate::Locker) for what every locker does). Each call runs on
-/// the caller's thread and returns its result.
-///
-/// # Examples
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use redlease::{blocking::Locker, Config};
-///
-/// let config = Config::new("my-service").lease(Duration::from_secs(10));
-/// let locker = Locker::connect("redis://127.0.0.1:6379/0", config)?;
-/// let lease = locker.acquire("job:42")?;
-/// println!("holding job:42 with fence {}", lease.fence());
-/// lease.release()?;
-/// locker.shutdown()?;
-/// # Ok::<(), redlease::Error>(())
-/// ```
+/// [`Locker`](crate::Locker) for what every locker and its examples do).
+/// Each call runs on the caller's thread and returns its result; dropping
+/// a held lease releases it at once.
 pub type Locker = crate::Locker<Blocking>;
 
 /// Opens a blocking locker's connections to `target` (`Front::open`).

@@ -18,26 +18,11 @@ use crate::lost::Lost;
 type Guard<K> = crate::Lease<Blocking, K>;
 
 impl Locker {
-    /// Acquires `key`, runs `f(&lease, &lost)`, and releases the lease
-    /// afterwards whether `f` returned `Ok`, `Err` or panicked (the panic
-    /// resumes after the release).
-    ///
-    /// Returns what `f` returns. `f`'s error type only needs `From<Error>`,
-    /// the shape of diesel's `transaction`: not obtaining the lock comes back
-    /// as `E::from(Busy / WaitTimeout / ...)` and `f` is not called. A failed
-    /// release does not change the result; it is logged
-    /// (`LOCK_RELEASE_FAILED`) and the TTL ends the lease.
-    ///
-    /// With [`WithLock::extend`] the lease is renewed to its full length
-    /// every lease/2 (counted from when the acquire, then each renewal, was
-    /// sent) while `f` runs, by one scoped thread joined before `with_lock`
-    /// returns. A renewal that fails with a Redis error is sent again after
-    /// a short backoff while the lease has time left. `lost` fires with
-    /// [`Error::LockLost`] when a renewal finds the lease expired or taken,
-    /// or when the local deadline passes without a confirmed renewal; `f`
-    /// should then stop soon. Renewal stops before the release, so a release
-    /// never looks like a loss. If no thread can be started for the renewer,
-    /// `lost` fires at once (cause: the deadline) and `f` still runs.
+    /// Acquires `key`, runs `f(&lease, &lost)` and releases the lease
+    /// afterwards, whatever `f` did; with [`WithLock::extend`] a scoped
+    /// thread renews the lease while `f` runs. See
+    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write)
+    /// for the rules (errors, panics, renewals, `lost`).
     ///
     /// # Examples
     ///
@@ -94,10 +79,7 @@ impl Semaphore {
 impl RwLock {
     /// Acquires a read lease, runs `f(&read, &lost)` and releases it
     /// afterwards, as [`Locker::with_lock`] does with a lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`Locker::with_lock`].
+
     pub fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,
@@ -122,10 +104,7 @@ impl RwLock {
     /// })?;
     /// # Ok(()) }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Locker::with_lock`].
+
     pub fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,
@@ -152,23 +131,9 @@ where
 }
 
 impl<K: Kind> Guard<K> {
-    /// Keeps this lease alive while `f` runs, exactly as
-    /// [`Locker::with_lock`] with [`WithLock::extend`] does, and returns
-    /// what `f` returns. The lease stays held afterwards: release it (to
-    /// learn the [`ReleaseOutcome`](crate::ReleaseOutcome)) or drop it.
-    ///
-    /// For a caller that acquires and releases by itself (to show progress
-    /// while it waits, or to report how the release went) but wants
-    /// `with_lock`'s renewals: the lease is renewed every lease/2 by one
-    /// scoped thread, a renewal that fails with a Redis error
-    /// (`ProviderFailed`, `OutcomeUnknown`) is sent again after a short
-    /// backoff while the lease has time left, and `lost` fires with
-    /// [`Error::LockLost`] only when a renewal finds the lease expired or
-    /// taken, or the local deadline passes without a confirmed renewal.
-    /// Renewal stops (the thread is joined) before `keep_alive` returns,
-    /// also when `f` panics. A clone of `lost` keeps telling, after the
-    /// return, whether the lease was lost while it was kept alive (a
-    /// renewal under way when `f` returned may still have found it gone).
+    /// Keeps this lease alive while `f` runs, by one scoped thread, and
+    /// returns what `f` returns; the lease stays held (see
+    /// [`Lease`](crate::Lease#keeping-it-alive-keep_alive)).
     ///
     /// # Examples
     ///

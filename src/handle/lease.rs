@@ -33,6 +33,20 @@ use crate::front::{Call, Front};
 /// releases it within one round trip when one of its waiters waits for the
 /// key, else at its next operation or at shutdown. The TTL ends it in any
 /// case. Call [`release`](Self::release) to learn the outcome.
+///
+/// # Keeping it alive: `keep_alive`
+///
+/// `keep_alive(f)` (blocking: a closure; async: an async closure) keeps
+/// the lease alive while `f` runs, exactly as `with_lock` with `extend`
+/// does (see [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write)),
+/// and returns what `f` returns; the lease stays held afterwards: release
+/// it (to learn the [`ReleaseOutcome`]) or drop it. It serves a caller that
+/// acquires and releases by itself (to show progress while it waits, or to
+/// report how the release went) but wants `with_lock`'s renewals. Renewal
+/// stops before `keep_alive` returns, also when `f` panics. A clone of
+/// `lost` keeps telling, after the return, whether the lease was lost while
+/// it was kept alive (a renewal under way when `f` returned may still have
+/// found it gone).
 #[must_use = "if unused the lease is released at once (async: soon after, by its locker)"]
 pub struct Lease<F: Front, K: Kind = kind::Lock> {
     state: LeaseState<F>,

@@ -33,7 +33,37 @@ use crate::stats::Stats;
 /// # Fairness
 ///
 /// Waiters of one locker for one key are served in arrival order. Across
-/// lockers and processes no order is promised.
+/// lockers and processes, with [`Config::handover`] (the default) a lock
+/// goes to waiting lockers in the order they started waiting
+/// (docs/HANDOVER.md); semaphores and read-write leases promise no order
+/// across lockers.
+///
+/// # Work while holding: `with_lock`, `with_permit`, `with_read`, `with_write`
+///
+/// Each acquires, runs the caller's closure (blocking: `FnOnce`; async: an
+/// async closure) as `f(&lease, &lost)`, and releases the lease afterwards
+/// whether `f` returned `Ok`, `Err` or panicked (the panic resumes after the
+/// release). It returns what `f` returns; `f`'s error type only needs
+/// `From<Error>`, the shape of diesel's `transaction`: not obtaining the
+/// lease comes back as `E::from(Busy / WaitTimeout / ...)` and `f` is not
+/// called. A failed release does not change the result; it is logged
+/// (`LOCK_RELEASE_FAILED`) and the TTL ends the lease.
+///
+/// With [`WithLock::extend`](crate::WithLock::extend) the lease is renewed
+/// to its full length every lease/2 (counted from when the acquire, then
+/// each renewal, was sent) while `f` runs: by one scoped thread joined
+/// before the call returns (blocking; if no thread can be started, `lost`
+/// fires at once and `f` still runs), or inside the same future, selected
+/// against `f`'s (async; never spawned, and an extension in flight finishes
+/// before the release). A renewal that fails with a Redis error is sent
+/// again after a short backoff while the lease has time left. `lost` fires
+/// with [`Error::LockLost`] when a renewal finds the lease expired or taken,
+/// or when the local deadline passes without a confirmed renewal; `f` should
+/// then stop soon. Renewal stops before the release, so a release never
+/// looks like a loss. If an async `with_lock` future is itself dropped, the
+/// lease goes back to the locker like any dropped lease.
+/// [`Lease::keep_alive`] gives the same renewals to a lease the caller
+/// acquired and releases itself.
 ///
 /// # Examples
 ///

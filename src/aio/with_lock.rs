@@ -88,7 +88,6 @@ impl Semaphore {
 impl RwLock {
     /// Acquires a read lease, awaits `f(&read, &lost)` and releases it
     /// afterwards, as [`Locker::with_lock`] does with a lease.
-
     pub async fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,
@@ -100,7 +99,6 @@ impl RwLock {
 
     /// Acquires the write lease, awaits `f(&write, &lost)` and releases it
     /// afterwards, as [`Locker::with_lock`] does with a lease.
-
     pub async fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,

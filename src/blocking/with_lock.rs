@@ -79,7 +79,6 @@ impl Semaphore {
 impl RwLock {
     /// Acquires a read lease, runs `f(&read, &lost)` and releases it
     /// afterwards, as [`Locker::with_lock`] does with a lease.
-
     pub fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,
@@ -104,7 +103,6 @@ impl RwLock {
     /// })?;
     /// # Ok(()) }
     /// ```
-
     pub fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,

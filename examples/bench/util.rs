@@ -308,9 +308,13 @@ impl CommandStats {
 }
 
 /// Commands the crate only runs inside its Lua scripts, never on their own
-/// (the sorted-set ones, `pexpireat` and `zcard` in the read-write lease's).
-const SCRIPT_INTERNAL: [&str; 18] = [
+/// (the sorted-set ones, `pexpireat` and `zcard` in the read-write lease's;
+/// the list ones and `getdel` in the lock's hand-over).
+const SCRIPT_INTERNAL: [&str; 21] = [
     "get",
+    "getdel",
+    "lpop",
+    "rpush",
     "mget",
     "set",
     "del",

@@ -72,6 +72,12 @@ pub(crate) struct Line {
     /// The token the attempt in flight registers if it holds the lease
     /// (its claim re-registers the locker for its next waiter).
     registering_next: Option<OwnerToken>,
+    /// The retry instant the head's last busy reply or failure set: a grant
+    /// to another locker may bring the retry forward (to take over a grant
+    /// nobody claims), and its claim puts it back here, never later, so a
+    /// registered locker still attempts (and refreshes its registration)
+    /// at least every safety interval.
+    scheduled: Option<Instant>,
 }
 
 impl Line {
@@ -82,6 +88,7 @@ impl Line {
             holder_until: None,
             registered: None,
             registering_next: None,
+            scheduled: None,
         }
     }
 
@@ -151,16 +158,13 @@ impl Line {
         None
     }
 
-    /// The grant was claimed: the lease is held for a whole lease again, so
-    /// a head that moved its retry for the claim window backs off to the
-    /// safety interval.
-    pub(crate) fn handle_claimed(&mut self, now: Instant, safety: Duration) {
-        if let HeadState::Backoff { retry_at: Some(at) } = self.head {
-            if let Some(later) = deadline_after(now, safety).filter(|later| at < *later) {
-                self.head = HeadState::Backoff {
-                    retry_at: Some(later),
-                };
-            }
+    /// The grant was claimed: a head that moved its retry for the claim
+    /// window goes back to the retry its last reply set.
+    pub(crate) fn handle_claimed(&mut self) {
+        if let HeadState::Backoff { .. } = self.head {
+            self.head = HeadState::Backoff {
+                retry_at: self.scheduled,
+            };
         }
     }
 
@@ -283,8 +287,9 @@ impl Line {
             HeadState::Attempting { notified: true } => HeadState::Ready,
             _ => {
                 let delay = remaining.map_or(safety, |r| r.min(safety));
+                self.scheduled = deadline_after(now, delay);
                 HeadState::Backoff {
-                    retry_at: deadline_after(now, delay),
+                    retry_at: self.scheduled,
                 }
             }
         };
@@ -301,8 +306,9 @@ impl Line {
     /// waiting survives faults): it tries again after `delay`. A release
     /// notification meanwhile brings the retry forward, which is harmless.
     pub(crate) fn handle_failed(&mut self, now: Instant, delay: Duration) {
+        self.scheduled = deadline_after(now, delay);
         self.head = HeadState::Backoff {
-            retry_at: deadline_after(now, delay),
+            retry_at: self.scheduled,
         };
     }
 
@@ -333,6 +339,7 @@ impl Line {
                 (r, b) => r.or(b),
             };
             if sooner != retry_at {
+                self.scheduled = sooner;
                 self.head = HeadState::Backoff { retry_at: sooner };
                 return self.head();
             }
@@ -489,5 +496,31 @@ mod tests {
         let at = now + Duration::from_millis(10);
         assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(Some(at)));
         assert_eq!(line.poll(w[0], at), LineStep::Attempt);
+    }
+
+    #[test]
+    fn a_grant_elsewhere_brings_the_retry_to_its_claim_window_and_its_claim_puts_it_back() {
+        let now = Instant::now();
+        let w = ids(1);
+        let mut line = Line::new();
+        line.join(w[0]);
+        line.poll(w[0], now);
+        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        let regular = LineStep::WaitUntil(Some(now + SAFETY));
+        let claim = Duration::from_millis(100);
+        assert_eq!(line.handle_grant_elsewhere(now, claim), Some(w[0]));
+        assert_eq!(
+            line.poll(w[0], now),
+            LineStep::WaitUntil(Some(now + claim + CLAIM_MARGIN))
+        );
+        // A second grant later never pushes the retry back.
+        let later = now + Duration::from_millis(50);
+        assert_eq!(line.handle_grant_elsewhere(later, claim), None);
+        line.handle_claimed();
+        assert_eq!(
+            line.poll(w[0], now),
+            regular,
+            "at least every safety interval"
+        );
     }
 }

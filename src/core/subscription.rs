@@ -136,7 +136,6 @@ impl Core {
             return true;
         };
         let ours = self.settings.handover.map(|h| h.reg);
-        let safety = self.safety_interval();
         let line = LineKey::lock(id);
         match handover {
             // Ours: the head claims it at once.
@@ -150,7 +149,7 @@ impl Core {
             }
             Handover::Claimed => {
                 if let Some(line) = self.lines.get_mut(&line) {
-                    line.handle_claimed(now, safety);
+                    line.handle_claimed();
                 }
                 return false;
             }

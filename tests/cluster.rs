@@ -206,6 +206,47 @@ fn a_paused_primary_fails_only_the_keys_in_its_slots<F: ClusterFront>() {
     locker.shutdown().unwrap();
 }
 
+/// The hand-over on a cluster: three lockers register for a key in a known
+/// order (the queue lives in the key's slot, on its primary) and the
+/// releases hand the key over in that order, through the key's sharded
+/// notifications (safety polls are 30 s, beyond the bound).
+fn grants_follow_registration_order_on_a_cluster<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-handover");
+    let holder: Arc<F> = connect(&cluster, config(&ns));
+    let held = granted(holder.acquire("job"), "holder");
+    let queue = format!("{ns}:lock-queue:{{{}}}", behaviour::common::key_sha("job"));
+    let queued = || -> usize {
+        redis::cmd("LLEN")
+            .arg(&queue)
+            .query(&mut cluster.cluster_conn())
+            .unwrap_or_else(|e| panic!("LLEN on the cluster: {e}"))
+    };
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let locker: Arc<F> = connect(&cluster, config(&ns));
+        let order = order.clone();
+        threads.push(spawn(&format!("locker-{i}"), move || {
+            let lease = granted(
+                locker.acquire_with("job", waiting(BOUND)),
+                "a registered waiter",
+            );
+            order.lock().unwrap().push(i);
+            F::release(lease).unwrap()
+        }));
+        wait_until(BOUND, &format!("locker {i} registered"), || {
+            queued() == i + 1
+        });
+    }
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    for t in threads {
+        assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    assert_eq!(queued(), 0, "every registration consumed");
+}
+
 macro_rules! cluster_suite {
     ($module:ident, $front:ty) => {
         mod $module {
@@ -229,6 +270,11 @@ macro_rules! cluster_suite {
             #[test]
             fn a_paused_primary_fails_only_the_keys_in_its_slots() {
                 super::a_paused_primary_fails_only_the_keys_in_its_slots::<$front>();
+            }
+
+            #[test]
+            fn grants_follow_registration_order_on_a_cluster() {
+                super::grants_follow_registration_order_on_a_cluster::<$front>();
             }
         }
     };

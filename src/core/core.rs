@@ -517,8 +517,9 @@ impl Core {
                         if let Some(line) = self.lines.get_mut(&line_key) {
                             line.attempt_registers(next);
                         }
+                        let register = !try_once && self.hears_grants(key);
                         Some(AcquireHandover {
-                            register: (!try_once).then_some(h.reg),
+                            register: register.then_some(h.reg),
                             reg_ms: h.reg_ms,
                             claim_ms: h.claim_ms.min(lease_ms),
                             channel: self.settings.channel,

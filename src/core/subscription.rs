@@ -270,6 +270,23 @@ impl Core {
         keys.into_iter().collect()
     }
 
+    /// Whether a grant for `key` would reach this locker now: its
+    /// notifications for the key are confirmed, or unavailable (then its
+    /// heads poll every `poll_interval` and find a grant by its token). A
+    /// locker registers in a hand-over queue only then, so that a grant
+    /// never goes to a locker that cannot hear of it; confirming the
+    /// subscription makes the head check (and register) at once.
+    pub(crate) fn hears_grants(&self, key: KeyId) -> bool {
+        let sub = &self.subscription;
+        match sub.mode {
+            Mode::Active => {
+                self.settings.channel == Channel::Standalone || sub.channels.contains(&key)
+            }
+            Mode::Unavailable => true,
+            Mode::Off | Mode::Starting => false,
+        }
+    }
+
     /// One key's channel subscription is confirmed (Redis Cluster): the
     /// subscription counts as active and that key's head checks once more.
     pub(crate) fn handle_channel_subscribed(&mut self, key: KeyId) {

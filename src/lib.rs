@@ -138,8 +138,10 @@
 //!
 //! # Guarantees and their limits
 //!
-//! One Redis server decides who holds a lease: there is no Redlock and no
-//! global FIFO (order is kept only inside one locker). A lease's validity
+//! One Redis server decides who holds a lease: there is no Redlock. Order
+//! is kept inside one locker and, for locks with
+//! [`Config::handover`] (the default), among waiting lockers in the order
+//! they registered in the key's queue in Redis (docs/HANDOVER.md). A lease's validity
 //! ([`blocking::Lease::is_valid`]) is a conservative local estimate counted
 //! from when the acquire was sent. A process can still be paused (GC, swap,
 //! a stopped VM) past its lease and act on a lock it lost; only a store that

@@ -236,6 +236,9 @@ pub(crate) struct Core {
     pub(super) lines: HashMap<LineKey, Line>,
     pub(super) leases: Slots<Owned>,
     pub(super) orphans: Vec<Owned>,
+    /// Lines whose last waiter left while the locker was registered in the
+    /// key's hand-over queue: their registrations are to be removed.
+    pub(super) deregistrations: Vec<LineKey>,
     pub(super) subscription: SubscriptionState,
     pub(super) shutting_down: bool,
     attempts_in_flight: usize,
@@ -252,6 +255,7 @@ impl Core {
             lines: HashMap::new(),
             leases: Slots::default(),
             orphans: Vec::new(),
+            deregistrations: Vec::new(),
             subscription: SubscriptionState::new(now),
             shutting_down: false,
             attempts_in_flight: 0,
@@ -361,6 +365,8 @@ impl Core {
             failures: 0,
         };
         let waiter_id = WaiterId(self.waiters.insert(waiter));
+        // Waiting again before the registration was removed: it stands.
+        self.deregistrations.retain(|k| *k != line_key);
         self.subscription.handle_key_wanted(line_key.id);
         self.lines
             .entry(line_key)
@@ -501,13 +507,9 @@ impl Core {
                 self.attempts_in_flight += 1;
                 let ttl = self.settings.fence_counter_ttl_ms;
                 let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
-                let lock = match &w.target {
-                    Target::Lock(names) => Some(names.id),
-                    _ => None,
-                };
                 let (second, registered) = (line.second(), line.registered_token());
-                let handover = match (lock, self.settings.handover) {
-                    (Some(key), Some(h)) => {
+                let handover = match self.settings.handover {
+                    Some(h) => {
                         // The claim of a grant registers the locker again
                         // for its next waiter, in the same script.
                         let next = second
@@ -517,13 +519,15 @@ impl Core {
                         if let Some(line) = self.lines.get_mut(&line_key) {
                             line.attempt_registers(next);
                         }
+                        let key = line_key.id;
                         let register = !try_once && self.hears_grants(key);
                         Some(AcquireHandover {
-                            register: register.then_some(h.reg),
+                            register: register.then(|| line_key.queue_entry(h.reg)),
                             reg_ms: h.reg_ms,
                             claim_ms: h.claim_ms.min(lease_ms),
                             channel: self.settings.channel,
                             channel_name: self.settings.channel.name(&self.settings.namespace, key),
+                            message: line_key.message(),
                             other_token: registered.filter(|t| *t != token),
                             next_token: next,
                         })
@@ -538,7 +542,7 @@ impl Core {
                         ScriptCall::acquire(names, w.token, w.lease_ms, ttl, handover)
                     }
                     Target::Permit { names, permits, .. } => {
-                        ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl)
+                        ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl, handover)
                     }
                     Target::Read(names) => ScriptCall::rw_acquire(
                         ScriptKind::RwRead,
@@ -547,6 +551,7 @@ impl Core {
                         w.lease_ms,
                         ttl,
                         0,
+                        handover,
                     ),
                     Target::Write(names) => {
                         // Only a writer that will wait keeps readers out
@@ -563,6 +568,7 @@ impl Core {
                             w.lease_ms,
                             ttl,
                             intent,
+                            handover,
                         )
                     }
                 })
@@ -600,11 +606,9 @@ impl Core {
             }
             Err(e) => Err(e.into().into_error(Operation::Acquire)),
         };
-        let registers =
-            !w.try_once && self.settings.handover.is_some() && matches!(w.target, Target::Lock(_));
-        if registers_or_claims(self.settings.handover.is_some(), &w.target)
-            && matches!(&result, Err(e) if is_refusal_of_handover(e))
-        {
+        let handover = self.settings.handover.is_some();
+        let registers = handover && !w.try_once;
+        if handover && matches!(&result, Err(e) if is_refusal_of_handover(e)) {
             // An ACL written before the hand-over: wait as without it from
             // now on, and send this attempt again at once that way.
             self.settings.handover = None;
@@ -734,6 +738,9 @@ impl Core {
                 self.events.push_back(CoreEvent::Wake(next));
             }
             if line.is_empty() {
+                if !matches!(leaving, Leaving::Acquired(_)) && line.take_registration() {
+                    self.deregistrations.push(key);
+                }
                 if !line.is_settling(now) {
                     self.lines.remove(&key);
                 }
@@ -852,11 +859,6 @@ enum Leaving {
     Ended,
     /// Its caller went away; an attempt may still be in flight until then.
     Abandoned { in_flight_until: Option<Instant> },
-}
-
-/// Whether an attempt at `target` used the hand-over's keys.
-fn registers_or_claims(handover: bool, target: &Target) -> bool {
-    handover && matches!(target, Target::Lock(_))
 }
 
 /// Whether Redis refused an attempt for want of rights (`NOPERM`): with

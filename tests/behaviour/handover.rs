@@ -27,8 +27,17 @@ fn reg_name(ns: &str, key: &str, reg: &str) -> String {
 }
 
 fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+    list(server, &queue_name(ns, key))
+}
+
+/// The semaphore's queue: `<ns>:sem-queue:{<sha>}`.
+fn sem_queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+    list(server, &format!("{ns}:sem-queue:{{{}}}", key_sha(key)))
+}
+
+fn list(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
-        .arg(queue_name(ns, key))
+        .arg(name)
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
@@ -212,4 +221,218 @@ pub(crate) fn with_the_handover_off_nothing_is_queued<F: Front>() {
     assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
     assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
     assert!(server.keys(&format!("{ns}:lock-*queue*")).is_empty());
+}
+
+/// A semaphore's freed slots go to waiting lockers in the order they
+/// registered: two permits held, three lockers wait one after the other,
+/// and each release of a slot hands it to the next of them (safety polls
+/// are 30 s: only the hand-over can explain the order in time).
+pub(crate) fn freed_permits_go_to_lockers_in_registration_order<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-sem-fifo");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let first = holder.acquire_permit("s", 2, waiting(BOUND)).unwrap();
+    let second = holder.acquire_permit("s", 2, waiting(BOUND)).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let locker: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+        let order = order.clone();
+        threads.push(spawn(&format!("locker-{i}"), move || {
+            let permit = locker
+                .acquire_permit("s", 2, waiting(BOUND))
+                .unwrap_or_else(|e| panic!("a registered waiter: {e:?}"));
+            order.lock().unwrap().push(i);
+            permit
+        }));
+        wait_until(BOUND, &format!("locker {i} registered"), || {
+            sem_queued(&server, &ns, "s").len() == i + 1
+        });
+    }
+    let freed = F::slot(&first);
+    assert_eq!(F::release_permit(first).unwrap(), ReleaseOutcome::Released);
+    let mut threads = threads.into_iter();
+    let p0 = threads.next().unwrap().join_within(BOUND);
+    assert_eq!(F::slot(&p0), freed, "the freed slot went to the head");
+    assert_eq!(F::release_permit(second).unwrap(), ReleaseOutcome::Released);
+    let p1 = threads.next().unwrap().join_within(BOUND);
+    assert_eq!(F::release_permit(p0).unwrap(), ReleaseOutcome::Released);
+    let p2 = threads.next().unwrap().join_within(BOUND);
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2], "registration order");
+    for p in [p1, p2] {
+        assert_eq!(F::release_permit(p).unwrap(), ReleaseOutcome::Released);
+    }
+    assert!(sem_queued(&server, &ns, "s").is_empty(), "all consumed");
+}
+
+/// A semaphore with a free slot and a live registration queued hands the
+/// slot to that registration: a newcomer's try-once hears busy.
+pub(crate) fn a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-sem-free");
+    let newcomer: F = connect(&server, config(&ns));
+    let sha = key_sha("s");
+    let reg = "00000000000000dd";
+    server.query(
+        redis::cmd("RPUSH")
+            .arg(format!("{ns}:sem-queue:{{{sha}}}"))
+            .arg(reg),
+    );
+    server.query(
+        redis::cmd("SET")
+            .arg(format!("{ns}:sem-queued:{{{sha}}}"))
+            .arg("1"),
+    );
+    server.query(
+        redis::cmd("SET")
+            .arg(format!("{ns}:sem-reg:{{{sha}}}:{reg}"))
+            .arg("queued:100")
+            .arg("PX")
+            .arg(BOUND.as_millis() as u64),
+    );
+    let e = refused(
+        newcomer.acquire_permit("s", 1, no_wait()),
+        "a newcomer behind a queue",
+    );
+    assert_eq!(e.code(), "LOCK_BUSY", "{e:?}");
+    let value = get(&server, &format!("{ns}:sem:{{{sha}}}:0")).expect("the head got slot 0");
+    assert!(value.starts_with("queued:"), "granted to the head's token");
+}
+
+/// A locker whose last waiter gives up (its wait runs out) leaves the
+/// key's queue at once, for a lock and for a semaphore: no grant goes to a
+/// locker nobody waits on.
+pub(crate) fn a_locker_whose_last_waiter_gave_up_leaves_the_queue<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-leave");
+    let holder: F = connect(&server, config(&ns));
+    let waiter: F = connect(&server, config(&ns));
+    let held = granted(holder.acquire("k"), "holder");
+    let permit = holder.acquire_permit("s", 1, waiting(BOUND)).unwrap();
+    let short = waiting(Duration::from_millis(300));
+    let e = refused(
+        waiter.acquire_with("k", short.clone()),
+        "a wait that runs out",
+    );
+    assert_eq!(e.code(), "WAIT_TIMEOUT", "{e:?}");
+    let e = refused(waiter.acquire_permit("s", 1, short), "a wait that runs out");
+    assert_eq!(e.code(), "WAIT_TIMEOUT", "{e:?}");
+    assert!(
+        queued(&server, &ns, "k").is_empty(),
+        "left the lock's queue"
+    );
+    assert!(
+        sem_queued(&server, &ns, "s").is_empty(),
+        "left the semaphore's"
+    );
+    assert!(
+        server.keys(&format!("{ns}:*-reg:*")).is_empty(),
+        "no registration"
+    );
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    assert!(
+        !super::common::exists(&server, &lock_name(&ns, "k")),
+        "nobody was granted"
+    );
+}
+
+/// Shutdown ends every wait and removes the locker's registrations.
+pub(crate) fn shutdown_removes_the_lockers_registrations<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-shutdown");
+    let holder: F = connect(&server, config(&ns));
+    let waiter: Arc<F> = Arc::new(connect(&server, config(&ns)));
+    let held = granted(holder.acquire("k"), "holder");
+    let w = waiter.clone();
+    let t = spawn("waiter", move || {
+        w.acquire_with("k", waiting(BOUND))
+            .map(|_| ())
+            .unwrap_err()
+            .code()
+    });
+    wait_until(BOUND, "the waiter registered", || {
+        queued(&server, &ns, "k").len() == 1
+    });
+    waiter.shutdown().unwrap();
+    assert_eq!(t.join_within(BOUND), "SHUTTING_DOWN");
+    assert!(queued(&server, &ns, "k").is_empty(), "left the queue");
+    assert!(server.keys(&format!("{ns}:lock-reg:*")).is_empty());
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A read-write lease's queue (entries `r<reg>`, `w<reg>`): a released
+/// write goes to the readers at the head of the queue together, a writer
+/// queued behind them waits for them and keeps later readers out (writer
+/// preference), and each hand-over follows the order of registration
+/// (safety polls are 30 s: only the hand-over explains the progress).
+pub(crate) fn a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn<
+    F: Front,
+>() {
+    use std::sync::mpsc;
+
+    let server = RedisServer::start();
+    let ns = namespace("handover-rw");
+    let rw_queued = || list(&server, &format!("{ns}:rw-queue:{{{}}}", key_sha("doc")));
+    let holder: F = connect(&server, slow_polls(&ns));
+    let held = holder.write_with("doc", waiting(BOUND)).unwrap();
+    let (events, seen) = mpsc::channel::<(&'static str, u64)>();
+    let mut releases = Vec::new();
+    let mut threads = Vec::new();
+    for (i, who) in ["reader-1", "reader-2", "writer", "reader-3"]
+        .into_iter()
+        .enumerate()
+    {
+        let locker: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+        let (events, (release, released)) = (events.clone(), mpsc::channel::<()>());
+        releases.push(release);
+        threads.push(spawn(who, move || {
+            let wait = released_within(released);
+            if who == "writer" {
+                let w = locker.write_with("doc", waiting(BOUND)).unwrap();
+                events.send((who, F::write_fence(&w).get())).unwrap();
+                wait();
+                F::release_write(w).unwrap()
+            } else {
+                let r = locker.read_with("doc", waiting(BOUND)).unwrap();
+                events.send((who, F::epoch(&r).get())).unwrap();
+                wait();
+                F::release_read(r).unwrap()
+            }
+        }));
+        wait_until(BOUND, &format!("{who} registered"), || {
+            rw_queued().len() == i + 1
+        });
+    }
+    let next = || {
+        seen.recv_timeout(BOUND)
+            .expect("a hand-over within the bound")
+    };
+    let fence = F::write_fence(&held).get();
+    assert_eq!(F::release_write(held).unwrap(), ReleaseOutcome::Released);
+    // Both readers hold at once, with the last writer's fence as epoch.
+    let mut first = [next(), next()];
+    first.sort();
+    assert_eq!(first, [("reader-1", fence), ("reader-2", fence)]);
+    releases[0].send(()).unwrap();
+    releases[1].send(()).unwrap();
+    let (who, writer_fence) = next();
+    assert_eq!(who, "writer", "the queued writer before the later reader");
+    assert!(writer_fence > fence);
+    releases[2].send(()).unwrap();
+    assert_eq!(next(), ("reader-3", writer_fence));
+    releases[3].send(()).unwrap();
+    for t in threads {
+        assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
+    }
+    assert!(rw_queued().is_empty(), "every registration consumed");
+}
+
+/// A closure that waits (bounded) for the test to say "release".
+fn released_within(released: std::sync::mpsc::Receiver<()>) -> impl FnOnce() {
+    move || {
+        released
+            .recv_timeout(BOUND)
+            .expect("the test lets the holder release")
+    }
 }

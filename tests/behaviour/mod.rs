@@ -134,6 +134,11 @@ macro_rules! behaviour_suite {
                 a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 nobody_is_queued_when_nobody_waits,
                 with_the_handover_off_nothing_is_queued,
+                freed_permits_go_to_lockers_in_registration_order,
+                a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer,
+                a_locker_whose_last_waiter_gave_up_leaves_the_queue,
+                shutdown_removes_the_lockers_registrations,
+                a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

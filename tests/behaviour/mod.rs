@@ -134,6 +134,8 @@ macro_rules! behaviour_suite {
                 a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 nobody_is_queued_when_nobody_waits,
                 with_the_handover_off_nothing_is_queued,
+                a_replayed_release_or_claim_grants_nothing_twice,
+                lockers_with_and_without_the_handover_share_a_key_safely,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

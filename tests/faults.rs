@@ -78,6 +78,7 @@ macro_rules! fault_matrix {
         mod handover {
             fault_matrix!(@rows crate::handover;
                 a_release_replayed_after_it_handed_the_lock_over_grants_nothing_twice,
+                a_claim_of_unknown_outcome_is_sent_again_and_answers_the_same_fence,
                 a_head_stopped_after_it_registered_costs_the_claim_window_not_the_lease,
                 a_killed_waiters_registration_stops_blocking_others_within_its_bound,
             );

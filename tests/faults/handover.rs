@@ -18,7 +18,9 @@ use crate::behaviour::common::{
 use crate::behaviour::front::Front;
 use crate::behaviour::handover::{queued, reg_name};
 use crate::child::{self, Hold};
-use crate::matrix::{assert_outcome_unknown, slow_polling, warm_locker, LONG_LEASE, SLOW_POLL};
+use crate::matrix::{
+    assert_outcome_unknown, slow_polling, warm_locker, LONG_LEASE, SHORT_TIMEOUT, SLOW_POLL,
+};
 use crate::support::monitor::{Monitor, Monitored};
 use crate::support::{wait_until, RedisServer};
 
@@ -118,6 +120,131 @@ pub(crate) fn a_release_replayed_after_it_handed_the_lock_over_grants_nothing_tw
         [second_reg.as_str()],
         "no second grant"
     );
+    assert!(exists(&server, &reg_name(&ns, "k", &second_reg)));
+    assert_eq!(second.stats().acquires, 0);
+    assert_eq!(F::renew(&lease).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    let next = second_t.join_within(BOUND);
+    assert!(F::fence(&next).get() > fence, "fences strictly increase");
+    assert_eq!(F::release(next).unwrap(), ReleaseOutcome::Released);
+}
+
+/// Whether `c` is a lock's acquire (with the hand-over: four keys) on
+/// `lock` that registers, or refreshes, the registration `reg`.
+fn is_acquire_of(c: &Monitored, lock: &str, reg: &str) -> bool {
+    matches!(c.script_call(), Some((keys, args))
+        if keys.len() == 4 && keys[0] == lock && args.get(3).map(String::as_str) == Some(reg))
+}
+
+/// A claim whose outcome is unknown (Redis SIGSTOPped while it was in
+/// flight) is sent again with the same token, and the claims that ran
+/// (the late ones and the re-sent one) answer the grant's fence: the
+/// grantee holds the lock with the fence of its one grant, the counter
+/// moved once, and the second registration is neither granted nor
+/// dropped.
+///
+/// To stop Redis between the grant and the claim, the grantee hears of
+/// its grant by polling (its ACL user has no pub/sub rights, so it polls
+/// every 500 ms, and a claim window of 5 s covers that; so does the
+/// second registration, since a release by that user publishes no
+/// grant notice either): the test waits
+/// for one of its polls (`MONITOR`), releases at once and SIGSTOPs Redis,
+/// so the next poll, the claim, goes to a stopped server; Redis resumes
+/// once the claim and a re-send of it went out (the locker's
+/// `scripts_sent`). `MONITOR` shows the claim ran at least twice.
+pub(crate) fn a_claim_of_unknown_outcome_is_sent_again_and_answers_the_same_fence<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-ho-claim");
+    let monitor = Monitor::start(&server);
+    let holder: F = connect(&server, config(&ns));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let held_fence = F::fence(&held).get();
+    let holder_token = token_of(&server, &ns, "k");
+    let url = crate::least_privilege::add_user(
+        &server,
+        "nopubsub",
+        &["+@all", "-@pubsub", "~*", "&*"].map(String::from),
+    );
+    // Lockers that hear grants by polling every 500 ms; a claim window of
+    // 5 s covers that.
+    let polling = |position: usize, name: &str| {
+        let locker: Arc<F> = Arc::new(
+            F::connect(
+                &url,
+                config(&ns)
+                    .lease(Duration::from_secs(20))
+                    .claim_window(Duration::from_secs(5))
+                    .poll_interval(Duration::from_millis(500))
+                    .notify_poll_interval(Duration::from_millis(500))
+                    .command_timeout(SHORT_TIMEOUT)
+                    .wait(Duration::from_secs(25)),
+            )
+            .unwrap_or_else(|e| panic!("connect as the user without pub/sub: {e:?}")),
+        );
+        let l = locker.clone();
+        let what = format!("{name}: a registered waiter that polls");
+        let t = spawn(name, move || granted(l.acquire("k"), &what));
+        wait_until(BOUND, &format!("{name} registered"), || {
+            queued(&server, &ns, "k").len() == position
+        });
+        (locker, t)
+    };
+    let (grantee, grantee_t) = polling(1, "grantee");
+    let grantee_reg = queued(&server, &ns, "k")[0].clone();
+    let (second, second_t) = polling(2, "second");
+    let second_reg = queued(&server, &ns, "k")[1].clone();
+    let lock = lock_name(&ns, "k");
+    let polls = || {
+        monitor
+            .seen()
+            .iter()
+            .filter(|c| is_acquire_of(c, &lock, &grantee_reg))
+            .count()
+    };
+
+    // Just after a poll, the next one is 500 ms away: time to release (the
+    // grant), read the grant and stop Redis before it.
+    let before = polls();
+    wait_until(BOUND, "a poll of the grantee", || polls() > before);
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let grant = get(&server, &lock).expect("the lock was granted");
+    let grant_fence = get(&server, &fence_name(&ns, "k")).expect("a fence counter");
+    let paused = server.pause_guard();
+    assert_eq!(
+        grantee.stats().acquires,
+        0,
+        "the grantee's next poll came before Redis was stopped (a stall of a poll interval)"
+    );
+    let sent = grantee.stats().scripts_sent;
+    wait_until(
+        BOUND,
+        "the claim and a re-send went to the stopped server",
+        || grantee.stats().scripts_sent >= sent + 2,
+    );
+    drop(paused);
+
+    let lease = grantee_t.join_within(BOUND);
+    let fence = F::fence(&lease).get();
+    assert!(fence > held_fence, "{held_fence} then {fence}");
+    monitor.catch_up(&server);
+    let seen = monitor.seen();
+    let released = seen
+        .iter()
+        .position(|c| is_release_by(c, &lock, &holder_token))
+        .expect("MONITOR saw the release");
+    let claims = seen[released..]
+        .iter()
+        .filter(|c| is_acquire_of(c, &lock, &grantee_reg))
+        .count();
+    assert!(claims >= 2, "the claim ran {claims} time(s)");
+    assert_eq!(fence.to_string(), grant_fence, "the grant's fence");
+    assert_eq!(get(&server, &lock), Some(grant), "the granted lock");
+    assert_eq!(
+        get(&server, &fence_name(&ns, "k")),
+        Some(grant_fence),
+        "the counter moved once"
+    );
+    assert_eq!(queued(&server, &ns, "k"), [second_reg.as_str()]);
     assert!(exists(&server, &reg_name(&ns, "k", &second_reg)));
     assert_eq!(second.stats().acquires, 0);
     assert_eq!(F::renew(&lease).unwrap(), RenewOutcome::Renewed);

@@ -29,7 +29,7 @@ pub(crate) const SLOW_POLL: Duration = Duration::from_secs(30);
 pub(crate) const LONG_LEASE: Duration = Duration::from_secs(60);
 
 /// The command timeout of rows that pause the server.
-const SHORT_TIMEOUT: Duration = Duration::from_millis(200);
+pub(crate) const SHORT_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// A locker whose waiters only move on a notification (or a fallback).
 pub(crate) fn slow_polling(ns: &str) -> Config {

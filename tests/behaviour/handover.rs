@@ -3,30 +3,36 @@
 //! registration, which claims it; grants follow the order of registration
 //! across lockers (processes), a dead or silent registration costs at most
 //! its bound or the claim window, and nothing is queued when nobody waits.
+//! A release or a claim sent twice grants nothing twice, and lockers with
+//! and without the hand-over share a key without ever overlapping. (Waiting
+//! processes that are stopped or killed: `tests/faults/handover.rs`.)
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use redlease::ReleaseOutcome;
+use redis::Value;
+use redlease::{ReleaseOutcome, RenewOutcome};
 
 use super::common::{
-    config, connect, get, granted, key_sha, lock_name, namespace, no_wait, refused, spawn, waiting,
-    BOUND,
+    config, connect, exists, fence_name, get, granted, key_sha, let_pass, lock_name, namespace,
+    no_wait, refused, spawn, token_of, waiting, Bounded, BOUND,
 };
 use super::front::Front;
+use crate::support::monitor::{Monitor, Monitored};
 use crate::support::{wait_until, RedisServer};
 
 /// `<ns>:lock-queue:{<sha>}`
-fn queue_name(ns: &str, key: &str) -> String {
+pub(crate) fn queue_name(ns: &str, key: &str) -> String {
     format!("{ns}:lock-queue:{{{}}}", key_sha(key))
 }
 
 /// `<ns>:lock-reg:{<sha>}:<reg>`
-fn reg_name(ns: &str, key: &str, reg: &str) -> String {
+pub(crate) fn reg_name(ns: &str, key: &str, reg: &str) -> String {
     format!("{ns}:lock-reg:{{{}}}:{reg}", key_sha(key))
 }
 
-fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+pub(crate) fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
     list(server, &queue_name(ns, key))
 }
 
@@ -221,6 +227,171 @@ pub(crate) fn with_the_handover_off_nothing_is_queued<F: Front>() {
     assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
     assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
     assert!(server.keys(&format!("{ns}:lock-*queue*")).is_empty());
+}
+
+/// A waiter on a locker of its own (a registration of its own, as another
+/// process would have), with safety polls beyond the bound and a generous
+/// claim window; it hands back the lease once held. Returns once the
+/// locker is the `position`-th registration in the key's queue.
+fn registered_waiter<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    name: &str,
+    position: usize,
+) -> (Arc<F>, Bounded<F::Lease>) {
+    let locker: Arc<F> = Arc::new(connect(
+        server,
+        slow_polls(ns).claim_window(Duration::from_secs(2)),
+    ));
+    let l = locker.clone();
+    let what = format!("{name}: a registered waiter");
+    let t = spawn(name, move || granted(l.acquire("k"), &what));
+    wait_until(BOUND, &format!("{name} registered"), || {
+        queued(server, ns, "k").len() == position
+    });
+    (locker, t)
+}
+
+/// The last script call `MONITOR` saw on `lock` with `keys` keys and
+/// `token` as its first argument.
+fn last_call_of(monitor: &Monitor, lock: &str, keys: usize, token: &str) -> Monitored {
+    monitor
+        .seen()
+        .into_iter()
+        .rev()
+        .find(|c| {
+            matches!(c.script_call(), Some((k, a))
+                if k.len() == keys && k[0] == lock && a.first().map(String::as_str) == Some(token))
+        })
+        .unwrap_or_else(|| panic!("MONITOR saw no call with {keys} key(s) by the token"))
+}
+
+/// A release and a claim sent twice (a client library re-sending a write
+/// whose reply it did not get) grant nothing twice. The test records the
+/// library's own commands with `MONITOR` and, once the release handed the
+/// lock to the first registration and that locker claimed it, re-sends
+/// both exactly as they went out (the same `EVALSHA`, keys and
+/// arguments): the release finds the grantee's token and answers conflict
+/// (2) without touching the lock; the claim (the grantee's acquire with
+/// its token) answers the same fence. Neither moves the fence counter or
+/// grants the lock to the second registration, which stays queued; the
+/// grantee's lease is still renewed, and its release hands the key on
+/// with a higher fence.
+pub(crate) fn a_replayed_release_or_claim_grants_nothing_twice<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-replay");
+    let monitor = Monitor::start(&server);
+    let holder: F = connect(&server, slow_polls(&ns));
+    let held = granted(holder.acquire("k"), "holder");
+    let held_fence = F::fence(&held).get();
+    let holder_token = token_of(&server, &ns, "k");
+    let (_first, first_t) = registered_waiter::<F>(&server, &ns, "first", 1);
+    let (second, second_t) = registered_waiter::<F>(&server, &ns, "second", 2);
+    let second_reg = queued(&server, &ns, "k")[1].clone();
+
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let lease = first_t.join_within(BOUND);
+    let fence = F::fence(&lease).get();
+    assert!(fence > held_fence, "{held_fence} then {fence}");
+    let grantee_token = token_of(&server, &ns, "k");
+    monitor.catch_up(&server);
+    let lock = lock_name(&ns, "k");
+    let release = last_call_of(&monitor, &lock, 1, &holder_token);
+    let claim = last_call_of(&monitor, &lock, 4, &grantee_token);
+    let value = get(&server, &lock);
+    let counter = get(&server, &fence_name(&ns, "k"));
+    assert_eq!(counter, Some(fence.to_string()));
+
+    for _ in 0..2 {
+        assert_eq!(
+            server.query(&release.to_cmd()),
+            Value::Int(2),
+            "a replayed release finds the grantee's token: conflict"
+        );
+        assert_eq!(
+            server.query(&claim.to_cmd()),
+            Value::BulkString(fence.to_string().into_bytes()),
+            "a replayed claim answers the same fence"
+        );
+    }
+    assert_eq!(get(&server, &lock), value, "the grantee's lock");
+    assert_eq!(get(&server, &fence_name(&ns, "k")), counter, "no new fence");
+    assert_eq!(
+        queued(&server, &ns, "k"),
+        [second_reg.as_str()],
+        "no second grant"
+    );
+    assert!(exists(&server, &reg_name(&ns, "k", &second_reg)));
+    assert_eq!(second.stats().acquires, 0);
+    assert_eq!(F::renew(&lease).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    let next = second_t.join_within(BOUND);
+    assert!(F::fence(&next).get() > fence, "fences strictly increase");
+    assert_eq!(F::release(next).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A locker with the hand-over off and one with it on contend for one key,
+/// two waiters each, starting together, 25 acquisitions per waiter, each
+/// holding the key for a modelled millisecond of work: never two holders
+/// at once (a shared flag each holder sets and clears), fences strictly
+/// increasing in the order the holders held the key, and every waiter gets
+/// every one of its acquisitions within its wait (the locker without
+/// hand-over may take a free lock ahead of the queue, never a held or
+/// granted one). The locker with the hand-over did register (`RPUSH` ran).
+pub(crate) fn lockers_with_and_without_the_handover_share_a_key_safely<F: Front>() {
+    const ROUNDS: usize = 25;
+    let server = RedisServer::start();
+    let ns = namespace("handover-mixed");
+    let mixed = |on: bool| config(&ns).handover(on).wait(Duration::from_secs(30));
+    let lockers: [(&str, Arc<F>); 2] = [
+        ("off", Arc::new(connect(&server, mixed(false)))),
+        ("on", Arc::new(connect(&server, mixed(true)))),
+    ];
+    let inside = Arc::new(AtomicBool::new(false));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(4));
+    let mut threads = Vec::new();
+    for (name, locker) in &lockers {
+        for i in 0..2 {
+            let (locker, inside, fences) = (locker.clone(), inside.clone(), fences.clone());
+            let start = start.clone();
+            let who = format!("{name}-{i}");
+            threads.push(spawn(&who.clone(), move || {
+                start.wait();
+                for round in 0..ROUNDS {
+                    let lease = granted(locker.acquire("k"), &format!("{who} round {round}"));
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    fences
+                        .lock()
+                        .unwrap()
+                        .push((who.clone(), F::fence(&lease).get()));
+                    // Work while holding the key, so that the others wait.
+                    let_pass(Duration::from_millis(1));
+                    inside.store(false, Ordering::SeqCst);
+                    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+                }
+                ROUNDS
+            }));
+        }
+    }
+    for t in threads {
+        assert_eq!(t.join_within(Duration::from_secs(60)), ROUNDS);
+    }
+    let fences = fences.lock().unwrap();
+    assert_eq!(fences.len(), 4 * ROUNDS);
+    assert!(
+        fences.windows(2).all(|w| w[0].1 < w[1].1),
+        "fences strictly increase in the order the key was held: {fences:?}"
+    );
+    for (name, locker) in &lockers {
+        assert_eq!(locker.stats().acquires, 2 * ROUNDS as u64, "{name}");
+        assert_eq!(locker.stats().waiters, 0, "{name}");
+    }
+    let ran = server.commandstats();
+    assert!(
+        ran.get("rpush").is_some_and(|&n| n > 0),
+        "the locker with the hand-over registered while it waited: {ran:?}"
+    );
 }
 
 /// A semaphore's freed slots go to waiting lockers in the order they

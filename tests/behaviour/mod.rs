@@ -139,6 +139,8 @@ macro_rules! behaviour_suite {
                 a_locker_whose_last_waiter_gave_up_leaves_the_queue,
                 shutdown_removes_the_lockers_registrations,
                 a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn,
+                a_replayed_release_or_claim_grants_nothing_twice,
+                lockers_with_and_without_the_handover_share_a_key_safely,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

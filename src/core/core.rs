@@ -237,8 +237,9 @@ pub(crate) struct Core {
     pub(super) leases: Slots<Owned>,
     pub(super) orphans: Vec<Owned>,
     /// Lines whose last waiter left while the locker was registered in the
-    /// key's hand-over queue: their registrations are to be removed.
-    pub(super) deregistrations: Vec<LineKey>,
+    /// key's hand-over queue: their registrations are to be removed, and
+    /// a grant made out to the token they named (not claimed) released.
+    pub(super) deregistrations: Vec<Owned>,
     pub(super) subscription: SubscriptionState,
     pub(super) shutting_down: bool,
     attempts_in_flight: usize,
@@ -366,7 +367,7 @@ impl Core {
         };
         let waiter_id = WaiterId(self.waiters.insert(waiter));
         // Waiting again before the registration was removed: it stands.
-        self.deregistrations.retain(|k| *k != line_key);
+        self.deregistrations.retain(|d| d.target.line() != line_key);
         self.subscription.handle_key_wanted(line_key.id);
         self.lines
             .entry(line_key)
@@ -738,8 +739,11 @@ impl Core {
                 self.events.push_back(CoreEvent::Wake(next));
             }
             if line.is_empty() {
-                if !matches!(leaving, Leaving::Acquired(_)) && line.take_registration() {
-                    self.deregistrations.push(key);
+                if let Some(token) = line.take_registration() {
+                    if !matches!(leaving, Leaving::Acquired(_)) {
+                        let target = w.target.held();
+                        self.deregistrations.push(Owned { target, token });
+                    }
                 }
                 if !line.is_settling(now) {
                     self.lines.remove(&key);

@@ -115,10 +115,10 @@ impl Line {
     }
 
     /// Forgets the locker's registration (its last waiter left); returns
-    /// whether there was one to remove from Redis.
-    pub(crate) fn take_registration(&mut self) -> bool {
+    /// the token it named, if there was one to remove from Redis.
+    pub(crate) fn take_registration(&mut self) -> Option<OwnerToken> {
         self.registering_next = None;
-        self.registered.take().is_some()
+        self.registered.take()
     }
 
     /// The head's attempt goes out; if it holds the lease by it, the

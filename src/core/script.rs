@@ -1256,6 +1256,20 @@ pub(crate) fn load_cmd(kind: ScriptKind) -> redis::Cmd {
     cmd
 }
 
+/// `SCRIPT LOAD` of every script `calls` run, once each, to send before
+/// them in one pipeline: every `EVALSHA` then finds its script, so the
+/// calls run in their order (a `NOSCRIPT` answered later with `EVAL`
+/// would run after the ones behind it).
+pub(crate) fn load_cmds(calls: &[ScriptCall]) -> Vec<redis::Cmd> {
+    let mut kinds: Vec<ScriptKind> = Vec::new();
+    for call in calls {
+        if !kinds.contains(&call.kind) {
+            kinds.push(call.kind);
+        }
+    }
+    kinds.into_iter().map(load_cmd).collect()
+}
+
 /// What an acquire reply says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {

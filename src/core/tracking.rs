@@ -207,21 +207,27 @@ impl Core {
         }
     }
 
-    /// The commands that remove the registrations of lines whose last
-    /// waiter left (docs/HANDOVER.md §6), which are forgotten: a
-    /// registration left behind lapses at its bound.
+    /// The commands that take the locker out of the queues of lines whose
+    /// last waiter left (docs/HANDOVER.md §6): the removal of each
+    /// registration, then the release of the token it named, so that a
+    /// grant made out to it and not claimed goes on to the next
+    /// registration at once (nothing, when there was none). They are
+    /// forgotten: a registration left behind lapses at its bound, a grant
+    /// at its claim window.
     pub(crate) fn take_deregistrations(&mut self) -> Vec<ScriptCall> {
+        let leaving = std::mem::take(&mut self.deregistrations);
         let Some(h) = self.settings.handover else {
-            self.deregistrations.clear();
             return Vec::new();
         };
         let namespace = &self.settings.namespace;
-        self.deregistrations
-            .drain(..)
-            .map(|line| {
-                ScriptCall::deregister(&QueueNames::of(namespace, line), line.queue_entry(h.reg))
-            })
-            .collect()
+        let mut calls = Vec::with_capacity(2 * leaving.len());
+        for owned in &leaving {
+            let line = owned.target.line();
+            let queue = QueueNames::of(namespace, line);
+            calls.push(ScriptCall::deregister(&queue, line.queue_entry(h.reg)));
+            calls.push(self.release_of(owned));
+        }
+        calls
     }
 
     /// Refuses new acquires and ends every wait; attempts in flight finish

@@ -607,3 +607,50 @@ fn released_within(released: std::sync::mpsc::Receiver<()>) -> impl FnOnce() {
             .expect("the test lets the holder release")
     }
 }
+
+/// A grant made out to a locker whose last waiter then gave up is passed
+/// on when the waiter leaves, not at the end of its claim window: the
+/// grant is made by hand here (the registration's token, as a release
+/// would write it, with a 30 s claim window and no notification), and the
+/// waiter's wait runs out before any safety poll could see it.
+pub(crate) fn a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-left-grant");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let waiter: F = connect(&server, slow_polls(&ns));
+    let held = granted(holder.acquire("k"), "holder");
+    let waiting_for = Duration::from_millis(500);
+    let (registered, deadline) = std::thread::scope(|scope| {
+        let wait = scope.spawn(|| waiter.acquire_with("k", waiting(waiting_for)));
+        wait_until(BOUND, "the waiter registered", || {
+            queued(&server, &ns, "k").len() == 1
+        });
+        let reg = queued(&server, &ns, "k").remove(0);
+        let value = get(&server, &reg_name(&ns, "k", &reg)).expect("the registration");
+        let token = value.split(':').next().unwrap().to_owned();
+        // The grant, as the holder's release would make it.
+        server.query(
+            redis::cmd("SET")
+                .arg(lock_name(&ns, "k"))
+                .arg(format!("{token}:999999999999999999"))
+                .arg("PX")
+                .arg(30_000),
+        );
+        (token, wait.join().unwrap())
+    });
+    assert_eq!(
+        refused(deadline, "a wait that runs out").code(),
+        "WAIT_TIMEOUT"
+    );
+    assert!(
+        !exists(&server, &lock_name(&ns, "k")),
+        "the grant to {registered:?} was released when its waiter left: {:?}",
+        get(&server, &lock_name(&ns, "k"))
+    );
+    assert!(
+        queued(&server, &ns, "k").is_empty(),
+        "and the locker left the queue"
+    );
+    // The hand-made grant had replaced the holder's lock.
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Expired);
+}

@@ -138,6 +138,7 @@ macro_rules! behaviour_suite {
                 a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 a_locker_whose_last_waiter_gave_up_leaves_the_queue,
                 shutdown_removes_the_lockers_registrations,
+                a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once,
                 a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn,
                 a_replayed_release_or_claim_grants_nothing_twice,
                 lockers_with_and_without_the_handover_share_a_key_safely,

@@ -38,7 +38,8 @@ pub struct Config {
     /// The `locker` label of the metrics; `None`: the namespace.
     pub(crate) metrics_label: Option<String>,
     pub(crate) handover: bool,
-    pub(crate) claim_window: Duration,
+    /// `None`: tied to the round trip measured at connect.
+    pub(crate) claim_window: Option<Duration>,
 }
 
 impl Config {
@@ -66,7 +67,7 @@ impl Config {
             fence_counter_ttl: None,
             metrics_label: None,
             handover: true,
-            claim_window: Duration::from_millis(100),
+            claim_window: None,
         }
     }
 
@@ -86,13 +87,14 @@ impl Config {
         self
     }
 
-    /// How long a lock handed over to this locker waits for its claim
-    /// (one round trip) before the next waiting process may have it:
-    /// default 100 ms, at most the lease. It must cover the release
-    /// notification's delivery and one round trip; a paused or dead
-    /// grantee costs the others this long.
+    /// How long a lease handed over to this locker waits for its claim
+    /// (one round trip) before the next waiting process may have it, at
+    /// most the lease. It must cover the release notification's delivery
+    /// and one round trip; a paused or dead grantee costs the others this
+    /// long. Default: four times what the locker's first command took at
+    /// connect (a connect and a round trip), and at least 100 ms.
     pub fn claim_window(mut self, window: Duration) -> Self {
-        self.claim_window = window;
+        self.claim_window = Some(window);
         self
     }
 
@@ -240,7 +242,9 @@ impl Config {
         if let Some(ttl) = self.fence_counter_ttl {
             lease_ms(ttl, "fence_counter_ttl")?;
         }
-        lease_ms(self.claim_window, "claim_window")?;
+        if let Some(window) = self.claim_window {
+            lease_ms(window, "claim_window")?;
+        }
         if let Some((n, timeout)) = self.min_replicas {
             if n == 0 {
                 return Err(Error::invalid_config(

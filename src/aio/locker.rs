@@ -6,6 +6,7 @@
 use redis::cluster::ClusterClient;
 
 use super::connection::{AnyConnection, Commands, Source};
+use crate::clock::now;
 use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::subscriber;
@@ -65,7 +66,9 @@ pub(super) async fn open(target: Target, config: Config) -> Result<Locker, Error
         notifications,
         config,
     );
+    let started = now();
     check_eviction(&shared.commands).await?;
+    shared.connected(started);
     Ok(Locker::from_shared(shared))
 }
 
@@ -103,7 +106,9 @@ async fn open_cluster(
         template,
     };
     let shared = Shared::new(commands, notifications, config);
+    let started = now();
     sharded_pubsub_verdict(shared.commands.query(&sharded_pubsub_cmd()).await)?;
+    shared.connected(started);
     let policies = match shared.commands.connection().await {
         Ok(AnyConnection::Cluster(mut conn)) => {
             conn.route_command(eviction::config_get_cmd(), eviction::every_primary())

@@ -7,6 +7,7 @@
 use redis::cluster::ClusterClient;
 
 use super::connection::{Commands, Source};
+use crate::clock::now;
 use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::subscriber;
@@ -46,7 +47,9 @@ pub(super) fn open(target: Target, config: Config) -> Result<Locker, Error> {
         notifications,
         config,
     );
+    let started = now();
     check_eviction(&shared.commands)?;
+    shared.connected(started);
     Ok(Locker::from_shared(shared))
 }
 
@@ -64,7 +67,9 @@ fn open_cluster(
         template,
     };
     let shared = Shared::new(commands, notifications, config);
+    let started = now();
     sharded_pubsub_verdict(shared.commands.query_fresh(&sharded_pubsub_cmd()))?;
+    shared.connected(started);
     eviction::report_cluster_reply(client.get_connection().and_then(|mut conn| {
         conn.route_command(&eviction::config_get_cmd(), eviction::every_primary())
     }));

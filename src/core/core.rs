@@ -57,7 +57,8 @@ pub(crate) struct CoreSettings {
     /// The lock's hand-over (docs/HANDOVER.md); `None`: off.
     pub(crate) handover: Option<HandoverSettings>,
     handover_wanted: bool,
-    claim_window: Duration,
+    /// `None`: the default, tied to the round trip measured at connect.
+    claim_window: Option<Duration>,
 }
 
 /// A locker's part in the lock's hand-over queues.
@@ -99,10 +100,31 @@ impl CoreSettings {
             self.handover = Some(HandoverSettings {
                 reg,
                 reg_ms: (safety.as_millis() as u64).saturating_mul(3).max(1),
-                claim_ms: self.claim_window.as_millis() as u64,
+                claim_ms: self
+                    .claim_window
+                    .map_or(MIN_DEFAULT_CLAIM_MS, |w| w.as_millis() as u64),
             });
         }
         self
+    }
+}
+
+/// The least default claim window (`Config::claim_window`), in ms.
+const MIN_DEFAULT_CLAIM_MS: u64 = 100;
+
+impl Core {
+    /// The locker's first command at connect took `took` (a connect and a
+    /// round trip): unless the config sets it, the claim window is four
+    /// times that, and at least 100 ms.
+    pub(crate) fn handle_connected(&mut self, took: Duration) {
+        if self.settings.claim_window.is_some() {
+            return;
+        }
+        if let Some(h) = &mut self.settings.handover {
+            let measured = u64::try_from(took.as_millis().saturating_mul(4)).unwrap_or(u64::MAX);
+            // Bounded like a lease (at most 15 digits of ms).
+            h.claim_ms = measured.clamp(MIN_DEFAULT_CLAIM_MS, 999_999_999_999_999);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use event_listener::EventListener;
 
@@ -126,6 +127,13 @@ impl<C> Shared<C> {
             state: LockerState::new(config, notifications),
             commands,
         })
+    }
+
+    /// The locker's first command at connect, sent at `started`, was
+    /// answered: its time sets the default claim window.
+    pub(crate) fn connected(&self, started: Instant) {
+        let took = now().saturating_duration_since(started);
+        let _ = self.state.cell().with(|core| core.handle_connected(took));
     }
 }
 

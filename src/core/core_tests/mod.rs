@@ -62,7 +62,7 @@ fn settings(max_waiters: usize, max_tracked_leases: usize) -> CoreSettings {
         command_timeout: Duration::from_secs(2),
         handover: None,
         handover_wanted: false,
-        claim_window: Duration::from_millis(100),
+        claim_window: Some(Duration::from_millis(100)),
     }
 }
 

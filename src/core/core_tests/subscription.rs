@@ -239,3 +239,26 @@ fn a_subscribed_key_lingers_for_a_second_after_its_line_empties_then_is_forgotte
     assert!(core.wanted_keys(now + secs(1)).is_empty());
     assert_eq!(core.subscription.tracked_keys(), 0);
 }
+
+#[test]
+fn the_default_claim_window_is_four_connect_round_trips_and_at_least_100_ms() {
+    let claim_after = |claim_window: Option<Duration>, took: Duration| {
+        let mut s = settings(128, 10_000);
+        s.handover_wanted = true;
+        s.claim_window = claim_window;
+        let mut core = Core::new(s.with_registration(RegId(1)), t0());
+        core.handle_connected(took);
+        core.settings.handover.map(|h| h.claim_ms)
+    };
+    assert_eq!(claim_after(None, ms(1)), Some(100), "a loopback connect");
+    assert_eq!(claim_after(None, ms(60)), Some(240), "a distant server");
+    assert_eq!(
+        claim_after(None, secs(u64::MAX / 2)),
+        Some(999_999_999_999_999)
+    );
+    assert_eq!(
+        claim_after(Some(ms(30)), ms(60)),
+        Some(30),
+        "set by the config"
+    );
+}

@@ -15,7 +15,7 @@ use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
 use super::deadline::{Deadlines, TimedConnection};
 use super::driven::DrivenConnection;
-use crate::core::script::{load_cmds, ScriptCall};
+use crate::core::script::{pipeline_loading, ScriptCall};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
 use crate::sentinel::{is_failover_reply, Resolver};
@@ -328,10 +328,7 @@ impl Commands {
                 return Ok(());
             }
             let mut conn = self.timed(conn);
-            let mut pipe = redis::pipe();
-            for load in load_cmds(calls) {
-                pipe.add_command(load).ignore();
-            }
+            let mut pipe = pipeline_loading(calls);
             for call in calls {
                 pipe.add_command(call.evalsha());
             }

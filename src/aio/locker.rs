@@ -6,7 +6,6 @@
 use redis::cluster::ClusterClient;
 
 use super::connection::{AnyConnection, Commands, Source};
-use crate::clock::now;
 use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::subscriber;
@@ -66,9 +65,8 @@ pub(super) async fn open(target: Target, config: Config) -> Result<Locker, Error
         notifications,
         config,
     );
-    let started = now();
     check_eviction(&shared.commands).await?;
-    shared.connected(started);
+    shared.connected();
     Ok(Locker::from_shared(shared))
 }
 
@@ -106,9 +104,8 @@ async fn open_cluster(
         template,
     };
     let shared = Shared::new(commands, notifications, config);
-    let started = now();
     sharded_pubsub_verdict(shared.commands.query(&sharded_pubsub_cmd()).await)?;
-    shared.connected(started);
+    shared.connected();
     let policies = match shared.commands.connection().await {
         Ok(AnyConnection::Cluster(mut conn)) => {
             conn.route_command(eviction::config_get_cmd(), eviction::every_primary())

@@ -1,4 +1,4 @@
-//! The blocking command connections: a small pool of `redis::Connection`s
+//! The blocking command connections: a small pool of `Connection`s
 //! (or, on Redis Cluster, `ClusterConnection`s), opened on demand, and the
 //! one place a [`Request`] is sent. Clones share the pool.
 //!
@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use event_listener::{Event, Listener};
 use parking_lot::Mutex;
 use redis::cluster::{ClusterClient, ClusterConnection};
-use redis::{ConnectionLike, Value};
+use redis::{Connection, ConnectionLike, Value};
 
 use crate::clock::now;
-use crate::core::script::{load_cmds, ScriptCall};
+use crate::core::script::{pipeline_loading, ScriptCall};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
 use crate::sentinel::{is_failover_reply, Resolver};
@@ -68,7 +68,7 @@ pub(crate) enum Source {
 
 /// A pooled connection of either kind.
 enum Conn {
-    Single(redis::Connection),
+    Single(Connection),
     Cluster(Box<ClusterConnection>),
 }
 
@@ -277,7 +277,7 @@ impl Commands {
             _ => redis::IntoConnectionInfo::into_connection_info((host, port))?,
         };
         let mut conn = open(&redis::Client::open(info)?, self.inner.timeout)?;
-        let asking = |conn: &mut redis::Connection, cmd: &redis::Cmd| {
+        let asking = |conn: &mut Connection, cmd: &redis::Cmd| {
             let mut pipe = redis::pipe();
             pipe.cmd("ASKING").ignore().add_command(cmd.clone());
             let mut replies: Vec<Value> = pipe.query(conn)?;
@@ -364,10 +364,8 @@ impl Commands {
             if reused {
                 bytes.extend(redis::cmd("PING").get_packed_command());
             }
-            let loads = load_cmds(calls);
-            for load in &loads {
-                bytes.extend(load.get_packed_command());
-            }
+            let loads = pipeline_loading(calls);
+            bytes.extend(loads.get_packed_pipeline());
             for call in calls {
                 bytes.extend(call.evalsha().get_packed_command());
             }
@@ -488,17 +486,15 @@ impl Commands {
 /// Reads the `SCRIPT LOAD` reply and one reply per release call; sends the
 /// calls answered `NOSCRIPT` again as `EVAL` on the same connection.
 fn read_release_replies(
-    conn: &mut redis::Connection,
+    conn: &mut Connection,
     loads: usize,
     calls: &[ScriptCall],
 ) -> ReleaseReplies {
     let mut replies: ReleaseReplies = calls.iter().map(|_| None).collect();
-    let read = |conn: &mut redis::Connection| conn.recv_response().and_then(Value::extract_error);
+    let read = |conn: &mut Connection| conn.recv_response().and_then(Value::extract_error);
     for _ in 0..loads {
-        if let Err(e) = read(conn) {
-            if !is_server_reply(&e) {
-                return replies;
-            }
+        if matches!(read(conn), Err(e) if !is_server_reply(&e)) {
+            return replies;
         }
     }
     for slot in replies.iter_mut() {
@@ -524,7 +520,7 @@ enum Probe {
     Sent(redis::RedisResult<Value>),
 }
 
-fn probe_and_send(conn: &mut redis::Connection, cmd: &redis::Cmd) -> Probe {
+fn probe_and_send(conn: &mut Connection, cmd: &redis::Cmd) -> Probe {
     let mut bytes = redis::cmd("PING").get_packed_command();
     bytes.extend_from_slice(&cmd.get_packed_command());
     if let Err(e) = conn.send_packed_command(&bytes) {
@@ -547,7 +543,7 @@ fn probe_and_send(conn: &mut redis::Connection, cmd: &redis::Cmd) -> Probe {
 pub(crate) fn open(
     client: &redis::Client,
     timeout: Duration,
-) -> Result<redis::Connection, redis::RedisError> {
+) -> Result<Connection, redis::RedisError> {
     let started = now();
     let mut backoff = CONNECT_BACKOFF.iter();
     loop {

@@ -7,7 +7,6 @@
 use redis::cluster::ClusterClient;
 
 use super::connection::{Commands, Source};
-use crate::clock::now;
 use crate::cluster::{cluster_client, sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::subscriber;
@@ -47,9 +46,8 @@ pub(super) fn open(target: Target, config: Config) -> Result<Locker, Error> {
         notifications,
         config,
     );
-    let started = now();
     check_eviction(&shared.commands)?;
-    shared.connected(started);
+    shared.connected();
     Ok(Locker::from_shared(shared))
 }
 
@@ -67,9 +65,8 @@ fn open_cluster(
         template,
     };
     let shared = Shared::new(commands, notifications, config);
-    let started = now();
     sharded_pubsub_verdict(shared.commands.query_fresh(&sharded_pubsub_cmd()))?;
-    shared.connected(started);
+    shared.connected();
     eviction::report_cluster_reply(client.get_connection().and_then(|mut conn| {
         conn.route_command(&eviction::config_get_cmd(), eviction::every_primary())
     }));

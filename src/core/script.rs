@@ -104,6 +104,12 @@ end
 ///   found its own token (a replay, or a grant to it): the lease runs its
 ///   full length from this attempt on; with the hand-over the locker is
 ///   registered for its next waiter and `<message>:c:<fence>` published.
+/// - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
+///   locker's (the caller's, or the one its registration names), and the
+///   fence of a lease value `<token>:<fence>` that is.
+/// - `take(key, counter_key, counter, t, ttl_ms)`: sets the free lease key
+///   for the caller with the next fence (`NX`, the lease's `PX`); `nil`
+///   when the key or the counter is of another type (`WRONGTYPE`).
 macro_rules! handover_lua {
     () => {
         r#"
@@ -167,6 +173,18 @@ local function claim(H, key, token, fence, lease_ms, queue, flag, queued)
 end
 local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
+end
+local function our_fence(H, value)
+  local sep = value and string.find(value, ':', 1, true)
+  if sep and is_ours(H, string.sub(value, 1, sep - 1)) then
+    return string.sub(value, sep + 1)
+  end
+end
+local function take(key, counter_key, counter, t, ttl_ms)
+  local fence = next_fence(counter_key, counter, t, ttl_ms)
+  if fence and redis.call('SET', key, ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
+    return fence
+  end
 end
 "#
     };
@@ -295,12 +313,9 @@ local function register(token)
     queued = enqueue(H, KEYS[3], KEYS[4], queued, token)
   end
 end
-local held = got[1]
-if held then
-  local sep = string.find(held, ':', 1, true)
-  local owner = sep and string.sub(held, 1, sep - 1)
-  if owner and is_ours(H, owner) then
-    local fence = string.sub(held, sep + 1)
+if got[1] then
+  local fence = our_fence(H, got[1])
+  if fence then
     claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3], KEYS[4], queued)
     return fence
   end
@@ -321,14 +336,7 @@ if queued then
     redis.call('DEL', KEYS[4])
   end
 end
-local fence = next_fence(KEYS[2], got[2], redis.call('TIME'), ARGV[3])
-if not fence then
-  return redis.error_reply(WRONGTYPE)
-end
-if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
-  return redis.error_reply(WRONGTYPE)
-end
-return fence
+return take(KEYS[1], KEYS[2], got[2], redis.call('TIME'), ARGV[3]) or redis.error_reply(WRONGTYPE)
 "#
 );
 
@@ -498,10 +506,8 @@ local H = handover and handover_args(4)
 local permits = tonumber(ARGV[4])
 local held, stored, queued = read_slots(permits, handover and KEYS[5])
 for i = 1, #held do
-  local v = held[i]
-  local sep = v and string.find(v, ':', 1, true)
-  if sep and is_ours(H, string.sub(v, 1, sep - 1)) then
-    local fence = string.sub(v, sep + 1)
+  local fence = our_fence(H, held[i])
+  if fence then
     claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5], queued)
     return {i - 1, fence}
   end
@@ -558,9 +564,8 @@ if #free == 0 then
 end
 local slot = free[1]
 local counter = KEYS[3] .. slot
-local current = redis.call('GET', counter)
-local fence = next_fence(counter, current, redis.call('TIME'), ARGV[3])
-if not redis.call('SET', KEYS[2] .. slot, ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
+local fence = take(KEYS[2] .. slot, counter, redis.call('GET', counter), redis.call('TIME'), ARGV[3])
+if not fence then
   return redis.error_reply(WRONGTYPE)
 end
 return {slot, fence}
@@ -765,12 +770,9 @@ local function register(token)
     queued = enqueue(H, KEYS[5], KEYS[6], queued, token)
   end
 end
-local held = got[1]
-if held then
-  local sep = string.find(held, ':', 1, true)
-  local owner = sep and string.sub(held, 1, sep - 1)
-  if owner and is_ours(H, owner) then
-    local fence = string.sub(held, sep + 1)
+if got[1] then
+  local fence = our_fence(H, got[1])
+  if fence then
     claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6], queued)
     if got[2] and is_ours(H, got[2]) then
       redis.call('DEL', KEYS[3])
@@ -801,11 +803,8 @@ if queued then
   end
   got[3] = redis.call('GET', KEYS[4])
 end
-local fence = next_fence(KEYS[4], got[3], t, ARGV[3])
+local fence = take(KEYS[1], KEYS[4], got[3], t, ARGV[3])
 if not fence then
-  return redis.error_reply(WRONGTYPE)
-end
-if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
   return redis.error_reply(WRONGTYPE)
 end
 if got[2] == ARGV[1] then
@@ -1256,18 +1255,20 @@ pub(crate) fn load_cmd(kind: ScriptKind) -> redis::Cmd {
     cmd
 }
 
-/// `SCRIPT LOAD` of every script `calls` run, once each, to send before
-/// them in one pipeline: every `EVALSHA` then finds its script, so the
-/// calls run in their order (a `NOSCRIPT` answered later with `EVAL`
-/// would run after the ones behind it).
-pub(crate) fn load_cmds(calls: &[ScriptCall]) -> Vec<redis::Cmd> {
+/// A pipeline that starts with `SCRIPT LOAD` of every script `calls` run,
+/// once each (replies ignored), for the calls to follow: every `EVALSHA`
+/// then finds its script, so the calls run in their order (a `NOSCRIPT`
+/// answered later with `EVAL` would run after the ones behind it).
+pub(crate) fn pipeline_loading(calls: &[ScriptCall]) -> redis::Pipeline {
     let mut kinds: Vec<ScriptKind> = Vec::new();
+    let mut pipe = redis::pipe();
     for call in calls {
         if !kinds.contains(&call.kind) {
             kinds.push(call.kind);
+            pipe.add_command(load_cmd(call.kind)).ignore();
         }
     }
-    kinds.into_iter().map(load_cmd).collect()
+    pipe
 }
 
 /// What an acquire reply says.

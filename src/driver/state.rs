@@ -119,6 +119,8 @@ pub(crate) trait Connections: Send + Sync + 'static {
 pub(crate) struct Shared<C> {
     pub(crate) state: Arc<LockerState>,
     pub(crate) commands: C,
+    /// When the locker was made: its first command connects.
+    created: Instant,
 }
 
 impl<C> Shared<C> {
@@ -126,13 +128,15 @@ impl<C> Shared<C> {
         Arc::new(Shared {
             state: LockerState::new(config, notifications),
             commands,
+            created: now(),
         })
     }
 
-    /// The locker's first command at connect, sent at `started`, was
-    /// answered: its time sets the default claim window.
-    pub(crate) fn connected(&self, started: Instant) {
-        let took = now().saturating_duration_since(started);
+    /// The locker's first command at connect (which opened its connection)
+    /// was answered: the time since it was made sets the default claim
+    /// window.
+    pub(crate) fn connected(&self) {
+        let took = now().saturating_duration_since(self.created);
         let _ = self.state.cell().with(|core| core.handle_connected(took));
     }
 }

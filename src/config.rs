@@ -39,6 +39,7 @@ pub struct Config {
     pub(crate) metrics_label: Option<String>,
     pub(crate) handover: bool,
     pub(crate) claim_window: Duration,
+    pub(crate) max_value_bytes: usize,
 }
 
 impl Config {
@@ -49,7 +50,7 @@ impl Config {
     /// Defaults: lease 10 s, wait 5 s, `poll_interval` 25 ms,
     /// `notify_poll_interval` 250 ms, `max_waiters` 128, `max_tracked_leases`
     /// 10 000, `shutdown_timeout` 5 s, `max_key_bytes` 1024,
-    /// `command_timeout` 2 s.
+    /// `command_timeout` 2 s, `max_value_bytes` 4 KiB.
     pub fn new(namespace: impl Into<String>) -> Self {
         Config {
             namespace: namespace.into(),
@@ -67,6 +68,7 @@ impl Config {
             metrics_label: None,
             handover: true,
             claim_window: Duration::from_millis(100),
+            max_value_bytes: 4096,
         }
     }
 
@@ -142,6 +144,20 @@ impl Config {
     /// Longest key accepted, in UTF-8 bytes.
     pub fn max_key_bytes(mut self, max: usize) -> Self {
         self.max_key_bytes = max;
+        self
+    }
+
+    /// Longest leader value accepted by an election's `campaign` and
+    /// `proclaim`, in bytes: default 4 KiB, at most 1 MiB. A larger value
+    /// is refused with [`Error::ValueTooLarge`] before anything is sent.
+    ///
+    /// ```
+    /// let config = redlease::Config::new("my-service").max_value_bytes(512);
+    /// assert!(config.validate().is_ok());
+    /// assert!(redlease::Config::new("s").max_value_bytes(2 << 20).validate().is_err());
+    /// ```
+    pub fn max_value_bytes(mut self, max: usize) -> Self {
+        self.max_value_bytes = max;
         self
     }
 
@@ -235,6 +251,12 @@ impl Config {
         at_least_one(self.max_waiters, "max_waiters")?;
         at_least_one(self.max_tracked_leases, "max_tracked_leases")?;
         at_least_one(self.max_key_bytes, "max_key_bytes")?;
+        if self.max_value_bytes > MAX_VALUE_BYTES {
+            return Err(Error::invalid_config(
+                "max_value_bytes",
+                format!("must be at most {MAX_VALUE_BYTES} (1 MiB)"),
+            ));
+        }
         if let Some(ttl) = self.fence_counter_ttl {
             lease_ms(ttl, "fence_counter_ttl")?;
         }
@@ -301,6 +323,9 @@ fn positive(d: Duration, option: &'static str) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// The largest `max_value_bytes` (1 MiB).
+const MAX_VALUE_BYTES: usize = 1 << 20;
 
 fn at_least_one(n: usize, option: &'static str) -> Result<(), Error> {
     if n == 0 {

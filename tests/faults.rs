@@ -93,6 +93,8 @@ macro_rules! fault_matrix {
                 readers_share_and_a_writer_holds_alone,
                 a_waiting_writer_keeps_readers_out,
                 reader_renew_and_release_outcomes,
+                one_leader_at_a_time_with_increasing_terms,
+                a_resign_hands_over_and_proclaim_logs,
                 no_command_outside_the_rules_is_sent,
             );
         }

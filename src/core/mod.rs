@@ -41,6 +41,7 @@
 
 #[allow(clippy::module_inception)]
 pub(crate) mod core;
+pub(crate) mod election;
 pub(crate) mod lease;
 pub(crate) mod line;
 #[cfg(any(test, fuzzing))]
@@ -53,5 +54,6 @@ pub(crate) mod slots;
 pub(crate) mod subscription;
 pub(crate) mod tracking;
 
+pub use election::{Leader, Version};
 pub use outcome::{Fence, ReleaseOutcome, RenewOutcome};
 pub use script::ReplyError;

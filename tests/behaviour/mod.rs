@@ -12,6 +12,7 @@
 //! bounded at 10 s.
 
 pub(crate) mod common;
+pub(crate) mod election;
 pub(crate) mod faults;
 pub(crate) mod fences;
 pub(crate) mod front;
@@ -134,6 +135,17 @@ macro_rules! behaviour_suite {
                 a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 nobody_is_queued_when_nobody_waits,
                 with_the_handover_off_nothing_is_queued,
+            }
+            election {
+                one_leader_at_a_time_under_contention_and_terms_strictly_increase,
+                a_non_candidate_sees_the_leader_and_its_value,
+                proclaim_changes_the_value_and_keeps_the_term,
+                a_resign_hands_over_to_a_waiting_candidate,
+                a_dropped_or_killed_leader_is_replaced,
+                a_too_large_value_is_refused_and_nothing_is_written,
+                debug_never_shows_the_value,
+                a_leadership_is_renewed_by_its_keeper,
+                a_leadership_taken_away_fires_lost_and_proclaim_refuses,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

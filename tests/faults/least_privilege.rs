@@ -8,14 +8,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlease::{AcquireOptions, Config, Error, Fence, ReleaseOutcome, RenewOutcome, Stats};
+use redlease::{
+    AcquireOptions, Config, Error, Fence, Leader, ReleaseOutcome, RenewOutcome, Stats, Version,
+};
 
 use crate::behaviour::common::{
     config, connect, exists, granted, leased, lock_name, namespace, no_wait, refused, spawn,
     wait_for_stats, BOUND,
 };
 use crate::behaviour::front::Front;
-use crate::behaviour::{faults, fences, outcomes, rw_lock, semaphore, shutdown, waiting};
+use crate::behaviour::{election, faults, fences, outcomes, rw_lock, semaphore, shutdown, waiting};
 use crate::support::RedisServer;
 
 /// The password of every test user.
@@ -24,7 +26,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 29] = [
+const COMMANDS: [&str; 34] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -58,6 +60,13 @@ const COMMANDS: [&str; 29] = [
     "+zrange",
     "+zremrangebyscore",
     "+pexpireat",
+    // an election's scripts (docs/ELECTION.md §9): the change log, and the
+    // read-only read script of `leader()`
+    "+xadd",
+    "+xrange",
+    "+xrevrange",
+    "+evalsha_ro",
+    "+eval_ro",
     // release notifications; the redis crate sends UNSUBSCRIBE and
     // PUNSUBSCRIBE when the blocking subscriber closes (refusing them only
     // fills the ACL LOG)
@@ -72,7 +81,8 @@ const COMMANDS: [&str; 29] = [
 
 /// The ACL rules for a locker of namespace `ns`: nothing but [`COMMANDS`],
 /// its lock and fence-counter keys, its semaphores' slot, slot-fence and
-/// permit-count keys, and its release channel.
+/// permit-count keys, its read-write leases' and elections' keys, and its
+/// release channel.
 pub(crate) fn rules(ns: &str) -> Vec<String> {
     let mut rules: Vec<String> = ["resetkeys", "resetchannels", "-@all"]
         .iter()
@@ -87,6 +97,9 @@ pub(crate) fn rules(ns: &str) -> Vec<String> {
     rules.push(format!("~{ns}:sem-fence:*"));
     rules.push(format!("~{ns}:sem-permits:*"));
     rules.push(format!("~{ns}:rw-*"));
+    rules.push(format!("~{ns}:elect:*"));
+    rules.push(format!("~{ns}:elect-term:*"));
+    rules.push(format!("~{ns}:elect-log:*"));
     rules.push(format!("&{ns}:lock-released"));
     rules
 }
@@ -186,6 +199,49 @@ impl<F> Drop for AsLockerUser<F> {
 
 impl<F: Front> Front for AsLockerUser<F> {
     type Lease = F::Lease;
+
+    type Leadership = F::Leadership;
+
+    fn campaign(
+        &self,
+        name: &str,
+        value: &[u8],
+        options: AcquireOptions,
+    ) -> Result<Self::Leadership, Error> {
+        self.inner.campaign(name, value, options)
+    }
+
+    fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        self.inner.leader(name)
+    }
+
+    fn election_debug(&self, name: &str) -> Result<String, Error> {
+        self.inner.election_debug(name)
+    }
+
+    fn term(leadership: &Self::Leadership) -> Fence {
+        F::term(leadership)
+    }
+
+    fn leadership_is_valid(leadership: &Self::Leadership) -> bool {
+        F::leadership_is_valid(leadership)
+    }
+
+    fn leadership_is_lost(leadership: &Self::Leadership) -> bool {
+        F::leadership_is_lost(leadership)
+    }
+
+    fn proclaim(leadership: &Self::Leadership, value: &[u8]) -> Result<Version, Error> {
+        F::proclaim(leadership, value)
+    }
+
+    fn resign(leadership: Self::Leadership) -> Result<ReleaseOutcome, Error> {
+        F::resign(leadership)
+    }
+
+    fn leadership_debug(leadership: &Self::Leadership) -> String {
+        F::leadership_debug(leadership)
+    }
 
     const NOTICES_IDLE_CLOSE: bool = F::NOTICES_IDLE_CLOSE;
 
@@ -415,6 +471,19 @@ pub(crate) fn a_permit_release_wakes_a_waiter<F: Front>() {
 /// Readers share, a writer holds alone, epochs follow fences.
 pub(crate) fn readers_share_and_a_writer_holds_alone<F: Front>() {
     rw_lock::readers_share_a_writer_holds_alone_and_epochs_follow_fences::<AsLockerUser<F>>();
+}
+
+/// Candidates campaign, read the leader and resign under contention (the
+/// log's commands, the read-only read, the vacancy notification).
+pub(crate) fn one_leader_at_a_time_with_increasing_terms<F: Front>() {
+    election::one_leader_at_a_time_under_contention_and_terms_strictly_increase::<AsLockerUser<F>>(
+    );
+}
+
+/// A resign wakes a waiting candidate by notification; proclaim logs.
+pub(crate) fn a_resign_hands_over_and_proclaim_logs<F: Front>() {
+    election::a_resign_hands_over_to_a_waiting_candidate::<AsLockerUser<F>>();
+    election::proclaim_changes_the_value_and_keeps_the_term::<AsLockerUser<F>>();
 }
 
 /// A waiting writer's intent keeps readers out; the release hands over.

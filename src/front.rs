@@ -130,7 +130,7 @@ mod sealed {
 
 /// The type aliases a front end's module exports besides its `Locker`:
 /// `Lease`, `Semaphore`, `Permit`, `RwLock`, `ReadLease`, `WriteLease`,
-/// `Election`, `Leadership` on
+/// `Election`, `Leadership`, `Observer` on
 /// front end `$front`.
 macro_rules! aliases {
     ($front:ident) => {
@@ -157,6 +157,9 @@ macro_rules! aliases {
 
         #[doc = concat!("The leadership of an [`Election`]: `Leadership<", stringify!($front), ">` (see [`crate::Leadership`]).")]
         pub type Leadership = $crate::Leadership<$crate::front::$front>;
+
+        #[doc = concat!("The changes of an [`Election`]: `Observer<", stringify!($front), ">` (see [`crate::Observer`]).")]
+        pub type Observer = $crate::Observer<$crate::front::$front>;
     };
 }
 pub(crate) use aliases;

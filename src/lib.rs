@@ -218,9 +218,11 @@ mod url;
 
 pub use crate::cancel::CancelHandle;
 pub use crate::config::{AcquireOptions, Config, WithLock};
-pub use crate::core::{Fence, Leader, ReleaseOutcome, RenewOutcome, ReplyError, Version};
+pub use crate::core::{
+    Fence, Leader, Observation, ReleaseOutcome, RenewOutcome, ReplyError, Version,
+};
 pub use crate::error::{Error, LostCause, Operation};
-pub use crate::handle::{kind, Election, Leadership, Lease, Locker, RwLock, Semaphore};
+pub use crate::handle::{kind, Election, Leadership, Lease, Locker, Observer, RwLock, Semaphore};
 pub use crate::lost::Lost;
 pub use crate::sentinel::SentinelOptions;
 pub use crate::stats::Stats;

@@ -1,5 +1,6 @@
-//! The async election call that takes an async closure: `with_leadership`
-//! (campaign, await the closure raced against the loss, always resign).
+//! The async election's own parts: `with_leadership` (campaign, await the
+//! closure raced against the loss, always resign) and the observer as a
+//! `Stream`.
 
 use std::panic::{resume_unwind, AssertUnwindSafe};
 use std::pin::pin;
@@ -7,8 +8,11 @@ use std::pin::pin;
 use futures::future::{select, Either};
 use futures::FutureExt;
 
-use super::{Election, Leadership};
+use std::task::{Context, Poll};
+
+use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
+use crate::core::observe::Observation;
 use crate::driver::ops::log_failed_release;
 use crate::error::Error;
 use crate::lost::Lost;
@@ -63,5 +67,52 @@ impl Election {
         };
         log_failed_release(leadership.resign().await);
         outcome.unwrap_or_else(|panic| resume_unwind(panic))
+    }
+}
+
+/// The changes of an election, in order; ends at the locker's shutdown.
+/// Its waits are `async_io` timers raced against the locker's changes;
+/// nothing is spawned.
+impl futures::Stream for Observer {
+    type Item = Observation;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Observation>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(step) = &mut this.step {
+                let Poll::Ready(watch) = step.as_mut().poll(cx) else {
+                    return Poll::Pending;
+                };
+                this.step = None;
+                this.watch = Some(watch);
+            }
+            let Some(mut watch) = this.watch.take() else {
+                return Poll::Ready(None);
+            };
+            if let Some(item) = watch.pop() {
+                this.watch = Some(watch);
+                return Poll::Ready(Some(item));
+            }
+            if watch.ended() {
+                this.watch = Some(watch);
+                return Poll::Ready(None);
+            }
+            this.step = Some(Box::pin(async move {
+                match watch.next_read {
+                    Some(at) if at > crate::clock::now() => {
+                        let listener = watch.listener();
+                        let _ = select(listener, async_io::Timer::at(at)).await;
+                    }
+                    _ => {
+                        let reply = watch.read().await;
+                        watch.handle(reply);
+                    }
+                }
+                watch
+            }));
+        }
     }
 }

@@ -1,10 +1,13 @@
-//! The blocking election call that takes a closure: `with_leadership`
-//! (campaign, run the closure, always resign).
+//! The blocking election's own parts: `with_leadership` (campaign, run the
+//! closure, always resign) and the observer as an `Iterator`.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
-use super::{Election, Leadership};
+use event_listener::Listener;
+
+use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
+use crate::core::observe::Observation;
 use crate::driver::ops::log_failed_release;
 use crate::error::Error;
 use crate::lost::Lost;
@@ -53,5 +56,33 @@ impl Election {
         let outcome = catch_unwind(AssertUnwindSafe(|| f(&leadership, leadership.lost())));
         log_failed_release(leadership.resign());
         outcome.unwrap_or_else(|panic| resume_unwind(panic))
+    }
+}
+
+/// The changes of an election, in order; `None` at the locker's shutdown.
+/// Each `next` blocks until the next change (or the current state first).
+impl Iterator for Observer {
+    type Item = Observation;
+
+    fn next(&mut self) -> Option<Observation> {
+        let watch = self.watch.as_mut()?;
+        loop {
+            if let Some(item) = watch.pop() {
+                return Some(item);
+            }
+            let listener = watch.listener();
+            if watch.ended() {
+                return None;
+            }
+            match watch.next_read {
+                Some(at) if at > crate::clock::now() => {
+                    listener.wait_deadline(at);
+                    continue;
+                }
+                _ => {}
+            }
+            let reply = watch.read();
+            watch.handle(reply);
+        }
     }
 }

@@ -146,7 +146,7 @@ impl Version {
     }
 
     /// The version after this one in the same term.
-    fn next(self) -> Self {
+    pub(crate) fn next(self) -> Self {
         Version {
             term: self.term,
             seq: self.seq.saturating_add(1),
@@ -350,10 +350,12 @@ return 1
 "#
 );
 
-/// Read (run as `EVALSHA_RO`: it writes nothing): KEYS = lease, log.
-/// Replies `{term, pttl, top}`: the lease's term (`''` when there is no
-/// lease; never its token), its `PTTL`, and the log's newest entry as
-/// `XREVRANGE` gives it (nil for an empty log).
+/// Read (run as `EVALSHA_RO`: it writes nothing): KEYS = lease, log;
+/// ARGV = the version after which to list the log's entries (`''`: none).
+/// Replies `{term, pttl, top, entries}`: the lease's term (`''` when there
+/// is no lease; never its token), its `PTTL`, the log's newest entry as
+/// `XREVRANGE` gives it (nil for an empty log), and up to 64 entries after
+/// the version asked for, oldest first.
 pub(crate) const READ_LUA: &str = r#"
 local held = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
@@ -365,7 +367,11 @@ if held then
     term = string.sub(held, sep + 1)
   end
 end
-return {term, pttl, top or false}
+local entries = {}
+if ARGV[1] ~= '' then
+  entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 64)
+end
+return {term, pttl, top or false, entries}
 "#;
 
 /// Where an election script publishes: the command, the channel, the sha.
@@ -429,12 +435,13 @@ pub(crate) fn resign_call(
     )
 }
 
-/// The read of an election's current state.
-pub(crate) fn read_call(names: &ElectNames) -> ScriptCall {
+/// The read of an election's current state and, with `after`, of the
+/// log's entries after that version.
+pub(crate) fn read_call(names: &ElectNames, after: Option<Version>) -> ScriptCall {
     ScriptCall::new(
         ScriptKind::ElectRead,
         vec![names.lease.clone(), names.log.clone()],
-        Vec::new(),
+        vec![after.map(Version::to_id).unwrap_or_default()],
     )
 }
 
@@ -497,16 +504,56 @@ pub(crate) struct Current {
     pub(crate) leader: Option<Leader>,
 }
 
-/// Classifies the read script's reply and applies docs/ELECTION.md §7: the
-/// log's top is the current leader only while a lease of the same term
-/// lives; a top leader without it lapsed (vacant at `(term, seq + 1)`); a
-/// vacant top is vacant at its version; no log is vacant at `0.0`.
-pub(crate) fn classify_read(value: &Value) -> Result<Current, ReplyError> {
+/// The read script's reply: the lease's term and `PTTL`, the log's top and
+/// the entries after the version asked for (oldest first, at most
+/// [`READ_BATCH`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReadReply {
+    lease_term: Option<u64>,
+    pttl: i64,
+    pub(crate) top: Option<Entry>,
+    pub(crate) entries: Vec<Entry>,
+}
+
+/// The most entries one read returns.
+pub(crate) const READ_BATCH: usize = 64;
+
+impl ReadReply {
+    /// docs/ELECTION.md §7: the log's top is the current leader only while
+    /// a lease of the same term lives; a top leader without it lapsed
+    /// (vacant at `(term, seq + 1)`); a vacant top is vacant at its
+    /// version; no log is vacant at `0.0`.
+    pub(crate) fn current(&self) -> Current {
+        let Some(top) = &self.top else {
+            return Current {
+                version: Version::default(),
+                leader: None,
+            };
+        };
+        match &top.value {
+            Some(_) if self.lease_term == Some(top.version.term) => Current {
+                version: top.version,
+                leader: Some(top.leader(u64::try_from(self.pttl).ok().map(Duration::from_millis))),
+            },
+            Some(_) => Current {
+                version: top.version.next(),
+                leader: None,
+            },
+            None => Current {
+                version: top.version,
+                leader: None,
+            },
+        }
+    }
+}
+
+/// Classifies the read script's reply (see [`ReadReply`]).
+pub(crate) fn classify_read(value: &Value) -> Result<ReadReply, ReplyError> {
     let unexpected = || ReplyError::new(ScriptKind::ElectRead, value);
     let Value::Array(items) = value else {
         return Err(unexpected());
     };
-    let [Value::BulkString(term), Value::Int(pttl), top] = items.as_slice() else {
+    let [Value::BulkString(term), Value::Int(pttl), top, rest @ ..] = items.as_slice() else {
         return Err(unexpected());
     };
     let lease_term = match term.as_slice() {
@@ -523,38 +570,50 @@ pub(crate) fn classify_read(value: &Value) -> Result<Current, ReplyError> {
         Value::Array(entry) => Some(parse_entry(entry).ok_or_else(unexpected)?),
         _ => return Err(unexpected()),
     };
-    let Some(top) = top else {
-        return Ok(Current {
-            version: Version::default(),
-            leader: None,
-        });
+    let entries = match rest {
+        [] => Vec::new(),
+        [Value::Array(entries)] if entries.len() <= READ_BATCH => entries
+            .iter()
+            .map(|entry| match entry {
+                Value::Array(entry) => parse_entry(entry),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(unexpected)?,
+        _ => return Err(unexpected()),
     };
-    let current = match top.value {
-        Some(value) if lease_term == Some(top.version.term) => Current {
-            version: top.version,
-            leader: Some(Leader {
-                term: Fence::new(top.version.term),
-                value,
-                version: top.version,
-                remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
-            }),
-        },
-        Some(_) => Current {
-            version: top.version.next(),
-            leader: None,
-        },
-        None => Current {
-            version: top.version,
-            leader: None,
-        },
-    };
-    Ok(current)
+    Ok(ReadReply {
+        lease_term,
+        pttl: *pttl,
+        top,
+        entries,
+    })
 }
 
-/// One log entry: its version, and the value when it names a leader.
-struct Entry {
-    version: Version,
-    value: Option<Vec<u8>>,
+/// Classifies the read script's reply as the current state.
+pub(crate) fn classify_current(value: &Value) -> Result<Current, ReplyError> {
+    classify_read(value).map(|read| read.current())
+}
+
+/// One log entry: its version, its predecessor, and the value when it
+/// names a leader (`None`: a vacancy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) version: Version,
+    pub(crate) prev: Option<Version>,
+    pub(crate) value: Option<Vec<u8>>,
+}
+
+impl Entry {
+    /// The leader this entry names, with `remaining` (for a leader entry).
+    pub(crate) fn leader(&self, remaining: Option<Duration>) -> Leader {
+        Leader {
+            term: Fence::new(self.version.term),
+            value: self.value.clone().unwrap_or_default(),
+            version: self.version,
+            remaining,
+        }
+    }
 }
 
 /// Parses `[id, [field, value, ...]]`.
@@ -563,12 +622,13 @@ fn parse_entry(entry: &[Value]) -> Option<Entry> {
         return None;
     };
     let version = Version::parse(id)?;
-    let (mut leader, mut value) = (false, None);
+    let (mut leader, mut value, mut prev) = (false, None, None);
     for pair in fields.chunks(2) {
         match pair {
             [Value::BulkString(name), Value::BulkString(v)] => match name.as_slice() {
                 b"leader" => leader = v.as_slice() == b"1",
                 b"value" => value = Some(v.clone()),
+                b"prev" => prev = Version::parse(v),
                 _ => {}
             },
             _ => return None,
@@ -576,6 +636,7 @@ fn parse_entry(entry: &[Value]) -> Option<Entry> {
     }
     Some(Entry {
         version,
+        prev,
         value: if leader {
             Some(value.unwrap_or_default())
         } else {
@@ -608,7 +669,7 @@ mod tests {
 
     #[test]
     fn a_logged_leader_whose_lease_lives_is_current() {
-        let current = classify_read(&read("17", 900, entry("17-2", true, b"host-a"))).unwrap();
+        let current = classify_current(&read("17", 900, entry("17-2", true, b"host-a"))).unwrap();
         assert_eq!(current.version, Version::new(17, 2));
         let leader = current.leader.unwrap();
         assert_eq!(leader.term, Fence::new(17));
@@ -618,18 +679,18 @@ mod tests {
 
     #[test]
     fn a_lapsed_leader_is_never_current_and_its_vacancy_is_the_next_version() {
-        let gone = classify_read(&read("", -2, entry("17-2", true, b"a"))).unwrap();
+        let gone = classify_current(&read("", -2, entry("17-2", true, b"a"))).unwrap();
         assert_eq!((gone.version, gone.leader), (Version::new(17, 3), None));
         // A later term holds a lease whose grant is not logged yet.
-        let unlogged = classify_read(&read("18", 900, entry("17-2", true, b"a"))).unwrap();
+        let unlogged = classify_current(&read("18", 900, entry("17-2", true, b"a"))).unwrap();
         assert_eq!(unlogged.leader, None);
     }
 
     #[test]
     fn a_vacancy_or_no_log_is_vacant_at_its_version() {
-        let vacant = classify_read(&read("", -2, entry("17-3", false, b""))).unwrap();
+        let vacant = classify_current(&read("", -2, entry("17-3", false, b""))).unwrap();
         assert_eq!((vacant.version, vacant.leader), (Version::new(17, 3), None));
-        let empty = classify_read(&read("", -2, Value::Nil)).unwrap();
+        let empty = classify_current(&read("", -2, Value::Nil)).unwrap();
         assert_eq!((empty.version, empty.leader), (Version::default(), None));
     }
 
@@ -660,7 +721,7 @@ mod tests {
             read("", 1, bulk(b"1-0")),
             read("", 1, Value::Array(vec![bulk(b"1-0")])),
         ] {
-            assert!(classify_read(&odd).is_err(), "{odd:?}");
+            assert!(classify_current(&odd).is_err(), "{odd:?}");
         }
     }
 
@@ -691,8 +752,8 @@ mod tests {
             assert!(packed.contains(part.as_str()), "{part}");
         }
         assert!(names.lease.starts_with("ns:elect:{"));
-        let read =
-            String::from_utf8_lossy(&read_call(&names).evalsha().get_packed_command()).into_owned();
+        let read = String::from_utf8_lossy(&read_call(&names, None).evalsha().get_packed_command())
+            .into_owned();
         assert!(read.contains("EVALSHA_RO"));
     }
 }

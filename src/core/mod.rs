@@ -48,6 +48,7 @@ pub(crate) mod line;
 pub(crate) mod model;
 pub(crate) mod names;
 pub(crate) mod notice;
+pub(crate) mod observe;
 pub(crate) mod outcome;
 pub(crate) mod script;
 pub(crate) mod slots;
@@ -55,5 +56,6 @@ pub(crate) mod subscription;
 pub(crate) mod tracking;
 
 pub use election::{Leader, Version};
+pub use observe::Observation;
 pub use outcome::{Fence, ReleaseOutcome, RenewOutcome};
 pub use script::ReplyError;

@@ -13,11 +13,12 @@ use super::keeper::Keeper;
 use super::kind;
 use super::lease::Lease;
 use super::locker::Locker;
+use super::observer::Observer;
 use crate::clock::now;
 use crate::config::AcquireOptions;
 use crate::core::election::{
-    classify_proclaim, classify_read, read_call, ElectNames, Leader, LeaderValue, ProclaimReply,
-    Version,
+    classify_current, classify_proclaim, classify_read, read_call, ElectNames, Leader, LeaderValue,
+    ProclaimReply, ReadReply, Version,
 };
 use crate::core::lease::RenewResult;
 use crate::core::names::{validate_key, KeyId, Want};
@@ -186,7 +187,58 @@ impl<F: Front> Election<F> {
     /// ```
     pub fn leader(&self) -> Call<'_, F, Result<Option<Leader>, Error>> {
         let shared = self.locker.shared();
-        let call = read_call(&self.names);
+        let call = read_call(&self.names, None);
+        let start = move || {
+            Ok(Single::new(
+                &shared.state,
+                Operation::Read,
+                call,
+                classify_current,
+            ))
+        };
+        F::run(shared, None, start, |current| current.map(|c| c.leader))
+    }
+}
+
+impl<F: Front> Election<F> {
+    /// Every change of this election, in order, from now on: an
+    /// [`Observer`] (blocking: an `Iterator`; async: a `Stream`) of
+    /// [`Observation`](crate::Observation)s. The first item is the current
+    /// state (`resync: true`); then every new leader, proclaim and vacancy,
+    /// a leader that lapsed followed by its vacancy; after a gap (more than
+    /// 64 changes between two reads, a log that lost entries) only the
+    /// current state, again marked `resync`. It never yields a leader that
+    /// lapsed as current, never an error (failed reads are retried with a
+    /// backoff), and ends only at the locker's shutdown.
+    ///
+    /// The observer reads the election every `notify_poll_interval`, and at
+    /// the leader's expiry (a lapse publishes nothing); one read-only
+    /// script per read, as [`leader`](Self::leader).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(election: &redlease::blocking::Election) {
+    /// for change in election.observe() {              // aio: a Stream
+    ///     match change.leader {
+    ///         Some(leader) => println!("{}: term {} leads", change.version, leader.term),
+    ///         None => println!("{}: nobody leads", change.version),
+    ///     }
+    /// #   break;
+    /// }
+    /// # }
+    /// ```
+    pub fn observe(&self) -> Observer<F> {
+        Observer::new(self.clone())
+    }
+
+    /// One read of the state and of the log's entries after `after`.
+    pub(crate) fn read_after(
+        &self,
+        after: Option<Version>,
+    ) -> Call<'_, F, Result<ReadReply, Error>> {
+        let shared = self.locker.shared();
+        let call = read_call(&self.names, after);
         let start = move || {
             Ok(Single::new(
                 &shared.state,
@@ -195,7 +247,11 @@ impl<F: Front> Election<F> {
                 classify_read,
             ))
         };
-        F::run(shared, None, start, |current| current.map(|c| c.leader))
+        F::run(shared, None, start, |read| read)
+    }
+
+    pub(crate) fn locker(&self) -> &Locker<F> {
+        &self.locker
     }
 }
 

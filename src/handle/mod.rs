@@ -11,6 +11,7 @@ mod keeper;
 pub mod kind;
 mod lease;
 mod locker;
+mod observer;
 mod rw_lock;
 mod semaphore;
 
@@ -18,5 +19,6 @@ pub use election::{Election, Leadership};
 pub use lease::Lease;
 pub(crate) use lease::LeaseState;
 pub use locker::Locker;
+pub use observer::Observer;
 pub use rw_lock::RwLock;
 pub use semaphore::Semaphore;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Value;
-use redlease::{Error, ReleaseOutcome, Version};
+use redlease::{Error, Observation, ReleaseOutcome, Version};
 
 use super::common::{
     config, connect, exists, granted, key_sha, namespace, no_wait, refused, server_time_ms, spawn,
@@ -374,4 +374,95 @@ pub(crate) fn a_leadership_taken_away_fires_lost_and_proclaim_refuses<F: Front>(
     assert_eq!(e.code(), "LOCK_LOST", "{e:?}");
     assert_eq!(log_of(&server, &ns, "scheduler").len(), 1, "nothing logged");
     assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Expired);
+}
+
+/// Collects an observer's items on a thread of its own (it blocks until
+/// the next change, and ends at the locker's shutdown).
+fn observed<F: Front>(locker: &F, name: &str) -> std::sync::mpsc::Receiver<Observation> {
+    let observer = locker.observe(name).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for item in observer {
+            if tx.send(item).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next observation, within [`BOUND`].
+fn next_of(rx: &std::sync::mpsc::Receiver<Observation>, what: &str) -> Observation {
+    rx.recv_timeout(BOUND)
+        .unwrap_or_else(|e| panic!("{what}: no observation within {BOUND:?} ({e})"))
+}
+
+/// An observer sees the current state first, then every change in order
+/// (grants, proclaims, vacancies, a lapse reported as vacant once), and
+/// after the log is lost only the current state, marked `resync`; it ends
+/// at the locker's shutdown.
+pub(crate) fn observe_sees_every_change_in_order_and_resyncs_after_data_loss<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("elect-observe");
+    let (a, b, reader): (F, F, F) = (
+        connect(&server, config(&ns)),
+        connect(&server, config(&ns)),
+        connect(&server, config(&ns)),
+    );
+    let rx = observed(&reader, "scheduler");
+    let first = next_of(&rx, "the current state");
+    assert!(first.resync && first.leader.is_none() && first.version == Version::default());
+
+    let leadership = granted(a.campaign("scheduler", b"v1", no_wait()), "a leads");
+    let term = F::term(&leadership).get();
+    F::proclaim(&leadership, b"v2").unwrap();
+    F::proclaim(&leadership, b"v3").unwrap();
+    assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
+    let next = granted(b.campaign("scheduler", b"w", no_wait()), "b leads");
+    let next_term = F::term(&next).get();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let item = next_of(&rx, "a change");
+        assert!(!item.resync, "no gap: {item:?}");
+        seen.push((item.version, item.leader.map(|l| l.value)));
+    }
+    assert_eq!(
+        seen,
+        [
+            (Version::new(term, 0), Some(b"v1".to_vec())),
+            (Version::new(term, 1), Some(b"v2".to_vec())),
+            (Version::new(term, 2), Some(b"v3".to_vec())),
+            (Version::new(term, 3), None),
+            (Version::new(next_term, 0), Some(b"w".to_vec())),
+        ]
+    );
+
+    // A lapse (the leader's lease deleted, as if it expired) is reported
+    // as vacant at the version the next grant will log.
+    server.query(redis::cmd("DEL").arg(lease_name(&ns, "scheduler")));
+    let lapse = next_of(&rx, "the lapse");
+    assert_eq!(
+        (lapse.version, lapse.leader, lapse.resync),
+        (Version::new(next_term, 1), None, false)
+    );
+    drop(next);
+
+    // The log lost (a restart without data): the current state, resync.
+    server.query(&redis::cmd("FLUSHALL"));
+    let after = next_of(&rx, "the resync");
+    assert!(after.resync && after.leader.is_none(), "{after:?}");
+    let again = granted(a.campaign("scheduler", b"z", no_wait()), "a leads again");
+    let item = next_of(&rx, "the new leader");
+    assert!(!item.resync && F::term(&again).get() > next_term);
+    assert_eq!(item.leader.map(|l| l.value), Some(b"z".to_vec()));
+    F::resign(again).unwrap();
+    next_of(&rx, "the vacancy");
+    reader.shutdown().unwrap();
+    assert!(
+        matches!(
+            rx.recv_timeout(BOUND),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+        ),
+        "the observer ends at shutdown"
+    );
 }

@@ -11,8 +11,12 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use redlease::{
-    AcquireOptions, Config, Error, Fence, Leader, ReleaseOutcome, RenewOutcome, Stats, Version,
+    AcquireOptions, Config, Error, Fence, Leader, Observation, ReleaseOutcome, RenewOutcome, Stats,
+    Version,
 };
+
+/// An election's observer as a blocking iterator.
+pub(crate) type Observations = Box<dyn Iterator<Item = Observation> + Send>;
 
 /// A locker front end: its constructor, its acquire calls, shutdown and
 /// statistics, plus its lease operations as associated functions.
@@ -105,6 +109,8 @@ pub(crate) trait Front: Send + Sync + 'static {
     fn leader(&self, name: &str) -> Result<Option<Leader>, Error>;
     /// `format!("{:?}", locker.election(name)?)`.
     fn election_debug(&self, name: &str) -> Result<String, Error>;
+    /// `locker.election(name)?.observe()`, as a blocking iterator.
+    fn observe(&self, name: &str) -> Result<Observations, Error>;
     /// `leadership.term()`.
     fn term(leadership: &Self::Leadership) -> Fence;
     /// `leadership.is_valid()`.
@@ -146,6 +152,10 @@ impl Front for redlease::blocking::Locker {
 
     fn election_debug(&self, name: &str) -> Result<String, Error> {
         Ok(format!("{:?}", self.election(name)?))
+    }
+
+    fn observe(&self, name: &str) -> Result<Observations, Error> {
+        Ok(Box::new(self.election(name)?.observe()))
     }
 
     fn term(leadership: &Self::Leadership) -> Fence {
@@ -327,6 +337,12 @@ impl Front for Async {
 
     fn election_debug(&self, name: &str) -> Result<String, Error> {
         Ok(format!("{:?}", self.0.election(name)?))
+    }
+
+    fn observe(&self, name: &str) -> Result<Observations, Error> {
+        Ok(Box::new(futures::executor::block_on_stream(
+            self.0.election(name)?.observe(),
+        )))
     }
 
     fn term(leadership: &Self::Leadership) -> Fence {

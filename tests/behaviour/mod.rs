@@ -146,6 +146,7 @@ macro_rules! behaviour_suite {
                 debug_never_shows_the_value,
                 a_leadership_is_renewed_by_its_keeper,
                 a_leadership_taken_away_fires_lost_and_proclaim_refuses,
+                observe_sees_every_change_in_order_and_resyncs_after_data_loss,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

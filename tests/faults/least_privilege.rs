@@ -219,6 +219,10 @@ impl<F: Front> Front for AsLockerUser<F> {
         self.inner.election_debug(name)
     }
 
+    fn observe(&self, name: &str) -> Result<crate::behaviour::front::Observations, Error> {
+        self.inner.observe(name)
+    }
+
     fn term(leadership: &Self::Leadership) -> Fence {
         F::term(leadership)
     }

@@ -466,3 +466,54 @@ pub(crate) fn observe_sees_every_change_in_order_and_resyncs_after_data_loss<F: 
         "the observer ends at shutdown"
     );
 }
+
+/// A campaign whose first attempt timed out on a paused server is sent
+/// again with the same token: one grant, one log entry, one term. A
+/// proclaim whose outcome was unknown, sent again with the same value,
+/// returns the version the first one logged and logs nothing twice.
+pub(crate) fn replayed_campaigns_and_proclaims_log_nothing_twice<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("elect-replay");
+    let quick = config(&ns).command_timeout(Duration::from_millis(200));
+    let (a, reader): (F, F) = (connect(&server, quick.clone()), connect(&server, quick));
+    // Pooled connections and cached scripts, so the calls are sent.
+    F::resign(granted(a.campaign("warm", b"w", no_wait()), "warm-up")).unwrap();
+    assert_eq!(reader.leader("warm").unwrap(), None);
+
+    let a = Arc::new(a);
+    let campaigner = a.clone();
+    let sent = a.stats().scripts_sent;
+    let paused = server.pause_guard();
+    let campaign = spawn("campaign", move || {
+        campaigner.campaign("scheduler", b"v1", waiting(BOUND))
+    });
+    // Past the command timeout: the first attempt's outcome is unknown.
+    crate::behaviour::common::let_pass(Duration::from_millis(500));
+    drop(paused);
+    let leadership = granted(campaign.join_within(BOUND), "the campaign");
+    assert!(
+        a.stats().scripts_sent >= sent + 2,
+        "the campaign was sent again"
+    );
+    let term = F::term(&leadership);
+    let log = log_of(&server, &ns, "scheduler");
+    assert_eq!(log.len(), 1, "one grant logged: {log:?}");
+    assert_eq!(log[0].0, format!("{term}-0"));
+    assert_eq!(reader.leader("scheduler").unwrap().unwrap().term, term);
+
+    let e = {
+        let _paused = server.pause_guard();
+        F::proclaim(&leadership, b"v2").unwrap_err()
+    };
+    assert_eq!(e.code(), "OUTCOME_UNKNOWN", "{e:?}");
+    // The buffered proclaim ran on resume; the same proclaim again is
+    // recognised.
+    let version = F::proclaim(&leadership, b"v2").unwrap();
+    assert_eq!(version, Version::new(term.get(), 1));
+    assert_eq!(log_of(&server, &ns, "scheduler").len(), 2, "logged once");
+    assert_eq!(
+        F::proclaim(&leadership, b"v3").unwrap(),
+        Version::new(term.get(), 2)
+    );
+    assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
+}

@@ -653,3 +653,62 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
         Vec::<String>::new()
     );
 }
+
+/// docs/ELECTION.md §9: a locker that never campaigns reads the leader and
+/// observes its changes as a user with read-only key rights (`%R~`) on the
+/// election's lease and log and no write command at all; Redis refuses
+/// nothing.
+pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("acl-observer");
+    let candidate: F = connect(&server, config(&ns));
+    let leadership = granted(
+        candidate.campaign("scheduler", b"host-a", no_wait()),
+        "a leads",
+    );
+
+    let user = format!("observer-{ns}");
+    let rules: Vec<String> = [
+        "resetkeys",
+        "resetchannels",
+        "-@all",
+        "+evalsha_ro",
+        "+eval_ro",
+        "+get",
+        "+pttl",
+        "+xrange",
+        "+xrevrange",
+        "+ping",
+        "+config|get",
+        "+info",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([format!("%R~{ns}:elect:*"), format!("%R~{ns}:elect-log:*")])
+    .collect();
+    let url = set_user(server.port(), &user, &rules);
+    let observer = F::connect(&url, config(&ns)).unwrap();
+    let leader = observer.leader("scheduler").unwrap().expect("a leads");
+    assert_eq!(
+        (leader.term, leader.value),
+        (F::term(&leadership), b"host-a".to_vec())
+    );
+    let mut changes = observer.observe("scheduler").unwrap();
+    let first = changes.next().expect("the current state");
+    assert!(first.resync && first.leader.is_some());
+    F::proclaim(&leadership, b"host-b").unwrap();
+    let next = changes.next().expect("the proclaim");
+    assert_eq!(next.leader.map(|l| l.value), Some(b"host-b".to_vec()));
+    assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(observer.leader("scheduler").unwrap(), None);
+
+    let denied: Vec<(String, String)> = denials_at(server.port())
+        .unwrap()
+        .into_iter()
+        .filter(|(u, _)| *u == user)
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the read-only user was refused: {denied:?}"
+    );
+}

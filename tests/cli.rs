@@ -2035,3 +2035,74 @@ fn permits_run_and_status_work_as_the_least_privilege_acl_user() {
         assert!(!output.contains("s3cret-pass"), "{output}");
     }
 }
+
+/// `redlease leader NAME`: the leader's value, term and time left (text
+/// and JSON), exit 0; nobody leading, exit 1; Redis unreachable, exit 69;
+/// `--watch` prints every change until SIGTERM, then exits 0.
+#[test]
+fn leader_shows_the_elections_leader_and_watches_its_changes() {
+    use std::io::{BufRead, BufReader};
+
+    let server = RedisServer::start();
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, FREE);
+    assert_eq!(stdout(&out), "no leader (version 0.0)\n");
+
+    let locker = redlease::blocking::Locker::connect(server.url(), redlease::Config::new(NS))
+        .expect("connect the candidate");
+    let election = locker.election("jobs").unwrap();
+    let leadership = election.campaign(b"host-a:4242").unwrap();
+    let term = leadership.term();
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, HELD);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!("leader term {term}, version {term}.0, "))
+            && text.ends_with(": host-a:4242\n"),
+        "{text}"
+    );
+    let out = run(redlease(&server).args(["leader", "--json", "jobs"]));
+    assert_code(&out, HELD);
+    let json = stdout(&out);
+    assert!(
+        json.starts_with(&format!(
+            r#"{{"leader":true,"term":{term},"version":"{term}.0","remaining_ms":"#
+        )) && json.ends_with(",\"value\":\"host-a:4242\"}\n"),
+        "{json}"
+    );
+    assert!(!stderr(&out).contains("host-a"), "the value only on stdout");
+
+    let mut child = redlease(&server)
+        .args(["leader", "--watch", "--json", "jobs"])
+        .spawn()
+        .expect("spawn redlease leader --watch");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.contains(r#""value":"host-a:4242","resync":true"#),
+        "{first}"
+    );
+    leadership.proclaim(b"host-a:4243").unwrap();
+    let next = lines.next().unwrap().unwrap();
+    assert!(
+        next.contains(&format!(r#""version":"{term}.1""#))
+            && next.contains(r#""value":"host-a:4243","resync":false"#),
+        "{next}"
+    );
+    leadership.resign().unwrap();
+    let vacant = lines.next().unwrap().unwrap();
+    assert!(vacant.starts_with(r#"{"leader":false"#), "{vacant}");
+    signal(child.id(), "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 0);
+
+    let out = run(bare().args([
+        "--url",
+        &closed_port_url(),
+        "--namespace",
+        NS,
+        "leader",
+        "jobs",
+    ]));
+    assert_code(&out, UNAVAILABLE);
+}

@@ -1,9 +1,10 @@
 //! `redlease`: run a command while holding a lease on a Redis key, with a
-//! fencing token; or show a key's lease status.
+//! fencing token; or show a key's lease status, or an election's leader.
 //!
 //! ```text
 //! redlease run [OPTIONS] KEY [--] COMMAND [ARGS...]
 //! redlease status [--json] [--permits N] KEY
+//! redlease leader [--json] [--watch] NAME
 //! ```
 //!
 //! See `redlease --help` and the README's "Command-line tool" section for
@@ -21,6 +22,8 @@ mod duration;
 mod held;
 #[path = "redlease/holder.rs"]
 mod holder;
+#[path = "redlease/leader.rs"]
+mod leader;
 #[path = "redlease/output.rs"]
 mod output;
 #[path = "redlease/run.rs"]
@@ -59,6 +62,10 @@ fn main() -> ExitCode {
         },
         Command::Status(args) => match Target::resolve(&cli.global, "status", &args.key) {
             Ok(target) => status::status(target, args, out),
+            Err(code) => code,
+        },
+        Command::Leader(args) => match Target::resolve(&cli.global, "leader", &args.name) {
+            Ok(target) => leader::leader(target, args, out),
             Err(code) => code,
         },
     };

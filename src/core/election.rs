@@ -178,6 +178,26 @@ pub struct Leader {
     pub remaining: Option<Duration>,
 }
 
+impl Leader {
+    /// A leader of term `term` with `value` at `version`, its remaining
+    /// time unknown: for tests of code that handles leaders (a read gives
+    /// the real ones).
+    ///
+    /// ```
+    /// use redlease::{Fence, Leader, Version};
+    /// let leader = Leader::new(Fence::new(7), b"host-a:4242", Version::new(7, 0));
+    /// assert_eq!((leader.term.get(), leader.remaining), (7, None));
+    /// ```
+    pub fn new(term: Fence, value: impl Into<Vec<u8>>, version: Version) -> Self {
+        Leader {
+            term,
+            value: value.into(),
+            version,
+            remaining: None,
+        }
+    }
+}
+
 impl fmt::Debug for Leader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leader")

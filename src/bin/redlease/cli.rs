@@ -241,6 +241,45 @@ pub(crate) enum Command {
     /// (with --permits, its semaphore's slots)
     #[command(long_about = STATUS_LONG_ABOUT)]
     Status(StatusArgs),
+    /// Show the leader of the election NAME: its value, term and time left
+    /// (with --watch, every change)
+    #[command(long_about = LEADER_LONG_ABOUT)]
+    Leader(LeaderArgs),
+}
+
+const LEADER_LONG_ABOUT: &str = "\
+Show the leader of the election NAME (as the redlease library's \
+`locker.election(NAME)` elects it): its value, its term (the fence a store \
+checks) and its time left. The value is printed as is on standard output, \
+never on standard error or in logs.
+
+With --watch, print one line (with --json: one JSON object) per change of \
+the election, in order, until SIGINT or SIGTERM (exit 0): the current state \
+first, then every new leader, new value and vacancy; `resync` marks a state \
+printed instead of changes that were skipped (more than 64 between two \
+reads, or a log that lost entries).
+
+Exits 0 when someone leads and 1 when nobody does, 2 on a usage error and \
+69 when Redis cannot be asked. It needs only the read-only rights of the \
+README's election observer (EVALSHA_RO on the election's lease and log).";
+
+/// `redlease leader`.
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election's name
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+
+    /// Print JSON: {"leader": bool, "term": int|null, "version": "T.S",
+    /// "remaining_ms": int|null, "value": str|null} ("value_base64"
+    /// instead of "value" for a value that is not UTF-8); with --watch,
+    /// one object per line, with "resync": bool
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Print every change until SIGINT or SIGTERM
+    #[arg(long)]
+    pub(crate) watch: bool,
 }
 
 /// What to do with the command when the lease is lost.

@@ -489,3 +489,26 @@ impl<F: Front> std::fmt::Debug for Leadership<F> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::front::Blocking;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn elections_leaderships_and_observers_cross_threads() {
+        send_sync::<Election<Blocking>>();
+        send_sync::<Leadership<Blocking>>();
+        send::<Observer<Blocking>>();
+        #[cfg(feature = "aio")]
+        {
+            use crate::front::Async;
+            send_sync::<Election<Async>>();
+            send_sync::<Leadership<Async>>();
+            send::<Observer<Async>>();
+        }
+    }
+}

@@ -517,3 +517,19 @@ pub(crate) fn replayed_campaigns_and_proclaims_log_nothing_twice<F: Front>() {
     );
     assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
 }
+
+/// Shutdown resigns a live leadership (logging its vacancy and waking the
+/// candidates); resigning it afterwards reports `ShuttingDown`.
+pub(crate) fn shutdown_resigns_a_leadership<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("elect-shutdown");
+    let (a, reader): (F, F) = (connect(&server, config(&ns)), connect(&server, config(&ns)));
+    let leadership = granted(a.campaign("scheduler", b"a", no_wait()), "a leads");
+    a.shutdown().unwrap();
+    assert_eq!(reader.leader("scheduler").unwrap(), None);
+    let log = log_of(&server, &ns, "scheduler");
+    let leaders: Vec<bool> = log.iter().map(|(_, leader, _)| *leader).collect();
+    assert_eq!(leaders, [true, false], "grant, vacancy");
+    let e = F::resign(leadership).unwrap_err();
+    assert_eq!(e.code(), "SHUTTING_DOWN", "{e:?}");
+}

@@ -148,6 +148,7 @@ macro_rules! behaviour_suite {
                 a_leadership_taken_away_fires_lost_and_proclaim_refuses,
                 observe_sees_every_change_in_order_and_resyncs_after_data_loss,
                 replayed_campaigns_and_proclaims_log_nothing_twice,
+                shutdown_resigns_a_leadership,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

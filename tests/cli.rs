@@ -2106,3 +2106,90 @@ fn leader_shows_the_elections_leader_and_watches_its_changes() {
     ]));
     assert_code(&out, UNAVAILABLE);
 }
+
+/// `redlease elect NAME -- COMMAND`: the command runs as the leader with
+/// its term (REDLEASE_FENCE = REDLEASE_TERM) and the election's name; the
+/// leader shows its value; a second `elect -n` is busy (75); a waiting
+/// `elect` takes over in a larger term when the first resigns (its command
+/// exited after SIGTERM), and nobody leads afterwards.
+#[test]
+fn elect_runs_the_command_as_leader_and_a_waiting_candidate_takes_over() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark, env) = (
+        scratch.path("ready"),
+        scratch.path("mark"),
+        scratch.path("env"),
+    );
+    let script = format!(
+        "echo \"$REDLEASE_FENCE $REDLEASE_TERM $REDLEASE_ELECTION\" > {env}; {}",
+        trap_term_script(&ready, &mark),
+        env = env.display()
+    );
+    let first = redlease(&server)
+        .args([
+            "elect", "--value", "host-a", "--lease", "5s", "jobs", "--", "sh", "-c",
+        ])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the leader's command to start", || {
+        ready.exists()
+    });
+    let seen = read(&env);
+    let fields: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{seen}");
+    assert_eq!((fields[0], fields[2]), (fields[1], "jobs"), "{seen}");
+    let term: u64 = fields[1].parse().unwrap();
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, HELD);
+    assert!(
+        stdout(&out).starts_with(&format!("leader term {term},"))
+            && stdout(&out).ends_with(": host-a\n"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(redlease(&server).args(["elect", "-n", "jobs", "true"]));
+    assert_code(&out, BUSY);
+
+    let second_env = scratch.path("second-env");
+    let second = redlease(&server)
+        .args(["elect", "jobs", "--", "sh", "-c"])
+        .arg(format!("echo $REDLEASE_TERM > {}", second_env.display()))
+        .spawn()
+        .unwrap();
+    signal(first.id(), "TERM");
+    let out = finish(first, RUN_TIMEOUT);
+    assert_code(&out, 0); // the command's own status after its trap
+    let out = finish(second, RUN_TIMEOUT);
+    assert_code(&out, 0);
+    let second_term: u64 = read(&second_env).trim().parse().unwrap();
+    assert!(second_term > term, "{second_term} > {term}");
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, FREE);
+}
+
+/// A leadership lost while its command runs (its lease deleted behind its
+/// back) stops the command with SIGTERM: exit 122, as `run`.
+#[test]
+fn a_lost_leadership_terminates_the_elected_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args(["elect", "--lease", "1s", "lost-job", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the leader's command to start", || {
+        ready.exists()
+    });
+    let lease = format!("{NS}:elect:{{{}}}", sha_hex("lost-job"));
+    let _: i64 = redis::cmd("DEL")
+        .arg(&lease)
+        .query(&mut server.conn())
+        .unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    assert_eq!(read(&mark).trim(), "got-term", "the command got SIGTERM");
+    assert_code(&out, LEASE_LOST);
+}

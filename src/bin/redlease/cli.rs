@@ -245,6 +245,133 @@ pub(crate) enum Command {
     /// (with --watch, every change)
     #[command(long_about = LEADER_LONG_ABOUT)]
     Leader(LeaderArgs),
+    /// Campaign in the election NAME and run a command while leading
+    #[command(long_about = ELECT_LONG_ABOUT, after_long_help = EXIT_CODES)]
+    Elect(ElectArgs),
+}
+
+const ELECT_LONG_ABOUT: &str = "\
+Campaign in the election NAME (as the redlease library's \
+`locker.election(NAME)`), run COMMAND while leading, then resign.
+
+It is `redlease run` with an election's leadership instead of a lock: the \
+same renewal, signals, --on-lost, --kill-after and exit codes (a lost \
+leadership stops the command: exit 122; someone else leading at once with \
+-n, or when --wait ran out: exit 75). The difference: it waits without a \
+deadline by default (-w forever), and while it leads, `redlease leader NAME` \
+(and the library's `leader()` and `observe()`) show its value.
+
+The command gets these variables:
+  REDLEASE_FENCE     the leadership's term: its fencing token
+  REDLEASE_TERM      the same
+  REDLEASE_ELECTION  NAME (also as REDLEASE_KEY)
+  REDLEASE_LEASE_MS  the lease length in milliseconds
+
+Examples:
+  # One scheduler across hosts; the others wait to take over.
+  redlease --namespace billing elect scheduler ./scheduler
+
+  # Publish an address for clients to find the leader.
+  redlease --namespace api elect --value 10.0.0.7:8080 primary ./serve";
+
+/// `redlease elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name: any non-empty UTF-8 string up to 1024 bytes
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+
+    /// The leader's value others read (`redlease leader`), at most 4 KiB;
+    /// default: HOSTNAME:PID
+    #[arg(long, value_name = "TEXT", conflicts_with = "value_file")]
+    pub(crate) value: Option<String>,
+
+    /// Read the leader's value from this file (at most 4 KiB)
+    #[arg(long, value_name = "PATH")]
+    pub(crate) value_file: Option<std::path::PathBuf>,
+
+    /// How long to campaign while someone else leads: 'forever' (the
+    /// default) waits without a deadline, 0 tries once; bare seconds (5,
+    /// 1.5) or units ms, s, m, h, d (1m30s)
+    #[arg(
+        short,
+        long,
+        value_name = "DURATION",
+        default_value = "forever",
+        value_parser = duration::parse_wait
+    )]
+    pub(crate) wait: Duration,
+
+    /// Try once and do not wait; the same as --wait 0
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub(crate) nonblock: bool,
+
+    /// Length of the leadership's lease (at least 100ms); it is renewed
+    /// every half lease while the command runs, so this bounds how long a
+    /// crashed leader blocks the election
+    #[arg(
+        short,
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = duration::parse_lease
+    )]
+    pub(crate) lease: Duration,
+
+    /// What to do with the command when the leadership is lost
+    #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
+    pub(crate) on_lost: OnLost,
+
+    /// How long the command gets to exit after a SIGTERM (--on-lost term)
+    /// or a passed-on SIGINT, SIGTERM or SIGHUP before it is sent SIGKILL
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = duration::parse
+    )]
+    pub(crate) kill_after: Duration,
+
+    /// Exit code when someone else leads, at once (-n) or when --wait ran
+    /// out
+    #[arg(
+        short = 'E',
+        long,
+        visible_alias = "busy-exit-code",
+        value_name = "N",
+        default_value_t = exit::BUSY
+    )]
+    pub(crate) conflict_exit_code: u8,
+
+    /// The command to run and its arguments (`--` before it is optional)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        num_args = 1..,
+        value_name = "COMMAND",
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+impl ElectArgs {
+    /// The `run` this is: the same supervision, campaigning with `value`.
+    pub(crate) fn to_run(&self, value: Vec<u8>) -> RunArgs {
+        RunArgs {
+            key: self.name.clone(),
+            wait: self.wait,
+            nonblock: self.nonblock,
+            lease: self.lease,
+            shared: false,
+            exclusive: false,
+            permits: None,
+            on_lost: self.on_lost,
+            kill_after: self.kill_after,
+            conflict_exit_code: self.conflict_exit_code,
+            command: self.command.clone(),
+            elect: Some(value),
+        }
+    }
 }
 
 const LEADER_LONG_ABOUT: &str = "\
@@ -391,6 +518,10 @@ pub(crate) struct RunArgs {
         value_parser = clap::value_parser!(OsString)
     )]
     pub(crate) command: Vec<OsString>,
+
+    /// `redlease elect`: campaign with this value instead of locking.
+    #[arg(skip)]
+    pub(crate) elect: Option<Vec<u8>>,
 }
 
 impl RunArgs {

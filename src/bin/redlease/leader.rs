@@ -1,6 +1,7 @@
 //! `redlease leader NAME`: the leader of an election (its value, term and
 //! time left) through the library's read-only read, and with `--watch`
-//! every change through its observer, until SIGINT or SIGTERM.
+//! every change through its observer, until SIGINT or SIGTERM. Also the
+//! value `redlease elect` campaigns with.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use redlease::{Config, Leader, Observation, Version};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::cli::{exit, LeaderArgs};
+use crate::cli::{exit, ElectArgs, LeaderArgs};
 use crate::duration::human;
 use crate::holder::json_string;
 use crate::output::Out;
@@ -77,6 +78,34 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
         print_line(&line(leader.as_ref(), version, Some(resync), args.json));
     }
     0
+}
+
+/// The largest value `elect` campaigns with (the library's default
+/// `max_value_bytes`).
+const MAX_VALUE_BYTES: usize = 4096;
+
+/// The value `elect` campaigns with: `--value`, the contents of
+/// `--value-file`, or `<hostname>:<pid>`. `Err` is a usage error's words
+/// (never the value).
+pub(crate) fn value_of(args: &ElectArgs) -> Result<Vec<u8>, String> {
+    let value = match (&args.value, &args.value_file) {
+        (Some(text), _) => text.clone().into_bytes(),
+        (None, Some(path)) => std::fs::read(path)
+            .map_err(|e| format!("cannot read --value-file {}: {e}", path.display()))?,
+        (None, None) => {
+            let host = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("{host}:{}", std::process::id()).into_bytes()
+        }
+    };
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "invalid value: is {} bytes long; at most {MAX_VALUE_BYTES} are allowed",
+            value.len()
+        ));
+    }
+    Ok(value)
 }
 
 fn print_line(line: &[u8]) {

@@ -85,7 +85,10 @@ Exit codes of run:
   126    the command could not be started
   127    the command was not found
 Exit codes of status: 0 held, 1 free (with --permits: 0 when any
-permit is held), 2 usage error, 69 Redis unavailable.";
+permit is held), 2 usage error, 69 Redis unavailable.
+Exit codes of elect: as run (75: someone else leads; 122: the
+leadership was lost). Exit codes of leader: 0 someone leads, 1 nobody
+(--watch: 0 at SIGINT or SIGTERM), 2 usage error, 69 Redis unavailable.";
 
 const RUN_LONG_ABOUT: &str = "\
 Acquire the lease on KEY, run COMMAND while holding it, then release it.

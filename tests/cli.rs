@@ -2193,3 +2193,69 @@ fn a_lost_leadership_terminates_the_elected_command() {
     assert_eq!(read(&mark).trim(), "got-term", "the command got SIGTERM");
     assert_code(&out, LEASE_LOST);
 }
+
+/// `redlease leader` (also `--watch`) needs only the README's election
+/// observer rules: read-only key rights on the election's lease and log;
+/// `redlease elect` the candidate's rules. Nothing lands in `ACL LOG`.
+#[test]
+fn leader_and_elect_work_as_the_least_privilege_acl_users() {
+    use std::io::{BufRead, BufReader};
+
+    let server = RedisServer::start();
+    let candidate = least_privilege_user(
+        &server,
+        &format!(
+            "+xadd +xrange +xrevrange +evalsha_ro +eval_ro \
+             ~{NS}:elect:* ~{NS}:elect-term:* ~{NS}:elect-log:*"
+        ),
+    );
+    let observer_rules = format!(
+        "on >obs-pass resetkeys resetchannels -@all +evalsha_ro +eval_ro +get +pttl \
+         +xrange +xrevrange +ping +config|get +info %R~{NS}:elect:* %R~{NS}:elect-log:*"
+    );
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER").arg("observer");
+    for rule in observer_rules.split_whitespace() {
+        acl.arg(rule);
+    }
+    let _: () = acl.query(&mut server.conn()).unwrap();
+    let observer = server
+        .url()
+        .replace("redis://", "redis://observer:obs-pass@");
+    let as_user = |url: &str| {
+        let mut cmd = bare();
+        cmd.args(["--url", url, "--namespace", NS]);
+        cmd
+    };
+    let out = run(as_user(&observer).args(["leader", "acl-elect"]));
+    assert_code(&out, FREE);
+
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let leader = as_user(&candidate)
+        .args(["elect", "--value", "host-a", "acl-elect", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the leader's command to start", || {
+        ready.exists()
+    });
+    let out = run(as_user(&observer).args(["leader", "acl-elect"]));
+    assert_code(&out, HELD);
+    assert!(stdout(&out).ends_with(": host-a\n"), "{}", stdout(&out));
+    let mut watch = as_user(&observer)
+        .args(["leader", "--watch", "acl-elect"])
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.ends_with(": host-a"), "{first}");
+    signal(leader.id(), "TERM");
+    assert_code(&finish(leader, RUN_TIMEOUT), 0);
+    let vacant = lines.next().unwrap().unwrap();
+    assert!(vacant.starts_with("no leader"), "{vacant}");
+    signal(watch.id(), "TERM");
+    assert_code(&finish(watch, RUN_TIMEOUT), 0);
+    let log = acl_log(&server);
+    assert!(log.is_empty(), "Redis refused something: {log:?}");
+}

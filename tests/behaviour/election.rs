@@ -533,3 +533,38 @@ pub(crate) fn shutdown_resigns_a_leadership<F: Front>() {
     let e = F::resign(leadership).unwrap_err();
     assert_eq!(e.code(), "SHUTTING_DOWN", "{e:?}");
 }
+
+/// A leader deposed behind its back (its lease gone while it was paused)
+/// still holds its old term; the next leader's term is larger, so a fenced
+/// store refuses the deposed leader's write once the new one wrote, and the
+/// deposed leader's `lost` fires at its next renewal.
+pub(crate) fn a_deposed_leaders_write_with_its_old_term_is_refused_by_a_fenced_store<F: Front>() {
+    use redlease::fenced::{FencedStore, WriteError};
+
+    let server = RedisServer::start();
+    let ns = namespace("elect-fenced");
+    let (a, b): (F, F) = (connect(&server, config(&ns)), connect(&server, config(&ns)));
+    let store = FencedStore::new(&ns);
+    let mut conn = server.conn();
+    let short = no_wait().lease(Duration::from_millis(400));
+    let deposed = granted(a.campaign("scheduler", b"a", short), "a leads");
+    store
+        .write(&mut conn, "schedule", F::term(&deposed), "from a")
+        .unwrap();
+    // As if `a` were paused past its lease: the lease is gone in Redis.
+    server.query(redis::cmd("DEL").arg(lease_name(&ns, "scheduler")));
+    let next = granted(b.campaign("scheduler", b"b", no_wait()), "b leads");
+    assert!(F::term(&next) > F::term(&deposed));
+    store
+        .write(&mut conn, "schedule", F::term(&next), "from b")
+        .unwrap();
+    match store.write(&mut conn, "schedule", F::term(&deposed), "late a") {
+        Err(WriteError::Stale(_)) => {}
+        other => panic!("the deposed leader's write must be refused: {other:?}"),
+    }
+    wait_until(BOUND, "the deposed leader learns it", || {
+        F::leadership_is_lost(&deposed)
+    });
+    assert_eq!(F::resign(deposed).unwrap(), ReleaseOutcome::Conflict);
+    assert_eq!(F::resign(next).unwrap(), ReleaseOutcome::Released);
+}

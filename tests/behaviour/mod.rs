@@ -149,6 +149,7 @@ macro_rules! behaviour_suite {
                 observe_sees_every_change_in_order_and_resyncs_after_data_loss,
                 replayed_campaigns_and_proclaims_log_nothing_twice,
                 shutdown_resigns_a_leadership,
+                a_deposed_leaders_write_with_its_old_term_is_refused_by_a_fenced_store,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

@@ -76,10 +76,13 @@ impl Config {
     /// that a release hands the lock to the next waiting process in arrival
     /// order (docs/HANDOVER.md). Default on; off: every waiting locker tries
     /// again after a release notification, and whoever lands first wins
-    /// (the path of 0.1). Locks only for now: semaphores and read-write
-    /// leases wait as with it off. A locker whose ACL does not allow the
-    /// queue's keys (`~<ns>:lock-queue*`, `~<ns>:lock-reg*`) turns it off
-    /// by itself at its first refusal (logged once as
+    /// (the path of 0.1). Every kind: a freed permit's slot goes to the
+    /// next waiting process, and a read-write lease goes to the writer
+    /// first in its queue or lets the readers at its head in together; an
+    /// election's candidates do not use it yet (they race as with it off). A
+    /// locker whose ACL does not allow the queues' keys
+    /// (`~<ns>:lock-queue*`, `~<ns>:lock-reg:*` and the `sem-` twins)
+    /// turns it off by itself at its first refusal (logged once as
     /// `LOCK_HANDOVER_UNAVAILABLE`).
     pub fn handover(mut self, on: bool) -> Self {
         self.handover = on;

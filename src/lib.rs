@@ -157,7 +157,7 @@
 //! # Guarantees and their limits
 //!
 //! One Redis server decides who holds a lease: there is no Redlock. Order
-//! is kept inside one locker and, for locks with
+//! is kept inside one locker and, with
 //! [`Config::handover`] (the default), among waiting lockers in the order
 //! they registered in the key's queue in Redis (docs/HANDOVER.md). A lease's validity
 //! ([`blocking::Lease::is_valid`]) is a conservative local estimate counted

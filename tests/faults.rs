@@ -5,15 +5,17 @@
 //!
 //! Each row is written once, generic over `behaviour::front::Front`, in
 //! `tests/faults/matrix.rs`, and instantiated here by `fault_matrix!` as
-//! `blocking::matrix::<row>` and `aio::matrix::<row>`; the least-privilege
-//! cases become `blocking::least_privilege::<case>` and
+//! `blocking::matrix::<row>` and `aio::matrix::<row>`; the hand-over's
+//! failure cases (`tests/faults/handover.rs`, docs/HANDOVER.md §8) become
+//! `blocking::handover::<row>` and `aio::handover::<row>`; the
+//! least-privilege cases become `blocking::least_privilege::<case>` and
 //! `aio::least_privilege::<case>`.
 //!
 //! Two ignored tests are helpers that the rows start as child processes (a
-//! holder that is SIGKILLed, and the workers of the fencing torture run);
-//! without their environment variables they return at once. The long
-//! torture run itself is `fencing_torture_long_run` (ignored; see
-//! `examples/fencing_torture.rs`).
+//! holder or a waiter that is stopped or killed, and the workers of the
+//! fencing torture run); without their environment variables they return
+//! at once. The long torture run itself is `fencing_torture_long_run`
+//! (ignored; see `examples/fencing_torture.rs`).
 #![allow(clippy::disallowed_methods)]
 
 #[allow(dead_code, unused_imports, unused_macros)]
@@ -23,6 +25,8 @@ use fencing_torture::support;
 
 #[path = "faults/child.rs"]
 mod child;
+#[path = "faults/handover.rs"]
+mod handover;
 #[path = "faults/least_privilege.rs"]
 mod least_privilege;
 #[path = "faults/matrix.rs"]
@@ -68,6 +72,15 @@ macro_rules! fault_matrix {
                 acl_user_without_pubsub_rights_readers_and_writers_poll_and_still_acquire,
                 sentinel_failover_while_contenders_wait_costs_only_time,
                 permit_and_writer_processes_killed_without_releasing_free_their_keys_at_the_ttl,
+            );
+        }
+
+        mod handover {
+            fault_matrix!(@rows crate::handover;
+                a_release_replayed_after_it_handed_the_lock_over_grants_nothing_twice,
+                a_claim_of_unknown_outcome_is_sent_again_and_answers_the_same_fence,
+                a_head_stopped_after_it_registered_costs_the_claim_window_not_the_lease,
+                a_killed_waiters_registration_stops_blocking_others_within_its_bound,
             );
         }
 
@@ -120,9 +133,9 @@ mod aio {
 }
 
 /// Child-process helper of
-/// `holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires`:
-/// acquires a key (a lock, a permit or a write lease) and holds it until
-/// it is killed.
+/// `holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires`
+/// and of the hand-over rows: acquires a key (a lock, a permit or a write
+/// lease, or waits for a held lock) and holds it until it is killed.
 #[test]
 #[ignore = "a helper the fault matrix starts as a child process"]
 fn holder_child_process() {

@@ -170,3 +170,37 @@ fn replica_reaches_link_up_and_replicates() {
 fn wait_until_panics_with_message() {
     wait_until(Duration::from_millis(20), "never true", || false);
 }
+
+#[test]
+fn monitor_sees_commands_with_their_arguments_unescaped() {
+    let server = RedisServer::start();
+    let monitor = support::monitor::Monitor::start(&server);
+    let odd = "a \"quoted\" \\ back\nslash\u{1}";
+    server.query(redis::cmd("SET").arg("k{x}:1").arg(odd));
+    server.query(
+        redis::cmd("EVAL")
+            .arg("return redis.call('GET', KEYS[1])")
+            .arg(1)
+            .arg("k{x}:1"),
+    );
+    monitor.catch_up(&server);
+    let seen = monitor.seen();
+    let set = seen
+        .iter()
+        .find(|c| c.args[0].eq_ignore_ascii_case("SET"))
+        .expect("the SET was seen");
+    assert_eq!(set.args, ["SET", "k{x}:1", odd]);
+    assert!(set.client.starts_with("127.0.0.1:"), "{set:?}");
+    let eval = seen
+        .iter()
+        .find(|c| c.script_call().is_some())
+        .expect("the EVAL was seen");
+    let (keys, args) = eval.script_call().unwrap();
+    assert_eq!((keys, args), (&["k{x}:1".to_owned()][..], &[][..]));
+    assert!(
+        !seen.iter().any(|c| c.args[0].eq_ignore_ascii_case("GET")),
+        "commands run by a script are left out: {seen:?}"
+    );
+    let replayed = server.query(&eval.to_cmd());
+    assert_eq!(replayed, redis::Value::BulkString(odd.as_bytes().to_vec()));
+}

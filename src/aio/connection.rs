@@ -15,7 +15,7 @@ use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
 use super::deadline::{Deadlines, TimedConnection};
 use super::driven::DrivenConnection;
-use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
+use crate::core::script::{load_cmds, ScriptCall};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
 use crate::sentinel::{is_failover_reply, Resolver};
@@ -329,7 +329,9 @@ impl Commands {
             }
             let mut conn = self.timed(conn);
             let mut pipe = redis::pipe();
-            pipe.add_command(load_cmd(ScriptKind::Release)).ignore();
+            for load in load_cmds(calls) {
+                pipe.add_command(load).ignore();
+            }
             for call in calls {
                 pipe.add_command(call.evalsha());
             }

@@ -25,7 +25,7 @@ use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{ConnectionLike, Value};
 
 use crate::clock::now;
-use crate::core::script::{load_cmd, ScriptCall, ScriptKind};
+use crate::core::script::{load_cmds, ScriptCall};
 use crate::driver::ops::{Reply, Request};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
 use crate::sentinel::{is_failover_reply, Resolver};
@@ -364,7 +364,10 @@ impl Commands {
             if reused {
                 bytes.extend(redis::cmd("PING").get_packed_command());
             }
-            bytes.extend(load_cmd(ScriptKind::Release).get_packed_command());
+            let loads = load_cmds(calls);
+            for load in &loads {
+                bytes.extend(load.get_packed_command());
+            }
             for call in calls {
                 bytes.extend(call.evalsha().get_packed_command());
             }
@@ -382,7 +385,7 @@ impl Commands {
                 }
             }
             // The connection's timeouts were changed: it is never reused.
-            return Ok(read_release_replies(&mut conn, calls));
+            return Ok(read_release_replies(&mut conn, loads.len(), calls));
         }
     }
 
@@ -484,12 +487,18 @@ impl Commands {
 
 /// Reads the `SCRIPT LOAD` reply and one reply per release call; sends the
 /// calls answered `NOSCRIPT` again as `EVAL` on the same connection.
-fn read_release_replies(conn: &mut redis::Connection, calls: &[ScriptCall]) -> ReleaseReplies {
+fn read_release_replies(
+    conn: &mut redis::Connection,
+    loads: usize,
+    calls: &[ScriptCall],
+) -> ReleaseReplies {
     let mut replies: ReleaseReplies = calls.iter().map(|_| None).collect();
     let read = |conn: &mut redis::Connection| conn.recv_response().and_then(Value::extract_error);
-    if let Err(e) = read(conn) {
-        if !is_server_reply(&e) {
-            return replies;
+    for _ in 0..loads {
+        if let Err(e) = read(conn) {
+            if !is_server_reply(&e) {
+                return replies;
+            }
         }
     }
     for slot in replies.iter_mut() {

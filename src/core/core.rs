@@ -237,6 +237,10 @@ pub(crate) struct Core {
     pub(super) lines: HashMap<LineKey, Line>,
     pub(super) leases: Slots<Owned>,
     pub(super) orphans: Vec<Owned>,
+    /// Lines whose last waiter left while the locker was registered in the
+    /// key's hand-over queue: their registrations are to be removed, and
+    /// a grant made out to the token they named (not claimed) released.
+    pub(super) deregistrations: Vec<Owned>,
     pub(super) subscription: SubscriptionState,
     pub(super) shutting_down: bool,
     attempts_in_flight: usize,
@@ -253,6 +257,7 @@ impl Core {
             lines: HashMap::new(),
             leases: Slots::default(),
             orphans: Vec::new(),
+            deregistrations: Vec::new(),
             subscription: SubscriptionState::new(now),
             shutting_down: false,
             attempts_in_flight: 0,
@@ -378,6 +383,8 @@ impl Core {
             failures: 0,
         };
         let waiter_id = WaiterId(self.waiters.insert(waiter));
+        // Waiting again before the registration was removed: it stands.
+        self.deregistrations.retain(|d| d.target.line() != line_key);
         self.subscription.handle_key_wanted(line_key.id);
         self.lines
             .entry(line_key)
@@ -518,13 +525,12 @@ impl Core {
                 self.attempts_in_flight += 1;
                 let ttl = self.settings.fence_counter_ttl_ms;
                 let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
-                let lock = match &w.target {
-                    Target::Lock(names) => Some(names.id),
-                    _ => None,
-                };
                 let (second, registered) = (line.second(), line.registered_token());
-                let handover = match (lock, self.settings.handover) {
-                    (Some(key), Some(h)) => {
+                // Candidates of an election wait without the hand-over
+                // (docs/ELECTION.md, "As built").
+                let elects = matches!(w.target, Target::Leader { .. });
+                let handover = match self.settings.handover {
+                    Some(h) if !elects => {
                         // The claim of a grant registers the locker again
                         // for its next waiter, in the same script.
                         let next = second
@@ -534,13 +540,15 @@ impl Core {
                         if let Some(line) = self.lines.get_mut(&line_key) {
                             line.attempt_registers(next);
                         }
+                        let key = line_key.id;
                         let register = !try_once && self.hears_grants(key);
                         Some(AcquireHandover {
-                            register: register.then_some(h.reg),
+                            register: register.then(|| line_key.queue_entry(h.reg)),
                             reg_ms: h.reg_ms,
                             claim_ms: h.claim_ms.min(lease_ms),
                             channel: self.settings.channel,
                             channel_name: self.settings.channel.name(&self.settings.namespace, key),
+                            message: line_key.message(),
                             other_token: registered.filter(|t| *t != token),
                             next_token: next,
                         })
@@ -555,7 +563,7 @@ impl Core {
                         ScriptCall::acquire(names, w.token, w.lease_ms, ttl, handover)
                     }
                     Target::Permit { names, permits, .. } => {
-                        ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl)
+                        ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl, handover)
                     }
                     Target::Read(names) => ScriptCall::rw_acquire(
                         ScriptKind::RwRead,
@@ -564,6 +572,7 @@ impl Core {
                         w.lease_ms,
                         ttl,
                         0,
+                        handover,
                     ),
                     Target::Write(names) => {
                         // Only a writer that will wait keeps readers out
@@ -580,6 +589,7 @@ impl Core {
                             w.lease_ms,
                             ttl,
                             intent,
+                            handover,
                         )
                     }
                     Target::Leader { names, value } => campaign_call(
@@ -625,11 +635,11 @@ impl Core {
             }
             Err(e) => Err(e.into().into_error(Operation::Acquire)),
         };
-        let registers =
-            !w.try_once && self.settings.handover.is_some() && matches!(w.target, Target::Lock(_));
-        if registers_or_claims(self.settings.handover.is_some(), &w.target)
-            && matches!(&result, Err(e) if is_refusal_of_handover(e))
-        {
+        // Candidates of an election wait without the hand-over.
+        let handover =
+            self.settings.handover.is_some() && !matches!(w.target, Target::Leader { .. });
+        let registers = handover && !w.try_once;
+        if handover && matches!(&result, Err(e) if is_refusal_of_handover(e)) {
             // An ACL written before the hand-over: wait as without it from
             // now on, and send this attempt again at once that way.
             self.settings.handover = None;
@@ -761,6 +771,12 @@ impl Core {
                 self.events.push_back(CoreEvent::Wake(next));
             }
             if line.is_empty() {
+                if let Some(token) = line.take_registration() {
+                    if !matches!(leaving, Leaving::Acquired(_)) {
+                        let target = w.target.held();
+                        self.deregistrations.push(Owned { target, token });
+                    }
+                }
                 if !line.is_settling(now) {
                     self.lines.remove(&key);
                 }
@@ -879,11 +895,6 @@ enum Leaving {
     Ended,
     /// Its caller went away; an attempt may still be in flight until then.
     Abandoned { in_flight_until: Option<Instant> },
-}
-
-/// Whether an attempt at `target` used the hand-over's keys.
-fn registers_or_claims(handover: bool, target: &Target) -> bool {
-    handover && matches!(target, Target::Lock(_))
 }
 
 /// Whether Redis refused an attempt for want of rights (`NOPERM`): with

@@ -114,6 +114,13 @@ impl Line {
         self.registered
     }
 
+    /// Forgets the locker's registration (its last waiter left); returns
+    /// the token it named, if there was one to remove from Redis.
+    pub(crate) fn take_registration(&mut self) -> Option<OwnerToken> {
+        self.registering_next = None;
+        self.registered.take()
+    }
+
     /// The head's attempt goes out; if it holds the lease by it, the
     /// registration names `next` from then on.
     pub(crate) fn attempt_registers(&mut self, next: Option<OwnerToken>) {

@@ -88,13 +88,8 @@ pub(crate) struct LockNames {
     pub(crate) lock: String,
     /// `<ns>:lock-fence:{<sha>}`
     pub(crate) fence: String,
-    /// `<ns>:lock-queue:{<sha>}`: the registrations of waiting lockers, in
-    /// arrival order (docs/HANDOVER.md).
-    pub(crate) queue: String,
-    /// `<ns>:lock-queued:{<sha>}`: set while the queue may hold entries.
-    pub(crate) queued: String,
-    /// `<ns>:lock-reg:{<sha>}:`, followed by a registration id.
-    pub(crate) reg_prefix: String,
+    /// The hand-over queue's names (`lock-`).
+    pub(crate) queue: QueueNames,
 }
 
 impl LockNames {
@@ -104,10 +99,49 @@ impl LockNames {
             id,
             lock: lock_name(namespace, &sha),
             fence: format!("{namespace}:lock-fence:{{{sha}}}"),
-            queue: format!("{namespace}:lock-queue:{{{sha}}}"),
-            queued: format!("{namespace}:lock-queued:{{{sha}}}"),
-            reg_prefix: format!("{namespace}:lock-reg:{{{sha}}}:"),
+            queue: QueueNames::new(namespace, "lock", &sha),
         }
+    }
+}
+
+/// The names of one key's hand-over queue (docs/HANDOVER.md §1), for a
+/// lock (`lock-`), a semaphore (`sem-`) or a read-write lease (`rw-`).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct QueueNames {
+    /// `<ns>:<kind>-queue:{<sha>}`: the registrations of waiting lockers,
+    /// in arrival order.
+    pub(crate) list: String,
+    /// `<ns>:<kind>-queued:{<sha>}`: set while the queue may hold entries.
+    pub(crate) flag: String,
+    /// `<ns>:<kind>-reg:{<sha>}:`, followed by a registration id.
+    pub(crate) reg_prefix: String,
+}
+
+impl QueueNames {
+    fn new(namespace: &str, kind: &str, sha: &str) -> Self {
+        QueueNames {
+            list: format!("{namespace}:{kind}-queue:{{{sha}}}"),
+            flag: format!("{namespace}:{kind}-queued:{{{sha}}}"),
+            reg_prefix: format!("{namespace}:{kind}-reg:{{{sha}}}:"),
+        }
+    }
+
+    /// The queue `line` waits in.
+    pub(crate) fn of(namespace: &str, line: LineKey) -> Self {
+        let kind = match line.kind {
+            Kind::Lock => "lock",
+            Kind::Semaphore => "sem",
+            Kind::Read | Kind::Write => "rw",
+            // Not used yet: candidates wait without the hand-over.
+            Kind::Leader => "elect",
+        };
+        QueueNames::new(namespace, kind, &line.id.to_hex())
+    }
+}
+
+impl fmt::Debug for QueueNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("QueueNames(..)")
     }
 }
 
@@ -127,9 +161,13 @@ impl RegId {
     }
 }
 
-/// What a lock's hand-over notification says (docs/HANDOVER.md §3, §4):
-/// the payload `<sha>:g:<reg>:<fence>:<claim_ms>` for a grant to the
-/// registration `reg`, `<sha>:c:<fence>` for a grant that was claimed.
+/// What a hand-over notification says (docs/HANDOVER.md §3, §4): the
+/// payload `<message>:g:<entry>:<fence>:<claim_ms>` for a grant to the
+/// queue entry `entry` ([`LineKey::queue_entry`]), `<message>:c:<fence>`
+/// for a grant that was claimed, where `<message>` is the line's release
+/// message ([`LineKey::message`]: the sha for a lock, `sem:<sha>` for a
+/// semaphore, `rw:<sha>` for a read-write lease, whose claims name no
+/// line: the line is the writers').
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handover {
     Granted { reg: RegId, claim: Duration },
@@ -137,14 +175,31 @@ pub(crate) enum Handover {
 }
 
 impl Handover {
-    /// The key and what happened, for a hand-over payload; `None` for any
-    /// other payload (a plain release is the bare sha).
-    pub(crate) fn parse(message: &[u8]) -> Option<(KeyId, Handover)> {
+    /// The line and what happened, for a hand-over payload; `None` for any
+    /// other payload (a plain release is the bare message).
+    pub(crate) fn parse(message: &[u8]) -> Option<(LineKey, Handover)> {
+        let (mut kind, message) = if let Some(rest) = message.strip_prefix(b"sem:") {
+            (Kind::Semaphore, rest)
+        } else if let Some(rest) = message.strip_prefix(b"rw:") {
+            (Kind::Write, rest)
+        } else {
+            (Kind::Lock, message)
+        };
         let mut parts = message.split(|b| *b == b':');
         let id = KeyId::from_hex(parts.next()?)?;
         let notice = match parts.next()? {
             b"g" => {
-                let reg = RegId::from_hex(parts.next()?)?;
+                let mut entry = parts.next()?;
+                if kind == Kind::Write {
+                    let (side, rest) = entry.split_first()?;
+                    kind = match side {
+                        b'r' => Kind::Read,
+                        b'w' => Kind::Write,
+                        _ => return None,
+                    };
+                    entry = rest;
+                }
+                let reg = RegId::from_hex(entry)?;
                 let _fence = parts.next()?;
                 let claim = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
                 Handover::Granted {
@@ -155,7 +210,7 @@ impl Handover {
             b"c" => Handover::Claimed,
             _ => return None,
         };
-        Some((id, notice))
+        Some((LineKey { kind, id }, notice))
     }
 }
 
@@ -217,6 +272,17 @@ impl LineKey {
         LineKey {
             kind: Kind::Lock,
             id,
+        }
+    }
+
+    /// The entry of a locker's registration `reg` in this line's queue: the
+    /// id, or for a read-write lease `r<id>` (its readers) or `w<id>` (its
+    /// writers), which wait in one queue.
+    pub(crate) fn queue_entry(self, reg: RegId) -> String {
+        match self.kind {
+            Kind::Lock | Kind::Semaphore | Kind::Leader => reg.to_hex(),
+            Kind::Read => format!("r{}", reg.to_hex()),
+            Kind::Write => format!("w{}", reg.to_hex()),
         }
     }
 
@@ -294,6 +360,8 @@ pub(crate) struct SemNames {
     pub(crate) slot_prefix: String,
     /// `<ns>:sem-fence:{<sha>}:`
     pub(crate) fence_prefix: String,
+    /// The hand-over queue's names (`sem-`).
+    pub(crate) queue: QueueNames,
 }
 
 impl SemNames {
@@ -304,6 +372,7 @@ impl SemNames {
             permits: format!("{namespace}:sem-permits:{{{sha}}}"),
             slot_prefix: sem_slot_prefix(namespace, &sha),
             fence_prefix: format!("{namespace}:sem-fence:{{{sha}}}:"),
+            queue: QueueNames::new(namespace, "sem", &sha),
         }
     }
 }
@@ -326,6 +395,8 @@ pub(crate) struct RwNames {
     pub(crate) intent: String,
     /// `<ns>:rw-fence:{<sha>}`: the writers' fence counter.
     pub(crate) fence: String,
+    /// The hand-over queue's names (`rw-`).
+    pub(crate) queue: QueueNames,
 }
 
 impl RwNames {
@@ -337,6 +408,7 @@ impl RwNames {
             read: format!("{namespace}:rw-read:{{{sha}}}"),
             intent: format!("{namespace}:rw-intent:{{{sha}}}"),
             fence: format!("{namespace}:rw-fence:{{{sha}}}"),
+            queue: QueueNames::new(namespace, "rw", &sha),
         }
     }
 }
@@ -595,6 +667,77 @@ impl fmt::Debug for OwnerToken {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn hand_over_payloads_name_their_line_and_registration() {
+        let id = KeyId::of("k");
+        let reg = RegId(0xab);
+        // An election's candidates wait without the hand-over.
+        for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Leader) {
+            let line = LineKey { kind, id };
+            let grant = format!("{}:g:{}:17:100", line.message(), line.queue_entry(reg));
+            assert_eq!(
+                Handover::parse(grant.as_bytes()),
+                Some((
+                    line,
+                    Handover::Granted {
+                        reg,
+                        claim: Duration::from_millis(100)
+                    }
+                )),
+                "{kind:?}"
+            );
+            let claim = format!("{}:c:17", line.message());
+            let claimed_line = match kind {
+                // A claim names the lease, not the side: the writers' line
+                // stands for both.
+                Kind::Read => LineKey {
+                    kind: Kind::Write,
+                    id,
+                },
+                _ => line,
+            };
+            assert_eq!(
+                Handover::parse(claim.as_bytes()),
+                Some((claimed_line, Handover::Claimed))
+            );
+            // A plain release is not a hand-over.
+            assert_eq!(Handover::parse(line.message().as_bytes()), None);
+        }
+        let sha = id.to_hex();
+        for bad in [
+            format!("rw:{sha}:g:x{}:1:100", reg.to_hex()),
+            format!("{sha}:g:short:1:100"),
+            format!("{sha}:g:{}:1:soon", reg.to_hex()),
+            format!("{sha}:x:1"),
+            "sem:nothex:c:1".to_owned(),
+        ] {
+            assert_eq!(Handover::parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn queue_names_and_entries_follow_the_kind() {
+        let id = KeyId::of("k");
+        let reg = RegId(1);
+        let entry = |kind| LineKey { kind, id }.queue_entry(reg);
+        assert_eq!(entry(Kind::Lock), "0000000000000001");
+        assert_eq!(entry(Kind::Semaphore), "0000000000000001");
+        assert_eq!(entry(Kind::Read), "r0000000000000001");
+        assert_eq!(entry(Kind::Write), "w0000000000000001");
+        let sha = id.to_hex();
+        for (kind, prefix) in [
+            (Kind::Lock, "lock"),
+            (Kind::Semaphore, "sem"),
+            (Kind::Read, "rw"),
+            (Kind::Write, "rw"),
+        ] {
+            let q = QueueNames::of("ns", LineKey { kind, id });
+            assert_eq!(q.list, format!("ns:{prefix}-queue:{{{sha}}}"));
+            assert_eq!(q.flag, format!("ns:{prefix}-queued:{{{sha}}}"));
+            assert_eq!(q.reg_prefix, format!("ns:{prefix}-reg:{{{sha}}}:"));
+        }
+    }
 
     #[test]
     fn names_use_the_lowercase_hex_sha256_inside_a_hash_tag() {

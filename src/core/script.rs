@@ -16,7 +16,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::election::{CAMPAIGN_LUA, PROCLAIM_LUA, READ_LUA, RESIGN_LUA};
-use super::names::{Channel, LineKey, LockNames, OwnerToken, RegId, RwNames, SemNames};
+use super::names::{Channel, LineKey, LockNames, OwnerToken, QueueNames, RwNames, SemNames};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
 /// The Lua every fence-granting script starts with: `WRONGTYPE` (the
@@ -81,17 +81,59 @@ end
 }
 pub(crate) use next_fence_lua;
 
-/// The Lua of the hand-over (docs/HANDOVER.md): `next_registration(queue,
-/// reg_prefix)` pops the queue until a registration whose key is still
-/// alive (its `GETDEL` value `<token>:<claim_ms>`), at most 8 entries: it
-/// returns the registration and its value, `nil` for an empty queue, or
-/// `false` when 8 entries were dead (the next caller continues);
-/// `grant_to(...)` writes the lock for that registration's token with the
-/// next fence (SPEC §3, `next_fence`) for its claim window, and publishes
-/// `<sha>:g:<reg>:<fence>:<claim_ms>`.
+/// The Lua of the hand-over (docs/HANDOVER.md), shared by the lock's and
+/// the semaphore's scripts:
+///
+/// - `handover_args(base)`: the hand-over's arguments, which follow the
+///   script's own at `ARGV[base + 1]`: registration id (empty: do not
+///   register), registration bound ms, claim window ms, registration key
+///   prefix, publish command, channel, the line's release message, another
+///   token of this locker a grant may be made out to (or empty), the token
+///   to register for the locker's next waiter once this one holds the lease
+///   (or empty).
+/// - `enqueue(H, queue, flag, queued, token)`: registers the locker (or
+///   refreshes its registration) for `token` with `SET … GET`, and `RPUSH`es
+///   it the first time; returns the flag's new value.
+/// - `next_registration(queue, reg_prefix)` pops the queue until a
+///   registration whose key is still alive (its `GETDEL` value
+///   `<token>:<claim_ms>`), at most 8 entries: it returns the registration
+///   and its value, `nil` for an empty queue, or `false` when 8 entries were
+///   dead (the next caller continues).
+/// - `grant_to(...)` writes the lease key for that registration's token
+///   with the next fence of its counter (SPEC §3, `next_fence`) for its
+///   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`.
+/// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller
+///   found its own token (a replay, or a grant to it): the lease runs its
+///   full length from this attempt on; with the hand-over the locker is
+///   registered for its next waiter and `<message>:c:<fence>` published.
 macro_rules! handover_lua {
     () => {
         r#"
+local function handover_args(base)
+  return {
+    reg = ARGV[base + 1], reg_ms = ARGV[base + 2], claim = ARGV[base + 3],
+    reg_prefix = ARGV[base + 4], publish = ARGV[base + 5], channel = ARGV[base + 6],
+    message = ARGV[base + 7], other = ARGV[base + 8], next = ARGV[base + 9],
+  }
+end
+local function enqueue(H, queue, flag, queued, token)
+  if H.reg == '' then
+    return queued
+  end
+  local was = redis.pcall('SET', H.reg_prefix .. H.reg, token .. ':' .. H.claim, 'PX', H.reg_ms, 'GET')
+  if type(was) == 'table' and was.err then
+    -- Not local while a slot migration imports the key: wait unregistered.
+    return queued
+  end
+  if not was then
+    redis.call('RPUSH', queue, H.reg)
+    if not queued then
+      redis.call('SET', flag, '1')
+    end
+    return '1'
+  end
+  return queued
+end
 local function next_registration(queue, reg_prefix)
   for _ = 1, 8 do
     local reg = redis.call('LPOP', queue)
@@ -105,16 +147,110 @@ local function next_registration(queue, reg_prefix)
   end
   return false
 end
-local function grant_to(reg, value, lock, counter_key, counter, ttl_ms, publish, channel, sha)
+local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
   local sep = string.find(value, ':', 1, true)
   local claim = string.sub(value, sep + 1)
   local fence = next_fence(counter_key, counter, redis.call('TIME'), ttl_ms)
   if not fence then
     return nil
   end
-  redis.call('SET', lock, string.sub(value, 1, sep - 1) .. ':' .. fence, 'PX', claim)
-  redis.pcall(publish, channel, sha .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
+  redis.call('SET', key, string.sub(value, 1, sep - 1) .. ':' .. fence, 'PX', claim)
+  redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
+end
+local function claim(H, key, token, fence, lease_ms, queue, flag, queued)
+  redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
+  if H and H.reg ~= '' then
+    if H.next ~= '' then
+      enqueue(H, queue, flag, queued, H.next)
+    end
+    redis.pcall(H.publish, H.channel, H.message .. ':c:' .. fence)
+  end
+end
+local function is_ours(H, owner)
+  return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
+end
+"#
+    };
+}
+
+/// The Lua of the read-write lease's hand-over (docs/HANDOVER.md §7),
+/// after [`next_fence_lua`] and [`handover_lua`]. Queue entries are
+/// `w<reg>` (a locker's writers) and `r<reg>` (its readers).
+///
+/// - `read_epoch(counter_key, counter, t, ttl_ms)`: the epoch a reader
+///   gets, the latest writer fence; a missing counter is set to the §3
+///   floor first, so that the next writer's fence is above every epoch.
+/// - `admit(readers, token, expiry)`: adds a reader; the set expires with
+///   its latest member.
+/// - `rw_hand_over(write, readers, counter_key, counter, ttl_ms, H,
+///   self_entry)`: hands the free lease to the head live entry: a writer
+///   gets the write lease (`grant_to`); readers at the head are admitted
+///   together (at most 16), each for its claim window, with the epoch and
+///   one notification each. Returns the claim window of the grant (`nil`:
+///   nothing granted), whether `self_entry` (the caller's entry) was the
+///   head or among the readers admitted, whether readers were admitted,
+///   and whether a writer's entry is next in the queue after them; an
+///   empty queue's flag is deleted.
+macro_rules! rw_handover_lua {
+    () => {
+        r#"
+local function read_epoch(counter_key, counter, t, ttl_ms)
+  if counter then
+    if ttl_ms ~= '0' then
+      redis.call('PEXPIRE', counter_key, ttl_ms)
+    end
+    return counter
+  end
+  local epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
+  if ttl_ms ~= '0' then
+    redis.call('SET', counter_key, epoch, 'PX', ttl_ms)
+  else
+    redis.call('SET', counter_key, epoch)
+  end
+  return epoch
+end
+local function admit(readers, token, expiry)
+  redis.call('ZADD', readers, expiry, token)
+  if redis.call('PEXPIREAT', readers, expiry, 'GT') == 0 then
+    redis.call('PEXPIREAT', readers, expiry, 'NX')
+  end
+end
+local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, self_entry)
+  local reg, value = next_registration(H.queue, H.reg_prefix)
+  if not reg then
+    if reg == nil then
+      redis.call('DEL', H.flag)
+    end
+    return nil, false
+  end
+  if string.sub(reg, 1, 1) ~= 'r' then
+    if reg == self_entry then
+      return nil, true, false, false
+    end
+    return grant_to(reg, value, write, counter_key, counter, ttl_ms, H.publish, H.channel, H.message), false, false, false
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local epoch = read_epoch(counter_key, counter, t, ttl_ms)
+  local claim, served, writer_next = nil, false, false
+  for _ = 1, 16 do
+    if value then
+      local sep = string.find(value, ':', 1, true)
+      claim = string.sub(value, sep + 1)
+      admit(readers, string.sub(value, 1, sep - 1), string.format('%.0f', now + tonumber(claim)))
+      redis.pcall(H.publish, H.channel, H.message .. ':g:' .. reg .. ':' .. epoch .. ':' .. claim)
+      served = served or reg == self_entry
+    end
+    local head = redis.call('LINDEX', H.queue, 0)
+    if not (head and string.sub(head, 1, 1) == 'r') then
+      writer_next = head ~= false and head ~= nil
+      break
+    end
+    redis.call('LPOP', H.queue)
+    reg, value = head, redis.call('GETDEL', H.reg_prefix .. head)
+  end
+  return claim, served, claim ~= nil, writer_next
 end
 "#
     };
@@ -122,12 +258,8 @@ end
 
 /// Acquire: KEYS = lock, fence counter, and with the hand-over the queue
 /// and its flag; ARGV = owner token, lease ms, fence counter TTL in ms (0:
-/// the counter never expires), and with the hand-over: registration id
-/// (empty: do not register), registration bound ms, claim window ms,
-/// registration key prefix, publish command, channel, the key's sha,
-/// another token of this locker a grant may be made out to (or empty), the
-/// token to register for the locker's next waiter once this one holds the
-/// lease (or empty).
+/// the counter never expires), and with the hand-over its arguments
+/// ([`handover_lua`]'s `handover_args(3)`).
 ///
 /// The lock's value is `<token>:<fence>`, so an acquire replayed by a client
 /// library after a timeout finds its own token and returns the same fence
@@ -157,51 +289,35 @@ pub(crate) const ACQUIRE_LUA: &str = concat!(
     handover_lua!(),
     r#"
 local handover = #KEYS == 4
+local H = handover and handover_args(3)
 local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[#KEYS])
+local queued = handover and got[3]
 local function register(token)
-  if handover and ARGV[4] ~= '' then
-    local key = ARGV[7] .. ARGV[4]
-    local was = redis.pcall('SET', key, token .. ':' .. ARGV[6], 'PX', ARGV[5], 'GET')
-    if type(was) == 'table' and was.err then
-      -- Not local while a slot migration imports the key: wait unregistered.
-      return
-    end
-    if not was then
-      redis.call('RPUSH', KEYS[3], ARGV[4])
-      if not got[3] then
-        redis.call('SET', KEYS[4], '1')
-        got[3] = '1'
-      end
-    end
+  if handover then
+    queued = enqueue(H, KEYS[3], KEYS[4], queued, token)
   end
 end
 local held = got[1]
 if held then
   local sep = string.find(held, ':', 1, true)
   local owner = sep and string.sub(held, 1, sep - 1)
-  if owner and (owner == ARGV[1] or (handover and ARGV[11] ~= '' and owner == ARGV[11])) then
+  if owner and is_ours(H, owner) then
     local fence = string.sub(held, sep + 1)
-    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
-    if handover and ARGV[4] ~= '' then
-      if ARGV[12] ~= '' then
-        register(ARGV[12])
-      end
-      redis.pcall(ARGV[8], ARGV[9], ARGV[10] .. ':c:' .. fence)
-    end
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3], KEYS[4], queued)
     return fence
   end
   register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
-if handover and got[3] then
-  local reg, value = next_registration(KEYS[3], ARGV[7])
-  if reg and reg ~= ARGV[4] then
-    local claim = grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[3], ARGV[8], ARGV[9], ARGV[10])
-    if not claim then
+if queued then
+  local reg, value = next_registration(KEYS[3], H.reg_prefix)
+  if reg and reg ~= H.reg then
+    local claim_ms = grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[3], H.publish, H.channel, H.message)
+    if not claim_ms then
       return redis.error_reply(WRONGTYPE)
     end
     register(ARGV[1])
-    return tonumber(claim)
+    return tonumber(claim_ms)
   end
   if reg == nil then
     redis.call('DEL', KEYS[4])
@@ -219,11 +335,11 @@ return fence
 );
 
 /// Release: KEYS = lease key; ARGV = owner token, publish command, channel,
-/// message, and for a lock with the hand-over the fence counter TTL in ms,
-/// the registration key prefix, and the names of the fence counter, the
-/// queue and the queue's flag. Returns 1 released, 0 expired (key gone), 2
-/// conflict. A lock whose queue holds a live registration is handed to it
-/// ([`handover_lua`]) instead of deleted.
+/// message, and for a lock or a permit's slot with the hand-over the fence
+/// counter TTL in ms, the registration key prefix, and the names of the
+/// fence counter, the queue and the queue's flag. Returns 1 released, 0
+/// expired (key gone), 2 conflict. A lease whose queue holds a live
+/// registration is handed to it ([`handover_lua`]) instead of deleted.
 ///
 /// Only the lease key is declared: a release is a single-key command for
 /// Redis Cluster, so it runs on the node that has the lease while a slot
@@ -240,8 +356,9 @@ return fence
 pub(crate) const RELEASE_LUA: &str = concat!(
     next_fence_lua!(),
     handover_lua!(),
+    rw_handover_lua!(),
     r#"
-local handover = #ARGV == 9
+local handover = #ARGV >= 9
 local got = handover and redis.pcall('MGET', KEYS[1], ARGV[7], ARGV[9])
 if not got or got.err then
   -- Only the lease key is declared: on the node a slot migration is
@@ -260,7 +377,16 @@ local sep = string.find(held, ':', 1, true)
 if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
   return 2
 end
-if handover and got[3] then
+if handover and got[3] and ARGV[10] then
+  -- A writer's release: the head writer, or the readers at the head.
+  local H = {queue = ARGV[8], flag = ARGV[9], reg_prefix = ARGV[6], publish = ARGV[2], channel = ARGV[3], message = ARGV[4]}
+  if rw_hand_over(KEYS[1], ARGV[10], ARGV[7], got[2], ARGV[5], H, '') then
+    if redis.call('GET', KEYS[1]) == held then
+      redis.call('DEL', KEYS[1])
+    end
+    return 1
+  end
+elseif handover and got[3] then
   local reg, value = next_registration(ARGV[8], ARGV[6])
   if reg and grant_to(reg, value, KEYS[1], ARGV[7], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4]) then
     return 1
@@ -290,18 +416,33 @@ end
 return 2
 "#;
 
+/// Deregistration of a locker whose last waiter for a key left
+/// (docs/HANDOVER.md §6): KEYS = the hand-over queue; ARGV = the
+/// registration's key, the registration id. Deletes the registration and
+/// its queue entries, so no grant goes to a locker nobody waits on. Returns
+/// 1.
+pub(crate) const DEREGISTER_LUA: &str = r#"
+redis.call('DEL', ARGV[1])
+redis.call('LREM', KEYS[1], 0, ARGV[2])
+return 1
+"#;
+
 /// The Lua both semaphore scripts that look for a token start with:
-/// `read_slots(permits)` returns the values of the slots (`KEYS[2] .. i`)
-/// and the count of slots recorded at `KEYS[1]`: one `MGET` of the record
-/// and the `permits` slots asked for, and a second one only for the slots
-/// past them that a larger recorded count says may be held.
+/// `read_slots(permits, extra)` returns the values of the slots (`KEYS[2] ..
+/// i`), the count of slots recorded at `KEYS[1]` and the value of the key
+/// `extra` (if given: the hand-over queue's flag): one `MGET` of the record,
+/// the `permits` slots asked for and `extra`, and a second one only for the
+/// slots past them that a larger recorded count says may be held.
 macro_rules! read_slots_lua {
     () => {
         r#"
-local function read_slots(permits)
+local function read_slots(permits, extra)
   local names = {KEYS[1]}
   for i = 1, permits do
     names[i + 1] = KEYS[2] .. (i - 1)
+  end
+  if extra then
+    names[permits + 2] = extra
   end
   local got = redis.call('MGET', unpack(names))
   local stored = tonumber(got[1] or '0') or 0
@@ -319,40 +460,52 @@ local function read_slots(permits)
       held[permits + i] = rest[i]
     end
   end
-  return held, stored
+  return held, stored, extra and got[permits + 2]
 end
 "#
     };
 }
 
 /// Semaphore acquire (SPEC §12): KEYS = permit record, slot prefix, fence
-/// prefix; ARGV = owner token, lease ms, fence counter TTL in ms, permits.
+/// prefix, and with the hand-over the queue and its flag; ARGV = owner
+/// token, lease ms, fence counter TTL in ms, permits, and with the
+/// hand-over its arguments ([`handover_lua`]'s `handover_args(4)`).
 ///
-/// One `MGET` reads the count record and every slot of the count asked
-/// for; a second one, only when the record is larger, the slots past it. A
-/// token already in a slot gets that slot and fence back (replay-safe). A
-/// permit count other than the recorded one is refused while any slot of
+/// One `MGET` reads the count record, every slot of the count asked for and
+/// the queue's flag; a second one, only when the record is larger, the
+/// slots past it. A token of this locker already in a slot gets that slot
+/// and fence back, with the full lease from this attempt on (a replay, or
+/// the claim of a slot the hand-over granted: [`handover_lua`]'s `claim`).
+/// A permit count other than the recorded one is refused while any slot of
 /// the recorded count is held (the reply `['permits', n]`) and replaces the
 /// record when none is, so lockers that disagree never hold more than one
-/// count's slots at once. Else the lowest free slot is taken with the next
-/// fence of its own counter, computed as in [`ACQUIRE_LUA`] (the §3 floor;
-/// `GET`, `TIME`, two `SET`s) and the reply is `[slot, fence]`; with every
-/// slot held it is the smallest remaining time (`-1` when none is known),
-/// one `PTTL` per slot.
+/// count's slots at once. With registrations queued, each free slot goes
+/// to the next live registration in turn (`grant_to`), until the caller's
+/// own comes up or the slots or the queue run out. Else the lowest free
+/// slot is taken with the next fence of its own counter, computed as in
+/// [`ACQUIRE_LUA`] (the §3 floor; `GET`, `TIME`, two `SET`s) and the reply
+/// is `[slot, fence]`; with every slot held it is the smallest remaining
+/// time (`-1` when none is known, one `PTTL` per slot) or the claim window
+/// of the grant this attempt made, and a waiting caller registers.
 ///
 /// The slot is set with `NX`: `MGET` reads a slot of another type as free,
 /// and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
 pub(crate) const SEM_ACQUIRE_LUA: &str = concat!(
     next_fence_lua!(),
+    handover_lua!(),
     read_slots_lua!(),
     r#"
+local handover = #KEYS == 5
+local H = handover and handover_args(4)
 local permits = tonumber(ARGV[4])
-local held, stored = read_slots(permits)
-local mine = ARGV[1] .. ':'
+local held, stored, queued = read_slots(permits, handover and KEYS[5])
 for i = 1, #held do
   local v = held[i]
-  if v and string.sub(v, 1, #mine) == mine then
-    return {i - 1, string.sub(v, #mine + 1)}
+  local sep = v and string.find(v, ':', 1, true)
+  if sep and is_ours(H, string.sub(v, 1, sep - 1)) then
+    local fence = string.sub(v, sep + 1)
+    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5], queued)
+    return {i - 1, fence}
   end
 end
 if stored ~= permits then
@@ -363,14 +516,39 @@ if stored ~= permits then
   end
   redis.call('SET', KEYS[1], permits)
 end
-local free
+local free = {}
 for i = 1, permits do
   if not held[i] then
-    free = i
-    break
+    free[#free + 1] = i - 1
   end
 end
-if not free then
+local granted
+while queued and #free > 0 do
+  local reg, value = next_registration(KEYS[4], H.reg_prefix)
+  if not reg then
+    if reg == nil then
+      redis.call('DEL', KEYS[5])
+      queued = false
+    end
+    break
+  end
+  if reg == H.reg then
+    break
+  end
+  local slot = table.remove(free, 1)
+  local counter = KEYS[3] .. slot
+  granted = grant_to(reg, value, KEYS[2] .. slot, counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message)
+  if not granted then
+    return redis.error_reply(WRONGTYPE)
+  end
+end
+if #free == 0 then
+  if handover then
+    queued = enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
+  end
+  if granted then
+    return tonumber(granted)
+  end
   local least = -1
   for i = 1, permits do
     local ttl = redis.call('PTTL', KEYS[2] .. (i - 1))
@@ -380,13 +558,14 @@ if not free then
   end
   return least
 end
-local counter = KEYS[3] .. (free - 1)
+local slot = free[1]
+local counter = KEYS[3] .. slot
 local current = redis.call('GET', counter)
 local fence = next_fence(counter, current, redis.call('TIME'), ARGV[3])
-if not redis.call('SET', KEYS[2] .. (free - 1), ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
+if not redis.call('SET', KEYS[2] .. slot, ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
   return redis.error_reply(WRONGTYPE)
 end
-return {free - 1, fence}
+return {slot, fence}
 "#
 );
 
@@ -414,17 +593,23 @@ return 0
 );
 
 /// Read-write lease, read (SPEC §13): KEYS = writer, readers, intent,
-/// fence counter; ARGV = owner token, lease ms, fence counter TTL in ms.
+/// fence counter, and with the hand-over the queue and its flag; ARGV =
+/// owner token, lease ms, fence counter TTL in ms, and with the hand-over
+/// its arguments ([`handover_lua`]'s `handover_args(3)`).
 ///
-/// One `MGET` reads the writer, the intent and the counter. Busy (the
-/// writer's or the intent's `PTTL`) while a writer holds the lease or a
-/// waiting writer's intent lives: writers are preferred. A live reader of
-/// this token gets its epoch again, its expiry untouched (replay-safe; no
-/// writer can hold beside a live reader, so only the intent's path looks).
-/// Else the reader is added, scored by its expiry in the server's ms
-/// (`TIME`), and the epoch is the counter's value, the latest writer fence;
-/// a missing counter is set to the §3 floor first, so that the next
-/// writer's fence is above every epoch handed out.
+/// One `MGET` reads the writer, the intent, the counter and the queue's
+/// flag. Busy (the writer's or the intent's `PTTL`) while a writer holds
+/// the lease or a waiting writer's intent lives: writers are preferred; a
+/// waiting caller then registers. On those paths, and while lockers are
+/// queued, a live reader of this locker (this token, or the one its
+/// registration names: a hand-over admitted it) is the claim, or a replay:
+/// it gets the epoch and the full lease from this attempt on. A free lease
+/// with lockers queued goes to the head first ([`rw_handover_lua`]'s
+/// `rw_hand_over`). Else the reader is added, scored by its expiry in the
+/// server's ms (`TIME`), and the epoch is the counter's value, the latest
+/// writer fence; a missing counter is set to the §3 floor first, so that
+/// the next writer's fence is above every epoch handed out. A live reader
+/// of this token found by the add (a replay) gets its epoch again.
 ///
 /// The set expires with its latest member: `PEXPIREAT ... GT` moves its
 /// expiry to the new reader's when that is later, and only a set with no
@@ -432,25 +617,93 @@ return 0
 /// gives the set an expiry in the same run) takes it with `NX`, which
 /// leaves nothing to purge; on a set that was there the expired readers are
 /// purged.
-pub(crate) const RW_READ_LUA: &str = r#"
-local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4])
+pub(crate) const RW_READ_LUA: &str = concat!(
+    next_fence_lua!(),
+    handover_lua!(),
+    rw_handover_lua!(),
+    r#"
+local handover = #KEYS == 6
+local H = handover and handover_args(3)
+if H then
+  H.queue, H.flag = KEYS[5], KEYS[6]
+end
+local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[#KEYS])
+local queued = handover and got[4]
+local epoch = got[3]
+local function register(token)
+  if handover then
+    queued = enqueue(H, KEYS[5], KEYS[6], queued, token)
+  end
+end
 if got[1] then
+  -- No reader lives beside a writer.
+  register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
-local epoch = got[3]
-if got[2] then
-  local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
-  if mine and epoch then
-    local t = redis.call('TIME')
-    if tonumber(mine) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+local t, now, expiry
+local function clock()
+  if not t then
+    t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    expiry = string.format('%.0f', now + tonumber(ARGV[2]))
+  end
+  return now
+end
+local function claimed()
+  if not epoch then
+    return nil
+  end
+  for _, token in ipairs({ARGV[1], H and H.other or ''}) do
+    local score = token ~= '' and redis.call('ZSCORE', KEYS[2], token)
+    if score and tonumber(score) > clock() then
+      if token ~= ARGV[1] then
+        redis.call('ZREM', KEYS[2], token)
+      end
+      admit(KEYS[2], ARGV[1], expiry)
+      if H and H.reg ~= '' then
+        if H.next ~= '' then
+          register(H.next)
+        end
+        redis.pcall(H.publish, H.channel, H.message .. ':c:' .. epoch)
+      end
       return epoch
     end
   end
-  return redis.call('PTTL', KEYS[3])
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiry = string.format('%.0f', now + tonumber(ARGV[2]))
+if got[2] or queued then
+  local mine = claimed()
+  if mine then
+    return mine
+  end
+  if got[2] then
+    register(ARGV[1])
+    return redis.call('PTTL', KEYS[3])
+  end
+  -- A writer first in the queue waits for the live readers, and keeps
+  -- new ones out.
+  local head = redis.call('LINDEX', KEYS[5], 0)
+  if head and string.sub(head, 1, 1) == 'w' then
+    local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    if latest[1] and tonumber(latest[2]) > clock() then
+      register(ARGV[1])
+      return tonumber(latest[2]) - now
+    end
+  end
+  local claim, served, readers_in, writer_next = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], epoch, ARGV[3], H, H.reg)
+  epoch = redis.call('GET', KEYS[4])
+  if served then
+    mine = claimed()
+    if mine then
+      return mine
+    end
+  end
+  -- Readers let in with no writer queued next: this one joins them.
+  if claim and not (readers_in and not writer_next) then
+    register(ARGV[1])
+    return tonumber(claim)
+  end
+end
+clock()
 if redis.call('ZADD', KEYS[2], 'NX', expiry, ARGV[1]) == 0 then
   if tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1])) > now and epoch then
     return epoch
@@ -475,32 +728,58 @@ if not fresh then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 end
 return epoch
-"#;
+"#
+);
 
 /// Read-write lease, write (SPEC §13): KEYS = writer, readers, intent,
-/// fence counter; ARGV = owner token, lease ms, fence counter TTL in ms,
-/// intent ms (0: a try-once write, which leaves no intent).
+/// fence counter, and with the hand-over the queue and its flag; ARGV =
+/// owner token, lease ms, fence counter TTL in ms, intent ms (0: a
+/// try-once write, which leaves no intent), and with the hand-over its
+/// arguments ([`handover_lua`]'s `handover_args(4)`).
 ///
-/// As the lock's acquire (one `MGET`, here of the writer, the intent and
-/// the counter; replay-safe; the §3 fence computed as there), but also
-/// busy while any live reader holds it: the latest reader's expiry
-/// (`ZRANGE -1 -1`) is in the future. Then a writer that will wait sets the
-/// intent (or refreshes its own), which keeps new readers out, and the
-/// reply is the time until that expiry. A set of expired readers only is
-/// deleted. A grant clears its own intent.
+/// As the lock's acquire (one `MGET`, here of the writer, the intent, the
+/// counter and the queue's flag; replay-safe, and a writer of this locker
+/// found holding is the claim of a hand-over; the §3 fence computed as
+/// there), but also busy while any live reader holds it: the latest
+/// reader's expiry (`ZRANGE -1 -1`) is in the future. Then a writer that
+/// will wait sets the intent (or refreshes its own), which keeps new
+/// readers out, registers, and the reply is the time until that expiry. A
+/// set of expired readers only is deleted. A free lease with lockers
+/// queued goes to the head first ([`rw_handover_lua`]). A grant or a claim
+/// clears its own intent.
 ///
 /// As in [`ACQUIRE_LUA`], a writer key or counter `MGET` read as missing is
 /// written with `NX`, so one of another type is refused with `WRONGTYPE`.
 pub(crate) const RW_WRITE_LUA: &str = concat!(
     next_fence_lua!(),
+    handover_lua!(),
+    rw_handover_lua!(),
     r#"
-local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4])
+local handover = #KEYS == 6
+local H = handover and handover_args(4)
+if H then
+  H.queue, H.flag = KEYS[5], KEYS[6]
+end
+local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[#KEYS])
+local queued = handover and got[4]
+local function register(token)
+  if handover then
+    queued = enqueue(H, KEYS[5], KEYS[6], queued, token)
+  end
+end
 local held = got[1]
 if held then
   local sep = string.find(held, ':', 1, true)
-  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
-    return string.sub(held, sep + 1)
+  local owner = sep and string.sub(held, 1, sep - 1)
+  if owner and is_ours(H, owner) then
+    local fence = string.sub(held, sep + 1)
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6], queued)
+    if got[2] and is_ours(H, got[2]) then
+      redis.call('DEL', KEYS[3])
+    end
+    return fence
   end
+  register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
 local t = redis.call('TIME')
@@ -511,9 +790,18 @@ if latest[1] then
     if ARGV[4] ~= '0' and (not got[2] or got[2] == ARGV[1]) then
       redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
     end
+    register(ARGV[1])
     return tonumber(latest[2]) - now
   end
   redis.call('DEL', KEYS[2])
+end
+if queued then
+  local claim_ms = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], got[3], ARGV[3], H, H.reg)
+  if claim_ms then
+    register(ARGV[1])
+    return tonumber(claim_ms)
+  end
+  got[3] = redis.call('GET', KEYS[4])
 end
 local fence = next_fence(KEYS[4], got[3], t, ARGV[3])
 if not fence then
@@ -530,12 +818,21 @@ return fence
 );
 
 /// Read-write lease, release of a reader: KEYS = readers; ARGV = owner
-/// token, publish command, channel, message. Returns 1 released, 0 expired
-/// (a reader past its expiry is never released as live). Expired readers
-/// are purged first, so the `ZREM` tells whether this one was live, and
-/// `ZCARD` what is left: the last live reader's release notifies (waiting
-/// writers).
-pub(crate) const RW_READ_RELEASE_LUA: &str = r#"
+/// token, publish command, channel, message, and with the hand-over the
+/// fence counter TTL in ms, the registration key prefix, and the names of
+/// the fence counter, the queue, the queue's flag and the writer. Returns 1
+/// released, 0 expired (a reader past its expiry is never released as
+/// live). Expired readers are purged first, so the `ZREM` tells whether
+/// this one was live, and `ZCARD` what is left: the last live reader's
+/// release hands the lease to the head of the queue
+/// ([`rw_handover_lua`]), or notifies (waiting writers). As the lock's
+/// release, only its own key is declared; the others are reached through
+/// `pcall` while a slot migration has not moved them yet.
+pub(crate) const RW_READ_RELEASE_LUA: &str = concat!(
+    next_fence_lua!(),
+    handover_lua!(),
+    rw_handover_lua!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -543,10 +840,20 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if redis.call('ZCARD', KEYS[1]) == 0 then
+  if #ARGV == 10 then
+    local got = redis.pcall('MGET', ARGV[7], ARGV[9])
+    if got[2] then
+      local H = {queue = ARGV[8], flag = ARGV[9], reg_prefix = ARGV[6], publish = ARGV[2], channel = ARGV[3], message = ARGV[4]}
+      if rw_hand_over(ARGV[10], KEYS[1], ARGV[7], got[1], ARGV[5], H, '') then
+        return 1
+      end
+    end
+  end
   redis.pcall(ARGV[2], ARGV[3], ARGV[4])
 end
 return 1
-"#;
+"#
+);
 
 /// Read-write lease, renew of a reader: KEYS = readers; ARGV = owner
 /// token, lease ms. Returns 1 renewed, 0 expired: a reader past its expiry
@@ -583,6 +890,7 @@ pub(crate) enum ScriptKind {
     Proclaim,
     Resign,
     ElectRead,
+    Deregister,
 }
 
 static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_LUA));
@@ -601,6 +909,7 @@ static CAMPAIGN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(C
 static PROCLAIM: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROCLAIM_LUA));
 static RESIGN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESIGN_LUA));
 static ELECT_READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(READ_LUA));
+static DEREGISTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEREGISTER_LUA));
 
 impl ScriptKind {
     pub(crate) fn source(self) -> &'static str {
@@ -618,6 +927,7 @@ impl ScriptKind {
             ScriptKind::Proclaim => PROCLAIM_LUA,
             ScriptKind::Resign => RESIGN_LUA,
             ScriptKind::ElectRead => READ_LUA,
+            ScriptKind::Deregister => DEREGISTER_LUA,
         }
     }
 
@@ -637,6 +947,7 @@ impl ScriptKind {
             ScriptKind::Proclaim => PROCLAIM.get_hash(),
             ScriptKind::Resign => RESIGN.get_hash(),
             ScriptKind::ElectRead => ELECT_READ.get_hash(),
+            ScriptKind::Deregister => DEREGISTER.get_hash(),
         }
     }
 
@@ -661,7 +972,8 @@ impl ScriptKind {
             | ScriptKind::RwReadRelease
             | ScriptKind::Proclaim
             | ScriptKind::Resign
-            | ScriptKind::ElectRead => false,
+            | ScriptKind::ElectRead
+            | ScriptKind::Deregister => false,
         }
     }
 
@@ -680,21 +992,27 @@ impl ScriptKind {
             ScriptKind::Proclaim => "proclaim",
             ScriptKind::Resign => "resign",
             ScriptKind::ElectRead => "leader read",
+            ScriptKind::Deregister => "deregister",
         }
     }
 }
 
-/// What a lock's acquire adds for the hand-over (docs/HANDOVER.md).
+/// What a lock's or a semaphore's acquire adds for the hand-over
+/// (docs/HANDOVER.md).
 #[derive(Debug)]
 pub(crate) struct AcquireHandover {
-    /// The locker's registration, when this attempt waits (registers or
+    /// The locker's registration as queued for this line
+    /// ([`LineKey::queue_entry`]), when this attempt waits (registers or
     /// refreshes); `None` for a try-once acquire.
-    pub(crate) register: Option<RegId>,
+    pub(crate) register: Option<String>,
     pub(crate) reg_ms: u64,
     pub(crate) claim_ms: u64,
     pub(crate) channel: Channel,
     /// The channel's name for this key.
     pub(crate) channel_name: String,
+    /// The line's release message, which the hand-over's notifications
+    /// start with.
+    pub(crate) message: String,
     /// Another token of this locker a grant may be made out to (the one
     /// its registration named when the head changed since).
     pub(crate) other_token: Option<OwnerToken>,
@@ -742,58 +1060,73 @@ impl ScriptCall {
         fence_counter_ttl_ms: u64,
         handover: Option<AcquireHandover>,
     ) -> Self {
-        let mut keys = vec![names.lock.clone(), names.fence.clone()];
-        let mut args = vec![
-            token.to_hex(),
-            lease_ms.to_string(),
-            fence_counter_ttl_ms.to_string(),
-        ];
-        if let Some(h) = handover {
-            keys.extend([names.queue.clone(), names.queued.clone()]);
-            let hex = |t: Option<OwnerToken>| t.map(OwnerToken::to_hex).unwrap_or_default();
-            args.extend([
-                h.register.map(RegId::to_hex).unwrap_or_default(),
-                h.reg_ms.to_string(),
-                h.claim_ms.to_string(),
-                names.reg_prefix.clone(),
-                h.channel.publish_command().to_owned(),
-                h.channel_name,
-                names.id.to_hex(),
-                hex(h.other_token),
-                hex(h.next_token),
-            ]);
-        }
-        ScriptCall {
+        let mut call = ScriptCall {
             kind: ScriptKind::Acquire,
-            keys,
-            args,
-        }
-    }
-
-    /// Release of a lock by token with the hand-over: a live registration
-    /// queued for the key gets the lock (docs/HANDOVER.md §3).
-    pub(crate) fn release_lock(
-        names: &LockNames,
-        token: OwnerToken,
-        namespace: &str,
-        channel: Channel,
-        fence_counter_ttl_ms: u64,
-    ) -> Self {
-        let line = LineKey::lock(names.id);
-        ScriptCall {
-            kind: ScriptKind::Release,
-            keys: vec![names.lock.clone()],
+            keys: vec![names.lock.clone(), names.fence.clone()],
             args: vec![
                 token.to_hex(),
-                channel.publish_command().to_owned(),
-                channel.name(namespace, line.id),
-                line.message(),
+                lease_ms.to_string(),
                 fence_counter_ttl_ms.to_string(),
-                names.reg_prefix.clone(),
-                names.fence.clone(),
-                names.queue.clone(),
-                names.queued.clone(),
             ],
+        };
+        call.add_handover(&names.queue, handover);
+        call
+    }
+
+    /// Appends the hand-over's keys and arguments ([`handover_lua`]'s
+    /// `handover_args`) to an acquire, if it takes part.
+    fn add_handover(&mut self, queue: &QueueNames, handover: Option<AcquireHandover>) {
+        let Some(h) = handover else {
+            return;
+        };
+        self.keys.extend([queue.list.clone(), queue.flag.clone()]);
+        let hex = |t: Option<OwnerToken>| t.map(OwnerToken::to_hex).unwrap_or_default();
+        self.args.extend([
+            h.register.unwrap_or_default(),
+            h.reg_ms.to_string(),
+            h.claim_ms.to_string(),
+            queue.reg_prefix.clone(),
+            h.channel.publish_command().to_owned(),
+            h.channel_name,
+            h.message,
+            hex(h.other_token),
+            hex(h.next_token),
+        ]);
+    }
+
+    /// This release (of a lock or a permit's slot) with the hand-over: a
+    /// live registration in `queue` gets the key with the next fence of
+    /// `counter` (docs/HANDOVER.md §3).
+    pub(crate) fn handing_over(
+        mut self,
+        counter: String,
+        queue: &QueueNames,
+        fence_counter_ttl_ms: u64,
+    ) -> Self {
+        self.args.extend([
+            fence_counter_ttl_ms.to_string(),
+            queue.reg_prefix.clone(),
+            counter,
+            queue.list.clone(),
+            queue.flag.clone(),
+        ]);
+        self
+    }
+
+    /// This release of a read-write lease with the hand-over: its other
+    /// key (the readers' for a writer's release, the writer's for a
+    /// reader's), which a hand-over may grant.
+    pub(crate) fn with_rw_key(mut self, key: String) -> Self {
+        self.args.push(key);
+        self
+    }
+
+    /// Removes the locker's registration, queued as `reg`, from `queue`.
+    pub(crate) fn deregister(queue: &QueueNames, reg: String) -> Self {
+        ScriptCall {
+            kind: ScriptKind::Deregister,
+            keys: vec![queue.list.clone()],
+            args: vec![format!("{}{reg}", queue.reg_prefix), reg],
         }
     }
 
@@ -823,8 +1156,9 @@ impl ScriptCall {
         token: OwnerToken,
         lease_ms: u64,
         fence_counter_ttl_ms: u64,
+        handover: Option<AcquireHandover>,
     ) -> Self {
-        ScriptCall {
+        let mut call = ScriptCall {
             kind: ScriptKind::SemAcquire,
             keys: vec![
                 names.permits.clone(),
@@ -837,7 +1171,9 @@ impl ScriptCall {
                 fence_counter_ttl_ms.to_string(),
                 permits.to_string(),
             ],
-        }
+        };
+        call.add_handover(&names.queue, handover);
+        call
     }
 
     /// Release of a semaphore token in whichever slot holds it.
@@ -879,6 +1215,7 @@ impl ScriptCall {
         lease_ms: u64,
         fence_counter_ttl_ms: u64,
         intent_ms: u64,
+        handover: Option<AcquireHandover>,
     ) -> Self {
         let mut args = vec![
             token.to_hex(),
@@ -888,7 +1225,7 @@ impl ScriptCall {
         if kind == ScriptKind::RwWrite {
             args.push(intent_ms.to_string());
         }
-        ScriptCall {
+        let mut call = ScriptCall {
             kind,
             keys: vec![
                 names.write.clone(),
@@ -897,7 +1234,9 @@ impl ScriptCall {
                 names.fence.clone(),
             ],
             args,
-        }
+        };
+        call.add_handover(&names.queue, handover);
+        call
     }
 
     /// Release of a reader, notifying `line`'s waiters when it was the last.
@@ -959,6 +1298,20 @@ pub(crate) fn load_cmd(kind: ScriptKind) -> redis::Cmd {
     let mut cmd = redis::cmd("SCRIPT");
     cmd.arg("LOAD").arg(kind.source());
     cmd
+}
+
+/// `SCRIPT LOAD` of every script `calls` run, once each, to send before
+/// them in one pipeline: every `EVALSHA` then finds its script, so the
+/// calls run in their order (a `NOSCRIPT` answered later with `EVAL`
+/// would run after the ones behind it).
+pub(crate) fn load_cmds(calls: &[ScriptCall]) -> Vec<redis::Cmd> {
+    let mut kinds: Vec<ScriptKind> = Vec::new();
+    for call in calls {
+        if !kinds.contains(&call.kind) {
+            kinds.push(call.kind);
+        }
+    }
+    kinds.into_iter().map(load_cmd).collect()
 }
 
 /// What an acquire reply says.
@@ -1240,7 +1593,7 @@ pub(crate) mod tests {
         use super::super::names::{KeyId, SemNames};
         let names = SemNames::new("ns", KeyId::of("pool"));
         let token = OwnerToken::from_bytes([7; 16]);
-        let call = ScriptCall::sem_acquire(&names, 3, token, 500, 0);
+        let call = ScriptCall::sem_acquire(&names, 3, token, 500, 0, None);
         let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
         assert!(packed.contains(ScriptKind::SemAcquire.sha1()));
         for name in [&names.permits, &names.slot_prefix, &names.fence_prefix] {

@@ -131,12 +131,11 @@ impl Core {
     /// (docs/HANDOVER.md), or a release. Returns whether it counts as a
     /// release notification (a claim only tells the other waiters).
     pub(crate) fn handle_notice(&mut self, now: Instant, payload: &[u8]) -> bool {
-        let Some((id, handover)) = Handover::parse(payload) else {
+        let Some((line, handover)) = Handover::parse(payload) else {
             self.handle_notification(payload);
             return true;
         };
         let ours = self.settings.handover.map(|h| h.reg);
-        let line = LineKey::lock(id);
         match handover {
             // Ours: the head claims it at once.
             Handover::Granted { reg, .. } if Some(reg) == ours => {
@@ -144,12 +143,18 @@ impl Core {
                     self.wakeups.notification += 1;
                 }
             }
+            // A read-write lease's grant or claim concerns its readers and
+            // its writers alike.
             Handover::Granted { claim, .. } => {
-                self.wake_head_of(line, |line| line.handle_grant_elsewhere(now, claim));
+                for line in line.freed_by_release() {
+                    self.wake_head_of(line, |line| line.handle_grant_elsewhere(now, claim));
+                }
             }
             Handover::Claimed => {
-                if let Some(line) = self.lines.get_mut(&line) {
-                    line.handle_claimed();
+                for line in line.freed_by_release() {
+                    if let Some(line) = self.lines.get_mut(&line) {
+                        line.handle_claimed();
+                    }
                 }
                 return false;
             }

@@ -10,7 +10,9 @@ use super::lease::RenewResult;
 use super::line::Line;
 #[cfg(test)]
 use super::names::KeyId;
-use super::names::{HeldNames, HeldTarget, LockNames, OwnerToken, Want};
+use super::names::{
+    HeldNames, HeldTarget, LockNames, OwnerToken, QueueNames, RwNames, SemNames, Want,
+};
 use super::outcome::{ReleaseOutcome, RenewOutcome};
 use super::script::{classify_release, classify_renew, ReplyError, ScriptCall};
 use super::slots::SlotId;
@@ -34,6 +36,9 @@ pub(crate) struct Owned {
 pub(crate) struct Sweep {
     pub(crate) calls: Vec<ScriptCall>,
     orphans: Vec<Owned>,
+    /// The index of the first orphan's release in `calls` (deregistrations
+    /// come before).
+    first_orphan: usize,
 }
 
 impl Sweep {
@@ -58,22 +63,47 @@ impl Core {
     fn release_of(&self, owned: &Owned) -> ScriptCall {
         let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
         let line = owned.target.line();
-        match owned.target.names(namespace) {
-            HeldNames::Key(_)
-                if owned.target.want == Want::Lock && self.settings.handover.is_some() =>
-            {
+        let ttl = self.settings.fence_counter_ttl_ms;
+        let handover = self.settings.handover.is_some();
+        match (owned.target.names(namespace), owned.target.want) {
+            (HeldNames::Key(key), Want::Lock) if handover => {
                 let names = LockNames::new(namespace, owned.target.id);
-                let ttl = self.settings.fence_counter_ttl_ms;
-                ScriptCall::release_lock(&names, owned.token, namespace, channel, ttl)
+                ScriptCall::release(&key, line, owned.token, namespace, channel).handing_over(
+                    names.fence,
+                    &names.queue,
+                    ttl,
+                )
             }
-            HeldNames::Key(key) => ScriptCall::release(&key, line, owned.token, namespace, channel),
-            HeldNames::AnySlot(names, permits) => {
+            (HeldNames::Key(key), Want::Permit { .. }) if handover => {
+                let names = SemNames::new(namespace, owned.target.id);
+                let slot = owned.target.slot.unwrap_or_default();
+                ScriptCall::release(&key, line, owned.token, namespace, channel).handing_over(
+                    format!("{}{slot}", names.fence_prefix),
+                    &names.queue,
+                    ttl,
+                )
+            }
+            (HeldNames::Key(key), Want::Write) if handover => {
+                let names = RwNames::new(namespace, owned.target.id);
+                ScriptCall::release(&key, line, owned.token, namespace, channel)
+                    .handing_over(names.fence, &names.queue, ttl)
+                    .with_rw_key(names.read)
+            }
+            (HeldNames::Key(key), _) => {
+                ScriptCall::release(&key, line, owned.token, namespace, channel)
+            }
+            (HeldNames::Reader(names), _) if handover => {
+                ScriptCall::rw_read_release(&names, line, owned.token, namespace, channel)
+                    .handing_over(names.fence.clone(), &names.queue, ttl)
+                    .with_rw_key(names.write)
+            }
+            (HeldNames::AnySlot(names, permits), _) => {
                 ScriptCall::sem_release_any(&names, permits, line, owned.token, namespace, channel)
             }
-            HeldNames::Reader(names) => {
+            (HeldNames::Reader(names), _) => {
                 ScriptCall::rw_read_release(&names, line, owned.token, namespace, channel)
             }
-            HeldNames::Election(names) => resign_call(&names, owned.token, namespace, channel),
+            (HeldNames::Election(names), _) => resign_call(&names, owned.token, namespace, channel),
         }
     }
 
@@ -150,9 +180,15 @@ impl Core {
     /// out of reach.
     pub(crate) fn take_sweep(&mut self) -> Sweep {
         let orphans = std::mem::take(&mut self.orphans);
+        // The deregistrations go first, so that no release in the same
+        // sweep hands its key to a registration of ours nobody waits on.
+        let mut calls = self.take_deregistrations();
+        let first_orphan = calls.len();
+        calls.extend(orphans.iter().map(|o| self.release_of(o)));
         Sweep {
-            calls: orphans.iter().map(|o| self.release_of(o)).collect(),
+            calls,
             orphans,
+            first_orphan,
         }
     }
 
@@ -163,7 +199,7 @@ impl Core {
     /// before it, so a line settling behind such an attempt goes on at once.
     pub(crate) fn handle_sweep_answered(&mut self, sweep: Sweep, answered: impl Fn(usize) -> bool) {
         for (i, orphan) in sweep.orphans.into_iter().enumerate() {
-            if !answered(i) {
+            if !answered(sweep.first_orphan + i) {
                 self.orphans.push(orphan);
                 continue;
             }
@@ -173,6 +209,29 @@ impl Core {
                 self.lines.remove(&key);
             }
         }
+    }
+
+    /// The commands that take the locker out of the queues of lines whose
+    /// last waiter left (docs/HANDOVER.md §6): the removal of each
+    /// registration, then the release of the token it named, so that a
+    /// grant made out to it and not claimed goes on to the next
+    /// registration at once (nothing, when there was none). They are
+    /// forgotten: a registration left behind lapses at its bound, a grant
+    /// at its claim window.
+    pub(crate) fn take_deregistrations(&mut self) -> Vec<ScriptCall> {
+        let leaving = std::mem::take(&mut self.deregistrations);
+        let Some(h) = self.settings.handover else {
+            return Vec::new();
+        };
+        let namespace = &self.settings.namespace;
+        let mut calls = Vec::with_capacity(2 * leaving.len());
+        for owned in &leaving {
+            let line = owned.target.line();
+            let queue = QueueNames::of(namespace, line);
+            calls.push(ScriptCall::deregister(&queue, line.queue_entry(h.reg)));
+            calls.push(self.release_of(owned));
+        }
+        calls
     }
 
     /// Refuses new acquires and ends every wait; attempts in flight finish
@@ -187,12 +246,14 @@ impl Core {
     /// forgotten by the core, so later releases of those leases report
     /// `ShuttingDown`.
     pub(crate) fn take_cleanup(&mut self) -> Vec<ScriptCall> {
-        let mut calls: Vec<ScriptCall> = self
-            .leases
-            .drain()
-            .iter()
-            .map(|o| self.release_of(o))
-            .collect();
+        let mut calls = self.take_deregistrations();
+        calls.extend(
+            self.leases
+                .drain()
+                .iter()
+                .map(|o| self.release_of(o))
+                .collect::<Vec<_>>(),
+        );
         calls.extend(self.take_orphans());
         calls
     }

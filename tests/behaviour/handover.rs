@@ -3,32 +3,47 @@
 //! registration, which claims it; grants follow the order of registration
 //! across lockers (processes), a dead or silent registration costs at most
 //! its bound or the claim window, and nothing is queued when nobody waits.
+//! A release or a claim sent twice grants nothing twice, and lockers with
+//! and without the hand-over share a key without ever overlapping. (Waiting
+//! processes that are stopped or killed: `tests/faults/handover.rs`.)
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use redlease::ReleaseOutcome;
+use redis::Value;
+use redlease::{ReleaseOutcome, RenewOutcome};
 
 use super::common::{
-    config, connect, get, granted, key_sha, lock_name, namespace, no_wait, refused, spawn, waiting,
-    BOUND,
+    config, connect, exists, fence_name, get, granted, key_sha, let_pass, lock_name, namespace,
+    no_wait, refused, spawn, token_of, waiting, Bounded, BOUND,
 };
 use super::front::Front;
+use crate::support::monitor::{Monitor, Monitored};
 use crate::support::{wait_until, RedisServer};
 
 /// `<ns>:lock-queue:{<sha>}`
-fn queue_name(ns: &str, key: &str) -> String {
+pub(crate) fn queue_name(ns: &str, key: &str) -> String {
     format!("{ns}:lock-queue:{{{}}}", key_sha(key))
 }
 
 /// `<ns>:lock-reg:{<sha>}:<reg>`
-fn reg_name(ns: &str, key: &str, reg: &str) -> String {
+pub(crate) fn reg_name(ns: &str, key: &str, reg: &str) -> String {
     format!("{ns}:lock-reg:{{{}}}:{reg}", key_sha(key))
 }
 
-fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+pub(crate) fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+    list(server, &queue_name(ns, key))
+}
+
+/// The semaphore's queue: `<ns>:sem-queue:{<sha>}`.
+fn sem_queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+    list(server, &format!("{ns}:sem-queue:{{{}}}", key_sha(key)))
+}
+
+fn list(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
-        .arg(queue_name(ns, key))
+        .arg(name)
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
@@ -212,4 +227,430 @@ pub(crate) fn with_the_handover_off_nothing_is_queued<F: Front>() {
     assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
     assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
     assert!(server.keys(&format!("{ns}:lock-*queue*")).is_empty());
+}
+
+/// A waiter on a locker of its own (a registration of its own, as another
+/// process would have), with safety polls beyond the bound and a generous
+/// claim window; it hands back the lease once held. Returns once the
+/// locker is the `position`-th registration in the key's queue.
+fn registered_waiter<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    name: &str,
+    position: usize,
+) -> (Arc<F>, Bounded<F::Lease>) {
+    let locker: Arc<F> = Arc::new(connect(
+        server,
+        slow_polls(ns).claim_window(Duration::from_secs(2)),
+    ));
+    let l = locker.clone();
+    let what = format!("{name}: a registered waiter");
+    let t = spawn(name, move || granted(l.acquire("k"), &what));
+    wait_until(BOUND, &format!("{name} registered"), || {
+        queued(server, ns, "k").len() == position
+    });
+    (locker, t)
+}
+
+/// The last script call `MONITOR` saw on `lock` with `keys` keys and
+/// `token` as its first argument.
+fn last_call_of(monitor: &Monitor, lock: &str, keys: usize, token: &str) -> Monitored {
+    monitor
+        .seen()
+        .into_iter()
+        .rev()
+        .find(|c| {
+            matches!(c.script_call(), Some((k, a))
+                if k.len() == keys && k[0] == lock && a.first().map(String::as_str) == Some(token))
+        })
+        .unwrap_or_else(|| panic!("MONITOR saw no call with {keys} key(s) by the token"))
+}
+
+/// A release and a claim sent twice (a client library re-sending a write
+/// whose reply it did not get) grant nothing twice. The test records the
+/// library's own commands with `MONITOR` and, once the release handed the
+/// lock to the first registration and that locker claimed it, re-sends
+/// both exactly as they went out (the same `EVALSHA`, keys and
+/// arguments): the release finds the grantee's token and answers conflict
+/// (2) without touching the lock; the claim (the grantee's acquire with
+/// its token) answers the same fence. Neither moves the fence counter or
+/// grants the lock to the second registration, which stays queued; the
+/// grantee's lease is still renewed, and its release hands the key on
+/// with a higher fence.
+pub(crate) fn a_replayed_release_or_claim_grants_nothing_twice<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-replay");
+    let monitor = Monitor::start(&server);
+    let holder: F = connect(&server, slow_polls(&ns));
+    let held = granted(holder.acquire("k"), "holder");
+    let held_fence = F::fence(&held).get();
+    let holder_token = token_of(&server, &ns, "k");
+    let (_first, first_t) = registered_waiter::<F>(&server, &ns, "first", 1);
+    let (second, second_t) = registered_waiter::<F>(&server, &ns, "second", 2);
+    let second_reg = queued(&server, &ns, "k")[1].clone();
+
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let lease = first_t.join_within(BOUND);
+    let fence = F::fence(&lease).get();
+    assert!(fence > held_fence, "{held_fence} then {fence}");
+    let grantee_token = token_of(&server, &ns, "k");
+    monitor.catch_up(&server);
+    let lock = lock_name(&ns, "k");
+    let release = last_call_of(&monitor, &lock, 1, &holder_token);
+    let claim = last_call_of(&monitor, &lock, 4, &grantee_token);
+    let value = get(&server, &lock);
+    let counter = get(&server, &fence_name(&ns, "k"));
+    assert_eq!(counter, Some(fence.to_string()));
+
+    for _ in 0..2 {
+        assert_eq!(
+            server.query(&release.to_cmd()),
+            Value::Int(2),
+            "a replayed release finds the grantee's token: conflict"
+        );
+        assert_eq!(
+            server.query(&claim.to_cmd()),
+            Value::BulkString(fence.to_string().into_bytes()),
+            "a replayed claim answers the same fence"
+        );
+    }
+    assert_eq!(get(&server, &lock), value, "the grantee's lock");
+    assert_eq!(get(&server, &fence_name(&ns, "k")), counter, "no new fence");
+    assert_eq!(
+        queued(&server, &ns, "k"),
+        [second_reg.as_str()],
+        "no second grant"
+    );
+    assert!(exists(&server, &reg_name(&ns, "k", &second_reg)));
+    assert_eq!(second.stats().acquires, 0);
+    assert_eq!(F::renew(&lease).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    let next = second_t.join_within(BOUND);
+    assert!(F::fence(&next).get() > fence, "fences strictly increase");
+    assert_eq!(F::release(next).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A locker with the hand-over off and one with it on contend for one key,
+/// two waiters each, starting together, 25 acquisitions per waiter, each
+/// holding the key for a modelled millisecond of work: never two holders
+/// at once (a shared flag each holder sets and clears), fences strictly
+/// increasing in the order the holders held the key, and every waiter gets
+/// every one of its acquisitions within its wait (the locker without
+/// hand-over may take a free lock ahead of the queue, never a held or
+/// granted one). The locker with the hand-over did register (`RPUSH` ran).
+pub(crate) fn lockers_with_and_without_the_handover_share_a_key_safely<F: Front>() {
+    const ROUNDS: usize = 25;
+    let server = RedisServer::start();
+    let ns = namespace("handover-mixed");
+    let mixed = |on: bool| config(&ns).handover(on).wait(Duration::from_secs(30));
+    let lockers: [(&str, Arc<F>); 2] = [
+        ("off", Arc::new(connect(&server, mixed(false)))),
+        ("on", Arc::new(connect(&server, mixed(true)))),
+    ];
+    let inside = Arc::new(AtomicBool::new(false));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(4));
+    let mut threads = Vec::new();
+    for (name, locker) in &lockers {
+        for i in 0..2 {
+            let (locker, inside, fences) = (locker.clone(), inside.clone(), fences.clone());
+            let start = start.clone();
+            let who = format!("{name}-{i}");
+            threads.push(spawn(&who.clone(), move || {
+                start.wait();
+                for round in 0..ROUNDS {
+                    let lease = granted(locker.acquire("k"), &format!("{who} round {round}"));
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    fences
+                        .lock()
+                        .unwrap()
+                        .push((who.clone(), F::fence(&lease).get()));
+                    // Work while holding the key, so that the others wait.
+                    let_pass(Duration::from_millis(1));
+                    inside.store(false, Ordering::SeqCst);
+                    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+                }
+                ROUNDS
+            }));
+        }
+    }
+    for t in threads {
+        assert_eq!(t.join_within(Duration::from_secs(60)), ROUNDS);
+    }
+    let fences = fences.lock().unwrap();
+    assert_eq!(fences.len(), 4 * ROUNDS);
+    assert!(
+        fences.windows(2).all(|w| w[0].1 < w[1].1),
+        "fences strictly increase in the order the key was held: {fences:?}"
+    );
+    for (name, locker) in &lockers {
+        assert_eq!(locker.stats().acquires, 2 * ROUNDS as u64, "{name}");
+        assert_eq!(locker.stats().waiters, 0, "{name}");
+    }
+    let ran = server.commandstats();
+    assert!(
+        ran.get("rpush").is_some_and(|&n| n > 0),
+        "the locker with the hand-over registered while it waited: {ran:?}"
+    );
+}
+
+/// A semaphore's freed slots go to waiting lockers in the order they
+/// registered: two permits held, three lockers wait one after the other,
+/// and each release of a slot hands it to the next of them (safety polls
+/// are 30 s: only the hand-over can explain the order in time).
+pub(crate) fn freed_permits_go_to_lockers_in_registration_order<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-sem-fifo");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let first = holder.acquire_permit("s", 2, waiting(BOUND)).unwrap();
+    let second = holder.acquire_permit("s", 2, waiting(BOUND)).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let locker: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+        let order = order.clone();
+        threads.push(spawn(&format!("locker-{i}"), move || {
+            let permit = locker
+                .acquire_permit("s", 2, waiting(BOUND))
+                .unwrap_or_else(|e| panic!("a registered waiter: {e:?}"));
+            order.lock().unwrap().push(i);
+            permit
+        }));
+        wait_until(BOUND, &format!("locker {i} registered"), || {
+            sem_queued(&server, &ns, "s").len() == i + 1
+        });
+    }
+    let freed = F::slot(&first);
+    assert_eq!(F::release_permit(first).unwrap(), ReleaseOutcome::Released);
+    let mut threads = threads.into_iter();
+    let p0 = threads.next().unwrap().join_within(BOUND);
+    assert_eq!(F::slot(&p0), freed, "the freed slot went to the head");
+    assert_eq!(F::release_permit(second).unwrap(), ReleaseOutcome::Released);
+    let p1 = threads.next().unwrap().join_within(BOUND);
+    assert_eq!(F::release_permit(p0).unwrap(), ReleaseOutcome::Released);
+    let p2 = threads.next().unwrap().join_within(BOUND);
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2], "registration order");
+    for p in [p1, p2] {
+        assert_eq!(F::release_permit(p).unwrap(), ReleaseOutcome::Released);
+    }
+    assert!(sem_queued(&server, &ns, "s").is_empty(), "all consumed");
+}
+
+/// A semaphore with a free slot and a live registration queued hands the
+/// slot to that registration: a newcomer's try-once hears busy.
+pub(crate) fn a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-sem-free");
+    let newcomer: F = connect(&server, config(&ns));
+    let sha = key_sha("s");
+    let reg = "00000000000000dd";
+    server.query(
+        redis::cmd("RPUSH")
+            .arg(format!("{ns}:sem-queue:{{{sha}}}"))
+            .arg(reg),
+    );
+    server.query(
+        redis::cmd("SET")
+            .arg(format!("{ns}:sem-queued:{{{sha}}}"))
+            .arg("1"),
+    );
+    server.query(
+        redis::cmd("SET")
+            .arg(format!("{ns}:sem-reg:{{{sha}}}:{reg}"))
+            .arg("queued:100")
+            .arg("PX")
+            .arg(BOUND.as_millis() as u64),
+    );
+    let e = refused(
+        newcomer.acquire_permit("s", 1, no_wait()),
+        "a newcomer behind a queue",
+    );
+    assert_eq!(e.code(), "LOCK_BUSY", "{e:?}");
+    let value = get(&server, &format!("{ns}:sem:{{{sha}}}:0")).expect("the head got slot 0");
+    assert!(value.starts_with("queued:"), "granted to the head's token");
+}
+
+/// A locker whose last waiter gives up (its wait runs out) leaves the
+/// key's queue at once, for a lock and for a semaphore: no grant goes to a
+/// locker nobody waits on.
+pub(crate) fn a_locker_whose_last_waiter_gave_up_leaves_the_queue<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-leave");
+    let holder: F = connect(&server, config(&ns));
+    let waiter: F = connect(&server, config(&ns));
+    let held = granted(holder.acquire("k"), "holder");
+    let permit = holder.acquire_permit("s", 1, waiting(BOUND)).unwrap();
+    let short = waiting(Duration::from_millis(300));
+    let e = refused(
+        waiter.acquire_with("k", short.clone()),
+        "a wait that runs out",
+    );
+    assert_eq!(e.code(), "WAIT_TIMEOUT", "{e:?}");
+    let e = refused(waiter.acquire_permit("s", 1, short), "a wait that runs out");
+    assert_eq!(e.code(), "WAIT_TIMEOUT", "{e:?}");
+    assert!(
+        queued(&server, &ns, "k").is_empty(),
+        "left the lock's queue"
+    );
+    assert!(
+        sem_queued(&server, &ns, "s").is_empty(),
+        "left the semaphore's"
+    );
+    assert!(
+        server.keys(&format!("{ns}:*-reg:*")).is_empty(),
+        "no registration"
+    );
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    assert!(
+        !super::common::exists(&server, &lock_name(&ns, "k")),
+        "nobody was granted"
+    );
+}
+
+/// Shutdown ends every wait and removes the locker's registrations.
+pub(crate) fn shutdown_removes_the_lockers_registrations<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-shutdown");
+    let holder: F = connect(&server, config(&ns));
+    let waiter: Arc<F> = Arc::new(connect(&server, config(&ns)));
+    let held = granted(holder.acquire("k"), "holder");
+    let w = waiter.clone();
+    let t = spawn("waiter", move || {
+        w.acquire_with("k", waiting(BOUND))
+            .map(|_| ())
+            .unwrap_err()
+            .code()
+    });
+    wait_until(BOUND, "the waiter registered", || {
+        queued(&server, &ns, "k").len() == 1
+    });
+    waiter.shutdown().unwrap();
+    assert_eq!(t.join_within(BOUND), "SHUTTING_DOWN");
+    assert!(queued(&server, &ns, "k").is_empty(), "left the queue");
+    assert!(server.keys(&format!("{ns}:lock-reg:*")).is_empty());
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A read-write lease's queue (entries `r<reg>`, `w<reg>`): a released
+/// write goes to the readers at the head of the queue together, a writer
+/// queued behind them waits for them and keeps later readers out (writer
+/// preference), and each hand-over follows the order of registration
+/// (safety polls are 30 s: only the hand-over explains the progress).
+pub(crate) fn a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn<
+    F: Front,
+>() {
+    use std::sync::mpsc;
+
+    let server = RedisServer::start();
+    let ns = namespace("handover-rw");
+    let rw_queued = || list(&server, &format!("{ns}:rw-queue:{{{}}}", key_sha("doc")));
+    let holder: F = connect(&server, slow_polls(&ns));
+    let held = holder.write_with("doc", waiting(BOUND)).unwrap();
+    let (events, seen) = mpsc::channel::<(&'static str, u64)>();
+    let mut releases = Vec::new();
+    let mut threads = Vec::new();
+    for (i, who) in ["reader-1", "reader-2", "writer", "reader-3"]
+        .into_iter()
+        .enumerate()
+    {
+        let locker: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+        let (events, (release, released)) = (events.clone(), mpsc::channel::<()>());
+        releases.push(release);
+        threads.push(spawn(who, move || {
+            let wait = released_within(released);
+            if who == "writer" {
+                let w = locker.write_with("doc", waiting(BOUND)).unwrap();
+                events.send((who, F::write_fence(&w).get())).unwrap();
+                wait();
+                F::release_write(w).unwrap()
+            } else {
+                let r = locker.read_with("doc", waiting(BOUND)).unwrap();
+                events.send((who, F::epoch(&r).get())).unwrap();
+                wait();
+                F::release_read(r).unwrap()
+            }
+        }));
+        wait_until(BOUND, &format!("{who} registered"), || {
+            rw_queued().len() == i + 1
+        });
+    }
+    let next = || {
+        seen.recv_timeout(BOUND)
+            .expect("a hand-over within the bound")
+    };
+    let fence = F::write_fence(&held).get();
+    assert_eq!(F::release_write(held).unwrap(), ReleaseOutcome::Released);
+    // Both readers hold at once, with the last writer's fence as epoch.
+    let mut first = [next(), next()];
+    first.sort();
+    assert_eq!(first, [("reader-1", fence), ("reader-2", fence)]);
+    releases[0].send(()).unwrap();
+    releases[1].send(()).unwrap();
+    let (who, writer_fence) = next();
+    assert_eq!(who, "writer", "the queued writer before the later reader");
+    assert!(writer_fence > fence);
+    releases[2].send(()).unwrap();
+    assert_eq!(next(), ("reader-3", writer_fence));
+    releases[3].send(()).unwrap();
+    for t in threads {
+        assert_eq!(t.join_within(BOUND), ReleaseOutcome::Released);
+    }
+    assert!(rw_queued().is_empty(), "every registration consumed");
+}
+
+/// A closure that waits (bounded) for the test to say "release".
+fn released_within(released: std::sync::mpsc::Receiver<()>) -> impl FnOnce() {
+    move || {
+        released
+            .recv_timeout(BOUND)
+            .expect("the test lets the holder release")
+    }
+}
+
+/// A grant made out to a locker whose last waiter then gave up is passed
+/// on when the waiter leaves, not at the end of its claim window: the
+/// grant is made by hand here (the registration's token, as a release
+/// would write it, with a 30 s claim window and no notification), and the
+/// waiter's wait runs out before any safety poll could see it.
+pub(crate) fn a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-left-grant");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let waiter: F = connect(&server, slow_polls(&ns));
+    let held = granted(holder.acquire("k"), "holder");
+    let waiting_for = Duration::from_millis(500);
+    let (registered, deadline) = std::thread::scope(|scope| {
+        let wait = scope.spawn(|| waiter.acquire_with("k", waiting(waiting_for)));
+        wait_until(BOUND, "the waiter registered", || {
+            queued(&server, &ns, "k").len() == 1
+        });
+        let reg = queued(&server, &ns, "k").remove(0);
+        let value = get(&server, &reg_name(&ns, "k", &reg)).expect("the registration");
+        let token = value.split(':').next().unwrap().to_owned();
+        // The grant, as the holder's release would make it.
+        server.query(
+            redis::cmd("SET")
+                .arg(lock_name(&ns, "k"))
+                .arg(format!("{token}:999999999999999999"))
+                .arg("PX")
+                .arg(30_000),
+        );
+        (token, wait.join().unwrap())
+    });
+    assert_eq!(
+        refused(deadline, "a wait that runs out").code(),
+        "WAIT_TIMEOUT"
+    );
+    assert!(
+        !exists(&server, &lock_name(&ns, "k")),
+        "the grant to {registered:?} was released when its waiter left: {:?}",
+        get(&server, &lock_name(&ns, "k"))
+    );
+    assert!(
+        queued(&server, &ns, "k").is_empty(),
+        "and the locker left the queue"
+    );
+    // The hand-made grant had replaced the holder's lock.
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Expired);
 }

@@ -135,6 +135,14 @@ macro_rules! behaviour_suite {
                 a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 nobody_is_queued_when_nobody_waits,
                 with_the_handover_off_nothing_is_queued,
+                freed_permits_go_to_lockers_in_registration_order,
+                a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer,
+                a_locker_whose_last_waiter_gave_up_leaves_the_queue,
+                shutdown_removes_the_lockers_registrations,
+                a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once,
+                a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn,
+                a_replayed_release_or_claim_grants_nothing_twice,
+                lockers_with_and_without_the_handover_share_a_key_safely,
             }
             election {
                 one_leader_at_a_time_under_contention_and_terms_strictly_increase,

@@ -3,6 +3,10 @@
 //! that tell the child what to hold. The child acquires the key, prints
 //! its fence on a marker line, and holds it until it is SIGKILLed (or its
 //! parent goes away, closing its stdin).
+//!
+//! A child can also wait for a held lock ([`spawn_waiter`]): it registers
+//! in the key's hand-over queue like any waiting locker, and the parent
+//! can SIGSTOP, SIGCONT or SIGKILL it while it waits.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -63,6 +67,15 @@ pub(crate) enum Hold {
     Permit(u32),
     /// The write lease of a read-write lease.
     Write,
+    /// A lock the child waits for (it is held by someone else), with
+    /// hand-over on, this claim window and this `notify_poll_interval`
+    /// (its registration then lives at most 3 × `notify_poll`).
+    WaitForLock {
+        /// `Config::claim_window`.
+        claim: Duration,
+        /// `Config::notify_poll_interval`.
+        notify_poll: Duration,
+    },
 }
 
 impl Hold {
@@ -71,12 +84,23 @@ impl Hold {
             Hold::Lock => "lock".into(),
             Hold::Permit(n) => format!("permit:{n}"),
             Hold::Write => "write".into(),
+            Hold::WaitForLock { claim, notify_poll } => {
+                format!("wait:{}:{}", claim.as_millis(), notify_poll.as_millis())
+            }
         }
     }
 
     fn from_env(s: &str) -> Hold {
+        let ms = |n: &str| Duration::from_millis(n.parse().expect("a number of ms"));
         match s.split_once(':') {
             Some(("permit", n)) => Hold::Permit(n.parse().expect("a permit count")),
+            Some(("wait", times)) => {
+                let (claim, notify_poll) = times.split_once(':').expect("claim:notify_poll");
+                Hold::WaitForLock {
+                    claim: ms(claim),
+                    notify_poll: ms(notify_poll),
+                }
+            }
             _ if s == "write" => Hold::Write,
             _ => Hold::Lock,
         }
@@ -102,6 +126,92 @@ pub(crate) fn spawn_holder_of<F: Front>(
     lease: Duration,
     what: Hold,
 ) -> ChildHolder {
+    let (mut child, fences) = launch::<F>(server, ns, key, lease, what);
+    match fences.recv_timeout(BOUND) {
+        Ok(Ok(fence)) => ChildHolder { child, fence },
+        other => panic!(
+            "the holder process did not report a fence ({other:?}); stderr:\n{}",
+            kill_for_stderr(&mut child)
+        ),
+    }
+}
+
+/// A child process waiting for a lock (see [`spawn_waiter`]); SIGKILLed
+/// and reaped on drop, also while stopped.
+pub(crate) struct ChildWaiter {
+    child: Child,
+    fences: mpsc::Receiver<Result<u64, std::num::ParseIntError>>,
+}
+
+impl ChildWaiter {
+    /// SIGSTOPs the waiter: it neither attempts nor claims nor refreshes
+    /// its registration until [`resume`](Self::resume).
+    pub(crate) fn stop(&self) {
+        signal(&self.child, "-STOP");
+    }
+
+    /// SIGCONTs a stopped waiter.
+    pub(crate) fn resume(&self) {
+        signal(&self.child, "-CONT");
+    }
+
+    /// The fence of the lock once the waiter holds it (it then holds it
+    /// until it is killed); panics when it does not hold it within `bound`.
+    pub(crate) fn fence_within(&mut self, bound: Duration) -> u64 {
+        match self.fences.recv_timeout(bound) {
+            Ok(Ok(fence)) => fence,
+            other => panic!(
+                "the waiting process did not report a fence within {bound:?} ({other:?}); \
+                 stderr:\n{}",
+                kill_for_stderr(&mut self.child)
+            ),
+        }
+    }
+
+    /// SIGKILLs the waiter (it never leaves its queue by itself).
+    pub(crate) fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildWaiter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a child process that waits (up to a minute) for the lock on
+/// `key` through front end `F`, with hand-over on, `lease` and the claim
+/// window and notification poll interval of `what`
+/// ([`Hold::WaitForLock`]). It returns at once: the child registers in the
+/// key's queue once it hears grants for the key (its notifications
+/// confirmed), which the caller sees in Redis.
+pub(crate) fn spawn_waiter<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    key: &str,
+    lease: Duration,
+    what: Hold,
+) -> ChildWaiter {
+    assert!(
+        matches!(what, Hold::WaitForLock { .. }),
+        "a waiter waits for a lock"
+    );
+    let (child, fences) = launch::<F>(server, ns, key, lease, what);
+    ChildWaiter { child, fences }
+}
+
+/// Re-runs the test binary as a child that holds (or waits for) `what`;
+/// the receiver gets the fence from its marker line.
+fn launch<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    key: &str,
+    lease: Duration,
+    what: Hold,
+) -> (Child, mpsc::Receiver<Result<u64, std::num::ParseIntError>>) {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut child = Command::new(exe)
         .args([
@@ -135,18 +245,28 @@ pub(crate) fn spawn_holder_of<F: Front>(
             }
         }
     });
-    match rx.recv_timeout(BOUND) {
-        Ok(Ok(fence)) => ChildHolder { child, fence },
-        other => {
-            let _ = child.kill();
-            let _ = child.wait();
-            let mut stderr = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut stderr);
-            }
-            panic!("the holder process did not report a fence ({other:?}); stderr:\n{stderr}");
-        }
+    (child, rx)
+}
+
+/// Kills and reaps `child`, and returns what it wrote to stderr.
+fn kill_for_stderr(child: &mut Child) -> String {
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
     }
+    stderr
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to `child` with kill(1).
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .arg(sig)
+        .arg(child.id().to_string())
+        .status()
+        .unwrap_or_else(|e| panic!("run `kill {sig}`: {e}"));
+    assert!(status.success(), "`kill {sig}` failed: {status}");
 }
 
 /// The child's side: does nothing unless started by [`spawn_holder`].
@@ -165,7 +285,14 @@ pub(crate) fn run_holder_if_asked() {
 }
 
 fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
-    let locker = F::connect(url, Config::new(ns).lease(lease)).expect("the child connects");
+    let mut config = Config::new(ns).lease(lease);
+    if let Hold::WaitForLock { claim, notify_poll } = what {
+        config = config
+            .claim_window(claim)
+            .notify_poll_interval(notify_poll)
+            .wait(Duration::from_secs(60));
+    }
+    let locker = F::connect(url, config).expect("the child connects");
     let free = || AcquireOptions::new().wait(Duration::ZERO);
     // Kept alive (never released) until the process is killed.
     let (fence, _held): (u64, Box<dyn std::any::Any>) = match what {
@@ -186,6 +313,10 @@ fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
                 .write_with(key, free())
                 .expect("the child acquires a free write lease");
             (F::write_fence(&held).get(), Box::new(held))
+        }
+        Hold::WaitForLock { .. } => {
+            let held = locker.acquire(key).expect("the waiting child acquires");
+            (F::fence(&held).get(), Box::new(held))
         }
     };
     let mut out = std::io::stdout();

@@ -26,7 +26,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 34] = [
+const COMMANDS: [&str; 36] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -46,12 +46,14 @@ const COMMANDS: [&str; 34] = [
     "+pttl",
     "+time",
     "+publish",
-    // the lock's hand-over queue (docs/HANDOVER.md): registering, granting
-    // the head, and telling an expired lock from a key of another type
+    // the hand-over queues (docs/HANDOVER.md): registering, granting the
+    // head, leaving, and telling an expired lock from a key of another type
     "+rpush",
     "+lpop",
     "+getdel",
     "+exists",
+    "+lrem",
+    "+lindex",
     // inside the read-write lease's scripts: the readers' sorted set
     "+zadd",
     "+zrem",
@@ -96,6 +98,8 @@ pub(crate) fn rules(ns: &str) -> Vec<String> {
     rules.push(format!("~{ns}:sem:*"));
     rules.push(format!("~{ns}:sem-fence:*"));
     rules.push(format!("~{ns}:sem-permits:*"));
+    rules.push(format!("~{ns}:sem-queue*"));
+    rules.push(format!("~{ns}:sem-reg:*"));
     rules.push(format!("~{ns}:rw-*"));
     rules.push(format!("~{ns}:elect:*"));
     rules.push(format!("~{ns}:elect-term:*"));

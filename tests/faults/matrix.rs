@@ -23,16 +23,16 @@ use crate::support::{wait_until, RedisServer};
 
 /// Safety polls so slow that a hand-over within [`BOUND`] proves that a
 /// notification (or a fallback the fault triggered) did it.
-const SLOW_POLL: Duration = Duration::from_secs(30);
+pub(crate) const SLOW_POLL: Duration = Duration::from_secs(30);
 
 /// A holder's lease longer than every bound: the key frees up by release.
-const LONG_LEASE: Duration = Duration::from_secs(60);
+pub(crate) const LONG_LEASE: Duration = Duration::from_secs(60);
 
 /// The command timeout of rows that pause the server.
-const SHORT_TIMEOUT: Duration = Duration::from_millis(200);
+pub(crate) const SHORT_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// A locker whose waiters only move on a notification (or a fallback).
-fn slow_polling(ns: &str) -> Config {
+pub(crate) fn slow_polling(ns: &str) -> Config {
     config(ns)
         .poll_interval(SLOW_POLL)
         .notify_poll_interval(SLOW_POLL)
@@ -113,7 +113,7 @@ fn redis_source(e: &Error) -> &redis::RedisError {
 }
 
 #[track_caller]
-fn assert_outcome_unknown(e: &Error, op: Operation) {
+pub(crate) fn assert_outcome_unknown(e: &Error, op: Operation) {
     assert_eq!(e.code(), "OUTCOME_UNKNOWN", "{e:?}");
     assert!(e.is_outcome_unknown());
     match e {
@@ -190,7 +190,7 @@ pub(crate) fn restart_with_data_loss_while_held_lets_the_next_holder_in_with_a_h
 
 /// A locker with a short command timeout, warmed up (a pooled connection
 /// and cached scripts), so that paused-server calls are really sent.
-fn warm_locker<F: Front>(server: &RedisServer, ns: &str) -> Arc<F> {
+pub(crate) fn warm_locker<F: Front>(server: &RedisServer, ns: &str) -> Arc<F> {
     let locker = Arc::new(connect::<F>(
         server,
         config(ns).command_timeout(SHORT_TIMEOUT),

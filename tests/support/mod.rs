@@ -28,6 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod cluster;
+pub mod monitor;
 pub mod script_source;
 pub mod sentinel;
 

@@ -14,6 +14,7 @@ use crate::cancel::CancelHandle;
 use crate::config::AcquireOptions;
 use crate::core::core::{AttemptSummary, Grant, LeaseId, WaiterStep};
 use crate::core::election::LeaderValue;
+use crate::core::lease::deadline_after;
 use crate::core::line::WaiterId;
 use crate::core::names::Want;
 use crate::core::script::ScriptCall;
@@ -36,6 +37,9 @@ enum Pending {
     Nothing,
     Attempt,
     Sweep(Sweep),
+    /// The removal of the locker's registration for this key, whose last
+    /// waiter this was; its reply changes nothing.
+    Deregister,
     /// The grant did not replicate enough: its release is in flight, then
     /// the error is the result.
     Unreplicated(Error, LeaseId),
@@ -211,6 +215,19 @@ impl Acquire {
                 return sweep;
             }
         }
+        // A wait that ended without the lease takes the locker out of the
+        // key's hand-over queue when it was the last (docs/HANDOVER.md §6):
+        // only that, not the orphans, for the reason above.
+        if matches!(self.result, Some(Err(_))) && !self.sweep_unanswered {
+            let calls = self.state.with_core(|core| core.take_deregistrations());
+            if !calls.is_empty() {
+                self.pending = Pending::Deregister;
+                return Io::Send(Request::Releases {
+                    calls,
+                    until: deadline_after(now, self.state.config.command_timeout),
+                });
+            }
+        }
         match self.result.take() {
             Some(result) => self.finish(now, result),
             None => self.finish(now, Err(Error::Cancelled)),
@@ -301,6 +318,7 @@ impl Op for Acquire {
                     self.sweep_unanswered = true;
                 }
             }
+            Pending::Deregister => {}
             Pending::Unreplicated(e, lease) => {
                 // The release's outcome changes nothing for the caller: the
                 // lease is not held either way. A failed release stays

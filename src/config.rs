@@ -40,6 +40,7 @@ pub struct Config {
     pub(crate) handover: bool,
     /// `None`: tied to the round trip measured at connect.
     pub(crate) claim_window: Option<Duration>,
+    pub(crate) max_value_bytes: usize,
 }
 
 impl Config {
@@ -50,7 +51,7 @@ impl Config {
     /// Defaults: lease 10 s, wait 5 s, `poll_interval` 25 ms,
     /// `notify_poll_interval` 250 ms, `max_waiters` 128, `max_tracked_leases`
     /// 10 000, `shutdown_timeout` 5 s, `max_key_bytes` 1024,
-    /// `command_timeout` 2 s.
+    /// `command_timeout` 2 s, `max_value_bytes` 4 KiB.
     pub fn new(namespace: impl Into<String>) -> Self {
         Config {
             namespace: namespace.into(),
@@ -68,6 +69,7 @@ impl Config {
             metrics_label: None,
             handover: true,
             claim_window: None,
+            max_value_bytes: 4096,
         }
     }
 
@@ -77,7 +79,8 @@ impl Config {
     /// again after a release notification, and whoever lands first wins
     /// (the path of 0.1). Every kind: a freed permit's slot goes to the
     /// next waiting process, and a read-write lease goes to the writer
-    /// first in its queue or lets the readers at its head in together. A
+    /// first in its queue or lets the readers at its head in together; an
+    /// election's candidates do not use it yet (they race as with it off). A
     /// locker whose ACL does not allow the queues' keys
     /// (`~<ns>:lock-queue*`, `~<ns>:lock-reg:*` and the `sem-` twins)
     /// turns it off by itself at its first refusal (logged once as
@@ -146,6 +149,20 @@ impl Config {
     /// Longest key accepted, in UTF-8 bytes.
     pub fn max_key_bytes(mut self, max: usize) -> Self {
         self.max_key_bytes = max;
+        self
+    }
+
+    /// Longest leader value accepted by an election's `campaign` and
+    /// `proclaim`, in bytes: default 4 KiB, at most 1 MiB. A larger value
+    /// is refused with [`Error::ValueTooLarge`] before anything is sent.
+    ///
+    /// ```
+    /// let config = redlease::Config::new("my-service").max_value_bytes(512);
+    /// assert!(config.validate().is_ok());
+    /// assert!(redlease::Config::new("s").max_value_bytes(2 << 20).validate().is_err());
+    /// ```
+    pub fn max_value_bytes(mut self, max: usize) -> Self {
+        self.max_value_bytes = max;
         self
     }
 
@@ -239,6 +256,12 @@ impl Config {
         at_least_one(self.max_waiters, "max_waiters")?;
         at_least_one(self.max_tracked_leases, "max_tracked_leases")?;
         at_least_one(self.max_key_bytes, "max_key_bytes")?;
+        if self.max_value_bytes > MAX_VALUE_BYTES {
+            return Err(Error::invalid_config(
+                "max_value_bytes",
+                format!("must be at most {MAX_VALUE_BYTES} (1 MiB)"),
+            ));
+        }
         if let Some(ttl) = self.fence_counter_ttl {
             lease_ms(ttl, "fence_counter_ttl")?;
         }
@@ -307,6 +330,9 @@ fn positive(d: Duration, option: &'static str) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// The largest `max_value_bytes` (1 MiB).
+const MAX_VALUE_BYTES: usize = 1 << 20;
 
 fn at_least_one(n: usize, option: &'static str) -> Result<(), Error> {
     if n == 0 {

@@ -27,6 +27,10 @@ pub enum Operation {
     Replication,
     /// Releasing tracked leases at shutdown.
     Shutdown,
+    /// An election leader's proclaim script (a new value).
+    Proclaim,
+    /// The election read script (`leader`).
+    Read,
 }
 
 impl fmt::Display for Operation {
@@ -39,6 +43,8 @@ impl fmt::Display for Operation {
             Operation::LoadScript => "script load",
             Operation::Replication => "replication wait",
             Operation::Shutdown => "shutdown cleanup",
+            Operation::Proclaim => "proclaim",
+            Operation::Read => "leader read",
         })
     }
 }
@@ -160,6 +166,16 @@ pub enum Error {
         /// Why.
         #[source]
         cause: LostCause,
+    },
+    /// A leader value (an election's `campaign` or `proclaim`) is longer
+    /// than [`Config::max_value_bytes`](crate::Config::max_value_bytes);
+    /// nothing was sent. The message gives the sizes only, never the value.
+    #[error("the leader value is {len} bytes long; max_value_bytes is {max}")]
+    ValueTooLarge {
+        /// The value's length in bytes.
+        len: usize,
+        /// The configured `max_value_bytes`.
+        max: usize,
     },
     /// An option has a value outside its bounds.
     #[error("invalid config: {option}: {reason}")]
@@ -486,6 +502,7 @@ impl Error {
             Error::InvalidConfig { .. } => "INVALID_CONFIG",
             Error::ReplicationFailed { .. } => "REPLICATION_FAILED",
             Error::LockLost { .. } => "LOCK_LOST",
+            Error::ValueTooLarge { .. } => "VALUE_TOO_LARGE",
         }
     }
 
@@ -540,7 +557,8 @@ impl Error {
     /// `TOO_MANY_LEASES`, `REPLICATION_FAILED`, `OUTCOME_UNKNOWN` (a new
     /// acquire uses a new token; the unknown one is cleaned up by token) and
     /// `PROVIDER_FAILED` except refused credentials. False for errors that
-    /// another try cannot fix: `INVALID_KEY`, `INVALID_CONFIG`, `CANCELLED`,
+    /// another try cannot fix: `INVALID_KEY`, `INVALID_CONFIG`,
+    /// `VALUE_TOO_LARGE`, `CANCELLED`,
     /// `SHUTTING_DOWN`, `LOCK_LOST` (acquire again instead), and shutdown's
     /// `CLEANUP_TIMEOUT` and `CLEANUP_FAILED`.
     ///
@@ -569,6 +587,7 @@ impl Error {
             | Error::CleanupFailed { .. }
             | Error::InvalidKey { .. }
             | Error::InvalidConfig { .. }
+            | Error::ValueTooLarge { .. }
             | Error::LockLost { .. } => false,
         }
     }
@@ -644,6 +663,10 @@ impl Error {
             },
             Error::LockLost { cause } => Error::LockLost {
                 cause: cause.duplicate(),
+            },
+            Error::ValueTooLarge { len, max } => Error::ValueTooLarge {
+                len: *len,
+                max: *max,
             },
         }
     }
@@ -792,6 +815,9 @@ impl fmt::Debug for Error {
             }
             Error::LockLost { cause } => {
                 d.field("cause", cause);
+            }
+            Error::ValueTooLarge { len, max } => {
+                d.field("len", len).field("max", max);
             }
             Error::Cancelled | Error::ShuttingDown => {}
         }

@@ -99,6 +99,11 @@ pub trait Front: sealed::Sealed + Sized + Send + Sync + 'static {
     /// releases it at once, the async one hands its token to the locker.
     #[doc(hidden)]
     fn dropped(lease: &mut LeaseState<Self>);
+
+    /// Runs a call to its end on the current thread: only on a thread of
+    /// the library's own (an election's keeper), never on a caller's.
+    #[doc(hidden)]
+    fn block<'a, T: 'a>(call: Self::Call<'a, T>) -> T;
 }
 
 /// What a call on front end `F` returns for a result `T`: `T` on
@@ -124,7 +129,8 @@ mod sealed {
 }
 
 /// The type aliases a front end's module exports besides its `Locker`:
-/// `Lease`, `Semaphore`, `Permit`, `RwLock`, `ReadLease`, `WriteLease` on
+/// `Lease`, `Semaphore`, `Permit`, `RwLock`, `ReadLease`, `WriteLease`,
+/// `Election`, `Leadership`, `Observer` on
 /// front end `$front`.
 macro_rules! aliases {
     ($front:ident) => {
@@ -145,6 +151,15 @@ macro_rules! aliases {
 
         #[doc = concat!("The write lease of an [`RwLock`]: `Lease<", stringify!($front), ", kind::Write>`.")]
         pub type WriteLease = $crate::Lease<$crate::front::$front, $crate::kind::Write>;
+
+        #[doc = concat!("An election of a [`Locker`]: `Election<", stringify!($front), ">` (see [`crate::Election`]).")]
+        pub type Election = $crate::Election<$crate::front::$front>;
+
+        #[doc = concat!("The leadership of an [`Election`]: `Leadership<", stringify!($front), ">` (see [`crate::Leadership`]).")]
+        pub type Leadership = $crate::Leadership<$crate::front::$front>;
+
+        #[doc = concat!("The changes of an [`Election`]: `Observer<", stringify!($front), ">` (see [`crate::Observer`]).")]
+        pub type Observer = $crate::Observer<$crate::front::$front>;
     };
 }
 pub(crate) use aliases;

@@ -122,10 +122,28 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Leader election
+//!
+//! [`blocking::Locker::election`] (and `aio::Locker::election`) elects one
+//! leader per name across lockers and processes. A
+//! [`blocking::Leadership`]'s term is a fence, its value (bytes) anyone
+//! reads with [`Election::leader`]; a keeper thread renews it until it is
+//! resigned or dropped.
+//!
+//! ```no_run
+//! # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+//! let election = locker.election("billing-scheduler")?;
+//! let leadership = election.campaign(b"host-a:4242")?;
+//! println!("term {}", leadership.term());
+//! leadership.resign()?;
+//! # Ok(()) }
+//! ```
+//!
 //! Which to use: one holder at a time, a lease (the store checks its
 //! fence); at most N, a semaphore (the store checks `(slot, fence)`); many
 //! readers or one writer, a read-write lease (writers' fence, and the
-//! epoch for writes derived from a read).
+//! epoch for writes derived from a read); one leader whose value others
+//! read, an election (the store checks the term).
 //!
 //! # Features
 //!
@@ -200,9 +218,11 @@ mod url;
 
 pub use crate::cancel::CancelHandle;
 pub use crate::config::{AcquireOptions, Config, WithLock};
-pub use crate::core::{Fence, ReleaseOutcome, RenewOutcome, ReplyError};
+pub use crate::core::{
+    Fence, Leader, Observation, ReleaseOutcome, RenewOutcome, ReplyError, Version,
+};
 pub use crate::error::{Error, LostCause, Operation};
-pub use crate::handle::{kind, Lease, Locker, RwLock, Semaphore};
+pub use crate::handle::{kind, Election, Leadership, Lease, Locker, Observer, RwLock, Semaphore};
 pub use crate::lost::Lost;
 pub use crate::sentinel::SentinelOptions;
 pub use crate::stats::Stats;

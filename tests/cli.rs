@@ -2035,3 +2035,227 @@ fn permits_run_and_status_work_as_the_least_privilege_acl_user() {
         assert!(!output.contains("s3cret-pass"), "{output}");
     }
 }
+
+/// `redlease leader NAME`: the leader's value, term and time left (text
+/// and JSON), exit 0; nobody leading, exit 1; Redis unreachable, exit 69;
+/// `--watch` prints every change until SIGTERM, then exits 0.
+#[test]
+fn leader_shows_the_elections_leader_and_watches_its_changes() {
+    use std::io::{BufRead, BufReader};
+
+    let server = RedisServer::start();
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, FREE);
+    assert_eq!(stdout(&out), "no leader (version 0.0)\n");
+
+    let locker = redlease::blocking::Locker::connect(server.url(), redlease::Config::new(NS))
+        .expect("connect the candidate");
+    let election = locker.election("jobs").unwrap();
+    let leadership = election.campaign(b"host-a:4242").unwrap();
+    let term = leadership.term();
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, HELD);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!("leader term {term}, version {term}.0, "))
+            && text.ends_with(": host-a:4242\n"),
+        "{text}"
+    );
+    let out = run(redlease(&server).args(["leader", "--json", "jobs"]));
+    assert_code(&out, HELD);
+    let json = stdout(&out);
+    assert!(
+        json.starts_with(&format!(
+            r#"{{"leader":true,"term":{term},"version":"{term}.0","remaining_ms":"#
+        )) && json.ends_with(",\"value\":\"host-a:4242\"}\n"),
+        "{json}"
+    );
+    assert!(!stderr(&out).contains("host-a"), "the value only on stdout");
+
+    let mut child = redlease(&server)
+        .args(["leader", "--watch", "--json", "jobs"])
+        .spawn()
+        .expect("spawn redlease leader --watch");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.contains(r#""value":"host-a:4242","resync":true"#),
+        "{first}"
+    );
+    leadership.proclaim(b"host-a:4243").unwrap();
+    let next = lines.next().unwrap().unwrap();
+    assert!(
+        next.contains(&format!(r#""version":"{term}.1""#))
+            && next.contains(r#""value":"host-a:4243","resync":false"#),
+        "{next}"
+    );
+    leadership.resign().unwrap();
+    let vacant = lines.next().unwrap().unwrap();
+    assert!(vacant.starts_with(r#"{"leader":false"#), "{vacant}");
+    signal(child.id(), "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 0);
+
+    let out = run(bare().args([
+        "--url",
+        &closed_port_url(),
+        "--namespace",
+        NS,
+        "leader",
+        "jobs",
+    ]));
+    assert_code(&out, UNAVAILABLE);
+}
+
+/// `redlease elect NAME -- COMMAND`: the command runs as the leader with
+/// its term (REDLEASE_FENCE = REDLEASE_TERM) and the election's name; the
+/// leader shows its value; a second `elect -n` is busy (75); a waiting
+/// `elect` takes over in a larger term when the first resigns (its command
+/// exited after SIGTERM), and nobody leads afterwards.
+#[test]
+fn elect_runs_the_command_as_leader_and_a_waiting_candidate_takes_over() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark, env) = (
+        scratch.path("ready"),
+        scratch.path("mark"),
+        scratch.path("env"),
+    );
+    let script = format!(
+        "echo \"$REDLEASE_FENCE $REDLEASE_TERM $REDLEASE_ELECTION\" > {env}; {}",
+        trap_term_script(&ready, &mark),
+        env = env.display()
+    );
+    let first = redlease(&server)
+        .args([
+            "elect", "--value", "host-a", "--lease", "5s", "jobs", "--", "sh", "-c",
+        ])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the leader's command to start", || {
+        ready.exists()
+    });
+    let seen = read(&env);
+    let fields: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{seen}");
+    assert_eq!((fields[0], fields[2]), (fields[1], "jobs"), "{seen}");
+    let term: u64 = fields[1].parse().unwrap();
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, HELD);
+    assert!(
+        stdout(&out).starts_with(&format!("leader term {term},"))
+            && stdout(&out).ends_with(": host-a\n"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(redlease(&server).args(["elect", "-n", "jobs", "true"]));
+    assert_code(&out, BUSY);
+
+    let second_env = scratch.path("second-env");
+    let second = redlease(&server)
+        .args(["elect", "jobs", "--", "sh", "-c"])
+        .arg(format!("echo $REDLEASE_TERM > {}", second_env.display()))
+        .spawn()
+        .unwrap();
+    signal(first.id(), "TERM");
+    let out = finish(first, RUN_TIMEOUT);
+    assert_code(&out, 0); // the command's own status after its trap
+    let out = finish(second, RUN_TIMEOUT);
+    assert_code(&out, 0);
+    let second_term: u64 = read(&second_env).trim().parse().unwrap();
+    assert!(second_term > term, "{second_term} > {term}");
+    let out = run(redlease(&server).args(["leader", "jobs"]));
+    assert_code(&out, FREE);
+}
+
+/// A leadership lost while its command runs (its lease deleted behind its
+/// back) stops the command with SIGTERM: exit 122, as `run`.
+#[test]
+fn a_lost_leadership_terminates_the_elected_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args(["elect", "--lease", "1s", "lost-job", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the leader's command to start", || {
+        ready.exists()
+    });
+    let lease = format!("{NS}:elect:{{{}}}", sha_hex("lost-job"));
+    let _: i64 = redis::cmd("DEL")
+        .arg(&lease)
+        .query(&mut server.conn())
+        .unwrap();
+    let out = finish(child, RUN_TIMEOUT);
+    assert_eq!(read(&mark).trim(), "got-term", "the command got SIGTERM");
+    assert_code(&out, LEASE_LOST);
+}
+
+/// `redlease leader` (also `--watch`) needs only the README's election
+/// observer rules: read-only key rights on the election's lease and log;
+/// `redlease elect` the candidate's rules. Nothing lands in `ACL LOG`.
+#[test]
+fn leader_and_elect_work_as_the_least_privilege_acl_users() {
+    use std::io::{BufRead, BufReader};
+
+    let server = RedisServer::start();
+    let candidate = least_privilege_user(
+        &server,
+        &format!(
+            "+xadd +xrange +xrevrange +evalsha_ro +eval_ro \
+             ~{NS}:elect:* ~{NS}:elect-term:* ~{NS}:elect-log:*"
+        ),
+    );
+    let observer_rules = format!(
+        "on >obs-pass resetkeys resetchannels -@all +evalsha_ro +eval_ro +get +pttl \
+         +xrange +xrevrange +ping +config|get +info %R~{NS}:elect:* %R~{NS}:elect-log:*"
+    );
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER").arg("observer");
+    for rule in observer_rules.split_whitespace() {
+        acl.arg(rule);
+    }
+    let _: () = acl.query(&mut server.conn()).unwrap();
+    let observer = server
+        .url()
+        .replace("redis://", "redis://observer:obs-pass@");
+    let as_user = |url: &str| {
+        let mut cmd = bare();
+        cmd.args(["--url", url, "--namespace", NS]);
+        cmd
+    };
+    let out = run(as_user(&observer).args(["leader", "acl-elect"]));
+    assert_code(&out, FREE);
+
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let leader = as_user(&candidate)
+        .args(["elect", "--value", "host-a", "acl-elect", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the leader's command to start", || {
+        ready.exists()
+    });
+    let out = run(as_user(&observer).args(["leader", "acl-elect"]));
+    assert_code(&out, HELD);
+    assert!(stdout(&out).ends_with(": host-a\n"), "{}", stdout(&out));
+    let mut watch = as_user(&observer)
+        .args(["leader", "--watch", "acl-elect"])
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.ends_with(": host-a"), "{first}");
+    signal(leader.id(), "TERM");
+    assert_code(&finish(leader, RUN_TIMEOUT), 0);
+    let vacant = lines.next().unwrap().unwrap();
+    assert!(vacant.starts_with("no leader"), "{vacant}");
+    signal(watch.id(), "TERM");
+    assert_code(&finish(watch, RUN_TIMEOUT), 0);
+    let log = acl_log(&server);
+    assert!(log.is_empty(), "Redis refused something: {log:?}");
+}

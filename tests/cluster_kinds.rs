@@ -4,7 +4,8 @@
 //! out up to the count from two lockers, a waiter is woken by the sharded
 //! release notification, and semaphores on different primaries work
 //! independently. The read-write lease (SPEC §13): the same for readers
-//! and writers. One cluster per test (startup is the expensive part).
+//! and writers. Leader election (docs/ELECTION.md) likewise. One cluster
+//! per test (startup is the expensive part).
 #![allow(clippy::disallowed_methods)]
 // The standalone suite's macro is not used here, only its helpers.
 #![allow(unused_macros, unused_imports, dead_code)]
@@ -181,6 +182,72 @@ fn the_rw_lock_works_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
     b.shutdown().unwrap();
 }
 
+/// An election on a cluster: its names on the primary that owns its hash
+/// tag, `leader()` (`EVALSHA_RO`, routed by key) from another locker, a
+/// proclaim, a resign waking a candidate of the other locker by the
+/// sharded notification (safety polls 30 s, bound 10 s) with a larger
+/// term; elections on three primaries.
+fn the_election_works_on_a_cluster<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-elect");
+    let config = behaviour::common::cluster_config(&ns);
+    let a: Arc<F> = behaviour::common::connect_cluster(&cluster, config.clone());
+    let b: Arc<F> = behaviour::common::connect_cluster(&cluster, config);
+    let name =
+        |kind: &str, key: &str| format!("{ns}:{kind}:{{{}}}", behaviour::common::key_sha(key));
+
+    let first = granted(a.campaign("scheduler", b"a", no_wait()), "a leads");
+    let owner = cluster.primary_for_lock("scheduler");
+    for kind in ["elect", "elect-term", "elect-log"] {
+        assert!(exists_on(owner, &name(kind, "scheduler")), "{kind}");
+    }
+    assert_eq!(F::proclaim(&first, b"a2").unwrap().seq, 1);
+    let leader = b.leader("scheduler").unwrap().expect("a leads");
+    assert_eq!(
+        (leader.term, leader.value),
+        (F::term(&first), b"a2".to_vec())
+    );
+
+    let waiter = {
+        let b = b.clone();
+        spawn("candidate b", move || {
+            granted(b.campaign("scheduler", b"b", waiting(BOUND)), "b")
+        })
+    };
+    wait_until(BOUND, "b waits subscribed", || {
+        let s = b.stats();
+        s.waiters == 1 && s.subscribed && s.busy_replies >= 2
+    });
+    let notified = b.stats().notifications;
+    assert_eq!(F::resign(first).unwrap(), ReleaseOutcome::Released);
+    let second = waiter.join_within(BOUND);
+    assert!(
+        b.stats().notifications > notified,
+        "woken by the notification"
+    );
+    let leader = a.leader("scheduler").unwrap().expect("b leads");
+    assert_eq!(
+        (leader.term, leader.value),
+        (F::term(&second), b"b".to_vec())
+    );
+    assert_eq!(F::resign(second).unwrap(), ReleaseOutcome::Released);
+
+    for key in &cluster.keys_on_distinct_primaries(|i| format!("elect-{i}")) {
+        let leadership = granted(a.campaign(key, b"x", no_wait()), "a leader on each primary");
+        assert!(exists_on(
+            cluster.primary_for_lock(key),
+            &name("elect", key)
+        ));
+        assert_eq!(
+            b.leader(key).unwrap().map(|l| l.term),
+            Some(F::term(&leadership))
+        );
+        assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
+    }
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
 fn both_kinds_work_on_a_cluster<F: ClusterFront>() {
     let cluster = RedisCluster::start();
     the_semaphore_works_on_a_cluster::<F>(&cluster);
@@ -192,11 +259,21 @@ mod blocking {
     fn the_semaphore_and_the_rw_lock_work_on_a_cluster() {
         super::both_kinds_work_on_a_cluster::<crate::behaviour::Blocking>();
     }
+
+    #[test]
+    fn the_election_works_on_a_cluster() {
+        super::the_election_works_on_a_cluster::<crate::behaviour::Blocking>();
+    }
 }
 
 mod aio {
     #[test]
     fn the_semaphore_and_the_rw_lock_work_on_a_cluster() {
         super::both_kinds_work_on_a_cluster::<crate::behaviour::Async>();
+    }
+
+    #[test]
+    fn the_election_works_on_a_cluster() {
+        super::the_election_works_on_a_cluster::<crate::behaviour::Async>();
     }
 }

@@ -106,6 +106,9 @@ macro_rules! fault_matrix {
                 readers_share_and_a_writer_holds_alone,
                 a_waiting_writer_keeps_readers_out,
                 reader_renew_and_release_outcomes,
+                one_leader_at_a_time_with_increasing_terms,
+                a_resign_hands_over_and_proclaim_logs,
+                an_observer_reads_the_leader_as_a_read_only_user,
                 no_command_outside_the_rules_is_sent,
             );
         }

@@ -81,6 +81,12 @@ impl Front for Async {
         let id = lease.held.id;
         lease.shared.state.with_core(|core| core.abandon_lease(id));
     }
+
+    fn block<'a, T: 'a>(call: Self::Call<'a, T>) -> T {
+        // On the library's own thread (an election's keeper): the call's
+        // connection is driven by the command waiting on it (`driven.rs`).
+        async_io::block_on(call)
+    }
 }
 
 impl Connections for Commands {

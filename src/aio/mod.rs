@@ -24,6 +24,7 @@
 mod connection;
 mod deadline;
 mod driven;
+mod election;
 mod front;
 mod locker;
 mod with_lock;

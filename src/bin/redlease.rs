@@ -1,9 +1,11 @@
 //! `redlease`: run a command while holding a lease on a Redis key, with a
-//! fencing token; or show a key's lease status.
+//! fencing token; or show a key's lease status, or an election's leader.
 //!
 //! ```text
 //! redlease run [OPTIONS] KEY [--] COMMAND [ARGS...]
 //! redlease status [--json] [--permits N] KEY
+//! redlease leader [--json] [--watch] NAME
+//! redlease elect [OPTIONS] NAME [--] COMMAND [ARGS...]
 //! ```
 //!
 //! See `redlease --help` and the README's "Command-line tool" section for
@@ -21,6 +23,8 @@ mod duration;
 mod held;
 #[path = "redlease/holder.rs"]
 mod holder;
+#[path = "redlease/leader.rs"]
+mod leader;
 #[path = "redlease/output.rs"]
 mod output;
 #[path = "redlease/run.rs"]
@@ -59,6 +63,17 @@ fn main() -> ExitCode {
         },
         Command::Status(args) => match Target::resolve(&cli.global, "status", &args.key) {
             Ok(target) => status::status(target, args, out),
+            Err(code) => code,
+        },
+        Command::Leader(args) => match Target::resolve(&cli.global, "leader", &args.name) {
+            Ok(target) => leader::leader(target, args, out),
+            Err(code) => code,
+        },
+        Command::Elect(args) => match Target::resolve(&cli.global, "elect", &args.name) {
+            Ok(target) => match leader::value_of(args) {
+                Ok(value) => run::run(target, &args.to_run(value), out),
+                Err(why) => usage_error("elect", why),
+            },
             Err(code) => code,
         },
     };
@@ -192,6 +207,11 @@ impl Target {
             fence: format!("{ns}:lock-fence:{{{sha}}}"),
             holder: format!("{ns}:lock-holder:{{{sha}}}"),
         }
+    }
+
+    /// `<ns>:elect:{<sha>}`: the lease of `name`'s election's leader.
+    pub(crate) fn elect_lease(&self, name: &str) -> String {
+        format!("{}:elect:{{{}}}", self.namespace, sha_hex(name))
     }
 
     /// The stored names of `key`'s semaphore (SPEC §12), and of the holder

@@ -60,6 +60,10 @@ impl Front for Blocking {
     fn dropped(lease: &mut LeaseState<Self>) {
         log_failed_release_on_drop(release(lease));
     }
+
+    fn block<'a, T: 'a>(call: T) -> T {
+        call
+    }
 }
 
 fn release(lease: &LeaseState<Blocking>) -> Result<ReleaseOutcome, Error> {

@@ -17,6 +17,7 @@
 //! ```
 
 mod connection;
+mod election;
 mod front;
 mod locker;
 mod with_lock;

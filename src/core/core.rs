@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::election::{campaign_call, LeaderValue};
 use super::lease::{deadline_after, LeaseClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
 use super::names::{
@@ -334,12 +335,28 @@ impl Core {
     }
 
     /// Starts an acquire of what `want` names on `key`: its lock or one
-    /// permit of its semaphore, each kind in a line of its own.
+    /// permit of its semaphore, each kind in a line of its own. (The
+    /// operations call [`acquire_valued`](Self::acquire_valued).)
+    #[cfg(any(test, fuzzing, feature = "bench-hooks"))]
     pub(crate) fn acquire_for(
         &mut self,
         now: Instant,
         key: &str,
         want: Want,
+        token: OwnerToken,
+        options: ResolvedOptions,
+    ) -> Result<WaiterId, Error> {
+        self.acquire_valued(now, key, want, None, token, options)
+    }
+
+    /// As [`acquire_for`](Self::acquire_for), for a candidate of an
+    /// election campaigning with `value` (`None` for the other kinds).
+    pub(crate) fn acquire_valued(
+        &mut self,
+        now: Instant,
+        key: &str,
+        want: Want,
+        value: Option<LeaderValue>,
         token: OwnerToken,
         options: ResolvedOptions,
     ) -> Result<WaiterId, Error> {
@@ -360,7 +377,7 @@ impl Core {
                 limit: self.settings.max_tracked_leases,
             });
         }
-        let target = Target::new(&self.settings.namespace, want, KeyId::of(key));
+        let target = Target::new(&self.settings.namespace, want, KeyId::of(key)).with_value(value);
         let line_key = target.line();
         let try_once = options.wait.is_zero();
         if try_once {
@@ -531,8 +548,11 @@ impl Core {
                 let ttl = self.settings.fence_counter_ttl_ms;
                 let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
                 let (second, registered) = (line.second(), line.registered_token());
+                // Candidates of an election wait without the hand-over
+                // (docs/ELECTION.md, "As built").
+                let elects = matches!(w.target, Target::Leader { .. });
                 let handover = match self.settings.handover {
-                    Some(h) => {
+                    Some(h) if !elects => {
                         // The claim of a grant registers the locker again
                         // for its next waiter, in the same script.
                         let next = second
@@ -594,6 +614,14 @@ impl Core {
                             handover,
                         )
                     }
+                    Target::Leader { names, value } => campaign_call(
+                        names,
+                        value,
+                        w.token,
+                        w.lease_ms,
+                        &self.settings.namespace,
+                        self.settings.channel,
+                    ),
                 })
             }
             // A head past its deadline that has not attempted yet (its line
@@ -629,7 +657,9 @@ impl Core {
             }
             Err(e) => Err(e.into().into_error(Operation::Acquire)),
         };
-        let handover = self.settings.handover.is_some();
+        // Candidates of an election wait without the hand-over.
+        let handover =
+            self.settings.handover.is_some() && !matches!(w.target, Target::Leader { .. });
         let registers = handover && !w.try_once;
         if handover && matches!(&result, Err(e) if is_refusal_of_handover(e)) {
             // An ACL written before the hand-over: wait as without it from
@@ -753,7 +783,9 @@ impl Core {
             if let Some(next) = line.leave_settling(id, in_flight_until) {
                 // A semaphore may have more permits free, and readers share:
                 // their next head tries at once (SPEC §12, §13).
-                if let (Leaving::Acquired(lease), Kind::Lock | Kind::Write) = (leaving, key.kind) {
+                if let (Leaving::Acquired(lease), Kind::Lock | Kind::Write | Kind::Leader) =
+                    (leaving, key.kind)
+                {
                     line.defer_head(now, lease, safety);
                 }
                 // Woken either way: a deferred head must trade the deadline
@@ -852,7 +884,7 @@ enum Attempted {
 impl Attempted {
     fn classify(target: &Target, value: &Value) -> Result<Self, super::script::ReplyError> {
         Ok(match target {
-            Target::Lock(_) | Target::Read(_) | Target::Write(_) => {
+            Target::Lock(_) | Target::Read(_) | Target::Write(_) | Target::Leader { .. } => {
                 match classify_acquire(value)? {
                     AcquireReply::Acquired(fence) => Attempted::Granted { fence, slot: None },
                     AcquireReply::Busy(remaining) => Attempted::Busy(remaining),

@@ -41,17 +41,21 @@
 
 #[allow(clippy::module_inception)]
 pub(crate) mod core;
+pub(crate) mod election;
 pub(crate) mod lease;
 pub(crate) mod line;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod model;
 pub(crate) mod names;
 pub(crate) mod notice;
+pub(crate) mod observe;
 pub(crate) mod outcome;
 pub(crate) mod script;
 pub(crate) mod slots;
 pub(crate) mod subscription;
 pub(crate) mod tracking;
 
+pub use election::{Leader, Version};
+pub use observe::Observation;
 pub use outcome::{Fence, ReleaseOutcome, RenewOutcome};
 pub use script::ReplyError;

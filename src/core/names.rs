@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::election::{ElectNames, LeaderValue};
 use crate::error::Error;
 
 /// The SHA-256 of a key: identifies a key's line and its notifications
@@ -131,6 +132,8 @@ impl QueueNames {
             Kind::Lock => "lock",
             Kind::Semaphore => "sem",
             Kind::Read | Kind::Write => "rw",
+            // Not used yet: candidates wait without the hand-over.
+            Kind::Leader => "elect",
         };
         QueueNames::new(namespace, kind, &line.id.to_hex())
     }
@@ -242,6 +245,8 @@ pub(crate) enum Kind {
     Read,
     /// The writers of a read-write lease.
     Write,
+    /// The candidates of an election.
+    Leader,
 }
 
 /// Identifies one line of waiters: the key and what is acquired on it.
@@ -253,7 +258,13 @@ pub(crate) struct LineKey {
 
 impl Kind {
     /// Every kind, for lookups of all the lines of one key.
-    pub(crate) const ALL: [Kind; 4] = [Kind::Lock, Kind::Semaphore, Kind::Read, Kind::Write];
+    pub(crate) const ALL: [Kind; 5] = [
+        Kind::Lock,
+        Kind::Semaphore,
+        Kind::Read,
+        Kind::Write,
+        Kind::Leader,
+    ];
 }
 
 impl LineKey {
@@ -269,7 +280,7 @@ impl LineKey {
     /// writers), which wait in one queue.
     pub(crate) fn queue_entry(self, reg: RegId) -> String {
         match self.kind {
-            Kind::Lock | Kind::Semaphore => reg.to_hex(),
+            Kind::Lock | Kind::Semaphore | Kind::Leader => reg.to_hex(),
             Kind::Read => format!("r{}", reg.to_hex()),
             Kind::Write => format!("w{}", reg.to_hex()),
         }
@@ -283,6 +294,9 @@ impl LineKey {
             Kind::Lock => self.id.to_hex(),
             Kind::Semaphore => format!("sem:{}", self.id.to_hex()),
             Kind::Read | Kind::Write => format!("rw:{}", self.id.to_hex()),
+            // The vacancy an election's resign publishes (its own script
+            // writes the version; candidates only read the `r`).
+            Kind::Leader => format!("e:{}:0-0:r", self.id.to_hex()),
         }
     }
 
@@ -294,6 +308,7 @@ impl LineKey {
             Kind::Lock => &[Kind::Lock],
             Kind::Semaphore => &[Kind::Semaphore],
             Kind::Read | Kind::Write => &[Kind::Write, Kind::Read],
+            Kind::Leader => &[Kind::Leader],
         };
         kinds.iter().map(move |&kind| LineKey { kind, id: self.id })
     }
@@ -301,6 +316,9 @@ impl LineKey {
     /// The lines a release notification's message is for: a read-write
     /// lease's release may let in readers and writers alike.
     pub(crate) fn from_message(message: &[u8]) -> Vec<Self> {
+        if let Some(rest) = message.strip_prefix(b"e:") {
+            return Self::from_election_message(rest).into_iter().collect();
+        }
         let (kind, hex) = if let Some(hex) = message.strip_prefix(b"sem:") {
             (Kind::Semaphore, hex)
         } else if let Some(hex) = message.strip_prefix(b"rw:") {
@@ -312,6 +330,21 @@ impl LineKey {
             Some(id) => LineKey { kind, id }.freed_by_release().collect(),
             None => Vec::new(),
         }
+    }
+}
+
+impl LineKey {
+    /// An election's notification `e:<sha>:<version>:<what>`: only a
+    /// vacancy (`r`) lets a candidate in; a new leader (`l`) or value (`v`)
+    /// does not.
+    fn from_election_message(rest: &[u8]) -> Option<Self> {
+        let mut parts = rest.split(|b| *b == b':');
+        let id = KeyId::from_hex(parts.next()?)?;
+        let _version = parts.next()?;
+        (parts.next()? == b"r" && parts.next().is_none()).then_some(LineKey {
+            kind: Kind::Leader,
+            id,
+        })
     }
 }
 
@@ -401,6 +434,11 @@ pub(crate) enum Target {
     Read(RwNames),
     /// The writer of a read-write lease.
     Write(RwNames),
+    /// A candidate of an election, with the value it campaigns with.
+    Leader {
+        names: ElectNames,
+        value: LeaderValue,
+    },
 }
 
 impl Target {
@@ -414,7 +452,20 @@ impl Target {
             },
             Want::Read => Target::Read(RwNames::new(namespace, id)),
             Want::Write => Target::Write(RwNames::new(namespace, id)),
+            Want::Leader => Target::Leader {
+                names: ElectNames::new(namespace, id),
+                value: LeaderValue::empty(),
+            },
         }
+    }
+
+    /// The same target campaigning with `value` (an election's candidate;
+    /// other targets carry no value).
+    pub(crate) fn with_value(mut self, value: Option<LeaderValue>) -> Self {
+        if let (Target::Leader { value: slot, .. }, Some(value)) = (&mut self, value) {
+            *slot = value;
+        }
+        self
     }
 
     /// What a token that holds (or may hold) this keeps: the key's digest
@@ -425,6 +476,7 @@ impl Target {
             Target::Permit { permits, slot, .. } => (Want::Permit { permits: *permits }, *slot),
             Target::Read(_) => (Want::Read, None),
             Target::Write(_) => (Want::Write, None),
+            Target::Leader { .. } => (Want::Leader, None),
         };
         HeldTarget {
             id: self.line().id,
@@ -446,6 +498,10 @@ impl Target {
             },
             Target::Write(names) => LineKey {
                 kind: Kind::Write,
+                id: names.id,
+            },
+            Target::Leader { names, .. } => LineKey {
+                kind: Kind::Leader,
                 id: names.id,
             },
         }
@@ -487,6 +543,7 @@ impl HeldTarget {
                 HeldNames::AnySlot(SemNames::new(namespace, self.id), permits)
             }
             (Want::Read, _) => HeldNames::Reader(RwNames::new(namespace, self.id)),
+            (Want::Leader, _) => HeldNames::Election(ElectNames::new(namespace, self.id)),
         }
     }
 }
@@ -501,6 +558,19 @@ pub(crate) enum HeldNames {
     AnySlot(SemNames, u32),
     /// A reader of a read-write lease.
     Reader(RwNames),
+    /// An election's leader: released by its resign.
+    Election(ElectNames),
+}
+
+impl HeldNames {
+    /// The key a renew extends by token, for a lease in one key.
+    pub(crate) fn lease_key(self) -> Option<String> {
+        match self {
+            HeldNames::Key(key) => Some(key),
+            HeldNames::Election(names) => Some(names.lease),
+            HeldNames::AnySlot(..) | HeldNames::Reader(_) => None,
+        }
+    }
 }
 
 /// What an acquire asks for.
@@ -515,6 +585,8 @@ pub(crate) enum Want {
     Read,
     /// The write lease of a read-write lease.
     Write,
+    /// The leadership of an election (its value rides in the [`Target`]).
+    Leader,
 }
 
 impl Want {
@@ -525,6 +597,7 @@ impl Want {
             Want::Permit { .. } => Kind::Semaphore,
             Want::Read => Kind::Read,
             Want::Write => Kind::Write,
+            Want::Leader => Kind::Leader,
         }
     }
 }
@@ -599,7 +672,8 @@ mod tests {
     fn hand_over_payloads_name_their_line_and_registration() {
         let id = KeyId::of("k");
         let reg = RegId(0xab);
-        for kind in Kind::ALL {
+        // An election's candidates wait without the hand-over.
+        for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Leader) {
             let line = LineKey { kind, id };
             let grant = format!("{}:g:{}:17:100", line.message(), line.queue_entry(reg));
             assert_eq!(
@@ -713,7 +787,7 @@ mod tests {
             held.slot = slot;
             match held.names("ns") {
                 HeldNames::Key(key) => Some(key),
-                HeldNames::AnySlot(..) | HeldNames::Reader(_) => None,
+                HeldNames::AnySlot(..) | HeldNames::Reader(_) | HeldNames::Election(_) => None,
             }
         };
         let (sem, rw) = (SemNames::new("ns", id), RwNames::new("ns", id));
@@ -727,8 +801,31 @@ mod tests {
         let reader = Target::new("ns", Want::Read, id).held();
         assert!(matches!(reader.names("ns"), HeldNames::Reader(n) if n == rw));
         assert_eq!(reader.line(), Target::new("ns", Want::Read, id).line());
+        let leader = Target::new("ns", Want::Leader, id).held();
+        let elect = ElectNames::new("ns", id);
+        assert!(matches!(leader.names("ns"), HeldNames::Election(n) if n == elect));
+        assert_eq!(leader.names("ns").lease_key(), Some(elect.lease));
         // What a tracked lease keeps: no strings, 48 bytes.
         assert!(std::mem::size_of::<HeldTarget>() <= 48);
+    }
+
+    #[test]
+    fn an_election_vacancy_wakes_its_candidates_and_a_new_leader_or_value_does_not() {
+        let id = KeyId::of("billing");
+        let sha = id.to_hex();
+        let leader = LineKey {
+            kind: Kind::Leader,
+            id,
+        };
+        let message = |what: &str| format!("e:{sha}:17-2:{what}");
+        assert_eq!(LineKey::from_message(message("r").as_bytes()), [leader]);
+        assert!(LineKey::from_message(message("l").as_bytes()).is_empty());
+        assert!(LineKey::from_message(message("v").as_bytes()).is_empty());
+        assert!(LineKey::from_message(format!("e:{sha}:17-2:r:x").as_bytes()).is_empty());
+        assert!(LineKey::from_message(b"e:zz:1-0:r").is_empty());
+        assert_eq!(LineKey::from_message(leader.message().as_bytes()), [leader]);
+        // Not a hand-over notice: it is routed as a release.
+        assert_eq!(Handover::parse(message("r").as_bytes()), None);
     }
 
     proptest! {

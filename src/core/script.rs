@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::election::{CAMPAIGN_LUA, PROCLAIM_LUA, READ_LUA, RESIGN_LUA};
 use super::names::{Channel, LineKey, LockNames, OwnerToken, QueueNames, RwNames, SemNames};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
@@ -78,6 +79,7 @@ end
 "#
     };
 }
+pub(crate) use next_fence_lua;
 
 /// The Lua of the hand-over (docs/HANDOVER.md), shared by the lock's and
 /// the semaphore's scripts:
@@ -882,6 +884,11 @@ pub(crate) enum ScriptKind {
     RwWrite,
     RwReadRelease,
     RwReadRenew,
+    /// An election's campaign, proclaim, resign and read (`core/election.rs`).
+    Campaign,
+    Proclaim,
+    Resign,
+    ElectRead,
     Deregister,
 }
 
@@ -897,6 +904,10 @@ static RW_READ_RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(RW_READ_RELEASE_LUA));
 static RW_READ_RENEW: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(RW_READ_RENEW_LUA));
+static CAMPAIGN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CAMPAIGN_LUA));
+static PROCLAIM: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROCLAIM_LUA));
+static RESIGN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESIGN_LUA));
+static ELECT_READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(READ_LUA));
 static DEREGISTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEREGISTER_LUA));
 
 impl ScriptKind {
@@ -911,6 +922,10 @@ impl ScriptKind {
             ScriptKind::RwWrite => RW_WRITE_LUA,
             ScriptKind::RwReadRelease => RW_READ_RELEASE_LUA,
             ScriptKind::RwReadRenew => RW_READ_RENEW_LUA,
+            ScriptKind::Campaign => CAMPAIGN_LUA,
+            ScriptKind::Proclaim => PROCLAIM_LUA,
+            ScriptKind::Resign => RESIGN_LUA,
+            ScriptKind::ElectRead => READ_LUA,
             ScriptKind::Deregister => DEREGISTER_LUA,
         }
     }
@@ -927,6 +942,10 @@ impl ScriptKind {
             ScriptKind::RwWrite => RW_WRITE.get_hash(),
             ScriptKind::RwReadRelease => RW_READ_RELEASE.get_hash(),
             ScriptKind::RwReadRenew => RW_READ_RENEW.get_hash(),
+            ScriptKind::Campaign => CAMPAIGN.get_hash(),
+            ScriptKind::Proclaim => PROCLAIM.get_hash(),
+            ScriptKind::Resign => RESIGN.get_hash(),
+            ScriptKind::ElectRead => ELECT_READ.get_hash(),
             ScriptKind::Deregister => DEREGISTER.get_hash(),
         }
     }
@@ -935,7 +954,10 @@ impl ScriptKind {
     /// (renew) the lease: the writes a replication check must wait for.
     pub(crate) fn grants(self, reply: &Value) -> bool {
         match self {
-            ScriptKind::Acquire | ScriptKind::RwRead | ScriptKind::RwWrite => {
+            ScriptKind::Acquire
+            | ScriptKind::RwRead
+            | ScriptKind::RwWrite
+            | ScriptKind::Campaign => {
                 matches!(classify_acquire(reply), Ok(AcquireReply::Acquired(_)))
             }
             ScriptKind::SemAcquire => {
@@ -947,6 +969,9 @@ impl ScriptKind {
             ScriptKind::Release
             | ScriptKind::SemReleaseAny
             | ScriptKind::RwReadRelease
+            | ScriptKind::Proclaim
+            | ScriptKind::Resign
+            | ScriptKind::ElectRead
             | ScriptKind::Deregister => false,
         }
     }
@@ -962,6 +987,10 @@ impl ScriptKind {
             ScriptKind::RwWrite => "write",
             ScriptKind::RwReadRelease => "read release",
             ScriptKind::RwReadRenew => "read renew",
+            ScriptKind::Campaign => "campaign",
+            ScriptKind::Proclaim => "proclaim",
+            ScriptKind::Resign => "resign",
+            ScriptKind::ElectRead => "leader read",
             ScriptKind::Deregister => "deregister",
         }
     }
@@ -1008,6 +1037,21 @@ impl fmt::Debug for ScriptCall {
 }
 
 impl ScriptCall {
+    /// A call of script `kind` (the election's calls are built in
+    /// `core/election.rs`).
+    pub(crate) fn new(kind: ScriptKind, keys: Vec<String>, args: Vec<String>) -> Self {
+        ScriptCall { kind, keys, args }
+    }
+
+    /// The verbs that run it: `EVALSHA`/`EVAL`, or their read-only forms
+    /// for a script that writes nothing (a read-only user can run it).
+    fn verbs(&self) -> (&'static str, &'static str) {
+        match self.kind {
+            ScriptKind::ElectRead => ("EVALSHA_RO", "EVAL_RO"),
+            _ => ("EVALSHA", "EVAL"),
+        }
+    }
+
     pub(crate) fn acquire(
         names: &LockNames,
         token: OwnerToken,
@@ -1225,7 +1269,7 @@ impl ScriptCall {
 
     /// `EVALSHA <sha1> <numkeys> keys.. args..`
     pub(crate) fn evalsha(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
+        let mut cmd = redis::cmd(self.verbs().0);
         cmd.arg(self.kind.sha1())
             .arg(self.keys.len())
             .arg(&self.keys)
@@ -1239,7 +1283,7 @@ impl ScriptCall {
     /// `SCRIPT LOAD` has no key, so a cluster client would send it to every
     /// primary and wait for all of them.
     pub(crate) fn eval(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVAL");
+        let mut cmd = redis::cmd(self.verbs().1);
         cmd.arg(self.kind.source())
             .arg(self.keys.len())
             .arg(&self.keys)
@@ -1290,7 +1334,7 @@ pub struct ReplyError {
 }
 
 impl ReplyError {
-    fn new(kind: ScriptKind, value: &Value) -> Self {
+    pub(crate) fn new(kind: ScriptKind, value: &Value) -> Self {
         ReplyError {
             script: kind.name(),
             shape: shape_of(value),

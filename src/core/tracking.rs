@@ -5,6 +5,7 @@
 use redis::Value;
 
 use super::core::{Core, CoreEvent};
+use super::election::resign_call;
 use super::lease::RenewResult;
 use super::line::Line;
 #[cfg(test)]
@@ -102,6 +103,7 @@ impl Core {
             (HeldNames::Reader(names), _) => {
                 ScriptCall::rw_read_release(&names, line, owned.token, namespace, channel)
             }
+            (HeldNames::Election(names), _) => resign_call(&names, owned.token, namespace, channel),
         }
     }
 
@@ -121,12 +123,14 @@ impl Core {
     pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
         let key = match owned.target.names(&self.settings.namespace) {
-            HeldNames::Key(key) => key,
             HeldNames::Reader(names) => {
                 return Ok(ScriptCall::rw_read_renew(&names, owned.token, lease_ms));
             }
-            // Only grants are tracked, and a permit's grant names its slot.
-            HeldNames::AnySlot(..) => return Err(Error::ShuttingDown),
+            names => match names.lease_key() {
+                Some(key) => key,
+                // Only grants are tracked, and a permit's grant names its slot.
+                None => return Err(Error::ShuttingDown),
+            },
         };
         Ok(ScriptCall::renew(&key, owned.token, lease_ms))
     }

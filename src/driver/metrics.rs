@@ -65,7 +65,7 @@ mod on {
     const LEASES_HELD: &str = "redlease_leases_held";
     const WAKEUPS: &str = "redlease_wakeups_total";
 
-    const KINDS: [&str; 4] = ["lease", "permit", "read", "write"];
+    const KINDS: [&str; 5] = ["lease", "permit", "read", "write", "leader"];
     const OUTCOMES: [&str; 6] = [
         "acquired",
         "busy",
@@ -85,6 +85,7 @@ mod on {
             Kind::Semaphore => 1,
             Kind::Read => 2,
             Kind::Write => 3,
+            Kind::Leader => 4,
         }
     }
 

@@ -4,7 +4,8 @@
 //! lease does (validity, renew, release, drop, keep-alive) is the same for
 //! every kind.
 
-/// A kind of lease: [`Lock`], [`Permit`], [`Read`] or [`Write`]. Sealed.
+/// A kind of lease: [`Lock`], [`Permit`], [`Read`], [`Write`] or
+/// [`Leader`]. Sealed.
 pub trait Kind: sealed::Sealed + Send + Sync + 'static {
     /// The type's name in `Debug`.
     #[doc(hidden)]
@@ -41,6 +42,13 @@ pub struct Read;
 #[non_exhaustive]
 pub struct Write;
 
+/// The leadership of an election: one leader per name, its term a fence
+/// ([`Election::campaign`](crate::Election::campaign)); the lease inside a
+/// [`Leadership`](crate::Leadership).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Leader;
+
 macro_rules! kinds {
     ($($kind:ident: $name:literal, $number:literal;)*) => {$(
         impl sealed::Sealed for $kind {}
@@ -56,11 +64,13 @@ kinds! {
     Permit: "Permit", "fence";
     Read: "ReadLease", "epoch";
     Write: "WriteLease", "fence";
+    Leader: "Leadership", "term";
 }
 
 impl Fenced for Lock {}
 impl Fenced for Permit {}
 impl Fenced for Write {}
+impl Fenced for Leader {}
 
 mod sealed {
     pub trait Sealed {}

@@ -58,7 +58,8 @@ pub struct Lease<F: Front, K: Kind = kind::Lock> {
 /// renewals, and whether its release finished.
 pub(crate) struct LeaseState<F: Front> {
     pub(crate) shared: Arc<Shared<F::Commands>>,
-    pub(crate) held: Held,
+    /// Shared with an election's keeper thread, which renews a leadership.
+    pub(crate) held: Arc<Held>,
     pub(crate) serial: F::Serial,
     released: bool,
 }
@@ -83,7 +84,7 @@ impl<F: Front, K: Kind> Lease<F, K> {
         Lease {
             state: LeaseState {
                 shared,
-                held: Held::granted(granted),
+                held: Arc::new(Held::granted(granted)),
                 serial: F::Serial::default(),
                 released: false,
             },
@@ -161,6 +162,18 @@ impl<F: Front, K: Kind> Lease<F, K> {
 
     pub(crate) fn shared(&self) -> &Arc<Shared<F::Commands>> {
         &self.state.shared
+    }
+
+    /// The bookkeeping, for a thread that renews the lease (an election's
+    /// keeper).
+    pub(crate) fn held_shared(&self) -> &Arc<Held> {
+        &self.state.held
+    }
+
+    /// The lock that serialises this lease's calls (an election's
+    /// proclaims).
+    pub(crate) fn serial(&self) -> &F::Serial {
+        &self.state.serial
     }
 }
 

@@ -10,7 +10,13 @@
 use std::time::Duration;
 
 use futures::executor::block_on;
-use redlease::{AcquireOptions, Config, Error, Fence, ReleaseOutcome, RenewOutcome, Stats};
+use redlease::{
+    AcquireOptions, Config, Error, Fence, Leader, Observation, ReleaseOutcome, RenewOutcome, Stats,
+    Version,
+};
+
+/// An election's observer as a blocking iterator.
+pub(crate) type Observations = Box<dyn Iterator<Item = Observation> + Send>;
 
 /// A locker front end: its constructor, its acquire calls, shutdown and
 /// statistics, plus its lease operations as associated functions.
@@ -90,6 +96,34 @@ pub(crate) trait Front: Send + Sync + 'static {
     /// `write.release()`.
     fn release_write(write: Self::Write) -> Result<ReleaseOutcome, Error>;
 
+    /// The leadership of an election.
+    type Leadership: Send + 'static;
+    /// `locker.election(name)?.campaign_with(value, options)`.
+    fn campaign(
+        &self,
+        name: &str,
+        value: &[u8],
+        options: AcquireOptions,
+    ) -> Result<Self::Leadership, Error>;
+    /// `locker.election(name)?.leader()`.
+    fn leader(&self, name: &str) -> Result<Option<Leader>, Error>;
+    /// `format!("{:?}", locker.election(name)?)`.
+    fn election_debug(&self, name: &str) -> Result<String, Error>;
+    /// `locker.election(name)?.observe()`, as a blocking iterator.
+    fn observe(&self, name: &str) -> Result<Observations, Error>;
+    /// `leadership.term()`.
+    fn term(leadership: &Self::Leadership) -> Fence;
+    /// `leadership.is_valid()`.
+    fn leadership_is_valid(leadership: &Self::Leadership) -> bool;
+    /// `leadership.lost().is_lost()`.
+    fn leadership_is_lost(leadership: &Self::Leadership) -> bool;
+    /// `leadership.proclaim(value)`.
+    fn proclaim(leadership: &Self::Leadership, value: &[u8]) -> Result<Version, Error>;
+    /// `leadership.resign()`.
+    fn resign(leadership: Self::Leadership) -> Result<ReleaseOutcome, Error>;
+    /// `format!("{leadership:?}")`.
+    fn leadership_debug(leadership: &Self::Leadership) -> String;
+
     /// Whether the front end learns of a server-side close of an idle
     /// command connection by itself (the async driver reads the socket all
     /// the time; a sync connection only learns it by using it).
@@ -100,6 +134,53 @@ pub(crate) trait Front: Send + Sync + 'static {
 // take precedence over this trait's methods of the same name.
 impl Front for redlease::blocking::Locker {
     type Lease = redlease::blocking::Lease;
+
+    type Leadership = redlease::blocking::Leadership;
+
+    fn campaign(
+        &self,
+        name: &str,
+        value: &[u8],
+        options: AcquireOptions,
+    ) -> Result<Self::Leadership, Error> {
+        self.election(name)?.campaign_with(value, options)
+    }
+
+    fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        self.election(name)?.leader()
+    }
+
+    fn election_debug(&self, name: &str) -> Result<String, Error> {
+        Ok(format!("{:?}", self.election(name)?))
+    }
+
+    fn observe(&self, name: &str) -> Result<Observations, Error> {
+        Ok(Box::new(self.election(name)?.observe()))
+    }
+
+    fn term(leadership: &Self::Leadership) -> Fence {
+        leadership.term()
+    }
+
+    fn leadership_is_valid(leadership: &Self::Leadership) -> bool {
+        leadership.is_valid()
+    }
+
+    fn leadership_is_lost(leadership: &Self::Leadership) -> bool {
+        leadership.lost().is_lost()
+    }
+
+    fn proclaim(leadership: &Self::Leadership, value: &[u8]) -> Result<Version, Error> {
+        leadership.proclaim(value)
+    }
+
+    fn resign(leadership: Self::Leadership) -> Result<ReleaseOutcome, Error> {
+        leadership.resign()
+    }
+
+    fn leadership_debug(leadership: &Self::Leadership) -> String {
+        format!("{leadership:?}")
+    }
 
     type Read = redlease::blocking::ReadLease;
     type Write = redlease::blocking::WriteLease;
@@ -238,6 +319,55 @@ impl Async {
 
 impl Front for Async {
     type Lease = redlease::aio::Lease;
+
+    type Leadership = redlease::aio::Leadership;
+
+    fn campaign(
+        &self,
+        name: &str,
+        value: &[u8],
+        options: AcquireOptions,
+    ) -> Result<Self::Leadership, Error> {
+        block_on(self.0.election(name)?.campaign_with(value, options))
+    }
+
+    fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        block_on(self.0.election(name)?.leader())
+    }
+
+    fn election_debug(&self, name: &str) -> Result<String, Error> {
+        Ok(format!("{:?}", self.0.election(name)?))
+    }
+
+    fn observe(&self, name: &str) -> Result<Observations, Error> {
+        Ok(Box::new(futures::executor::block_on_stream(
+            self.0.election(name)?.observe(),
+        )))
+    }
+
+    fn term(leadership: &Self::Leadership) -> Fence {
+        leadership.term()
+    }
+
+    fn leadership_is_valid(leadership: &Self::Leadership) -> bool {
+        leadership.is_valid()
+    }
+
+    fn leadership_is_lost(leadership: &Self::Leadership) -> bool {
+        leadership.lost().is_lost()
+    }
+
+    fn proclaim(leadership: &Self::Leadership, value: &[u8]) -> Result<Version, Error> {
+        block_on(leadership.proclaim(value))
+    }
+
+    fn resign(leadership: Self::Leadership) -> Result<ReleaseOutcome, Error> {
+        block_on(leadership.resign())
+    }
+
+    fn leadership_debug(leadership: &Self::Leadership) -> String {
+        format!("{leadership:?}")
+    }
 
     type Read = redlease::aio::ReadLease;
     type Write = redlease::aio::WriteLease;

@@ -12,6 +12,7 @@
 //! bounded at 10 s.
 
 pub(crate) mod common;
+pub(crate) mod election;
 pub(crate) mod faults;
 pub(crate) mod fences;
 pub(crate) mod front;
@@ -142,6 +143,21 @@ macro_rules! behaviour_suite {
                 a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn,
                 a_replayed_release_or_claim_grants_nothing_twice,
                 lockers_with_and_without_the_handover_share_a_key_safely,
+            }
+            election {
+                one_leader_at_a_time_under_contention_and_terms_strictly_increase,
+                a_non_candidate_sees_the_leader_and_its_value,
+                proclaim_changes_the_value_and_keeps_the_term,
+                a_resign_hands_over_to_a_waiting_candidate,
+                a_dropped_or_killed_leader_is_replaced,
+                a_too_large_value_is_refused_and_nothing_is_written,
+                debug_never_shows_the_value,
+                a_leadership_is_renewed_by_its_keeper,
+                a_leadership_taken_away_fires_lost_and_proclaim_refuses,
+                observe_sees_every_change_in_order_and_resyncs_after_data_loss,
+                replayed_campaigns_and_proclaims_log_nothing_twice,
+                shutdown_resigns_a_leadership,
+                a_deposed_leaders_write_with_its_old_term_is_refused_by_a_fenced_store,
             }
             semaphore {
                 permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own,

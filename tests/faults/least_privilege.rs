@@ -8,14 +8,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlease::{AcquireOptions, Config, Error, Fence, ReleaseOutcome, RenewOutcome, Stats};
+use redlease::{
+    AcquireOptions, Config, Error, Fence, Leader, ReleaseOutcome, RenewOutcome, Stats, Version,
+};
 
 use crate::behaviour::common::{
     config, connect, exists, granted, leased, lock_name, namespace, no_wait, refused, spawn,
     wait_for_stats, BOUND,
 };
 use crate::behaviour::front::Front;
-use crate::behaviour::{faults, fences, outcomes, rw_lock, semaphore, shutdown, waiting};
+use crate::behaviour::{election, faults, fences, outcomes, rw_lock, semaphore, shutdown, waiting};
 use crate::support::RedisServer;
 
 /// The password of every test user.
@@ -24,7 +26,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 31] = [
+const COMMANDS: [&str; 36] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -60,6 +62,13 @@ const COMMANDS: [&str; 31] = [
     "+zrange",
     "+zremrangebyscore",
     "+pexpireat",
+    // an election's scripts (docs/ELECTION.md §9): the change log, and the
+    // read-only read script of `leader()`
+    "+xadd",
+    "+xrange",
+    "+xrevrange",
+    "+evalsha_ro",
+    "+eval_ro",
     // release notifications; the redis crate sends UNSUBSCRIBE and
     // PUNSUBSCRIBE when the blocking subscriber closes (refusing them only
     // fills the ACL LOG)
@@ -74,7 +83,8 @@ const COMMANDS: [&str; 31] = [
 
 /// The ACL rules for a locker of namespace `ns`: nothing but [`COMMANDS`],
 /// its lock and fence-counter keys, its semaphores' slot, slot-fence and
-/// permit-count keys, and its release channel.
+/// permit-count keys, its read-write leases' and elections' keys, and its
+/// release channel.
 pub(crate) fn rules(ns: &str) -> Vec<String> {
     let mut rules: Vec<String> = ["resetkeys", "resetchannels", "-@all"]
         .iter()
@@ -91,6 +101,9 @@ pub(crate) fn rules(ns: &str) -> Vec<String> {
     rules.push(format!("~{ns}:sem-queue*"));
     rules.push(format!("~{ns}:sem-reg:*"));
     rules.push(format!("~{ns}:rw-*"));
+    rules.push(format!("~{ns}:elect:*"));
+    rules.push(format!("~{ns}:elect-term:*"));
+    rules.push(format!("~{ns}:elect-log:*"));
     rules.push(format!("&{ns}:lock-released"));
     rules
 }
@@ -190,6 +203,53 @@ impl<F> Drop for AsLockerUser<F> {
 
 impl<F: Front> Front for AsLockerUser<F> {
     type Lease = F::Lease;
+
+    type Leadership = F::Leadership;
+
+    fn campaign(
+        &self,
+        name: &str,
+        value: &[u8],
+        options: AcquireOptions,
+    ) -> Result<Self::Leadership, Error> {
+        self.inner.campaign(name, value, options)
+    }
+
+    fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        self.inner.leader(name)
+    }
+
+    fn election_debug(&self, name: &str) -> Result<String, Error> {
+        self.inner.election_debug(name)
+    }
+
+    fn observe(&self, name: &str) -> Result<crate::behaviour::front::Observations, Error> {
+        self.inner.observe(name)
+    }
+
+    fn term(leadership: &Self::Leadership) -> Fence {
+        F::term(leadership)
+    }
+
+    fn leadership_is_valid(leadership: &Self::Leadership) -> bool {
+        F::leadership_is_valid(leadership)
+    }
+
+    fn leadership_is_lost(leadership: &Self::Leadership) -> bool {
+        F::leadership_is_lost(leadership)
+    }
+
+    fn proclaim(leadership: &Self::Leadership, value: &[u8]) -> Result<Version, Error> {
+        F::proclaim(leadership, value)
+    }
+
+    fn resign(leadership: Self::Leadership) -> Result<ReleaseOutcome, Error> {
+        F::resign(leadership)
+    }
+
+    fn leadership_debug(leadership: &Self::Leadership) -> String {
+        F::leadership_debug(leadership)
+    }
 
     const NOTICES_IDLE_CLOSE: bool = F::NOTICES_IDLE_CLOSE;
 
@@ -421,6 +481,19 @@ pub(crate) fn readers_share_and_a_writer_holds_alone<F: Front>() {
     rw_lock::readers_share_a_writer_holds_alone_and_epochs_follow_fences::<AsLockerUser<F>>();
 }
 
+/// Candidates campaign, read the leader and resign under contention (the
+/// log's commands, the read-only read, the vacancy notification).
+pub(crate) fn one_leader_at_a_time_with_increasing_terms<F: Front>() {
+    election::one_leader_at_a_time_under_contention_and_terms_strictly_increase::<AsLockerUser<F>>(
+    );
+}
+
+/// A resign wakes a waiting candidate by notification; proclaim logs.
+pub(crate) fn a_resign_hands_over_and_proclaim_logs<F: Front>() {
+    election::a_resign_hands_over_to_a_waiting_candidate::<AsLockerUser<F>>();
+    election::proclaim_changes_the_value_and_keeps_the_term::<AsLockerUser<F>>();
+}
+
 /// A waiting writer's intent keeps readers out; the release hands over.
 pub(crate) fn a_waiting_writer_keeps_readers_out<F: Front>() {
     rw_lock::a_waiting_writer_keeps_new_readers_out_and_gets_in_on_release::<AsLockerUser<F>>();
@@ -582,5 +655,64 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
     assert_eq!(
         denials(&server, &format!("locker-{ns}")),
         Vec::<String>::new()
+    );
+}
+
+/// docs/ELECTION.md §9: a locker that never campaigns reads the leader and
+/// observes its changes as a user with read-only key rights (`%R~`) on the
+/// election's lease and log and no write command at all; Redis refuses
+/// nothing.
+pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("acl-observer");
+    let candidate: F = connect(&server, config(&ns));
+    let leadership = granted(
+        candidate.campaign("scheduler", b"host-a", no_wait()),
+        "a leads",
+    );
+
+    let user = format!("observer-{ns}");
+    let rules: Vec<String> = [
+        "resetkeys",
+        "resetchannels",
+        "-@all",
+        "+evalsha_ro",
+        "+eval_ro",
+        "+get",
+        "+pttl",
+        "+xrange",
+        "+xrevrange",
+        "+ping",
+        "+config|get",
+        "+info",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([format!("%R~{ns}:elect:*"), format!("%R~{ns}:elect-log:*")])
+    .collect();
+    let url = set_user(server.port(), &user, &rules);
+    let observer = F::connect(&url, config(&ns)).unwrap();
+    let leader = observer.leader("scheduler").unwrap().expect("a leads");
+    assert_eq!(
+        (leader.term, leader.value),
+        (F::term(&leadership), b"host-a".to_vec())
+    );
+    let mut changes = observer.observe("scheduler").unwrap();
+    let first = changes.next().expect("the current state");
+    assert!(first.resync && first.leader.is_some());
+    F::proclaim(&leadership, b"host-b").unwrap();
+    let next = changes.next().expect("the proclaim");
+    assert_eq!(next.leader.map(|l| l.value), Some(b"host-b".to_vec()));
+    assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(observer.leader("scheduler").unwrap(), None);
+
+    let denied: Vec<(String, String)> = denials_at(server.port())
+        .unwrap()
+        .into_iter()
+        .filter(|(u, _)| *u == user)
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the read-only user was refused: {denied:?}"
     );
 }

@@ -85,7 +85,10 @@ Exit codes of run:
   126    the command could not be started
   127    the command was not found
 Exit codes of status: 0 held, 1 free (with --permits: 0 when any
-permit is held), 2 usage error, 69 Redis unavailable.";
+permit is held), 2 usage error, 69 Redis unavailable.
+Exit codes of elect: as run (75: someone else leads; 122: the
+leadership was lost). Exit codes of leader: 0 someone leads, 1 nobody
+(--watch: 0 at SIGINT or SIGTERM), 2 usage error, 69 Redis unavailable.";
 
 const RUN_LONG_ABOUT: &str = "\
 Acquire the lease on KEY, run COMMAND while holding it, then release it.
@@ -241,6 +244,172 @@ pub(crate) enum Command {
     /// (with --permits, its semaphore's slots)
     #[command(long_about = STATUS_LONG_ABOUT)]
     Status(StatusArgs),
+    /// Show the leader of the election NAME: its value, term and time left
+    /// (with --watch, every change)
+    #[command(long_about = LEADER_LONG_ABOUT)]
+    Leader(LeaderArgs),
+    /// Campaign in the election NAME and run a command while leading
+    #[command(long_about = ELECT_LONG_ABOUT, after_long_help = EXIT_CODES)]
+    Elect(ElectArgs),
+}
+
+const ELECT_LONG_ABOUT: &str = "\
+Campaign in the election NAME (as the redlease library's \
+`locker.election(NAME)`), run COMMAND while leading, then resign.
+
+It is `redlease run` with an election's leadership instead of a lock: the \
+same renewal, signals, --on-lost, --kill-after and exit codes (a lost \
+leadership stops the command: exit 122; someone else leading at once with \
+-n, or when --wait ran out: exit 75). The difference: it waits without a \
+deadline by default (-w forever), and while it leads, `redlease leader NAME` \
+(and the library's `leader()` and `observe()`) show its value.
+
+The command gets these variables:
+  REDLEASE_FENCE     the leadership's term: its fencing token
+  REDLEASE_TERM      the same
+  REDLEASE_ELECTION  NAME (also as REDLEASE_KEY)
+  REDLEASE_LEASE_MS  the lease length in milliseconds
+
+Examples:
+  # One scheduler across hosts; the others wait to take over.
+  redlease --namespace billing elect scheduler ./scheduler
+
+  # Publish an address for clients to find the leader.
+  redlease --namespace api elect --value 10.0.0.7:8080 primary ./serve";
+
+/// `redlease elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name: any non-empty UTF-8 string up to 1024 bytes
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+
+    /// The leader's value others read (`redlease leader`), at most 4 KiB;
+    /// default: HOSTNAME:PID
+    #[arg(long, value_name = "TEXT", conflicts_with = "value_file")]
+    pub(crate) value: Option<String>,
+
+    /// Read the leader's value from this file (at most 4 KiB)
+    #[arg(long, value_name = "PATH")]
+    pub(crate) value_file: Option<std::path::PathBuf>,
+
+    /// How long to campaign while someone else leads: 'forever' (the
+    /// default) waits without a deadline, 0 tries once; bare seconds (5,
+    /// 1.5) or units ms, s, m, h, d (1m30s)
+    #[arg(
+        short,
+        long,
+        value_name = "DURATION",
+        default_value = "forever",
+        value_parser = duration::parse_wait
+    )]
+    pub(crate) wait: Duration,
+
+    /// Try once and do not wait; the same as --wait 0
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub(crate) nonblock: bool,
+
+    /// Length of the leadership's lease (at least 100ms); it is renewed
+    /// every half lease while the command runs, so this bounds how long a
+    /// crashed leader blocks the election
+    #[arg(
+        short,
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = duration::parse_lease
+    )]
+    pub(crate) lease: Duration,
+
+    /// What to do with the command when the leadership is lost
+    #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
+    pub(crate) on_lost: OnLost,
+
+    /// How long the command gets to exit after a SIGTERM (--on-lost term)
+    /// or a passed-on SIGINT, SIGTERM or SIGHUP before it is sent SIGKILL
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = duration::parse
+    )]
+    pub(crate) kill_after: Duration,
+
+    /// Exit code when someone else leads, at once (-n) or when --wait ran
+    /// out
+    #[arg(
+        short = 'E',
+        long,
+        visible_alias = "busy-exit-code",
+        value_name = "N",
+        default_value_t = exit::BUSY
+    )]
+    pub(crate) conflict_exit_code: u8,
+
+    /// The command to run and its arguments (`--` before it is optional)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        num_args = 1..,
+        value_name = "COMMAND",
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+impl ElectArgs {
+    /// The `run` this is: the same supervision, campaigning with `value`.
+    pub(crate) fn to_run(&self, value: Vec<u8>) -> RunArgs {
+        RunArgs {
+            key: self.name.clone(),
+            wait: self.wait,
+            nonblock: self.nonblock,
+            lease: self.lease,
+            shared: false,
+            exclusive: false,
+            permits: None,
+            on_lost: self.on_lost,
+            kill_after: self.kill_after,
+            conflict_exit_code: self.conflict_exit_code,
+            command: self.command.clone(),
+            elect: Some(value),
+        }
+    }
+}
+
+const LEADER_LONG_ABOUT: &str = "\
+Show the leader of the election NAME (as the redlease library's \
+`locker.election(NAME)` elects it): its value, its term (the fence a store \
+checks) and its time left. The value is printed as is on standard output, \
+never on standard error or in logs.
+
+With --watch, print one line (with --json: one JSON object) per change of \
+the election, in order, until SIGINT or SIGTERM (exit 0): the current state \
+first, then every new leader, new value and vacancy; `resync` marks a state \
+printed instead of changes that were skipped (more than 64 between two \
+reads, or a log that lost entries).
+
+Exits 0 when someone leads and 1 when nobody does, 2 on a usage error and \
+69 when Redis cannot be asked. It needs only the read-only rights of the \
+README's election observer (EVALSHA_RO on the election's lease and log).";
+
+/// `redlease leader`.
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election's name
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+
+    /// Print JSON: {"leader": bool, "term": int|null, "version": "T.S",
+    /// "remaining_ms": int|null, "value": str|null} ("value_base64"
+    /// instead of "value" for a value that is not UTF-8); with --watch,
+    /// one object per line, with "resync": bool
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Print every change until SIGINT or SIGTERM
+    #[arg(long)]
+    pub(crate) watch: bool,
 }
 
 /// What to do with the command when the lease is lost.
@@ -352,6 +521,10 @@ pub(crate) struct RunArgs {
         value_parser = clap::value_parser!(OsString)
     )]
     pub(crate) command: Vec<OsString>,
+
+    /// `redlease elect`: campaign with this value instead of locking.
+    #[arg(skip)]
+    pub(crate) elect: Option<Vec<u8>>,
 }
 
 impl RunArgs {

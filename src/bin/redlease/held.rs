@@ -1,11 +1,12 @@
 //! What `run` holds while the command runs: the key's lock (the default),
 //! a read (`--shared`) or write (`--exclusive`) lease of its read-write
-//! lease, or a permit of its semaphore (`--permits N`), behind one small
-//! interface, so the acquire, supervision and release are written once.
+//! lease, a permit of its semaphore (`--permits N`), or (`elect`) the
+//! leadership of an election, behind one small interface, so the acquire,
+//! supervision and release are written once.
 
 use std::time::Duration;
 
-use redlease::blocking::{Lease, Permit, ReadLease, WriteLease};
+use redlease::blocking::{Leadership, Lease, Permit, ReadLease, WriteLease};
 use redlease::{Error, Fence, Lost, ReleaseOutcome};
 
 use crate::Target;
@@ -21,6 +22,11 @@ pub(crate) trait Held: Sync {
     /// A permit's slot (for REDLEASE_SLOT); `None` for the other kinds.
     fn slot(&self) -> Option<u32> {
         None
+    }
+    /// Variables of the kind beyond [`VARIABLE`](Self::VARIABLE), for the
+    /// command run under it on `key`.
+    fn more_variables(&self, _key: &str) -> Vec<(&'static str, String)> {
+        Vec::new()
     }
     /// Where `run` records who holds it, for `status` (see `holder.rs`):
     /// beside the lock or the permit's slot; `None` when `status` cannot
@@ -150,5 +156,43 @@ impl Held for Permit {
 
     fn release(self) -> Result<ReleaseOutcome, Error> {
         Permit::release(self)
+    }
+}
+
+/// `elect`'s leadership: its term is its fence; its keeper renews it, so
+/// keeping it alive is only watching its loss signal.
+impl Held for Leadership {
+    const VARIABLE: &'static str = "REDLEASE_FENCE";
+    const NAME: &'static str = "leadership";
+
+    fn number(&self) -> Fence {
+        self.term()
+    }
+
+    fn more_variables(&self, key: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("REDLEASE_TERM", self.term().to_string()),
+            ("REDLEASE_ELECTION", key.to_owned()),
+        ]
+    }
+
+    fn record_name(&self, _: &Target, _: &str) -> Option<String> {
+        None
+    }
+
+    fn is_valid(&self) -> bool {
+        Leadership::is_valid(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        Leadership::remaining(self)
+    }
+
+    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+        f(self.lost())
+    }
+
+    fn release(self) -> Result<ReleaseOutcome, Error> {
+        Leadership::resign(self)
     }
 }

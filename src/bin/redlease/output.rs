@@ -105,6 +105,8 @@ pub(crate) enum Wanted {
     Lock,
     /// A permit of the key's semaphore of this many.
     Permit(u32),
+    /// The leadership of the election (`elect`).
+    Leadership,
 }
 
 impl Wanted {
@@ -113,6 +115,7 @@ impl Wanted {
         match self {
             Wanted::Lock => "the lock",
             Wanted::Permit(_) => "a permit",
+            Wanted::Leadership => "the leadership",
         }
     }
 
@@ -139,6 +142,13 @@ impl Wanted {
                     human(d)
                 ))
             ),
+            Wanted::Leadership => format!(
+                "someone else leads{}",
+                remaining.map_or_else(String::new, |d| format!(
+                    " (its lease has {} left)",
+                    human(d)
+                ))
+            ),
         }
     }
 
@@ -151,6 +161,10 @@ impl Wanted {
             ),
             Wanted::Permit(_) => format!(
                 "; the first permit to end has {} left unless renewed",
+                human(left)
+            ),
+            Wanted::Leadership => format!(
+                "; the leader's lease has {} left unless renewed",
                 human(left)
             ),
         }

@@ -1,6 +1,7 @@
 //! `redlease run KEY -- COMMAND`: acquire (the lock, a read-write lease's
-//! side or a semaphore's permit), run the child under renewals, forward
-//! signals, act on a lost lease, release, and pick the exit code.
+//! side or a semaphore's permit; `elect`: an election's leadership), run
+//! the child under renewals, forward signals, act on a lost lease, release,
+//! and pick the exit code.
 
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
@@ -79,12 +80,13 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
     };
     // What the waiting line watches for the holder's time left: the lock,
     // or every slot of the semaphore.
-    let (wanted, probed) = match args.permits {
-        Some(n) => {
+    let (wanted, probed) = match (args.permits, &args.elect) {
+        (_, Some(_)) => (Wanted::Leadership, vec![target.elect_lease(&args.key)]),
+        (Some(n), None) => {
             let sem = target.sem_names(&args.key);
             (Wanted::Permit(n), (0..n).map(|i| sem.slot(i)).collect())
         }
-        None => (Wanted::Lock, vec![target.names(&args.key).lock]),
+        (None, None) => (Wanted::Lock, vec![target.names(&args.key).lock]),
     };
     let run = Run {
         target: &target,
@@ -122,7 +124,15 @@ struct Run<'a> {
 impl Run<'_> {
     fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> u8 {
         let key = &self.args.key;
-        if let Some(permits) = self.args.permits {
+        if let Some(value) = &self.args.elect {
+            let election = match locker.election(key) {
+                Ok(election) => election,
+                Err(e) => return self.cannot_acquire(&e),
+            };
+            self.hold_and_run(
+                self.acquire(cancel, |options| election.campaign_with(value, options)),
+            )
+        } else if let Some(permits) = self.args.permits {
             let semaphore = match locker.semaphore(key, permits) {
                 Ok(semaphore) => semaphore,
                 Err(e) => return self.cannot_acquire(&e),
@@ -407,6 +417,7 @@ impl Run<'_> {
             if let Some(slot) = lease.slot() {
                 command.env("REDLEASE_SLOT", slot.to_string());
             }
+            command.envs(lease.more_variables(&args.key));
             command
         };
         let spawned = with_env(child::command(program, &args.command[1..]))
@@ -718,6 +729,7 @@ fn holder_suffix(wanted: Wanted, remaining: Option<Duration>) -> String {
     remaining.map_or_else(String::new, |d| match wanted {
         Wanted::Lock => format!(" (its lease has {} left)", human(d)),
         Wanted::Permit(_) => format!(" (the first permit to end has {} left)", human(d)),
+        Wanted::Leadership => format!(" (the leader's lease has {} left)", human(d)),
     })
 }
 

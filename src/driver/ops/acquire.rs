@@ -13,6 +13,7 @@ use super::{Io, Op, Reply, Request};
 use crate::cancel::CancelHandle;
 use crate::config::AcquireOptions;
 use crate::core::core::{AttemptSummary, Grant, LeaseId, WaiterStep};
+use crate::core::election::LeaderValue;
 use crate::core::lease::deadline_after;
 use crate::core::line::WaiterId;
 use crate::core::names::Want;
@@ -84,9 +85,24 @@ impl Acquire {
         options: AcquireOptions,
         now: Instant,
     ) -> Result<Self, Error> {
+        Self::start_valued(state, key, want, None, options, now)
+    }
+
+    /// As [`start`](Self::start), for an election's candidate campaigning
+    /// with `value`.
+    pub(crate) fn start_valued(
+        state: &Arc<LockerState>,
+        key: &str,
+        want: Want,
+        value: Option<LeaderValue>,
+        options: AcquireOptions,
+        now: Instant,
+    ) -> Result<Self, Error> {
         let mut timer = state.metrics.acquire(want.kind(), now);
         let admitted = options.resolve(&state.config).and_then(|resolved| {
-            state.with_core(|core| core.acquire_for(now, key, want, fresh_token(), resolved))
+            state.with_core(|core| {
+                core.acquire_valued(now, key, want, value, fresh_token(), resolved)
+            })
         });
         let id = match admitted {
             Ok(id) => id,

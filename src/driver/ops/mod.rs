@@ -37,6 +37,7 @@ mod release;
 mod renew;
 mod renewer;
 mod shutdown;
+mod single;
 mod sweep;
 
 pub(crate) use acquire::{Acquire, Granted};
@@ -44,6 +45,7 @@ pub(crate) use release::{log_failed_release, log_failed_release_on_drop, Release
 pub(crate) use renew::Renew;
 pub(crate) use renewer::{Renewer, StopSignal};
 pub(crate) use shutdown::Shutdown;
+pub(crate) use single::Single;
 
 /// What an operation needs next.
 #[derive(Debug)]

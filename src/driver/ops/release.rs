@@ -111,7 +111,7 @@ pub(crate) fn log_failed_release(result: Result<ReleaseOutcome, Error>) {
     if let Err(e) = result {
         log::warn!(
             target: "redlease",
-            "LOCK_RELEASE_FAILED: with_lock could not release its lease ({}); the TTL will end it",
+            "LOCK_RELEASE_FAILED: with_lock (or with_leadership) could not release its lease ({}); the TTL will end it",
             e.code()
         );
     }

@@ -1,0 +1,242 @@
+//! `redlease leader NAME`: the leader of an election (its value, term and
+//! time left) through the library's read-only read, and with `--watch`
+//! every change through its observer, until SIGINT or SIGTERM. Also the
+//! value `redlease elect` campaigns with.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlease::blocking::Locker;
+use redlease::{Config, Leader, Observation, Version};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::cli::{exit, ElectArgs, LeaderArgs};
+use crate::duration::human;
+use crate::holder::json_string;
+use crate::output::Out;
+use crate::{describe_error, Target};
+
+/// Connect and command timeout.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// Exit code of `leader` when nobody leads (0: someone does).
+const VACANT: u8 = 1;
+
+pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
+    let config = Config::new(target.namespace.clone())
+        .command_timeout(TIMEOUT)
+        .shutdown_timeout(TIMEOUT);
+    let unavailable = |e: &redlease::Error| {
+        out.fatal(format_args!(
+            "cannot read the election from Redis at {}: {}",
+            target.address(),
+            describe_error(e)
+        ));
+        exit::UNAVAILABLE
+    };
+    let locker = match Locker::new(target.client.clone(), config) {
+        Ok(locker) => Arc::new(locker),
+        Err(e) => return unavailable(&e),
+    };
+    let election = match locker.election(&args.name) {
+        Ok(election) => election,
+        Err(e) => return crate::usage_error("leader", e),
+    };
+    if !args.watch {
+        return match election.leader() {
+            Ok(leader) => {
+                let code = if leader.is_some() { 0 } else { VACANT };
+                let version = leader.as_ref().map(|l| l.version).unwrap_or_default();
+                print_line(&line(leader.as_ref(), version, None, args.json));
+                code
+            }
+            Err(e) => unavailable(&e),
+        };
+    }
+    // Until SIGINT or SIGTERM: the locker's shutdown ends the observer.
+    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+        Ok(signals) => signals,
+        Err(e) => {
+            out.fatal(format_args!("cannot set up signal handling: {e}"));
+            return exit::SOFTWARE;
+        }
+    };
+    let stopper = locker.clone();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            let _ = stopper.shutdown();
+        }
+    });
+    for change in election.observe() {
+        let Observation {
+            version,
+            leader,
+            resync,
+            ..
+        } = change;
+        print_line(&line(leader.as_ref(), version, Some(resync), args.json));
+    }
+    0
+}
+
+/// The largest value `elect` campaigns with (the library's default
+/// `max_value_bytes`).
+const MAX_VALUE_BYTES: usize = 4096;
+
+/// The value `elect` campaigns with: `--value`, the contents of
+/// `--value-file`, or `<hostname>:<pid>`. `Err` is a usage error's words
+/// (never the value).
+pub(crate) fn value_of(args: &ElectArgs) -> Result<Vec<u8>, String> {
+    let value = match (&args.value, &args.value_file) {
+        (Some(text), _) => text.clone().into_bytes(),
+        (None, Some(path)) => std::fs::read(path)
+            .map_err(|e| format!("cannot read --value-file {}: {e}", path.display()))?,
+        (None, None) => {
+            let host = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("{host}:{}", std::process::id()).into_bytes()
+        }
+    };
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "invalid value: is {} bytes long; at most {MAX_VALUE_BYTES} are allowed",
+            value.len()
+        ));
+    }
+    Ok(value)
+}
+
+fn print_line(line: &[u8]) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(line);
+    let _ = stdout.write_all(b"\n");
+    let _ = stdout.flush();
+}
+
+/// One state as a line: text (`leader term T, version T.S, 4.2s left:
+/// VALUE` or `no leader (version T.S)`) or a JSON object; `resync` only
+/// when watching.
+fn line(leader: Option<&Leader>, version: Version, resync: Option<bool>, json: bool) -> Vec<u8> {
+    if json {
+        return json_line(leader, version, resync).into_bytes();
+    }
+    let mark = match resync {
+        Some(true) => " [resync]",
+        _ => "",
+    };
+    match leader {
+        Some(leader) => {
+            let left = leader
+                .remaining
+                .map_or_else(String::new, |r| format!(", {} left", human(r)));
+            let mut text = format!(
+                "leader term {}, version {version}{left}{mark}: ",
+                leader.term
+            )
+            .into_bytes();
+            text.extend_from_slice(&leader.value);
+            text
+        }
+        None => format!("no leader (version {version}){mark}").into_bytes(),
+    }
+}
+
+fn json_line(leader: Option<&Leader>, version: Version, resync: Option<bool>) -> String {
+    let mut fields = vec![
+        format!("\"leader\":{}", leader.is_some()),
+        format!(
+            "\"term\":{}",
+            leader.map_or_else(|| "null".to_owned(), |l| l.term.to_string())
+        ),
+        format!("\"version\":\"{version}\""),
+        format!(
+            "\"remaining_ms\":{}",
+            leader
+                .and_then(|l| l.remaining)
+                .map_or_else(|| "null".to_owned(), |r| r.as_millis().to_string())
+        ),
+    ];
+    fields.push(match leader.map(|l| std::str::from_utf8(&l.value)) {
+        None => "\"value\":null".to_owned(),
+        Some(Ok(text)) => format!("\"value\":{}", json_string(text)),
+        Some(Err(_)) => format!(
+            "\"value_base64\":\"{}\"",
+            base64(leader.map(|l| l.value.as_slice()).unwrap_or_default())
+        ),
+    });
+    if let Some(resync) = resync {
+        fields.push(format!("\"resync\":{resync}"));
+    }
+    format!("{{{}}}", fields.join(","))
+}
+
+/// Standard base64 with padding (RFC 4648).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlease::Fence;
+
+    #[test]
+    fn base64_follows_rfc_4648() {
+        for (raw, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(raw.as_bytes()), encoded);
+        }
+        assert_eq!(base64(&[0xff, 0xfe]), "//4=");
+    }
+
+    #[test]
+    fn vacant_and_leading_states_print_as_text_and_json() {
+        let v = Version::new(0, 0);
+        assert_eq!(line(None, v, None, false), b"no leader (version 0.0)");
+        assert_eq!(
+            String::from_utf8(line(None, v, Some(true), true)).unwrap(),
+            r#"{"leader":false,"term":null,"version":"0.0","remaining_ms":null,"value":null,"resync":true}"#
+        );
+        let mut leader = redlease_leader(7, b"host \"a\"");
+        let text = String::from_utf8(line(Some(&leader), leader.version, None, false)).unwrap();
+        assert!(text.starts_with("leader term 7, version 7.1") && text.ends_with(": host \"a\""));
+        let json = String::from_utf8(line(Some(&leader), leader.version, None, true)).unwrap();
+        assert!(json.contains(r#""value":"host \"a\"""#) && json.contains(r#""term":7"#));
+        leader.value = vec![0xff];
+        let json = String::from_utf8(line(Some(&leader), leader.version, None, true)).unwrap();
+        assert!(json.contains(r#""value_base64":"/w==""#), "{json}");
+    }
+
+    /// A leader of term `term` at version `term.1`, 4.2 s left.
+    fn redlease_leader(term: u64, value: &[u8]) -> Leader {
+        let mut leader = Leader::new(Fence::new(term), value, Version::new(term, 1));
+        leader.remaining = Some(Duration::from_millis(4200));
+        leader
+    }
+}

@@ -1,0 +1,779 @@
+//! Leader election in the core (docs/ELECTION.md): the names of one
+//! election, the leader's value, the scripts (campaign, proclaim, resign,
+//! read) with their calls, and the pure decoding of their replies,
+//! including the rule that tells the current leader from a read (§7).
+//!
+//! A campaign is an acquire of kind [`Want::Leader`](super::names::Want):
+//! its waiting, line and token are a lock's, its reply is classified as a
+//! lock's, and the lease is renewed by the lock's renew script. Only the
+//! scripts differ, because every change of leader or value is also logged
+//! to the election's stream, whose entry ids `<term>-<seq>` are the
+//! [`Version`]s.
+//!
+//! ```text
+//!   vacant ──campaign──▶ leader (term t, entry t-0) ──proclaim──▶ t-1, t-2 …
+//!     ▲                        │ resign / lapse
+//!     └──── vacancy t-(seq+1) ◀┘
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::core::{Core, LeaseId};
+use super::names::{hex, Channel, KeyId};
+use super::outcome::{Fence, RenewOutcome};
+use super::script::{next_fence_lua, ReplyError, ScriptCall, ScriptKind};
+use crate::error::Error;
+
+/// The Redis names of one election (docs/ELECTION.md §2), all under the
+/// name's hash tag.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct ElectNames {
+    pub(crate) id: KeyId,
+    /// `<ns>:elect:{<sha>}`: the leader's lease, `<token>:<term>`.
+    pub(crate) lease: String,
+    /// `<ns>:elect-term:{<sha>}`: the term counter.
+    pub(crate) term: String,
+    /// `<ns>:elect-log:{<sha>}`: the change log (a stream).
+    pub(crate) log: String,
+}
+
+impl ElectNames {
+    pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
+        let sha = id.to_hex();
+        ElectNames {
+            id,
+            lease: elect_lease_name(namespace, &sha),
+            term: format!("{namespace}:elect-term:{{{sha}}}"),
+            log: format!("{namespace}:elect-log:{{{sha}}}"),
+        }
+    }
+}
+
+/// `<ns>:elect:{<sha>}`
+fn elect_lease_name(namespace: &str, sha: &str) -> String {
+    format!("{namespace}:elect:{{{sha}}}")
+}
+
+impl fmt::Debug for ElectNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ElectNames(..)")
+    }
+}
+
+/// A leader's value: bytes the leader publishes (an address, an id). Never
+/// shown: its `Debug` is its length.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct LeaderValue(Arc<[u8]>);
+
+impl LeaderValue {
+    /// No value (a candidate's target before its value is set).
+    pub(crate) fn empty() -> Self {
+        LeaderValue(Arc::from(&[][..]))
+    }
+
+    /// The value, if it is at most `max` bytes long.
+    pub(crate) fn checked(value: &[u8], max: usize) -> Result<Self, Error> {
+        if value.len() > max {
+            return Err(Error::ValueTooLarge {
+                len: value.len(),
+                max,
+            });
+        }
+        Ok(LeaderValue(value.into()))
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The value as sent to the scripts: hex, so that any bytes travel in a
+    /// script argument; the scripts store the bytes themselves.
+    fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl fmt::Debug for LeaderValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LeaderValue({} bytes)", self.0.len())
+    }
+}
+
+/// The version of an election's state: the id `<term>-<seq>` of its log
+/// entry. A grant is `(term, 0)`, each proclaim adds one to `seq`, and the
+/// end of a term is `(term, last seq + 1)`; versions only grow.
+///
+/// ```
+/// let v = redlease::Version::new(17, 2);
+/// assert_eq!(v.to_string(), "17.2");
+/// assert!(redlease::Version::new(17, 3) > v && redlease::Version::new(18, 0) > v);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Version {
+    /// The term the change belongs to.
+    pub term: u64,
+    /// Its place within the term: 0 for the grant.
+    pub seq: u64,
+}
+
+impl Version {
+    /// The version `term.seq`.
+    pub fn new(term: u64, seq: u64) -> Self {
+        Version { term, seq }
+    }
+
+    /// Parses a stream id `<term>-<seq>`.
+    fn parse(id: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(id).ok()?;
+        let (term, seq) = text.split_once('-')?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(term) || !digits(seq) {
+            return None;
+        }
+        Some(Version {
+            term: term.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+
+    /// The stream id of this version.
+    pub(crate) fn to_id(self) -> String {
+        format!("{}-{}", self.term, self.seq)
+    }
+
+    /// The version after this one in the same term.
+    pub(crate) fn next(self) -> Self {
+        Version {
+            term: self.term,
+            seq: self.seq.saturating_add(1),
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.term, self.seq)
+    }
+}
+
+/// The leader of an election as one read saw it
+/// ([`Election::leader`](crate::Election::leader)).
+///
+/// Its `Debug` shows the term, the version, the remaining time and the
+/// value's length, never the value.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's term: its fence, strictly increasing across leaders.
+    pub term: Fence,
+    /// The value the leader campaigned with or last proclaimed.
+    pub value: Vec<u8>,
+    /// The version of that value.
+    pub version: Version,
+    /// The leader's lease time left as Redis counts it, when known.
+    pub remaining: Option<Duration>,
+}
+
+impl Leader {
+    /// A leader of term `term` with `value` at `version`, its remaining
+    /// time unknown: for tests of code that handles leaders (a read gives
+    /// the real ones).
+    ///
+    /// ```
+    /// use redlease::{Fence, Leader, Version};
+    /// let leader = Leader::new(Fence::new(7), b"host-a:4242", Version::new(7, 0));
+    /// assert_eq!((leader.term.get(), leader.remaining), (7, None));
+    /// ```
+    pub fn new(term: Fence, value: impl Into<Vec<u8>>, version: Version) -> Self {
+        Leader {
+            term,
+            value: value.into(),
+            version,
+            remaining: None,
+        }
+    }
+}
+
+impl fmt::Debug for Leader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leader")
+            .field("term", &self.term)
+            .field("version", &self.version)
+            .field("remaining", &self.remaining)
+            .field("value_len", &self.value.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Lua the election scripts share: `unhex(s)` (values travel as hex);
+/// `top_of(log)`, the log's newest entry as `{id, term, seq, leader,
+/// prev, value}` (`nil` for an empty log; `term` a decimal string);
+/// `log_leader(log, top, t, value, publish, channel, sha)`, which logs
+/// the grant of term `t` unless the top already is it, after the vacancy of
+/// a leader that lapsed without resigning, and publishes `e:<sha>:<t>-0:l`.
+macro_rules! election_lua {
+    () => {
+        r#"
+local function unhex(s)
+  return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
+end
+local function top_of(log)
+  local entry = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+  if not entry then
+    return nil
+  end
+  local term, seq = string.match(entry[1], '^(%d+)-(%d+)$')
+  local top = {id = entry[1], term = term, seq = tonumber(seq), leader = false}
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    local name, v = fields[i], fields[i + 1]
+    if name == 'leader' then
+      top.leader = v == '1'
+    elseif name == 'prev' then
+      top.prev = v
+    elseif name == 'value' then
+      top.value = v
+    end
+  end
+  return top
+end
+local function log_leader(log, top, t, value, publish, channel, sha)
+  if top and tonumber(top.term) >= tonumber(t) then
+    return
+  end
+  local prev = '0-0'
+  if top then
+    prev = top.id
+    if top.leader then
+      prev = redis.call('XADD', log, 'MAXLEN', '64', top.term .. '-' .. (top.seq + 1),
+        'prev', prev, 'leader', '0')
+    end
+  end
+  redis.call('XADD', log, 'MAXLEN', '64', t .. '-0', 'prev', prev, 'leader', '1', 'value', value)
+  redis.pcall(publish, channel, 'e:' .. sha .. ':' .. t .. '-0:l')
+end
+"#
+    };
+}
+
+/// Campaign (docs/ELECTION.md §4, without the hand-over): KEYS = lease,
+/// term counter, log; ARGV = owner token, lease ms, value (hex), publish
+/// command, channel, the name's sha.
+///
+/// The lock's acquire plus the log: a lease held by this token (a replay,
+/// or a retry after an unknown outcome) is extended and its term returned,
+/// logging its grant only if the log lacks it; a lease held by another is
+/// busy (its `PTTL`). Else the term is `max(next_fence, top term + 1)` (SPEC
+/// §3, and above every term logged), the lease is set with `NX`, and the
+/// grant is logged (after the vacancy of a lapsed leader) and published.
+pub(crate) const CAMPAIGN_LUA: &str = concat!(
+    next_fence_lua!(),
+    election_lua!(),
+    r#"
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local held = got[1]
+if held then
+  local sep = string.find(held, ':', 1, true)
+  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+    local t = string.sub(held, sep + 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    log_leader(KEYS[3], top_of(KEYS[3]), t, unhex(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
+    return t
+  end
+  return redis.call('PTTL', KEYS[1])
+end
+local top = top_of(KEYS[3])
+local t = next_fence(KEYS[2], got[2], redis.call('TIME'), '0')
+if not t then
+  return redis.error_reply(WRONGTYPE)
+end
+if top and tonumber(top.term) + 1 > tonumber(t) then
+  t = string.format('%.0f', tonumber(top.term) + 1)
+  redis.call('SET', KEYS[2], t)
+end
+if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t, 'NX', 'PX', ARGV[2]) then
+  return redis.error_reply(WRONGTYPE)
+end
+log_leader(KEYS[3], top, t, unhex(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
+return t
+"#
+);
+
+/// Proclaim: KEYS = lease, log; ARGV = owner token, value (hex), the id
+/// this leadership wrote last, publish command, channel, the name's sha.
+///
+/// 0: the lease is gone; 2: another token holds it, or the log moved on
+/// without this leadership. When the log's top is the id given, logs the
+/// value as the next entry of the term, publishes `e:<sha>:<id>:v` and
+/// returns the new id; when the top already is this very proclaim (same
+/// predecessor, same value: a replay), returns its id and logs nothing.
+pub(crate) const PROCLAIM_LUA: &str = concat!(
+    election_lua!(),
+    r#"
+local held = redis.call('GET', KEYS[1])
+if not held then
+  return 0
+end
+local sep = string.find(held, ':', 1, true)
+if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
+  return 2
+end
+local t = string.sub(held, sep + 1)
+local top = top_of(KEYS[2])
+if not top or top.term ~= t then
+  return 2
+end
+local value = unhex(ARGV[2])
+if top.id == ARGV[3] then
+  local id = t .. '-' .. (top.seq + 1)
+  redis.call('XADD', KEYS[2], 'MAXLEN', '64', id, 'prev', top.id, 'leader', '1', 'value', value)
+  redis.pcall(ARGV[4], ARGV[5], 'e:' .. ARGV[6] .. ':' .. id .. ':v')
+  return id
+end
+if top.prev == ARGV[3] and top.value == value then
+  return top.id
+end
+return 2
+"#
+);
+
+/// Resign: KEYS = lease, log; ARGV = owner token, publish command,
+/// channel, the name's sha. The release's outcomes (1 released, 0 expired,
+/// 2 conflict); a release logs the vacancy `(term, seq + 1)` when the
+/// log's top is this term's leader, deletes the lease and publishes
+/// `e:<sha>:<id>:r`, which wakes the candidates.
+pub(crate) const RESIGN_LUA: &str = concat!(
+    election_lua!(),
+    r#"
+local held = redis.call('GET', KEYS[1])
+if not held then
+  return 0
+end
+local sep = string.find(held, ':', 1, true)
+if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
+  return 2
+end
+local t = string.sub(held, sep + 1)
+local top = top_of(KEYS[2])
+local id = t .. '-0'
+if top and top.term == t and top.leader then
+  id = t .. '-' .. (top.seq + 1)
+  redis.call('XADD', KEYS[2], 'MAXLEN', '64', id, 'prev', top.id, 'leader', '0')
+end
+redis.call('DEL', KEYS[1])
+redis.pcall(ARGV[2], ARGV[3], 'e:' .. ARGV[4] .. ':' .. id .. ':r')
+return 1
+"#
+);
+
+/// Read (run as `EVALSHA_RO`: it writes nothing): KEYS = lease, log;
+/// ARGV = the version after which to list the log's entries (`''`: none).
+/// Replies `{term, pttl, top, entries}`: the lease's term (`''` when there
+/// is no lease; never its token), its `PTTL`, the log's newest entry as
+/// `XREVRANGE` gives it (nil for an empty log), and up to 64 entries after
+/// the version asked for, oldest first.
+pub(crate) const READ_LUA: &str = r#"
+local held = redis.call('GET', KEYS[1])
+local pttl = redis.call('PTTL', KEYS[1])
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+local term = ''
+if held then
+  local sep = string.find(held, ':', 1, true)
+  if sep then
+    term = string.sub(held, sep + 1)
+  end
+end
+local entries = {}
+if ARGV[1] ~= '' then
+  entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 64)
+end
+return {term, pttl, top or false, entries}
+"#;
+
+/// Where an election script publishes: the command, the channel, the sha.
+fn publish_args(names: &ElectNames, namespace: &str, channel: Channel) -> [String; 3] {
+    [
+        channel.publish_command().to_owned(),
+        channel.name(namespace, names.id),
+        names.id.to_hex(),
+    ]
+}
+
+/// The campaign of `token` with `value` for a lease of `lease_ms`.
+pub(crate) fn campaign_call(
+    names: &ElectNames,
+    value: &LeaderValue,
+    token: super::names::OwnerToken,
+    lease_ms: u64,
+    namespace: &str,
+    channel: Channel,
+) -> ScriptCall {
+    let mut args = vec![token.to_hex(), lease_ms.to_string(), value.to_hex()];
+    args.extend(publish_args(names, namespace, channel));
+    ScriptCall::new(
+        ScriptKind::Campaign,
+        vec![names.lease.clone(), names.term.clone(), names.log.clone()],
+        args,
+    )
+}
+
+/// The proclaim of `value` by `token`, whose last entry is `last`.
+fn proclaim_call(
+    names: &ElectNames,
+    value: &LeaderValue,
+    token: super::names::OwnerToken,
+    last: Version,
+    namespace: &str,
+    channel: Channel,
+) -> ScriptCall {
+    let mut args = vec![token.to_hex(), value.to_hex(), last.to_id()];
+    args.extend(publish_args(names, namespace, channel));
+    ScriptCall::new(
+        ScriptKind::Proclaim,
+        vec![names.lease.clone(), names.log.clone()],
+        args,
+    )
+}
+
+/// The resign (the release) of `token`.
+pub(crate) fn resign_call(
+    names: &ElectNames,
+    token: super::names::OwnerToken,
+    namespace: &str,
+    channel: Channel,
+) -> ScriptCall {
+    let mut args = vec![token.to_hex()];
+    args.extend(publish_args(names, namespace, channel));
+    ScriptCall::new(
+        ScriptKind::Resign,
+        vec![names.lease.clone(), names.log.clone()],
+        args,
+    )
+}
+
+/// The read of an election's current state and, with `after`, of the
+/// log's entries after that version.
+pub(crate) fn read_call(names: &ElectNames, after: Option<Version>) -> ScriptCall {
+    ScriptCall::new(
+        ScriptKind::ElectRead,
+        vec![names.lease.clone(), names.log.clone()],
+        vec![after.map(Version::to_id).unwrap_or_default()],
+    )
+}
+
+impl Core {
+    /// The proclaim of `value` by the tracked leadership `lease`, whose
+    /// last entry is `last`.
+    ///
+    /// # Errors
+    ///
+    /// `ShuttingDown` when shutdown already resigned it.
+    pub(crate) fn proclaim_call(
+        &self,
+        lease: LeaseId,
+        value: &LeaderValue,
+        last: Version,
+    ) -> Result<ScriptCall, Error> {
+        let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
+        let namespace = &self.settings.namespace;
+        let names = ElectNames::new(namespace, owned.target.id);
+        Ok(proclaim_call(
+            &names,
+            value,
+            owned.token,
+            last,
+            namespace,
+            self.settings.channel,
+        ))
+    }
+}
+
+/// What a proclaim reply says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProclaimReply {
+    /// Logged (or found logged by a replay) as this version.
+    Proclaimed(Version),
+    /// The leadership is over: the lease expired or is another's.
+    Ended(RenewOutcome),
+}
+
+/// Classifies the proclaim script's reply: a version id, or 0 (expired) / 2
+/// (conflict).
+pub(crate) fn classify_proclaim(value: &Value) -> Result<ProclaimReply, ReplyError> {
+    match value {
+        Value::BulkString(id) => Version::parse(id)
+            .map(ProclaimReply::Proclaimed)
+            .ok_or_else(|| ReplyError::new(ScriptKind::Proclaim, value)),
+        Value::Int(0) => Ok(ProclaimReply::Ended(RenewOutcome::Expired)),
+        Value::Int(2) => Ok(ProclaimReply::Ended(RenewOutcome::Conflict)),
+        _ => Err(ReplyError::new(ScriptKind::Proclaim, value)),
+    }
+}
+
+/// An election's state as one read found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Current {
+    /// The version of this state: of the leader's last entry, or of the
+    /// vacancy (logged, or the one the next grant will log).
+    pub(crate) version: Version,
+    /// The leader, when one holds a lease whose grant is logged.
+    pub(crate) leader: Option<Leader>,
+}
+
+/// The read script's reply: the lease's term and `PTTL`, the log's top and
+/// the entries after the version asked for (oldest first, at most
+/// [`READ_BATCH`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReadReply {
+    lease_term: Option<u64>,
+    pttl: i64,
+    pub(crate) top: Option<Entry>,
+    pub(crate) entries: Vec<Entry>,
+}
+
+/// The most entries one read returns.
+pub(crate) const READ_BATCH: usize = 64;
+
+impl ReadReply {
+    /// docs/ELECTION.md §7: the log's top is the current leader only while
+    /// a lease of the same term lives; a top leader without it lapsed
+    /// (vacant at `(term, seq + 1)`); a vacant top is vacant at its
+    /// version; no log is vacant at `0.0`.
+    pub(crate) fn current(&self) -> Current {
+        let Some(top) = &self.top else {
+            return Current {
+                version: Version::default(),
+                leader: None,
+            };
+        };
+        match &top.value {
+            Some(_) if self.lease_term == Some(top.version.term) => Current {
+                version: top.version,
+                leader: Some(top.leader(u64::try_from(self.pttl).ok().map(Duration::from_millis))),
+            },
+            Some(_) => Current {
+                version: top.version.next(),
+                leader: None,
+            },
+            None => Current {
+                version: top.version,
+                leader: None,
+            },
+        }
+    }
+}
+
+/// Classifies the read script's reply (see [`ReadReply`]).
+pub(crate) fn classify_read(value: &Value) -> Result<ReadReply, ReplyError> {
+    let unexpected = || ReplyError::new(ScriptKind::ElectRead, value);
+    let Value::Array(items) = value else {
+        return Err(unexpected());
+    };
+    let [Value::BulkString(term), Value::Int(pttl), top, rest @ ..] = items.as_slice() else {
+        return Err(unexpected());
+    };
+    let lease_term = match term.as_slice() {
+        b"" => None,
+        digits => Some(
+            std::str::from_utf8(digits)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .ok_or_else(unexpected)?,
+        ),
+    };
+    let top = match top {
+        Value::Nil => None,
+        Value::Array(entry) => Some(parse_entry(entry).ok_or_else(unexpected)?),
+        _ => return Err(unexpected()),
+    };
+    let entries = match rest {
+        [] => Vec::new(),
+        [Value::Array(entries)] if entries.len() <= READ_BATCH => entries
+            .iter()
+            .map(|entry| match entry {
+                Value::Array(entry) => parse_entry(entry),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(unexpected)?,
+        _ => return Err(unexpected()),
+    };
+    Ok(ReadReply {
+        lease_term,
+        pttl: *pttl,
+        top,
+        entries,
+    })
+}
+
+/// Classifies the read script's reply as the current state.
+pub(crate) fn classify_current(value: &Value) -> Result<Current, ReplyError> {
+    classify_read(value).map(|read| read.current())
+}
+
+/// One log entry: its version, its predecessor, and the value when it
+/// names a leader (`None`: a vacancy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) version: Version,
+    pub(crate) prev: Option<Version>,
+    pub(crate) value: Option<Vec<u8>>,
+}
+
+impl Entry {
+    /// The leader this entry names, with `remaining` (for a leader entry).
+    pub(crate) fn leader(&self, remaining: Option<Duration>) -> Leader {
+        Leader {
+            term: Fence::new(self.version.term),
+            value: self.value.clone().unwrap_or_default(),
+            version: self.version,
+            remaining,
+        }
+    }
+}
+
+/// Parses `[id, [field, value, ...]]`.
+fn parse_entry(entry: &[Value]) -> Option<Entry> {
+    let [Value::BulkString(id), Value::Array(fields)] = entry else {
+        return None;
+    };
+    let version = Version::parse(id)?;
+    let (mut leader, mut value, mut prev) = (false, None, None);
+    for pair in fields.chunks(2) {
+        match pair {
+            [Value::BulkString(name), Value::BulkString(v)] => match name.as_slice() {
+                b"leader" => leader = v.as_slice() == b"1",
+                b"value" => value = Some(v.clone()),
+                b"prev" => prev = Version::parse(v),
+                _ => {}
+            },
+            _ => return None,
+        }
+    }
+    Some(Entry {
+        version,
+        prev,
+        value: if leader {
+            Some(value.unwrap_or_default())
+        } else {
+            None
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::names::OwnerToken;
+
+    fn bulk(s: &[u8]) -> Value {
+        Value::BulkString(s.to_vec())
+    }
+
+    fn entry(id: &str, leader: bool, value: &[u8]) -> Value {
+        let mut fields = vec![bulk(b"prev"), bulk(b"0-0"), bulk(b"leader")];
+        fields.push(bulk(if leader { b"1" } else { b"0" }));
+        if leader {
+            fields.extend([bulk(b"value"), bulk(value)]);
+        }
+        Value::Array(vec![bulk(id.as_bytes()), Value::Array(fields)])
+    }
+
+    fn read(term: &str, pttl: i64, top: Value) -> Value {
+        Value::Array(vec![bulk(term.as_bytes()), Value::Int(pttl), top])
+    }
+
+    #[test]
+    fn a_logged_leader_whose_lease_lives_is_current() {
+        let current = classify_current(&read("17", 900, entry("17-2", true, b"host-a"))).unwrap();
+        assert_eq!(current.version, Version::new(17, 2));
+        let leader = current.leader.unwrap();
+        assert_eq!(leader.term, Fence::new(17));
+        assert_eq!(leader.value, b"host-a");
+        assert_eq!(leader.remaining, Some(Duration::from_millis(900)));
+    }
+
+    #[test]
+    fn a_lapsed_leader_is_never_current_and_its_vacancy_is_the_next_version() {
+        let gone = classify_current(&read("", -2, entry("17-2", true, b"a"))).unwrap();
+        assert_eq!((gone.version, gone.leader), (Version::new(17, 3), None));
+        // A later term holds a lease whose grant is not logged yet.
+        let unlogged = classify_current(&read("18", 900, entry("17-2", true, b"a"))).unwrap();
+        assert_eq!(unlogged.leader, None);
+    }
+
+    #[test]
+    fn a_vacancy_or_no_log_is_vacant_at_its_version() {
+        let vacant = classify_current(&read("", -2, entry("17-3", false, b""))).unwrap();
+        assert_eq!((vacant.version, vacant.leader), (Version::new(17, 3), None));
+        let empty = classify_current(&read("", -2, Value::Nil)).unwrap();
+        assert_eq!((empty.version, empty.leader), (Version::default(), None));
+    }
+
+    #[test]
+    fn proclaim_replies_are_a_version_or_the_end() {
+        assert_eq!(
+            classify_proclaim(&bulk(b"17-1")),
+            Ok(ProclaimReply::Proclaimed(Version::new(17, 1)))
+        );
+        assert_eq!(
+            classify_proclaim(&Value::Int(0)),
+            Ok(ProclaimReply::Ended(RenewOutcome::Expired))
+        );
+        assert_eq!(
+            classify_proclaim(&Value::Int(2)),
+            Ok(ProclaimReply::Ended(RenewOutcome::Conflict))
+        );
+        for odd in [bulk(b"17"), bulk(b"-1"), bulk(b"a-1"), Value::Int(1)] {
+            assert!(classify_proclaim(&odd).is_err(), "{odd:?}");
+        }
+    }
+
+    #[test]
+    fn odd_reads_are_unexpected_and_never_panic() {
+        for odd in [
+            Value::Nil,
+            read("x", 1, Value::Nil),
+            read("", 1, bulk(b"1-0")),
+            read("", 1, Value::Array(vec![bulk(b"1-0")])),
+        ] {
+            assert!(classify_current(&odd).is_err(), "{odd:?}");
+        }
+    }
+
+    #[test]
+    fn values_too_large_are_refused_and_never_shown() {
+        let e = LeaderValue::checked(b"secret-value", 4).unwrap_err();
+        assert_eq!(e.code(), "VALUE_TOO_LARGE");
+        assert!(!e.to_string().contains("secret"), "{e}");
+        let value = LeaderValue::checked(b"secret", 6).unwrap();
+        assert_eq!(format!("{value:?}"), "LeaderValue(6 bytes)");
+        let leader = Leader {
+            term: Fence::new(1),
+            value: b"secret".to_vec(),
+            version: Version::new(1, 0),
+            remaining: None,
+        };
+        assert!(!format!("{leader:?}").contains("secret"));
+    }
+
+    #[test]
+    fn the_calls_carry_the_value_as_hex_and_the_names() {
+        let names = ElectNames::new("ns", KeyId::of("billing"));
+        let value = LeaderValue::checked(&[0, 0xff, b':'], 16).unwrap();
+        let token = OwnerToken::from_bytes([3; 16]);
+        let call = campaign_call(&names, &value, token, 500, "ns", Channel::Standalone);
+        let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
+        for part in [&names.lease, &names.term, &names.log, &"00ff3a".to_owned()] {
+            assert!(packed.contains(part.as_str()), "{part}");
+        }
+        assert!(names.lease.starts_with("ns:elect:{"));
+        let read = String::from_utf8_lossy(&read_call(&names, None).evalsha().get_packed_command())
+            .into_owned();
+        assert!(read.contains("EVALSHA_RO"));
+    }
+}

@@ -1,0 +1,94 @@
+//! The keeper of one leadership: a thread of the library that renews it
+//! with the shared renewer (SPEC §7: every lease/2, failed renewals sent
+//! again while the local deadline allows, `lost` on a loss) and, when the
+//! leadership is dropped, resigns it. Nothing runs on the caller's
+//! executor; on the async front end the thread drives the calls itself.
+//!
+//! ```text
+//!   start ──▶ renewing ──stop (resign)──▶ gone
+//!                │  └──lost──▶ gone (a later drop releases in place)
+//!                └──drop: the lease handed over──▶ resigns it ──▶ gone
+//! ```
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::kind;
+use super::lease::Lease;
+use crate::driver::ops::{log_failed_release_on_drop, Renewer, StopSignal};
+use crate::error::LostCause;
+use crate::front::Front;
+use crate::lost::Lost;
+
+/// What a leadership and its keeper thread share.
+pub(crate) struct Keeper<F: Front> {
+    stop: StopSignal,
+    /// A dropped leadership's lease, for the thread to resign; `gone` once
+    /// the thread no longer takes one.
+    handoff: Mutex<Handoff<F>>,
+}
+
+struct Handoff<F: Front> {
+    lease: Option<Lease<F, kind::Leader>>,
+    gone: bool,
+}
+
+impl<F: Front> Keeper<F> {
+    /// Starts the keeper thread of `lease`; `None` (and `lost` fired) when
+    /// no thread can start: nothing would keep the leadership alive.
+    pub(crate) fn start(lease: &Lease<F, kind::Leader>, lost: &Lost) -> Option<Arc<Self>> {
+        let keeper = Arc::new(Keeper {
+            stop: StopSignal::default(),
+            handoff: Mutex::new(Handoff {
+                lease: None,
+                gone: false,
+            }),
+        });
+        let (shared, held) = (lease.shared().clone(), lease.held_shared().clone());
+        let (for_lost, for_thread) = (lost.clone(), keeper.clone());
+        let spawned = std::thread::Builder::new()
+            .name("redlease-keeper".into())
+            .spawn(move || {
+                let renewer = Renewer::new(&shared.state, &held, &for_lost, &for_thread.stop);
+                F::block(F::run(&shared, None, move || Ok(renewer), |()| ()));
+                let dropped = {
+                    let mut handoff = for_thread.handoff.lock();
+                    handoff.gone = true;
+                    handoff.lease.take()
+                };
+                if let Some(lease) = dropped {
+                    log_failed_release_on_drop(F::block(lease.release()));
+                }
+            });
+        match spawned {
+            Ok(_) => Some(keeper),
+            Err(_) => {
+                lost.fire(LostCause::DeadlinePassed);
+                None
+            }
+        }
+    }
+
+    /// Stops the renewals (a resign, or a loss seen by a proclaim).
+    pub(crate) fn stop(&self) {
+        self.stop.stop();
+    }
+
+    /// Hands a dropped leadership's lease to the thread, which resigns it
+    /// once its renewals stopped; a thread already gone (after a loss)
+    /// leaves it to the lease's own drop.
+    pub(crate) fn resign(&self, lease: Lease<F, kind::Leader>) {
+        let lease = {
+            let mut handoff = self.handoff.lock();
+            if handoff.gone {
+                Some(lease)
+            } else {
+                handoff.lease = Some(lease);
+                None
+            }
+        };
+        self.stop();
+        drop(lease);
+    }
+}

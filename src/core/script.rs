@@ -210,6 +210,11 @@ end
 ///   head or among the readers admitted, whether readers were admitted,
 ///   and whether a writer's entry is next in the queue after them; an
 ///   empty queue's flag is deleted.
+/// - `rw_begin(base)`: what a read or a write starts with: the hand-over's
+///   arguments (after `ARGV[base]`, `H`, or `false` without the queue's
+///   `KEYS[5]`, `KEYS[6]`), one `MGET` of the writer, the intent, the
+///   counter and the queue's flag, the flag as `queue.queued`, and
+///   `register(token)`, which registers a waiting caller.
 macro_rules! rw_handover_lua {
     () => {
         r#"
@@ -269,6 +274,21 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     reg, value = head, redis.call('GETDEL', H.reg_prefix .. head)
   end
   return claim, served, claim ~= nil, writer_next
+end
+local function rw_begin(base)
+  local handover = #KEYS == 6
+  local H = handover and handover_args(base)
+  if H then
+    H.queue, H.flag = KEYS[5], KEYS[6]
+  end
+  local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[#KEYS])
+  local queue = {queued = handover and got[4]}
+  local function register(token)
+    if handover then
+      queue.queued = enqueue(H, KEYS[5], KEYS[6], queue.queued, token)
+    end
+  end
+  return H, got, queue, register
 end
 "#
     };
@@ -627,19 +647,8 @@ pub(crate) const RW_READ_LUA: &str = concat!(
     handover_lua!(),
     rw_handover_lua!(),
     r#"
-local handover = #KEYS == 6
-local H = handover and handover_args(3)
-if H then
-  H.queue, H.flag = KEYS[5], KEYS[6]
-end
-local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[#KEYS])
-local queued = handover and got[4]
+local H, got, queue, register = rw_begin(3)
 local epoch = got[3]
-local function register(token)
-  if handover then
-    queued = enqueue(H, KEYS[5], KEYS[6], queued, token)
-  end
-end
 if got[1] then
   -- No reader lives beside a writer.
   register(ARGV[1])
@@ -675,7 +684,7 @@ local function claimed()
     end
   end
 end
-if got[2] or queued then
+if got[2] or queue.queued then
   local mine = claimed()
   if mine then
     return mine
@@ -760,22 +769,11 @@ pub(crate) const RW_WRITE_LUA: &str = concat!(
     handover_lua!(),
     rw_handover_lua!(),
     r#"
-local handover = #KEYS == 6
-local H = handover and handover_args(4)
-if H then
-  H.queue, H.flag = KEYS[5], KEYS[6]
-end
-local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[#KEYS])
-local queued = handover and got[4]
-local function register(token)
-  if handover then
-    queued = enqueue(H, KEYS[5], KEYS[6], queued, token)
-  end
-end
+local H, got, queue, register = rw_begin(4)
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6], queued)
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6], queue.queued)
     if got[2] and is_ours(H, got[2]) then
       redis.call('DEL', KEYS[3])
     end
@@ -797,7 +795,7 @@ if latest[1] then
   end
   redis.call('DEL', KEYS[2])
 end
-if queued then
+if queue.queued then
   local claim_ms = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], got[3], ARGV[3], H, H.reg)
   if claim_ms then
     register(ARGV[1])

@@ -210,6 +210,8 @@ impl fmt::Debug for Leader {
 }
 
 /// The Lua the election scripts share: `unhex(s)` (values travel as hex);
+/// `our_term(held)`, the term of a lease value `<token>:<term>` of the
+/// caller's token (`ARGV[1]`), else `nil`;
 /// `top_of(log)`, the log's newest entry as `{id, term, seq, leader,
 /// prev, value}` (`nil` for an empty log; `term` a decimal string);
 /// `log_leader(log, top, t, value, publish, channel, sha)`, which logs
@@ -220,6 +222,12 @@ macro_rules! election_lua {
         r#"
 local function unhex(s)
   return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
+end
+local function our_term(held)
+  local sep = held and string.find(held, ':', 1, true)
+  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+    return string.sub(held, sep + 1)
+  end
 end
 local function top_of(log)
   local entry = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
@@ -277,9 +285,8 @@ pub(crate) const CAMPAIGN_LUA: &str = concat!(
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 local held = got[1]
 if held then
-  local sep = string.find(held, ':', 1, true)
-  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
-    local t = string.sub(held, sep + 1)
+  local t = our_term(held)
+  if t then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     log_leader(KEYS[3], top_of(KEYS[3]), t, unhex(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
     return t
@@ -318,11 +325,10 @@ local held = redis.call('GET', KEYS[1])
 if not held then
   return 0
 end
-local sep = string.find(held, ':', 1, true)
-if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
+local t = our_term(held)
+if not t then
   return 2
 end
-local t = string.sub(held, sep + 1)
 local top = top_of(KEYS[2])
 if not top or top.term ~= t then
   return 2
@@ -353,11 +359,10 @@ local held = redis.call('GET', KEYS[1])
 if not held then
   return 0
 end
-local sep = string.find(held, ':', 1, true)
-if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
+local t = our_term(held)
+if not t then
   return 2
 end
-local t = string.sub(held, sep + 1)
 local top = top_of(KEYS[2])
 local id = t .. '-0'
 if top and top.term == t and top.leader then

@@ -16,7 +16,7 @@ use crate::behaviour::common::{
     spawn, token_of, Bounded, BOUND,
 };
 use crate::behaviour::front::Front;
-use crate::behaviour::handover::{queued, reg_name};
+use crate::behaviour::handover::{queued, reg_name, the_next_registration_was_not_granted};
 use crate::child::{self, Hold};
 use crate::matrix::{
     assert_outcome_unknown, slow_polling, warm_locker, LONG_LEASE, SHORT_TIMEOUT, SLOW_POLL,
@@ -244,14 +244,15 @@ pub(crate) fn a_claim_of_unknown_outcome_is_sent_again_and_answers_the_same_fenc
         Some(grant_fence),
         "the counter moved once"
     );
-    assert_eq!(queued(&server, &ns, "k"), [second_reg.as_str()]);
-    assert!(exists(&server, &reg_name(&ns, "k", &second_reg)));
-    assert_eq!(second.stats().acquires, 0);
-    assert_eq!(F::renew(&lease).unwrap(), RenewOutcome::Renewed);
-    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
-    let next = second_t.join_within(BOUND);
-    assert!(F::fence(&next).get() > fence, "fences strictly increase");
-    assert_eq!(F::release(next).unwrap(), ReleaseOutcome::Released);
+    the_next_registration_was_not_granted(
+        &server,
+        &ns,
+        &second_reg,
+        &*second,
+        lease,
+        second_t,
+        fence,
+    );
 }
 
 /// A waiting process SIGSTOPped after it registered is granted the lock

@@ -143,6 +143,9 @@ macro_rules! aliases {
         #[doc = concat!("One permit of a [`Semaphore`], a lease on one slot: `Lease<", stringify!($front), ", kind::Permit>`.")]
         pub type Permit = $crate::Lease<$crate::front::$front, $crate::kind::Permit>;
 
+        #[doc = concat!("A multi-key lease of a [`Locker`], N keys held at once: `Lease<", stringify!($front), ", kind::Multi>`.")]
+        pub type MultiLease = $crate::Lease<$crate::front::$front, $crate::kind::Multi>;
+
         #[doc = concat!("A read-write lease of a [`Locker`]: `RwLock<", stringify!($front), ">` (see [`crate::RwLock`]).")]
         pub type RwLock = $crate::RwLock<$crate::front::$front>;
 

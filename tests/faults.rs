@@ -108,6 +108,7 @@ macro_rules! fault_matrix {
                 reader_renew_and_release_outcomes,
                 one_leader_at_a_time_with_increasing_terms,
                 a_resign_hands_over_and_proclaim_logs,
+                multi_key_leases_wait_hold_and_release,
                 an_observer_reads_the_leader_as_a_read_only_user,
                 no_command_outside_the_rules_is_sent,
             );

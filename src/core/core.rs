@@ -5,6 +5,7 @@
 //! same state. See the [module docs](super) for the driving contract.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -12,13 +13,14 @@ use redis::Value;
 use super::election::{campaign_call, LeaderValue};
 use super::lease::{deadline_after, LeaseClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
+use super::multi::{classify_multi, KeyFences, MultiReply};
 use super::names::{
     validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, RegId, Target, Want,
 };
 use super::outcome::Fence;
 use super::script::{
-    classify_acquire, classify_permit, AcquireHandover, AcquireReply, PermitReply, ScriptCall,
-    ScriptKind,
+    classify_acquire, classify_permit, AcquireHandover, AcquireReply, PermitReply, ReplyError,
+    ScriptCall, ScriptKind,
 };
 use super::slots::Slots;
 use super::subscription::SubscriptionState;
@@ -136,6 +138,8 @@ pub(crate) struct Grant {
     pub(crate) fence: Fence,
     /// The semaphore slot of a permit; `None` for a lock.
     pub(crate) slot: Option<u32>,
+    /// A multi-key lease's keys and their fences, in its caller's order.
+    pub(crate) multi: Option<KeyFences>,
     pub(crate) clock: LeaseClock,
 }
 
@@ -264,6 +268,9 @@ pub(crate) struct Core {
     /// a grant made out to the token they named (not claimed) released.
     pub(super) deregistrations: Vec<Owned>,
     pub(super) subscription: SubscriptionState,
+    /// The keys of each multi-key lease's line (by the set's id), while
+    /// the line exists: their notifications wake it.
+    pub(super) sets: HashMap<KeyId, Arc<[KeyId]>>,
     pub(super) shutting_down: bool,
     attempts_in_flight: usize,
     safety_polls: u64,
@@ -281,6 +288,7 @@ impl Core {
             orphans: Vec::new(),
             deregistrations: Vec::new(),
             subscription: SubscriptionState::new(now),
+            sets: HashMap::new(),
             shutting_down: false,
             attempts_in_flight: 0,
             safety_polls: 0,
@@ -310,6 +318,13 @@ impl Core {
 
     pub(crate) fn attempts_in_flight(&self) -> usize {
         self.attempts_in_flight
+    }
+
+    /// A waiter's token, lease length and target.
+    pub(super) fn waiter_target(&self, id: WaiterId) -> Option<(OwnerToken, u64, &Target)> {
+        self.waiters
+            .get(id.0)
+            .map(|w| (w.token, w.lease_ms, &w.target))
     }
 
     /// The ids of every waiter, for shutdown's wake-up.
@@ -364,6 +379,19 @@ impl Core {
         if let Want::Permit { permits } = want {
             validate_permits(permits)?;
         }
+        let target = Target::new(&self.settings.namespace, want, KeyId::of(key)).with_value(value);
+        self.join(now, target, token, options)
+    }
+
+    /// Puts a waiter for `target` in its line, unless a limit or the
+    /// never-jump-the-line rule of a try-once acquire refuses it.
+    pub(super) fn join(
+        &mut self,
+        now: Instant,
+        target: Target,
+        token: OwnerToken,
+        options: ResolvedOptions,
+    ) -> Result<WaiterId, Error> {
         if self.shutting_down {
             return Err(Error::ShuttingDown);
         }
@@ -377,7 +405,6 @@ impl Core {
                 limit: self.settings.max_tracked_leases,
             });
         }
-        let target = Target::new(&self.settings.namespace, want, KeyId::of(key)).with_value(value);
         let line_key = target.line();
         let try_once = options.wait.is_zero();
         if try_once {
@@ -387,9 +414,18 @@ impl Core {
                     remaining: line.holder_remaining(now),
                 });
             }
+            if let Target::Multi { keys, .. } = &target {
+                if keys.members.iter().any(|&id| self.is_wanted(id)) {
+                    // Nor a line of one of its keys.
+                    return Err(Error::Busy { remaining: None });
+                }
+            }
         }
         if self.waiters.len() == 0 {
             self.subscription.handle_first_waiter(now);
+        }
+        if let Target::Multi { keys, .. } = &target {
+            self.sets.insert(keys.set, keys.members.clone());
         }
         let waiter = Waiter {
             target,
@@ -407,7 +443,9 @@ impl Core {
         let waiter_id = WaiterId(self.waiters.insert(waiter));
         // Waiting again before the registration was removed: it stands.
         self.deregistrations.retain(|d| d.target.line() != line_key);
-        self.subscription.handle_key_wanted(line_key.id);
+        for id in self.channel_keys(line_key) {
+            self.subscription.handle_key_wanted(id);
+        }
         self.lines
             .entry(line_key)
             .or_insert_with(Line::new)
@@ -551,6 +589,9 @@ impl Core {
                 // Candidates of an election wait without the hand-over
                 // (docs/ELECTION.md, "As built").
                 let elects = matches!(w.target, Target::Leader { .. });
+                if let Target::Multi { .. } = &w.target {
+                    return self.multi_attempt(id, line_key, try_once);
+                }
                 let handover = match self.settings.handover {
                     Some(h) if !elects => {
                         // The claim of a grant registers the locker again
@@ -622,6 +663,8 @@ impl Core {
                         &self.settings.namespace,
                         self.settings.channel,
                     ),
+                    // Sent above.
+                    Target::Multi { .. } => return WaiterStep::Wait(None),
                 })
             }
             // A head past its deadline that has not attempted yet (its line
@@ -673,7 +716,11 @@ impl Core {
         }
         let line = self.lines.get_mut(&w.target.line());
         match result {
-            Ok(Attempted::Granted { fence, slot }) => {
+            Ok(Attempted::Granted {
+                fence,
+                slot,
+                fences,
+            }) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
                     line.handle_granted();
@@ -692,19 +739,24 @@ impl Core {
                     if let Want::Permit { .. } = owned.target.want {
                         owned.target.slot = slot;
                     }
+                    let multi = owned.target.members.clone().zip(fences);
                     let lease = LeaseId(self.leases.insert(owned));
                     let lease_len = Duration::from_millis(w.lease_ms);
                     Ok(Grant {
                         lease,
                         fence,
                         slot,
+                        multi,
                         clock: LeaseClock::granted(submitted, lease_len),
                     })
                 };
                 w.phase = Phase::Finished(outcome);
                 AttemptSummary::Acquired
             }
-            Ok(Attempted::Busy(remaining)) => {
+            Ok(Attempted::Busy(remaining, age)) => {
+                if let (Target::Multi { since, .. }, Some(age)) = (&mut w.target, age) {
+                    *since = age;
+                }
                 if let Some(line) = line {
                     line.handle_busy(now, remaining, safety);
                     if registers {
@@ -783,8 +835,10 @@ impl Core {
             if let Some(next) = line.leave_settling(id, in_flight_until) {
                 // A semaphore may have more permits free, and readers share:
                 // their next head tries at once (SPEC §12, §13).
-                if let (Leaving::Acquired(lease), Kind::Lock | Kind::Write | Kind::Leader) =
-                    (leaving, key.kind)
+                if let (
+                    Leaving::Acquired(lease),
+                    Kind::Lock | Kind::Write | Kind::Leader | Kind::Multi,
+                ) = (leaving, key.kind)
                 {
                     line.defer_head(now, lease, safety);
                 }
@@ -799,11 +853,24 @@ impl Core {
                         self.deregistrations.push(Owned { target, token });
                     }
                 }
+            }
+            // A multi-key waiter's reservations stop blocking others as it
+            // leaves, not at their expiry (docs/MULTIKEY.md §4).
+            let reserved = key.kind == Kind::Multi && w.attempts > 0 && !w.try_once;
+            if reserved
+                && !matches!(leaving, Leaving::Acquired(_))
+                && !self.deregistrations.iter().any(|d| d.token == w.token)
+            {
+                self.deregistrations.push(w.owned());
+            }
+            if line.is_empty() {
                 if !line.is_settling(now) {
-                    self.lines.remove(&key);
+                    self.forget_line(key);
                 }
-                if !self.is_wanted(key.id) {
-                    self.subscription.handle_key_idle(now, key.id);
+                for id in self.channel_keys(key) {
+                    if !self.is_wanted(id) {
+                        self.subscription.handle_key_idle(now, id);
+                    }
                 }
             }
         }
@@ -821,7 +888,9 @@ impl Core {
             self.lines
                 .get(&LineKey { kind, id })
                 .is_some_and(|line| !line.is_empty())
-        })
+        }) || self
+            .set_lines_with(id)
+            .any(|set| self.lines.get(&set).is_some_and(|line| !line.is_empty()))
     }
 
     pub(super) fn safety_interval(&self) -> Duration {
@@ -875,8 +944,12 @@ enum Attempted {
     Granted {
         fence: Fence,
         slot: Option<u32>,
+        /// A multi-key lease's fences, in its keys' order.
+        fences: Option<Box<[Fence]>>,
     },
-    Busy(Option<Duration>),
+    /// Held: the holder's remaining time if known, and for a multi-key
+    /// lease the waiter's age.
+    Busy(Option<Duration>, Option<u64>),
     /// Settled, and no retry can succeed.
     Refused(Error),
 }
@@ -886,16 +959,32 @@ impl Attempted {
         Ok(match target {
             Target::Lock(_) | Target::Read(_) | Target::Write(_) | Target::Leader { .. } => {
                 match classify_acquire(value)? {
-                    AcquireReply::Acquired(fence) => Attempted::Granted { fence, slot: None },
-                    AcquireReply::Busy(remaining) => Attempted::Busy(remaining),
+                    AcquireReply::Acquired(fence) => Attempted::Granted {
+                        fence,
+                        slot: None,
+                        fences: None,
+                    },
+                    AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None),
                 }
             }
+            Target::Multi { names, .. } => match classify_multi(value, names.len())? {
+                MultiReply::Acquired(fences) => Attempted::Granted {
+                    fence: fences
+                        .first()
+                        .copied()
+                        .ok_or_else(|| ReplyError::new(ScriptKind::MultiAcquire, value))?,
+                    slot: None,
+                    fences: Some(fences.into()),
+                },
+                MultiReply::Busy { remaining, since } => Attempted::Busy(remaining, Some(since)),
+            },
             Target::Permit { permits, .. } => match classify_permit(value)? {
                 PermitReply::Acquired { slot, fence } => Attempted::Granted {
                     fence,
                     slot: Some(slot),
+                    fences: None,
                 },
-                PermitReply::Busy(remaining) => Attempted::Busy(remaining),
+                PermitReply::Busy(remaining) => Attempted::Busy(remaining, None),
                 PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
                     "permits",
                     format!(

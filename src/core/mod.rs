@@ -46,6 +46,7 @@ pub(crate) mod lease;
 pub(crate) mod line;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod model;
+pub(crate) mod multi;
 pub(crate) mod names;
 pub(crate) mod notice;
 pub(crate) mod observe;

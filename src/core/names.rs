@@ -3,11 +3,13 @@
 //! counter and (in cluster mode) its release channel share one slot.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use super::election::{ElectNames, LeaderValue};
+use super::multi::KeySet;
 use crate::error::Error;
 
 /// The SHA-256 of a key: identifies a key's line and its notifications
@@ -134,6 +136,8 @@ impl QueueNames {
             Kind::Read | Kind::Write => "rw",
             // Not used yet: candidates wait without the hand-over.
             Kind::Leader => "elect",
+            // A set's line waits in each of its keys' lock queues.
+            Kind::Multi => "lock",
         };
         QueueNames::new(namespace, kind, &line.id.to_hex())
     }
@@ -247,6 +251,9 @@ pub(crate) enum Kind {
     Write,
     /// The candidates of an election.
     Leader,
+    /// The waiters of a multi-key lease: the line's id is its key set's
+    /// (`core/multi.rs`), not a key's.
+    Multi,
 }
 
 /// Identifies one line of waiters: the key and what is acquired on it.
@@ -275,12 +282,21 @@ impl LineKey {
         }
     }
 
+    /// The line of a multi-key lease's key set `set`.
+    pub(crate) fn multi(set: KeyId) -> Self {
+        LineKey {
+            kind: Kind::Multi,
+            id: set,
+        }
+    }
+
     /// The entry of a locker's registration `reg` in this line's queue: the
     /// id, or for a read-write lease `r<id>` (its readers) or `w<id>` (its
     /// writers), which wait in one queue.
     pub(crate) fn queue_entry(self, reg: RegId) -> String {
         match self.kind {
             Kind::Lock | Kind::Semaphore | Kind::Leader => reg.to_hex(),
+            Kind::Multi => super::multi::multi_reg(reg, self.id).to_hex(),
             Kind::Read => format!("r{}", reg.to_hex()),
             Kind::Write => format!("w{}", reg.to_hex()),
         }
@@ -297,6 +313,8 @@ impl LineKey {
             // The vacancy an election's resign publishes (its own script
             // writes the version; candidates only read the `r`).
             Kind::Leader => format!("e:{}:0-0:r", self.id.to_hex()),
+            // A set's release publishes each key's lock message.
+            Kind::Multi => String::new(),
         }
     }
 
@@ -309,6 +327,7 @@ impl LineKey {
             Kind::Semaphore => &[Kind::Semaphore],
             Kind::Read | Kind::Write => &[Kind::Write, Kind::Read],
             Kind::Leader => &[Kind::Leader],
+            Kind::Multi => &[Kind::Multi],
         };
         kinds.iter().map(move |&kind| LineKey { kind, id: self.id })
     }
@@ -439,6 +458,14 @@ pub(crate) enum Target {
         names: ElectNames,
         value: LeaderValue,
     },
+    /// A multi-key lease: its keys, their lock names in the caller's
+    /// order, and the waiter's age (server µs, `0` until a busy reply
+    /// gave it) that its reservations carry.
+    Multi {
+        keys: KeySet,
+        names: Vec<LockNames>,
+        since: u64,
+    },
 }
 
 impl Target {
@@ -456,6 +483,17 @@ impl Target {
                 names: ElectNames::new(namespace, id),
                 value: LeaderValue::empty(),
             },
+            // Built by `Target::multi`: one key's id does not name a set.
+            Want::Multi => Target::multi(namespace, KeySet::single(id)),
+        }
+    }
+
+    /// A multi-key lease of `keys`.
+    pub(crate) fn multi(namespace: &str, keys: KeySet) -> Self {
+        Target::Multi {
+            names: keys.names(namespace),
+            keys,
+            since: 0,
         }
     }
 
@@ -477,11 +515,20 @@ impl Target {
             Target::Read(_) => (Want::Read, None),
             Target::Write(_) => (Want::Write, None),
             Target::Leader { .. } => (Want::Leader, None),
+            Target::Multi { keys, .. } => {
+                return HeldTarget {
+                    id: keys.set,
+                    want: Want::Multi,
+                    slot: None,
+                    members: Some(keys.members.clone()),
+                }
+            }
         };
         HeldTarget {
             id: self.line().id,
             want,
             slot,
+            members: None,
         }
     }
 
@@ -504,6 +551,7 @@ impl Target {
                 kind: Kind::Leader,
                 id: names.id,
             },
+            Target::Multi { keys, .. } => keys.line(),
         }
     }
 }
@@ -513,13 +561,16 @@ impl Target {
 /// slot a grant named. 10 000 held leases would otherwise keep 20 000 to
 /// 40 000 name strings of about 100 bytes; the one name a release or renew
 /// needs is built again from the namespace when it is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HeldTarget {
     pub(crate) id: KeyId,
     pub(crate) want: Want,
     /// A permit's slot, once a grant named it (an acquire whose outcome is
     /// unknown holds some slot, or none).
     pub(crate) slot: Option<u32>,
+    /// A multi-key lease's keys, in its caller's order (its `id` is the
+    /// set's).
+    pub(crate) members: Option<Arc<[KeyId]>>,
 }
 
 impl HeldTarget {
@@ -544,6 +595,13 @@ impl HeldTarget {
             }
             (Want::Read, _) => HeldNames::Reader(RwNames::new(namespace, self.id)),
             (Want::Leader, _) => HeldNames::Election(ElectNames::new(namespace, self.id)),
+            (Want::Multi, _) => HeldNames::Multi(
+                self.members
+                    .iter()
+                    .flat_map(|m| m.iter())
+                    .map(|id| LockNames::new(namespace, *id))
+                    .collect(),
+            ),
         }
     }
 }
@@ -560,6 +618,8 @@ pub(crate) enum HeldNames {
     Reader(RwNames),
     /// An election's leader: released by its resign.
     Election(ElectNames),
+    /// A multi-key lease's keys, in its caller's order.
+    Multi(Vec<LockNames>),
 }
 
 impl HeldNames {
@@ -568,7 +628,7 @@ impl HeldNames {
         match self {
             HeldNames::Key(key) => Some(key),
             HeldNames::Election(names) => Some(names.lease),
-            HeldNames::AnySlot(..) | HeldNames::Reader(_) => None,
+            HeldNames::AnySlot(..) | HeldNames::Reader(_) | HeldNames::Multi(_) => None,
         }
     }
 }
@@ -587,6 +647,8 @@ pub(crate) enum Want {
     Write,
     /// The leadership of an election (its value rides in the [`Target`]).
     Leader,
+    /// A multi-key lease (its keys ride in the [`Target`]).
+    Multi,
 }
 
 impl Want {
@@ -598,6 +660,7 @@ impl Want {
             Want::Read => Kind::Read,
             Want::Write => Kind::Write,
             Want::Leader => Kind::Leader,
+            Want::Multi => Kind::Multi,
         }
     }
 }
@@ -787,7 +850,10 @@ mod tests {
             held.slot = slot;
             match held.names("ns") {
                 HeldNames::Key(key) => Some(key),
-                HeldNames::AnySlot(..) | HeldNames::Reader(_) | HeldNames::Election(_) => None,
+                HeldNames::AnySlot(..)
+                | HeldNames::Reader(_)
+                | HeldNames::Election(_)
+                | HeldNames::Multi(_) => None,
             }
         };
         let (sem, rw) = (SemNames::new("ns", id), RwNames::new("ns", id));
@@ -805,6 +871,15 @@ mod tests {
         let elect = ElectNames::new("ns", id);
         assert!(matches!(leader.names("ns"), HeldNames::Election(n) if n == elect));
         assert_eq!(leader.names("ns").lease_key(), Some(elect.lease));
+        let set = KeySet::of(&["b", "a"], 100).unwrap();
+        let multi = Target::multi("ns", set.clone()).held();
+        assert_eq!(multi.line(), set.line());
+        let names = vec![
+            LockNames::new("ns", KeyId::of("b")),
+            LockNames::new("ns", KeyId::of("a")),
+        ];
+        assert!(matches!(multi.names("ns"), HeldNames::Multi(n) if n == names));
+        assert_eq!(multi.names("ns").lease_key(), None);
         // What a tracked lease keeps: no strings, 48 bytes.
         assert!(std::mem::size_of::<HeldTarget>() <= 48);
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::election::{CAMPAIGN_LUA, PROCLAIM_LUA, READ_LUA, RESIGN_LUA};
+use super::multi::{MULTI_ACQUIRE_LUA, MULTI_RELEASE_LUA, MULTI_RENEW_LUA};
 use super::names::{Channel, LineKey, LockNames, OwnerToken, QueueNames, RwNames, SemNames};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
@@ -101,7 +102,10 @@ pub(crate) use next_fence_lua;
 ///   dead (the next caller continues).
 /// - `grant_to(...)` writes the lease key for that registration's token
 ///   with the next fence of its counter (SPEC §3, `next_fence`) for its
-///   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`.
+///   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`;
+///   for a waiting multi-key lease's registration (value
+///   `<token>:<res_ms>:m<age>`, docs/MULTIKEY.md §5) it reserves the key
+///   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
 /// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller
 ///   found its own token (a replay, or a grant to it): the lease runs its
 ///   full length from this attempt on; with the hand-over the locker is
@@ -156,6 +160,14 @@ end
 local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
   local sep = string.find(value, ':', 1, true)
   local claim = string.sub(value, sep + 1)
+  local multi = string.find(claim, ':m', 1, true)
+  if multi then
+    -- A waiting multi-key lease: the key is reserved for it, no fence spent.
+    local res = string.sub(claim, 1, multi - 1)
+    redis.call('SET', key, string.sub(value, 1, sep - 1) .. ':r' .. string.sub(claim, multi + 2), 'PX', res)
+    redis.pcall(publish, channel, message .. ':g:' .. reg .. ':0:' .. res)
+    return res
+  end
   local fence = next_fence(counter_key, counter, redis.call('TIME'), ttl_ms)
   if not fence then
     return nil
@@ -191,6 +203,7 @@ end
 "#
     };
 }
+pub(crate) use handover_lua;
 
 /// The Lua of the read-write lease's hand-over (docs/HANDOVER.md §7),
 /// after [`next_fence_lua`] and [`handover_lua`]. Queue entries are
@@ -888,6 +901,10 @@ pub(crate) enum ScriptKind {
     Resign,
     ElectRead,
     Deregister,
+    /// A multi-key lease's acquire, renew and release (`core/multi.rs`).
+    MultiAcquire,
+    MultiRenew,
+    MultiRelease,
 }
 
 static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_LUA));
@@ -907,6 +924,11 @@ static PROCLAIM: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(P
 static RESIGN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESIGN_LUA));
 static ELECT_READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(READ_LUA));
 static DEREGISTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEREGISTER_LUA));
+static MULTI_ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(MULTI_ACQUIRE_LUA));
+static MULTI_RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(MULTI_RENEW_LUA));
+static MULTI_RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(MULTI_RELEASE_LUA));
 
 impl ScriptKind {
     pub(crate) fn source(self) -> &'static str {
@@ -925,6 +947,9 @@ impl ScriptKind {
             ScriptKind::Resign => RESIGN_LUA,
             ScriptKind::ElectRead => READ_LUA,
             ScriptKind::Deregister => DEREGISTER_LUA,
+            ScriptKind::MultiAcquire => MULTI_ACQUIRE_LUA,
+            ScriptKind::MultiRenew => MULTI_RENEW_LUA,
+            ScriptKind::MultiRelease => MULTI_RELEASE_LUA,
         }
     }
 
@@ -945,6 +970,9 @@ impl ScriptKind {
             ScriptKind::Resign => RESIGN.get_hash(),
             ScriptKind::ElectRead => ELECT_READ.get_hash(),
             ScriptKind::Deregister => DEREGISTER.get_hash(),
+            ScriptKind::MultiAcquire => MULTI_ACQUIRE.get_hash(),
+            ScriptKind::MultiRenew => MULTI_RENEW.get_hash(),
+            ScriptKind::MultiRelease => MULTI_RELEASE.get_hash(),
         }
     }
 
@@ -961,7 +989,11 @@ impl ScriptKind {
             ScriptKind::SemAcquire => {
                 matches!(classify_permit(reply), Ok(PermitReply::Acquired { .. }))
             }
-            ScriptKind::Renew | ScriptKind::RwReadRenew => {
+            ScriptKind::MultiAcquire => matches!(
+                reply,
+                Value::Array(items) if matches!(items.first(), Some(Value::BulkString(t)) if t == b"ok")
+            ),
+            ScriptKind::Renew | ScriptKind::RwReadRenew | ScriptKind::MultiRenew => {
                 classify_renew(reply) == Ok(RenewOutcome::Renewed)
             }
             ScriptKind::Release
@@ -970,7 +1002,8 @@ impl ScriptKind {
             | ScriptKind::Proclaim
             | ScriptKind::Resign
             | ScriptKind::ElectRead
-            | ScriptKind::Deregister => false,
+            | ScriptKind::Deregister
+            | ScriptKind::MultiRelease => false,
         }
     }
 
@@ -990,6 +1023,9 @@ impl ScriptKind {
             ScriptKind::Resign => "resign",
             ScriptKind::ElectRead => "leader read",
             ScriptKind::Deregister => "deregister",
+            ScriptKind::MultiAcquire => "multi-key acquire",
+            ScriptKind::MultiRenew => "multi-key renew",
+            ScriptKind::MultiRelease => "multi-key release",
         }
     }
 }
@@ -1374,7 +1410,7 @@ pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError
     }
 }
 
-fn parse_fence(bytes: &[u8]) -> Option<Fence> {
+pub(crate) fn parse_fence(bytes: &[u8]) -> Option<Fence> {
     let digits = std::str::from_utf8(bytes).ok()?;
     if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::core::{Core, CoreEvent};
 use super::lease::deadline_after;
 use super::line::Line;
+use super::multi::multi_reg;
 use super::names::{Channel, Handover, KeyId, Kind, LineKey};
 
 /// How long the subscription outlives the last waiter (SPEC §5).
@@ -143,6 +144,25 @@ impl Core {
                     self.wakeups.notification += 1;
                 }
             }
+            // A key reserved for one of our multi-key lines: its head
+            // attempts at once (docs/MULTIKEY.md §5).
+            Handover::Granted { reg, .. }
+                if line.kind == Kind::Lock
+                    && ours.is_some_and(|h| {
+                        self.set_lines_with(line.id)
+                            .any(|set| multi_reg(h, set.id) == reg)
+                    }) =>
+            {
+                let sets: Vec<LineKey> = self
+                    .set_lines_with(line.id)
+                    .filter(|set| ours.is_some_and(|h| multi_reg(h, set.id) == reg))
+                    .collect();
+                for set in sets {
+                    if self.wake_head_of(set, Line::handle_wake) {
+                        self.wakeups.notification += 1;
+                    }
+                }
+            }
             // A read-write lease's grant or claim concerns its readers and
             // its writers alike.
             Handover::Granted { claim, .. } => {
@@ -167,6 +187,9 @@ impl Core {
             if self.wake_head_of(line, Line::handle_wake) {
                 self.wakeups.notification += 1;
             }
+            if line.kind == Kind::Lock {
+                self.wakeups.notification += self.wake_sets_of(line.id);
+            }
         }
     }
 
@@ -175,10 +198,11 @@ impl Core {
     fn wake_lines_of(&mut self, id: KeyId) -> u64 {
         // One lookup per kind: on a cluster this runs for every channel
         // confirmed, so a scan of every line would grow with the keys.
-        Kind::ALL
+        let lines: u64 = Kind::ALL
             .iter()
             .map(|&kind| u64::from(self.wake_head_of(LineKey { kind, id }, Line::handle_wake)))
-            .sum()
+            .sum();
+        lines + self.wake_sets_of(id)
     }
 
     /// The subscription is confirmed (first time or after a reconnect): a
@@ -268,8 +292,12 @@ impl Core {
             .lines
             .iter()
             .filter(|(_, line)| !line.is_empty())
-            .map(|(key, _)| key.id)
+            .flat_map(|(key, _)| match key.kind {
+                Kind::Multi => self.sets.get(&key.id).map_or(Vec::new(), |m| m.to_vec()),
+                _ => vec![key.id],
+            })
             .collect();
+        let sub = &mut self.subscription;
         keys.extend(sub.lingering.keys().copied());
         sub.channels.retain(|key| keys.contains(key));
         keys.into_iter().collect()

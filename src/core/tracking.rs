@@ -8,6 +8,7 @@ use super::core::{Core, CoreEvent};
 use super::election::resign_call;
 use super::lease::RenewResult;
 use super::line::Line;
+use super::multi::{multi_release_call, multi_renew_call};
 #[cfg(test)]
 use super::names::KeyId;
 use super::names::{
@@ -104,6 +105,13 @@ impl Core {
                 ScriptCall::rw_read_release(&names, line, owned.token, namespace, channel)
             }
             (HeldNames::Election(names), _) => resign_call(&names, owned.token, namespace, channel),
+            (HeldNames::Multi(names), _) => multi_release_call(
+                &names,
+                owned.token,
+                namespace,
+                channel,
+                handover.then_some(ttl),
+            ),
         }
     }
 
@@ -125,6 +133,9 @@ impl Core {
         let key = match owned.target.names(&self.settings.namespace) {
             HeldNames::Reader(names) => {
                 return Ok(ScriptCall::rw_read_renew(&names, owned.token, lease_ms));
+            }
+            HeldNames::Multi(names) => {
+                return Ok(multi_renew_call(&names, owned.token, lease_ms));
             }
             names => match names.lease_key() {
                 Some(key) => key,
@@ -206,7 +217,7 @@ impl Core {
             let key = orphan.target.line();
             self.wake_head_of(key, Line::settle);
             if self.lines.get(&key).is_some_and(Line::is_empty) {
-                self.lines.remove(&key);
+                self.forget_line(key);
             }
         }
     }
@@ -221,14 +232,28 @@ impl Core {
     pub(crate) fn take_deregistrations(&mut self) -> Vec<ScriptCall> {
         let leaving = std::mem::take(&mut self.deregistrations);
         let Some(h) = self.settings.handover else {
-            return Vec::new();
+            // Without queues only a multi-key waiter's reservations remain.
+            return leaving
+                .iter()
+                .filter(|o| o.target.want == Want::Multi)
+                .map(|o| self.release_of(o))
+                .collect();
         };
         let namespace = &self.settings.namespace;
         let mut calls = Vec::with_capacity(2 * leaving.len());
         for owned in &leaving {
             let line = owned.target.line();
-            let queue = QueueNames::of(namespace, line);
-            calls.push(ScriptCall::deregister(&queue, line.queue_entry(h.reg)));
+            let entry = line.queue_entry(h.reg);
+            match &owned.target.members {
+                // A set's registration may stand in each of its keys' queues.
+                Some(members) => calls.extend(members.iter().map(|id| {
+                    ScriptCall::deregister(&LockNames::new(namespace, *id).queue, entry.clone())
+                })),
+                None => calls.push(ScriptCall::deregister(
+                    &QueueNames::of(namespace, line),
+                    entry,
+                )),
+            }
             calls.push(self.release_of(owned));
         }
         calls

@@ -11,6 +11,8 @@ use parking_lot::Mutex;
 use crate::clock::now;
 use crate::core::core::{Grant, LeaseId};
 use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
+use crate::core::multi::KeyFences;
+use crate::core::names::KeyId;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::driver::metrics::HoldTimer;
 use crate::driver::ops::Granted;
@@ -24,6 +26,8 @@ pub(crate) struct Held {
     pub(crate) id: LeaseId,
     fence: Fence,
     slot: Option<u32>,
+    /// A multi-key lease's keys and fences, in its caller's order.
+    multi: Option<KeyFences>,
     clock: Mutex<LeaseClock>,
     replicas: AtomicU32,
     /// The hold time's metric (feature `metrics`).
@@ -36,6 +40,7 @@ impl Held {
             id: grant.lease,
             fence: grant.fence,
             slot: grant.slot,
+            multi: grant.multi,
             clock: Mutex::new(grant.clock),
             replicas: AtomicU32::new(NO_REPLICAS),
             hold,
@@ -53,6 +58,19 @@ impl Held {
 
     pub(crate) fn fence(&self) -> Fence {
         self.fence
+    }
+
+    /// A multi-key lease's fences, in its caller's order (empty for the
+    /// other kinds).
+    pub(crate) fn fences(&self) -> &[Fence] {
+        self.multi.as_ref().map_or(&[], |(_, fences)| fences)
+    }
+
+    /// A multi-key lease's fence of the key whose digest is `id`.
+    pub(crate) fn fence_of(&self, id: KeyId) -> Option<Fence> {
+        let (members, fences) = self.multi.as_ref()?;
+        let i = members.iter().position(|m| *m == id)?;
+        fences.get(i).copied()
     }
 
     /// The semaphore slot of a permit; `None` for a lock.
@@ -170,11 +188,14 @@ impl Held {
         if let Some(slot) = self.slot {
             d.field("slot", &slot);
         }
-        d.field(number, &self.fence)
-            .field("valid", &self.is_valid())
-            .field("remaining", &self.remaining())
-            .field("replicas", &self.replicas())
-            .finish_non_exhaustive()
+        match &self.multi {
+            Some((_, fences)) => d.field(number, fences),
+            None => d.field(number, &self.fence),
+        }
+        .field("valid", &self.is_valid())
+        .field("remaining", &self.remaining())
+        .field("replicas", &self.replicas())
+        .finish_non_exhaustive()
     }
 }
 

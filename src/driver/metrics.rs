@@ -65,7 +65,7 @@ mod on {
     const LEASES_HELD: &str = "redlease_leases_held";
     const WAKEUPS: &str = "redlease_wakeups_total";
 
-    const KINDS: [&str; 5] = ["lease", "permit", "read", "write", "leader"];
+    const KINDS: [&str; 6] = ["lease", "permit", "read", "write", "leader", "multi"];
     const OUTCOMES: [&str; 6] = [
         "acquired",
         "busy",
@@ -86,6 +86,7 @@ mod on {
             Kind::Read => 2,
             Kind::Write => 3,
             Kind::Leader => 4,
+            Kind::Multi => 5,
         }
     }
 

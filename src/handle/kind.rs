@@ -4,8 +4,8 @@
 //! lease does (validity, renew, release, drop, keep-alive) is the same for
 //! every kind.
 
-/// A kind of lease: [`Lock`], [`Permit`], [`Read`], [`Write`] or
-/// [`Leader`]. Sealed.
+/// A kind of lease: [`Lock`], [`Permit`], [`Read`], [`Write`],
+/// [`Leader`] or [`Multi`]. Sealed.
 pub trait Kind: sealed::Sealed + Send + Sync + 'static {
     /// The type's name in `Debug`.
     #[doc(hidden)]
@@ -49,6 +49,14 @@ pub struct Write;
 #[non_exhaustive]
 pub struct Leader;
 
+/// A multi-key lease: N keys taken at once, each with its own fence
+/// ([`Locker::acquire_all`](crate::Locker::acquire_all)). Not [`Fenced`]:
+/// it has [`fences`](crate::Lease::fences) and
+/// [`fence_of`](crate::Lease::fence_of) instead of one fence.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Multi;
+
 macro_rules! kinds {
     ($($kind:ident: $name:literal, $number:literal;)*) => {$(
         impl sealed::Sealed for $kind {}
@@ -65,6 +73,7 @@ kinds! {
     Read: "ReadLease", "epoch";
     Write: "WriteLease", "fence";
     Leader: "Leadership", "term";
+    Multi: "MultiLease", "fences";
 }
 
 impl Fenced for Lock {}

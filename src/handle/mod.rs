@@ -11,6 +11,7 @@ mod keeper;
 pub mod kind;
 mod lease;
 mod locker;
+mod multi;
 mod observer;
 mod rw_lock;
 mod semaphore;

@@ -24,6 +24,27 @@ pub(crate) trait Front: Send + Sync + 'static {
     /// The lease this front end hands out.
     type Lease: Send + 'static;
 
+    /// A multi-key lease.
+    type Multi: Send + 'static;
+    /// `locker.acquire_all_with(keys, options)`.
+    fn acquire_all_with(
+        &self,
+        keys: &[&str],
+        options: AcquireOptions,
+    ) -> Result<Self::Multi, Error>;
+    /// `lease.fences()`.
+    fn fences(lease: &Self::Multi) -> Vec<Fence>;
+    /// `lease.fence_of(key)`.
+    fn fence_of(lease: &Self::Multi, key: &str) -> Option<Fence>;
+    /// `lease.is_valid()`.
+    fn multi_is_valid(lease: &Self::Multi) -> bool;
+    /// `lease.renew()`.
+    fn renew_multi(lease: &Self::Multi) -> Result<RenewOutcome, Error>;
+    /// `lease.release()`.
+    fn release_multi(lease: Self::Multi) -> Result<ReleaseOutcome, Error>;
+    /// `format!("{lease:?}")`.
+    fn multi_debug(lease: &Self::Multi) -> String;
+
     /// `Locker::connect(url, config)`.
     fn connect(url: &str, config: Config) -> Result<Self, Error>
     where
@@ -134,6 +155,40 @@ pub(crate) trait Front: Send + Sync + 'static {
 // take precedence over this trait's methods of the same name.
 impl Front for redlease::blocking::Locker {
     type Lease = redlease::blocking::Lease;
+
+    type Multi = redlease::blocking::MultiLease;
+
+    fn acquire_all_with(
+        &self,
+        keys: &[&str],
+        options: AcquireOptions,
+    ) -> Result<Self::Multi, Error> {
+        redlease::blocking::Locker::acquire_all_with(self, keys, options)
+    }
+
+    fn fences(lease: &Self::Multi) -> Vec<Fence> {
+        lease.fences().to_vec()
+    }
+
+    fn fence_of(lease: &Self::Multi, key: &str) -> Option<Fence> {
+        lease.fence_of(key)
+    }
+
+    fn multi_is_valid(lease: &Self::Multi) -> bool {
+        lease.is_valid()
+    }
+
+    fn renew_multi(lease: &Self::Multi) -> Result<RenewOutcome, Error> {
+        lease.renew()
+    }
+
+    fn release_multi(lease: Self::Multi) -> Result<ReleaseOutcome, Error> {
+        lease.release()
+    }
+
+    fn multi_debug(lease: &Self::Multi) -> String {
+        format!("{lease:?}")
+    }
 
     type Leadership = redlease::blocking::Leadership;
 
@@ -319,6 +374,40 @@ impl Async {
 
 impl Front for Async {
     type Lease = redlease::aio::Lease;
+
+    type Multi = redlease::aio::MultiLease;
+
+    fn acquire_all_with(
+        &self,
+        keys: &[&str],
+        options: AcquireOptions,
+    ) -> Result<Self::Multi, Error> {
+        block_on(self.0.acquire_all_with(keys, options))
+    }
+
+    fn fences(lease: &Self::Multi) -> Vec<Fence> {
+        lease.fences().to_vec()
+    }
+
+    fn fence_of(lease: &Self::Multi, key: &str) -> Option<Fence> {
+        lease.fence_of(key)
+    }
+
+    fn multi_is_valid(lease: &Self::Multi) -> bool {
+        lease.is_valid()
+    }
+
+    fn renew_multi(lease: &Self::Multi) -> Result<RenewOutcome, Error> {
+        block_on(lease.renew())
+    }
+
+    fn release_multi(lease: Self::Multi) -> Result<ReleaseOutcome, Error> {
+        block_on(lease.release())
+    }
+
+    fn multi_debug(lease: &Self::Multi) -> String {
+        format!("{lease:?}")
+    }
 
     type Leadership = redlease::aio::Leadership;
 

@@ -19,6 +19,7 @@ pub(crate) mod front;
 pub(crate) mod handover;
 pub(crate) mod input;
 pub(crate) mod logs;
+pub(crate) mod multi;
 pub(crate) mod outcomes;
 pub(crate) mod rw_lock;
 pub(crate) mod secrets;
@@ -54,6 +55,15 @@ macro_rules! behaviour_suite {
                 an_uncontended_cycle_runs_nine_commands_and_a_busy_attempt_three,
                 the_acquire_script_moves_any_counter_exactly,
                 a_counter_of_another_type_is_refused_and_left_alone,
+            }
+            multi {
+                all_keys_are_taken_at_once_each_with_its_own_fence,
+                a_held_key_makes_it_wait_reserving_the_free_ones,
+                overlapping_sets_in_opposite_orders_never_deadlock,
+                a_multi_key_waiter_is_not_starved_by_single_key_contenders,
+                multi_key_input_is_checked_before_anything_is_sent,
+                a_renew_that_finds_a_key_gone_gives_up_every_key,
+                a_waiter_that_gives_up_leaves_no_reservation,
             }
             waiting {
                 a_waiter_is_woken_by_the_release_notification_not_its_safety_poll,

@@ -17,7 +17,9 @@ use crate::behaviour::common::{
     wait_for_stats, BOUND,
 };
 use crate::behaviour::front::Front;
-use crate::behaviour::{election, faults, fences, outcomes, rw_lock, semaphore, shutdown, waiting};
+use crate::behaviour::{
+    election, faults, fences, multi, outcomes, rw_lock, semaphore, shutdown, waiting,
+};
 use crate::support::RedisServer;
 
 /// The password of every test user.
@@ -203,6 +205,40 @@ impl<F> Drop for AsLockerUser<F> {
 
 impl<F: Front> Front for AsLockerUser<F> {
     type Lease = F::Lease;
+
+    type Multi = F::Multi;
+
+    fn acquire_all_with(
+        &self,
+        keys: &[&str],
+        options: AcquireOptions,
+    ) -> Result<Self::Multi, Error> {
+        self.inner.acquire_all_with(keys, options)
+    }
+
+    fn fences(lease: &Self::Multi) -> Vec<Fence> {
+        F::fences(lease)
+    }
+
+    fn fence_of(lease: &Self::Multi, key: &str) -> Option<Fence> {
+        F::fence_of(lease, key)
+    }
+
+    fn multi_is_valid(lease: &Self::Multi) -> bool {
+        F::multi_is_valid(lease)
+    }
+
+    fn renew_multi(lease: &Self::Multi) -> Result<RenewOutcome, Error> {
+        F::renew_multi(lease)
+    }
+
+    fn release_multi(lease: Self::Multi) -> Result<ReleaseOutcome, Error> {
+        F::release_multi(lease)
+    }
+
+    fn multi_debug(lease: &Self::Multi) -> String {
+        F::multi_debug(lease)
+    }
 
     type Leadership = F::Leadership;
 
@@ -486,6 +522,15 @@ pub(crate) fn readers_share_and_a_writer_holds_alone<F: Front>() {
 pub(crate) fn one_leader_at_a_time_with_increasing_terms<F: Front>() {
     election::one_leader_at_a_time_under_contention_and_terms_strictly_increase::<AsLockerUser<F>>(
     );
+}
+
+/// Multi-key leases: all at once, waiting with reservations (and the
+/// hand-over's registrations), renew and release, under the same rules as
+/// the lock's.
+pub(crate) fn multi_key_leases_wait_hold_and_release<F: Front>() {
+    multi::all_keys_are_taken_at_once_each_with_its_own_fence::<AsLockerUser<F>>();
+    multi::a_held_key_makes_it_wait_reserving_the_free_ones::<AsLockerUser<F>>();
+    multi::a_multi_key_waiter_is_not_starved_by_single_key_contenders::<AsLockerUser<F>>();
 }
 
 /// A resign wakes a waiting candidate by notification; proclaim logs.

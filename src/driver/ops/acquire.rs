@@ -11,12 +11,14 @@ use event_listener::{Event, EventListener};
 use super::sweep::Sweep;
 use super::{Io, Op, Reply, Request};
 use crate::cancel::CancelHandle;
-use crate::config::AcquireOptions;
+use crate::config::{AcquireOptions, ResolvedOptions};
+use crate::core::core::Core;
 use crate::core::core::{AttemptSummary, Grant, LeaseId, WaiterStep};
 use crate::core::election::LeaderValue;
 use crate::core::lease::deadline_after;
 use crate::core::line::WaiterId;
-use crate::core::names::Want;
+use crate::core::multi::KeySet;
+use crate::core::names::{Kind, OwnerToken, Want};
 use crate::core::script::ScriptCall;
 use crate::driver::metrics::{AcquireTimer, HoldTimer};
 use crate::driver::state::LockerState;
@@ -98,12 +100,36 @@ impl Acquire {
         options: AcquireOptions,
         now: Instant,
     ) -> Result<Self, Error> {
-        let mut timer = state.metrics.acquire(want.kind(), now);
-        let admitted = options.resolve(&state.config).and_then(|resolved| {
-            state.with_core(|core| {
-                core.acquire_valued(now, key, want, value, fresh_token(), resolved)
-            })
-        });
+        Self::admit(state, want.kind(), options, now, |core, token, resolved| {
+            core.acquire_valued(now, key, want, value, token, resolved)
+        })
+    }
+
+    /// As [`start`](Self::start), for a multi-key lease of `keys`.
+    pub(crate) fn start_multi(
+        state: &Arc<LockerState>,
+        keys: KeySet,
+        options: AcquireOptions,
+        now: Instant,
+    ) -> Result<Self, Error> {
+        Self::admit(state, Kind::Multi, options, now, |core, token, resolved| {
+            core.acquire_multi(now, keys, token, resolved)
+        })
+    }
+
+    /// Puts a waiter in its line with `join`, and this operation in charge
+    /// of it.
+    fn admit(
+        state: &Arc<LockerState>,
+        kind: Kind,
+        options: AcquireOptions,
+        now: Instant,
+        join: impl FnOnce(&mut Core, OwnerToken, ResolvedOptions) -> Result<WaiterId, Error>,
+    ) -> Result<Self, Error> {
+        let mut timer = state.metrics.acquire(kind, now);
+        let admitted = options
+            .resolve(&state.config)
+            .and_then(|resolved| state.with_core(|core| join(core, fresh_token(), resolved)));
         let id = match admitted {
             Ok(id) => id,
             Err(e) => {

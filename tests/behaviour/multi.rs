@@ -1,0 +1,280 @@
+//! Multi-key leases (docs/MULTIKEY.md): all keys at once or none, a fence
+//! per key from the key's own counter, exclusion against single-key
+//! holders, waiting that never deadlocks nor starves, and input checked
+//! before anything is sent.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlease::{Error, ReleaseOutcome, RenewOutcome};
+
+use super::common::{
+    config, connect, exists, fence_name, get, granted, lock_name, namespace, no_wait, refused,
+    spawn, waiting, BOUND,
+};
+use super::front::Front;
+use crate::support::{wait_until, RedisServer};
+
+/// Three keys are held at once, each as `<token>:<fence>` under its own
+/// lock name with one token, each fence from that key's counter; single-key
+/// acquires of them are busy; the release frees all three, and the next
+/// single-key fence of each key is above the multi-key lease's.
+pub(crate) fn all_keys_are_taken_at_once_each_with_its_own_fence<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-all");
+    let locker: F = connect(&server, config(&ns));
+    let other: F = connect(&server, config(&ns));
+    let before = granted(other.acquire_with("b", no_wait()), "b alone first");
+    let b_first = F::fence(&before);
+    F::release(before).expect("release b");
+
+    let keys = ["a", "b", "c"];
+    let lease = granted(locker.acquire_all_with(&keys, no_wait()), "all three");
+    let fences = F::fences(&lease);
+    assert_eq!(fences.len(), 3);
+    assert!(fences[1] > b_first, "b's fence comes from b's own counter");
+    let mut tokens = Vec::new();
+    for (key, fence) in keys.iter().zip(&fences) {
+        assert_eq!(F::fence_of(&lease, key), Some(*fence));
+        let value = get(&server, &lock_name(&ns, key)).expect("every key is held");
+        let (token, stored) = value.split_once(':').expect("<token>:<fence>");
+        assert_eq!(stored, fence.get().to_string());
+        assert_eq!(
+            get(&server, &fence_name(&ns, key)),
+            Some(fence.get().to_string())
+        );
+        tokens.push(token.to_owned());
+    }
+    assert!(tokens.windows(2).all(|w| w[0] == w[1]), "one token");
+    assert_eq!(F::fence_of(&lease, "d"), None);
+    for key in keys {
+        let e = refused(other.acquire_with(key, no_wait()), "a key of the set");
+        assert_eq!(e.code(), "LOCK_BUSY");
+    }
+    let debug = F::multi_debug(&lease);
+    assert!(
+        debug.contains("MultiLease") && !debug.contains(&tokens[0]),
+        "{debug}"
+    );
+
+    assert_eq!(F::renew_multi(&lease).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+    for (key, fence) in keys.iter().zip(&fences) {
+        assert!(!exists(&server, &lock_name(&ns, key)), "released together");
+        let next = granted(other.acquire_with(key, no_wait()), "free again");
+        assert!(F::fence(&next) > *fence, "fences keep increasing per key");
+        F::release(next).unwrap();
+    }
+}
+
+/// A multi-key acquire finding one key held takes nothing: a try-once
+/// leaves every key as it was; a waiter reserves the free keys (others
+/// see them held) and is granted all of them once the held key is
+/// released, by its notification (safety polls are 30 s).
+pub(crate) fn a_held_key_makes_it_wait_reserving_the_free_ones<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-wait");
+    let slow = config(&ns)
+        .poll_interval(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30))
+        .wait(BOUND);
+    let holder: F = connect(&server, slow.clone());
+    let other: F = connect(&server, slow.clone());
+    let locker = Arc::new(connect::<F>(&server, slow));
+    let held = granted(holder.acquire("b"), "b held alone");
+
+    let e = refused(locker.acquire_all_with(&["a", "b"], no_wait()), "try once");
+    assert_eq!(e.code(), "LOCK_BUSY");
+    assert!(
+        !exists(&server, &lock_name(&ns, "a")),
+        "a try-once reserves nothing"
+    );
+
+    let waiter = {
+        let locker = locker.clone();
+        spawn("multi-waiter", move || {
+            let lease = granted(
+                locker.acquire_all_with(&["a", "b"], waiting(BOUND)),
+                "a and b",
+            );
+            let fences = F::fences(&lease);
+            F::release_multi(lease).unwrap();
+            fences
+        })
+    };
+    wait_until(BOUND, "a reserved by the waiting lease", || {
+        get(&server, &lock_name(&ns, "a")).is_some_and(|v| v.contains(":r"))
+    });
+    let e = refused(other.acquire_with("a", no_wait()), "a reserved key");
+    assert_eq!(e.code(), "LOCK_BUSY", "a reservation counts as held");
+    let b_fence = F::fence(&held);
+    F::release(held).unwrap();
+    let fences = waiter.join_within(BOUND);
+    assert!(fences[1] > b_fence);
+}
+
+/// Two lockers, each with two threads, take overlapping sets in opposite
+/// orders (`{a,b}`, `{b,a}`, `{b,c}`, `{c,a}`) in a loop: every acquire is
+/// granted within its wait (no deadlock), and no key ever has two holders.
+pub(crate) fn overlapping_sets_in_opposite_orders_never_deadlock<F: Front>() {
+    const ROUNDS: usize = 12;
+    let server = RedisServer::start();
+    let ns = namespace("multi-deadlock");
+    let lockers: Vec<Arc<F>> = (0..2)
+        .map(|_| Arc::new(connect::<F>(&server, config(&ns).wait(BOUND))))
+        .collect();
+    let in_use: Arc<HashMap<&'static str, AtomicBool>> = Arc::new(
+        ["a", "b", "c"]
+            .into_iter()
+            .map(|k| (k, AtomicBool::new(false)))
+            .collect(),
+    );
+    let sets: [[&'static str; 2]; 4] = [["a", "b"], ["b", "a"], ["b", "c"], ["c", "a"]];
+    let threads: Vec<_> = sets
+        .into_iter()
+        .enumerate()
+        .map(|(i, set)| {
+            let locker = lockers[i % 2].clone();
+            let in_use = in_use.clone();
+            spawn(&format!("set-{i}"), move || {
+                for _ in 0..ROUNDS {
+                    let lease = granted(locker.acquire_all_with(&set, waiting(BOUND)), "a set");
+                    for key in set {
+                        assert!(!in_use[key].swap(true, Ordering::SeqCst), "two holders");
+                    }
+                    for key in set {
+                        in_use[key].store(false, Ordering::SeqCst);
+                    }
+                    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join_within(BOUND * 3);
+    }
+}
+
+/// A multi-key waiter for `{a, b}` against four single-key contenders
+/// that keep `a` and `b` held in turn is granted within its wait, and
+/// never overlaps them.
+pub(crate) fn a_multi_key_waiter_is_not_starved_by_single_key_contenders<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-starve");
+    let in_use: Arc<HashMap<&'static str, AtomicBool>> = Arc::new(
+        ["a", "b"]
+            .into_iter()
+            .map(|k| (k, AtomicBool::new(false)))
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let contenders: Vec<_> = (0..4)
+        .map(|i| {
+            let locker: F = connect(&server, config(&ns).wait(BOUND));
+            let key = if i % 2 == 0 { "a" } else { "b" };
+            let (in_use, stop) = (in_use.clone(), stop.clone());
+            spawn(&format!("single-{i}"), move || {
+                let mut grants = 0u32;
+                while !stop.load(Ordering::SeqCst) {
+                    let lease = granted(locker.acquire(key), "a single key");
+                    assert!(!in_use[key].swap(true, Ordering::SeqCst), "two holders");
+                    super::common::let_pass(Duration::from_millis(2));
+                    in_use[key].store(false, Ordering::SeqCst);
+                    F::release(lease).unwrap();
+                    grants += 1;
+                }
+                grants
+            })
+        })
+        .collect();
+    let multi: F = connect(&server, config(&ns).wait(BOUND));
+    for _ in 0..3 {
+        let lease = granted(multi.acquire_all_with(&["a", "b"], waiting(BOUND)), "both");
+        for key in ["a", "b"] {
+            assert!(!in_use[key].swap(true, Ordering::SeqCst), "two holders");
+        }
+        for key in ["a", "b"] {
+            in_use[key].store(false, Ordering::SeqCst);
+        }
+        F::release_multi(lease).unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let grants: u32 = contenders.into_iter().map(|c| c.join_within(BOUND)).sum();
+    assert!(grants > 0, "the single-key contenders ran meanwhile");
+}
+
+/// Bad key sets are refused with `InvalidKey` naming positions, never a
+/// key, and nothing reaches Redis.
+pub(crate) fn multi_key_input_is_checked_before_anything_is_sent<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-input");
+    let locker: F = connect(&server, config(&ns));
+    server.reset_stats();
+    let many: Vec<String> = (0..65).map(|i| format!("k{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let long = "x".repeat(2000);
+    let cases: [(&[&str], &str); 4] = [
+        (&[], "1 to 64 keys, got 0"),
+        (&many, "1 to 64 keys, got 65"),
+        (&["secret-a", "b", "secret-a"], "keys 1 and 3 are the same"),
+        (&["a", ""], "key 2 must not be empty"),
+    ];
+    for (keys, reason) in cases {
+        let e = refused(locker.acquire_all_with(keys, no_wait()), reason);
+        assert!(matches!(e, Error::InvalidKey { .. }), "{e:?}");
+        assert!(e.to_string().contains(reason), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+    let e = refused(
+        locker.acquire_all_with(&["a", &long], no_wait()),
+        "too long",
+    );
+    assert!(e.to_string().contains("key 2 is 2000 bytes long"), "{e}");
+    let stats = server.commandstats();
+    let scripts: u64 = ["evalsha", "eval", "script|load"]
+        .iter()
+        .filter_map(|c| stats.get(*c))
+        .sum();
+    assert_eq!(scripts, 0, "nothing was sent: {stats:?}");
+}
+
+/// A renew that finds one key gone (evicted, deleted) gives up the others
+/// too: the lease never lives on with part of its keys.
+pub(crate) fn a_renew_that_finds_a_key_gone_gives_up_every_key<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-renew");
+    let locker: F = connect(&server, config(&ns));
+    let lease = granted(locker.acquire_all_with(&["a", "b"], no_wait()), "both");
+    let _: i64 = redis::cmd("DEL")
+        .arg(lock_name(&ns, "b"))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(F::renew_multi(&lease).unwrap(), RenewOutcome::Expired);
+    assert!(!F::multi_is_valid(&lease));
+    assert!(!exists(&server, &lock_name(&ns, "a")), "a was given up");
+}
+
+/// A multi-key waiter whose wait runs out leaves no reservation behind:
+/// the key it reserved is free for others at once, not after the
+/// reservation's expiry.
+pub(crate) fn a_waiter_that_gives_up_leaves_no_reservation<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-leave");
+    let holder: F = connect(&server, config(&ns));
+    let locker: F = connect(&server, config(&ns));
+    let held = granted(holder.acquire("b"), "b held");
+    let e = refused(
+        locker.acquire_all_with(&["a", "b"], waiting(Duration::from_millis(300))),
+        "b stays held",
+    );
+    assert_eq!(e.code(), "WAIT_TIMEOUT");
+    assert!(
+        !exists(&server, &lock_name(&ns, "a")),
+        "the reservation went with the waiter"
+    );
+    let a = granted(holder.acquire_with("a", no_wait()), "a is free");
+    F::release(a).unwrap();
+    F::release(held).unwrap();
+}

@@ -248,10 +248,36 @@ fn the_election_works_on_a_cluster<F: ClusterFront>() {
     b.shutdown().unwrap();
 }
 
+/// A multi-key lease of one key works on a cluster (its lock on the
+/// owning primary, a single-key acquire of it busy); keys stored in
+/// different hash slots are refused with `InvalidKey` before anything is
+/// sent, naming positions and no address (docs/MULTIKEY.md, "As built").
+fn the_multi_key_lease_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
+    let ns = namespace("cluster-multi");
+    let config = behaviour::common::cluster_config(&ns);
+    let a: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
+    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config);
+    let lease = granted(a.acquire_all_with(&["solo"], no_wait()), "one key");
+    let owner = cluster.primary_for_lock("solo");
+    assert!(exists_on(owner, &behaviour::common::lock_name(&ns, "solo")));
+    let e = refused(b.acquire_with("solo", no_wait()), "held by the set");
+    assert_eq!(e.code(), "LOCK_BUSY");
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+
+    let e = refused(a.acquire_all_with(&["x", "y"], no_wait()), "two slots");
+    assert!(matches!(e, Error::InvalidKey { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(text.contains("keys 1 and 2"), "{text}");
+    assert!(!text.contains("127.0.0.1") && !text.contains('"'), "{text}");
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
 fn both_kinds_work_on_a_cluster<F: ClusterFront>() {
     let cluster = RedisCluster::start();
     the_semaphore_works_on_a_cluster::<F>(&cluster);
     the_rw_lock_works_on_a_cluster::<F>(&cluster);
+    the_multi_key_lease_on_a_cluster::<F>(&cluster);
 }
 
 mod blocking {

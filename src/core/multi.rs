@@ -116,7 +116,8 @@ fn one_slot(names: &[LockNames]) -> Result<(), Error> {
         Some(i) => Err(Error::InvalidKey {
             reason: format!(
                 "on Redis Cluster the keys of one multi-key lease must be stored in one hash \
-                 slot; keys 1 and {} are not",
+                 slot, and keys 1 and {} are not (each key is stored under a hash tag of its \
+                 own digest: see docs/MULTIKEY.md)",
                 i + 1
             ),
         }),

@@ -11,6 +11,7 @@ mod acquiring;
 mod cancel;
 mod failures;
 mod leases;
+mod multi;
 mod notifications;
 mod rw;
 mod semaphore;

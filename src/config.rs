@@ -41,6 +41,7 @@ pub struct Config {
     /// `None`: tied to the round trip measured at connect.
     pub(crate) claim_window: Option<Duration>,
     pub(crate) max_value_bytes: usize,
+    pub(crate) key_hash_tags: bool,
 }
 
 impl Config {
@@ -70,6 +71,7 @@ impl Config {
             handover: true,
             claim_window: None,
             max_value_bytes: 4096,
+            key_hash_tags: false,
         }
     }
 
@@ -87,6 +89,33 @@ impl Config {
     /// `LOCK_HANDOVER_UNAVAILABLE`).
     pub fn handover(mut self, on: bool) -> Self {
         self.handover = on;
+        self
+    }
+
+    /// Whether a key's Redis hash tag decides where its names are stored
+    /// (docs/MULTIKEY.md §2). Default off: every name of a key is hashed by
+    /// the key's own digest, `<ns>:lock:{<sha(key)>}`, so keys spread over
+    /// a Redis Cluster's slots. On: a key with a hash tag (the text between
+    /// its first `{` and the next `}`, when not empty, as Redis defines it)
+    /// is stored as `<ns>:lock:{<sha(tag)>}:<sha(key)>` (and likewise for
+    /// every kind), so keys of one tag share a slot, and on Redis Cluster
+    /// a multi-key lease of them runs as one script
+    /// ([`Locker::acquire_all`](crate::Locker::acquire_all)); they also
+    /// share a release channel. Keys without a tag are named as with it off.
+    ///
+    /// It renames tagged keys: every locker of a namespace must use the
+    /// same setting, or two of them would lock one tagged key under two
+    /// names. Switch it for all lockers of a namespace at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let config = redlease::Config::new("billing").key_hash_tags(true);
+    /// // "acct:{7}:in" and "acct:{7}:out" now share a slot.
+    /// # let _ = config;
+    /// ```
+    pub fn key_hash_tags(mut self, on: bool) -> Self {
+        self.key_hash_tags = on;
         self
     }
 

@@ -269,6 +269,58 @@ fn the_multi_key_lease_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
     let text = e.to_string();
     assert!(text.contains("keys 1 and 2"), "{text}");
     assert!(!text.contains("127.0.0.1") && !text.contains('"'), "{text}");
+    let e = refused(
+        a.acquire_all_with(&["acct:{7}:in", "acct:{7}:out"], no_wait()),
+        "one tag, but tags off",
+    );
+    assert!(matches!(e, Error::InvalidKey { .. }), "{e:?}");
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+/// With `key_hash_tags`, keys of one hash tag share a slot: a multi-key
+/// lease of them runs on the tag's primary; a multi-key waiter and a
+/// single-key waiter of the tag (another locker) are woken by the tag's
+/// sharded notification (safety polls 30 s, bound 10 s).
+fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
+    let ns = namespace("cluster-tags");
+    let config = behaviour::common::cluster_config(&ns).key_hash_tags(true);
+    let a: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
+    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config);
+    let keys = ["acct:{7}:in", "acct:{7}:out", "acct:{7}:fee"];
+    let lease = granted(a.acquire_all_with(&keys, no_wait()), "one tag");
+    let tag = behaviour::common::key_sha("7");
+    let owner = cluster.primary_for_key(&format!("{{{tag}}}"));
+    for key in keys {
+        let name = format!("{ns}:lock:{{{tag}}}:{}", behaviour::common::key_sha(key));
+        assert!(exists_on(owner, &name), "stored under the tag's slot");
+    }
+    let waiter = {
+        let b = b.clone();
+        spawn("tagged multi waiter", move || {
+            let lease = granted(
+                b.acquire_all_with(&["acct:{7}:out", "acct:{7}:in"], waiting(BOUND)),
+                "the same keys in another order",
+            );
+            F::fences(&lease)
+        })
+    };
+    let single = {
+        let b = b.clone();
+        spawn("tagged single waiter", move || {
+            let lease = granted(b.acquire_with("acct:{7}:fee", waiting(BOUND)), "one key");
+            F::fence(&lease)
+        })
+    };
+    wait_until(BOUND, "both wait", || b.stats().waiters == 2);
+    let fences = F::fences(&lease);
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+    let next = waiter.join_within(BOUND);
+    assert!(
+        next[0] > fences[1] && next[1] > fences[0],
+        "fences per key increase"
+    );
+    assert!(single.join_within(BOUND) > fences[2]);
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
@@ -278,11 +330,12 @@ fn both_kinds_work_on_a_cluster<F: ClusterFront>() {
     the_semaphore_works_on_a_cluster::<F>(&cluster);
     the_rw_lock_works_on_a_cluster::<F>(&cluster);
     the_multi_key_lease_on_a_cluster::<F>(&cluster);
+    tagged_keys_share_a_slot_on_a_cluster::<F>(&cluster);
 }
 
 mod blocking {
     #[test]
-    fn the_semaphore_and_the_rw_lock_work_on_a_cluster() {
+    fn the_semaphore_the_rw_lock_and_multi_key_leases_work_on_a_cluster() {
         super::both_kinds_work_on_a_cluster::<crate::behaviour::Blocking>();
     }
 
@@ -294,7 +347,7 @@ mod blocking {
 
 mod aio {
     #[test]
-    fn the_semaphore_and_the_rw_lock_work_on_a_cluster() {
+    fn the_semaphore_the_rw_lock_and_multi_key_leases_work_on_a_cluster() {
         super::both_kinds_work_on_a_cluster::<crate::behaviour::Async>();
     }
 

@@ -52,6 +52,8 @@ pub(crate) struct CoreSettings {
     pub(crate) max_waiters: usize,
     pub(crate) max_tracked_leases: usize,
     pub(crate) max_key_bytes: usize,
+    /// Whether keys' hash tags decide their names (`Config::key_hash_tags`).
+    pub(crate) key_hash_tags: bool,
     /// Fence counter TTL in ms; 0: counters never expire.
     pub(crate) fence_counter_ttl_ms: u64,
     /// The longest an attempt's reply can take: after it, an abandoned
@@ -83,6 +85,7 @@ impl CoreSettings {
             max_waiters: config.max_waiters,
             max_tracked_leases: config.max_tracked_leases,
             max_key_bytes: config.max_key_bytes,
+            key_hash_tags: config.key_hash_tags,
             // Validated to fit the lease bounds.
             fence_counter_ttl_ms: config
                 .fence_counter_ttl
@@ -379,7 +382,8 @@ impl Core {
         if let Want::Permit { permits } = want {
             validate_permits(permits)?;
         }
-        let target = Target::new(&self.settings.namespace, want, KeyId::of(key)).with_value(value);
+        let id = KeyId::named(key, self.settings.key_hash_tags);
+        let target = Target::new(&self.settings.namespace, want, id).with_value(value);
         self.join(now, target, token, options)
     }
 
@@ -444,7 +448,7 @@ impl Core {
         // Waiting again before the registration was removed: it stands.
         self.deregistrations.retain(|d| d.target.line() != line_key);
         for id in self.channel_keys(line_key) {
-            self.subscription.handle_key_wanted(id);
+            self.subscription.handle_key_wanted(id.channel_id());
         }
         self.lines
             .entry(line_key)
@@ -868,8 +872,9 @@ impl Core {
                     self.forget_line(key);
                 }
                 for id in self.channel_keys(key) {
-                    if !self.is_wanted(id) {
-                        self.subscription.handle_key_idle(now, id);
+                    let channel = id.channel_id();
+                    if !self.is_channel_wanted(channel) {
+                        self.subscription.handle_key_idle(now, channel);
                     }
                 }
             }

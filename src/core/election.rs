@@ -43,19 +43,19 @@ pub(crate) struct ElectNames {
 
 impl ElectNames {
     pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
-        let sha = id.to_hex();
+        let sha = id.braced();
         ElectNames {
             id,
             lease: elect_lease_name(namespace, &sha),
-            term: format!("{namespace}:elect-term:{{{sha}}}"),
-            log: format!("{namespace}:elect-log:{{{sha}}}"),
+            term: format!("{namespace}:elect-term:{sha}"),
+            log: format!("{namespace}:elect-log:{sha}"),
         }
     }
 }
 
-/// `<ns>:elect:{<sha>}`
-fn elect_lease_name(namespace: &str, sha: &str) -> String {
-    format!("{namespace}:elect:{{{sha}}}")
+/// `<ns>:elect:{<sha>}` (`braced`: [`KeyId::braced`])
+fn elect_lease_name(namespace: &str, braced: &str) -> String {
+    format!("{namespace}:elect:{braced}")
 }
 
 impl fmt::Debug for ElectNames {

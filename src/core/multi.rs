@@ -42,7 +42,11 @@ pub(crate) struct KeySet {
 impl KeySet {
     /// Checks `keys` (1 ≤ N ≤ [`MAX_KEYS`], each a valid key, pairwise
     /// distinct) and names them. Errors name positions, never a key.
-    pub(crate) fn of<K: AsRef<str>>(keys: &[K], max_key_bytes: usize) -> Result<Self, Error> {
+    pub(crate) fn of<K: AsRef<str>>(
+        keys: &[K],
+        max_key_bytes: usize,
+        tags: bool,
+    ) -> Result<Self, Error> {
         if keys.is_empty() || keys.len() > MAX_KEYS {
             return Err(Error::InvalidKey {
                 reason: format!(
@@ -59,7 +63,7 @@ impl KeySet {
                 },
                 other => other,
             })?;
-            members.push(KeyId::of(key.as_ref()));
+            members.push(KeyId::named(key.as_ref(), tags));
         }
         let mut sorted: Vec<(KeyId, usize)> = members.iter().copied().zip(1..).collect::<Vec<_>>();
         sorted.sort();

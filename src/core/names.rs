@@ -13,13 +13,79 @@ use super::multi::KeySet;
 use crate::error::Error;
 
 /// The SHA-256 of a key: identifies a key's line and its notifications
-/// without keeping the key itself.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct KeyId([u8; 32]);
+/// without keeping the key itself. With `Config::key_hash_tags`, a key that
+/// carries a Redis hash tag also keeps the tag's digest, which its stored
+/// names and (on Redis Cluster) its notification channel are hashed by.
+/// Identity (equality, hashing, order) is the key's digest alone: the tag
+/// follows from the key.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyId {
+    digest: [u8; 32],
+    tag: Option<[u8; 32]>,
+}
+
+impl PartialEq for KeyId {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+}
+
+impl Eq for KeyId {}
+
+impl std::hash::Hash for KeyId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.digest.hash(state);
+    }
+}
+
+impl PartialOrd for KeyId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KeyId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.digest.cmp(&other.digest)
+    }
+}
 
 impl KeyId {
     pub(crate) fn of(key: &str) -> Self {
-        KeyId(Sha256::digest(key.as_bytes()).into())
+        KeyId {
+            digest: Sha256::digest(key.as_bytes()).into(),
+            tag: None,
+        }
+    }
+
+    /// The id of `key`, hashed by its Redis hash tag when `tags` is on and
+    /// the key has one (docs/MULTIKEY.md §2).
+    pub(crate) fn named(key: &str, tags: bool) -> Self {
+        let tag = hash_tag(key)
+            .filter(|_| tags)
+            .map(|tag| Sha256::digest(tag.as_bytes()).into());
+        KeyId {
+            tag,
+            ..Self::of(key)
+        }
+    }
+
+    /// What a stored name carries in its hash tag: `{<sha>}`, or with a
+    /// key's hash tag `{<sha(tag)>}:<sha>`.
+    pub(crate) fn braced(self) -> String {
+        match self.tag {
+            None => format!("{{{}}}", self.to_hex()),
+            Some(tag) => format!("{{{}}}:{}", hex(&tag), self.to_hex()),
+        }
+    }
+
+    /// The id of this key's notification channel on Redis Cluster: the
+    /// key's own, or its hash tag's (keys of one tag share a channel).
+    pub(crate) fn channel_id(self) -> KeyId {
+        KeyId {
+            digest: self.tag.unwrap_or(self.digest),
+            tag: None,
+        }
     }
 
     /// Parses the lowercase hex form carried by release notifications.
@@ -31,12 +97,24 @@ impl KeyId {
         for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
             *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
         }
-        Some(KeyId(out))
+        Some(KeyId {
+            digest: out,
+            tag: None,
+        })
     }
 
     pub(crate) fn to_hex(self) -> String {
-        hex(&self.0)
+        hex(&self.digest)
     }
+}
+
+/// The Redis hash tag of `key`: the text between its first `{` and the
+/// next `}`, when not empty (the Cluster routing rule).
+pub(crate) fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
 }
 
 // The digest identifies a key to anyone who can guess it, so Debug keeps it out.
@@ -96,11 +174,11 @@ pub(crate) struct LockNames {
 
 impl LockNames {
     pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
-        let sha = id.to_hex();
+        let sha = id.braced();
         LockNames {
             id,
             lock: lock_name(namespace, &sha),
-            fence: format!("{namespace}:lock-fence:{{{sha}}}"),
+            fence: format!("{namespace}:lock-fence:{sha}"),
             queue: QueueNames::new(namespace, "lock", &sha),
         }
     }
@@ -122,9 +200,9 @@ pub(crate) struct QueueNames {
 impl QueueNames {
     fn new(namespace: &str, kind: &str, sha: &str) -> Self {
         QueueNames {
-            list: format!("{namespace}:{kind}-queue:{{{sha}}}"),
-            flag: format!("{namespace}:{kind}-queued:{{{sha}}}"),
-            reg_prefix: format!("{namespace}:{kind}-reg:{{{sha}}}:"),
+            list: format!("{namespace}:{kind}-queue:{sha}"),
+            flag: format!("{namespace}:{kind}-queued:{sha}"),
+            reg_prefix: format!("{namespace}:{kind}-reg:{sha}:"),
         }
     }
 
@@ -139,7 +217,7 @@ impl QueueNames {
             // A set's line waits in each of its keys' lock queues.
             Kind::Multi => "lock",
         };
-        QueueNames::new(namespace, kind, &line.id.to_hex())
+        QueueNames::new(namespace, kind, &line.id.braced())
     }
 }
 
@@ -218,19 +296,19 @@ impl Handover {
     }
 }
 
-/// `<ns>:lock:{<sha>}`
-fn lock_name(namespace: &str, sha: &str) -> String {
-    format!("{namespace}:lock:{{{sha}}}")
+/// `<ns>:lock:{<sha>}` (`braced`: [`KeyId::braced`])
+fn lock_name(namespace: &str, braced: &str) -> String {
+    format!("{namespace}:lock:{braced}")
 }
 
 /// `<ns>:sem:{<sha>}:`
-fn sem_slot_prefix(namespace: &str, sha: &str) -> String {
-    format!("{namespace}:sem:{{{sha}}}:")
+fn sem_slot_prefix(namespace: &str, braced: &str) -> String {
+    format!("{namespace}:sem:{braced}:")
 }
 
 /// `<ns>:rw-write:{<sha>}`
-fn rw_write_name(namespace: &str, sha: &str) -> String {
-    format!("{namespace}:rw-write:{{{sha}}}")
+fn rw_write_name(namespace: &str, braced: &str) -> String {
+    format!("{namespace}:rw-write:{braced}")
 }
 
 impl fmt::Debug for LockNames {
@@ -385,12 +463,12 @@ pub(crate) struct SemNames {
 
 impl SemNames {
     pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
-        let sha = id.to_hex();
+        let sha = id.braced();
         SemNames {
             id,
-            permits: format!("{namespace}:sem-permits:{{{sha}}}"),
+            permits: format!("{namespace}:sem-permits:{sha}"),
             slot_prefix: sem_slot_prefix(namespace, &sha),
-            fence_prefix: format!("{namespace}:sem-fence:{{{sha}}}:"),
+            fence_prefix: format!("{namespace}:sem-fence:{sha}:"),
             queue: QueueNames::new(namespace, "sem", &sha),
         }
     }
@@ -420,13 +498,13 @@ pub(crate) struct RwNames {
 
 impl RwNames {
     pub(crate) fn new(namespace: &str, id: KeyId) -> Self {
-        let sha = id.to_hex();
+        let sha = id.braced();
         RwNames {
             id,
             write: rw_write_name(namespace, &sha),
-            read: format!("{namespace}:rw-read:{{{sha}}}"),
-            intent: format!("{namespace}:rw-intent:{{{sha}}}"),
-            fence: format!("{namespace}:rw-fence:{{{sha}}}"),
+            read: format!("{namespace}:rw-read:{sha}"),
+            intent: format!("{namespace}:rw-intent:{sha}"),
+            fence: format!("{namespace}:rw-fence:{sha}"),
             queue: QueueNames::new(namespace, "rw", &sha),
         }
     }
@@ -583,7 +661,7 @@ impl HeldTarget {
 
     /// The names its release or renew needs, built from the namespace.
     pub(crate) fn names(&self, namespace: &str) -> HeldNames {
-        let sha = self.id.to_hex();
+        let sha = self.id.braced();
         match (self.want, self.slot) {
             (Want::Lock, _) => HeldNames::Key(lock_name(namespace, &sha)),
             (Want::Write, _) => HeldNames::Key(rw_write_name(namespace, &sha)),
@@ -693,7 +771,9 @@ impl Channel {
     pub(crate) fn name(self, namespace: &str, id: KeyId) -> String {
         match self {
             Channel::Standalone => format!("{namespace}:lock-released"),
-            Channel::Sharded => format!("{namespace}:lock-released:{{{}}}", id.to_hex()),
+            Channel::Sharded => {
+                format!("{namespace}:lock-released:{{{}}}", id.channel_id().to_hex())
+            }
         }
     }
 
@@ -835,6 +915,43 @@ mod tests {
     }
 
     #[test]
+    fn hash_tags_follow_the_cluster_rule_and_decide_names_only_when_asked() {
+        assert_eq!(hash_tag("acct:{7}:in"), Some("7"));
+        assert_eq!(hash_tag("{a}{b}"), Some("a"));
+        assert_eq!(hash_tag("x{}{y}"), None, "an empty first tag");
+        assert_eq!(hash_tag("x{y"), None);
+        assert_eq!(hash_tag("plain"), None);
+
+        let (a, b) = ("acct:{7}:in", "acct:{7}:out");
+        assert_eq!(KeyId::named(a, false).braced(), KeyId::of(a).braced());
+        assert_eq!(
+            KeyId::named("plain", true).braced(),
+            KeyId::of("plain").braced()
+        );
+        let (ta, tb) = (KeyId::named(a, true), KeyId::named(b, true));
+        let tag = KeyId::of("7").to_hex();
+        assert_eq!(ta.braced(), format!("{{{tag}}}:{}", KeyId::of(a).to_hex()));
+        assert_eq!(ta, KeyId::of(a), "identity is the key's digest");
+        assert_eq!(ta.channel_id(), tb.channel_id());
+        assert_eq!(ta.channel_id(), KeyId::of("7"));
+        let (na, nb) = (LockNames::new("ns", ta), LockNames::new("ns", tb));
+        assert_ne!(na.lock, nb.lock);
+        let slot = crate::cluster::slot_of;
+        for name in [&na.fence, &na.queue.list, &nb.lock, &nb.queue.flag] {
+            assert_eq!(slot(name), slot(&na.lock), "{name}");
+        }
+        assert_eq!(
+            Channel::Sharded.name("ns", ta),
+            Channel::Sharded.name("ns", tb)
+        );
+        assert_eq!(
+            slot(&Channel::Sharded.name("ns", ta)),
+            slot(&na.lock),
+            "the channel lives in the keys' slot"
+        );
+    }
+
+    #[test]
     fn debug_forms_hide_tokens_and_names() {
         let t = OwnerToken::from_bytes([0xab; 16]);
         assert!(!format!("{t:?}").contains("abab"));
@@ -871,7 +988,7 @@ mod tests {
         let elect = ElectNames::new("ns", id);
         assert!(matches!(leader.names("ns"), HeldNames::Election(n) if n == elect));
         assert_eq!(leader.names("ns").lease_key(), Some(elect.lease));
-        let set = KeySet::of(&["b", "a"], 100).unwrap();
+        let set = KeySet::of(&["b", "a"], 100, false).unwrap();
         let multi = Target::multi("ns", set.clone()).held();
         assert_eq!(multi.line(), set.line());
         let names = vec![
@@ -880,8 +997,9 @@ mod tests {
         ];
         assert!(matches!(multi.names("ns"), HeldNames::Multi(n) if n == names));
         assert_eq!(multi.names("ns").lease_key(), None);
-        // What a tracked lease keeps: no strings, 48 bytes.
-        assert!(std::mem::size_of::<HeldTarget>() <= 48);
+        // What a tracked lease keeps: no strings; the key's digest and its
+        // hash tag's, the kind, a permit's slot, a set's keys: 112 bytes.
+        assert!(std::mem::size_of::<HeldTarget>() <= 112);
     }
 
     #[test]

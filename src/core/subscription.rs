@@ -193,9 +193,39 @@ impl Core {
         }
     }
 
-    /// Wakes the head of every line of `id` (they share its channel);
-    /// returns how many.
+    /// Whether a line with waiters listens on the channel of id `channel`
+    /// ([`KeyId::channel_id`]): a key's own, or with hash tags its tag's.
+    pub(super) fn is_channel_wanted(&self, channel: KeyId) -> bool {
+        if !self.settings.key_hash_tags {
+            return self.is_wanted(channel);
+        }
+        self.lines
+            .iter()
+            .any(|(key, line)| !line.is_empty() && self.listens_on(*key, channel))
+    }
+
+    /// Whether line `key` hears its releases on the channel `channel`.
+    fn listens_on(&self, key: LineKey, channel: KeyId) -> bool {
+        self.channel_keys(key)
+            .iter()
+            .any(|id| id.channel_id() == channel)
+    }
+
+    /// Wakes the head of every line on the channel of id `id` (with hash
+    /// tags, every line of every key of the tag); returns how many.
     fn wake_lines_of(&mut self, id: KeyId) -> u64 {
+        if self.settings.key_hash_tags {
+            let lines: Vec<LineKey> = self
+                .lines
+                .keys()
+                .copied()
+                .filter(|key| self.listens_on(*key, id))
+                .collect();
+            return lines
+                .into_iter()
+                .map(|key| u64::from(self.wake_head_of(key, Line::handle_wake)))
+                .sum();
+        }
         // One lookup per kind: on a cluster this runs for every channel
         // confirmed, so a scan of every line would grow with the keys.
         let lines: u64 = Kind::ALL
@@ -296,6 +326,7 @@ impl Core {
                 Kind::Multi => self.sets.get(&key.id).map_or(Vec::new(), |m| m.to_vec()),
                 _ => vec![key.id],
             })
+            .map(KeyId::channel_id)
             .collect();
         let sub = &mut self.subscription;
         keys.extend(sub.lingering.keys().copied());
@@ -313,7 +344,8 @@ impl Core {
         let sub = &self.subscription;
         match sub.mode {
             Mode::Active => {
-                self.settings.channel == Channel::Standalone || sub.channels.contains(&key)
+                self.settings.channel == Channel::Standalone
+                    || sub.channels.contains(&key.channel_id())
             }
             Mode::Unavailable => true,
             Mode::Off | Mode::Starting => false,

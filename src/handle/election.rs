@@ -58,7 +58,10 @@ impl<F: Front> Locker<F> {
         validate_key(name, self.config().max_key_bytes)?;
         Ok(Election {
             locker: Locker::from_shared(self.shared().clone()),
-            names: ElectNames::new(&self.config().namespace, KeyId::of(name)),
+            names: ElectNames::new(
+                &self.config().namespace,
+                KeyId::named(name, self.config().key_hash_tags),
+            ),
             name: name.into(),
         })
     }

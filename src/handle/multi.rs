@@ -87,7 +87,8 @@ impl<F: Front> Locker<F> {
     ) -> Call<'a, F, Result<Lease<F, kind::Multi>, Error>> {
         let shared = self.shared();
         let start = move || {
-            KeySet::of(keys, shared.state.config.max_key_bytes)
+            let config = &shared.state.config;
+            KeySet::of(keys, config.max_key_bytes, config.key_hash_tags)
                 .and_then(|set| Acquire::start_multi(&shared.state, set, options, now()))
                 .map_err(Err)
         };

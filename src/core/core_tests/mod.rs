@@ -59,6 +59,7 @@ fn settings(max_waiters: usize, max_tracked_leases: usize) -> CoreSettings {
         max_waiters,
         max_tracked_leases,
         max_key_bytes: 1024,
+        key_hash_tags: false,
         fence_counter_ttl_ms: 0,
         command_timeout: Duration::from_secs(2),
         handover: None,

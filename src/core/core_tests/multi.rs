@@ -8,7 +8,7 @@ use crate::core::multi::{classify_multi, multi_reg, KeySet, MultiReply};
 use crate::core::names::{Kind, RegId};
 
 fn join_set(core: &mut Core, now: Instant, keys: &[&str], i: u8, wait: Duration) -> WaiterId {
-    let set = KeySet::of(keys, 1024).expect("a valid key set");
+    let set = KeySet::of(keys, 1024, false).expect("a valid key set");
     core.acquire_multi(now, set, token(i), waiting(wait))
         .expect("the acquire is admitted")
 }
@@ -33,12 +33,12 @@ fn multi_busy(ms: i64, since: u64) -> Result<Value, RedisError> {
 
 #[test]
 fn key_sets_are_checked_and_one_set_is_one_line_in_any_order() {
-    let ab = KeySet::of(&["a", "b"], 1024).unwrap();
-    let ba = KeySet::of(&["b", "a"], 1024).unwrap();
+    let ab = KeySet::of(&["a", "b"], 1024, false).unwrap();
+    let ba = KeySet::of(&["b", "a"], 1024, false).unwrap();
     assert_eq!(ab.line(), ba.line());
     assert_eq!(ab.line().kind, Kind::Multi);
     assert_ne!(ab.members, ba.members, "the caller's order is kept");
-    let reason = |keys: &[&str]| match KeySet::of(keys, 8) {
+    let reason = |keys: &[&str]| match KeySet::of(keys, 8, false) {
         Err(Error::InvalidKey { reason }) => reason,
         other => panic!("expected InvalidKey, got {other:?}"),
     };
@@ -134,7 +134,7 @@ fn a_reservation_for_its_registration_wakes_the_set_waiter() {
     attempt(&mut core, now, id);
     core.handle_acquire_reply(now, id, multi_busy(5_000, 9));
     drain(&mut core);
-    let set = KeySet::of(&["a", "b"], 1024).unwrap();
+    let set = KeySet::of(&["a", "b"], 1024, false).unwrap();
     let ours = multi_reg(RegId(0x77), set.set).to_hex();
     let other = format!(
         "{}:g:{}:0:750",
@@ -156,7 +156,7 @@ fn a_try_once_set_never_jumps_a_line_of_one_of_its_keys() {
     let now = t0();
     let mut core = core_at(now);
     let _waiter = busy_head(&mut core, now, "b", 1, 5_000);
-    let set = KeySet::of(&["a", "b"], 1024).unwrap();
+    let set = KeySet::of(&["a", "b"], 1024, false).unwrap();
     let e = core
         .acquire_multi(now, set, token(2), waiting(Duration::ZERO))
         .expect_err("a waiter of ours waits for b");

@@ -51,6 +51,47 @@ pub(crate) fn node_addr(
     }
 }
 
+/// Whether a cluster error means the command was not executed because the
+/// slot is served elsewhere now (the connection must learn the new map).
+pub(crate) fn is_redirect(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::Moved
+                | redis::ServerErrorKind::TryAgain
+                | redis::ServerErrorKind::ClusterDown
+        )
+    )
+}
+
+/// Whether a cluster error is an `ASK` redirect (a slot being migrated).
+pub(crate) fn is_ask(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
+    )
+}
+
+/// How to reach the node an `ASK` redirect names: as the `template` node
+/// is reached (credentials, TLS) when known; `ask` itself where it names
+/// no node.
+pub(crate) fn ask_node_info(
+    ask: &redis::RedisError,
+    template: Option<&redis::ConnectionInfo>,
+) -> redis::RedisResult<redis::ConnectionInfo> {
+    let (host, port) = ask
+        .redirect_node()
+        .and_then(|(addr, _slot)| addr.rsplit_once(':'))
+        .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+        .ok_or_else(|| ask.clone())?;
+    match template {
+        Some(template) => Ok(template
+            .clone()
+            .set_addr(node_addr(Some(template), host, port))),
+        None => redis::IntoConnectionInfo::into_connection_info((host, port)),
+    }
+}
+
 /// `COMMAND INFO SPUBLISH`: whether the cluster has sharded pub/sub.
 pub(crate) fn sharded_pubsub_cmd() -> redis::Cmd {
     let mut cmd = redis::cmd("COMMAND");

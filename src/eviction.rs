@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::describe;
+use crate::error::{describe, is_auth_failure, Error, Failure};
 
 /// `CONFIG GET maxmemory-policy`, decodable from RESP2 and RESP3 alike.
 pub(crate) fn config_get_cmd() -> redis::Cmd {
@@ -108,6 +108,28 @@ pub(crate) fn report_refused(e: &redis::RedisError) {
         "REDIS_EVICTION_UNCHECKED: CONFIG GET maxmemory-policy was refused ({}); trying INFO memory",
         describe(e)
     );
+}
+
+/// Checks the reply to a connect's [`config_get_cmd`]: reports the policy
+/// and says `false`, or says `true` where `CONFIG` was refused (logged) and
+/// [`info_cmd`] is to be asked next ([`report_info_reply`]). A command
+/// never sent, or refused for want of credentials, fails the connect.
+pub(crate) fn check_config_reply(reply: Result<redis::Value, Failure>) -> Result<bool, Error> {
+    match reply {
+        Ok(value) => report(policy_from_config_reply(value).as_deref()),
+        Err(Failure::NotSent(e)) => return Err(Error::from_connect(e)),
+        Err(Failure::Sent(e)) if is_auth_failure(&e) => return Err(Error::from_connect(e)),
+        Err(Failure::Sent(e)) => {
+            report_refused(&e);
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Reports the policy in the reply to [`info_cmd`], or that none came.
+pub(crate) fn report_info_reply(reply: Result<redis::Value, Failure>) {
+    report(reply.ok().and_then(policy_from_info_reply).as_deref());
 }
 
 #[cfg(test)]

@@ -9,20 +9,18 @@ use std::time::{Duration, Instant};
 use futures::future::{select, Either};
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
 use super::deadline::{Deadlines, TimedConnection};
 use super::driven::DrivenConnection;
 use crate::core::script::{pipeline_loading, ScriptCall};
-use crate::driver::ops::{Reply, Request};
+use crate::driver::ops::{ReleaseReplies, Reply, Request};
+use crate::driver::state::Connections;
+use crate::driver::target::{resp3, Source};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
-use crate::sentinel::{is_failover_reply, Resolver};
+use crate::sentinel::is_failover_reply;
 use crate::stats::Counters;
-
-/// One reply per release, `None` where none came in time.
-type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
 
 /// A script's reply, or the reply of `EVAL` sent after it said `NOSCRIPT`.
 async fn eval_again_on_noscript(
@@ -44,20 +42,6 @@ pub struct Commands {
     timeout: Duration,
     conn: Arc<Mutex<Current>>,
     deadlines: Deadlines,
-}
-
-/// Where connections come from.
-#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
-pub(crate) enum Source {
-    /// One server, over RESP3 (its disconnection report needs pushes).
-    Standalone(redis::Client),
-    /// A Redis Cluster (the redis crate's async cluster connection routes
-    /// every command, follows redirects and reconnects its nodes), and
-    /// whether its nodes were given as `rediss://` (when known).
-    Cluster(ClusterClient, Transport),
-    /// The primary Sentinel names, asked for at every new connection
-    /// (over RESP3, as `Standalone`).
-    Sentinel(Resolver),
 }
 
 /// A command connection of either kind; clones share one connection.
@@ -145,45 +129,29 @@ impl Commands {
         Box::pin(self.open(generation)).await
     }
 
-    /// A connection to one server: over plain TCP driven by the commands
-    /// themselves (driven.rs), otherwise (TLS, unix socket) with the redis
-    /// crate's driver on smol's executor. A failure says where the scheme
-    /// may not match the port ([`connect_failed`]).
+    /// A connection to one server over RESP3 (its disconnection report
+    /// needs pushes): over plain TCP driven by the commands themselves
+    /// (driven.rs), otherwise (TLS, unix socket) with the redis crate's
+    /// driver on smol's executor. A failure says where the scheme may not
+    /// match the port ([`connect_failed`]).
     async fn open_one(
         &self,
-        client: &redis::Client,
+        info: &redis::ConnectionInfo,
         config: AsyncConnectionConfig,
     ) -> Result<AnyConnection, redis::RedisError> {
-        let transport = Transport::of(client.get_connection_info().addr());
-        self.open_one_as_is(client, config)
-            .await
-            .map_err(|e| connect_failed(transport, e))
-    }
-
-    async fn open_one_as_is(
-        &self,
-        client: &redis::Client,
-        config: AsyncConnectionConfig,
-    ) -> Result<AnyConnection, redis::RedisError> {
+        let client = resp3(info.clone())?;
         let info = client.get_connection_info();
-        if let redis::ConnectionAddr::Tcp(host, port) = info.addr() {
-            let nodelay = info.tcp_settings().nodelay();
-            let conn = DrivenConnection::connect(
-                host,
-                *port,
-                nodelay,
-                info.redis_settings(),
-                config,
-                self.timeout,
-            )
-            .await?;
-            return Ok(AnyConnection::Driven(conn));
-        }
-        Ok(AnyConnection::Standalone(
-            client
+        let opened = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => {
+                let conn = DrivenConnection::connect(host, *port, info, config, self.timeout);
+                conn.await.map(AnyConnection::Driven)
+            }
+            _ => (client
                 .get_multiplexed_async_connection_with_config(&config)
-                .await?,
-        ))
+                .await)
+                .map(AnyConnection::Standalone),
+        };
+        opened.map_err(|e| connect_failed(Transport::of(info.addr()), e))
     }
 
     /// Opens a connection as generation `generation`.
@@ -207,23 +175,19 @@ impl Commands {
             .set_response_timeout(None);
         let config = config.set_push_sender(on_push);
         let conn = match &self.source {
-            Source::Standalone(client) => self.open_one(client, config).await?,
+            Source::Standalone(client) => {
+                self.open_one(client.get_connection_info(), config).await?
+            }
             Source::Sentinel(resolver) => {
                 let primary = resolver.primary_async(self.timeout).await?;
-                let info = primary.get_connection_info().clone();
-                let resp3 = info
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(redis::ProtocolVersion::RESP3);
-                let client = redis::Client::open(info.set_redis_settings(resp3))?;
-                self.open_one(&client, config).await?
+                self.open_one(primary.get_connection_info(), config).await?
             }
             // The cluster connection reconnects to its nodes by itself.
-            Source::Cluster(client, transport) => AnyConnection::Cluster(
+            Source::Cluster(client, template) => AnyConnection::Cluster(
                 client
                     .get_async_connection()
                     .await
-                    .map_err(|e| connect_failed(*transport, e))?,
+                    .map_err(|e| connect_failed(Source::cluster_transport(template.as_ref()), e))?,
             ),
         };
         let mut current = self.conn.lock();
@@ -362,11 +326,17 @@ impl Commands {
         result.map_err(Failure::Sent)
     }
 
-    /// Whether the shared connection is open (as far as its driver knows;
-    /// a driven connection's driver reads what came in first).
-    pub(crate) fn is_connected(&self) -> bool {
-        self.forget_if_ended();
-        self.conn.lock().conn.is_some()
+    /// Runs a plain command on every primary of a cluster.
+    pub(crate) async fn every_primary(&self, cmd: redis::Cmd) -> redis::RedisResult<Value> {
+        match self.connection().await? {
+            AnyConnection::Cluster(mut conn) => {
+                conn.route_command(cmd, crate::eviction::every_primary())
+                    .await
+            }
+            AnyConnection::Standalone(_) | AnyConnection::Driven(_) => Err(
+                redis::RedisError::from((redis::ErrorKind::Client, "not a cluster connection")),
+            ),
+        }
     }
 
     /// Forgets a driven connection whose driver, polled once, finds it
@@ -387,9 +357,18 @@ impl Commands {
             }
         }
     }
+}
+
+impl Connections for Commands {
+    /// Whether the shared connection is open (as far as its driver knows;
+    /// a driven connection's driver reads what came in first).
+    fn is_connected(&self) -> bool {
+        self.forget_if_ended();
+        self.conn.lock().conn.is_some()
+    }
 
     /// Drops the shared connection; its driver ends with the last clone.
-    pub(crate) fn close(&self) {
+    fn close(&self) {
         let mut current = self.conn.lock();
         current.conn = None;
         current.generation += 1;

@@ -34,7 +34,7 @@ use futures::future::{select, Either};
 use futures::task::ArcWake;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, ConnectionInfo, Value};
 
 type DriverFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -172,23 +172,23 @@ impl ArcWake for Queue {
 }
 
 impl DrivenConnection {
-    /// Connects to `addr` over plain TCP and sets the connection up as the
-    /// redis crate does (`HELLO`, `AUTH`, `SELECT` from `info`), within
-    /// `timeout`.
+    /// Connects to `host:port` over plain TCP and sets the connection up as
+    /// the redis crate does (`HELLO`, `AUTH`, `SELECT` and `TCP_NODELAY`
+    /// from `info`), within `timeout`.
     pub(crate) async fn connect(
         host: &str,
         port: u16,
-        nodelay: bool,
-        info: &RedisConnectionInfo,
+        info: &ConnectionInfo,
         config: AsyncConnectionConfig,
         timeout: Duration,
     ) -> redis::RedisResult<Self> {
         let open = async {
             let tcp = connect_tcp(host, port).await?;
-            tcp.get_ref().set_nodelay(nodelay)?;
+            tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
             let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(Stream::new(tcp));
+            let settings = info.redis_settings();
             let (conn, driver) =
-                MultiplexedConnection::new_with_config(info, stream, config).await?;
+                MultiplexedConnection::new_with_config(settings, stream, config).await?;
             let driver: DriverFuture = Box::pin(driver);
             Ok::<_, redis::RedisError>((conn, driver))
         };

@@ -2,7 +2,7 @@
 //! closure raced against the loss, always resign) and the observer as a
 //! `Stream`.
 
-use std::panic::{resume_unwind, AssertUnwindSafe};
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 
 use futures::future::{select, Either};
@@ -13,19 +13,19 @@ use std::task::{Context, Poll};
 use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
 use crate::core::observe::Observation;
-use crate::driver::ops::log_failed_release;
 use crate::error::Error;
+use crate::handle::after_release;
+use crate::handle::Next;
 use crate::lost::Lost;
 
 impl Election {
     /// Campaigns with `value` (waiting per `options`), awaits
-    /// `f(&leadership, &lost)` while leading and resigns afterwards,
-    /// whether `f` returned `Ok`, `Err` or panicked (the panic resumes
-    /// after the resign). `f`'s future is raced against the loss: on a loss
-    /// it is **dropped** and the call returns `E::from(Error::LockLost)`.
-    /// The leadership is renewed by its keeper whatever `options`' `extend`
-    /// says. A `with_leadership` future dropped midway drops the leadership,
-    /// which its keeper resigns.
+    /// `f(&leadership, &lost)` while leading and resigns afterwards. `f`'s
+    /// future is raced against the loss: on a loss it is **dropped** and the
+    /// call returns `E::from(Error::LockLost)`. A `with_leadership` future
+    /// dropped midway drops the leadership, which its keeper resigns. See
+    /// [`Election`](crate::Election#leading-while-a-closure-runs-with_leadership)
+    /// for the rules (errors, panics, renewals).
     ///
     /// # Errors
     ///
@@ -46,13 +46,14 @@ impl Election {
     ///     .await?;
     /// # let _ = term; Ok(()) }
     /// ```
-    pub async fn with_leadership<T, E, F>(
+    pub async fn with_leadership<V, T, E, F>(
         &self,
-        value: impl AsRef<[u8]>,
+        value: V,
         options: WithLock,
         f: F,
     ) -> Result<T, E>
     where
+        V: AsRef<[u8]>,
         E: From<Error>,
         F: AsyncFnOnce(&Leadership, &Lost) -> Result<T, E>,
     {
@@ -65,8 +66,7 @@ impl Election {
                 Either::Right((loss, _)) => Ok(Err(E::from(loss))),
             }
         };
-        log_failed_release(leadership.resign().await);
-        outcome.unwrap_or_else(|panic| resume_unwind(panic))
+        after_release(outcome, leadership.resign().await)
     }
 }
 
@@ -89,27 +89,23 @@ impl futures::Stream for Observer {
                 this.step = None;
                 this.watch = Some(watch);
             }
+            let Some(watch) = this.watch.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let next = match watch.next() {
+                Next::Yield(item) => return Poll::Ready(Some(item)),
+                Next::End => return Poll::Ready(None),
+                next => next,
+            };
             let Some(mut watch) = this.watch.take() else {
                 return Poll::Ready(None);
             };
-            if let Some(item) = watch.pop() {
-                this.watch = Some(watch);
-                return Poll::Ready(Some(item));
-            }
-            if watch.ended() {
-                this.watch = Some(watch);
-                return Poll::Ready(None);
-            }
             this.step = Some(Box::pin(async move {
-                match watch.next_read {
-                    Some(at) if at > crate::clock::now() => {
-                        let listener = watch.listener();
-                        let _ = select(listener, async_io::Timer::at(at)).await;
-                    }
-                    _ => {
-                        let reply = watch.read().await;
-                        watch.handle(reply);
-                    }
+                if let Next::Sleep(listener, at) = next {
+                    let _ = select(listener, async_io::Timer::at(at)).await;
+                } else {
+                    let reply = watch.read().await;
+                    watch.handle(reply);
                 }
                 watch
             }));

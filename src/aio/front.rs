@@ -16,7 +16,7 @@ use crate::clock::now;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
 use crate::driver::ops::{turn, Op, Release, Turn};
-use crate::driver::state::{Connections, Shared};
+use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
 use crate::front::{Async, Front};
@@ -86,16 +86,6 @@ impl Front for Async {
         // On the library's own thread (an election's keeper): the call's
         // connection is driven by the command waiting on it (`driven.rs`).
         async_io::block_on(call)
-    }
-}
-
-impl Connections for Commands {
-    fn is_connected(&self) -> bool {
-        Commands::is_connected(self)
-    }
-
-    fn close(&self) {
-        Commands::close(self)
     }
 }
 

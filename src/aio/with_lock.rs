@@ -5,7 +5,7 @@
 //! closure's future, never spawned.
 
 use std::future::Future;
-use std::panic::{resume_unwind, AssertUnwindSafe};
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 
 use futures::future::{select, Either};
@@ -14,9 +14,10 @@ use futures::FutureExt;
 use super::front::drive;
 use super::{Lease, Locker, Permit, ReadLease, RwLock, Semaphore, WriteLease};
 use crate::config::WithLock;
-use crate::driver::ops::{log_failed_release, Renewer, StopSignal};
+use crate::driver::ops::StopSignal;
 use crate::error::Error;
 use crate::front::Async;
+use crate::handle::after_release;
 use crate::handle::kind::Kind;
 use crate::lost::Lost;
 
@@ -52,8 +53,7 @@ impl Locker {
         E: From<Error>,
         F: AsyncFnOnce(&Lease, &Lost) -> Result<T, E>,
     {
-        let lease = self.acquire_with(key, options.acquire).await?;
-        run_holding(lease, options.extend, f).await
+        run_holding(self.acquire_with(key, options.acquire), options.extend, f).await
     }
 }
 
@@ -80,8 +80,7 @@ impl Semaphore {
         E: From<Error>,
         F: AsyncFnOnce(&Permit, &Lost) -> Result<T, E>,
     {
-        let permit = self.acquire_with(options.acquire).await?;
-        run_holding(permit, options.extend, f).await
+        run_holding(self.acquire_with(options.acquire), options.extend, f).await
     }
 }
 
@@ -93,8 +92,7 @@ impl RwLock {
         E: From<Error>,
         F: AsyncFnOnce(&ReadLease, &Lost) -> Result<T, E>,
     {
-        let read = self.read_with(options.acquire).await?;
-        run_holding(read, options.extend, f).await
+        run_holding(self.read_with(options.acquire), options.extend, f).await
     }
 
     /// Acquires the write lease, awaits `f(&write, &lost)` and releases it
@@ -104,24 +102,25 @@ impl RwLock {
         E: From<Error>,
         F: AsyncFnOnce(&WriteLease, &Lost) -> Result<T, E>,
     {
-        let write = self.write_with(options.acquire).await?;
-        run_holding(write, options.extend, f).await
+        run_holding(self.write_with(options.acquire), options.extend, f).await
     }
 }
 
-/// Awaits `f(&guard, &lost)` with the renewer selected against it when
-/// `extend`, then releases the guard whatever `f` did (see
-/// [`Locker::with_lock`]).
-async fn run_holding<K: Kind, T, E, F>(guard: Guard<K>, extend: bool, f: F) -> Result<T, E>
+/// Awaits `f(&guard, &lost)` on the lease `acquire` yields, of any kind,
+/// with the renewer selected against it when `extend`, then releases the
+/// guard whatever `f` did (see [`Locker::with_lock`]).
+async fn run_holding<A, K, T, E, F>(acquire: A, extend: bool, f: F) -> Result<T, E>
 where
+    A: Future<Output = Result<Guard<K>, Error>>,
+    K: Kind,
+    E: From<Error>,
     F: AsyncFnOnce(&Guard<K>, &Lost) -> Result<T, E>,
 {
+    let guard = acquire.await?;
     let lost = guard.held().lost_signal(extend);
     let work = AssertUnwindSafe(f(&guard, &lost)).catch_unwind();
     let outcome = renewing(&guard, &lost, extend, work).await;
-    lost.disarm();
-    log_failed_release(guard.release().await);
-    outcome.unwrap_or_else(|panic| resume_unwind(panic))
+    after_release(outcome, guard.release_after(&lost).await)
 }
 
 impl<K: Kind> Guard<K> {
@@ -149,10 +148,7 @@ impl<K: Kind> Guard<K> {
     pub async fn keep_alive<T>(&self, f: impl AsyncFnOnce(&Lost) -> T) -> T {
         let lost = self.held().lost_signal(true);
         let result = renewing(self, &lost, true, f(&lost)).await;
-        // Settle a deadline that passed unobserved, then stop counting:
-        // from here on the caller decides the lease's fate.
-        let _ = lost.is_lost();
-        lost.disarm();
+        lost.settle();
         result
     }
 }
@@ -170,9 +166,7 @@ async fn renewing<K: Kind, R>(
         return work.await;
     }
     let stop = StopSignal::default();
-    let shared = lease.shared();
-    let renewer = Renewer::new(&shared.state, lease.held(), lost, &stop);
-    let renew = pin!(drive(shared, renewer));
+    let renew = pin!(drive(lease.shared(), lease.renewer(lost, &stop)));
     match select(work, renew).await {
         Either::Left((outcome, renew)) => {
             stop.stop();

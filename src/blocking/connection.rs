@@ -21,14 +21,17 @@ use std::time::{Duration, Instant};
 
 use event_listener::{Event, Listener};
 use parking_lot::Mutex;
-use redis::cluster::{ClusterClient, ClusterConnection};
+use redis::cluster::ClusterConnection;
 use redis::{Connection, ConnectionLike, Value};
 
 use crate::clock::now;
+use crate::cluster::{is_ask, is_redirect};
 use crate::core::script::{pipeline_loading, ScriptCall};
-use crate::driver::ops::{Reply, Request};
+use crate::driver::ops::{ReleaseReplies, Reply, Request};
+use crate::driver::state::Connections;
+use crate::driver::target::Source;
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
-use crate::sentinel::{is_failover_reply, Resolver};
+use crate::sentinel::is_failover_reply;
 use crate::stats::Counters;
 
 /// Idle connections kept for reuse; more concurrent commands open more.
@@ -38,9 +41,6 @@ const MAX_IDLE: usize = 16;
 const CONNECT_BACKOFF: [Duration; 2] = [Duration::from_millis(10), Duration::from_millis(50)];
 /// Releases sent at once at shutdown on a cluster (each its own round trip).
 const PARALLEL_RELEASES: usize = 8;
-
-/// One reply per release, `None` where none came in time.
-type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
 
 #[derive(Clone)]
 pub struct Commands {
@@ -52,18 +52,6 @@ struct Inner {
     timeout: Duration,
     idle: Mutex<Vec<Conn>>,
     closed: AtomicBool,
-}
-
-/// Where connections come from.
-#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
-pub(crate) enum Source {
-    Standalone(redis::Client),
-    /// A cluster client built with `retries(0)`, so that a timed-out write
-    /// is never re-sent behind the locker's back, and how to reach a node
-    /// directly (credentials, protocol, TLS) when known.
-    Cluster(ClusterClient, Option<redis::ConnectionInfo>),
-    /// The primary Sentinel names, asked for at every new connection.
-    Sentinel(Resolver),
 }
 
 /// A pooled connection of either kind.
@@ -88,26 +76,6 @@ impl Conn {
     }
 }
 
-/// Whether a cluster error means the command was not executed because the
-/// slot is served elsewhere now (the connection must learn the new map).
-fn is_redirect(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        redis::ErrorKind::Server(
-            redis::ServerErrorKind::Moved
-                | redis::ServerErrorKind::TryAgain
-                | redis::ServerErrorKind::ClusterDown
-        )
-    )
-}
-
-fn is_ask(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
-    )
-}
-
 impl std::fmt::Debug for Commands {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Commands")
@@ -129,7 +97,7 @@ impl Commands {
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.inner.source, Source::Cluster(..))
+        self.inner.source.is_cluster()
     }
 
     /// Sends a request of an operation.
@@ -156,9 +124,7 @@ impl Commands {
                 open(&resolver.primary(self.inner.timeout)?, self.inner.timeout).map(Conn::Single)
             }
             Source::Cluster(client, template) => {
-                let transport = template
-                    .as_ref()
-                    .map_or(Transport::Unknown, |t| Transport::of(t.addr()));
+                let transport = Source::cluster_transport(template.as_ref());
                 client
                     .get_connection()
                     .map(|c| Conn::Cluster(Box::new(c)))
@@ -260,22 +226,11 @@ impl Commands {
         noscript: Option<&redis::Cmd>,
         ask: &redis::RedisError,
     ) -> redis::RedisResult<Value> {
-        let Some((addr, _slot)) = ask.redirect_node() else {
-            return Err(ask.clone());
+        let template = match &self.inner.source {
+            Source::Cluster(_, template) => template.as_ref(),
+            _ => None,
         };
-        let Some((host, port)) = addr
-            .rsplit_once(':')
-            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
-        else {
-            return Err(ask.clone());
-        };
-        let info = match &self.inner.source {
-            Source::Cluster(_, Some(template)) => {
-                let addr = crate::cluster::node_addr(Some(template), host, port);
-                template.clone().set_addr(addr)
-            }
-            _ => redis::IntoConnectionInfo::into_connection_info((host, port))?,
-        };
+        let info = crate::cluster::ask_node_info(ask, template)?;
         let mut conn = open(&redis::Client::open(info)?, self.inner.timeout)?;
         let asking = |conn: &mut Connection, cmd: &redis::Cmd| {
             let mut pipe = redis::pipe();
@@ -469,15 +424,17 @@ impl Commands {
             Err(_) => {}
         }
     }
+}
 
+impl Connections for Commands {
     /// Whether an idle pooled connection exists (it may still turn out
     /// closed by the server: a sync connection only learns that by use).
-    pub(crate) fn is_connected(&self) -> bool {
+    fn is_connected(&self) -> bool {
         !self.inner.idle.lock().is_empty()
     }
 
     /// Closes the idle connections and stops keeping new ones.
-    pub(crate) fn close(&self) {
+    fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         self.inner.idle.lock().clear();
     }

@@ -1,26 +1,24 @@
 //! The blocking election's own parts: `with_leadership` (campaign, run the
 //! closure, always resign) and the observer as an `Iterator`.
 
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use event_listener::Listener;
 
 use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
 use crate::core::observe::Observation;
-use crate::driver::ops::log_failed_release;
 use crate::error::Error;
+use crate::handle::after_release;
+use crate::handle::Next;
 use crate::lost::Lost;
 
 impl Election {
     /// Campaigns with `value` (waiting per `options`), runs
-    /// `f(&leadership, &lost)` while leading and resigns afterwards,
-    /// whether `f` returned `Ok`, `Err` or panicked (the panic resumes
-    /// after the resign). The leadership is renewed by its keeper whatever
-    /// `options`' `extend` says; `f` must stop soon after `lost` fires (it
-    /// cannot be pre-empted). Not leading comes back as `E::from(Busy /
-    /// WaitTimeout / ...)` and `f` is not called; a failed resign does not
-    /// change the result (it is logged).
+    /// `f(&leadership, &lost)` while leading and resigns afterwards; `f`
+    /// must stop soon after `lost` fires (it cannot be pre-empted). See
+    /// [`Election`](crate::Election#leading-while-a-closure-runs-with_leadership)
+    /// for the rules (errors, panics, renewals).
     ///
     /// # Errors
     ///
@@ -42,20 +40,15 @@ impl Election {
     /// })?;
     /// # let _ = rounds; Ok(()) }
     /// ```
-    pub fn with_leadership<T, E, F>(
-        &self,
-        value: impl AsRef<[u8]>,
-        options: WithLock,
-        f: F,
-    ) -> Result<T, E>
+    pub fn with_leadership<V, T, E, F>(&self, value: V, options: WithLock, f: F) -> Result<T, E>
     where
+        V: AsRef<[u8]>,
         E: From<Error>,
         F: FnOnce(&Leadership, &Lost) -> Result<T, E>,
     {
         let leadership = self.campaign_with(value, options.acquire)?;
         let outcome = catch_unwind(AssertUnwindSafe(|| f(&leadership, leadership.lost())));
-        log_failed_release(leadership.resign());
-        outcome.unwrap_or_else(|panic| resume_unwind(panic))
+        after_release(outcome, leadership.resign())
     }
 }
 
@@ -67,22 +60,17 @@ impl Iterator for Observer {
     fn next(&mut self) -> Option<Observation> {
         let watch = self.watch.as_mut()?;
         loop {
-            if let Some(item) = watch.pop() {
-                return Some(item);
-            }
-            let listener = watch.listener();
-            if watch.ended() {
-                return None;
-            }
-            match watch.next_read {
-                Some(at) if at > crate::clock::now() => {
+            match watch.next() {
+                Next::Yield(item) => return Some(item),
+                Next::End => return None,
+                Next::Sleep(listener, at) => {
                     listener.wait_deadline(at);
-                    continue;
                 }
-                _ => {}
+                Next::Read => {
+                    let reply = watch.read();
+                    watch.handle(reply);
+                }
             }
-            let reply = watch.read();
-            watch.handle(reply);
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::clock::now;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
 use crate::driver::ops::{log_failed_release_on_drop, turn, Op, Release, Turn};
-use crate::driver::state::{Connections, Shared};
+use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
 use crate::front::{Blocking, Front};
@@ -72,16 +72,6 @@ fn release(lease: &LeaseState<Blocking>) -> Result<ReleaseOutcome, Error> {
         &lease.shared,
         Release::new(&lease.shared.state, &lease.held),
     )
-}
-
-impl Connections for Commands {
-    fn is_connected(&self) -> bool {
-        Commands::is_connected(self)
-    }
-
-    fn close(&self) {
-        Commands::close(self)
-    }
 }
 
 /// Drives `op` to its end on the locker's connections.

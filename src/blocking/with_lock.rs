@@ -3,14 +3,15 @@
 //! always release) and `keep_alive`; with `extend(true)` the shared
 //! renewer runs on a scoped thread.
 
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::front::drive;
 use super::{Lease, Locker, Permit, ReadLease, RwLock, Semaphore, WriteLease};
 use crate::config::WithLock;
-use crate::driver::ops::{log_failed_release, Renewer, StopSignal};
+use crate::driver::ops::StopSignal;
 use crate::error::{Error, LostCause};
 use crate::front::Blocking;
+use crate::handle::after_release;
 use crate::handle::kind::Kind;
 use crate::lost::Lost;
 
@@ -45,7 +46,7 @@ impl Locker {
         E: From<Error>,
         F: FnOnce(&Lease, &Lost) -> Result<T, E>,
     {
-        run_holding(self.acquire_with(key, options.acquire)?, options.extend, f)
+        run_holding(self.acquire_with(key, options.acquire), options.extend, f)
     }
 }
 
@@ -72,7 +73,7 @@ impl Semaphore {
         E: From<Error>,
         F: FnOnce(&Permit, &Lost) -> Result<T, E>,
     {
-        run_holding(self.acquire_with(options.acquire)?, options.extend, f)
+        run_holding(self.acquire_with(options.acquire), options.extend, f)
     }
 }
 
@@ -84,7 +85,7 @@ impl RwLock {
         E: From<Error>,
         F: FnOnce(&ReadLease, &Lost) -> Result<T, E>,
     {
-        run_holding(self.read_with(options.acquire)?, options.extend, f)
+        run_holding(self.read_with(options.acquire), options.extend, f)
     }
 
     /// Acquires the write lease, runs `f(&write, &lost)` and releases it
@@ -108,24 +109,25 @@ impl RwLock {
         E: From<Error>,
         F: FnOnce(&WriteLease, &Lost) -> Result<T, E>,
     {
-        run_holding(self.write_with(options.acquire)?, options.extend, f)
+        run_holding(self.write_with(options.acquire), options.extend, f)
     }
 }
 
-/// Runs `f(&guard, &lost)` with the renewer on a scoped thread when
-/// `extend`, then releases the guard whatever `f` did (see
-/// [`Locker::with_lock`]).
-fn run_holding<K: Kind, T, E, F>(guard: Guard<K>, extend: bool, f: F) -> Result<T, E>
+/// Runs `f(&guard, &lost)` on the `acquired` lease of any kind, with the
+/// renewer on a scoped thread when `extend`, then releases the guard
+/// whatever `f` did (see [`Locker::with_lock`]).
+fn run_holding<K, T, E, F>(acquired: Result<Guard<K>, Error>, extend: bool, f: F) -> Result<T, E>
 where
+    K: Kind,
+    E: From<Error>,
     F: FnOnce(&Guard<K>, &Lost) -> Result<T, E>,
 {
+    let guard = acquired?;
     let lost = guard.held().lost_signal(extend);
     let outcome = renewing(&guard, &lost, extend, || {
         catch_unwind(AssertUnwindSafe(|| f(&guard, &lost)))
     });
-    lost.disarm();
-    log_failed_release(guard.release());
-    outcome.unwrap_or_else(|panic| resume_unwind(panic))
+    after_release(outcome, guard.release_after(&lost))
 }
 
 impl<K: Kind> Guard<K> {
@@ -152,10 +154,7 @@ impl<K: Kind> Guard<K> {
     pub fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
         let lost = self.held().lost_signal(true);
         let result = renewing(self, &lost, true, || f(&lost));
-        // Settle a deadline that passed unobserved, then stop counting:
-        // from here on the caller decides the lease's fate.
-        let _ = lost.is_lost();
-        lost.disarm();
+        lost.settle();
         result
     }
 }
@@ -175,11 +174,10 @@ fn renewing<K: Kind, R>(lease: &Guard<K>, lost: &Lost, extend: bool, f: impl FnO
     let stop = StopSignal::default();
     std::thread::scope(|scope| {
         let renewer = if extend {
-            let shared = lease.shared();
-            let renewer = Renewer::new(&shared.state, lease.held(), lost, &stop);
+            let renewer = lease.renewer(lost, &stop);
             let spawned = std::thread::Builder::new()
                 .name("redlease-renewer".into())
-                .spawn_scoped(scope, || drive(shared, renewer));
+                .spawn_scoped(scope, || drive(lease.shared(), renewer));
             if spawned.is_err() {
                 // Nothing can keep the lease alive: say so at once
                 // rather than let `f` trust a lease that will lapse.

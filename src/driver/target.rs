@@ -3,6 +3,10 @@
 
 use redis::cluster::ClusterClient;
 
+use super::subscriber;
+use crate::cluster::cluster_client;
+use crate::config::Config;
+use crate::error::{Error, Transport};
 use crate::sentinel::Resolver;
 
 /// A locker's server(s).
@@ -18,4 +22,66 @@ pub(crate) enum Target {
     ClusterNodes(Vec<redis::ConnectionInfo>),
     /// A cluster client the caller built.
     Cluster(ClusterClient),
+}
+
+/// Where a front end's command connections come from.
+#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
+pub(crate) enum Source {
+    Standalone(redis::Client),
+    /// A cluster client (built with the front end's `retries`), and how
+    /// to reach a node directly (credentials, protocol, TLS) when known.
+    Cluster(ClusterClient, Option<redis::ConnectionInfo>),
+    /// The primary Sentinel names, asked for at every new connection.
+    Sentinel(Resolver),
+}
+
+impl Target {
+    /// The sources of the command connections and of the notifications; a
+    /// cluster client built here gets `retries` when given (the blocking
+    /// front end's `0`, so that a timed-out write is never re-sent behind
+    /// the locker's back).
+    pub(crate) fn sources(
+        self,
+        config: &Config,
+        retries: Option<u32>,
+    ) -> Result<(Source, subscriber::Source), Error> {
+        let (client, template) = match self {
+            Target::Standalone(client) => {
+                let notifications = subscriber::Source::Standalone(client.clone());
+                return Ok((Source::Standalone(client), notifications));
+            }
+            Target::Sentinel(resolver) => {
+                let notifications = subscriber::Source::Sentinel(resolver.clone());
+                return Ok((Source::Sentinel(resolver), notifications));
+            }
+            Target::ClusterNodes(nodes) => cluster_client(nodes, config, retries)?,
+            Target::Cluster(client) => (client, None),
+        };
+        let notifications = subscriber::Source::Cluster {
+            slots: client.clone(),
+            template: template.clone(),
+        };
+        Ok((Source::Cluster(client, template), notifications))
+    }
+}
+
+impl Source {
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Source::Cluster(..))
+    }
+
+    /// Whether a cluster's nodes are reached over TLS, as far as known.
+    pub(crate) fn cluster_transport(template: Option<&redis::ConnectionInfo>) -> Transport {
+        template.map_or(Transport::Unknown, |t| Transport::of(t.addr()))
+    }
+}
+
+/// The client for `info` over RESP3: a server-side close is then reported
+/// at once (a `Disconnection` push), and notifications are pushes.
+pub(crate) fn resp3(info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings))
 }

@@ -74,6 +74,18 @@ impl<F: Front> Locker<F> {
 /// attempts; a resign notifies the candidates at once, a leader that
 /// lapsed (killed, paused) is replaced as soon as its lease expires.
 /// Across lockers no order is promised.
+///
+/// # Leading while a closure runs: `with_leadership`
+///
+/// `with_leadership(value, options, f)` (blocking: a closure; async: an
+/// async closure) campaigns with `value` (waiting per `options`), runs
+/// `f(&leadership, &lost)` while leading and resigns afterwards, whether
+/// `f` returned `Ok`, `Err` or panicked (the panic resumes after the
+/// resign). The leadership is renewed by its keeper whatever `options`'
+/// `extend` says. Not leading comes back as `E::from(Busy / WaitTimeout /
+/// ...)` and `f` is not called; a failed resign does not change the result
+/// (it is logged). On a loss, a blocking `f` must stop soon after `lost`
+/// fires (it cannot be pre-empted); an async `f`'s future is dropped.
 pub struct Election<F: Front> {
     locker: Locker<F>,
     names: ElectNames,

@@ -7,6 +7,7 @@
 
 mod connect;
 mod election;
+mod holding;
 mod keeper;
 pub mod kind;
 mod lease;
@@ -17,9 +18,11 @@ mod rw_lock;
 mod semaphore;
 
 pub use election::{Election, Leadership};
+pub(crate) use holding::after_release;
 pub use lease::Lease;
 pub(crate) use lease::LeaseState;
 pub use locker::Locker;
+pub(crate) use observer::Next;
 pub use observer::Observer;
 pub use rw_lock::RwLock;
 pub use semaphore::Semaphore;

@@ -9,6 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
 
+use event_listener::EventListener;
+
 use super::election::Election;
 use crate::clock::now;
 use crate::core::election::ReadReply;
@@ -51,27 +53,38 @@ pub(crate) struct Watch<F: Front> {
     state: ObserveState,
     queue: VecDeque<Observation>,
     /// `None`: read at once.
-    pub(crate) next_read: Option<Instant>,
+    next_read: Option<Instant>,
+}
+
+/// What an observer's reading loop does next.
+pub(crate) enum Next {
+    /// Yield this item of the last read.
+    Yield(Observation),
+    /// End: the locker is shutting down.
+    End,
+    /// Wait until the instant, or until the listener (a change of the
+    /// locker's core: shutdown) wakes the wait early.
+    Sleep(EventListener, Instant),
+    /// Read now ([`Watch::read`]), then hand the reply to [`Watch::handle`].
+    Read,
 }
 
 impl<F: Front> Watch<F> {
-    /// The next item of the last read, if any is left.
-    pub(crate) fn pop(&mut self) -> Option<Observation> {
-        self.queue.pop_front()
-    }
-
-    /// Whether the locker is shutting down: the observer ends.
-    pub(crate) fn ended(&self) -> bool {
-        self.election
-            .locker()
-            .shared()
-            .state
-            .read(|core| core.is_shutting_down())
-    }
-
-    /// What wakes a wait early (a change of the locker's core: shutdown).
-    pub(crate) fn listener(&self) -> event_listener::EventListener {
-        self.election.locker().shared().state.listen_changed()
+    /// What to do next, at this instant.
+    pub(crate) fn next(&mut self) -> Next {
+        if let Some(item) = self.queue.pop_front() {
+            return Next::Yield(item);
+        }
+        let state = &self.election.locker().shared().state;
+        // Registered before the check: a shutdown in between still wakes.
+        let listener = state.listen_changed();
+        if state.read(|core| core.is_shutting_down()) {
+            return Next::End;
+        }
+        match self.next_read {
+            Some(at) if at > now() => Next::Sleep(listener, at),
+            _ => Next::Read,
+        }
     }
 
     /// The next read.

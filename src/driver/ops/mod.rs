@@ -110,6 +110,10 @@ pub(crate) enum Request {
     },
 }
 
+/// One reply per release of a [`Request::Releases`], `None` where none
+/// came in time.
+pub(crate) type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
+
 /// A front end's answer to a [`Request`].
 #[derive(Debug)]
 pub(crate) enum Reply {
@@ -119,7 +123,7 @@ pub(crate) enum Reply {
     },
     /// One entry per call, `None` where no reply came in time; `Err` when
     /// the batch as a whole could not be sent.
-    Releases(Result<Vec<Option<Result<Value, Failure>>>, Failure>),
+    Releases(Result<ReleaseReplies, Failure>),
 }
 
 /// An operation the front ends drive.
@@ -147,7 +151,7 @@ impl Reply {
         }
     }
 
-    fn into_releases(self, n: usize) -> Result<Vec<Option<Result<Value, Failure>>>, Failure> {
+    fn into_releases(self, n: usize) -> Result<ReleaseReplies, Failure> {
         match self {
             Reply::Releases(Ok(mut replies)) => {
                 replies.resize_with(n, || None);

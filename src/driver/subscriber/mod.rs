@@ -172,12 +172,7 @@ fn open_resp3(
     info: redis::ConnectionInfo,
     timeout: Duration,
 ) -> redis::RedisResult<redis::Connection> {
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
-    let conn = client.get_connection_with_timeout(timeout)?;
+    let conn = super::target::resp3(info)?.get_connection_with_timeout(timeout)?;
     conn.set_write_timeout(Some(timeout))?;
     Ok(conn)
 }

@@ -137,6 +137,39 @@ mod blocking {
         assert_eq!(locker.stats().tracked_leases, 0);
     }
 
+    /// `with_all` holds every key while `f` runs, with a fence per key, and
+    /// releases them all afterwards, also when `f` fails.
+    #[test]
+    fn with_all_holds_every_key_while_f_runs_and_releases_them_after() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-all");
+        let locker: Locker = connect(&server, config(&ns));
+        let keys = ["a", "b"];
+        let fences = locker
+            .with_all(&keys, WithLock::new().extend(true), |lease, lost| {
+                assert!(!lost.is_lost());
+                for key in keys {
+                    let stored = get(&server, &lock_name(&ns, key)).expect("held while f runs");
+                    let fence = lease.fence_of(key).expect("a key of the lease");
+                    assert!(stored.ends_with(&format!(":{fence}")), "{stored}");
+                }
+                Ok::<_, JobError>(lease.fences().to_vec())
+            })
+            .unwrap();
+        assert_eq!(fences.len(), 2);
+        for key in keys {
+            assert!(!exists(&server, &lock_name(&ns, key)), "released after f");
+        }
+        let failed = locker.with_all(&keys, WithLock::new(), |_, _| {
+            Err::<(), _>(JobError::Job(7))
+        });
+        assert!(matches!(failed, Err(JobError::Job(7))));
+        assert!(
+            !exists(&server, &lock_name(&ns, "a")),
+            "released after an error"
+        );
+    }
+
     /// A held key makes `with_lock` wait (per its `wait`) and run `f` once
     /// the holder releases it.
     #[test]
@@ -854,6 +887,32 @@ mod aio {
 
     fn no_wait() -> AcquireOptions {
         AcquireOptions::new().wait(Duration::ZERO)
+    }
+
+    /// `with_all` holds every key while `f` runs and releases them after.
+    #[test]
+    fn with_all_holds_every_key_while_f_runs_and_releases_them_after() {
+        let server = RedisServer::start();
+        let ns = namespace("wl-all-aio");
+        let locker = connect(&server, config(&ns));
+        let keys = ["a", "b"];
+        let fences =
+            block_on(
+                locker.with_all(&keys, WithLock::new().extend(true), async |lease, lost| {
+                    assert!(!lost.is_lost());
+                    for key in keys {
+                        let stored = get(&server, &lock_name(&ns, key)).expect("held while f runs");
+                        let fence = lease.fence_of(key).expect("a key of the lease");
+                        assert!(stored.ends_with(&format!(":{fence}")), "{stored}");
+                    }
+                    Ok::<_, JobError>(lease.fences().to_vec())
+                }),
+            )
+            .unwrap();
+        assert_eq!(fences.len(), 2);
+        for key in keys {
+            assert!(!exists(&server, &lock_name(&ns, key)), "released after f");
+        }
     }
 
     /// `lost.wait()` raced against a timer: the loss, if it came in time.

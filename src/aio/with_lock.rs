@@ -12,7 +12,7 @@ use futures::future::{select, Either};
 use futures::FutureExt;
 
 use super::front::drive;
-use super::{Lease, Locker, Permit, ReadLease, RwLock, Semaphore, WriteLease};
+use super::{Lease, Locker, MultiLease, Permit, ReadLease, RwLock, Semaphore, WriteLease};
 use crate::config::WithLock;
 use crate::driver::ops::StopSignal;
 use crate::error::Error;
@@ -54,6 +54,23 @@ impl Locker {
         F: AsyncFnOnce(&Lease, &Lost) -> Result<T, E>,
     {
         run_holding(self.acquire_with(key, options.acquire), options.extend, f).await
+    }
+
+    /// Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)),
+    /// awaits `f(&lease, &lost)` and releases all of them afterwards,
+    /// exactly as [`with_lock`](Self::with_lock) does with one key.
+    pub async fn with_all<K, T, E, F>(&self, keys: &[K], options: WithLock, f: F) -> Result<T, E>
+    where
+        K: AsRef<str> + Sync,
+        E: From<Error>,
+        F: AsyncFnOnce(&MultiLease, &Lost) -> Result<T, E>,
+    {
+        run_holding(
+            self.acquire_all_with(keys, options.acquire),
+            options.extend,
+            f,
+        )
+        .await
     }
 }
 

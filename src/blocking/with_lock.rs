@@ -6,7 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::front::drive;
-use super::{Lease, Locker, Permit, ReadLease, RwLock, Semaphore, WriteLease};
+use super::{Lease, Locker, MultiLease, Permit, ReadLease, RwLock, Semaphore, WriteLease};
 use crate::config::WithLock;
 use crate::driver::ops::StopSignal;
 use crate::error::{Error, LostCause};
@@ -47,6 +47,35 @@ impl Locker {
         F: FnOnce(&Lease, &Lost) -> Result<T, E>,
     {
         run_holding(self.acquire_with(key, options.acquire), options.extend, f)
+    }
+
+    /// Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)),
+    /// runs `f(&lease, &lost)` and releases all of them afterwards, exactly
+    /// as [`with_lock`](Self::with_lock) does with one key.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// use redlease::WithLock;
+    ///
+    /// locker.with_all(&["account:7", "account:9"], WithLock::new(), |lease, _lost| {
+    ///     // debit 7 with lease.fence_of("account:7"), credit 9 with its fence
+    ///     Ok::<_, redlease::Error>(lease.fences().len())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_all<K, T, E, F>(&self, keys: &[K], options: WithLock, f: F) -> Result<T, E>
+    where
+        K: AsRef<str> + Sync,
+        E: From<Error>,
+        F: FnOnce(&MultiLease, &Lost) -> Result<T, E>,
+    {
+        run_holding(
+            self.acquire_all_with(keys, options.acquire),
+            options.extend,
+            f,
+        )
     }
 }
 

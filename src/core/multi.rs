@@ -287,7 +287,7 @@ pub(crate) fn multi_release_call(
 /// is set with the lease's `PX`. Else, unless trying once (which deletes
 /// what it may hold and reserves nothing), each key not busy becomes a
 /// reservation `<token>:r<age>` for `res_ms`, and the waiter registers in
-/// each busy key's hand-over queue with the value `<token>:<res_ms>:m<age>`,
+/// each busy key's hand-over queue with the value `m<age>.<token>:<res_ms>`,
 /// for which a release reserves the key instead of granting it. Writes of
 /// holds happen only in the grant branch, for all N keys: never a partial
 /// hold.
@@ -388,8 +388,8 @@ for i = 1, n do
       wait = ms
     end
     if handover and ARGV[6] ~= '' and res_ms ~= '0' then
-      local H = {reg = ARGV[6], reg_ms = ARGV[7], claim = res_ms .. ':m' .. age_text, reg_prefix = ARGV[7 + i]}
-      enqueue(H, KEYS[2 * n + i], KEYS[3 * n + i], got[2 * n + i], token)
+      local H = {reg = ARGV[6], reg_ms = ARGV[7], claim = res_ms, reg_prefix = ARGV[7 + i]}
+      enqueue(H, KEYS[2 * n + i], KEYS[3 * n + i], got[2 * n + i], 'm' .. age_text .. '.' .. token)
     end
   elseif res_ms == '0' then
     if s == 'mine' or s == 'reserved' then

@@ -104,8 +104,11 @@ pub(crate) use next_fence_lua;
 ///   with the next fence of its counter (SPEC §3, `next_fence`) for its
 ///   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`;
 ///   for a waiting multi-key lease's registration (value
-///   `<token>:<res_ms>:m<age>`, docs/MULTIKEY.md §5) it reserves the key
+///   `m<age>.<token>:<res_ms>`, docs/MULTIKEY.md §5) it reserves the key
 ///   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
+///   An older locker's `grant_to` makes such a registration an ordinary
+///   grant to the owner `m<age>.<token>`, which nobody claims: it lapses
+///   after `res_ms`.
 /// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller
 ///   found its own token (a replay, or a grant to it): the lease runs its
 ///   full length from this attempt on; with the hand-over the locker is
@@ -160,13 +163,13 @@ end
 local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
   local sep = string.find(value, ':', 1, true)
   local claim = string.sub(value, sep + 1)
-  local multi = string.find(claim, ':m', 1, true)
-  if multi then
-    -- A waiting multi-key lease: the key is reserved for it, no fence spent.
-    local res = string.sub(claim, 1, multi - 1)
-    redis.call('SET', key, string.sub(value, 1, sep - 1) .. ':r' .. string.sub(claim, multi + 2), 'PX', res)
-    redis.pcall(publish, channel, message .. ':g:' .. reg .. ':0:' .. res)
-    return res
+  if string.sub(value, 1, 1) == 'm' then
+    -- A waiting multi-key lease, m<age>.<token>: the key is reserved for
+    -- it, no fence spent.
+    local dot = string.find(value, '.', 1, true)
+    redis.call('SET', key, string.sub(value, dot + 1, sep - 1) .. ':r' .. string.sub(value, 2, dot - 1), 'PX', claim)
+    redis.pcall(publish, channel, message .. ':g:' .. reg .. ':0:' .. claim)
+    return claim
   end
   local fence = next_fence(counter_key, counter, redis.call('TIME'), ttl_ms)
   if not fence then

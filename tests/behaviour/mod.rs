@@ -64,6 +64,7 @@ macro_rules! behaviour_suite {
                 multi_key_input_is_checked_before_anything_is_sent,
                 a_renew_that_finds_a_key_gone_gives_up_every_key,
                 a_waiter_that_gives_up_leaves_no_reservation,
+                a_multi_key_waiter_takes_its_turn_in_a_held_keys_queue,
             }
             waiting {
                 a_waiter_is_woken_by_the_release_notification_not_its_safety_poll,

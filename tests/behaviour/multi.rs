@@ -278,3 +278,59 @@ pub(crate) fn a_waiter_that_gives_up_leaves_no_reservation<F: Front>() {
     F::release(a).unwrap();
     F::release(held).unwrap();
 }
+
+/// With the hand-over, a multi-key waiter takes its turn in a held key's
+/// queue: registered between two single-key waiters of other lockers, it
+/// gets the key (reserved for it by the release, no fence spent) after the
+/// first and before the second. Safety polls are 30 s: only the hand-over
+/// and its notifications move the key.
+pub(crate) fn a_multi_key_waiter_takes_its_turn_in_a_held_keys_queue<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-turn");
+    let slow = config(&ns)
+        .poll_interval(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30))
+        .wait(BOUND);
+    let queue = format!("{ns}:lock-queue:{{{}}}", super::common::key_sha("b"));
+    let queued = |n: usize| {
+        let len: usize = redis::cmd("LLEN")
+            .arg(&queue)
+            .query(&mut server.conn())
+            .unwrap();
+        len == n
+    };
+    let holder: F = connect(&server, slow.clone());
+    let held = granted(holder.acquire("b"), "b held");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let single = |name: &'static str| {
+        let locker: F = connect(&server, slow.clone());
+        let order = order.clone();
+        spawn(name, move || {
+            let lease = granted(locker.acquire("b"), name);
+            order.lock().unwrap().push(name);
+            F::release(lease).unwrap();
+        })
+    };
+    let first = single("first single");
+    wait_until(BOUND, "the first single-key waiter queued", || queued(1));
+    let multi = {
+        let locker: F = connect(&server, slow.clone());
+        let order = order.clone();
+        spawn("multi", move || {
+            let lease = granted(locker.acquire_all_with(&["a", "b"], waiting(BOUND)), "a, b");
+            order.lock().unwrap().push("multi");
+            F::release_multi(lease).unwrap();
+        })
+    };
+    wait_until(BOUND, "the multi-key waiter queued", || queued(2));
+    let second = single("second single");
+    wait_until(BOUND, "the second single-key waiter queued", || queued(3));
+    F::release(held).unwrap();
+    first.join_within(BOUND);
+    multi.join_within(BOUND);
+    second.join_within(BOUND);
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["first single", "multi", "second single"]
+    );
+}

@@ -673,10 +673,14 @@ impl Core {
         }
         let line = self.lines.get_mut(&w.target.line());
         match result {
-            Ok(Attempted::Granted { fence, slot }) => {
+            Ok(Attempted::Granted {
+                fence,
+                slot,
+                next_waits,
+            }) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
-                    line.handle_granted();
+                    line.handle_granted(next_waits);
                 }
                 w.failure = None;
                 let outcome = if self.shutting_down {
@@ -780,12 +784,14 @@ impl Core {
                 Leaving::Abandoned { in_flight_until } => in_flight_until,
                 _ => None,
             };
+            let next_waits = line.take_next_waits();
             if let Some(next) = line.leave_settling(id, in_flight_until) {
                 // A semaphore may have more permits free, and readers share:
-                // their next head tries at once (SPEC §12, §13).
-                if let (Leaving::Acquired(lease), Kind::Lock | Kind::Write | Kind::Leader) =
-                    (leaving, key.kind)
-                {
+                // their next head tries at once (SPEC §12, §13), unless the
+                // permit's reply said it is registered with nothing free.
+                let defers =
+                    next_waits || matches!(key.kind, Kind::Lock | Kind::Write | Kind::Leader);
+                if let (Leaving::Acquired(lease), true) = (leaving, defers) {
                     line.defer_head(now, lease, safety);
                 }
                 // Woken either way: a deferred head must trade the deadline
@@ -875,6 +881,9 @@ enum Attempted {
     Granted {
         fence: Fence,
         slot: Option<u32>,
+        /// The next waiter is registered and nothing else is free: it waits
+        /// for its grant (a permit's reply says so).
+        next_waits: bool,
     },
     Busy(Option<Duration>),
     /// Settled, and no retry can succeed.
@@ -886,14 +895,23 @@ impl Attempted {
         Ok(match target {
             Target::Lock(_) | Target::Read(_) | Target::Write(_) | Target::Leader { .. } => {
                 match classify_acquire(value)? {
-                    AcquireReply::Acquired(fence) => Attempted::Granted { fence, slot: None },
+                    AcquireReply::Acquired(fence) => Attempted::Granted {
+                        fence,
+                        slot: None,
+                        next_waits: false,
+                    },
                     AcquireReply::Busy(remaining) => Attempted::Busy(remaining),
                 }
             }
             Target::Permit { permits, .. } => match classify_permit(value)? {
-                PermitReply::Acquired { slot, fence } => Attempted::Granted {
+                PermitReply::Acquired {
+                    slot,
+                    fence,
+                    next_waits,
+                } => Attempted::Granted {
                     fence,
                     slot: Some(slot),
+                    next_waits,
                 },
                 PermitReply::Busy(remaining) => Attempted::Busy(remaining),
                 PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(

@@ -78,6 +78,9 @@ pub(crate) struct Line {
     /// registered locker still attempts (and refreshes its registration)
     /// at least every safety interval.
     scheduled: Option<Instant>,
+    /// The head's grant said the next head is registered and has nothing
+    /// free to take (a permit's reply): it waits for its grant.
+    next_waits: bool,
 }
 
 impl Line {
@@ -89,6 +92,7 @@ impl Line {
             registered: None,
             registering_next: None,
             scheduled: None,
+            next_waits: false,
         }
     }
 
@@ -136,8 +140,15 @@ impl Line {
 
     /// The head's attempt got the lease: the registration, if the attempt
     /// made one for the next waiter, names that waiter.
-    pub(crate) fn handle_granted(&mut self) {
+    pub(crate) fn handle_granted(&mut self, next_waits: bool) {
         self.registered = self.registering_next.take();
+        self.next_waits = next_waits;
+    }
+
+    /// Whether the grant's reply said the next head is registered with
+    /// nothing free for it (a permit's): it waits for its own grant.
+    pub(crate) fn take_next_waits(&mut self) -> bool {
+        std::mem::take(&mut self.next_waits)
     }
 
     /// Another locker was handed the lease and has `claim` to claim it: if

@@ -154,6 +154,9 @@ impl Line {
     /// Another locker was handed the lease and has `claim` to claim it: if
     /// it does not, the head must be ready to take over just after (the
     /// next attempt of a registered locker hands the lapsed grant on).
+    /// A grant also settles the one before it (claimed and released, or
+    /// lapsed and handed on: claims publish nothing), so the retry an
+    /// earlier grant brought forward goes back to the last reply's first.
     /// Returns the head to wake when its retry instant moved earlier (it
     /// sleeps toward the old one).
     pub(crate) fn handle_grant_elsewhere(
@@ -164,7 +167,7 @@ impl Line {
         if let HeadState::Backoff { retry_at } = self.head {
             // Just after the window, so the lapsed grant is gone.
             let after = deadline_after(now, claim + CLAIM_MARGIN);
-            let sooner = match (retry_at, after) {
+            let sooner = match (self.scheduled, after) {
                 (Some(r), Some(a)) => Some(r.min(a)),
                 (r, a) => r.or(a),
             };
@@ -517,7 +520,7 @@ mod tests {
     }
 
     #[test]
-    fn a_grant_elsewhere_brings_the_retry_to_its_claim_window_and_its_claim_puts_it_back() {
+    fn a_grant_elsewhere_brings_the_retry_to_its_claim_window_and_the_next_grant_moves_it() {
         let now = Instant::now();
         let w = ids(1);
         let mut line = Line::new();
@@ -531,9 +534,19 @@ mod tests {
             line.poll(w[0], now),
             LineStep::WaitUntil(Some(now + claim + CLAIM_MARGIN))
         );
-        // A second grant later never pushes the retry back.
+        // A second grant settled the first: the retry follows its window.
         let later = now + Duration::from_millis(50);
-        assert_eq!(line.handle_grant_elsewhere(later, claim), None);
+        assert_eq!(line.handle_grant_elsewhere(later, claim), Some(w[0]));
+        assert_eq!(
+            line.poll(w[0], later),
+            LineStep::WaitUntil(Some(later + claim + CLAIM_MARGIN))
+        );
+        // Never past the retry the last reply set, whatever the grants.
+        let long = Duration::from_secs(60);
+        line.handle_grant_elsewhere(later, long);
+        assert_eq!(line.poll(w[0], later), regular);
+        // An older locker's claim notice puts it back there too.
+        line.handle_grant_elsewhere(later, claim);
         line.handle_claimed();
         assert_eq!(
             line.poll(w[0], now),

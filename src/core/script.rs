@@ -105,7 +105,9 @@ pub(crate) use next_fence_lua;
 /// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller
 ///   found its own token (a replay, or a grant to it): the lease runs its
 ///   full length from this attempt on; with the hand-over the locker is
-///   registered for its next waiter and `<message>:c:<fence>` published.
+///   registered for its next waiter. No claim notice is published (the
+///   other lockers learn that a grant was settled from the next grant's
+///   notice, docs/HANDOVER.md "As built"), so a claim wakes no subscriber.
 /// - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
 ///   locker's (the caller's, or the one its registration names), and the
 ///   fence of a lease value `<token>:<fence>` that is.
@@ -166,11 +168,8 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
 end
 local function claim(H, key, token, fence, lease_ms, queue, flag, queued)
   redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
-  if H and H.reg ~= '' then
-    if H.next ~= '' then
-      enqueue(H, queue, flag, queued, H.next)
-    end
-    redis.pcall(H.publish, H.channel, H.message .. ':c:' .. fence)
+  if H and H.reg ~= '' and H.next ~= '' then
+    enqueue(H, queue, flag, queued, H.next)
   end
 end
 local function is_ours(H, owner)
@@ -304,8 +303,7 @@ end
 /// without a second grant; it also sets the lease's full length from this
 /// attempt on, as the caller's clock counts it. That is the claim of a
 /// grant the hand-over made out to this locker (a token of its own), which
-/// may re-register the locker for its next waiter and publishes
-/// `<sha>:c:<fence>`. Every grant's fence is `max(counter + 1, TIME in ms ×
+/// may re-register the locker for its next waiter. Every grant's fence is `max(counter + 1, TIME in ms ×
 /// 1000)` (SPEC §3), so fences keep increasing after Redis lost its data
 /// and after a failover to a replica that missed the last grants.
 ///
@@ -691,11 +689,8 @@ local function claimed()
         redis.call('ZREM', KEYS[2], token)
       end
       admit(KEYS[2], ARGV[1], expiry)
-      if H and H.reg ~= '' then
-        if H.next ~= '' then
-          register(H.next)
-        end
-        redis.pcall(H.publish, H.channel, H.message .. ':c:' .. epoch)
+      if H and H.reg ~= '' and H.next ~= '' then
+        register(H.next)
       end
       return epoch
     end

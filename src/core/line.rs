@@ -74,7 +74,8 @@ pub(crate) struct Line {
     registering_next: Option<OwnerToken>,
     /// The retry instant the head's last busy reply or failure set: a grant
     /// to another locker may bring the retry forward (to take over a grant
-    /// nobody claims), and its claim puts it back here, never later, so a
+    /// nobody claims), never past this instant, and the next grant (or an
+    /// older locker's claim notice) puts it back here, never later, so a
     /// registered locker still attempts (and refreshes its registration)
     /// at least every safety interval.
     scheduled: Option<Instant>,

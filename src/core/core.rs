@@ -724,10 +724,11 @@ impl Core {
                 fence,
                 slot,
                 fences,
+                next_waits,
             }) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
-                    line.handle_granted();
+                    line.handle_granted(next_waits);
                 }
                 w.failure = None;
                 let outcome = if self.shutting_down {
@@ -836,14 +837,17 @@ impl Core {
                 Leaving::Abandoned { in_flight_until } => in_flight_until,
                 _ => None,
             };
+            let next_waits = line.take_next_waits();
             if let Some(next) = line.leave_settling(id, in_flight_until) {
                 // A semaphore may have more permits free, and readers share:
-                // their next head tries at once (SPEC §12, §13).
-                if let (
-                    Leaving::Acquired(lease),
-                    Kind::Lock | Kind::Write | Kind::Leader | Kind::Multi,
-                ) = (leaving, key.kind)
-                {
+                // their next head tries at once (SPEC §12, §13), unless the
+                // permit's reply said it is registered with nothing free.
+                let defers = next_waits
+                    || matches!(
+                        key.kind,
+                        Kind::Lock | Kind::Write | Kind::Leader | Kind::Multi
+                    );
+                if let (Leaving::Acquired(lease), true) = (leaving, defers) {
                     line.defer_head(now, lease, safety);
                 }
                 // Woken either way: a deferred head must trade the deadline
@@ -951,6 +955,9 @@ enum Attempted {
         slot: Option<u32>,
         /// A multi-key lease's fences, in its keys' order.
         fences: Option<Box<[Fence]>>,
+        /// The next waiter is registered and nothing else is free: it waits
+        /// for its grant (a permit's reply says so).
+        next_waits: bool,
     },
     /// Held: the holder's remaining time if known, and for a multi-key
     /// lease the waiter's age.
@@ -968,6 +975,7 @@ impl Attempted {
                         fence,
                         slot: None,
                         fences: None,
+                        next_waits: false,
                     },
                     AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None),
                 }
@@ -980,14 +988,20 @@ impl Attempted {
                         .ok_or_else(|| ReplyError::new(ScriptKind::MultiAcquire, value))?,
                     slot: None,
                     fences: Some(fences.into()),
+                    next_waits: false,
                 },
                 MultiReply::Busy { remaining, since } => Attempted::Busy(remaining, Some(since)),
             },
             Target::Permit { permits, .. } => match classify_permit(value)? {
-                PermitReply::Acquired { slot, fence } => Attempted::Granted {
+                PermitReply::Acquired {
+                    slot,
+                    fence,
+                    next_waits,
+                } => Attempted::Granted {
                     fence,
                     slot: Some(slot),
                     fences: None,
+                    next_waits,
                 },
                 PermitReply::Busy(remaining) => Attempted::Busy(remaining, None),
                 PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(

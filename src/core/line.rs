@@ -74,10 +74,14 @@ pub(crate) struct Line {
     registering_next: Option<OwnerToken>,
     /// The retry instant the head's last busy reply or failure set: a grant
     /// to another locker may bring the retry forward (to take over a grant
-    /// nobody claims), and its claim puts it back here, never later, so a
+    /// nobody claims), never past this instant, and the next grant (or an
+    /// older locker's claim notice) puts it back here, never later, so a
     /// registered locker still attempts (and refreshes its registration)
     /// at least every safety interval.
     scheduled: Option<Instant>,
+    /// The head's grant said the next head is registered and has nothing
+    /// free to take (a permit's reply): it waits for its grant.
+    next_waits: bool,
 }
 
 impl Line {
@@ -89,6 +93,7 @@ impl Line {
             registered: None,
             registering_next: None,
             scheduled: None,
+            next_waits: false,
         }
     }
 
@@ -136,13 +141,23 @@ impl Line {
 
     /// The head's attempt got the lease: the registration, if the attempt
     /// made one for the next waiter, names that waiter.
-    pub(crate) fn handle_granted(&mut self) {
+    pub(crate) fn handle_granted(&mut self, next_waits: bool) {
         self.registered = self.registering_next.take();
+        self.next_waits = next_waits;
+    }
+
+    /// Whether the grant's reply said the next head is registered with
+    /// nothing free for it (a permit's): it waits for its own grant.
+    pub(crate) fn take_next_waits(&mut self) -> bool {
+        std::mem::take(&mut self.next_waits)
     }
 
     /// Another locker was handed the lease and has `claim` to claim it: if
     /// it does not, the head must be ready to take over just after (the
     /// next attempt of a registered locker hands the lapsed grant on).
+    /// A grant also settles the one before it (claimed and released, or
+    /// lapsed and handed on: claims publish nothing), so the retry an
+    /// earlier grant brought forward goes back to the last reply's first.
     /// Returns the head to wake when its retry instant moved earlier (it
     /// sleeps toward the old one).
     pub(crate) fn handle_grant_elsewhere(
@@ -153,7 +168,7 @@ impl Line {
         if let HeadState::Backoff { retry_at } = self.head {
             // Just after the window, so the lapsed grant is gone.
             let after = deadline_after(now, claim + CLAIM_MARGIN);
-            let sooner = match (retry_at, after) {
+            let sooner = match (self.scheduled, after) {
                 (Some(r), Some(a)) => Some(r.min(a)),
                 (r, a) => r.or(a),
             };
@@ -506,7 +521,7 @@ mod tests {
     }
 
     #[test]
-    fn a_grant_elsewhere_brings_the_retry_to_its_claim_window_and_its_claim_puts_it_back() {
+    fn a_grant_elsewhere_brings_the_retry_to_its_claim_window_and_the_next_grant_moves_it() {
         let now = Instant::now();
         let w = ids(1);
         let mut line = Line::new();
@@ -520,9 +535,19 @@ mod tests {
             line.poll(w[0], now),
             LineStep::WaitUntil(Some(now + claim + CLAIM_MARGIN))
         );
-        // A second grant later never pushes the retry back.
+        // A second grant settled the first: the retry follows its window.
         let later = now + Duration::from_millis(50);
-        assert_eq!(line.handle_grant_elsewhere(later, claim), None);
+        assert_eq!(line.handle_grant_elsewhere(later, claim), Some(w[0]));
+        assert_eq!(
+            line.poll(w[0], later),
+            LineStep::WaitUntil(Some(later + claim + CLAIM_MARGIN))
+        );
+        // Never past the retry the last reply set, whatever the grants.
+        let long = Duration::from_secs(60);
+        line.handle_grant_elsewhere(later, long);
+        assert_eq!(line.poll(w[0], later), regular);
+        // An older locker's claim notice puts it back there too.
+        line.handle_grant_elsewhere(later, claim);
         line.handle_claimed();
         assert_eq!(
             line.poll(w[0], now),

@@ -246,7 +246,8 @@ impl RegId {
 /// What a hand-over notification says (docs/HANDOVER.md §3, §4): the
 /// payload `<message>:g:<entry>:<fence>:<claim_ms>` for a grant to the
 /// queue entry `entry` ([`LineKey::queue_entry`]), `<message>:c:<fence>`
-/// for a grant that was claimed, where `<message>` is the line's release
+/// for a grant that was claimed (published only by older lockers, still
+/// heard), where `<message>` is the line's release
 /// message ([`LineKey::message`]: the sha for a lock, `sem:<sha>` for a
 /// semaphore, `rw:<sha>` for a read-write lease, whose claims name no
 /// line: the line is the writers').

@@ -112,7 +112,9 @@ pub(crate) use next_fence_lua;
 /// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller
 ///   found its own token (a replay, or a grant to it): the lease runs its
 ///   full length from this attempt on; with the hand-over the locker is
-///   registered for its next waiter and `<message>:c:<fence>` published.
+///   registered for its next waiter. No claim notice is published (the
+///   other lockers learn that a grant was settled from the next grant's
+///   notice, docs/HANDOVER.md "As built"), so a claim wakes no subscriber.
 /// - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
 ///   locker's (the caller's, or the one its registration names), and the
 ///   fence of a lease value `<token>:<fence>` that is.
@@ -181,11 +183,8 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
 end
 local function claim(H, key, token, fence, lease_ms, queue, flag, queued)
   redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
-  if H and H.reg ~= '' then
-    if H.next ~= '' then
-      enqueue(H, queue, flag, queued, H.next)
-    end
-    redis.pcall(H.publish, H.channel, H.message .. ':c:' .. fence)
+  if H and H.reg ~= '' and H.next ~= '' then
+    enqueue(H, queue, flag, queued, H.next)
   end
 end
 local function is_ours(H, owner)
@@ -320,8 +319,7 @@ end
 /// without a second grant; it also sets the lease's full length from this
 /// attempt on, as the caller's clock counts it. That is the claim of a
 /// grant the hand-over made out to this locker (a token of its own), which
-/// may re-register the locker for its next waiter and publishes
-/// `<sha>:c:<fence>`. Every grant's fence is `max(counter + 1, TIME in ms ×
+/// may re-register the locker for its next waiter. Every grant's fence is `max(counter + 1, TIME in ms ×
 /// 1000)` (SPEC §3), so fences keep increasing after Redis lost its data
 /// and after a failover to a replica that missed the last grants.
 ///
@@ -528,7 +526,11 @@ end
 /// own comes up or the slots or the queue run out. Else the lowest free
 /// slot is taken with the next fence of its own counter, computed as in
 /// [`ACQUIRE_LUA`] (the §3 floor; `GET`, `TIME`, two `SET`s) and the reply
-/// is `[slot, fence]`; with every slot held it is the smallest remaining
+/// is `[slot, fence]`, or `[slot, fence, 1]` when the locker's next waiter
+/// (`next` of the hand-over's arguments) is registered and no other slot
+/// is free: that waiter then waits for its grant instead of an attempt
+/// that could only be busy (a take of the last free slot registers it, as
+/// a claim does); with every slot held it is the smallest remaining
 /// time (`-1` when none is known, one `PTTL` per slot) or the claim window
 /// of the grant this attempt made, and a waiting caller registers.
 ///
@@ -543,10 +545,19 @@ local handover = #KEYS == 5
 local H = handover and handover_args(4)
 local permits = tonumber(ARGV[4])
 local held, stored, queued = read_slots(permits, handover and KEYS[5])
+local next_registers = H and H.reg ~= '' and H.next ~= ''
 for i = 1, #held do
   local fence = our_fence(H, held[i])
   if fence then
     claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5], queued)
+    if next_registers then
+      for j = 1, permits do
+        if j ~= i and not held[j] then
+          return {i - 1, fence}
+        end
+      end
+      return {i - 1, fence, 1}
+    end
     return {i - 1, fence}
   end
 end
@@ -605,6 +616,10 @@ local counter = KEYS[3] .. slot
 local fence = take(KEYS[2] .. slot, counter, redis.call('GET', counter), redis.call('TIME'), ARGV[3])
 if not fence then
   return redis.error_reply(WRONGTYPE)
+end
+if next_registers and #free == 1 then
+  enqueue(H, KEYS[4], KEYS[5], queued, H.next)
+  return {slot, fence, 1}
 end
 return {slot, fence}
 "#
@@ -690,11 +705,8 @@ local function claimed()
         redis.call('ZREM', KEYS[2], token)
       end
       admit(KEYS[2], ARGV[1], expiry)
-      if H and H.reg ~= '' then
-        if H.next ~= '' then
-          register(H.next)
-        end
-        redis.pcall(H.publish, H.channel, H.message .. ':c:' .. epoch)
+      if H and H.reg ~= '' and H.next ~= '' then
+        register(H.next)
       end
       return epoch
     end
@@ -1427,29 +1439,42 @@ pub(crate) fn parse_fence(bytes: &[u8]) -> Option<Fence> {
 /// What a semaphore acquire reply says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PermitReply {
-    /// Slot `slot` is ours with this fence.
-    Acquired { slot: u32, fence: Fence },
+    /// Slot `slot` is ours with this fence; with `next_waits`, the
+    /// locker's next waiter is registered and no other slot is free, so it
+    /// waits for its grant rather than attempting at once.
+    Acquired {
+        slot: u32,
+        fence: Fence,
+        next_waits: bool,
+    },
     /// Every slot is held; the soonest to end has this remaining time.
     Busy(Option<Duration>),
     /// The semaphore is in use with another permit count.
     OtherCount(u32),
 }
 
-/// Classifies the semaphore acquire script's reply: `[slot, fence]` with a
-/// slot below the largest permit count and a fence as in
-/// [`classify_acquire`]; an integer ≥ -2 or nil means busy;
+/// Classifies the semaphore acquire script's reply: `[slot, fence]` or
+/// `[slot, fence, 1]` (the next waiter waits for its grant) with a slot
+/// below the largest permit count and a fence as in [`classify_acquire`];
+/// an integer ≥ -2 or nil means busy;
 /// `['permits', n]` names the count in use.
 pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> {
     let unexpected = || ReplyError::new(ScriptKind::SemAcquire, value);
     match value {
         Value::Array(items) => match items.as_slice() {
-            [Value::Int(slot), Value::BulkString(fence)] => {
+            [Value::Int(slot), Value::BulkString(fence), rest @ ..]
+                if matches!(rest, [] | [Value::Int(1)]) =>
+            {
                 let slot = u32::try_from(*slot)
                     .ok()
                     .filter(|s| *s < super::names::MAX_PERMITS)
                     .ok_or_else(unexpected)?;
                 let fence = parse_fence(fence).ok_or_else(unexpected)?;
-                Ok(PermitReply::Acquired { slot, fence })
+                Ok(PermitReply::Acquired {
+                    slot,
+                    fence,
+                    next_waits: !rest.is_empty(),
+                })
             }
             [Value::BulkString(tag), Value::Int(n)] if tag.as_slice() == b"permits" => {
                 u32::try_from(*n)
@@ -1591,9 +1616,21 @@ pub(crate) mod tests {
             classify_permit(&reply),
             Ok(PermitReply::Acquired {
                 slot: 2,
-                fence: Fence::new(1_796_104_174_047_001)
+                fence: Fence::new(1_796_104_174_047_001),
+                next_waits: false,
             })
         );
+        let waits = Value::Array(vec![Value::Int(2), bulk("17"), Value::Int(1)]);
+        assert_eq!(
+            classify_permit(&waits),
+            Ok(PermitReply::Acquired {
+                slot: 2,
+                fence: Fence::new(17),
+                next_waits: true,
+            })
+        );
+        let odd = Value::Array(vec![Value::Int(2), bulk("17"), Value::Int(0)]);
+        assert!(classify_permit(&odd).is_err());
         assert_eq!(
             classify_permit(&Value::Int(40)),
             Ok(PermitReply::Busy(Some(Duration::from_millis(40))))

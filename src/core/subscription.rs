@@ -130,7 +130,8 @@ impl Core {
     /// of a read-write lease).
     /// A notification's payload at `now`: a hand-over's grant or claim
     /// (docs/HANDOVER.md), or a release. Returns whether it counts as a
-    /// release notification (a claim only tells the other waiters).
+    /// release notification (a claim, which only older lockers publish,
+    /// only tells the other waiters).
     pub(crate) fn handle_notice(&mut self, now: Instant, payload: &[u8]) -> bool {
         let Some((line, handover)) = Handover::parse(payload) else {
             self.handle_notification(payload);

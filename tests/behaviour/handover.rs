@@ -456,6 +456,52 @@ pub(crate) fn freed_permits_go_to_lockers_in_registration_order<F: Front>() {
     assert!(sem_queued(&server, &ns, "s").is_empty(), "all consumed");
 }
 
+/// A permit's claim registers the locker again for its next waiter and,
+/// with no other slot free, says so: that waiter waits for its own grant
+/// instead of an attempt that could only be busy. One permit, held by
+/// another locker; a locker with two waiters registered hears no busy
+/// reply after that, and both get the permit in turn through grants.
+pub(crate) fn a_permit_claim_that_registers_the_next_waiter_spares_its_busy_attempt<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-sem-next");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let held = holder.acquire_permit("s", 1, waiting(BOUND)).unwrap();
+    let locker: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+    let take = |name: &str| {
+        let l = locker.clone();
+        let what = format!("{name}: a registered waiter");
+        spawn(name, move || {
+            l.acquire_permit("s", 1, waiting(BOUND))
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+        })
+    };
+    let first = take("first");
+    wait_until(BOUND, "the locker registered", || {
+        sem_queued(&server, &ns, "s").len() == 1
+    });
+    let second = take("second");
+    wait_until(BOUND, "both waiters in the locker's line", || {
+        locker.stats().waiters == 2
+    });
+    let busy = locker.stats().busy_replies;
+    assert_eq!(F::release_permit(held).unwrap(), ReleaseOutcome::Released);
+    let p1 = first.join_within(BOUND);
+    assert_eq!(
+        sem_queued(&server, &ns, "s").len(),
+        1,
+        "the claim registered the next waiter"
+    );
+    assert_eq!(F::release_permit(p1).unwrap(), ReleaseOutcome::Released);
+    let p2 = second.join_within(BOUND);
+    assert_eq!(F::release_permit(p2).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        locker.stats().busy_replies,
+        busy,
+        "the second waiter waited for its grant without a busy attempt"
+    );
+    assert!(sem_queued(&server, &ns, "s").is_empty(), "all consumed");
+}
+
 /// A semaphore with a free slot and a live registration queued hands the
 /// slot to that registration: a newcomer's try-once hears busy.
 pub(crate) fn a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer<F: Front>() {

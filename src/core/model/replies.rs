@@ -197,16 +197,20 @@ fn spec_acquire(value: &Value) -> SpecAcquire {
 }
 
 /// The reference classification of a semaphore acquire reply (SPEC §12):
-/// `[slot, fence]` with a slot in 0..1024 and a fence read as for a lock;
+/// `[slot, fence]` with a slot in 0..1024 and a fence read as for a lock,
+/// and `1` after them when the next waiter waits for its grant;
 /// `['permits', n]` with n in 1..=1024; busy as for a lock.
 fn spec_permit(value: &Value) -> Option<PermitReply> {
     match value {
         Value::Array(items) => match items.as_slice() {
-            [Value::Int(slot @ 0..=1023), fence @ Value::BulkString(_)] => {
+            [Value::Int(slot @ 0..=1023), fence @ Value::BulkString(_), rest @ ..]
+                if rest.is_empty() || rest == [Value::Int(1)] =>
+            {
                 match spec_acquire(fence) {
                     SpecAcquire::Is(AcquireReply::Acquired(fence)) => Some(PermitReply::Acquired {
                         slot: *slot as u32,
                         fence,
+                        next_waits: rest.len() == 1,
                     }),
                     _ => None,
                 }

@@ -101,12 +101,15 @@ impl futures::Stream for Observer {
                 return Poll::Ready(None);
             }
             this.step = Some(Box::pin(async move {
-                match watch.next_read {
-                    Some(at) if at > crate::clock::now() => {
-                        let listener = watch.listener();
+                let listener = watch.listener();
+                if watch.ended() {
+                    return watch;
+                }
+                match watch.due() {
+                    Some(at) => {
                         let _ = select(listener, async_io::Timer::at(at)).await;
                     }
-                    _ => {
+                    None => {
                         let reply = watch.read().await;
                         watch.handle(reply);
                     }

@@ -74,12 +74,9 @@ impl Iterator for Observer {
             if watch.ended() {
                 return None;
             }
-            match watch.next_read {
-                Some(at) if at > crate::clock::now() => {
-                    listener.wait_deadline(at);
-                    continue;
-                }
-                _ => {}
+            if let Some(at) = watch.due() {
+                listener.wait_deadline(at);
+                continue;
             }
             let reply = watch.read();
             watch.handle(reply);

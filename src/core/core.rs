@@ -15,6 +15,7 @@ use super::line::{HeadState, Line, LineStep, WaiterId};
 use super::names::{
     validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, RegId, Target, Want,
 };
+use super::observed::Observed;
 use super::outcome::Fence;
 use super::script::{
     classify_acquire, classify_permit, AcquireHandover, AcquireReply, PermitReply, ScriptCall,
@@ -264,6 +265,8 @@ pub(crate) struct Core {
     /// a grant made out to the token they named (not claimed) released.
     pub(super) deregistrations: Vec<Owned>,
     pub(super) subscription: SubscriptionState,
+    /// The elections this locker's observers follow.
+    pub(super) observed: HashMap<KeyId, Observed>,
     pub(super) shutting_down: bool,
     attempts_in_flight: usize,
     safety_polls: u64,
@@ -281,6 +284,7 @@ impl Core {
             orphans: Vec::new(),
             deregistrations: Vec::new(),
             subscription: SubscriptionState::new(now),
+            observed: HashMap::new(),
             shutting_down: false,
             attempts_in_flight: 0,
             safety_polls: 0,
@@ -310,6 +314,10 @@ impl Core {
 
     pub(crate) fn attempts_in_flight(&self) -> usize {
         self.attempts_in_flight
+    }
+
+    pub(super) fn waiter_count(&self) -> usize {
+        self.waiters.len()
     }
 
     /// The ids of every waiter, for shutdown's wake-up.
@@ -388,7 +396,7 @@ impl Core {
                 });
             }
         }
-        if self.waiters.len() == 0 {
+        if !self.has_listeners() {
             self.subscription.handle_first_waiter(now);
         }
         let waiter = Waiter {
@@ -807,21 +815,22 @@ impl Core {
                 }
             }
         }
-        if self.waiters.len() == 0 {
+        if !self.has_listeners() {
             self.subscription.handle_last_waiter_left(now);
         }
     }
 
-    /// Whether any line of `id` (of any kind) has waiters: they share the
-    /// key's notification channel.
+    /// Whether any line of `id` (of any kind) has waiters, or an election
+    /// of that id observers: they share the key's notification channel.
     pub(super) fn is_wanted(&self, id: KeyId) -> bool {
         // One lookup per kind, not a scan of every line: this runs each time
         // a line empties.
-        Kind::ALL.iter().any(|&kind| {
-            self.lines
-                .get(&LineKey { kind, id })
-                .is_some_and(|line| !line.is_empty())
-        })
+        self.is_observed(id)
+            || Kind::ALL.iter().any(|&kind| {
+                self.lines
+                    .get(&LineKey { kind, id })
+                    .is_some_and(|line| !line.is_empty())
+            })
     }
 
     pub(super) fn safety_interval(&self) -> Duration {

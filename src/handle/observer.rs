@@ -7,12 +7,15 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::election::Election;
 use crate::clock::now;
 use crate::core::election::ReadReply;
+use crate::core::names::KeyId;
 use crate::core::observe::{Observation, ObserveState};
+use crate::driver::state::LockerState;
 use crate::error::Error;
 use crate::front::{Call, Front};
 
@@ -31,13 +34,16 @@ pub struct Observer<F: Front> {
 }
 
 impl<F: Front> Observer<F> {
-    pub(crate) fn new(election: Election<F>) -> Self {
+    pub(crate) fn new(election: Election<F>, id: KeyId) -> Self {
+        let interest = Interest::new(election.locker().shared().state.clone(), id);
         Observer {
             watch: Some(Watch {
                 election,
                 state: ObserveState::default(),
                 queue: VecDeque::new(),
                 next_read: None,
+                seen: 0,
+                interest,
             }),
             step: None,
         }
@@ -50,8 +56,12 @@ pub(crate) struct Watch<F: Front> {
     election: Election<F>,
     state: ObserveState,
     queue: VecDeque<Observation>,
-    /// `None`: read at once.
-    pub(crate) next_read: Option<Instant>,
+    /// The safety poll or the leader's expiry; `None`: read at once.
+    next_read: Option<Instant>,
+    /// The election's announced changes when the last read began: a
+    /// notification after that moves the count, and the observer reads.
+    seen: u64,
+    interest: Interest,
 }
 
 impl<F: Front> Watch<F> {
@@ -62,20 +72,28 @@ impl<F: Front> Watch<F> {
 
     /// Whether the locker is shutting down: the observer ends.
     pub(crate) fn ended(&self) -> bool {
-        self.election
-            .locker()
-            .shared()
-            .state
-            .read(|core| core.is_shutting_down())
+        self.interest.state.read(|core| core.is_shutting_down())
     }
 
-    /// What wakes a wait early (a change of the locker's core: shutdown).
+    /// What wakes a wait early: a change of the locker's core (a
+    /// notification for this election, a resubscription, shutdown). Take
+    /// it before asking [`due`](Self::due), so that no change is missed.
     pub(crate) fn listener(&self) -> event_listener::EventListener {
-        self.election.locker().shared().state.listen_changed()
+        self.interest.state.listen_changed()
+    }
+
+    /// Until when to wait before the next read; `None`: read now (a
+    /// notification came since the last read began, or its time came).
+    pub(crate) fn due(&self) -> Option<Instant> {
+        if self.interest.changes() != self.seen {
+            return None;
+        }
+        self.next_read.filter(|&at| at > now())
     }
 
     /// The next read.
-    pub(crate) fn read(&self) -> Call<'_, F, Result<ReadReply, Error>> {
+    pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
+        self.seen = self.interest.changes();
         self.election.read_after(self.state.after())
     }
 
@@ -91,6 +109,32 @@ impl<F: Front> Watch<F> {
             }
             Err(_) => self.state.handle_failure(now),
         };
+    }
+}
+
+/// An observer's interest in its election, told to the locker's core
+/// while it lives: it keeps the notification subscription wanted.
+struct Interest {
+    state: Arc<LockerState>,
+    id: KeyId,
+}
+
+impl Interest {
+    fn new(state: Arc<LockerState>, id: KeyId) -> Self {
+        state.with_core(|core| core.handle_observer_started(now(), id));
+        Interest { state, id }
+    }
+
+    fn changes(&self) -> u64 {
+        self.state.read(|core| core.observed_changes(self.id))
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.state
+            .with_core(|core| core.handle_observer_stopped(now(), id));
     }
 }
 

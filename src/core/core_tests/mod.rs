@@ -12,6 +12,7 @@ mod cancel;
 mod failures;
 mod leases;
 mod notifications;
+mod observed;
 mod rw;
 mod semaphore;
 mod sequences;

@@ -91,6 +91,7 @@ macro_rules! fault_matrix {
         mod election {
             fault_matrix!(@rows crate::election_faults;
                 a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_write_is_refused,
+                one_leader_at_a_time_under_faults_checked_on_a_second_redis,
             );
         }
 

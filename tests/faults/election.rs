@@ -55,10 +55,7 @@ pub(crate) fn a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_wr
         format!("write=stale lost=true leader={term}")
     );
     assert_eq!(
-        store
-            .read(&mut conn, LEADER_RESOURCE)
-            .unwrap()
-            .map(|(f, v)| (f, v)),
+        store.read(&mut conn, LEADER_RESOURCE).unwrap(),
         Some((term, b"from next".to_vec())),
         "the new leader's write stands"
     );
@@ -122,7 +119,7 @@ pub(crate) fn one_leader_at_a_time_under_faults_checked_on_a_second_redis<F: Fro
                         accepted: first || second,
                         span: (first && second).then_some((after_first, before_second)),
                     });
-                    if round % 2 == 0 {
+                    if round.is_multiple_of(2) {
                         let _ = F::resign(leadership);
                     } else {
                         drop(leadership);

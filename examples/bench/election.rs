@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::json::J;
 use super::util::{self, Front};
+use super::wakeup::{plain_subscriber, until_waiting};
 use super::{Args, BoxResult};
 
 /// The killed leader's lease.
@@ -245,23 +246,7 @@ fn one<C: Candidate>(front: Front, url: &str, samples: usize) -> BoxResult<J> {
 /// `PUBLISH` sent → a plain subscriber has it, each after [`IDLE`].
 fn notification_latency(url: &str, ns: &str, samples: usize) -> BoxResult<Vec<u64>> {
     let channel = format!("{ns}:bench-probe");
-    let mut sub = util::connect(url)?;
-    let (tx, rx) = mpsc::channel();
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let ch = channel.clone();
-    std::thread::spawn(move || {
-        let mut pubsub = sub.as_pubsub();
-        if pubsub.subscribe(&ch).is_err() {
-            return;
-        }
-        let _ = ready_tx.send(());
-        while pubsub.get_message().is_ok() {
-            if tx.send(Instant::now()).is_err() {
-                return;
-            }
-        }
-    });
-    ready_rx.recv_timeout(Duration::from_secs(5))?;
+    let rx = plain_subscriber(url, channel.clone())?;
     let mut publisher = util::connect(url)?;
     let mut out = Vec::with_capacity(samples);
     for _ in 0..samples + 10 {
@@ -348,24 +333,6 @@ fn resigning_leader<C: Candidate>(
     drop(go_tx);
     thread.join().map_err(|_| "the candidate thread panicked")?;
     Ok(out)
-}
-
-/// Waits until the candidate got a busy reply (it is really waiting) and
-/// its locker is subscribed, then lets it settle into its back-off.
-fn until_waiting(stats: impl Fn() -> Stats, busy_before: u64) -> BoxResult<()> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let s = stats();
-        if s.busy_replies > busy_before && s.subscribed {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err("the candidate never reported a busy reply".into());
-        }
-        util::sleep(Duration::from_micros(50));
-    }
-    util::sleep(IDLE);
-    Ok(())
 }
 
 /// `proclaim` called → an observer on another locker yields the change.

@@ -71,6 +71,18 @@ fn core_at(now: Instant) -> Core {
     Core::new(settings(128, 10_000), now)
 }
 
+/// A core on Redis Cluster (per-key sharded channels), tracking up to
+/// `max_leases`.
+fn sharded_core_at(now: Instant, max_leases: usize) -> Core {
+    Core::new(
+        CoreSettings {
+            channel: Channel::Sharded,
+            ..settings(128, max_leases)
+        },
+        now,
+    )
+}
+
 fn token(i: u8) -> OwnerToken {
     OwnerToken::from_bytes([i; 16])
 }

@@ -73,13 +73,7 @@ fn every_notification_of_an_observed_election_and_every_resubscription_moves_its
 #[test]
 fn an_observed_election_keeps_its_cluster_channel_and_reads_when_it_is_confirmed_or_lost() {
     let now = t0();
-    let mut core = Core::new(
-        CoreSettings {
-            channel: Channel::Sharded,
-            ..settings(128, 100)
-        },
-        now,
-    );
+    let mut core = sharded_core_at(now, 100);
     let id = KeyId::of("scheduler");
     core.handle_observer_started(now, id);
     assert_eq!(core.wanted_keys(now), vec![id]);

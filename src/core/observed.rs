@@ -39,9 +39,11 @@ impl Core {
     /// An observer of `id` is dropped.
     pub(crate) fn handle_observer_stopped(&mut self, now: Instant, id: KeyId) {
         if let Entry::Occupied(mut observed) = self.observed.entry(id) {
-            observed.get_mut().observers -= 1;
-            if observed.get().observers == 0 {
+            let left = observed.get().observers.saturating_sub(1);
+            if left == 0 {
                 observed.remove();
+            } else {
+                observed.get_mut().observers = left;
             }
         }
         if !self.is_wanted(id) {

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
-    scenarios=(uncontended script-floor async-hops wakeup contention semaphore rw many-keys scale memory core)
+    scenarios=(uncontended script-floor async-hops wakeup election contention semaphore rw many-keys scale memory core)
 fi
 
 command -v redis-server >/dev/null || { echo "redis-server is not on PATH" >&2; exit 1; }

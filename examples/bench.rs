@@ -10,7 +10,8 @@
 //! a fenced semaphore, `--permits 3`), `rw` (read-mostly contention on a
 //! read-write lease, with a lock baseline), `wakeup`, `many-keys`,
 //! `scale` (distinct keys over 1..8 processes, one key over 1..128 waiters
-//! per process), `async-vs-blocking` (the async cycle under each executor
+//! per process), `election` (issue 24's failover and observe goals against
+//! the idle round trip and a plain notification), `async-vs-blocking` (the async cycle under each executor
 //! and connection kind against the blocking one, issue 22), `memory`, `core` (micro-benchmarks of the sans-IO core;
 //! needs `--features bench-hooks`). `contention`, `semaphore`, `rw`,
 //! `scale` and `memory` re-execute this binary as worker processes
@@ -41,6 +42,8 @@ mod async_vs_blocking;
 mod contention;
 #[path = "bench/core.rs"]
 mod core_micro;
+#[path = "bench/election.rs"]
+mod election;
 #[path = "bench/json.rs"]
 mod json;
 #[path = "bench/many_keys.rs"]
@@ -176,6 +179,7 @@ fn run() -> BoxResult<()> {
         "contention" | "semaphore" => contention::run(&args)?,
         "rw" => rw::run(&args)?,
         "wakeup" => wakeup::run(&args)?,
+        "election" => election::run(&args)?,
         "scale" => scale::run(&args)?,
         "many-keys" => many_keys::run(&args)?,
         "memory" => memory::run(&args)?,

@@ -2211,7 +2211,8 @@ fn leader_and_elect_work_as_the_least_privilege_acl_users() {
     );
     let observer_rules = format!(
         "on >obs-pass resetkeys resetchannels -@all +evalsha_ro +eval_ro +get +pttl \
-         +xrange +xrevrange +ping +config|get +info %R~{NS}:elect:* %R~{NS}:elect-log:*"
+         +xrange +xrevrange +subscribe +ping +config|get +info \
+         %R~{NS}:elect:* %R~{NS}:elect-log:* &{NS}:lock-released"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("observer");

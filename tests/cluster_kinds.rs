@@ -4,7 +4,8 @@
 //! out up to the count from two lockers, a waiter is woken by the sharded
 //! release notification, and semaphores on different primaries work
 //! independently. The read-write lease (SPEC §13): the same for readers
-//! and writers. Leader election (docs/ELECTION.md) likewise. One cluster
+//! and writers. Leader election (docs/ELECTION.md) likewise, with an
+//! observer woken by the sharded notifications. One cluster
 //! per test (startup is the expensive part).
 #![allow(clippy::disallowed_methods)]
 // The standalone suite's macro is not used here, only its helpers.
@@ -17,6 +18,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use behaviour::common::{granted, namespace, no_wait, refused, spawn, waiting, BOUND};
+use behaviour::election::{next_of, observed};
 use behaviour::front::{ClusterFront, Front};
 use behaviour::rw_lock::rw_name;
 use behaviour::semaphore::{permits_name, slot_fence_name, slot_name};
@@ -192,16 +194,25 @@ fn the_election_works_on_a_cluster<F: ClusterFront>() {
     let ns = namespace("cluster-elect");
     let config = behaviour::common::cluster_config(&ns);
     let a: Arc<F> = behaviour::common::connect_cluster(&cluster, config.clone());
-    let b: Arc<F> = behaviour::common::connect_cluster(&cluster, config);
+    let b: Arc<F> = behaviour::common::connect_cluster(&cluster, config.clone());
+    let c: Arc<F> = behaviour::common::connect_cluster(&cluster, config);
     let name =
         |kind: &str, key: &str| format!("{ns}:{kind}:{{{}}}", behaviour::common::key_sha(key));
+    // An observer on a locker of its own: only the sharded notifications
+    // can deliver its changes within the bound (polls and lease are 30 s).
+    let rx = observed(&*c, "scheduler");
+    assert!(next_of(&rx, "the current state").resync);
+    wait_until(BOUND, "the observer's channel", || c.stats().subscribed);
+    let next_value = || next_of(&rx, "a change").leader.map(|l| l.value);
 
     let first = granted(a.campaign("scheduler", b"a", no_wait()), "a leads");
+    assert_eq!(next_value(), Some(b"a".to_vec()));
     let owner = cluster.primary_for_lock("scheduler");
     for kind in ["elect", "elect-term", "elect-log"] {
         assert!(exists_on(owner, &name(kind, "scheduler")), "{kind}");
     }
     assert_eq!(F::proclaim(&first, b"a2").unwrap().seq, 1);
+    assert_eq!(next_value(), Some(b"a2".to_vec()));
     let leader = b.leader("scheduler").unwrap().expect("a leads");
     assert_eq!(
         (leader.term, leader.value),
@@ -225,6 +236,8 @@ fn the_election_works_on_a_cluster<F: ClusterFront>() {
         b.stats().notifications > notified,
         "woken by the notification"
     );
+    assert_eq!(next_value(), None, "the vacancy");
+    assert_eq!(next_value(), Some(b"b".to_vec()));
     let leader = a.leader("scheduler").unwrap().expect("b leads");
     assert_eq!(
         (leader.term, leader.value),
@@ -246,6 +259,7 @@ fn the_election_works_on_a_cluster<F: ClusterFront>() {
     }
     a.shutdown().unwrap();
     b.shutdown().unwrap();
+    c.shutdown().unwrap();
 }
 
 /// A multi-key lease of one key works on a cluster (its lock on the

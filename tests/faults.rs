@@ -7,7 +7,9 @@
 //! `tests/faults/matrix.rs`, and instantiated here by `fault_matrix!` as
 //! `blocking::matrix::<row>` and `aio::matrix::<row>`; the hand-over's
 //! failure cases (`tests/faults/handover.rs`, docs/HANDOVER.md §8) become
-//! `blocking::handover::<row>` and `aio::handover::<row>`; the
+//! `blocking::handover::<row>` and `aio::handover::<row>`; the election's
+//! (`tests/faults/election.rs`) `blocking::election::<row>` and
+//! `aio::election::<row>`; the
 //! least-privilege cases become `blocking::least_privilege::<case>` and
 //! `aio::least_privilege::<case>`.
 //!
@@ -25,6 +27,8 @@ use fencing_torture::support;
 
 #[path = "faults/child.rs"]
 mod child;
+#[path = "faults/election.rs"]
+mod election_faults;
 #[path = "faults/handover.rs"]
 mod handover;
 #[path = "faults/least_privilege.rs"]
@@ -81,6 +85,13 @@ macro_rules! fault_matrix {
                 a_claim_of_unknown_outcome_is_sent_again_and_answers_the_same_fence,
                 a_head_stopped_after_it_registered_costs_the_claim_window_not_the_lease,
                 a_killed_waiters_registration_stops_blocking_others_within_its_bound,
+            );
+        }
+
+        mod election {
+            fault_matrix!(@rows crate::election_faults;
+                a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_write_is_refused,
+                one_leader_at_a_time_under_faults_checked_on_a_second_redis,
             );
         }
 

@@ -54,7 +54,7 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
 
 /// Waits until the waiter got a busy reply (it is really waiting) and its
 /// locker is subscribed, then lets it settle into its back-off.
-fn until_waiting(stats: impl Fn() -> Stats, busy_before: u64) -> BoxResult<()> {
+pub(crate) fn until_waiting(stats: impl Fn() -> Stats, busy_before: u64) -> BoxResult<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let s = stats();
@@ -71,6 +71,29 @@ fn until_waiting(stats: impl Fn() -> Stats, busy_before: u64) -> BoxResult<()> {
     Ok(())
 }
 
+/// A plain `SUBSCRIBE` connection on `channel` (a thread of its own): the
+/// instant each message reached a client that does nothing else. Returns
+/// once the subscription is confirmed.
+pub(crate) fn plain_subscriber(url: &str, channel: String) -> BoxResult<mpsc::Receiver<Instant>> {
+    let mut conn = util::connect(url)?;
+    let (tx, rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut pubsub = conn.as_pubsub();
+        if pubsub.subscribe(&channel).is_err() {
+            return;
+        }
+        let _ = ready_tx.send(());
+        while pubsub.get_message().is_ok() {
+            if tx.send(Instant::now()).is_err() {
+                return;
+            }
+        }
+    });
+    ready_rx.recv_timeout(Duration::from_secs(5))?;
+    Ok(rx)
+}
+
 /// A plain subscriber on the release channel: when each notification
 /// reached a client that does nothing else.
 struct Probe {
@@ -82,24 +105,8 @@ struct Probe {
 
 impl Probe {
     fn start(url: &str, channel: String) -> BoxResult<Probe> {
-        let mut conn = util::connect(url)?;
-        let (tx, rx) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut pubsub = conn.as_pubsub();
-            if pubsub.subscribe(&channel).is_err() {
-                return;
-            }
-            let _ = ready_tx.send(());
-            while let Ok(_msg) = pubsub.get_message() {
-                if tx.send(Instant::now()).is_err() {
-                    return;
-                }
-            }
-        });
-        ready_rx.recv_timeout(Duration::from_secs(5))?;
         Ok(Probe {
-            pushes: rx,
+            pushes: plain_subscriber(url, channel)?,
             release_returned: Vec::new(),
             push_arrived: Vec::new(),
             reaction: Vec::new(),

@@ -17,6 +17,7 @@ use super::multi::{classify_multi, KeyFences, MultiReply};
 use super::names::{
     validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, RegId, Target, Want,
 };
+use super::observed::Observed;
 use super::outcome::Fence;
 use super::script::{
     classify_acquire, classify_permit, AcquireHandover, AcquireReply, PermitReply, ReplyError,
@@ -274,6 +275,8 @@ pub(crate) struct Core {
     /// The keys of each multi-key lease's line (by the set's id), while
     /// the line exists: their notifications wake it.
     pub(super) sets: HashMap<KeyId, Arc<[KeyId]>>,
+    /// The elections this locker's observers follow.
+    pub(super) observed: HashMap<KeyId, Observed>,
     pub(super) shutting_down: bool,
     attempts_in_flight: usize,
     safety_polls: u64,
@@ -292,6 +295,7 @@ impl Core {
             deregistrations: Vec::new(),
             subscription: SubscriptionState::new(now),
             sets: HashMap::new(),
+            observed: HashMap::new(),
             shutting_down: false,
             attempts_in_flight: 0,
             safety_polls: 0,
@@ -328,6 +332,10 @@ impl Core {
         self.waiters
             .get(id.0)
             .map(|w| (w.token, w.lease_ms, &w.target))
+    }
+
+    pub(super) fn waiter_count(&self) -> usize {
+        self.waiters.len()
     }
 
     /// The ids of every waiter, for shutdown's wake-up.
@@ -425,7 +433,7 @@ impl Core {
                 }
             }
         }
-        if self.waiters.len() == 0 {
+        if !self.has_listeners() {
             self.subscription.handle_first_waiter(now);
         }
         if let Target::Multi { keys, .. } = &target {
@@ -883,23 +891,25 @@ impl Core {
                 }
             }
         }
-        if self.waiters.len() == 0 {
+        if !self.has_listeners() {
             self.subscription.handle_last_waiter_left(now);
         }
     }
 
-    /// Whether any line of `id` (of any kind) has waiters: they share the
-    /// key's notification channel.
+    /// Whether any line of `id` (of any kind) has waiters, or an election
+    /// of that id observers: they share the key's notification channel.
     pub(super) fn is_wanted(&self, id: KeyId) -> bool {
         // One lookup per kind, not a scan of every line: this runs each time
         // a line empties.
-        Kind::ALL.iter().any(|&kind| {
-            self.lines
-                .get(&LineKey { kind, id })
-                .is_some_and(|line| !line.is_empty())
-        }) || self
-            .set_lines_with(id)
-            .any(|set| self.lines.get(&set).is_some_and(|line| !line.is_empty()))
+        self.is_observed(id)
+            || Kind::ALL.iter().any(|&kind| {
+                self.lines
+                    .get(&LineKey { kind, id })
+                    .is_some_and(|line| !line.is_empty())
+            })
+            || self
+                .set_lines_with(id)
+                .any(|set| self.lines.get(&set).is_some_and(|line| !line.is_empty()))
     }
 
     pub(super) fn safety_interval(&self) -> Duration {

@@ -6,8 +6,8 @@
 //! operations of [`driver::ops`](crate::driver::ops), driven by both front
 //! ends, are its only users. [`Core`](core::Core) routes between small
 //! machines with the same verbs: the per-key [`line`], the lease clock
-//! ([`lease`]), the subscription ([`subscription`]) and the tracked tokens
-//! ([`tracking`]).
+//! ([`lease`]), the subscription ([`subscription`]), the observed
+//! elections ([`observed`]) and the tracked tokens ([`tracking`]).
 //!
 //! # Driving contract
 //!
@@ -50,6 +50,7 @@ pub(crate) mod multi;
 pub(crate) mod names;
 pub(crate) mod notice;
 pub(crate) mod observe;
+pub(crate) mod observed;
 pub(crate) mod outcome;
 pub(crate) mod script;
 pub(crate) mod slots;

@@ -414,8 +414,8 @@ impl LineKey {
     /// The lines a release notification's message is for: a read-write
     /// lease's release may let in readers and writers alike.
     pub(crate) fn from_message(message: &[u8]) -> Vec<Self> {
-        if let Some(rest) = message.strip_prefix(b"e:") {
-            return Self::from_election_message(rest).into_iter().collect();
+        if message.starts_with(b"e:") {
+            return Self::from_election_message(message).into_iter().collect();
         }
         let (kind, hex) = if let Some(hex) = message.strip_prefix(b"sem:") {
             (Kind::Semaphore, hex)
@@ -432,18 +432,26 @@ impl LineKey {
 }
 
 impl LineKey {
-    /// An election's notification `e:<sha>:<version>:<what>`: only a
-    /// vacancy (`r`) lets a candidate in; a new leader (`l`) or value (`v`)
-    /// does not.
-    fn from_election_message(rest: &[u8]) -> Option<Self> {
-        let mut parts = rest.split(|b| *b == b':');
-        let id = KeyId::from_hex(parts.next()?)?;
-        let _version = parts.next()?;
-        (parts.next()? == b"r" && parts.next().is_none()).then_some(LineKey {
+    /// An election's notification: only a vacancy (`r`) lets a candidate
+    /// in; a new leader (`l`) or value (`v`) does not.
+    fn from_election_message(message: &[u8]) -> Option<Self> {
+        let (id, what) = election_notice(message)?;
+        (what == b"r").then_some(LineKey {
             kind: Kind::Leader,
             id,
         })
     }
+}
+
+/// The election an `e:<sha>:<version>:<what>` notification is about, and
+/// its `what` (`r` vacant, `l` new leader, `v` new value); every one of
+/// them may change what an observer of the election sees.
+pub(crate) fn election_notice(message: &[u8]) -> Option<(KeyId, &[u8])> {
+    let mut parts = message.strip_prefix(b"e:")?.split(|b| *b == b':');
+    let id = KeyId::from_hex(parts.next()?)?;
+    let _version = parts.next()?;
+    let what = parts.next()?;
+    parts.next().is_none().then_some((id, what))
 }
 
 /// The Redis names of one key's semaphore (SPEC §12). Slot `i` is

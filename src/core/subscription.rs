@@ -5,10 +5,11 @@
 //!
 //! ```text
 //!  Off ──busy reply of a waiter──▶ Starting ──confirmed──▶ Active
-//!   ▲                               ▲   │ refused             │ connection lost
+//!   ▲      (or an observer)         ▲   │ refused             │ connection lost
 //!   │                               │   ▼                     ▼
 //!   │                               │ Unavailable          Starting (reconnecting)
 //!   └── 1 s after the last waiter ──┴── (waiters poll; retried after 5 s idle)
+//!       (and observer)
 //! ```
 //!
 //! The subscriber (a thread the front end starts on `StartSubscriber`)
@@ -22,7 +23,7 @@ use super::core::{Core, CoreEvent};
 use super::lease::deadline_after;
 use super::line::Line;
 use super::multi::multi_reg;
-use super::names::{Channel, Handover, KeyId, Kind, LineKey};
+use super::names::{election_notice, Channel, Handover, KeyId, Kind, LineKey};
 
 /// How long the subscription outlives the last waiter (SPEC §5).
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
@@ -184,6 +185,9 @@ impl Core {
     }
 
     pub(crate) fn handle_notification(&mut self, payload: &[u8]) {
+        if let Some((id, _)) = election_notice(payload) {
+            self.handle_observed_change(id);
+        }
         for line in LineKey::from_message(payload) {
             if self.wake_head_of(line, Line::handle_wake) {
                 self.wakeups.notification += 1;
@@ -200,9 +204,11 @@ impl Core {
         if !self.settings.key_hash_tags {
             return self.is_wanted(channel);
         }
-        self.lines
-            .iter()
-            .any(|(key, line)| !line.is_empty() && self.listens_on(*key, channel))
+        self.observed.keys().any(|id| id.channel_id() == channel)
+            || self
+                .lines
+                .iter()
+                .any(|(key, line)| !line.is_empty() && self.listens_on(*key, channel))
     }
 
     /// Whether line `key` hears its releases on the channel `channel`.
@@ -237,11 +243,13 @@ impl Core {
     }
 
     /// The subscription is confirmed (first time or after a reconnect): a
-    /// release may have gone unseen before it, so every head checks again.
+    /// release or a change may have gone unseen before it, so every head
+    /// checks again and every observer reads.
     pub(crate) fn handle_subscribed(&mut self) {
         if self.subscription.mode == Mode::Starting {
             self.subscription.mode = Mode::Active;
         }
+        self.handle_every_observed_change();
         let woken = self.wake_heads(|_, line| line.handle_wake());
         if std::mem::take(&mut self.subscription.reconnecting) {
             self.wakeups.reconnect += woken;
@@ -303,7 +311,8 @@ impl Core {
     }
 
     /// The keys whose release channel a per-key (Redis Cluster) subscriber
-    /// should hold at `now`: every key with a line, and subscribed keys
+    /// should hold at `now`: every key with a line, every observed
+    /// election, and subscribed keys
     /// whose line emptied less than the linger ago. Keys dropped from the
     /// set are forgotten as subscribed: the subscriber unsubscribes them.
     pub(crate) fn wanted_keys(&mut self, now: Instant) -> Vec<KeyId> {
@@ -331,6 +340,7 @@ impl Core {
             .collect();
         let sub = &mut self.subscription;
         keys.extend(sub.lingering.keys().copied());
+        keys.extend(self.observed.keys().map(|id| id.channel_id()));
         sub.channels.retain(|key| keys.contains(key));
         keys.into_iter().collect()
     }
@@ -363,6 +373,7 @@ impl Core {
         if self.settings.channel == Channel::Sharded {
             sub.channels.insert(key);
         }
+        self.handle_observed_change(key);
         let _ = self.wake_lines_of(key);
     }
 
@@ -371,6 +382,7 @@ impl Core {
     /// subscribes it again.
     pub(crate) fn handle_channel_lost(&mut self, key: KeyId) {
         self.subscription.channels.remove(&key);
+        self.handle_observed_change(key);
         self.wakeups.reconnect += self.wake_lines_of(key);
     }
 }

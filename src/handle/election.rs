@@ -226,9 +226,12 @@ impl<F: Front> Election<F> {
     /// lapsed as current, never an error (failed reads are retried with a
     /// backoff), and ends only at the locker's shutdown.
     ///
-    /// The observer reads the election every `notify_poll_interval`, and at
-    /// the leader's expiry (a lapse publishes nothing); one read-only
-    /// script per read, as [`leader`](Self::leader).
+    /// The observer reads the election when a notification announces a
+    /// change of it (it keeps the locker's notification subscription while
+    /// it lives, as a waiting candidate does) and when the subscription is
+    /// confirmed again after a loss; its safety net is a read every
+    /// `notify_poll_interval` and at the leader's expiry (a lapse publishes
+    /// nothing). One read-only script per read, as [`leader`](Self::leader).
     ///
     /// # Examples
     ///
@@ -244,7 +247,7 @@ impl<F: Front> Election<F> {
     /// # }
     /// ```
     pub fn observe(&self) -> Observer<F> {
-        Observer::new(self.clone())
+        Observer::new(self.clone(), self.names.id)
     }
 
     /// One read of the state and of the log's entries after `after`.

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 use event_listener::EventListener;
@@ -14,7 +15,9 @@ use event_listener::EventListener;
 use super::election::Election;
 use crate::clock::now;
 use crate::core::election::ReadReply;
+use crate::core::names::KeyId;
 use crate::core::observe::{Observation, ObserveState};
+use crate::driver::state::LockerState;
 use crate::error::Error;
 use crate::front::{Call, Front};
 
@@ -33,13 +36,16 @@ pub struct Observer<F: Front> {
 }
 
 impl<F: Front> Observer<F> {
-    pub(crate) fn new(election: Election<F>) -> Self {
+    pub(crate) fn new(election: Election<F>, id: KeyId) -> Self {
+        let interest = Interest::new(election.locker().shared().state.clone(), id);
         Observer {
             watch: Some(Watch {
                 election,
                 state: ObserveState::default(),
                 queue: VecDeque::new(),
                 next_read: None,
+                seen: 0,
+                interest,
             }),
             step: None,
         }
@@ -52,8 +58,12 @@ pub(crate) struct Watch<F: Front> {
     election: Election<F>,
     state: ObserveState,
     queue: VecDeque<Observation>,
-    /// `None`: read at once.
+    /// The safety poll or the leader's expiry; `None`: read at once.
     next_read: Option<Instant>,
+    /// The election's announced changes when the last read began: a
+    /// notification after that moves the count, and the observer reads.
+    seen: u64,
+    interest: Interest,
 }
 
 /// What an observer's reading loop does next.
@@ -63,7 +73,8 @@ pub(crate) enum Next {
     /// End: the locker is shutting down.
     End,
     /// Wait until the instant, or until the listener (a change of the
-    /// locker's core: shutdown) wakes the wait early.
+    /// locker's core: a notification for this election, a
+    /// resubscription, shutdown) wakes the wait early.
     Sleep(EventListener, Instant),
     /// Read now ([`Watch::read`]), then hand the reply to [`Watch::handle`].
     Read,
@@ -75,11 +86,15 @@ impl<F: Front> Watch<F> {
         if let Some(item) = self.queue.pop_front() {
             return Next::Yield(item);
         }
-        let state = &self.election.locker().shared().state;
-        // Registered before the check: a shutdown in between still wakes.
+        let state = &self.interest.state;
+        // Registered before the checks: a change in between still wakes.
         let listener = state.listen_changed();
         if state.read(|core| core.is_shutting_down()) {
             return Next::End;
+        }
+        // A notification came since the last read began.
+        if self.interest.changes() != self.seen {
+            return Next::Read;
         }
         match self.next_read {
             Some(at) if at > now() => Next::Sleep(listener, at),
@@ -88,7 +103,8 @@ impl<F: Front> Watch<F> {
     }
 
     /// The next read.
-    pub(crate) fn read(&self) -> Call<'_, F, Result<ReadReply, Error>> {
+    pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
+        self.seen = self.interest.changes();
         self.election.read_after(self.state.after())
     }
 
@@ -104,6 +120,32 @@ impl<F: Front> Watch<F> {
             }
             Err(_) => self.state.handle_failure(now),
         };
+    }
+}
+
+/// An observer's interest in its election, told to the locker's core
+/// while it lives: it keeps the notification subscription wanted.
+struct Interest {
+    state: Arc<LockerState>,
+    id: KeyId,
+}
+
+impl Interest {
+    fn new(state: Arc<LockerState>, id: KeyId) -> Self {
+        state.with_core(|core| core.handle_observer_started(now(), id));
+        Interest { state, id }
+    }
+
+    fn changes(&self) -> u64 {
+        self.state.read(|core| core.observed_changes(self.id))
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.state
+            .with_core(|core| core.handle_observer_stopped(now(), id));
     }
 }
 

@@ -378,7 +378,7 @@ pub(crate) fn a_leadership_taken_away_fires_lost_and_proclaim_refuses<F: Front>(
 
 /// Collects an observer's items on a thread of its own (it blocks until
 /// the next change, and ends at the locker's shutdown).
-fn observed<F: Front>(locker: &F, name: &str) -> std::sync::mpsc::Receiver<Observation> {
+pub(crate) fn observed<F: Front>(locker: &F, name: &str) -> std::sync::mpsc::Receiver<Observation> {
     let observer = locker.observe(name).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -392,7 +392,7 @@ fn observed<F: Front>(locker: &F, name: &str) -> std::sync::mpsc::Receiver<Obser
 }
 
 /// The next observation, within [`BOUND`].
-fn next_of(rx: &std::sync::mpsc::Receiver<Observation>, what: &str) -> Observation {
+pub(crate) fn next_of(rx: &std::sync::mpsc::Receiver<Observation>, what: &str) -> Observation {
     rx.recv_timeout(BOUND)
         .unwrap_or_else(|e| panic!("{what}: no observation within {BOUND:?} ({e})"))
 }
@@ -465,6 +465,57 @@ pub(crate) fn observe_sees_every_change_in_order_and_resyncs_after_data_loss<F: 
         ),
         "the observer ends at shutdown"
     );
+}
+
+/// An observer reads when a notification names its election (its polls
+/// and the lease are 30 s, so within the bound nothing else can deliver a
+/// change): a grant, a proclaim, a change nobody published (read once the
+/// subscription, killed, is back), and a resign.
+pub(crate) fn an_observer_is_woken_by_notifications_and_after_a_resubscription<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("elect-observe-notified");
+    let slow = config(&ns)
+        .lease(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(30));
+    let (a, reader): (F, F) = (connect(&server, slow.clone()), connect(&server, slow));
+    let rx = observed(&reader, "scheduler");
+    assert!(next_of(&rx, "the current state").resync);
+    wait_until(BOUND, "the observer's subscription", || {
+        reader.stats().subscribed
+    });
+
+    let leadership = granted(a.campaign("scheduler", b"v1", no_wait()), "a leads");
+    let term = F::term(&leadership).get();
+    let item = next_of(&rx, "the grant");
+    assert_eq!(item.version, Version::new(term, 0));
+    F::proclaim(&leadership, b"v2").unwrap();
+    let item = next_of(&rx, "the proclaim");
+    assert_eq!(item.leader.map(|l| l.value), Some(b"v2".to_vec()));
+
+    // A change whose notification never came (logged by hand, published
+    // by nobody): the observer reads it once its subscription is back.
+    server.query(
+        redis::cmd("XADD")
+            .arg(log_name(&ns, "scheduler"))
+            .arg(format!("{term}-2"))
+            .arg("prev")
+            .arg(format!("{term}-1"))
+            .arg("leader")
+            .arg("1")
+            .arg("value")
+            .arg("v3"),
+    );
+    server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"));
+    let item = next_of(&rx, "the change read after the resubscription");
+    assert_eq!(
+        (item.version, item.leader.map(|l| l.value), item.resync),
+        (Version::new(term, 2), Some(b"v3".to_vec()), false)
+    );
+
+    assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
+    let item = next_of(&rx, "the vacancy");
+    assert_eq!((item.version, item.leader), (Version::new(term, 3), None));
 }
 
 /// A campaign whose first attempt timed out on a paused server is sent

@@ -6,7 +6,9 @@
 //!
 //! A child can also wait for a held lock ([`spawn_waiter`]): it registers
 //! in the key's hand-over queue like any waiting locker, and the parent
-//! can SIGSTOP, SIGCONT or SIGKILL it while it waits.
+//! can SIGSTOP, SIGCONT or SIGKILL it while it waits. A child can lead an
+//! election ([`spawn_leader`]): it writes to a fenced store with its term,
+//! and when told on stdin writes again and reports what it saw.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -26,6 +28,10 @@ const ENV_LEASE_MS: &str = "REDLEASE_FAULTS_CHILD_LEASE_MS";
 const ENV_FRONT: &str = "REDLEASE_FAULTS_CHILD_FRONT";
 const ENV_WHAT: &str = "REDLEASE_FAULTS_CHILD_WHAT";
 const MARKER: &str = "REDLEASE_CHILD_HELD";
+/// A leader child's report, after [`ChildLeader::write_again`].
+const REPORT: &str = "REDLEASE_CHILD_REPORT";
+/// The fenced store's resource a leader child writes.
+pub(crate) const LEADER_RESOURCE: &str = "schedule";
 
 /// A child process holding a key; killed (SIGKILL) and reaped on drop.
 pub(crate) struct ChildHolder {
@@ -76,6 +82,10 @@ pub(crate) enum Hold {
         /// `Config::notify_poll_interval`.
         notify_poll: Duration,
     },
+    /// The leadership of the election named by the key (value `child`);
+    /// the child writes `from child` with its term to a `FencedStore` of
+    /// the namespace before it reports the term.
+    Leader,
 }
 
 impl Hold {
@@ -84,6 +94,7 @@ impl Hold {
             Hold::Lock => "lock".into(),
             Hold::Permit(n) => format!("permit:{n}"),
             Hold::Write => "write".into(),
+            Hold::Leader => "leader".into(),
             Hold::WaitForLock { claim, notify_poll } => {
                 format!("wait:{}:{}", claim.as_millis(), notify_poll.as_millis())
             }
@@ -102,6 +113,7 @@ impl Hold {
                 }
             }
             _ if s == "write" => Hold::Write,
+            _ if s == "leader" => Hold::Leader,
             _ => Hold::Lock,
         }
     }
@@ -182,6 +194,84 @@ impl Drop for ChildWaiter {
     }
 }
 
+/// A child process leading an election (see [`spawn_leader`]); SIGKILLed
+/// and reaped on drop, also while stopped.
+pub(crate) struct ChildLeader {
+    child: Child,
+    term: u64,
+    reports: mpsc::Receiver<String>,
+}
+
+impl ChildLeader {
+    /// The term the child leads in.
+    pub(crate) fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// SIGSTOPs the leader: its keeper renews nothing until
+    /// [`resume`](Self::resume).
+    pub(crate) fn stop(&self) {
+        signal(&self.child, "-STOP");
+    }
+
+    /// SIGCONTs a stopped leader.
+    pub(crate) fn resume(&self) {
+        signal(&self.child, "-CONT");
+    }
+
+    /// Tells the leader (also while stopped: it reads the line first thing
+    /// once resumed) to write to the fenced store again with its term, then
+    /// to wait for its `lost` and read the election's leader.
+    pub(crate) fn write_again(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("piped stdin");
+        writeln!(stdin, "write").expect("the leader's stdin");
+        stdin.flush().expect("the leader's stdin");
+    }
+
+    /// The child's report after [`write_again`](Self::write_again):
+    /// `write=<ok|stale|error> lost=<true|false> leader=<term|none>`.
+    pub(crate) fn report_within(&mut self, bound: Duration) -> String {
+        match self.reports.recv_timeout(bound) {
+            Ok(report) => report,
+            Err(e) => panic!(
+                "the leader process did not report within {bound:?} ({e}); stderr:\n{}",
+                kill_for_stderr(&mut self.child)
+            ),
+        }
+    }
+}
+
+impl Drop for ChildLeader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a child process that leads the election `name` through front
+/// end `F` with `lease`, after writing with its term to the namespace's
+/// fenced store ([`LEADER_RESOURCE`]), and waits (within [`BOUND`]) until
+/// it reports its term.
+pub(crate) fn spawn_leader<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    name: &str,
+    lease: Duration,
+) -> ChildLeader {
+    let (mut child, fences, reports) = launch_reporting::<F>(server, ns, name, lease, Hold::Leader);
+    match fences.recv_timeout(BOUND) {
+        Ok(Ok(term)) => ChildLeader {
+            child,
+            term,
+            reports,
+        },
+        other => panic!(
+            "the leader process did not report a term ({other:?}); stderr:\n{}",
+            kill_for_stderr(&mut child)
+        ),
+    }
+}
+
 /// Starts a child process that waits (up to a minute) for the lock on
 /// `key` through front end `F`, with hand-over on, `lease` and the claim
 /// window and notification poll interval of `what`
@@ -212,6 +302,23 @@ fn launch<F: Front>(
     lease: Duration,
     what: Hold,
 ) -> (Child, mpsc::Receiver<Result<u64, std::num::ParseIntError>>) {
+    let (child, fences, _reports) = launch_reporting::<F>(server, ns, key, lease, what);
+    (child, fences)
+}
+
+/// As [`launch`], with a receiver of the child's report lines too.
+#[allow(clippy::type_complexity, reason = "the two marker lines' channels")]
+fn launch_reporting<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    key: &str,
+    lease: Duration,
+    what: Hold,
+) -> (
+    Child,
+    mpsc::Receiver<Result<u64, std::num::ParseIntError>>,
+    mpsc::Receiver<String>,
+) {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut child = Command::new(exe)
         .args([
@@ -235,6 +342,7 @@ fn launch<F: Front>(
         .expect("re-run the test binary as a holder");
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
+    let (report_tx, report_rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -242,10 +350,12 @@ fn launch<F: Front>(
             // same line.
             if let Some(at) = line.find(MARKER) {
                 let _ = tx.send(line[at + MARKER.len()..].trim().parse::<u64>());
+            } else if let Some(at) = line.find(REPORT) {
+                let _ = report_tx.send(line[at + REPORT.len()..].trim().to_owned());
             }
         }
     });
-    (child, rx)
+    (child, rx, report_rx)
 }
 
 /// Kills and reaps `child`, and returns what it wrote to stderr.
@@ -318,6 +428,7 @@ fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
             let held = locker.acquire(key).expect("the waiting child acquires");
             (F::fence(&held).get(), Box::new(held))
         }
+        Hold::Leader => return lead(url, ns, key, &locker, free()),
     };
     let mut out = std::io::stdout();
     writeln!(out, "{MARKER} {fence}").expect("stdout");
@@ -325,5 +436,52 @@ fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
     // Held until SIGKILL; if the parent goes away first, stdin closes and
     // the process exits without releasing (the TTL ends the lease).
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    std::process::exit(0);
+}
+
+/// A leader child: campaigns, writes with its term, reports the term; then,
+/// told `write` on stdin (read first thing when resumed from a SIGSTOP),
+/// writes again with the same term, waits (within [`BOUND`]; it panics
+/// past it) for its `lost`, reads the election's leader and reports all
+/// three.
+fn lead<F: Front>(url: &str, ns: &str, name: &str, locker: &F, free: AcquireOptions) {
+    let store = redlease::fenced::FencedStore::new(ns);
+    let mut conn = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .expect("the child's store connection");
+    let leadership = locker
+        .campaign(name, b"child", free)
+        .expect("the child leads a vacant election");
+    let term = F::term(&leadership);
+    store
+        .write(&mut conn, LEADER_RESOURCE, term, "from child")
+        .expect("the leader's first write");
+    let mut out = std::io::stdout();
+    writeln!(out, "{MARKER} {term}").expect("stdout");
+    out.flush().expect("stdout");
+
+    let mut line = String::new();
+    let mut stdin = std::io::stdin().lock();
+    if stdin.read_line(&mut line).unwrap_or(0) == 0 || line.trim() != "write" {
+        std::process::exit(0);
+    }
+    // What a leader that resumed and still believes it leads does first.
+    let write = match store.write(&mut conn, LEADER_RESOURCE, term, "late child") {
+        Ok(()) => "ok",
+        Err(redlease::fenced::WriteError::Stale(_)) => "stale",
+        Err(_) => "error",
+    };
+    crate::support::wait_until(BOUND, "the resumed leader's loss", || {
+        F::leadership_is_lost(&leadership)
+    });
+    let lost = F::leadership_is_lost(&leadership);
+    let leader = match locker.leader(name) {
+        Ok(Some(leader)) => leader.term.to_string(),
+        Ok(None) => "none".into(),
+        Err(e) => format!("error:{}", e.code()),
+    };
+    writeln!(out, "{REPORT} write={write} lost={lost} leader={leader}").expect("stdout");
+    out.flush().expect("stdout");
+    let _ = stdin.read_to_end(&mut Vec::new());
     std::process::exit(0);
 }

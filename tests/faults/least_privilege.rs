@@ -20,7 +20,7 @@ use crate::behaviour::front::Front;
 use crate::behaviour::{
     election, faults, fences, multi, outcomes, rw_lock, semaphore, shutdown, waiting,
 };
-use crate::support::RedisServer;
+use crate::support::{wait_until, RedisServer};
 
 /// The password of every test user.
 const PASSWORD: &str = "locker-pw";
@@ -705,8 +705,8 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
 
 /// docs/ELECTION.md §9: a locker that never campaigns reads the leader and
 /// observes its changes as a user with read-only key rights (`%R~`) on the
-/// election's lease and log and no write command at all; Redis refuses
-/// nothing.
+/// election's lease and log, no write command at all, and the release
+/// channel (an observer reads when notified); Redis refuses nothing.
 pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("acl-observer");
@@ -727,13 +727,18 @@ pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
         "+pttl",
         "+xrange",
         "+xrevrange",
+        "+subscribe",
         "+ping",
         "+config|get",
         "+info",
     ]
     .iter()
     .map(|s| (*s).to_owned())
-    .chain([format!("%R~{ns}:elect:*"), format!("%R~{ns}:elect-log:*")])
+    .chain([
+        format!("%R~{ns}:elect:*"),
+        format!("%R~{ns}:elect-log:*"),
+        format!("&{ns}:lock-released"),
+    ])
     .collect();
     let url = set_user(server.port(), &user, &rules);
     let observer = F::connect(&url, config(&ns)).unwrap();
@@ -750,6 +755,9 @@ pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
     assert_eq!(next.leader.map(|l| l.value), Some(b"host-b".to_vec()));
     assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
     assert_eq!(observer.leader("scheduler").unwrap(), None);
+    wait_until(BOUND, "the observer's subscription", || {
+        observer.stats().subscribed
+    });
 
     let denied: Vec<(String, String)> = denials_at(server.port())
         .unwrap()

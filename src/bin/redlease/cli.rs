@@ -391,7 +391,8 @@ reads, or a log that lost entries).
 
 Exits 0 when someone leads and 1 when nobody does, 2 on a usage error and \
 69 when Redis cannot be asked. It needs only the read-only rights of the \
-README's election observer (EVALSHA_RO on the election's lease and log).";
+README's election observer (EVALSHA_RO on the election's lease and log; \
+--watch also SUBSCRIBE to the release channel).";
 
 /// `redlease leader`.
 #[derive(Debug, Args)]

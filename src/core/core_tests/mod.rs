@@ -13,6 +13,7 @@ mod failures;
 mod leases;
 mod multi;
 mod notifications;
+mod observed;
 mod rw;
 mod semaphore;
 mod sequences;
@@ -70,6 +71,18 @@ fn settings(max_waiters: usize, max_tracked_leases: usize) -> CoreSettings {
 
 fn core_at(now: Instant) -> Core {
     Core::new(settings(128, 10_000), now)
+}
+
+/// A core on Redis Cluster (per-key sharded channels), tracking up to
+/// `max_leases`.
+fn sharded_core_at(now: Instant, max_leases: usize) -> Core {
+    Core::new(
+        CoreSettings {
+            channel: Channel::Sharded,
+            ..settings(128, max_leases)
+        },
+        now,
+    )
 }
 
 fn token(i: u8) -> OwnerToken {

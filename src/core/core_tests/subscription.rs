@@ -196,13 +196,7 @@ fn uncontended_acquires_on_a_cluster_track_no_per_key_channel_state() {
     // Bug: `recently_idle` grew by one entry per key ever acquired while
     // nothing was subscribed (10 000 distinct keys left 10 000 entries).
     let now = t0();
-    let mut core = Core::new(
-        CoreSettings {
-            channel: Channel::Sharded,
-            ..settings(128, 100_000)
-        },
-        now,
-    );
+    let mut core = sharded_core_at(now, 100_000);
     for i in 0..10_000u32 {
         let key = format!("k{i}");
         let id = core
@@ -221,13 +215,7 @@ fn uncontended_acquires_on_a_cluster_track_no_per_key_channel_state() {
 #[test]
 fn a_subscribed_key_lingers_for_a_second_after_its_line_empties_then_is_forgotten() {
     let now = t0();
-    let mut core = Core::new(
-        CoreSettings {
-            channel: Channel::Sharded,
-            ..settings(128, 100)
-        },
-        now,
-    );
+    let mut core = sharded_core_at(now, 100);
     let a = busy_head(&mut core, now, "k", 1, 5_000);
     drain(&mut core);
     core.handle_channel_subscribed(KeyId::of("k"));

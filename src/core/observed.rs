@@ -1,0 +1,92 @@
+//! The elections this locker's observers follow (docs/ELECTION.md §7): an
+//! observed name keeps the notification subscription wanted, as a waiter
+//! does, and counts the changes its notifications announced, so that each
+//! observer reads when the count moved past what its last read saw.
+//!
+//! ```text
+//!  observer made ──▶ subscription wanted (its channel, on a cluster)
+//!  e:<sha>:… notice, (re)subscription confirmed ──▶ changes += 1 ──▶ observers read
+//!  last observer dropped ──▶ the subscription lingers, then stops (no waiter left)
+//! ```
+
+use std::collections::hash_map::Entry;
+use std::time::Instant;
+
+use super::core::Core;
+use super::names::KeyId;
+
+/// One observed election.
+#[derive(Debug, Default)]
+pub(crate) struct Observed {
+    /// Live observers of the name in this locker.
+    observers: usize,
+    /// Notifications (and resubscriptions) that may announce a change.
+    changes: u64,
+}
+
+impl Core {
+    /// An observer of the election `id` starts: the subscription is wanted
+    /// while it lives.
+    pub(crate) fn handle_observer_started(&mut self, now: Instant, id: KeyId) {
+        if !self.has_listeners() {
+            self.subscription.handle_first_waiter(now);
+        }
+        self.observed.entry(id).or_default().observers += 1;
+        self.subscription.handle_key_wanted(id.channel_id());
+        self.subscription_wanted_by_waiter();
+    }
+
+    /// An observer of `id` is dropped.
+    pub(crate) fn handle_observer_stopped(&mut self, now: Instant, id: KeyId) {
+        if let Entry::Occupied(mut observed) = self.observed.entry(id) {
+            let left = observed.get().observers.saturating_sub(1);
+            if left == 0 {
+                observed.remove();
+            } else {
+                observed.get_mut().observers = left;
+            }
+        }
+        let channel = id.channel_id();
+        if !self.is_channel_wanted(channel) {
+            self.subscription.handle_key_idle(now, channel);
+        }
+        if !self.has_listeners() {
+            self.subscription.handle_last_waiter_left(now);
+        }
+    }
+
+    /// How many possible changes of `id` were announced so far: an
+    /// observer whose last read began at a smaller count reads again.
+    pub(crate) fn observed_changes(&self, id: KeyId) -> u64 {
+        self.observed.get(&id).map_or(0, |o| o.changes)
+    }
+
+    /// Whether `id` has observers in this locker.
+    pub(super) fn is_observed(&self, id: KeyId) -> bool {
+        self.observed.contains_key(&id)
+    }
+
+    /// A notification or a (re)subscription may announce a change of `id`.
+    /// A notification for the election `id`, or an event of the channel
+    /// whose id is `id` (with hash tags, every election of the tag's).
+    pub(super) fn handle_observed_change(&mut self, id: KeyId) {
+        for (name, observed) in &mut self.observed {
+            if *name == id || name.channel_id() == id {
+                observed.changes += 1;
+            }
+        }
+    }
+
+    /// The subscription is (re)confirmed: a change may have gone unseen
+    /// while it was down, so every observer reads.
+    pub(super) fn handle_every_observed_change(&mut self) {
+        for observed in self.observed.values_mut() {
+            observed.changes += 1;
+        }
+    }
+
+    /// Whether anyone listens for notifications: a waiter or an observer.
+    pub(super) fn has_listeners(&self) -> bool {
+        self.waiter_count() > 0 || !self.observed.is_empty()
+    }
+}

@@ -531,3 +531,36 @@ fn an_acquire_future_never_polled_joins_no_line() {
         locker.shutdown().await.unwrap();
     });
 }
+
+/// Over a unix socket the connection is driven by the commands, as over
+/// TCP (issue 22): it works, and a server-side close is noticed before the
+/// next command, which opens a new connection.
+#[test]
+fn a_locker_over_a_unix_socket_acquires_and_reconnects_after_the_server_closed_it() {
+    let socket = std::env::temp_dir().join(format!("redlease-{}.sock", std::process::id()));
+    let path = socket.to_string_lossy().into_owned();
+    let server = RedisServer::builder()
+        .args(["--unixsocket", path.as_str(), "--unixsocketperm", "700"])
+        .start();
+    block_on(async {
+        let url = format!("redis+unix://{path}?db=0");
+        let locker = Locker::connect(url.as_str(), config("unix")).await.unwrap();
+        let lease = locker.acquire("job").await.unwrap();
+        assert_eq!(lock_keys(&server, "unix").len(), 1, "held over the socket");
+        lease.release().await.unwrap();
+        assert!(
+            server.client_kill_type("normal") >= 1,
+            "the locker's connection was killed"
+        );
+        wait_until(BOUND, "the locker notices the close", || {
+            !locker.stats().connected
+        });
+        let lease = locker
+            .acquire("job")
+            .await
+            .expect("a new connection serves");
+        lease.release().await.unwrap();
+        locker.shutdown().await.unwrap();
+    });
+    let _ = std::fs::remove_file(&socket);
+}

@@ -15,7 +15,7 @@ use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 use super::deadline::{Deadlines, TimedConnection};
 use super::driven::DrivenConnection;
 use crate::core::script::{pipeline_loading, ScriptCall};
-use crate::driver::ops::{ReleaseReplies, Reply, Request};
+use crate::driver::ops::{resend_as_eval, then_after, ReleaseReplies, Reply, Request};
 use crate::driver::state::Connections;
 use crate::driver::target::{resp3, Source};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
@@ -130,8 +130,8 @@ impl Commands {
     }
 
     /// A connection to one server over RESP3 (its disconnection report
-    /// needs pushes): over plain TCP driven by the commands themselves
-    /// (driven.rs), otherwise (TLS, unix socket) with the redis crate's
+    /// needs pushes): over plain TCP or a unix socket driven by the
+    /// commands themselves (driven.rs), over TLS with the redis crate's
     /// driver on smol's executor. A failure says where the scheme may not
     /// match the port ([`connect_failed`]).
     async fn open_one(
@@ -142,14 +142,12 @@ impl Commands {
         let client = resp3(info.clone())?;
         let info = client.get_connection_info();
         let opened = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => {
-                let conn = DrivenConnection::connect(host, *port, info, config, self.timeout);
-                conn.await.map(AnyConnection::Driven)
+            redis::ConnectionAddr::TcpTls { .. } => {
+                let conn = client.get_multiplexed_async_connection_with_config(&config);
+                conn.await.map(AnyConnection::Standalone)
             }
-            _ => (client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await)
-                .map(AnyConnection::Standalone),
+            _ => (DrivenConnection::connect(info, config, self.timeout).await)
+                .map(AnyConnection::Driven),
         };
         opened.map_err(|e| connect_failed(Transport::of(info.addr()), e))
     }
@@ -239,16 +237,12 @@ impl Commands {
         };
         counters.script_sent();
         let mut result = call.evalsha().query_async::<Value>(&mut conn).await;
-        if matches!(&result, Err(e) if is_noscript(e)) {
-            counters.noscript_reload();
-            counters.script_sent();
+        if resend_as_eval(&result, counters) {
             result = call.eval().query_async::<Value>(&mut conn).await;
         }
-        let then_reply = match (&result, then) {
-            (Ok(value), Some(cmd)) if call.kind.grants(value) => {
-                Some(cmd.query_async::<Value>(&mut conn).await)
-            }
-            _ => None,
+        let then_reply = match then_after(call, &result, then) {
+            Some(cmd) => Some(cmd.query_async::<Value>(&mut conn).await),
+            None => None,
         };
         self.discard_if_broken(&result);
         (result.map_err(Failure::Sent), then_reply)

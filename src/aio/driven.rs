@@ -19,8 +19,8 @@
 //! server closed it) is seen by [`DrivenConnection::is_open`], which polls
 //! the driver once before the connection is reused.
 //!
-//! Only for plain TCP: the redis crate does not make its TLS or unix
-//! socket streams public, so those connections keep its spawned driver.
+//! For plain TCP and unix sockets: the redis crate does not make its TLS
+//! stream public, so a TLS connection keeps its spawned driver.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -34,7 +34,7 @@ use futures::future::{select, Either};
 use futures::task::ArcWake;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, ConnectionInfo, RedisConnectionInfo, Value};
 
 type DriverFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -172,25 +172,29 @@ impl ArcWake for Queue {
 }
 
 impl DrivenConnection {
-    /// Connects to `host:port` over plain TCP and sets the connection up as
-    /// the redis crate does (`HELLO`, `AUTH`, `SELECT` and `TCP_NODELAY`
-    /// from `info`), within `timeout`.
+    /// Connects to `info`'s address, over plain TCP or a unix socket, and
+    /// sets the connection up as the redis crate does (`HELLO`, `AUTH`,
+    /// `SELECT`; `TCP_NODELAY`), within `timeout`.
     pub(crate) async fn connect(
-        host: &str,
-        port: u16,
         info: &ConnectionInfo,
         config: AsyncConnectionConfig,
         timeout: Duration,
     ) -> redis::RedisResult<Self> {
+        let settings = info.redis_settings();
         let open = async {
-            let tcp = connect_tcp(host, port).await?;
-            tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
-            let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(Stream::new(tcp));
-            let settings = info.redis_settings();
-            let (conn, driver) =
-                MultiplexedConnection::new_with_config(settings, stream, config).await?;
-            let driver: DriverFuture = Box::pin(driver);
-            Ok::<_, redis::RedisError>((conn, driver))
+            match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port) => {
+                    let tcp = connect_tcp(host, *port).await?;
+                    tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
+                    set_up(settings, tcp, config).await
+                }
+                #[cfg(unix)]
+                redis::ConnectionAddr::Unix(path) => {
+                    let unix = async_io::Async::<std::os::unix::net::UnixStream>::connect(path);
+                    set_up(settings, unix.await?, config).await
+                }
+                _ => Err((redis::ErrorKind::Client, "not a plain TCP or unix socket").into()),
+            }
         };
         let (conn, driver) = match select(Box::pin(open), async_io::Timer::after(timeout)).await {
             Either::Left((opened, _)) => opened?,
@@ -218,7 +222,7 @@ impl DrivenConnection {
     }
 }
 
-/// The connection's TCP stream: after a read found nothing, it reads
+/// The connection's socket (TCP or unix): after a read found nothing, it reads
 /// again only once async-io's reactor has woken it for the socket.
 ///
 /// `Async::poll_read` tries the socket before asking the reactor, and the
@@ -231,8 +235,8 @@ impl DrivenConnection {
 /// The reactor's wake, not `poll_readable`'s answer, lets the next read
 /// through: an event that comes in the reactor turn that registered the
 /// interest wakes the waker, but `poll_readable` keeps saying `Pending`.
-struct Stream {
-    io: async_io::Async<std::net::TcpStream>,
+struct Stream<S> {
+    io: async_io::Async<S>,
     /// The last read said `EAGAIN`: read again once `readable` is set.
     drained: bool,
     readable: Arc<Readable>,
@@ -253,8 +257,8 @@ impl ArcWake for Readable {
     }
 }
 
-impl Stream {
-    fn new(io: async_io::Async<std::net::TcpStream>) -> Self {
+impl<S> Stream<S> {
+    fn new(io: async_io::Async<S>) -> Self {
         Stream {
             io,
             drained: false,
@@ -263,7 +267,10 @@ impl Stream {
     }
 }
 
-impl futures::io::AsyncRead for Stream {
+impl<S> futures::io::AsyncRead for Stream<S>
+where
+    for<'a> &'a S: std::io::Read,
+{
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -292,7 +299,7 @@ impl futures::io::AsyncRead for Stream {
     }
 }
 
-impl futures::io::AsyncWrite for Stream {
+impl<S: async_io::IoSafe + std::io::Write> futures::io::AsyncWrite for Stream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -316,6 +323,22 @@ impl futures::io::AsyncWrite for Stream {
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_close(cx)
     }
+}
+
+/// The redis crate's multiplexed connection over `io`, and its driver for
+/// the commands to poll.
+async fn set_up<S>(
+    settings: &RedisConnectionInfo,
+    io: async_io::Async<S>,
+    config: AsyncConnectionConfig,
+) -> redis::RedisResult<(MultiplexedConnection, DriverFuture)>
+where
+    S: async_io::IoSafe + std::io::Write + Send + Sync + Unpin + 'static,
+    for<'a> &'a S: std::io::Read,
+{
+    let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(Stream::new(io));
+    let (conn, driver) = MultiplexedConnection::new_with_config(settings, stream, config).await?;
+    Ok((conn, Box::pin(driver)))
 }
 
 /// The first address of `host` that accepts a connection. Resolving a

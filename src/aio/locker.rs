@@ -19,8 +19,8 @@ pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 /// a `Send` future, which does nothing until polled.
 ///
 /// It needs no tokio runtime: timers come from `async-io`, wake-ups from
-/// `event-listener`. On one server over TCP the command connection is
-/// driven by the futures waiting on it; over TLS, a unix socket or a
+/// `event-listener`. On one server over TCP or a unix socket the command
+/// connection is driven by the futures waiting on it; over TLS or on a
 /// Cluster the redis crate drives it on smol's global executor (one
 /// `smol-1` thread, `SMOL_THREADS` sets how many). While anyone waits, a
 /// thread of this crate holds the release-notification subscription.

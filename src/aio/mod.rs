@@ -8,7 +8,8 @@
 //! operation asks on the shared multiplexed connection and otherwise
 //! awaits the operation's `event_listener` raced against an
 //! `async_io::Timer`. Nothing is spawned on the caller's executor: on one
-//! server over TCP the connection is driven by the commands waiting on it
+//! server over TCP or a unix socket the connection is driven by the
+//! commands waiting on it
 //! (`driven.rs`), and release notifications arrive on the driver layer's
 //! subscriber thread, which also drops the subscription after its linger
 //! without any call from the program.

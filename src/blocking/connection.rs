@@ -27,7 +27,7 @@ use redis::{Connection, ConnectionLike, Value};
 use crate::clock::now;
 use crate::cluster::{is_ask, is_redirect};
 use crate::core::script::{pipeline_loading, ScriptCall};
-use crate::driver::ops::{ReleaseReplies, Reply, Request};
+use crate::driver::ops::{resend_as_eval, then_after, ReleaseReplies, Reply, Request};
 use crate::driver::state::Connections;
 use crate::driver::target::Source;
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
@@ -270,17 +270,10 @@ impl Commands {
             Ok(sent) => sent,
             Err(f) => return (Err(f), None),
         };
-        if matches!(&result, Err(e) if is_noscript(e)) {
-            counters.noscript_reload();
-            counters.script_sent();
+        if resend_as_eval(&result, counters) {
             result = call.eval().query::<Value>(conn.as_like());
         }
-        let then_reply = match (&result, then) {
-            (Ok(value), Some(cmd)) if call.kind.grants(value) => {
-                Some(cmd.query::<Value>(conn.as_like()))
-            }
-            _ => None,
-        };
+        let then_reply = then_after(call, &result, then).map(|cmd| cmd.query(conn.as_like()));
         match &then_reply {
             Some(Err(e)) if !is_server_reply(e) => {}
             _ => self.finish(conn, &result),

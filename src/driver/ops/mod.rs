@@ -30,7 +30,8 @@ use redis::Value;
 
 use crate::clock::now;
 use crate::core::script::ScriptCall;
-use crate::error::Failure;
+use crate::error::{is_noscript, Failure};
+use crate::stats::Counters;
 
 mod acquire;
 mod release;
@@ -108,6 +109,28 @@ pub(crate) enum Request {
         calls: Vec<ScriptCall>,
         until: Option<Instant>,
     },
+}
+
+/// Whether a script call's reply says `NOSCRIPT` (Redis ran nothing): the
+/// front end then sends the script again as `EVAL`, counted here as a
+/// reload and one more script sent.
+pub(crate) fn resend_as_eval(reply: &redis::RedisResult<Value>, counters: &Counters) -> bool {
+    let noscript = matches!(reply, Err(e) if is_noscript(e));
+    if noscript {
+        counters.noscript_reload();
+        counters.script_sent();
+    }
+    noscript
+}
+
+/// What follows a script's reply on the same connection: the request's
+/// `then`, where the script granted or renewed.
+pub(crate) fn then_after<'a>(
+    call: &ScriptCall,
+    reply: &redis::RedisResult<Value>,
+    then: Option<&'a redis::Cmd>,
+) -> Option<&'a redis::Cmd> {
+    then.filter(|_| matches!(reply, Ok(value) if call.kind.grants(value)))
 }
 
 /// One reply per release of a [`Request::Releases`], `None` where none

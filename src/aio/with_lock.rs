@@ -29,7 +29,7 @@ impl Locker {
     /// afterwards, whatever `f` did; with [`WithLock::extend`] this same
     /// future renews the lease while `f` runs ([`Lost::wait`] completes on a
     /// loss). See
-    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write)
+    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all)
     /// for the rules (errors, panics, renewals, `lost`).
     ///
     /// # Examples
@@ -77,21 +77,6 @@ impl Locker {
 impl Semaphore {
     /// Acquires a permit, awaits `f(&permit, &lost)` and releases the
     /// permit afterwards, exactly as [`Locker::with_lock`] does with a lease.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn f(locker: &redlease::aio::Locker) -> Result<(), redlease::Error> {
-    /// use redlease::WithLock;
-    ///
-    /// let pool = locker.semaphore("api-quota", 3)?;
-    /// let slot = pool
-    ///     .with_permit(WithLock::new().extend(true), async |permit, _lost| {
-    ///         Ok::<_, redlease::Error>(permit.slot())
-    ///     })
-    ///     .await?;
-    /// # let _ = slot; Ok(()) }
-    /// ```
     pub async fn with_permit<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,

@@ -22,7 +22,7 @@ impl Locker {
     /// Acquires `key`, runs `f(&lease, &lost)` and releases the lease
     /// afterwards, whatever `f` did; with [`WithLock::extend`] a scoped
     /// thread renews the lease while `f` runs. See
-    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write)
+    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all)
     /// for the rules (errors, panics, renewals, `lost`).
     ///
     /// # Examples
@@ -52,19 +52,6 @@ impl Locker {
     /// Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)),
     /// runs `f(&lease, &lost)` and releases all of them afterwards, exactly
     /// as [`with_lock`](Self::with_lock) does with one key.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
-    /// use redlease::WithLock;
-    ///
-    /// locker.with_all(&["account:7", "account:9"], WithLock::new(), |lease, _lost| {
-    ///     // debit 7 with lease.fence_of("account:7"), credit 9 with its fence
-    ///     Ok::<_, redlease::Error>(lease.fences().len())
-    /// })?;
-    /// # Ok(()) }
-    /// ```
     pub fn with_all<K, T, E, F>(&self, keys: &[K], options: WithLock, f: F) -> Result<T, E>
     where
         K: AsRef<str> + Sync,
@@ -82,21 +69,8 @@ impl Locker {
 impl Semaphore {
     /// Acquires a permit, runs `f(&permit, &lost)` and releases the permit
     /// afterwards, exactly as [`Locker::with_lock`] does with a lease
-    /// (extension, `lost`, panics and errors alike).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
-    /// use redlease::WithLock;
-    ///
-    /// let pool = locker.semaphore("api-quota", 3)?;
-    /// pool.with_permit(WithLock::new().extend(true), |permit, lost| {
-    ///     // call the API, passing (permit.slot(), permit.fence()) along
-    ///     Ok::<_, redlease::Error>(!lost.is_lost())
-    /// })?;
-    /// # Ok(()) }
-    /// ```
+    /// (extension, `lost`, panics and errors alike; example in
+    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all)).
     pub fn with_permit<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,
@@ -119,20 +93,6 @@ impl RwLock {
 
     /// Acquires the write lease, runs `f(&write, &lost)` and releases it
     /// afterwards, as [`Locker::with_lock`] does with a lease.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
-    /// use redlease::WithLock;
-    ///
-    /// let doc = locker.rw_lock("doc:7")?;
-    /// doc.with_write(WithLock::new().extend(true), |write, lost| {
-    ///     // save, passing write.fence() to the store
-    ///     Ok::<_, redlease::Error>(!lost.is_lost())
-    /// })?;
-    /// # Ok(()) }
-    /// ```
     pub fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
     where
         E: From<Error>,

@@ -38,7 +38,7 @@ use crate::front::{Call, Front};
 ///
 /// `keep_alive(f)` (blocking: a closure; async: an async closure) keeps
 /// the lease alive while `f` runs, exactly as `with_lock` with `extend`
-/// does (see [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write)),
+/// does (see [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all)),
 /// and returns what `f` returns; the lease stays held afterwards: release
 /// it (to learn the [`ReleaseOutcome`]) or drop it. It serves a caller that
 /// acquires and releases by itself (to show progress while it waits, or to

@@ -38,7 +38,7 @@ use crate::stats::Stats;
 /// (docs/HANDOVER.md); semaphores and read-write leases promise no order
 /// across lockers.
 ///
-/// # Work while holding: `with_lock`, `with_permit`, `with_read`, `with_write`
+/// # Work while holding: `with_lock`, `with_permit`, `with_read`, `with_write`, `with_all`
 ///
 /// Each acquires, runs the caller's closure (blocking: `FnOnce`; async: an
 /// async closure) as `f(&lease, &lost)`, and releases the lease afterwards
@@ -64,6 +64,29 @@ use crate::stats::Stats;
 /// lease goes back to the locker like any dropped lease.
 /// [`Lease::keep_alive`] gives the same renewals to a lease the caller
 /// acquired and releases itself.
+///
+/// The same for every kind, on both front ends (async: an `async` closure,
+/// and `.await` the call):
+///
+/// ```no_run
+/// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+/// use redlease::WithLock;
+///
+/// let pool = locker.semaphore("api-quota", 3)?;
+/// pool.with_permit(WithLock::new().extend(true), |permit, lost| {
+///     // call the API, passing (permit.slot(), permit.fence()) along
+///     Ok::<_, redlease::Error>(!lost.is_lost())
+/// })?;
+/// locker.rw_lock("doc:7")?.with_write(WithLock::new(), |write, _lost| {
+///     // save, passing write.fence() to the store
+///     Ok::<_, redlease::Error>(write.fence())
+/// })?;
+/// locker.with_all(&["account:7", "account:9"], WithLock::new(), |lease, _lost| {
+///     // debit 7 with lease.fence_of("account:7"), credit 9 with its fence
+///     Ok::<_, redlease::Error>(lease.fences().len())
+/// })?;
+/// # Ok(()) }
+/// ```
 ///
 /// # Examples
 ///

@@ -59,18 +59,13 @@ impl Locker {
     /// Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)),
     /// awaits `f(&lease, &lost)` and releases all of them afterwards,
     /// exactly as [`with_lock`](Self::with_lock) does with one key.
-    pub async fn with_all<K, T, E, F>(&self, keys: &[K], options: WithLock, f: F) -> Result<T, E>
+    pub async fn with_all<T, E, F>(&self, keys: &[&str], options: WithLock, f: F) -> Result<T, E>
     where
-        K: AsRef<str> + Sync,
         E: From<Error>,
         F: AsyncFnOnce(&MultiLease, &Lost) -> Result<T, E>,
     {
-        run_holding(
-            self.acquire_all_with(keys, options.acquire),
-            options.extend,
-            f,
-        )
-        .await
+        let acquired = self.acquire_all_with(keys, options.acquire);
+        run_holding(acquired, options.extend, f).await
     }
 }
 

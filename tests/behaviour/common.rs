@@ -33,6 +33,15 @@ pub(crate) fn config(ns: &str) -> Config {
         .shutdown_timeout(Duration::from_secs(2))
 }
 
+/// [`config`] with safety polls (30 s) far beyond [`BOUND`], the wait:
+/// within the bound only a notification or a hand-over moves a key.
+pub(crate) fn polls_off(ns: &str) -> Config {
+    config(ns)
+        .poll_interval(Duration::from_secs(30))
+        .notify_poll_interval(Duration::from_secs(30))
+        .wait(BOUND)
+}
+
 /// Connects a front end to `server`, panicking with the error code.
 pub(crate) fn connect<F: Front>(server: &RedisServer, config: Config) -> F {
     F::connect(&server.url(), config)

@@ -11,8 +11,8 @@ use std::time::Duration;
 use redlease::{Error, ReleaseOutcome, RenewOutcome};
 
 use super::common::{
-    config, connect, exists, fence_name, get, granted, lock_name, namespace, no_wait, refused,
-    spawn, waiting, BOUND,
+    config, connect, exists, fence_name, get, granted, lock_name, namespace, no_wait, polls_off,
+    refused, spawn, waiting, BOUND,
 };
 use super::front::Front;
 use crate::support::{wait_until, RedisServer};
@@ -76,10 +76,7 @@ pub(crate) fn all_keys_are_taken_at_once_each_with_its_own_fence<F: Front>() {
 pub(crate) fn a_held_key_makes_it_wait_reserving_the_free_ones<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("multi-wait");
-    let slow = config(&ns)
-        .poll_interval(Duration::from_secs(30))
-        .notify_poll_interval(Duration::from_secs(30))
-        .wait(BOUND);
+    let slow = polls_off(&ns);
     let holder: F = connect(&server, slow.clone());
     let other: F = connect(&server, slow.clone());
     let locker = Arc::new(connect::<F>(&server, slow));
@@ -287,10 +284,7 @@ pub(crate) fn a_waiter_that_gives_up_leaves_no_reservation<F: Front>() {
 pub(crate) fn a_multi_key_waiter_takes_its_turn_in_a_held_keys_queue<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("multi-turn");
-    let slow = config(&ns)
-        .poll_interval(Duration::from_secs(30))
-        .notify_poll_interval(Duration::from_secs(30))
-        .wait(BOUND);
+    let slow = polls_off(&ns);
     let queue = format!("{ns}:lock-queue:{{{}}}", super::common::key_sha("b"));
     let queued = |n: usize| {
         let len: usize = redis::cmd("LLEN")

@@ -64,6 +64,7 @@ macro_rules! behaviour_suite {
                 multi_key_input_is_checked_before_anything_is_sent,
                 a_renew_that_finds_a_key_gone_gives_up_every_key,
                 a_waiter_that_gives_up_leaves_no_reservation,
+                multi_key_scripts_run_again_with_one_token_answer_as_the_first_run,
             }
             waiting {
                 a_waiter_is_woken_by_the_release_notification_not_its_safety_poll,

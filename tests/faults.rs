@@ -8,6 +8,8 @@
 //! `blocking::matrix::<row>` and `aio::matrix::<row>`; the hand-over's
 //! failure cases (`tests/faults/handover.rs`, docs/HANDOVER.md §8) become
 //! `blocking::handover::<row>` and `aio::handover::<row>`; the
+//! multi-key leases' (`tests/faults/multi.rs`, docs/MULTIKEY.md §8, §11)
+//! become `blocking::multi::<row>` and `aio::multi::<row>`; the
 //! least-privilege cases become `blocking::least_privilege::<case>` and
 //! `aio::least_privilege::<case>`.
 //!
@@ -31,6 +33,8 @@ mod handover;
 mod least_privilege;
 #[path = "faults/matrix.rs"]
 mod matrix;
+#[path = "faults/multi.rs"]
+mod multi;
 
 #[allow(dead_code)]
 #[path = "../examples/fencing_torture.rs"]
@@ -81,6 +85,15 @@ macro_rules! fault_matrix {
                 a_claim_of_unknown_outcome_is_sent_again_and_answers_the_same_fence,
                 a_head_stopped_after_it_registered_costs_the_claim_window_not_the_lease,
                 a_killed_waiters_registration_stops_blocking_others_within_its_bound,
+            );
+        }
+
+        mod multi {
+            fault_matrix!(@rows crate::multi;
+                a_multi_key_loop_killed_at_random_points_never_leaves_a_partial_hold,
+                restart_with_data_loss_mid_loop_keeps_fences_increasing_and_holds_whole,
+                a_multi_key_acquire_of_unknown_outcome_is_sent_again_and_answers_the_same_fences,
+                multi_key_renews_and_releases_of_unknown_outcome_are_harmless_sent_again,
             );
         }
 

@@ -227,7 +227,10 @@ pub(crate) fn a_multi_key_loop_killed_at_random_points_never_leaves_a_partial_ho
 /// What a looping thread saw: each grant's fences, with the restart's
 /// progress (0 before, 1 during, 2 after) when its acquire began and
 /// when it returned.
-type Grants = Vec<(u64, u64, Vec<u64>)>;
+type Grants = Vec<Grant>;
+
+/// One grant of [`Grants`].
+type Grant = (u64, u64, Vec<u64>);
 
 /// Two lockers take `{a, b, c}` in a loop while Redis is restarted
 /// without its data (SIGKILL, nothing saved). Every `MGET` taken before
@@ -293,15 +296,15 @@ pub(crate) fn restart_with_data_loss_mid_loop_keeps_fences_increasing_and_holds_
                 "one locker's fences of {key} strictly increase: {mine:?}"
             );
         }
-        let of = |keep: &dyn Fn(&(u64, u64, Vec<u64>)) -> bool| -> Vec<u64> {
+        let of = |keep: fn(&Grant) -> bool| -> Vec<u64> {
             all.iter()
                 .flatten()
                 .filter(|g| keep(g))
                 .map(|g| g.2[i])
                 .collect()
         };
-        let old = of(&|g| g.1 == 0);
-        let new = of(&|g| g.0 == 2);
+        let old = of(|g| g.1 == 0);
+        let new = of(|g| g.0 == 2);
         let (Some(old_max), Some(new_min)) = (old.iter().max(), new.iter().min()) else {
             panic!("grants before and after the restart: {old:?}, {new:?}");
         };
@@ -309,7 +312,7 @@ pub(crate) fn restart_with_data_loss_mid_loop_keeps_fences_increasing_and_holds_
             new_min > old_max,
             "{key}: fences after the restart {new:?} above those before {old:?}"
         );
-        let mut every = of(&|_| true);
+        let mut every = of(|_| true);
         let n = every.len();
         every.sort_unstable();
         every.dedup();
@@ -387,12 +390,7 @@ pub(crate) fn a_multi_key_acquire_of_unknown_outcome_is_sent_again_and_answers_t
     assert!(fences.iter().zip(&warm_fences).all(|(f, w)| *f > w.get()));
     let token = token_of(&server, &ns, "a");
     assert_held_with(&server, &ns, &token, &fences);
-    monitor.catch_up(&server);
-    let runs = monitor
-        .seen()
-        .iter()
-        .filter(|c| is_multi_acquire_by(c, &ns, &token))
-        .count();
+    let runs = monitor.count(&server, |c| is_multi_acquire_by(c, &ns, &token));
     assert!(runs >= 2, "the acquire ran {runs} time(s)");
     assert_eq!(locker.stats().acquires, acquires + 1, "one grant");
 
@@ -490,12 +488,7 @@ pub(crate) fn multi_key_renews_and_releases_of_unknown_outcome_are_harmless_sent
         .shutdown()
         .expect("the re-sent release is answered with an outcome");
     assert_eq!(locker.stats().tracked_leases, 0);
-    monitor.catch_up(&server);
-    let releases = monitor
-        .seen()
-        .iter()
-        .filter(|c| is_multi_release_by(c, &ns, &token))
-        .count();
+    let releases = monitor.count(&server, |c| is_multi_release_by(c, &ns, &token));
     assert_eq!(releases, 2, "the release ran once late and once re-sent");
     assert_eq!(get(&server, &lock_name(&ns, "b")), b_value, "b's holder");
     assert_eq!(counters(), moved, "no counter moved");

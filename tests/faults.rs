@@ -94,6 +94,7 @@ macro_rules! fault_matrix {
                 restart_with_data_loss_mid_loop_keeps_fences_increasing_and_holds_whole,
                 a_multi_key_acquire_of_unknown_outcome_is_sent_again_and_answers_the_same_fences,
                 multi_key_renews_and_releases_of_unknown_outcome_are_harmless_sent_again,
+                a_try_once_multi_key_acquire_of_unknown_outcome_is_released_whole_later,
             );
         }
 

@@ -300,6 +300,15 @@ fn acquire_keys_and_args(ns: &str, keys: &[&str], token: &str) -> (Vec<String>, 
     (names, args)
 }
 
+/// Asserts an acquire reply is `['busy', …]`.
+fn assert_busy(reply: &Value) {
+    assert!(
+        matches!(reply, Value::Array(items)
+            if items.first() == Some(&Value::BulkString(b"busy".to_vec()))),
+        "the keys are busy: {reply:?}"
+    );
+}
+
 /// `['ok', f_1..f_n]` as fences.
 fn granted_fences(reply: &Value) -> Vec<u64> {
     let Value::Array(items) = reply else {
@@ -382,14 +391,12 @@ pub(crate) fn multi_key_scripts_run_again_with_one_token_answer_as_the_first_run
         );
     }
     let (_, their_args) = acquire_keys_and_args(&ns, &keys, theirs);
-    match eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, &their_args) {
-        Value::Array(items) => assert_eq!(
-            items.first(),
-            Some(&Value::BulkString(b"busy".to_vec())),
-            "another token is busy: {items:?}"
-        ),
-        other => panic!("another token must be told the keys are busy, got {other:?}"),
-    }
+    assert_busy(&eval_multi(
+        &server,
+        "MULTI_ACQUIRE_LUA",
+        &names,
+        &their_args,
+    ));
     assert_eq!(counters(), moved, "a busy attempt moves no counter");
 
     let locks: Vec<String> = keys.iter().map(|k| lock_name(&ns, k)).collect();
@@ -416,4 +423,65 @@ pub(crate) fn multi_key_scripts_run_again_with_one_token_answer_as_the_first_run
     assert!(F::fence(&other).get() > first_mine[1]);
     assert_eq!(F::renew(&other).unwrap(), RenewOutcome::Renewed);
     assert_eq!(F::release(other).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A partial hold can only come from eviction or a manual `DEL`, and the
+/// acquire script leaves none behind it: run with the token that holds
+/// two of three keys, it takes all three again with fresh fences; when
+/// another token took the missing key, a try-once run deletes the keys the
+/// token still holds, and a waiting run turns them into reservations
+/// (`<token>:r<age>`, within `res_ms`), never holds. The lease's release
+/// then frees its reservations and reports the conflict.
+pub(crate) fn the_acquire_script_never_leaves_a_partial_hold_it_finds<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-partial");
+    let locker: F = connect(&server, config(&ns));
+    let keys = ["a", "b", "c"];
+    let lease = granted(locker.acquire_all_with(&keys, no_wait()), "all three");
+    let first: Vec<u64> = F::fences(&lease).iter().map(|f| f.get()).collect();
+    let mine = token_of(&server, &ns, "a");
+    let mine = mine.as_str();
+    let (names, args) = acquire_keys_and_args(&ns, &keys, mine);
+    let acquire = |args: &[String]| eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, args);
+    let set = |key: &str, value: &str| {
+        server.query(
+            redis::cmd("SET")
+                .arg(lock_name(&ns, key))
+                .arg(value)
+                .arg("PX")
+                .arg(5000),
+        )
+    };
+    let del = |key: &str| server.query(redis::cmd("DEL").arg(lock_name(&ns, key)));
+
+    del("b");
+    let again = granted_fences(&acquire(&args));
+    assert!(
+        again.iter().zip(&first).all(|(a, f)| a > f),
+        "fresh fences for every key: {first:?} then {again:?}"
+    );
+    for (key, fence) in keys.iter().zip(&again) {
+        assert_eq!(
+            get(&server, &lock_name(&ns, key)),
+            Some(format!("{mine}:{fence}"))
+        );
+    }
+
+    set("b", "fedcba9876543210fedcba9876543210:1");
+    assert_busy(&acquire(&args));
+    assert!(!exists(&server, &lock_name(&ns, "a")), "try once: deleted");
+    assert!(!exists(&server, &lock_name(&ns, "c")), "try once: deleted");
+
+    set("a", &format!("{mine}:{}", again[0]));
+    set("c", &format!("{mine}:{}", again[2]));
+    let waiting_args = [mine, "5000", "0", "0", "750"].map(String::from);
+    assert_busy(&acquire(&waiting_args));
+    for key in ["a", "c"] {
+        let value = get(&server, &lock_name(&ns, key)).expect("reserved");
+        assert!(value.starts_with(&format!("{mine}:r")), "{value}");
+        assert!(super::common::pttl(&server, &lock_name(&ns, key)) <= 750);
+    }
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Conflict);
+    assert!(!exists(&server, &lock_name(&ns, "a")), "reservation freed");
+    assert!(!exists(&server, &lock_name(&ns, "c")), "reservation freed");
 }

@@ -495,3 +495,53 @@ pub(crate) fn multi_key_renews_and_releases_of_unknown_outcome_are_harmless_sent
     assert_eq!(F::renew(&b).unwrap(), RenewOutcome::Renewed);
     assert_eq!(F::release(b).unwrap(), ReleaseOutcome::Released);
 }
+
+/// A try-once multi-key acquire sent to a SIGSTOPped Redis is
+/// `OUTCOME_UNKNOWN`; Redis, resumed, runs it and all three keys are held
+/// by its token (whole). The locker's next operation releases that
+/// orphaned token from every key at once, so another locker takes all
+/// three at once with higher fences.
+pub(crate) fn a_try_once_multi_key_acquire_of_unknown_outcome_is_released_whole_later<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-multi-orphan");
+    let locker = warm_locker::<F>(&server, &ns);
+    F::release_multi(granted(
+        locker.acquire_all_with(&KEYS, no_wait()),
+        "warm-up",
+    ))
+    .unwrap();
+
+    let e = {
+        let _paused = server.pause_guard();
+        let l = locker.clone();
+        refused(
+            spawn("acquire_all", move || l.acquire_all_with(&KEYS, no_wait())).join_within(BOUND),
+            "try once on a paused server",
+        )
+    };
+    assert_outcome_unknown(&e, Operation::Acquire);
+    let left = lock_values(&server, &ns);
+    assert_no_partial_hold(&left);
+    assert!(
+        left.iter().all(|v| v.as_deref().and_then(holder).is_some()),
+        "the timed-out acquire was applied: all three held"
+    );
+    let fences: Vec<u64> = left
+        .iter()
+        .flatten()
+        .filter_map(|v| v.split_once(':')?.1.parse().ok())
+        .collect();
+
+    F::release(granted(locker.acquire("other"), "next operation")).unwrap();
+    assert!(
+        lock_values(&server, &ns).iter().all(Option::is_none),
+        "the orphan was released from every key"
+    );
+    let other: F = connect(&server, config(&ns));
+    let next = granted(other.acquire_all_with(&KEYS, no_wait()), "all three free");
+    assert!(F::fences(&next)
+        .iter()
+        .zip(&fences)
+        .all(|(n, f)| n.get() > *f));
+    F::release_multi(next).unwrap();
+}

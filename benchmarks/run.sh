@@ -5,6 +5,7 @@
 #
 #   benchmarks/run.sh                 # every scenario (about 5 minutes on 2 cores)
 #   benchmarks/run.sh uncontended     # only the named scenarios
+#   benchmarks/run.sh multi           # 8 keys at once against one (docs/MULTIKEY.md §12)
 #
 # Environment:
 #   BENCH_WAIT_QUIET=SECONDS  wait up to SECONDS for the 1-min load average to
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
-    scenarios=(uncontended script-floor async-hops wakeup election contention semaphore rw many-keys scale memory core)
+    scenarios=(uncontended script-floor async-hops wakeup election contention semaphore rw many-keys multi scale memory core)
 fi
 
 command -v redis-server >/dev/null || { echo "redis-server is not on PATH" >&2; exit 1; }

@@ -12,7 +12,9 @@
 //! `scale` (distinct keys over 1..8 processes, one key over 1..128 waiters
 //! per process), `election` (issue 24's failover and observe goals against
 //! the idle round trip and a plain notification), `async-vs-blocking` (the async cycle under each executor
-//! and connection kind against the blocking one, issue 22), `memory`, `core` (micro-benchmarks of the sans-IO core;
+//! and connection kind against the blocking one, issue 22), `multi` (an
+//! uncontended multi-key cycle of `--keys 8` against the single-key one,
+//! docs/MULTIKEY.md §12), `memory`, `core` (micro-benchmarks of the sans-IO core;
 //! needs `--features bench-hooks`). `contention`, `semaphore`, `rw`,
 //! `scale` and `memory` re-execute this binary as worker processes
 //! (`contention-worker`, `memory-child`). `free-port` prints a free
@@ -50,6 +52,8 @@ mod json;
 mod many_keys;
 #[path = "bench/memory.rs"]
 mod memory;
+#[path = "bench/multi.rs"]
+mod multi;
 #[path = "bench/rw.rs"]
 mod rw;
 #[path = "bench/scale.rs"]
@@ -182,6 +186,7 @@ fn run() -> BoxResult<()> {
         "election" => election::run(&args)?,
         "scale" => scale::run(&args)?,
         "many-keys" => many_keys::run(&args)?,
+        "multi" => multi::run(&args)?,
         "memory" => memory::run(&args)?,
         "core" => core_micro::run(&args)?,
         other => return Err(format!("unknown scenario {other:?}").into()),

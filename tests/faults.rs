@@ -9,7 +9,8 @@
 //! failure cases (`tests/faults/handover.rs`, docs/HANDOVER.md §8) become
 //! `blocking::handover::<row>` and `aio::handover::<row>`; the election's
 //! (`tests/faults/election.rs`) `blocking::election::<row>` and
-//! `aio::election::<row>`; the
+//! `aio::election::<row>`; the multi-key leases' (`tests/faults/multi.rs`, docs/MULTIKEY.md §8, §11)
+//! become `blocking::multi::<row>` and `aio::multi::<row>`; the
 //! least-privilege cases become `blocking::least_privilege::<case>` and
 //! `aio::least_privilege::<case>`.
 //!
@@ -35,6 +36,8 @@ mod handover;
 mod least_privilege;
 #[path = "faults/matrix.rs"]
 mod matrix;
+#[path = "faults/multi.rs"]
+mod multi;
 
 #[allow(dead_code)]
 #[path = "../examples/fencing_torture.rs"]
@@ -92,6 +95,16 @@ macro_rules! fault_matrix {
             fault_matrix!(@rows crate::election_faults;
                 a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_write_is_refused,
                 one_leader_at_a_time_under_faults_checked_on_a_second_redis,
+            );
+        }
+
+        mod multi {
+            fault_matrix!(@rows crate::multi;
+                a_multi_key_loop_killed_at_random_points_never_leaves_a_partial_hold,
+                restart_with_data_loss_mid_loop_keeps_fences_increasing_and_holds_whole,
+                a_multi_key_acquire_of_unknown_outcome_is_sent_again_and_answers_the_same_fences,
+                multi_key_renews_and_releases_of_unknown_outcome_are_harmless_sent_again,
+                a_try_once_multi_key_acquire_of_unknown_outcome_is_released_whole_later,
             );
         }
 

@@ -3,7 +3,9 @@
 //! holder wrote (sync `write` and async `write_async`; a permit's per
 //! (resource, slot) with `write_permit`), a read-write lease's writer whose
 //! lease ran out is refused at its own fence once a reader's derived write
-//! at that fence was accepted, and `Config::fence_counter_ttl` lets an unused fence counter expire while the
+//! at that fence was accepted, a multi-key lease's write of a key is
+//! checked with that key's fence (`fence_of`) against the key's single-key
+//! holders, and `Config::fence_counter_ttl` lets an unused fence counter expire while the
 //! next grant still gets a higher fence (seeded from Redis `TIME` × 1000).
 //!
 //! The lease bodies are generic over the behaviour suite's `Front` and run
@@ -24,7 +26,7 @@ mod behaviour;
 use std::time::Duration;
 
 use redlease::fenced::{FencedStore, StaleFence, WriteError};
-use redlease::{Fence, ReleaseOutcome};
+use redlease::{AcquireOptions, Fence, ReleaseOutcome};
 
 use behaviour::common::{
     config, connect, exists, fence_name, granted, leased, lock_name, namespace, no_wait, pttl,
@@ -343,6 +345,67 @@ fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence<F: Front>() {
     F::release(lease).unwrap();
 }
 
+/// A multi-key lease writes each key's resource with that key's fence
+/// (`fence_of`): accepted while it holds them. Once its lease ran out, a
+/// single-key holder of `a` gets a higher fence from `a`'s own counter and
+/// writes `a`: the stale multi-key holder's late write of `a` is refused,
+/// while its late write of `b` (nobody newer wrote `b`) is still accepted
+/// at `b`'s fence. A newer multi-key lease writes `a` with `fence_of("a")`,
+/// above the single-key holder's, and is accepted.
+fn a_stale_multi_key_holders_write_is_rejected_per_key<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced-multi");
+    let multi: F = connect(&server, config(&ns));
+    let single: F = connect(&server, config(&ns));
+    let store = FencedStore::new(ns.as_str());
+    let mut conn = server.conn();
+
+    let old = granted(
+        multi.acquire_all_with(
+            &["a", "b"],
+            AcquireOptions::new()
+                .lease(Duration::from_millis(300))
+                .wait(Duration::ZERO),
+        ),
+        "a and b",
+    );
+    let (old_a, old_b) = (
+        F::fence_of(&old, "a").unwrap(),
+        F::fence_of(&old, "b").unwrap(),
+    );
+    store.write(&mut conn, "a", old_a, "a by the set").unwrap();
+    store.write(&mut conn, "b", old_b, "b by the set").unwrap();
+
+    // The multi-key holder stalls past its lease.
+    wait_until(BOUND, "the multi-key lease expired in redis", || {
+        !exists(&server, &lock_name(&ns, "a")) && !exists(&server, &lock_name(&ns, "b"))
+    });
+    let new = granted(single.acquire_with("a", no_wait()), "a alone");
+    let new_a = F::fence(&new);
+    assert!(new_a > old_a, "a's own counter: {old_a} then {new_a}");
+    store.write(&mut conn, "a", new_a, "a alone").unwrap();
+
+    // The multi-key holder wakes up and writes late, key by key.
+    assert_stale(store.write(&mut conn, "a", old_a, "late a"), new_a);
+    store
+        .write(&mut conn, "b", old_b, "late b, nobody newer")
+        .unwrap();
+    assert_eq!(F::release(new).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(F::release_multi(old).unwrap(), ReleaseOutcome::Expired);
+
+    let next = granted(
+        multi.acquire_all_with(&["a", "b"], no_wait()),
+        "a and b again",
+    );
+    let next_a = F::fence_of(&next, "a").unwrap();
+    assert!(next_a > new_a, "{new_a} then {next_a}");
+    store
+        .write(&mut conn, "a", next_a, "a by the next set")
+        .unwrap();
+    assert_stale(store.write(&mut conn, "a", new_a, "late single"), next_a);
+    assert_eq!(F::release_multi(next).unwrap(), ReleaseOutcome::Released);
+}
+
 /// Instantiates every body for one front end.
 macro_rules! fenced_suite {
     ($front:ty) => {
@@ -362,6 +425,10 @@ macro_rules! fenced_suite {
         fn an_expired_writers_write_is_rejected_after_a_fill_derived_at_its_fence() {
             super::an_expired_writers_write_is_rejected_after_a_fill_derived_at_its_fence::<$front>(
             );
+        }
+        #[test]
+        fn a_stale_multi_key_holders_write_is_rejected_per_key() {
+            super::a_stale_multi_key_holders_write_is_rejected_per_key::<$front>();
         }
         #[test]
         fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence() {

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::Value;
 use redlease::{Error, ReleaseOutcome, RenewOutcome};
 
 use super::common::{
-    config, connect, exists, fence_name, get, granted, lock_name, namespace, no_wait, polls_off,
-    refused, spawn, waiting, BOUND,
+    config, connect, exists, fence_name, get, granted, key_sha, lock_name, namespace, no_wait,
+    polls_off, refused, spawn, token_of, waiting, BOUND,
 };
 use super::front::Front;
 use crate::support::{wait_until, RedisServer};
@@ -276,6 +277,212 @@ pub(crate) fn a_waiter_that_gives_up_leaves_no_reservation<F: Front>() {
     F::release(held).unwrap();
 }
 
+/// `EVAL` of a multi-key script's source (`super::fences::script_lua`).
+fn eval_multi(server: &RedisServer, script: &str, keys: &[String], args: &[String]) -> Value {
+    server.query(
+        redis::cmd("EVAL")
+            .arg(super::fences::script_lua(script))
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args),
+    )
+}
+
+/// The acquire script's arguments (no hand-over): the locks, then the
+/// counters; a token, lease 5 s, no counter TTL, no age, trying once.
+fn acquire_keys_and_args(ns: &str, keys: &[&str], token: &str) -> (Vec<String>, Vec<String>) {
+    let mut names: Vec<String> = keys.iter().map(|k| lock_name(ns, k)).collect();
+    names.extend(keys.iter().map(|k| fence_name(ns, k)));
+    let args = [token, "5000", "0", "0", "0"].map(String::from).to_vec();
+    (names, args)
+}
+
+/// Asserts an acquire reply is `['busy', …]`.
+fn assert_busy(reply: &Value) {
+    assert!(
+        matches!(reply, Value::Array(items)
+            if items.first() == Some(&Value::BulkString(b"busy".to_vec()))),
+        "the keys are busy: {reply:?}"
+    );
+}
+
+/// `['ok', f_1..f_n]` as fences.
+fn granted_fences(reply: &Value) -> Vec<u64> {
+    let Value::Array(items) = reply else {
+        panic!("an acquire reply is an array, got {reply:?}");
+    };
+    assert_eq!(
+        items.first(),
+        Some(&Value::BulkString(b"ok".to_vec())),
+        "a grant: {reply:?}"
+    );
+    items[1..]
+        .iter()
+        .map(|f| match f {
+            Value::BulkString(digits) => String::from_utf8_lossy(digits).parse().unwrap(),
+            other => panic!("a fence is a decimal bulk string, got {other:?}"),
+        })
+        .collect()
+}
+
+/// A client library re-sending a multi-key script after a timeout: the
+/// acquire run again with the lease's token (taken by a locker, or run
+/// twice by hand) answers the same fences and moves no counter; another
+/// token is told the keys are busy and takes nothing. A renew run twice
+/// renews twice; a release run twice answers released, then expired, and
+/// run again after another holder took a key answers conflict and leaves
+/// that holder's lock alone.
+pub(crate) fn multi_key_scripts_run_again_with_one_token_answer_as_the_first_run<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-replay");
+    let locker: F = connect(&server, config(&ns));
+    let keys = ["a", "b", "c"];
+    let counters = || -> Vec<Option<String>> {
+        keys.iter()
+            .map(|k| get(&server, &fence_name(&ns, k)))
+            .collect()
+    };
+
+    // Replaying the locker's own acquire.
+    let lease = granted(locker.acquire_all_with(&keys, no_wait()), "all three");
+    let fences: Vec<u64> = F::fences(&lease).iter().map(|f| f.get()).collect();
+    let token = token_of(&server, &ns, "a");
+    let (names, args) = acquire_keys_and_args(&ns, &keys, &token);
+    let replay = eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, &args);
+    assert_eq!(granted_fences(&replay), fences, "the same fences");
+    let moved: Vec<Option<String>> = fences.iter().map(|f| Some(f.to_string())).collect();
+    assert_eq!(counters(), moved, "no counter moved");
+    assert_eq!(F::renew_multi(&lease).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+
+    // The scripts alone, twice with one token, then with another.
+    let mine = "0123456789abcdef0123456789abcdef";
+    let theirs = "fedcba9876543210fedcba9876543210";
+    let (_, mine_args) = acquire_keys_and_args(&ns, &keys, mine);
+    let first_mine = granted_fences(&eval_multi(
+        &server,
+        "MULTI_ACQUIRE_LUA",
+        &names,
+        &mine_args,
+    ));
+    assert!(
+        first_mine
+            .iter()
+            .zip(&fences)
+            .all(|(now, before)| now > before),
+        "each key's own counter: {fences:?} then {first_mine:?}"
+    );
+    let again = granted_fences(&eval_multi(
+        &server,
+        "MULTI_ACQUIRE_LUA",
+        &names,
+        &mine_args,
+    ));
+    assert_eq!(again, first_mine, "a replay answers the same fences");
+    let moved: Vec<Option<String>> = first_mine.iter().map(|f| Some(f.to_string())).collect();
+    assert_eq!(counters(), moved, "each counter moved once");
+    for (key, fence) in keys.iter().zip(&first_mine) {
+        assert_eq!(
+            get(&server, &lock_name(&ns, key)),
+            Some(format!("{mine}:{fence}"))
+        );
+    }
+    let (_, their_args) = acquire_keys_and_args(&ns, &keys, theirs);
+    assert_busy(&eval_multi(
+        &server,
+        "MULTI_ACQUIRE_LUA",
+        &names,
+        &their_args,
+    ));
+    assert_eq!(counters(), moved, "a busy attempt moves no counter");
+
+    let locks: Vec<String> = keys.iter().map(|k| lock_name(&ns, k)).collect();
+    let renew_args = [mine, "5000"].map(String::from).to_vec();
+    for _ in 0..2 {
+        let renewed = eval_multi(&server, "MULTI_RENEW_LUA", &locks, &renew_args);
+        assert_eq!(renewed, Value::Int(1), "renewed, also when run again");
+    }
+    let mut release_args = vec![mine.to_owned(), "PUBLISH".to_owned()];
+    for key in keys {
+        release_args.extend([format!("{ns}:lock-released"), key_sha(key)]);
+    }
+    let release = || eval_multi(&server, "MULTI_RELEASE_LUA", &locks, &release_args);
+    assert_eq!(release(), Value::Int(1), "released");
+    assert_eq!(release(), Value::Int(0), "run again: expired, nothing held");
+    let other = granted(locker.acquire_with("b", no_wait()), "b, freed");
+    let b_value = get(&server, &lock_name(&ns, "b"));
+    assert_eq!(
+        release(),
+        Value::Int(2),
+        "run again: conflict with b's holder"
+    );
+    assert_eq!(get(&server, &lock_name(&ns, "b")), b_value, "b left alone");
+    assert!(F::fence(&other).get() > first_mine[1]);
+    assert_eq!(F::renew(&other).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release(other).unwrap(), ReleaseOutcome::Released);
+}
+
+/// A partial hold can only come from eviction or a manual `DEL`, and the
+/// acquire script leaves none behind it: run with the token that holds
+/// two of three keys, it takes all three again with fresh fences; when
+/// another token took the missing key, a try-once run deletes the keys the
+/// token still holds, and a waiting run turns them into reservations
+/// (`<token>:r<age>`, within `res_ms`), never holds. The lease's release
+/// then frees its reservations and reports the conflict.
+pub(crate) fn the_acquire_script_never_leaves_a_partial_hold_it_finds<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-partial");
+    let locker: F = connect(&server, config(&ns));
+    let keys = ["a", "b", "c"];
+    let lease = granted(locker.acquire_all_with(&keys, no_wait()), "all three");
+    let first: Vec<u64> = F::fences(&lease).iter().map(|f| f.get()).collect();
+    let mine = token_of(&server, &ns, "a");
+    let mine = mine.as_str();
+    let (names, args) = acquire_keys_and_args(&ns, &keys, mine);
+    let acquire = |args: &[String]| eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, args);
+    let set = |key: &str, value: &str| {
+        server.query(
+            redis::cmd("SET")
+                .arg(lock_name(&ns, key))
+                .arg(value)
+                .arg("PX")
+                .arg(5000),
+        )
+    };
+    let del = |key: &str| server.query(redis::cmd("DEL").arg(lock_name(&ns, key)));
+
+    del("b");
+    let again = granted_fences(&acquire(&args));
+    assert!(
+        again.iter().zip(&first).all(|(a, f)| a > f),
+        "fresh fences for every key: {first:?} then {again:?}"
+    );
+    for (key, fence) in keys.iter().zip(&again) {
+        assert_eq!(
+            get(&server, &lock_name(&ns, key)),
+            Some(format!("{mine}:{fence}"))
+        );
+    }
+
+    set("b", "fedcba9876543210fedcba9876543210:1");
+    assert_busy(&acquire(&args));
+    assert!(!exists(&server, &lock_name(&ns, "a")), "try once: deleted");
+    assert!(!exists(&server, &lock_name(&ns, "c")), "try once: deleted");
+
+    set("a", &format!("{mine}:{}", again[0]));
+    set("c", &format!("{mine}:{}", again[2]));
+    let waiting_args = [mine, "5000", "0", "0", "750"].map(String::from);
+    assert_busy(&acquire(&waiting_args));
+    for key in ["a", "c"] {
+        let value = get(&server, &lock_name(&ns, key)).expect("reserved");
+        assert!(value.starts_with(&format!("{mine}:r")), "{value}");
+        assert!(super::common::pttl(&server, &lock_name(&ns, key)) <= 750);
+    }
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Conflict);
+    assert!(!exists(&server, &lock_name(&ns, "a")), "reservation freed");
+    assert!(!exists(&server, &lock_name(&ns, "c")), "reservation freed");
+}
+
 /// With the hand-over, a multi-key waiter takes its turn in a held key's
 /// queue: registered between two single-key waiters of other lockers, it
 /// gets the key (reserved for it by the release, no fence spent) after the
@@ -285,7 +492,7 @@ pub(crate) fn a_multi_key_waiter_takes_its_turn_in_a_held_keys_queue<F: Front>()
     let server = RedisServer::start();
     let ns = namespace("multi-turn");
     let slow = polls_off(&ns);
-    let queue = format!("{ns}:lock-queue:{{{}}}", super::common::key_sha("b"));
+    let queue = format!("{ns}:lock-queue:{{{}}}", key_sha("b"));
     let queued = |n: usize| {
         let len: usize = redis::cmd("LLEN")
             .arg(&queue)

@@ -8,7 +8,10 @@
 //! in the key's hand-over queue like any waiting locker, and the parent
 //! can SIGSTOP, SIGCONT or SIGKILL it while it waits. A child can lead an
 //! election ([`spawn_leader`]): it writes to a fenced store with its term,
-//! and when told on stdin writes again and reports what it saw.
+//! and when told on stdin writes again and reports what it saw. Or it
+//! takes a set of keys as one multi-key lease and releases it, over and over
+//! ([`spawn_multi_loop`]), printing a marker line per grant, until the
+//! parent SIGKILLs it at some point of the loop.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -17,7 +20,7 @@ use std::time::Duration;
 
 use redlease::{AcquireOptions, Config};
 
-use crate::behaviour::common::BOUND;
+use crate::behaviour::common::{let_pass, BOUND};
 use crate::behaviour::front::Front;
 use crate::support::RedisServer;
 
@@ -73,6 +76,9 @@ pub(crate) enum Hold {
     Permit(u32),
     /// The write lease of a read-write lease.
     Write,
+    /// The keys (comma-separated in place of the key) taken as one
+    /// multi-key lease, waiting for them, and released, in a loop.
+    AllInTurn,
     /// A lock the child waits for (it is held by someone else), with
     /// hand-over on, this claim window and this `notify_poll_interval`
     /// (its registration then lives at most 3 × `notify_poll`).
@@ -95,6 +101,7 @@ impl Hold {
             Hold::Permit(n) => format!("permit:{n}"),
             Hold::Write => "write".into(),
             Hold::Leader => "leader".into(),
+            Hold::AllInTurn => "all-in-turn".into(),
             Hold::WaitForLock { claim, notify_poll } => {
                 format!("wait:{}:{}", claim.as_millis(), notify_poll.as_millis())
             }
@@ -114,6 +121,7 @@ impl Hold {
             }
             _ if s == "write" => Hold::Write,
             _ if s == "leader" => Hold::Leader,
+            _ if s == "all-in-turn" => Hold::AllInTurn,
             _ => Hold::Lock,
         }
     }
@@ -293,6 +301,20 @@ pub(crate) fn spawn_waiter<F: Front>(
     ChildWaiter { child, fences }
 }
 
+/// Starts a child process that takes `keys` as one multi-key lease through
+/// front end `F` (waiting up to a minute, with `lease`), releases it, and
+/// starts over, until it is killed. It returns at once; each grant's
+/// first fence comes through [`ChildWaiter::fence_within`].
+pub(crate) fn spawn_multi_loop<F: Front>(
+    server: &RedisServer,
+    ns: &str,
+    keys: &[&str],
+    lease: Duration,
+) -> ChildWaiter {
+    let (child, fences) = launch::<F>(server, ns, &keys.join(","), lease, Hold::AllInTurn);
+    ChildWaiter { child, fences }
+}
+
 /// Re-runs the test binary as a child that holds (or waits for) `what`;
 /// the receiver gets the fence from its marker line.
 fn launch<F: Front>(
@@ -402,6 +424,20 @@ fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
             .notify_poll_interval(notify_poll)
             .wait(Duration::from_secs(60));
     }
+    if let Hold::AllInTurn = what {
+        let locker =
+            F::connect(url, config.wait(Duration::from_secs(60))).expect("the child connects");
+        let keys: Vec<&str> = key.split(',').collect();
+        loop {
+            // A wait that runs out under contention just starts over.
+            if let Ok(held) = locker.acquire_all_with(&keys, AcquireOptions::new()) {
+                report(F::fences(&held)[0].get());
+                // Work while holding the keys, where a kill may land.
+                let_pass(Duration::from_millis(2));
+                let _ = F::release_multi(held);
+            }
+        }
+    }
     let locker = F::connect(url, config).expect("the child connects");
     let free = || AcquireOptions::new().wait(Duration::ZERO);
     // Kept alive (never released) until the process is killed.
@@ -429,10 +465,9 @@ fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
             (F::fence(&held).get(), Box::new(held))
         }
         Hold::Leader => return lead(url, ns, key, &locker, free()),
+        Hold::AllInTurn => unreachable!("loops above"),
     };
-    let mut out = std::io::stdout();
-    writeln!(out, "{MARKER} {fence}").expect("stdout");
-    out.flush().expect("stdout");
+    report(fence);
     // Held until SIGKILL; if the parent goes away first, stdin closes and
     // the process exits without releasing (the TTL ends the lease).
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
@@ -484,4 +519,11 @@ fn lead<F: Front>(url: &str, ns: &str, name: &str, locker: &F, free: AcquireOpti
     out.flush().expect("stdout");
     let _ = stdin.read_to_end(&mut Vec::new());
     std::process::exit(0);
+}
+
+/// Prints the marker line with `fence` for the parent.
+fn report(fence: u64) {
+    let mut out = std::io::stdout();
+    writeln!(out, "{MARKER} {fence}").expect("stdout");
+    out.flush().expect("stdout");
 }

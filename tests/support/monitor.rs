@@ -114,6 +114,17 @@ impl Monitor {
                 .any(|c| c.args.len() == 2 && c.args[1] == marker)
         });
     }
+
+    /// How many of the commands `server` ran so far (caught up) match.
+    pub fn count(&self, server: &RedisServer, matches: impl Fn(&Monitored) -> bool) -> usize {
+        self.catch_up(server);
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| matches(c))
+            .count()
+    }
 }
 
 impl Drop for Monitor {

@@ -451,8 +451,20 @@ pub(crate) const MULTI_RELEASE_LUA: &str = concat!(
     r#"
 local n = #KEYS
 local handover = #ARGV > 2 + 2 * n
-local got = redis.call('MGET', unpack(KEYS))
+local function arg_of(i, field)
+  return ARGV[3 + 2 * n + 4 * (i - 1) + field]
+end
+-- One read of the locks and, with the hand-over, their queues' flags.
+local names = {}
+for i = 1, n do
+  names[i] = KEYS[i]
+  if handover then
+    names[n + i] = arg_of(i, 4)
+  end
+end
+local got = redis.call('MGET', unpack(names))
 local mine, present = 0, 0
+local freed, messages = {}, {}
 for i = 1, n do
   local v = got[i]
   if v then
@@ -462,25 +474,28 @@ for i = 1, n do
       mine = mine + 1
       local channel, message = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
       local handed = false
-      if handover then
-        local base = 3 + 2 * n + 4 * (i - 1)
-        local prefix, counter, queue, flag = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
-        local queued = redis.call('MGET', counter, flag)
-        if queued[2] then
-          local reg, value = next_registration(queue, prefix)
-          if reg and grant_to(reg, value, KEYS[i], counter, queued[1], ARGV[3 + 2 * n], ARGV[2], channel, message) then
-            handed = true
-          elseif reg == nil then
-            redis.call('DEL', flag)
-          end
+      if handover and got[n + i] then
+        local counter = arg_of(i, 2)
+        local reg, value = next_registration(arg_of(i, 3), arg_of(i, 1))
+        if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3 + 2 * n], ARGV[2], channel, message) then
+          handed = true
+        elseif reg == nil then
+          redis.call('DEL', arg_of(i, 4))
         end
       end
       if not handed then
-        redis.call('DEL', KEYS[i])
-        redis.pcall(ARGV[2], channel, message)
+        freed[#freed + 1] = KEYS[i]
+        messages[#messages + 1] = {channel, message}
       end
     end
   end
+end
+-- Deleted before any notification goes out: a woken waiter finds them free.
+if #freed > 0 then
+  redis.call('DEL', unpack(freed))
+end
+for _, m in ipairs(messages) do
+  redis.pcall(ARGV[2], m[1], m[2])
 end
 if mine == n then
   return 1

@@ -132,9 +132,7 @@ fn one_slot(names: &[LockNames]) -> Result<(), Error> {
 /// locker's id mixed with the set's, so that a locker waiting for a key
 /// alone and in a set holds two registrations in that key's queue.
 pub(crate) fn multi_reg(locker: RegId, set: KeyId) -> RegId {
-    let bytes = set.to_hex();
-    let prefix = u64::from_str_radix(&bytes[..16], 16).unwrap_or_default();
-    RegId(locker.0 ^ prefix)
+    RegId(locker.0 ^ set.prefix())
 }
 
 /// A multi-key lease's keys and their fences, in its caller's order.

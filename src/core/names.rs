@@ -106,6 +106,13 @@ impl KeyId {
     pub(crate) fn to_hex(self) -> String {
         hex(&self.digest)
     }
+
+    /// The digest's first 8 bytes, as a number.
+    pub(crate) fn prefix(self) -> u64 {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&self.digest[..8]);
+        u64::from_be_bytes(first)
+    }
 }
 
 /// The Redis hash tag of `key`: the text between its first `{` and the

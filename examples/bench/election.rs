@@ -7,7 +7,10 @@
 //!   leader leaves (set by hand with `PX ttl`, never renewed: a leader's
 //!   last renewal) and a candidate campaigning against it; the figure is
 //!   the candidate's campaign returning minus the lease's expiry (the
-//!   `SET`'s mid-point + TTL), in idle RTTs.
+//!   `SET`'s mid-point + TTL), in idle RTTs; and minus the instant Redis
+//!   really expires it (its `PEXPIRETIME` + 1 ms: a key lives while
+//!   Redis's millisecond clock is ≤ its expiry, so up to 1 ms past the
+//!   nominal TTL), on the host clock both processes share.
 //! - **resigning leader** replaced in ≤ notification + 2 RTT: the leader
 //!   calls `resign`, a candidate of another locker (subscribed, waiting)
 //!   returns from its campaign; the figure less the notification, in RTTs.
@@ -18,7 +21,7 @@
 
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlease::{AcquireOptions, Config, Error, Observation, Stats};
 use sha2::{Digest, Sha256};
@@ -49,10 +52,16 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
                 .unwrap_or(f64::NAN)
         };
         eprintln!(
-            "election {:8}: killed leader replaced TTL + {} RTT, resign + notification + {} RTT, \
-             observe notification + {} RTT (p50; idle rtt p50 {} µs, notification p50 {} µs)",
+            "election {:8}: killed leader replaced TTL + {} RTT (Redis's expiry + {} RTT, {} busy \
+             replies each), \
+             resign + notification + {} RTT, observe notification + {} RTT (p50; idle rtt p50 {} \
+             µs, notification p50 {} µs)",
             front.name(),
             f("killed_leader"),
+            f("killed_leader_after_redis_expiry"),
+            r.get("killed_leader_busy_replies_per_replacement")
+                .and_then(J::as_f64)
+                .unwrap_or(f64::NAN),
             f("resigning_leader"),
             f("observe"),
             r.get("idle_rtt")
@@ -180,7 +189,8 @@ fn one<C: Candidate>(front: Front, url: &str, samples: usize) -> BoxResult<J> {
 
     let idle_rtt = util::ping_after_idle(front, url, 200, IDLE)?;
     let notification = notification_latency(url, &ns, samples)?;
-    let killed = killed_leader(url, &ns, &*candidate, samples.min(40))?;
+    let (killed, killed_after_expiry, busy_replies) =
+        killed_leader(url, &ns, &*candidate, samples.min(40))?;
     let resigned = resigning_leader(&leader, &candidate, samples)?;
     let observed = observe_latency(&leader, &reader, samples)?;
     leader.shutdown()?;
@@ -210,14 +220,30 @@ fn one<C: Candidate>(front: Front, url: &str, samples: usize) -> BoxResult<J> {
         ),
         ("ttl_ms", J::from(TTL.as_millis() as u64)),
         (
+            "killed_leader_busy_replies_per_replacement",
+            J::round(busy_replies as f64 / killed.len().max(1) as f64, 2),
+        ),
+        (
             "killed_leader",
             goal(
                 "campaign returned − (the killed leader's last renewal + TTL); base = 0",
                 &killed,
                 0,
                 1.0,
-                "the candidate retries at PTTL + 1 ms after its busy reply: PTTL's millisecond \
-                 resolution and the 1 ms pad, then one campaign round trip",
+                "Redis keeps the key until its millisecond clock passes the expiry (up to 1 ms \
+                 past the nominal TTL); then the candidate's next attempt and its reply",
+            ),
+        ),
+        (
+            "killed_leader_after_redis_expiry",
+            goal(
+                "campaign returned − the instant Redis expired the lease (PEXPIRETIME + 1 ms); \
+                 base = 0",
+                &killed_after_expiry,
+                0,
+                1.0,
+                "the attempt after the last busy reply in the lease's final millisecond, then \
+                 its reply",
             ),
         ),
         (
@@ -263,16 +289,20 @@ fn notification_latency(url: &str, ns: &str, samples: usize) -> BoxResult<Vec<u6
 }
 
 /// The lease a killed leader leaves (its last renewal set `PX` TTL) and a
-/// candidate campaigning against it: ns from the lease's expiry to the
-/// campaign's return (negative: before it, which would be a bug).
+/// candidate campaigning against it: ns from the lease's nominal expiry
+/// (the `SET`'s mid-point + TTL) and from Redis's own expiry of it to the
+/// campaign's return (negative: before it, which would be a bug), and the
+/// busy replies the candidate had on the way.
 fn killed_leader<C: Candidate>(
     url: &str,
     ns: &str,
     candidate: &C,
     samples: usize,
-) -> BoxResult<Vec<i64>> {
+) -> BoxResult<(Vec<i64>, Vec<i64>, u64)> {
     let mut admin = util::connect(url)?;
-    let mut out = Vec::with_capacity(samples);
+    let mut busy_replies = 0;
+    let mut nominal = Vec::with_capacity(samples);
+    let mut real = Vec::with_capacity(samples);
     for i in 0..samples + 3 {
         let name = format!("killed-{i}");
         let lease = format!("{ns}:elect:{{{}}}", sha_hex(&name));
@@ -286,14 +316,23 @@ fn killed_leader<C: Candidate>(
             .query::<()>(&mut admin)?;
         let answered = Instant::now();
         let expiry = sent + (answered - sent) / 2 + TTL;
+        let expires_at_ms: u64 = redis::cmd("PEXPIRETIME").arg(&lease).query(&mut admin)?;
+        let redis_expiry = UNIX_EPOCH + Duration::from_millis(expires_at_ms + 1);
+        let busy_before = candidate.stats().busy_replies;
         let leadership = candidate.campaign(&name, b"next", Duration::from_secs(5))?;
-        let returned = Instant::now();
+        let (returned, returned_wall) = (Instant::now(), SystemTime::now());
+        let busy = candidate.stats().busy_replies - busy_before;
         C::resign(leadership)?;
         if i >= 3 {
-            out.push(signed_ns(expiry, returned));
+            busy_replies += busy;
+            nominal.push(signed_ns(expiry, returned));
+            real.push(match returned_wall.duration_since(redis_expiry) {
+                Ok(d) => d.as_nanos() as i64,
+                Err(e) => -(e.duration().as_nanos() as i64),
+            });
         }
     }
-    Ok(out)
+    Ok((nominal, real, busy_replies))
 }
 
 /// `resign` called → a candidate of another locker, waiting, leads.

@@ -20,8 +20,8 @@ use super::names::{
 use super::observed::Observed;
 use super::outcome::Fence;
 use super::script::{
-    classify_acquire, classify_permit, AcquireHandover, AcquireReply, PermitReply, ReplyError,
-    ScriptCall, ScriptKind,
+    classify_acquire, classify_campaign, classify_permit, AcquireHandover, AcquireReply,
+    PermitReply, ReplyError, ScriptCall, ScriptKind,
 };
 use super::slots::Slots;
 use super::subscription::SubscriptionState;
@@ -766,12 +766,15 @@ impl Core {
                 w.phase = Phase::Finished(outcome);
                 AttemptSummary::Acquired
             }
-            Ok(Attempted::Busy(remaining, age)) => {
+            Ok(Attempted::Busy(remaining, age, precise)) => {
                 if let (Target::Multi { since, .. }, Some(age)) = (&mut w.target, age) {
                     *since = age;
                 }
                 if let Some(line) = line {
-                    line.handle_busy(now, remaining, safety);
+                    let expiry = remaining
+                        .filter(|_| precise)
+                        .and_then(|r| arrives_at_expiry(submitted, now, r));
+                    line.handle_busy(now, remaining, expiry, safety);
                     if registers {
                         line.handle_registered(w.token);
                     }
@@ -969,9 +972,9 @@ enum Attempted {
         /// for its grant (a permit's reply says so).
         next_waits: bool,
     },
-    /// Held: the holder's remaining time if known, and for a multi-key
-    /// lease the waiter's age.
-    Busy(Option<Duration>, Option<u64>),
+    /// Held: the holder's remaining time if known (to the microsecond:
+    /// `true`), and for a multi-key lease the waiter's age.
+    Busy(Option<Duration>, Option<u64>, bool),
     /// Settled, and no retry can succeed.
     Refused(Error),
 }
@@ -980,14 +983,21 @@ impl Attempted {
     fn classify(target: &Target, value: &Value) -> Result<Self, super::script::ReplyError> {
         Ok(match target {
             Target::Lock(_) | Target::Read(_) | Target::Write(_) | Target::Leader { .. } => {
-                match classify_acquire(value)? {
+                let classified = match target {
+                    Target::Leader { .. } => classify_campaign(value),
+                    _ => classify_acquire(value),
+                };
+                match classified? {
                     AcquireReply::Acquired(fence) => Attempted::Granted {
                         fence,
                         slot: None,
                         fences: None,
                         next_waits: false,
                     },
-                    AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None),
+                    AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
+                    AcquireReply::BusyFor(remaining) => {
+                        Attempted::Busy(Some(remaining), None, true)
+                    }
                 }
             }
             Target::Multi { names, .. } => match classify_multi(value, names.len())? {
@@ -1000,7 +1010,9 @@ impl Attempted {
                     fences: Some(fences.into()),
                     next_waits: false,
                 },
-                MultiReply::Busy { remaining, since } => Attempted::Busy(remaining, Some(since)),
+                MultiReply::Busy { remaining, since } => {
+                    Attempted::Busy(remaining, Some(since), false)
+                }
             },
             Target::Permit { permits, .. } => match classify_permit(value)? {
                 PermitReply::Acquired {
@@ -1013,7 +1025,7 @@ impl Attempted {
                     fences: None,
                     next_waits,
                 },
-                PermitReply::Busy(remaining) => Attempted::Busy(remaining, None),
+                PermitReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
                 PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
                     "permits",
                     format!(
@@ -1066,6 +1078,30 @@ pub(crate) fn intent_ms(notify_poll_interval: Duration) -> u64 {
     (notify_poll_interval.as_millis() as u64)
         .saturating_mul(3)
         .max(1)
+}
+
+/// When to send the retry of an attempt submitted at `submitted` and
+/// answered at `received` that found the key held for `remaining` (to the
+/// microsecond) after Redis read it. Redis read it about one way after
+/// `submitted`, and a retry takes the same way, so one sent at
+/// `submitted + remaining` would reach Redis as the key expires, if its
+/// thread woke on time; a timer wakes it later than asked (timer slack,
+/// scheduling: 100–500 µs on a loaded machine, `bench election`), so it is
+/// sent half a round trip earlier. One that arrives early is busy for less
+/// than a round trip, which is retried at once, as no timer would wake
+/// sooner than the answer to that retry comes: at most two busy replies
+/// after the first, where retrying at `PTTL`'s whole milliseconds took one
+/// per round trip through the lease's last millisecond.
+pub(crate) fn arrives_at_expiry(
+    submitted: Instant,
+    received: Instant,
+    remaining: Duration,
+) -> Option<Instant> {
+    let round_trip = received.saturating_duration_since(submitted);
+    if remaining <= round_trip {
+        return Some(received);
+    }
+    submitted.checked_add(remaining - round_trip / 2)
 }
 
 /// The earlier of two optional instants (`None`: no bound).

@@ -223,6 +223,18 @@ macro_rules! election_lua {
 local function unhex(s)
   return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
 end
+-- The holder's time left in microseconds from this read, as `{us}`:
+-- Redis keeps a key while its millisecond clock is at most the expiry, so
+-- it ends at the start of millisecond PTTL + 1 counted from TIME's
+-- millisecond. A plain PTTL (negative: no expiry, or gone) otherwise.
+local function expires_in_us(key)
+  local now = redis.call('TIME')
+  local ms = redis.call('PTTL', key)
+  if ms < 0 then
+    return ms
+  end
+  return {(ms + 1) * 1000 - tonumber(now[2]) % 1000}
+end
 local function our_term(held)
   local sep = held and string.find(held, ':', 1, true)
   if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
@@ -275,7 +287,8 @@ end
 /// The lock's acquire plus the log: a lease held by this token (a replay,
 /// or a retry after an unknown outcome) is extended and its term returned,
 /// logging its grant only if the log lacks it; a lease held by another is
-/// busy (its `PTTL`). Else the term is `max(next_fence, top term + 1)` (SPEC
+/// busy (its time left in µs, `{us}`: `AcquireReply::BusyFor`). Else the
+/// term is `max(next_fence, top term + 1)` (SPEC
 /// §3, and above every term logged), the lease is set with `NX`, and the
 /// grant is logged (after the vacancy of a lapsed leader) and published.
 pub(crate) const CAMPAIGN_LUA: &str = concat!(
@@ -291,7 +304,7 @@ if held then
     log_leader(KEYS[3], top_of(KEYS[3]), t, unhex(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
     return t
   end
-  return redis.call('PTTL', KEYS[1])
+  return expires_in_us(KEYS[1])
 end
 local top = top_of(KEYS[3])
 local t = next_fence(KEYS[2], got[2], redis.call('TIME'), '0')

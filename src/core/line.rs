@@ -23,6 +23,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::core::earliest_of;
 use super::lease::deadline_after;
 use super::names::OwnerToken;
 use super::slots::SlotId;
@@ -266,7 +267,7 @@ impl Line {
     /// reply instead of trying at once.
     pub(crate) fn defer_head(&mut self, now: Instant, lease: Duration, safety: Duration) {
         if self.head == HeadState::Ready {
-            self.handle_busy(now, Some(lease), safety);
+            self.handle_busy(now, Some(lease), None, safety);
         }
     }
 
@@ -294,13 +295,16 @@ impl Line {
         }
     }
 
-    /// The head's attempt found the lock busy. It retries after
-    /// `min(remaining, safety)` (the waiter's own deadline bounds it further),
-    /// or at once if a notification arrived while the attempt was in flight.
+    /// The head's attempt found the lock busy. It retries at `retry_at`
+    /// when the reply timed the expiry to the microsecond, else after
+    /// `min(remaining, safety)` (either way within the safety interval; the
+    /// waiter's own deadline bounds it further), or at once if a
+    /// notification arrived while the attempt was in flight.
     pub(crate) fn handle_busy(
         &mut self,
         now: Instant,
         remaining: Option<Duration>,
+        retry_at: Option<Instant>,
         safety: Duration,
     ) {
         let received = now;
@@ -308,8 +312,11 @@ impl Line {
         self.head = match self.head {
             HeadState::Attempting { notified: true } => HeadState::Ready,
             _ => {
-                let delay = remaining.map_or(safety, |r| r.min(safety));
-                self.scheduled = deadline_after(now, delay);
+                let safety_at = deadline_after(now, safety);
+                self.scheduled = match retry_at {
+                    Some(at) => earliest_of(Some(at), safety_at),
+                    None => deadline_after(now, remaining.map_or(safety, |r| r.min(safety))),
+                };
                 HeadState::Backoff {
                     retry_at: self.scheduled,
                 }
@@ -406,11 +413,11 @@ mod tests {
         let mut line = Line::new();
         line.join(w[0]);
         line.poll(w[0], now);
-        line.handle_busy(now, Some(Duration::from_millis(40)), SAFETY);
+        line.handle_busy(now, Some(Duration::from_millis(40)), None, SAFETY);
         let at = now + Duration::from_millis(40);
         assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(Some(at)));
         assert_eq!(line.poll(w[0], at), LineStep::Attempt);
-        line.handle_busy(at, Some(Duration::from_secs(9)), SAFETY);
+        line.handle_busy(at, Some(Duration::from_secs(9)), None, SAFETY);
         assert_eq!(line.poll(w[0], at), LineStep::WaitUntil(Some(at + SAFETY)));
         assert_eq!(line.holder_remaining(at), Some(Duration::from_secs(9)));
     }
@@ -422,7 +429,7 @@ mod tests {
         let mut line = Line::new();
         line.join(w[0]);
         line.poll(w[0], now);
-        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
         assert_eq!(line.handle_wake(), Some(w[0]));
         assert_eq!(line.poll(w[0], now), LineStep::Attempt);
     }
@@ -435,7 +442,7 @@ mod tests {
         line.join(w[0]);
         line.poll(w[0], now);
         assert_eq!(line.handle_wake(), None);
-        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
         assert_eq!(line.poll(w[0], now), LineStep::Attempt);
     }
 
@@ -448,7 +455,7 @@ mod tests {
             line.join(*id);
         }
         line.poll(w[0], now);
-        line.handle_busy(now, None, SAFETY);
+        line.handle_busy(now, None, None, SAFETY);
         assert_eq!(line.leave(w[1]), None);
         assert_eq!(
             line.head_state(),
@@ -467,7 +474,7 @@ mod tests {
         let mut line = Line::new();
         line.join(w[0]);
         line.poll(w[0], now);
-        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
         let fast = Duration::from_millis(25);
         assert_eq!(line.clamp_retry(now, fast), Some(w[0]));
         assert_eq!(line.poll(w[0], now), LineStep::WaitUntil(Some(now + fast)));
@@ -527,7 +534,7 @@ mod tests {
         let mut line = Line::new();
         line.join(w[0]);
         line.poll(w[0], now);
-        line.handle_busy(now, Some(Duration::from_secs(5)), SAFETY);
+        line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
         let regular = LineStep::WaitUntil(Some(now + SAFETY));
         let claim = Duration::from_millis(100);
         assert_eq!(line.handle_grant_elsewhere(now, claim), Some(w[0]));

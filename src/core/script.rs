@@ -1371,6 +1371,10 @@ pub(crate) enum AcquireReply {
     Acquired(Fence),
     /// Someone holds it; their remaining time when Redis knows it.
     Busy(Option<Duration>),
+    /// Someone holds it until this long after Redis read it, to the
+    /// microsecond (`PTTL`'s millisecond plus where Redis's clock stood in
+    /// it): a retry can be timed to reach Redis as the key expires.
+    BusyFor(Duration),
 }
 
 /// A reply whose shape none of the scripts produce. Its `Display` names the
@@ -1422,6 +1426,20 @@ pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError
         // tells when the lock frees up.
         Value::Int(-2 | -1) | Value::Nil => Ok(AcquireReply::Busy(None)),
         _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+    }
+}
+
+/// Classifies the campaign script's reply: the acquire's, and `{us}` for
+/// busy `us` microseconds (docs/ELECTION.md §5).
+pub(crate) fn classify_campaign(value: &Value) -> Result<AcquireReply, ReplyError> {
+    match value {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(us)] if *us >= 0 => Ok(AcquireReply::BusyFor(Duration::from_micros(
+                us.unsigned_abs(),
+            ))),
+            _ => Err(ReplyError::new(ScriptKind::Campaign, value)),
+        },
+        other => classify_acquire(other),
     }
 }
 
@@ -1533,6 +1551,30 @@ pub(crate) mod tests {
             classify_acquire(&bulk("18446744073709551615")),
             Ok(AcquireReply::Acquired(Fence::new(u64::MAX)))
         );
+    }
+
+    #[test]
+    fn a_campaigns_one_integer_array_is_busy_for_that_many_microseconds() {
+        assert_eq!(
+            classify_campaign(&Value::Array(vec![Value::Int(1_234)])),
+            Ok(AcquireReply::BusyFor(Duration::from_micros(1_234)))
+        );
+        assert_eq!(
+            classify_campaign(&Value::Int(7)),
+            Ok(AcquireReply::Busy(Some(Duration::from_millis(7))))
+        );
+        assert!(
+            classify_acquire(&Value::Array(vec![Value::Int(1_234)])).is_err(),
+            "only the campaign sends it"
+        );
+        for bad in [
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(-1)]),
+            Value::Array(vec![Value::Int(1), Value::Int(2)]),
+            Value::Array(vec![bulk("5")]),
+        ] {
+            assert!(classify_campaign(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -104,6 +104,11 @@ fn busy(remaining_ms: i64) -> Result<Value, RedisError> {
     Ok(Value::Int(remaining_ms))
 }
 
+/// The campaign's busy reply: held `us` µs after Redis read it.
+fn busy_for_us(us: i64) -> Result<Value, RedisError> {
+    Ok(Value::Array(vec![Value::Int(us)]))
+}
+
 fn busy_unknown() -> Result<Value, RedisError> {
     Ok(Value::Nil)
 }

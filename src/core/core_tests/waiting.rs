@@ -191,3 +191,64 @@ fn a_tiny_positive_wait_makes_at_least_one_attempt() {
     core.handle_acquire_reply(now + ms(5), b, busy(1_000));
     assert_eq!(failed(&mut core, now + ms(5), b).code(), "WAIT_TIMEOUT");
 }
+
+#[test]
+fn a_busy_reply_timed_to_the_microsecond_is_retried_to_reach_redis_as_the_key_expires() {
+    let now = t0();
+    let us = Duration::from_micros;
+    let mut core = core_at(now);
+    let a = candidate(&mut core, now, "k", 1, secs(60));
+    attempt(&mut core, now, a);
+    // Answered 400 µs after it was sent: held 2 345 µs after Redis read it.
+    let answered = now + us(400);
+    core.handle_acquire_reply(answered, a, busy_for_us(2_345));
+    drain(&mut core);
+    // Sent at `sent + remaining` it would travel as the first did and reach
+    // Redis as the key expires; half a round trip earlier for the timer's
+    // late wake.
+    let retry = now + us(2_345) - us(200);
+    assert_eq!(wait_until(&mut core, answered, a), Some(retry));
+    attempt(&mut core, retry, a);
+    // Early after all: busy for less than a round trip, retried at once.
+    let answered = retry + us(400);
+    core.handle_acquire_reply(answered, a, busy_for_us(150));
+    attempt(&mut core, answered, a);
+
+    // A plain `PTTL` (whole milliseconds) is retried that long after the
+    // reply, as before.
+    let b = candidate(&mut core, now, "other", 2, secs(60));
+    attempt(&mut core, now, b);
+    core.handle_acquire_reply(answered, b, busy(2));
+    drain(&mut core);
+    assert_eq!(wait_until(&mut core, answered, b), Some(answered + ms(2)));
+}
+
+#[test]
+fn a_busy_reply_timed_to_the_microsecond_still_retries_within_the_safety_interval() {
+    let now = t0();
+    let mut core = core_at(now);
+    let a = candidate(&mut core, now, "k", 1, secs(3_600));
+    attempt(&mut core, now, a);
+    core.handle_acquire_reply(now, a, busy_for_us(600_000_000));
+    drain(&mut core);
+    assert_eq!(
+        wait_until(&mut core, now, a),
+        Some(now + core.safety_interval())
+    );
+}
+
+#[test]
+fn only_a_campaign_reads_a_busy_reply_in_microseconds() {
+    let now = t0();
+    let mut core = core_at(now);
+    let a = join(&mut core, now, "k", 1, Duration::ZERO);
+    attempt(&mut core, now, a);
+    core.handle_acquire_reply(now, a, busy_for_us(2_345));
+    assert_eq!(failed(&mut core, now, a).code(), "OUTCOME_UNKNOWN");
+}
+
+/// A candidate of the election `name` (no value), waiting up to `wait`.
+fn candidate(core: &mut Core, now: Instant, name: &str, i: u8, wait: Duration) -> WaiterId {
+    core.acquire_for(now, name, Want::Leader, token(i), waiting(wait))
+        .expect("the campaign is admitted")
+}

@@ -785,7 +785,7 @@ fn least_privilege_user(server: &RedisServer, extra: &str) -> String {
          +punsubscribe +ping +config|get +info +rpush +lpop +getdel +exists +lrem +lindex \
          ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:lock-queue* ~{NS}:lock-reg:* \
          ~{NS}:sem:* ~{NS}:sem-fence:* ~{NS}:sem-permits:* ~{NS}:sem-queue* ~{NS}:sem-reg:* \
-         &{NS}:lock-released {extra}"
+         ~{NS}:key-names &{NS}:lock-released {extra}"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("locker");
@@ -2211,8 +2211,8 @@ fn leader_and_elect_work_as_the_least_privilege_acl_users() {
     );
     let observer_rules = format!(
         "on >obs-pass resetkeys resetchannels -@all +evalsha_ro +eval_ro +get +pttl \
-         +xrange +xrevrange +subscribe +ping +config|get +info \
-         %R~{NS}:elect:* %R~{NS}:elect-log:* &{NS}:lock-released"
+         +xrange +xrevrange +subscribe +ping +config|get +info +set \
+         %R~{NS}:elect:* %R~{NS}:elect-log:* ~{NS}:key-names &{NS}:lock-released"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("observer");

@@ -295,12 +295,33 @@ fn the_multi_key_lease_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
 /// With `key_hash_tags`, keys of one hash tag share a slot: a multi-key
 /// lease of them runs on the tag's primary; a multi-key waiter and a
 /// single-key waiter of the tag (another locker) are woken by the tag's
-/// sharded notification (safety polls 30 s, bound 10 s).
+/// sharded notification (safety polls 30 s, bound 10 s). The namespace's
+/// key-names marker is on the primary of its own slot, and a locker
+/// without tags is refused there at connect.
 fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
     let ns = namespace("cluster-tags");
     let config = behaviour::common::cluster_config(&ns).key_hash_tags(true);
     let a: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
-    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config);
+    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
+    let marker = format!("{ns}:key-names");
+    let recorded: Option<String> = redis::cmd("GET")
+        .arg(&marker)
+        .query(&mut cluster.primary_for_key(&marker).conn())
+        .unwrap();
+    assert_eq!(recorded.as_deref(), Some("tagged"));
+    match F::connect_cluster(&cluster.nodes(), config.key_hash_tags(false)) {
+        Ok(_) => panic!("a locker without tags connected beside tagged ones"),
+        Err(e) => assert!(
+            matches!(
+                e,
+                Error::InvalidConfig {
+                    option: "key_hash_tags",
+                    ..
+                }
+            ),
+            "{e:?}"
+        ),
+    }
     let keys = ["acct:{7}:in", "acct:{7}:out", "acct:{7}:fee"];
     let lease = granted(a.acquire_all_with(&keys, no_wait()), "one tag");
     let tag = behaviour::common::key_sha("7");

@@ -22,6 +22,7 @@ use behaviour::election::{next_of, observed};
 use behaviour::front::{ClusterFront, Front};
 use behaviour::rw_lock::rw_name;
 use behaviour::semaphore::{permits_name, slot_fence_name, slot_name};
+use redlease::fenced::{FencedStore, WriteError};
 use redlease::{Error, ReleaseOutcome};
 use support::cluster::{ClusterNode, RedisCluster};
 use support::wait_until;
@@ -295,7 +296,9 @@ fn the_multi_key_lease_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
 /// With `key_hash_tags`, keys of one hash tag share a slot: a multi-key
 /// lease of them runs on the tag's primary; a multi-key waiter and a
 /// single-key waiter of the tag (another locker) are woken by the tag's
-/// sharded notification (safety polls 30 s, bound 10 s). The namespace's
+/// sharded notification (safety polls 30 s, bound 10 s). A fenced store
+/// with `key_hash_tags` writes the lease's resources in one `write_all`
+/// (without, Redis Cluster refuses resources of three slots). The namespace's
 /// key-names marker is on the primary of its own slot, and a locker
 /// without tags is refused there at connect.
 fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
@@ -330,6 +333,24 @@ fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster
         let name = format!("{ns}:lock:{{{tag}}}:{}", behaviour::common::key_sha(key));
         assert!(exists_on(owner, &name), "stored under the tag's slot");
     }
+    let fences = F::fences(&lease);
+    let writes: Vec<(&str, redlease::Fence, &str)> = keys
+        .iter()
+        .zip(&fences)
+        .map(|(k, f)| (*k, *f, "v"))
+        .collect();
+    let store = FencedStore::new(ns.as_str()).key_hash_tags(true);
+    store
+        .write_all(&mut cluster.cluster_conn(), &writes)
+        .unwrap_or_else(|e| panic!("write_all of one tag: {e:?}"));
+    let untagged = FencedStore::new(ns.as_str());
+    assert!(
+        matches!(
+            untagged.write_all(&mut cluster.cluster_conn(), &writes),
+            Err(WriteError::Redis(_))
+        ),
+        "resources in three slots are refused by Redis Cluster"
+    );
     let waiter = {
         let b = b.clone();
         spawn("tagged multi waiter", move || {
@@ -348,7 +369,6 @@ fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster
         })
     };
     wait_until(BOUND, "both wait", || b.stats().waiters == 2);
-    let fences = F::fences(&lease);
     assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
     let next = waiter.join_within(BOUND);
     assert!(

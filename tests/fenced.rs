@@ -51,10 +51,7 @@ fn assert_stale(result: Result<(), WriteError>, current: Fence) {
 
 /// What the store holds for `RESOURCE`, value as text.
 fn read(store: &FencedStore, server: &RedisServer) -> Option<(Fence, String)> {
-    store
-        .read(&mut server.conn(), RESOURCE)
-        .unwrap_or_else(|e| panic!("fenced read: {e}"))
-        .map(|(fence, value)| (fence, String::from_utf8(value).expect("utf-8 value")))
+    read_all(store, server, &[RESOURCE]).pop().flatten()
 }
 
 /// Two holders of one key in sequence: the first one's lease runs out, the

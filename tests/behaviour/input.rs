@@ -47,7 +47,8 @@ pub(crate) fn bad_keys_are_refused_with_invalid_key<F: Front>() {
     F::release(granted(small.acquire("12345678"), "8 bytes")).unwrap();
 }
 
-fn invalid_option(e: &Error) -> &'static str {
+/// The option an `InvalidConfig` names; panics on anything else.
+pub(crate) fn invalid_option(e: &Error) -> &'static str {
     match e {
         Error::InvalidConfig { option, .. } => option,
         other => panic!("expected INVALID_CONFIG, got {other:?}"),

@@ -6,6 +6,7 @@ use redlease::Error;
 
 use super::common::{config, connect, granted, namespace, no_wait, spawn, BOUND};
 use super::front::Front;
+use super::input::invalid_option;
 use crate::support::RedisServer;
 
 /// What `<ns>:key-names` holds, if anything.
@@ -14,14 +15,6 @@ fn marker(server: &RedisServer, ns: &str) -> Option<String> {
         .arg(format!("{ns}:key-names"))
         .query(&mut server.conn())
         .unwrap()
-}
-
-/// The option an `InvalidConfig` names; panics on anything else.
-fn invalid_option(e: &Error) -> &'static str {
-    match e {
-        Error::InvalidConfig { option, .. } => option,
-        other => panic!("expected INVALID_CONFIG, got {other:?}"),
-    }
 }
 
 /// The first locker records its scheme; a locker with the other setting

@@ -112,9 +112,6 @@ impl Config {
     /// records it again; lockers already connected do not check again, so
     /// switch the setting with every locker of the namespace stopped.
     /// Lockers of versions before the check neither record nor check it.
-    ///
-    /// # Errors
-    ///
     /// `connect` fails with `InvalidConfig` (option `key_hash_tags`) when
     /// the namespace's lockers recorded the other setting, or, with this
     /// on, when Redis refuses the marker (an ACL without

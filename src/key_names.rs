@@ -126,9 +126,10 @@ impl Marker {
         Error::invalid_config(
             OPTION,
             format!(
-                "this locker names keys {ours} their hash tags, but the lockers already using \
-                 this namespace name them {theirs} (its key-names marker); every locker of a \
-                 namespace must use the same key_hash_tags setting"
+                "this locker names keys {ours} their hash tags (key_hash_tags({})), but the \
+                 namespace's key-names marker says its lockers name them {theirs}; every locker \
+                 of a namespace must use the same key_hash_tags setting",
+                self.tagged
             ),
         )
     }

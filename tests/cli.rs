@@ -2496,3 +2496,21 @@ fn bad_also_keys_are_usage_errors() {
     );
     assert!(lock_keys(&server).is_empty());
 }
+
+/// The CLI names keys without hash tags: in a namespace whose lockers
+/// recorded `tagged` (docs/MULTIKEY.md §2), `run` is refused at connect
+/// (exit 2, naming the setting) and the command does not run.
+#[test]
+fn a_run_in_a_namespace_of_tagged_lockers_is_refused() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{NS}:key-names"))
+        .arg("tagged")
+        .query(&mut server.conn())
+        .unwrap();
+    let out = run(redlease(&server).args(["run", "k", "--", "sh", "-c", "echo ran"]));
+    assert_code(&out, USAGE);
+    assert_eq!(stdout(&out), "", "the command must not run");
+    assert!(stderr(&out).contains("key_hash_tags"), "{}", stderr(&out));
+    assert!(lock_keys(&server).is_empty());
+}

@@ -105,7 +105,18 @@ impl Config {
     ///
     /// It renames tagged keys: every locker of a namespace must use the
     /// same setting, or two of them would lock one tagged key under two
-    /// names. Switch it for all lockers of a namespace at once.
+    /// names. So at connect a locker reads the setting the namespace's
+    /// lockers recorded in `<ns>:key-names` (one `GET`; the first locker
+    /// records it with `SET ... NX GET`) and refuses to connect on a
+    /// mismatch. After Redis lost its data the next locker to connect
+    /// records it again; lockers already connected do not check again, so
+    /// switch the setting with every locker of the namespace stopped.
+    /// Lockers of versions before the check neither record nor check it.
+    /// `connect` fails with `InvalidConfig` (option `key_hash_tags`) when
+    /// the namespace's lockers recorded the other setting, or, with this
+    /// on, when Redis refuses the marker (an ACL without
+    /// `~<ns>:key-names`; with it off the locker logs `KEY_NAMES_UNCHECKED`
+    /// and connects).
     ///
     /// # Examples
     ///

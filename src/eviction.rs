@@ -65,10 +65,10 @@ pub(crate) fn every_primary() -> redis::cluster_routing::RoutingInfo {
 
 /// Logs the verdict on a `CONFIG GET maxmemory-policy` sent to every
 /// primary ([`every_primary`]), or that it was refused.
-pub(crate) fn report_cluster_reply(reply: redis::RedisResult<redis::Value>) {
+pub(crate) fn report_cluster_reply(reply: Result<redis::Value, Failure>) {
     match reply {
         Ok(reply) => report_cluster(&policies_from_cluster_reply(reply)),
-        Err(e) => report_refused(&e),
+        Err(Failure::NotSent(e) | Failure::Sent(e)) => report_refused(&e),
     }
 }
 

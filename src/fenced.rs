@@ -16,7 +16,9 @@
 //!
 //! # What is stored
 //!
-//! One hash per resource, `<ns>:fenced:{<sha256 of the resource>}`:
+//! One hash per resource, `<ns>:fenced:{<sha256 of the resource>}` (with
+//! [`FencedStore::key_hash_tags`], a resource with a Redis hash tag `{t}`
+//! is `<ns>:fenced:{<sha256 of t>}:<sha256 of the resource>`):
 //!
 //! | field | holds |
 //! |---|---|
@@ -43,6 +45,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A multi-key lease writes all its resources at once, all or none
+//! ([`FencedStore::write_all`]): one stale fence refuses the batch.
+//!
 //! A permit writes with its slot ([`FencedStore::write_permit`]): holders
 //! of other slots write beside it, while a stale holder of the same slot is
 //! refused.
@@ -68,44 +73,58 @@
 use std::sync::LazyLock;
 
 use redis::{ToRedisArgs, Value};
-use sha2::{Digest, Sha256};
 
-use crate::core::names::hex;
+use crate::core::multi::first_duplicate;
+use crate::core::names::KeyId;
 use crate::core::outcome::Fence;
 
-/// KEYS = the resource's hash; ARGV = fence (decimal), value, the
-/// register's fence, value and derived fields (`fence`/`value`/`derived`
-/// for a lease, `fence:<slot>`/`value:<slot>`/`derived:<slot>` for a
-/// permit), the mode (`holder` or `derived`).
+/// KEYS = one hash per write (one resource each); ARGV = the mode
+/// (`holder` or `derived`), then per write its fence (decimal), value and
+/// register fields (`fence`/`value`/`derived` for a lease,
+/// `fence:<slot>`/`value:<slot>`/`derived:<slot>` for a permit): 5 each.
 ///
-/// A derived write is stored if its epoch is not below the stored fence,
-/// and records its epoch in the derived field. A holder's write is stored
-/// if its fence is above the stored fence, or equal to it while the derived
+/// Every write is checked before any is stored, so they are stored all or
+/// none. A derived write passes if its epoch is not below the stored fence,
+/// and records its epoch in the derived field. A holder's write passes if
+/// its fence is above the stored fence, or equal to it while the derived
 /// field is not (no derived write at that number). Returns 1 when stored,
-/// or the stored fence when the write is stale. Fences compare as decimal
-/// strings (length first), exact for every `u64`; equal numbers are equal
-/// strings (no leading zeros). Replay-safe: a replayed call stores the same
-/// fields again and gets the same verdict, except a holder's write replayed
-/// after a derived write at its fence, which is stale by then (that
-/// holder's lease had ended).
+/// or `{i, stored fence}` for the first write `i` (1-based) that is stale.
+/// Fences compare as decimal strings (length first), exact for every
+/// `u64`; equal numbers are equal strings (no leading zeros). Replay-safe:
+/// a replayed call stores the same fields again and gets the same verdict,
+/// except a holder's write replayed after a derived write at its fence,
+/// which is stale by then (that holder's lease had ended).
 const FENCED_WRITE_LUA: &str = r#"
-local last = redis.call('HGET', KEYS[1], ARGV[3])
-if last then
-  if #last > #ARGV[1] or (#last == #ARGV[1] and last > ARGV[1]) then
-    return last
-  end
-  if ARGV[6] == 'holder' and last == ARGV[1]
-      and redis.call('HGET', KEYS[1], ARGV[5]) == last then
-    return last
+local derived = ARGV[1] == 'derived'
+for i = 1, #KEYS do
+  local a = (i - 1) * 5 + 1
+  local fence = ARGV[a + 1]
+  local got = redis.call('HMGET', KEYS[i], ARGV[a + 3], ARGV[a + 5])
+  local last = got[1]
+  if last then
+    if #last > #fence or (#last == #fence and last > fence) then
+      return {i, last}
+    end
+    if not derived and last == fence and got[2] == last then
+      return {i, last}
+    end
   end
 end
-if ARGV[6] == 'derived' then
-  redis.call('HSET', KEYS[1], ARGV[3], ARGV[1], ARGV[4], ARGV[2], ARGV[5], ARGV[1])
-else
-  redis.call('HSET', KEYS[1], ARGV[3], ARGV[1], ARGV[4], ARGV[2])
+for i = 1, #KEYS do
+  local a = (i - 1) * 5 + 1
+  if derived then
+    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2],
+      ARGV[a + 5], ARGV[a + 1])
+  else
+    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2])
+  end
 end
 return 1
 "#;
+
+/// The most resources one [`FencedStore::write_all`] takes: as many keys
+/// as a multi-key lease holds.
+pub const MAX_WRITES: usize = crate::core::multi::MAX_KEYS;
 
 /// Who writes: a holder with its fence (a lock's, a writer's, a permit's),
 /// or a reader with its epoch.
@@ -168,6 +187,24 @@ pub enum WriteError {
     /// A newer holder already wrote.
     #[error(transparent)]
     Stale(StaleFence),
+    /// A [`write_all`](FencedStore::write_all) refused whole: the write at
+    /// `index` (0-based, in the order given) is stale, and nothing was
+    /// stored.
+    #[error("the fenced writes were refused whole: the write at index {index} is stale: {stale}")]
+    StaleAt {
+        /// The position of the (first) stale write.
+        index: usize,
+        /// What its resource accepted.
+        stale: StaleFence,
+    },
+    /// The writes were refused before anything was sent: none, more than
+    /// [`MAX_WRITES`], or one resource twice. The reason names positions,
+    /// never a resource.
+    #[error("invalid fenced write: {reason}")]
+    Invalid {
+        /// Why.
+        reason: String,
+    },
     /// Redis failed; the write may or may not have happened when the error
     /// is a timeout or a dropped connection.
     #[error("the fenced write failed in redis")]
@@ -178,6 +215,14 @@ impl std::fmt::Debug for WriteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WriteError::Stale(stale) => f.debug_tuple("Stale").field(stale).finish(),
+            WriteError::StaleAt { index, stale } => f
+                .debug_struct("StaleAt")
+                .field("index", index)
+                .field("stale", stale)
+                .finish(),
+            WriteError::Invalid { reason } => {
+                f.debug_struct("Invalid").field("reason", reason).finish()
+            }
             WriteError::Redis(e) => f
                 .debug_struct("Redis")
                 .field("kind", &e.kind())
@@ -195,6 +240,7 @@ impl std::fmt::Debug for WriteError {
 #[derive(Debug, Clone)]
 pub struct FencedStore {
     namespace: String,
+    key_hash_tags: bool,
 }
 
 impl FencedStore {
@@ -202,12 +248,25 @@ impl FencedStore {
     pub fn new(namespace: impl Into<String>) -> Self {
         FencedStore {
             namespace: namespace.into(),
+            key_hash_tags: false,
         }
     }
 
+    /// Whether a resource's Redis hash tag decides where its hash is
+    /// stored, as [`Config::key_hash_tags`](crate::Config::key_hash_tags)
+    /// does for a lock: `<ns>:fenced:{<sha(tag)>}:<sha(resource)>`, so the
+    /// resources of one tag share a Redis Cluster slot and one
+    /// [`write_all`](Self::write_all) can write them. Default off. It
+    /// renames tagged resources: every writer of a store must use one
+    /// setting.
+    pub fn key_hash_tags(mut self, on: bool) -> Self {
+        self.key_hash_tags = on;
+        self
+    }
+
     fn name(&self, resource: &str) -> String {
-        let sha = hex(&Sha256::digest(resource.as_bytes()));
-        format!("{}:fenced:{{{sha}}}", self.namespace)
+        let id = KeyId::named(resource, self.key_hash_tags);
+        format!("{}:fenced:{}", self.namespace, id.braced())
     }
 
     /// Stores `value` for `resource` if `fence` is higher than the last
@@ -285,6 +344,48 @@ impl FencedStore {
         self.write_as(conn, resource, Some(slot), Mode::Holder, fence, value)
     }
 
+    /// Stores every write of a multi-key lease, `(resource, fence,
+    /// value)`, if each fence passes [`write`](Self::write)'s check against
+    /// its resource: one script checks them all before it stores any, so
+    /// the values are stored all or none. Typically the fences are a
+    /// [`MultiLease`](crate::blocking::MultiLease)'s, `lease.fence_of(key)`
+    /// for each resource it guards.
+    ///
+    /// On Redis Cluster the resources' hashes must share a slot: build the
+    /// store with [`key_hash_tags(true)`](Self::key_hash_tags) and give the
+    /// resources one hash tag (else Redis answers `CROSSSLOT`).
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::StaleAt`] naming the first stale write's position and
+    /// its resource's accepted fence (nothing stored);
+    /// [`WriteError::Invalid`] for no writes, more than [`MAX_WRITES`], or a
+    /// resource given twice (nothing sent); [`WriteError::Redis`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::blocking::MultiLease, conn: &mut redis::Connection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use redlease::fenced::FencedStore;
+    ///
+    /// let store = FencedStore::new("my-service");
+    /// let fence = |key| lease.fence_of(key).ok_or("not a key of the lease");
+    /// store.write_all(conn, &[
+    ///     ("acct:7:in", fence("acct:7:in")?, "-40"),
+    ///     ("acct:9:in", fence("acct:9:in")?, "+40"),
+    /// ])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write_all<R: AsRef<str>, V: ToRedisArgs>(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+        writes: &[(R, Fence, V)],
+    ) -> Result<(), WriteError> {
+        let invocation = self.invocation_all(writes)?;
+        let reply = invocation.invoke::<Value>(conn);
+        verdict_all(&reply.map_err(WriteError::Redis)?)
+    }
+
     fn write_as(
         &self,
         conn: &mut impl redis::ConnectionLike,
@@ -294,7 +395,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        let invocation = self.invocation(resource, slot, mode, fence, value);
+        let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
         verdict(
             &invocation
                 .invoke::<Value>(conn)
@@ -302,26 +403,53 @@ impl FencedStore {
         )
     }
 
-    /// The write script's call for (`resource`, `slot`) at `fence` by
-    /// `mode`, the same whichever front end sends it.
-    fn invocation(
+    /// The write script's call for `writes`, each (resource, slot, fence or
+    /// epoch, value), by `mode`: the same whichever front end sends it.
+    fn invocation<'a, V: ToRedisArgs>(
         &self,
-        resource: &str,
-        slot: Option<u32>,
         mode: Mode,
-        fence: Fence,
-        value: impl ToRedisArgs,
+        writes: impl IntoIterator<Item = (&'a str, Option<u32>, Fence, V)>,
     ) -> redis::ScriptInvocation<'static> {
-        let fields = fields(slot);
-        let mut invocation = FENCED_WRITE.key(self.name(resource));
+        let mut invocation = FENCED_WRITE.prepare_invoke();
+        invocation.arg(mode.arg());
+        for (resource, slot, fence, value) in writes {
+            let fields = fields(slot);
+            invocation
+                .key(self.name(resource))
+                .arg(fence.get())
+                .arg(value)
+                .arg(fields.fence)
+                .arg(fields.value)
+                .arg(fields.derived);
+        }
         invocation
-            .arg(fence.get())
-            .arg(value)
-            .arg(fields.fence)
-            .arg(fields.value)
-            .arg(fields.derived)
-            .arg(mode.arg());
-        invocation
+    }
+
+    /// [`write_all`](Self::write_all)'s checked input as one call.
+    fn invocation_all<R: AsRef<str>, V: ToRedisArgs>(
+        &self,
+        writes: &[(R, Fence, V)],
+    ) -> Result<redis::ScriptInvocation<'static>, WriteError> {
+        if writes.is_empty() || writes.len() > MAX_WRITES {
+            return Err(WriteError::Invalid {
+                reason: format!(
+                    "write_all takes 1 to {MAX_WRITES} writes, got {}",
+                    writes.len()
+                ),
+            });
+        }
+        let names: Vec<String> = writes.iter().map(|(r, ..)| self.name(r.as_ref())).collect();
+        if let Some((a, b)) = first_duplicate(&names) {
+            return Err(WriteError::Invalid {
+                reason: format!("writes {a} and {b} name the same resource"),
+            });
+        }
+        Ok(self.invocation(
+            Mode::Holder,
+            writes
+                .iter()
+                .map(|(resource, fence, value)| (resource.as_ref(), None, *fence, value)),
+        ))
     }
 
     /// The async form of [`write`](Self::write).
@@ -387,9 +515,25 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        let invocation = self.invocation(resource, slot, mode, fence, value);
+        let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
         let reply = invocation.invoke_async::<Value>(conn).await;
         verdict(&reply.map_err(WriteError::Redis)?)
+    }
+
+    /// The async form of [`write_all`](Self::write_all).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_all`](Self::write_all).
+    #[cfg(feature = "aio")]
+    pub async fn write_all_async<R: AsRef<str>, V: ToRedisArgs>(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        writes: &[(R, Fence, V)],
+    ) -> Result<(), WriteError> {
+        let invocation = self.invocation_all(writes)?;
+        let reply = invocation.invoke_async::<Value>(conn).await;
+        verdict_all(&reply.map_err(WriteError::Redis)?)
     }
 
     /// The last accepted fence and value of `resource`, if any.
@@ -435,22 +579,47 @@ impl FencedStore {
     }
 }
 
-fn verdict(reply: &Value) -> Result<(), WriteError> {
+/// The script's reply: stored, or the 0-based position of the first stale
+/// write and its resource's stored fence.
+fn stale_at(reply: &Value) -> Result<Option<(usize, StaleFence)>, WriteError> {
     match reply {
-        Value::Int(1) => Ok(()),
-        Value::BulkString(current) => {
-            let current = std::str::from_utf8(current)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .unwrap_or(u64::MAX);
-            Err(WriteError::Stale(StaleFence {
-                current: Fence::new(current),
-            }))
-        }
-        _ => Err(WriteError::Redis(redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "unexpected reply to the fenced write script",
-        )))),
+        Value::Int(1) => Ok(None),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(i), Value::BulkString(current)] if *i >= 1 => {
+                let current = std::str::from_utf8(current)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(u64::MAX);
+                let index = usize::try_from(*i - 1).unwrap_or(usize::MAX);
+                let current = Fence::new(current);
+                Ok(Some((index, StaleFence { current })))
+            }
+            _ => Err(unexpected()),
+        },
+        _ => Err(unexpected()),
+    }
+}
+
+fn unexpected() -> WriteError {
+    WriteError::Redis(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply to the fenced write script",
+    )))
+}
+
+/// The verdict on one write.
+fn verdict(reply: &Value) -> Result<(), WriteError> {
+    match stale_at(reply)? {
+        None => Ok(()),
+        Some((_, stale)) => Err(WriteError::Stale(stale)),
+    }
+}
+
+/// The verdict on a [`FencedStore::write_all`].
+fn verdict_all(reply: &Value) -> Result<(), WriteError> {
+    match stale_at(reply)? {
+        None => Ok(()),
+        Some((index, stale)) => Err(WriteError::StaleAt { index, stale }),
     }
 }
 
@@ -470,14 +639,77 @@ mod tests {
 
     use super::*;
 
+    fn stale(i: i64, fence: &str) -> Value {
+        Value::Array(vec![
+            Value::Int(i),
+            Value::BulkString(fence.as_bytes().to_vec()),
+        ])
+    }
+
     #[test]
     fn a_stored_higher_fence_makes_the_write_stale() {
         assert!(verdict(&Value::Int(1)).is_ok());
-        match verdict(&Value::BulkString(b"42".to_vec())) {
+        match verdict(&stale(1, "42")) {
             Err(WriteError::Stale(s)) => assert_eq!(s.current, Fence::new(42)),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(verdict(&Value::Nil), Err(WriteError::Redis(_))));
+        match verdict_all(&stale(3, "42")) {
+            Err(WriteError::StaleAt { index: 2, stale }) => {
+                assert_eq!(stale.current, Fence::new(42));
+            }
+            other => panic!("{other:?}"),
+        }
+        for odd in [Value::Nil, stale(0, "1"), Value::BulkString(b"42".to_vec())] {
+            assert!(
+                matches!(verdict(&odd), Err(WriteError::Redis(_))),
+                "{odd:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_write_all_input_is_refused_naming_positions_only() {
+        let store = FencedStore::new("ns");
+        let none: [(&str, Fence, &str); 0] = [];
+        let f = Fence::new(1);
+        let too_many: Vec<(String, Fence, &str)> = (0..=MAX_WRITES)
+            .map(|i| (format!("r{i}"), f, "v"))
+            .collect();
+        for (reason, result) in [
+            (
+                "1 to 64 writes, got 0",
+                store.invocation_all(&none).map(drop),
+            ),
+            ("got 65", store.invocation_all(&too_many).map(drop)),
+            (
+                "writes 1 and 3 name the same resource",
+                store
+                    .invocation_all(&[("secret", f, "a"), ("b", f, "b"), ("secret", f, "c")])
+                    .map(drop),
+            ),
+        ] {
+            match result {
+                Err(WriteError::Invalid { reason: got }) => {
+                    assert!(got.contains(reason), "{got}");
+                    assert!(!got.contains("secret"), "{got}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn with_key_hash_tags_resources_of_one_tag_share_a_slot() {
+        let tagged = FencedStore::new("ns").key_hash_tags(true);
+        let (a, b) = (tagged.name("acct:{7}:in"), tagged.name("acct:{7}:out"));
+        assert_ne!(a, b);
+        assert_eq!(crate::cluster::slot_of(&a), crate::cluster::slot_of(&b));
+        let plain = FencedStore::new("ns");
+        assert_eq!(
+            plain.name("r"),
+            tagged.name("r"),
+            "untagged resources keep their name"
+        );
     }
 
     #[test]

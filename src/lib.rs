@@ -200,6 +200,7 @@ mod eviction;
 pub mod fenced;
 pub mod front;
 mod handle;
+mod key_names;
 /// The property checks behind the fuzz targets in `fuzz/` (only under
 /// `--cfg fuzzing`, which cargo-fuzz passes; hidden: not an API).
 #[cfg(fuzzing)]

@@ -785,7 +785,7 @@ fn least_privilege_user(server: &RedisServer, extra: &str) -> String {
          +punsubscribe +ping +config|get +info +rpush +lpop +getdel +exists +lrem +lindex \
          ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:lock-queue* ~{NS}:lock-reg:* \
          ~{NS}:sem:* ~{NS}:sem-fence:* ~{NS}:sem-permits:* ~{NS}:sem-queue* ~{NS}:sem-reg:* \
-         &{NS}:lock-released {extra}"
+         ~{NS}:key-names &{NS}:lock-released {extra}"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("locker");
@@ -2211,8 +2211,8 @@ fn leader_and_elect_work_as_the_least_privilege_acl_users() {
     );
     let observer_rules = format!(
         "on >obs-pass resetkeys resetchannels -@all +evalsha_ro +eval_ro +get +pttl \
-         +xrange +xrevrange +subscribe +ping +config|get +info \
-         %R~{NS}:elect:* %R~{NS}:elect-log:* &{NS}:lock-released"
+         +xrange +xrevrange +subscribe +ping +config|get +info +set \
+         %R~{NS}:elect:* %R~{NS}:elect-log:* ~{NS}:key-names &{NS}:lock-released"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("observer");
@@ -2259,4 +2259,258 @@ fn leader_and_elect_work_as_the_least_privilege_acl_users() {
     assert_code(&finish(watch, RUN_TIMEOUT), 0);
     let log = acl_log(&server);
     assert!(log.is_empty(), "Redis refused something: {log:?}");
+}
+
+/// The fence counter of `key` in Redis.
+fn fence_of(server: &RedisServer, key: &str) -> u64 {
+    let counter: String = redis::cmd("GET")
+        .arg(fence_name(key))
+        .query(&mut server.conn())
+        .unwrap();
+    counter.parse().unwrap()
+}
+
+/// `run --also b --also c a`: the three keys are held together while the
+/// command runs, each with its own fence (REDLEASE_FENCES, KEY first;
+/// REDLEASE_FENCE is KEY's), `status` names the run as each key's holder,
+/// SIGTERM is passed on, and every key is released at the end.
+#[test]
+fn a_run_with_also_keys_holds_them_all_with_a_fence_each() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark, env) = (
+        scratch.path("ready"),
+        scratch.path("mark"),
+        scratch.path("env"),
+    );
+    let script = format!(
+        "echo \"$REDLEASE_FENCE|$REDLEASE_FENCES|$REDLEASE_KEY\" > {env}; {}",
+        trap_term_script(&ready, &mark),
+        env = env.display()
+    );
+    let child = redlease(&server)
+        .args(["run", "--lease", "5s", "--also", "b", "--also", "c", "a"])
+        .args(["--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let mut held = lock_keys(&server);
+    held.sort();
+    let mut all = vec![lock_name("a"), lock_name("b"), lock_name("c")];
+    all.sort();
+    assert_eq!(held, all, "every key is held while the command runs");
+    let text = read(&env);
+    let fields: Vec<&str> = text.trim().split('|').collect();
+    let fences: Vec<u64> = fields[1].split(' ').map(|f| f.parse().unwrap()).collect();
+    assert_eq!(
+        fences,
+        ["a", "b", "c"].map(|k| fence_of(&server, k)),
+        "{text}"
+    );
+    assert_eq!(fields[0], fences[0].to_string(), "KEY's fence: {text}");
+    assert_eq!(fields[2], "a", "{text}");
+    for key in ["a", "c"] {
+        let (code_held, json) = status_of(&server, key, true);
+        assert_eq!(code_held, HELD, "{json}");
+        assert!(json.contains(&format!(r#""pid":{pid},"#)), "{key}: {json}");
+    }
+    // A run of one of the keys alone is busy meanwhile.
+    let out = run(redlease(&server).args(["run", "-n", "c", "--", "sh", "-c", "echo ran"]));
+    assert_code(&out, BUSY);
+    assert_eq!(stdout(&out), "");
+
+    signal(pid, "TERM");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_eq!(read(&mark).trim(), "got-term", "the child got SIGTERM");
+    assert_code(&out, 0);
+    assert!(lock_keys(&server).is_empty(), "every key is released");
+}
+
+/// A key held elsewhere: `-n` exits busy at once and takes none of the
+/// keys; with `--wait` the run waits (saying so with `--verbose`) and runs
+/// once the holder released it, with a higher fence for that key.
+#[test]
+fn an_also_run_takes_no_key_while_one_is_held_and_waits_for_all() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark, err_path) = (
+        scratch.path("ready"),
+        scratch.path("mark"),
+        scratch.path("stderr"),
+    );
+    let holder = redlease(&server)
+        .args(["run", "--lease", "5s", "b", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the holder to start", || ready.exists());
+    let held_fence = fence_of(&server, "b");
+
+    let cmd = ["--", "sh", "-c", "echo \"ran $REDLEASE_FENCES\""];
+    let out = run(redlease(&server)
+        .args(["run", "-n", "--also", "b", "a"])
+        .args(cmd));
+    assert_code(&out, BUSY);
+    assert_eq!(stdout(&out), "", "the command must not run");
+    assert!(
+        stderr(&out).contains("held by someone else"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(lock_keys(&server), [lock_name("b")], "a is not taken");
+
+    let waiter = redlease(&server)
+        .args(["--verbose", "run", "--wait", "20s", "--also", "b", "a"])
+        .args(cmd)
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the run to wait", || {
+        read(&err_path).contains("waiting up to")
+    });
+    signal(holder.id(), "TERM");
+    assert_code(&finish(holder, RUN_TIMEOUT), 0);
+    let out = finish(waiter, RUN_TIMEOUT);
+    assert_code(&out, 0);
+    let ran = stdout(&out);
+    let fences: Vec<u64> = ran
+        .trim()
+        .strip_prefix("ran ")
+        .unwrap_or_else(|| panic!("{ran}"))
+        .split(' ')
+        .map(|f| f.parse().unwrap())
+        .collect();
+    assert!(fences[1] > held_fence, "b's next fence: {ran}");
+    assert!(lock_keys(&server).is_empty(), "every key is released");
+}
+
+/// Runs taking `{a, b}` and `{b, a}` at the same time, in a loop: every
+/// run gets both keys (no deadlock) and no two commands overlap.
+#[test]
+fn also_runs_in_opposite_orders_never_deadlock_or_overlap() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let log = scratch.path("log");
+    let script = format!(
+        "echo start >> {log}; sleep 0.1; echo end >> {log}",
+        log = log.display()
+    );
+    const ROUNDS: usize = 3;
+    thread::scope(|s| {
+        for (key, also) in [("a", "b"), ("b", "a")] {
+            let script = &script;
+            let server = &server;
+            s.spawn(move || {
+                for _ in 0..ROUNDS {
+                    let out = run(redlease(server)
+                        .args(["run", "--wait", "20s", "--lease", "5s", "--also", also, key])
+                        .args(["--", "sh", "-c", script]));
+                    assert_code(&out, 0);
+                }
+            });
+        }
+    });
+    let text = read(&log);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * 2 * ROUNDS, "log:\n{text}");
+    for pair in lines.chunks(2) {
+        assert_eq!(pair, ["start", "end"], "runs overlapped; log:\n{text}");
+    }
+    assert!(lock_keys(&server).is_empty(), "every run released its keys");
+}
+
+/// One of the keys deleted behind the command's back: the next renewal
+/// finds the lease partial, gives up every key and stops the command
+/// (exit 122), as for one key.
+#[test]
+fn losing_one_also_key_stops_the_command_and_frees_every_key() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, mark) = (scratch.path("ready"), scratch.path("mark"));
+    let child = redlease(&server)
+        .args(["run", "--lease", "1s", "--also", "y", "x", "--", "sh", "-c"])
+        .arg(trap_term_script(&ready, &mark))
+        .spawn()
+        .unwrap();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(lock_name("y"))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, LEASE_LOST);
+    assert_eq!(read(&mark).trim(), "got-term", "--on-lost term");
+    assert!(stderr(&out).contains("lost the lease"), "{}", stderr(&out));
+    assert!(lock_keys(&server).is_empty(), "x is given up too");
+}
+
+/// `--also` with `--permits`, `-s` or `-x`, an empty `--also` key: usage
+/// errors before Redis is asked; a key given twice or more than 64 keys:
+/// refused by the library before any lock is taken (exit 2).
+#[test]
+fn bad_also_keys_are_usage_errors() {
+    let unreachable = closed_port_url();
+    for args in [
+        &["run", "--also", "b", "--permits", "2", "a", "true"][..],
+        &["run", "--also", "b", "-s", "a", "true"],
+        &["run", "--also", "b", "-x", "a", "true"],
+        &["run", "--also", "", "a", "true"],
+    ] {
+        let out = run(bare()
+            .args(["--url", &unreachable, "--namespace", NS])
+            .args(args));
+        assert_code(&out, USAGE);
+    }
+    let out = run(bare()
+        .args(["--url", &unreachable, "--namespace", NS])
+        .args(["run", "--also", "", "a", "true"]));
+    assert!(
+        stderr(&out).contains("invalid key 2: must not be empty"),
+        "{}",
+        stderr(&out)
+    );
+
+    let server = RedisServer::start();
+    let out =
+        run(redlease(&server).args(["run", "--also", "a", "a", "--", "sh", "-c", "echo ran"]));
+    assert_code(&out, USAGE);
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("keys 1 and 2 are the same"),
+        "{}",
+        stderr(&out)
+    );
+    let mut many = redlease(&server);
+    many.arg("run");
+    for i in 0..64 {
+        many.args(["--also", &format!("k{i}")]);
+    }
+    let out = run(many.args(["k", "--", "sh", "-c", "echo ran"]));
+    assert_code(&out, USAGE);
+    assert!(
+        stderr(&out).contains("1 to 64 keys, got 65"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(lock_keys(&server).is_empty());
+}
+
+/// The CLI names keys without hash tags: in a namespace whose lockers
+/// recorded `tagged` (docs/MULTIKEY.md §2), `run` is refused at connect
+/// (exit 2, naming the setting) and the command does not run.
+#[test]
+fn a_run_in_a_namespace_of_tagged_lockers_is_refused() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{NS}:key-names"))
+        .arg("tagged")
+        .query(&mut server.conn())
+        .unwrap();
+    let out = run(redlease(&server).args(["run", "k", "--", "sh", "-c", "echo ran"]));
+    assert_code(&out, USAGE);
+    assert_eq!(stdout(&out), "", "the command must not run");
+    assert!(stderr(&out).contains("key_hash_tags"), "{}", stderr(&out));
+    assert!(lock_keys(&server).is_empty());
 }

@@ -22,6 +22,7 @@ use behaviour::election::{next_of, observed};
 use behaviour::front::{ClusterFront, Front};
 use behaviour::rw_lock::rw_name;
 use behaviour::semaphore::{permits_name, slot_fence_name, slot_name};
+use redlease::fenced::{FencedStore, WriteError};
 use redlease::{Error, ReleaseOutcome};
 use support::cluster::{ClusterNode, RedisCluster};
 use support::wait_until;
@@ -295,12 +296,35 @@ fn the_multi_key_lease_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
 /// With `key_hash_tags`, keys of one hash tag share a slot: a multi-key
 /// lease of them runs on the tag's primary; a multi-key waiter and a
 /// single-key waiter of the tag (another locker) are woken by the tag's
-/// sharded notification (safety polls 30 s, bound 10 s).
+/// sharded notification (safety polls 30 s, bound 10 s). A fenced store
+/// with `key_hash_tags` writes the lease's resources in one `write_all`
+/// (without, Redis Cluster refuses resources of three slots). The namespace's
+/// key-names marker is on the primary of its own slot, and a locker
+/// without tags is refused there at connect.
 fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
     let ns = namespace("cluster-tags");
     let config = behaviour::common::cluster_config(&ns).key_hash_tags(true);
     let a: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
-    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config);
+    let b: Arc<F> = behaviour::common::connect_cluster(cluster, config.clone());
+    let marker = format!("{ns}:key-names");
+    let recorded: Option<String> = redis::cmd("GET")
+        .arg(&marker)
+        .query(&mut cluster.primary_for_key(&marker).conn())
+        .unwrap();
+    assert_eq!(recorded.as_deref(), Some("tagged"));
+    match F::connect_cluster(&cluster.nodes(), config.key_hash_tags(false)) {
+        Ok(_) => panic!("a locker without tags connected beside tagged ones"),
+        Err(e) => assert!(
+            matches!(
+                e,
+                Error::InvalidConfig {
+                    option: "key_hash_tags",
+                    ..
+                }
+            ),
+            "{e:?}"
+        ),
+    }
     let keys = ["acct:{7}:in", "acct:{7}:out", "acct:{7}:fee"];
     let lease = granted(a.acquire_all_with(&keys, no_wait()), "one tag");
     let tag = behaviour::common::key_sha("7");
@@ -309,6 +333,24 @@ fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster
         let name = format!("{ns}:lock:{{{tag}}}:{}", behaviour::common::key_sha(key));
         assert!(exists_on(owner, &name), "stored under the tag's slot");
     }
+    let fences = F::fences(&lease);
+    let writes: Vec<(&str, redlease::Fence, &str)> = keys
+        .iter()
+        .zip(&fences)
+        .map(|(k, f)| (*k, *f, "v"))
+        .collect();
+    let store = FencedStore::new(ns.as_str()).key_hash_tags(true);
+    store
+        .write_all(&mut cluster.cluster_conn(), &writes)
+        .unwrap_or_else(|e| panic!("write_all of one tag: {e:?}"));
+    let untagged = FencedStore::new(ns.as_str());
+    assert!(
+        matches!(
+            untagged.write_all(&mut cluster.cluster_conn(), &writes),
+            Err(WriteError::Redis(_))
+        ),
+        "resources in three slots are refused by Redis Cluster"
+    );
     let waiter = {
         let b = b.clone();
         spawn("tagged multi waiter", move || {
@@ -327,7 +369,6 @@ fn tagged_keys_share_a_slot_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster
         })
     };
     wait_until(BOUND, "both wait", || b.stats().waiters == 2);
-    let fences = F::fences(&lease);
     assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
     let next = waiter.join_within(BOUND);
     assert!(

@@ -135,6 +135,7 @@ macro_rules! fault_matrix {
                 multi_key_leases_wait_hold_and_release,
                 an_observer_reads_the_leader_as_a_read_only_user,
                 no_command_outside_the_rules_is_sent,
+                without_the_key_names_rule_only_a_default_locker_connects,
             );
         }
     };

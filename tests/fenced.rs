@@ -51,10 +51,7 @@ fn assert_stale(result: Result<(), WriteError>, current: Fence) {
 
 /// What the store holds for `RESOURCE`, value as text.
 fn read(store: &FencedStore, server: &RedisServer) -> Option<(Fence, String)> {
-    store
-        .read(&mut server.conn(), RESOURCE)
-        .unwrap_or_else(|e| panic!("fenced read: {e}"))
-        .map(|(fence, value)| (fence, String::from_utf8(value).expect("utf-8 value")))
+    read_all(store, server, &[RESOURCE]).pop().flatten()
 }
 
 /// Two holders of one key in sequence: the first one's lease runs out, the
@@ -406,6 +403,105 @@ fn a_stale_multi_key_holders_write_is_rejected_per_key<F: Front>() {
     assert_eq!(F::release_multi(next).unwrap(), ReleaseOutcome::Released);
 }
 
+/// What the store holds for each of `resources`, values as text.
+fn read_all(
+    store: &FencedStore,
+    server: &RedisServer,
+    resources: &[&str],
+) -> Vec<Option<(Fence, String)>> {
+    resources
+        .iter()
+        .map(|r| {
+            store
+                .read(&mut server.conn(), r)
+                .unwrap_or_else(|e| panic!("fenced read: {e}"))
+                .map(|(fence, value)| (fence, String::from_utf8(value).expect("utf-8 value")))
+        })
+        .collect()
+}
+
+/// `write_all` of a multi-key lease's fences: the current holder's writes
+/// are stored whole; once a newer single-key holder of one key wrote, the
+/// stalled multi-key holder's `write_all` is refused whole (`StaleAt`
+/// naming that write's position and the accepted fence) and its other
+/// resources keep their values; the next multi-key lease writes whole
+/// again, and a write of a single resource checks against what
+/// `write_all` stored.
+fn a_stale_multi_key_holders_write_all_is_refused_whole<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced-write-all");
+    let multi: F = connect(&server, config(&ns));
+    let single: F = connect(&server, config(&ns));
+    let store = FencedStore::new(ns.as_str());
+    let mut conn = server.conn();
+    let keys = ["a", "b", "c"];
+
+    let old = granted(
+        multi.acquire_all_with(
+            &keys,
+            AcquireOptions::new()
+                .lease(Duration::from_millis(300))
+                .wait(Duration::ZERO),
+        ),
+        "a, b and c",
+    );
+    let fences = F::fences(&old);
+    let writes: Vec<(&str, Fence, String)> = keys
+        .iter()
+        .zip(&fences)
+        .map(|(k, f)| (*k, *f, format!("{k} by the set")))
+        .collect();
+    store.write_all(&mut conn, &writes).unwrap();
+    let written = read_all(&store, &server, &keys);
+    for ((k, f, v), stored) in writes.iter().zip(&written) {
+        assert_eq!(stored.as_ref(), Some(&(*f, v.clone())), "{k}");
+    }
+
+    // The multi-key holder stalls past its lease; b gets a newer holder.
+    wait_until(BOUND, "the multi-key lease expired in redis", || {
+        keys.iter().all(|k| !exists(&server, &lock_name(&ns, k)))
+    });
+    let new = granted(single.acquire_with("b", no_wait()), "b alone");
+    let new_b = F::fence(&new);
+    store.write(&mut conn, "b", new_b, "b alone").unwrap();
+
+    let late: Vec<(&str, Fence, &str)> = keys
+        .iter()
+        .zip(&fences)
+        .map(|(k, f)| (*k, *f, "late"))
+        .collect();
+    match store.write_all(&mut conn, &late) {
+        Err(WriteError::StaleAt { index, stale }) => {
+            assert_eq!(index, 1, "b is the second write");
+            assert_eq!(stale, StaleFence { current: new_b });
+        }
+        other => panic!("expected StaleAt, got {other:?}"),
+    }
+    let after = read_all(&store, &server, &keys);
+    assert_eq!(after[0], written[0], "a untouched");
+    assert_eq!(after[1], Some((new_b, "b alone".to_owned())));
+    assert_eq!(after[2], written[2], "c untouched");
+    assert_eq!(F::release(new).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(F::release_multi(old).unwrap(), ReleaseOutcome::Expired);
+
+    let next = granted(multi.acquire_all_with(&keys, no_wait()), "a, b and c again");
+    let next_fences = F::fences(&next);
+    let writes: Vec<(&str, Fence, &str)> = keys
+        .iter()
+        .zip(&next_fences)
+        .map(|(k, f)| (*k, *f, "by the next set"))
+        .collect();
+    store.write_all(&mut conn, &writes).unwrap();
+    for (stored, f) in read_all(&store, &server, &keys).iter().zip(&next_fences) {
+        assert_eq!(stored.as_ref(), Some(&(*f, "by the next set".to_owned())));
+    }
+    assert_stale(
+        store.write(&mut conn, "b", new_b, "late single"),
+        next_fences[1],
+    );
+    assert_eq!(F::release_multi(next).unwrap(), ReleaseOutcome::Released);
+}
+
 /// Instantiates every body for one front end.
 macro_rules! fenced_suite {
     ($front:ty) => {
@@ -429,6 +525,10 @@ macro_rules! fenced_suite {
         #[test]
         fn a_stale_multi_key_holders_write_is_rejected_per_key() {
             super::a_stale_multi_key_holders_write_is_rejected_per_key::<$front>();
+        }
+        #[test]
+        fn a_stale_multi_key_holders_write_all_is_refused_whole() {
+            super::a_stale_multi_key_holders_write_all_is_refused_whole::<$front>();
         }
         #[test]
         fn an_expired_fence_counter_is_reseeded_above_every_earlier_fence() {
@@ -581,4 +681,75 @@ fn write_async_rejects_a_stale_holder_on_smol_and_futures() {
         read(&store, &server),
         Some((new, "current fill".to_owned()))
     );
+}
+
+/// `write_all` refuses no writes, more than `MAX_WRITES` and one resource
+/// twice with `WriteError::Invalid` naming positions, never a resource,
+/// and sends nothing (`INFO commandstats`).
+#[test]
+fn write_all_input_is_checked_before_anything_is_sent() {
+    let server = RedisServer::start();
+    let store = FencedStore::new(namespace("fenced-input"));
+    let mut conn = server.conn();
+    let f = Fence::new(7);
+    server.reset_stats();
+    let none: [(&str, Fence, &str); 0] = [];
+    let too_many: Vec<(String, Fence, &str)> = (0..=redlease::fenced::MAX_WRITES)
+        .map(|i| (format!("r{i}"), f, "v"))
+        .collect();
+    let twice = [("secret-x", f, "1"), ("y", f, "2"), ("secret-x", f, "3")];
+    for (result, expected) in [
+        (store.write_all(&mut conn, &none), "1 to 64 writes, got 0"),
+        (
+            store.write_all(&mut conn, &too_many),
+            "1 to 64 writes, got 65",
+        ),
+        (
+            store.write_all(&mut conn, &twice),
+            "writes 1 and 3 name the same resource",
+        ),
+    ] {
+        match result {
+            Err(e @ WriteError::Invalid { .. }) => {
+                let shown = format!("{e} {e:?}");
+                assert!(shown.contains(expected), "{shown}");
+                assert!(!shown.contains("secret"), "{shown}");
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+    let ran = server.commandstats();
+    assert!(
+        !ran.keys().any(|c| c.starts_with("eval")),
+        "nothing sent: {ran:?}"
+    );
+}
+
+/// `write_all_async` on a multiplexed connection under smol: written
+/// whole, then refused whole at the stale position.
+#[test]
+fn write_all_async_writes_whole_or_not_at_all() {
+    let server = RedisServer::start();
+    let ns = namespace("fenced-all-async");
+    let store = FencedStore::new(ns.as_str());
+    let client = server.client();
+    smol::block_on(async {
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (one, two) = (Fence::new(5), Fence::new(9));
+        store
+            .write_all_async(&mut conn, &[("x", one, "x1"), ("y", one, "y1")])
+            .await
+            .unwrap();
+        store.write_async(&mut conn, "y", two, "y2").await.unwrap();
+        match store
+            .write_all_async(&mut conn, &[("x", one, "x late"), ("y", one, "y late")])
+            .await
+        {
+            Err(WriteError::StaleAt { index: 1, stale }) => assert_eq!(stale.current, two),
+            other => panic!("expected StaleAt at 1, got {other:?}"),
+        }
+    });
+    let stored = read_all(&store, &server, &["x", "y"]);
+    assert_eq!(stored[0], Some((Fence::new(5), "x1".to_owned())));
+    assert_eq!(stored[1], Some((Fence::new(9), "y2".to_owned())));
 }

@@ -29,7 +29,9 @@ use std::time::Duration;
 use futures::executor::block_on;
 use redlease::{Config, Error, ReleaseOutcome, RenewOutcome};
 
-use behaviour::common::{config, granted, leased, namespace, spawn, wait_for_stats, BOUND};
+use behaviour::common::{
+    config, granted, leased, namespace, spawn, stored_names, wait_for_stats, BOUND,
+};
 use behaviour::front::{Async, ClusterFront, Front};
 use behaviour::Blocking;
 use support::{RedisServer, TlsMaterial};
@@ -81,7 +83,7 @@ fn acquire_renew_release_over_tls<F: TlsFront>() {
     let lease = granted(locker.acquire("k"), "acquire over TLS");
     assert!(F::is_valid(&lease));
     assert_eq!(
-        server.keys(&format!("{ns}*")).len(),
+        stored_names(&server, &ns).len(),
         2,
         "the lock and its fence counter are in redis"
     );

@@ -321,15 +321,15 @@ impl Commands {
     }
 
     /// Runs a plain command on every primary of a cluster.
-    pub(crate) async fn every_primary(&self, cmd: redis::Cmd) -> redis::RedisResult<Value> {
-        match self.connection().await? {
-            AnyConnection::Cluster(mut conn) => {
-                conn.route_command(cmd, crate::eviction::every_primary())
-                    .await
-            }
-            AnyConnection::Standalone(_) | AnyConnection::Driven(_) => Err(
+    pub(crate) async fn every_primary(&self, cmd: redis::Cmd) -> Result<Value, Failure> {
+        match self.connection().await.map_err(Failure::NotSent)? {
+            AnyConnection::Cluster(mut conn) => conn
+                .route_command(cmd, crate::eviction::every_primary())
+                .await
+                .map_err(Failure::Sent),
+            AnyConnection::Standalone(_) | AnyConnection::Driven(_) => Err(Failure::NotSent(
                 redis::RedisError::from((redis::ErrorKind::Client, "not a cluster connection")),
-            ),
+            )),
         }
     }
 

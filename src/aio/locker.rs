@@ -1,14 +1,13 @@
 //! `aio::Locker` (`Locker<Async>`) and how it opens its connection: the
-//! shared multiplexed connection and the connect-time checks (eviction
-//! policy; on a cluster, sharded pub/sub and every primary's policy). The
-//! constructors themselves are written once in `src/handle/connect.rs`.
+//! shared multiplexed connection, over which it sends the connect-time
+//! checks (`src/driver/connect.rs`). The constructors themselves are
+//! written once in `src/handle/connect.rs`.
 
 use super::connection::Commands;
-use crate::cluster::{sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
+use crate::driver::connect::{Ask, Checks};
 use crate::driver::target::Target;
 use crate::error::Error;
-use crate::eviction;
 use crate::front::Async;
 
 /// The locker's and its leases' shared state, over the shared connection.
@@ -40,22 +39,22 @@ pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 /// ```
 pub type Locker = crate::Locker<Async>;
 
-/// Opens an async locker's connection to `target` (`Front::open`).
+/// Opens an async locker's connection to `target` and runs the
+/// connect-time checks (`Front::open`).
 pub(super) async fn open(target: Target, config: Config) -> Result<Locker, Error> {
     let (source, notifications) = target.sources(&config, None)?;
     let cluster = source.is_cluster();
     let timeout = config.command_timeout;
     let shared = Shared::new(Commands::new(source, timeout), notifications, config);
-    let commands = &shared.commands;
-    if cluster {
-        sharded_pubsub_verdict(commands.query(&sharded_pubsub_cmd()).await)?;
-        shared.connected();
-        eviction::report_cluster_reply(commands.every_primary(eviction::config_get_cmd()).await);
-    } else {
-        if eviction::check_config_reply(commands.query(&eviction::config_get_cmd()).await)? {
-            eviction::report_info_reply(commands.query(&eviction::info_cmd()).await);
+    let mut checks = Checks::new(cluster, &shared.state.config);
+    while let Some(ask) = checks.next() {
+        let reply = match ask {
+            Ask::One(cmd) => shared.commands.query(&cmd).await,
+            Ask::EveryPrimary(cmd) => shared.commands.every_primary(cmd).await,
+        };
+        if checks.handle(reply)? {
+            shared.connected();
         }
-        shared.connected();
     }
     Ok(Locker::from_shared(shared))
 }

@@ -57,19 +57,19 @@ fn main() -> ExitCode {
     let out = Out::new(cli.global.quiet, cli.global.verbose);
     out.install_logger();
     let code = match &cli.command {
-        Command::Run(args) => match Target::resolve(&cli.global, "run", &args.key) {
+        Command::Run(args) => match Target::resolve(&cli.global, "run", &args.keys()) {
             Ok(target) => run::run(target, args, out),
             Err(code) => code,
         },
-        Command::Status(args) => match Target::resolve(&cli.global, "status", &args.key) {
+        Command::Status(args) => match Target::resolve(&cli.global, "status", &[&args.key]) {
             Ok(target) => status::status(target, args, out),
             Err(code) => code,
         },
-        Command::Leader(args) => match Target::resolve(&cli.global, "leader", &args.name) {
+        Command::Leader(args) => match Target::resolve(&cli.global, "leader", &[&args.name]) {
             Ok(target) => leader::leader(target, args, out),
             Err(code) => code,
         },
-        Command::Elect(args) => match Target::resolve(&cli.global, "elect", &args.name) {
+        Command::Elect(args) => match Target::resolve(&cli.global, "elect", &[&args.name]) {
             Ok(target) => match leader::value_of(args) {
                 Ok(value) => run::run(target, &args.to_run(value), out),
                 Err(why) => usage_error("elect", why),
@@ -158,9 +158,10 @@ impl Target {
         }
     }
 
-    /// Checks the URL, namespace and key without any network traffic; a
-    /// problem is a usage error (exit 2).
-    fn resolve(global: &Global, sub: &str, key: &str) -> Result<Self, u8> {
+    /// Checks the URL, namespace and keys (KEY, then `run`'s `--also`
+    /// keys) without any network traffic; a problem is a usage error (exit
+    /// 2). A key set's size and repeats are the library's to check.
+    fn resolve(global: &Global, sub: &str, keys: &[&str]) -> Result<Self, u8> {
         let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) else {
             return Err(usage_error(
                 sub,
@@ -177,17 +178,28 @@ impl Target {
         if let Err(e) = redlease::Config::new(namespace).validate() {
             return Err(usage_error(sub, describe_invalid(&e)));
         }
-        if key.is_empty() {
-            return Err(usage_error(sub, "invalid key: must not be empty"));
-        }
-        if key.len() > MAX_KEY_BYTES {
-            return Err(usage_error(
-                sub,
-                format_args!(
-                    "invalid key: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
-                    key.len()
-                ),
-            ));
+        for (i, key) in keys.iter().enumerate() {
+            // KEY alone is "key"; with --also keys each is named by position.
+            let which = if keys.len() == 1 {
+                "key".to_owned()
+            } else {
+                format!("key {}", i + 1)
+            };
+            if key.is_empty() {
+                return Err(usage_error(
+                    sub,
+                    format_args!("invalid {which}: must not be empty"),
+                ));
+            }
+            if key.len() > MAX_KEY_BYTES {
+                return Err(usage_error(
+                    sub,
+                    format_args!(
+                        "invalid {which}: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
+                        key.len()
+                    ),
+                ));
+            }
         }
         // Parsing does not connect. The redis error would echo the URL,
         // which may carry a password, so it is not shown.

@@ -133,6 +133,22 @@ impl Commands {
         }
     }
 
+    /// Runs a plain command on every primary of a cluster (connect-time
+    /// checks).
+    pub(crate) fn every_primary(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
+        match &self.inner.source {
+            Source::Cluster(client, _) => client
+                .get_connection()
+                .map_err(Failure::NotSent)?
+                .route_command(cmd, crate::eviction::every_primary())
+                .map_err(Failure::Sent),
+            _ => Err(Failure::NotSent(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "not a cluster connection",
+            )))),
+        }
+    }
+
     /// Runs one plain command on a fresh connection (connect-time checks).
     pub(crate) fn query_fresh(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
         let mut conn = self.connect().map_err(Failure::NotSent)?;

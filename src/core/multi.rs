@@ -65,15 +65,14 @@ impl KeySet {
             })?;
             members.push(KeyId::named(key.as_ref(), tags));
         }
-        let mut sorted: Vec<(KeyId, usize)> = members.iter().copied().zip(1..).collect::<Vec<_>>();
-        sorted.sort();
-        if let Some(pair) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-            let (a, b) = (pair[0].1.min(pair[1].1), pair[0].1.max(pair[1].1));
+        if let Some((a, b)) = first_duplicate(&members) {
             return Err(Error::InvalidKey {
                 reason: format!("keys {a} and {b} are the same"),
             });
         }
-        let joined: String = sorted.iter().map(|(id, _)| id.to_hex()).collect();
+        let mut sorted = members.clone();
+        sorted.sort();
+        let joined: String = sorted.iter().map(|id| id.to_hex()).collect();
         Ok(KeySet {
             set: KeyId::of(&joined),
             members: members.into(),
@@ -100,6 +99,19 @@ impl KeySet {
             .map(|id| LockNames::new(namespace, *id))
             .collect()
     }
+}
+
+/// The 1-based positions of the first two equal items (the pair whose
+/// later item comes first), if any: what an error about a repeated key or
+/// resource names instead of the key.
+pub(crate) fn first_duplicate<T: Ord>(items: &[T]) -> Option<(usize, usize)> {
+    let mut sorted: Vec<(&T, usize)> = items.iter().zip(1..).collect();
+    sorted.sort();
+    sorted
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .map(|w| (w[0].1, w[1].1))
+        .min_by_key(|&(_, b)| b)
 }
 
 impl std::fmt::Debug for KeySet {

@@ -1,5 +1,6 @@
 //! The shared driver layer between the sans-IO [`core`](crate::core) and the
-//! two front ends: every operation written once ([`ops`]), the state they
+//! two front ends: every operation written once ([`ops`]), the connect-time
+//! checks ([`connect`]), the state they
 //! share ([`state`]: the core behind its mutex, counters, the replication
 //! check), the bookkeeping of a held lease ([`held`]) and the subscriber
 //! thread ([`subscriber`]). A front end only knows how to send a
@@ -14,6 +15,7 @@
 //! ```
 
 pub(crate) mod cell;
+pub(crate) mod connect;
 pub(crate) mod held;
 pub(crate) mod metrics;
 pub(crate) mod ops;

@@ -17,12 +17,17 @@ impl<F: Front> Locker<F> {
     /// [`IntoConnectionInfo`]).
     ///
     /// Opens one connection at once and reads `maxmemory-policy`; a policy
-    /// that may evict keys is logged as `REDIS_EVICTION_UNSAFE`.
+    /// that may evict keys is logged as `REDIS_EVICTION_UNSAFE`. Then it
+    /// reads the naming scheme the namespace's lockers recorded (and
+    /// records its own if none did; see
+    /// [`Config::key_hash_tags`](crate::Config::key_hash_tags)). Every
+    /// constructor runs the same checks.
     ///
     /// # Errors
     ///
-    /// `InvalidConfig` for a bad config or URL, `ProviderFailed` when the
-    /// first connection cannot be opened.
+    /// `InvalidConfig` for a bad config or URL, or a `key_hash_tags`
+    /// setting other than the one the namespace's lockers recorded;
+    /// `ProviderFailed` when the first connection cannot be opened.
     ///
     /// # Examples
     ///

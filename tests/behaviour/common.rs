@@ -110,6 +110,15 @@ pub(crate) fn pttl(server: &RedisServer, name: &str) -> i64 {
         .unwrap_or_else(|e| panic!("PTTL on the test redis: {e}"))
 }
 
+/// The names stored for namespace `ns` besides its key-names marker
+/// (which every locker records at connect).
+pub(crate) fn stored_names(server: &RedisServer, ns: &str) -> Vec<String> {
+    let marker = format!("{ns}:key-names");
+    let mut names = server.keys(&format!("{ns}:*"));
+    names.retain(|name| *name != marker);
+    names
+}
+
 /// Whether `name` exists.
 pub(crate) fn exists(server: &RedisServer, name: &str) -> bool {
     !server.keys(name).is_empty()

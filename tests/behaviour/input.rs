@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redlease::{AcquireOptions, Config, Error};
 
-use super::common::{config, connect, granted, namespace, no_wait, refused};
+use super::common::{config, connect, granted, namespace, no_wait, refused, stored_names};
 use super::front::Front;
 use crate::support::RedisServer;
 
@@ -28,7 +28,7 @@ pub(crate) fn bad_keys_are_refused_with_invalid_key<F: Front>() {
         }
     }
     assert!(
-        server.keys(&format!("{ns}:*")).is_empty(),
+        stored_names(&server, &ns).is_empty(),
         "nothing reached Redis"
     );
     for key in ["k".repeat(1024), "é".repeat(512)] {
@@ -47,7 +47,8 @@ pub(crate) fn bad_keys_are_refused_with_invalid_key<F: Front>() {
     F::release(granted(small.acquire("12345678"), "8 bytes")).unwrap();
 }
 
-fn invalid_option(e: &Error) -> &'static str {
+/// The option an `InvalidConfig` names; panics on anything else.
+pub(crate) fn invalid_option(e: &Error) -> &'static str {
     match e {
         Error::InvalidConfig { option, .. } => option,
         other => panic!("expected INVALID_CONFIG, got {other:?}"),
@@ -94,7 +95,7 @@ pub(crate) fn bad_configs_and_options_are_refused_with_invalid_config<F: Front>(
         assert_eq!(invalid_option(&e), "lease", "{lease:?}: {e:?}");
     }
     assert!(
-        server.keys(&format!("{ns}:*")).is_empty(),
+        stored_names(&server, &ns).is_empty(),
         "nothing reached Redis"
     );
 }

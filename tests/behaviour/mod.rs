@@ -18,6 +18,7 @@ pub(crate) mod fences;
 pub(crate) mod front;
 pub(crate) mod handover;
 pub(crate) mod input;
+pub(crate) mod key_names;
 pub(crate) mod logs;
 pub(crate) mod multi;
 pub(crate) mod outcomes;
@@ -125,6 +126,11 @@ macro_rules! behaviour_suite {
             }
             secrets {
                 leases_errors_and_logs_never_show_tokens_keys_or_addresses,
+            }
+            key_names {
+                a_locker_whose_key_hash_tags_differ_from_the_namespaces_is_refused,
+                of_two_lockers_racing_to_record_different_settings_one_is_refused,
+                a_lost_marker_is_recorded_again_and_an_unknown_one_refuses,
             }
             rw_lock {
                 readers_share_a_writer_holds_alone_and_epochs_follow_fences,

@@ -85,8 +85,8 @@ const COMMANDS: [&str; 36] = [
 
 /// The ACL rules for a locker of namespace `ns`: nothing but [`COMMANDS`],
 /// its lock and fence-counter keys, its semaphores' slot, slot-fence and
-/// permit-count keys, its read-write leases' and elections' keys, and its
-/// release channel.
+/// permit-count keys, its read-write leases' and elections' keys, the
+/// namespace's key-names marker, and its release channel.
 pub(crate) fn rules(ns: &str) -> Vec<String> {
     let mut rules: Vec<String> = ["resetkeys", "resetchannels", "-@all"]
         .iter()
@@ -106,6 +106,7 @@ pub(crate) fn rules(ns: &str) -> Vec<String> {
     rules.push(format!("~{ns}:elect:*"));
     rules.push(format!("~{ns}:elect-term:*"));
     rules.push(format!("~{ns}:elect-log:*"));
+    rules.push(format!("~{ns}:key-names"));
     rules.push(format!("&{ns}:lock-released"));
     rules
 }
@@ -705,7 +706,8 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
 
 /// docs/ELECTION.md §9: a locker that never campaigns reads the leader and
 /// observes its changes as a user with read-only key rights (`%R~`) on the
-/// election's lease and log, no write command at all, and the release
+/// election's lease and log, write rights on the namespace's key-names
+/// marker alone (`SET`, recorded at connect when missing), and the release
 /// channel (an observer reads when notified); Redis refuses nothing.
 pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
     let server = RedisServer::start();
@@ -731,12 +733,14 @@ pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
         "+ping",
         "+config|get",
         "+info",
+        "+set",
     ]
     .iter()
     .map(|s| (*s).to_owned())
     .chain([
         format!("%R~{ns}:elect:*"),
         format!("%R~{ns}:elect-log:*"),
+        format!("~{ns}:key-names"),
         format!("&{ns}:lock-released"),
     ])
     .collect();
@@ -767,5 +771,43 @@ pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
     assert!(
         denied.is_empty(),
         "the read-only user was refused: {denied:?}"
+    );
+}
+
+/// An ACL without the namespace's key-names marker (`~<ns>:key-names`):
+/// a locker with the default names logs `KEY_NAMES_UNCHECKED` and works
+/// as before; one with `key_hash_tags(true)` is refused at connect with
+/// `InvalidConfig` saying which rule to grant.
+pub(crate) fn without_the_key_names_rule_only_a_default_locker_connects<F: Front>() {
+    let logs = crate::behaviour::logs::capture();
+    let server = RedisServer::start();
+    let ns = namespace("acl-key-names");
+    let marker = format!("~{ns}:key-names");
+    let user = format!("locker-{ns}");
+    let without: Vec<String> = rules(&ns).into_iter().filter(|r| *r != marker).collect();
+    let url = add_user(&server, &user, &without);
+
+    let plain = F::connect(&url, config(&ns)).unwrap_or_else(|e| panic!("plain: {e:?}"));
+    assert!(
+        logs.contains(log::Level::Warn, "KEY_NAMES_UNCHECKED"),
+        "{:?}",
+        logs.records()
+    );
+    let lease = granted(plain.acquire_with("k", no_wait()), "a default locker");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+
+    match F::connect(&url, config(&ns).key_hash_tags(true)) {
+        Ok(_) => panic!("a tagged locker connected without the marker rule"),
+        Err(e @ Error::InvalidConfig { option, .. }) => {
+            assert_eq!(option, "key_hash_tags");
+            assert!(e.to_string().contains("~<namespace>:key-names"), "{e}");
+        }
+        Err(other) => panic!("expected INVALID_CONFIG, got {other:?}"),
+    }
+    assert!(
+        denials(&server, &user)
+            .iter()
+            .all(|o| *o == format!("{ns}:key-names")),
+        "only the marker is refused"
     );
 }

@@ -76,7 +76,8 @@ Exit codes of run:
   69     Redis unavailable or failed; the command did not run
   70     internal error (e.g. signal handling could not be set up)
   75     the lock is held by someone else (with --permits: every
-         permit, or the semaphore is in use with another count): at
+         permit, or the semaphore is in use with another count; with
+         --also: any of the keys): at
          once (--wait 0, -n) or when --wait ran out; the command did
          not run (change it with -E/--conflict-exit-code, e.g. 0 for
          cron jobs)
@@ -100,6 +101,9 @@ these variables added to its environment:
   REDLEASE_LEASE_MS  the lease length in milliseconds
   REDLEASE_SLOT      with --permits N: the permit's slot, 0 to N-1
                      (REDLEASE_FENCE is then that slot's fence)
+  REDLEASE_FENCES    with --also: every key's fence, space-separated, in
+                     the order KEY, then the --also keys (REDLEASE_FENCE
+                     is KEY's)
 
 With --permits N, run takes one of N permits of KEY's fenced semaphore: at \
 most N runs of KEY hold one at once, each in a slot of its own whose fence \
@@ -108,6 +112,14 @@ fence). Runs of one KEY must agree on N: while permits of another count are \
 held, the run exits as if busy; the new count applies once all are released. \
 The semaphore is not KEY's lock, nor its read-write lease: they do not \
 exclude each other.
+
+With --also KEY2 (repeatable), run takes KEY and every --also key as one \
+multi-key lease: all of them at once or none, never some, and a run waiting \
+for them holds none, so runs taking the same keys in other orders never \
+deadlock. Each key is locked under its own name, with its own fence: a run \
+of KEY2 alone (or the library's `acquire(KEY2)`) excludes it and the other \
+way round. While it waits, the keys it found free are reserved for it \
+(others see them held), so runs of single keys do not starve it.
 
 While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
 and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
@@ -139,7 +151,10 @@ Examples:
   redlease --namespace deploy run -w 2m -l 1m prod ./deploy.sh --all
 
   # At most 3 backups at once across every host; wait for a permit.
-  redlease --namespace ops run --permits 3 -w forever backup ./backup.sh";
+  redlease --namespace ops run --permits 3 -w forever backup ./backup.sh
+
+  # Move money between two accounts, both locked at once.
+  redlease --namespace bank run -w 10s --also account:9 account:7 ./transfer.sh";
 
 const STATUS_LONG_ABOUT: &str = "\
 Show whether KEY is held, how long its lease has left, the current value of \
@@ -368,6 +383,7 @@ impl ElectArgs {
             shared: false,
             exclusive: false,
             permits: None,
+            also: Vec::new(),
             on_lost: self.on_lost,
             kill_after: self.kill_after,
             conflict_exit_code: self.conflict_exit_code,
@@ -488,6 +504,18 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) permits: Option<u32>,
 
+    /// Also lock this key, with KEY, as one multi-key lease (repeatable, up
+    /// to 63 times): every key at once or none, each with a fence of its
+    /// own. The command gets KEY's fence as REDLEASE_FENCE and every key's
+    /// as REDLEASE_FENCES (space-separated: KEY's, then the --also keys' in
+    /// order). Not with -s, -x or --permits
+    #[arg(
+        long,
+        value_name = "KEY",
+        conflicts_with_all = ["shared", "exclusive", "permits"]
+    )]
+    pub(crate) also: Vec<String>,
+
     /// What to do with the command when the lease is lost
     #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
     pub(crate) on_lost: OnLost,
@@ -502,8 +530,9 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) kill_after: Duration,
 
-    /// Exit code when the lock (with --permits, every permit) is held by
-    /// someone else, at once or when --wait ran out (like `flock -E`)
+    /// Exit code when the lock (with --permits, every permit; with --also,
+    /// any of the keys) is held by someone else, at once or when --wait ran
+    /// out (like `flock -E`)
     #[arg(
         short = 'E',
         long,
@@ -536,6 +565,13 @@ impl RunArgs {
         } else {
             self.wait
         }
+    }
+
+    /// The keys `run` locks: KEY, then every `--also` key.
+    pub(crate) fn keys(&self) -> Vec<&str> {
+        std::iter::once(self.key.as_str())
+            .chain(self.also.iter().map(String::as_str))
+            .collect()
     }
 }
 

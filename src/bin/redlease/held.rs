@@ -1,12 +1,13 @@
 //! What `run` holds while the command runs: the key's lock (the default),
 //! a read (`--shared`) or write (`--exclusive`) lease of its read-write
-//! lease, a permit of its semaphore (`--permits N`), or (`elect`) the
+//! lease, a permit of its semaphore (`--permits N`), several keys' locks
+//! as one multi-key lease (`--also`), or (`elect`) the
 //! leadership of an election, behind one small interface, so the acquire,
 //! supervision and release are written once.
 
 use std::time::Duration;
 
-use redlease::blocking::{Leadership, Lease, Permit, ReadLease, WriteLease};
+use redlease::blocking::{Leadership, Lease, MultiLease, Permit, ReadLease, WriteLease};
 use redlease::{Error, Fence, Lost, ReleaseOutcome};
 
 use crate::Target;
@@ -28,10 +29,11 @@ pub(crate) trait Held: Sync {
     fn more_variables(&self, _key: &str) -> Vec<(&'static str, String)> {
         Vec::new()
     }
-    /// Where `run` records who holds it, for `status` (see `holder.rs`):
-    /// beside the lock or the permit's slot; `None` when `status` cannot
-    /// show it (read-write leases: readers share).
-    fn record_name(&self, target: &Target, key: &str) -> Option<String>;
+    /// Where `run` records who holds it, for `status` (see `holder.rs`),
+    /// each with the fence the record names: beside the lock (each key's,
+    /// `keys` being KEY and the `--also` keys) or the permit's slot; none
+    /// when `status` cannot show it (read-write leases: readers share).
+    fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)>;
     fn is_valid(&self) -> bool;
     fn remaining(&self) -> Duration;
     fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T;
@@ -46,8 +48,11 @@ impl Held for Lease {
         self.fence()
     }
 
-    fn record_name(&self, target: &Target, key: &str) -> Option<String> {
-        Some(target.names(key).holder)
+    fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)> {
+        keys.iter()
+            .take(1)
+            .map(|key| (target.names(key).holder, self.fence()))
+            .collect()
     }
 
     fn is_valid(&self) -> bool {
@@ -75,8 +80,8 @@ impl Held for ReadLease {
         self.epoch()
     }
 
-    fn record_name(&self, _: &Target, _: &str) -> Option<String> {
-        None
+    fn records(&self, _: &Target, _: &[&str]) -> Vec<(String, Fence)> {
+        Vec::new()
     }
 
     fn is_valid(&self) -> bool {
@@ -104,8 +109,8 @@ impl Held for WriteLease {
         self.fence()
     }
 
-    fn record_name(&self, _: &Target, _: &str) -> Option<String> {
-        None
+    fn records(&self, _: &Target, _: &[&str]) -> Vec<(String, Fence)> {
+        Vec::new()
     }
 
     fn is_valid(&self) -> bool {
@@ -138,8 +143,16 @@ impl Held for Permit {
         Some(Permit::slot(self))
     }
 
-    fn record_name(&self, target: &Target, key: &str) -> Option<String> {
-        Some(target.sem_names(key).holder(Permit::slot(self)))
+    fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)> {
+        keys.iter()
+            .take(1)
+            .map(|key| {
+                (
+                    target.sem_names(key).holder(Permit::slot(self)),
+                    self.fence(),
+                )
+            })
+            .collect()
     }
 
     fn is_valid(&self) -> bool {
@@ -176,8 +189,8 @@ impl Held for Leadership {
         ]
     }
 
-    fn record_name(&self, _: &Target, _: &str) -> Option<String> {
-        None
+    fn records(&self, _: &Target, _: &[&str]) -> Vec<(String, Fence)> {
+        Vec::new()
     }
 
     fn is_valid(&self) -> bool {
@@ -194,5 +207,45 @@ impl Held for Leadership {
 
     fn release(self) -> Result<ReleaseOutcome, Error> {
         Leadership::resign(self)
+    }
+}
+
+/// `--also`: KEY's lock and every `--also` key's, as one multi-key lease.
+/// Its number is KEY's fence; every key's comes as REDLEASE_FENCES.
+impl Held for MultiLease {
+    const VARIABLE: &'static str = "REDLEASE_FENCE";
+    const NAME: &'static str = "multi-key lease";
+
+    /// KEY's fence: the first key's (a multi-key lease has at least one).
+    fn number(&self) -> Fence {
+        self.fences().first().copied().unwrap_or(Fence::new(0))
+    }
+
+    fn more_variables(&self, _key: &str) -> Vec<(&'static str, String)> {
+        let fences: Vec<String> = self.fences().iter().map(Fence::to_string).collect();
+        vec![("REDLEASE_FENCES", fences.join(" "))]
+    }
+
+    fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)> {
+        keys.iter()
+            .zip(self.fences())
+            .map(|(key, fence)| (target.names(key).holder, *fence))
+            .collect()
+    }
+
+    fn is_valid(&self) -> bool {
+        MultiLease::is_valid(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        MultiLease::remaining(self)
+    }
+
+    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+        MultiLease::keep_alive(self, f)
+    }
+
+    fn release(self) -> Result<ReleaseOutcome, Error> {
+        MultiLease::release(self)
     }
 }

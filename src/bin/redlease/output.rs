@@ -107,6 +107,8 @@ pub(crate) enum Wanted {
     Permit(u32),
     /// The leadership of the election (`elect`).
     Leadership,
+    /// This many keys at once, a multi-key lease (`--also`).
+    Keys(usize),
 }
 
 impl Wanted {
@@ -116,6 +118,7 @@ impl Wanted {
             Wanted::Lock => "the lock",
             Wanted::Permit(_) => "a permit",
             Wanted::Leadership => "the leadership",
+            Wanted::Keys(_) => "the keys",
         }
     }
 
@@ -149,7 +152,20 @@ impl Wanted {
                     human(d)
                 ))
             ),
+            Wanted::Keys(n) => format!(
+                "of the {n} keys, some are held by someone else{}",
+                remaining.map_or_else(String::new, |d| format!(
+                    " (the first to end has {} left)",
+                    human(d)
+                ))
+            ),
         }
+    }
+
+    /// Whether the holders' time left is the longest of the probed names'
+    /// (all keys must be free) rather than the shortest (one permit).
+    pub(crate) fn waits_for_all(self) -> bool {
+        matches!(self, Wanted::Keys(_))
     }
 
     /// The progress line's words for the holder's time left.
@@ -165,6 +181,10 @@ impl Wanted {
             ),
             Wanted::Leadership => format!(
                 "; the leader's lease has {} left unless renewed",
+                human(left)
+            ),
+            Wanted::Keys(_) => format!(
+                "; the last held key to end has {} left unless renewed",
                 human(left)
             ),
         }

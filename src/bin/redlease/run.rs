@@ -1,5 +1,6 @@
 //! `redlease run KEY -- COMMAND`: acquire (the lock, a read-write lease's
-//! side or a semaphore's permit; `elect`: an election's leadership), run
+//! side, a semaphore's permit or, with `--also`, several keys' locks as one
+//! multi-key lease; `elect`: an election's leadership), run
 //! the child under renewals, forward signals, act on a lost lease, release,
 //! and pick the exit code.
 
@@ -86,6 +87,11 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
             let sem = target.sem_names(&args.key);
             (Wanted::Permit(n), (0..n).map(|i| sem.slot(i)).collect())
         }
+        (None, None) if !args.also.is_empty() => {
+            let keys = args.keys();
+            let locks = keys.iter().map(|k| target.names(k).lock).collect();
+            (Wanted::Keys(keys.len()), locks)
+        }
         (None, None) => (Wanted::Lock, vec![target.names(&args.key).lock]),
     };
     let run = Run {
@@ -148,6 +154,11 @@ impl Run<'_> {
             } else {
                 self.hold_and_run(self.acquire(cancel, |options| rw.write_with(options)))
             }
+        } else if !self.args.also.is_empty() {
+            let keys = self.args.keys();
+            self.hold_and_run(
+                self.acquire(cancel, |options| locker.acquire_all_with(&keys, options)),
+            )
         } else {
             self.hold_and_run(self.acquire(cancel, |options| locker.acquire_with(key, options)))
         }
@@ -176,13 +187,17 @@ impl Run<'_> {
             return signal_exit(sig);
         }
 
-        // The holder record names the lock's holder or the permit's; readers
-        // share.
-        let name = lease.record_name(self.target, &self.args.key);
-        let mut record = name.map(|name| HolderRecord {
+        // The holder records name the lock's holder (each key's) or the
+        // permit's; readers share.
+        let program = &self.args.command[0];
+        let records: Vec<(String, String)> = lease
+            .records(self.target, &self.args.keys())
+            .into_iter()
+            .map(|(name, fence)| (name, Holder::this_process(fence.get(), program).encode()))
+            .collect();
+        let mut record = (!records.is_empty()).then(|| HolderRecord {
             client: self.target.client.clone(),
-            name,
-            value: Holder::this_process(lease.number().get(), &self.args.command[0]).encode(),
+            records,
             lease: self.args.lease,
             timeout: self.command_timeout,
             conn: None,
@@ -376,6 +391,7 @@ impl Run<'_> {
         for name in &self.probed {
             probe.cmd("PTTL").arg(name);
         }
+        let all = self.wanted.waits_for_all();
         let mut conn: Option<redis::Connection> = None;
         move || {
             if conn.is_none() {
@@ -390,11 +406,10 @@ impl Run<'_> {
             let c = conn.as_mut()?;
             match probe.query::<Vec<i64>>(c) {
                 // PTTL: -2 no such key, -1 no expiry, else milliseconds.
-                Ok(ms) => ms
-                    .into_iter()
-                    .filter_map(|ms| u64::try_from(ms).ok())
-                    .min()
-                    .map(Duration::from_millis),
+                Ok(ms) => {
+                    let left = ms.into_iter().filter_map(|ms| u64::try_from(ms).ok());
+                    if all { left.max() } else { left.min() }.map(Duration::from_millis)
+                }
                 Err(_) => {
                     conn = None;
                     None
@@ -670,13 +685,13 @@ fn loss_reason(loss: &Lost) -> String {
     }
 }
 
-/// Writes the holder record beside the lock (best effort: a refusal, e.g.
+/// Writes the holder records beside the locks (best effort: a refusal, e.g.
 /// an ACL without `~<ns>:lock-holder:*`, only costs `status` the "who"),
 /// with the lease's expiry, on a connection of its own.
 struct HolderRecord {
     client: redis::Client,
-    name: String,
-    value: String,
+    /// Each record's name and value.
+    records: Vec<(String, String)>,
     lease: Duration,
     timeout: Duration,
     conn: Option<redis::Connection>,
@@ -701,12 +716,16 @@ impl HolderRecord {
             return;
         };
         let px = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
-        let written: redis::RedisResult<()> = redis::cmd("SET")
-            .arg(&self.name)
-            .arg(&self.value)
-            .arg("PX")
-            .arg(px)
-            .query(conn);
+        let mut pipe = redis::pipe();
+        for (name, value) in &self.records {
+            pipe.cmd("SET")
+                .arg(name)
+                .arg(value)
+                .arg("PX")
+                .arg(px)
+                .ignore();
+        }
+        let written: redis::RedisResult<()> = pipe.query(conn);
         if let Err(e) = written {
             self.out.detail(format_args!(
                 "could not record the holder: {}",
@@ -730,6 +749,7 @@ fn holder_suffix(wanted: Wanted, remaining: Option<Duration>) -> String {
         Wanted::Lock => format!(" (its lease has {} left)", human(d)),
         Wanted::Permit(_) => format!(" (the first permit to end has {} left)", human(d)),
         Wanted::Leadership => format!(" (the leader's lease has {} left)", human(d)),
+        Wanted::Keys(_) => format!(" (the first held key to end has {} left)", human(d)),
     })
 }
 

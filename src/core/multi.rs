@@ -214,11 +214,13 @@ pub(crate) fn multi_acquire_call(
         since.to_string(),
         reserve_ms.to_string(),
     ];
-    if let Some(h) = handover {
+    // Without a registration to enter, the script uses nothing of the
+    // hand-over: the call leaves its names out (a third of the keys).
+    if let Some((reg, reg_ms)) = handover.and_then(|h| Some((h.register?, h.reg_ms))) {
         keys.extend(names.iter().map(|n| n.queue.list.clone()));
         keys.extend(names.iter().map(|n| n.queue.flag.clone()));
-        args.push(h.register.map(RegId::to_hex).unwrap_or_default());
-        args.push(h.reg_ms.to_string());
+        args.push(reg.to_hex());
+        args.push(reg_ms.to_string());
         args.extend(names.iter().map(|n| n.queue.reg_prefix.clone()));
     }
     ScriptCall::new(ScriptKind::MultiAcquire, keys, args)
@@ -240,34 +242,43 @@ pub(crate) fn multi_renew_call(
 /// The release of every key by token (also of a waiter's reservations),
 /// each key handed to its queue's head with the hand-over
 /// (`fence_counter_ttl_ms` given), else deleted and its release published.
+/// It takes the names, built for this call alone, and moves them into it.
 pub(crate) fn multi_release_call(
-    names: &[LockNames],
+    names: Vec<LockNames>,
     token: OwnerToken,
     namespace: &str,
     channel: Channel,
     handover_ttl_ms: Option<u64>,
 ) -> ScriptCall {
-    let mut args = vec![token.to_hex(), channel.publish_command().to_owned()];
-    for n in names {
-        args.push(channel.name(namespace, n.id));
+    let n = names.len();
+    let per_key = if handover_ttl_ms.is_some() { 6 } else { 2 };
+    let mut args = Vec::with_capacity(3 + per_key * n);
+    args.extend([token.to_hex(), channel.publish_command().to_owned()]);
+    // One server's keys share the channel: its name is built once.
+    let shared = match (channel, names.first()) {
+        (Channel::Standalone, Some(first)) => Some(channel.name(namespace, first.id)),
+        _ => None,
+    };
+    for n in &names {
+        args.push(match &shared {
+            Some(name) => name.clone(),
+            None => channel.name(namespace, n.id),
+        });
         args.push(LineKey::lock(n.id).message());
+    }
+    let mut keys = Vec::with_capacity(n);
+    let mut queues = Vec::with_capacity(if handover_ttl_ms.is_some() { 4 * n } else { 0 });
+    for n in names {
+        keys.push(n.lock);
+        if handover_ttl_ms.is_some() {
+            queues.extend([n.queue.reg_prefix, n.fence, n.queue.list, n.queue.flag]);
+        }
     }
     if let Some(ttl) = handover_ttl_ms {
         args.push(ttl.to_string());
-        for n in names {
-            args.extend([
-                n.queue.reg_prefix.clone(),
-                n.fence.clone(),
-                n.queue.list.clone(),
-                n.queue.flag.clone(),
-            ]);
-        }
+        args.append(&mut queues);
     }
-    ScriptCall::new(
-        ScriptKind::MultiRelease,
-        names.iter().map(|n| n.lock.clone()).collect(),
-        args,
-    )
+    ScriptCall::new(ScriptKind::MultiRelease, keys, args)
 }
 
 /// Acquire of N keys: KEYS = lock_1..N, counter_1..N, and with the
@@ -311,7 +322,6 @@ local age = tonumber(ARGV[4])
 if age == 0 then
   age = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local age_text = string.format('%.0f', age)
 local state, all_mine, busy = {}, true, false
 for i = 1, n do
   local v, s = got[i], 'free'
@@ -345,8 +355,24 @@ if all_mine then
   return fences
 end
 if not busy then
-  local fences = {'ok'}
+  -- Counters read as plain integers take their next fence in one MSET
+  -- (without a counter TTL to set); the others one by one.
+  local fences, batch, rest = {'ok'}, {}, {}
+  local floor = ARGV[3] == '0' and fence_floor(t)
   for i = 1, n do
+    local fence = floor and got[n + i] and fence_after(got[n + i], floor)
+    if fence then
+      fences[i + 1] = fence
+      batch[#batch + 1] = KEYS[n + i]
+      batch[#batch + 1] = fence
+    else
+      rest[#rest + 1] = i
+    end
+  end
+  if #batch > 0 then
+    redis.call('MSET', unpack(batch))
+  end
+  for _, i in ipairs(rest) do
     local fence = next_fence(KEYS[n + i], got[n + i], t, ARGV[3])
     if not fence then
       return redis.error_reply(WRONGTYPE)
@@ -377,6 +403,7 @@ if not busy then
   return fences
 end
 local res_ms = ARGV[5]
+local age_text = string.format('%d', age)
 local wait = nil
 for i = 1, n do
   local s = state[i]
@@ -492,8 +519,16 @@ end
 if #freed > 0 then
   redis.call('DEL', unpack(freed))
 end
+-- A PUBLISH that reached nobody tells the rest of that channel's messages
+-- would reach nobody either (nobody subscribes while a script runs).
+local nobody = {}
 for _, m in ipairs(messages) do
-  redis.pcall(ARGV[2], m[1], m[2])
+  if not nobody[m[1]] then
+    local heard = redis.pcall(ARGV[2], m[1], m[2])
+    if heard == 0 and ARGV[2] == 'PUBLISH' then
+      nobody[m[1]] = true
+    end
+  end
 end
 if mine == n then
   return 1

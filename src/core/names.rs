@@ -73,10 +73,15 @@ impl KeyId {
     /// What a stored name carries in its hash tag: `{<sha>}`, or with a
     /// key's hash tag `{<sha(tag)>}:<sha>`.
     pub(crate) fn braced(self) -> String {
-        match self.tag {
-            None => format!("{{{}}}", self.to_hex()),
-            Some(tag) => format!("{{{}}}:{}", hex(&tag), self.to_hex()),
+        let mut s = String::with_capacity(if self.tag.is_some() { 131 } else { 66 });
+        s.push('{');
+        push_hex(&mut s, self.tag.as_ref().unwrap_or(&self.digest));
+        s.push('}');
+        if self.tag.is_some() {
+            s.push(':');
+            push_hex(&mut s, &self.digest);
         }
+        s
     }
 
     /// The id of this key's notification channel on Redis Cluster: the
@@ -140,13 +145,20 @@ fn nibble(c: u8) -> Option<u8> {
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
+    push_hex(&mut s, bytes);
     s
+}
+
+/// Appends the lowercase hex of `bytes` to `s`.
+fn push_hex(s: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    s.extend(bytes.iter().flat_map(|b| {
+        [
+            char::from(DIGITS[usize::from(b >> 4)]),
+            char::from(DIGITS[usize::from(b & 0xf)]),
+        ]
+    }));
 }
 
 /// Checks a key against the rules of SPEC §2.
@@ -185,7 +197,7 @@ impl LockNames {
         LockNames {
             id,
             lock: lock_name(namespace, &sha),
-            fence: format!("{namespace}:lock-fence:{sha}"),
+            fence: [namespace, ":lock-fence:", &sha].concat(),
             queue: QueueNames::new(namespace, "lock", &sha),
         }
     }
@@ -207,9 +219,9 @@ pub(crate) struct QueueNames {
 impl QueueNames {
     fn new(namespace: &str, kind: &str, sha: &str) -> Self {
         QueueNames {
-            list: format!("{namespace}:{kind}-queue:{sha}"),
-            flag: format!("{namespace}:{kind}-queued:{sha}"),
-            reg_prefix: format!("{namespace}:{kind}-reg:{sha}:"),
+            list: [namespace, ":", kind, "-queue:", sha].concat(),
+            flag: [namespace, ":", kind, "-queued:", sha].concat(),
+            reg_prefix: [namespace, ":", kind, "-reg:", sha, ":"].concat(),
         }
     }
 
@@ -306,7 +318,7 @@ impl Handover {
 
 /// `<ns>:lock:{<sha>}` (`braced`: [`KeyId::braced`])
 fn lock_name(namespace: &str, braced: &str) -> String {
-    format!("{namespace}:lock:{braced}")
+    [namespace, ":lock:", braced].concat()
 }
 
 /// `<ns>:sem:{<sha>}:`
@@ -786,7 +798,7 @@ pub(crate) enum Channel {
 impl Channel {
     pub(crate) fn name(self, namespace: &str, id: KeyId) -> String {
         match self {
-            Channel::Standalone => format!("{namespace}:lock-released"),
+            Channel::Standalone => [namespace, ":lock-released"].concat(),
             Channel::Sharded => {
                 format!("{namespace}:lock-released:{{{}}}", id.channel_id().to_hex())
             }

@@ -106,7 +106,7 @@ impl Core {
             }
             (HeldNames::Election(names), _) => resign_call(&names, owned.token, namespace, channel),
             (HeldNames::Multi(names), _) => multi_release_call(
-                &names,
+                names,
                 owned.token,
                 namespace,
                 channel,

@@ -20,7 +20,9 @@ use super::line::{Line, WaiterId};
 use super::names::{Kind, Target};
 use crate::config::ResolvedOptions;
 
-use super::names::{validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId};
+use super::names::{
+    lock_prefix, validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId,
+};
 use super::outcome::Fence;
 use super::script::{
     handover_lua, next_fence_lua, parse_fence, ReplyError, ScriptCall, ScriptKind,
@@ -226,15 +228,11 @@ pub(crate) fn multi_acquire_call(
     ScriptCall::new(ScriptKind::MultiAcquire, keys, args)
 }
 
-/// The renew of every key by token.
-pub(crate) fn multi_renew_call(
-    names: &[LockNames],
-    token: OwnerToken,
-    lease_ms: u64,
-) -> ScriptCall {
+/// The renew of every key by token (`locks`: the keys' lock names).
+pub(crate) fn multi_renew_call(locks: Vec<String>, token: OwnerToken, lease_ms: u64) -> ScriptCall {
     ScriptCall::new(
         ScriptKind::MultiRenew,
-        names.iter().map(|n| n.lock.clone()).collect(),
+        locks,
         vec![token.to_hex(), lease_ms.to_string()],
     )
 }
@@ -242,43 +240,38 @@ pub(crate) fn multi_renew_call(
 /// The release of every key by token (also of a waiter's reservations),
 /// each key handed to its queue's head with the hand-over
 /// (`fence_counter_ttl_ms` given), else deleted and its release published.
-/// It takes the names, built for this call alone, and moves them into it.
+/// `keys`: each key's id and lock name, moved into the call. With the
+/// hand-over the script derives the other names of a key from its lock
+/// name and [`lock_prefix`] ([`MULTI_RELEASE_LUA`]).
 pub(crate) fn multi_release_call(
-    names: Vec<LockNames>,
+    keys: Vec<(KeyId, String)>,
     token: OwnerToken,
     namespace: &str,
     channel: Channel,
     handover_ttl_ms: Option<u64>,
 ) -> ScriptCall {
-    let n = names.len();
-    let per_key = if handover_ttl_ms.is_some() { 6 } else { 2 };
-    let mut args = Vec::with_capacity(3 + per_key * n);
+    let mut args = Vec::with_capacity(4 + 2 * keys.len());
     args.extend([token.to_hex(), channel.publish_command().to_owned()]);
     // One server's keys share the channel: its name is built once.
-    let shared = match (channel, names.first()) {
-        (Channel::Standalone, Some(first)) => Some(channel.name(namespace, first.id)),
+    let shared = match (channel, keys.first()) {
+        (Channel::Standalone, Some((first, _))) => Some(channel.name(namespace, *first)),
         _ => None,
     };
-    for n in &names {
+    for (id, _) in &keys {
         args.push(match &shared {
             Some(name) => name.clone(),
-            None => channel.name(namespace, n.id),
+            None => channel.name(namespace, *id),
         });
-        args.push(LineKey::lock(n.id).message());
-    }
-    let mut keys = Vec::with_capacity(n);
-    let mut queues = Vec::with_capacity(if handover_ttl_ms.is_some() { 4 * n } else { 0 });
-    for n in names {
-        keys.push(n.lock);
-        if handover_ttl_ms.is_some() {
-            queues.extend([n.queue.reg_prefix, n.fence, n.queue.list, n.queue.flag]);
-        }
+        args.push(LineKey::lock(*id).message());
     }
     if let Some(ttl) = handover_ttl_ms {
-        args.push(ttl.to_string());
-        args.append(&mut queues);
+        args.extend([ttl.to_string(), lock_prefix(namespace)]);
     }
-    ScriptCall::new(ScriptKind::MultiRelease, keys, args)
+    ScriptCall::new(
+        ScriptKind::MultiRelease,
+        keys.into_iter().map(|(_, lock)| lock).collect(),
+        args,
+    )
 }
 
 /// Acquire of N keys: KEYS = lock_1..N, counter_1..N, and with the
@@ -307,16 +300,19 @@ pub(crate) const MULTI_ACQUIRE_LUA: &str = concat!(
 local handover = #ARGV > 5
 local n = handover and #KEYS / 4 or #KEYS / 2
 local token = ARGV[1]
-local read = {}
-for i = 1, 2 * n do
-  read[i] = KEYS[i]
-end
+local got
 if handover then
+  local read = {}
+  for i = 1, 2 * n do
+    read[i] = KEYS[i]
+  end
   for i = 1, n do
     read[2 * n + i] = KEYS[3 * n + i]
   end
+  got = redis.call('MGET', unpack(read))
+else
+  got = redis.call('MGET', unpack(KEYS))
 end
-local got = redis.call('MGET', unpack(read))
 local t = redis.call('TIME')
 local age = tonumber(ARGV[4])
 if age == 0 then
@@ -464,32 +460,38 @@ return 2
 
 /// Release of N keys: KEYS = lock_1..N; ARGV = token, publish command,
 /// then each key's channel and release message, and with the hand-over the
-/// fence counter TTL ms and each key's registration prefix, counter, queue
-/// and queue flag. Each key the token holds or reserves goes to its queue's
-/// head live registration ([`handover_lua`]), else is deleted with its
-/// release published (the single-key message, so every locker's waiters
-/// wake). 1 released (every key was the token's), 0 expired (the others
-/// were gone), 2 conflict.
+/// fence counter TTL ms and the names' prefix `<ns>:lock` ([`lock_prefix`]).
+/// A key's lock is `<prefix>:<tag>` ([`LockNames`]); its queue's flag,
+/// queue, registration prefix and counter are `<prefix>-queued:<tag>`,
+/// `<prefix>-queue:<tag>`, `<prefix>-reg:<tag>:` and `<prefix>-fence:<tag>`,
+/// built here rather than sent (an uncontended release reads only the
+/// flags). Each key the token holds or reserves goes to its queue's head
+/// live registration ([`handover_lua`]), else is deleted with its release
+/// published (the single-key message, so every locker's waiters wake);
+/// once a `PUBLISH` reached nobody, the rest of that channel's are left
+/// out (nobody subscribes while a script runs). 1 released (every key was
+/// the token's), 0 expired (the others were gone), 2 conflict.
 pub(crate) const MULTI_RELEASE_LUA: &str = concat!(
     next_fence_lua!(),
     handover_lua!(),
     r#"
 local n = #KEYS
 local handover = #ARGV > 2 + 2 * n
-local function arg_of(i, field)
-  return ARGV[3 + 2 * n + 4 * (i - 1) + field]
+local prefix = handover and ARGV[4 + 2 * n]
+local function name_of(i, kind)
+  return prefix .. kind .. string.sub(KEYS[i], #prefix + 2)
 end
 -- One read of the locks and, with the hand-over, their queues' flags.
 local names = {}
 for i = 1, n do
   names[i] = KEYS[i]
   if handover then
-    names[n + i] = arg_of(i, 4)
+    names[n + i] = name_of(i, '-queued:')
   end
 end
 local got = redis.call('MGET', unpack(names))
 local mine, present = 0, 0
-local freed, messages = {}, {}
+local freed, published = {}, {}
 for i = 1, n do
   local v = got[i]
   if v then
@@ -497,20 +499,20 @@ for i = 1, n do
     local sep = string.find(v, ':', 1, true)
     if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
       mine = mine + 1
-      local channel, message = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
       local handed = false
       if handover and got[n + i] then
-        local counter = arg_of(i, 2)
-        local reg, value = next_registration(arg_of(i, 3), arg_of(i, 1))
+        local channel, message = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+        local counter = name_of(i, '-fence:')
+        local reg, value = next_registration(name_of(i, '-queue:'), name_of(i, '-reg:') .. ':')
         if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3 + 2 * n], ARGV[2], channel, message) then
           handed = true
         elseif reg == nil then
-          redis.call('DEL', arg_of(i, 4))
+          redis.call('DEL', names[n + i])
         end
       end
       if not handed then
         freed[#freed + 1] = KEYS[i]
-        messages[#messages + 1] = {channel, message}
+        published[#published + 1] = i
       end
     end
   end
@@ -522,11 +524,12 @@ end
 -- A PUBLISH that reached nobody tells the rest of that channel's messages
 -- would reach nobody either (nobody subscribes while a script runs).
 local nobody = {}
-for _, m in ipairs(messages) do
-  if not nobody[m[1]] then
-    local heard = redis.pcall(ARGV[2], m[1], m[2])
+for _, i in ipairs(published) do
+  local channel = ARGV[1 + 2 * i]
+  if not nobody[channel] then
+    local heard = redis.pcall(ARGV[2], channel, ARGV[2 + 2 * i])
     if heard == 0 and ARGV[2] == 'PUBLISH' then
-      nobody[m[1]] = true
+      nobody[channel] = true
     end
   end
 end

@@ -321,6 +321,13 @@ fn lock_name(namespace: &str, braced: &str) -> String {
     [namespace, ":lock:", braced].concat()
 }
 
+/// `<ns>:lock`, what every name of a key's lock starts with: the lock is
+/// `<ns>:lock:{<sha>}`, the others `<ns>:lock-<kind>:{<sha>}` (the
+/// multi-key release builds them from it, docs/MULTIKEY.md §14).
+pub(crate) fn lock_prefix(namespace: &str) -> String {
+    [namespace, ":lock"].concat()
+}
+
 /// `<ns>:sem:{<sha>}:`
 fn sem_slot_prefix(namespace: &str, braced: &str) -> String {
     format!("{namespace}:sem:{braced}:")
@@ -705,7 +712,7 @@ impl HeldTarget {
                 self.members
                     .iter()
                     .flat_map(|m| m.iter())
-                    .map(|id| LockNames::new(namespace, *id))
+                    .map(|id| (*id, lock_name(namespace, &id.braced())))
                     .collect(),
             ),
         }
@@ -724,8 +731,9 @@ pub(crate) enum HeldNames {
     Reader(RwNames),
     /// An election's leader: released by its resign.
     Election(ElectNames),
-    /// A multi-key lease's keys, in its caller's order.
-    Multi(Vec<LockNames>),
+    /// A multi-key lease's keys and their lock names, in its caller's
+    /// order.
+    Multi(Vec<(KeyId, String)>),
 }
 
 impl HeldNames {
@@ -1019,15 +1027,34 @@ mod tests {
         let set = KeySet::of(&["b", "a"], 100, false).unwrap();
         let multi = Target::multi("ns", set.clone()).held();
         assert_eq!(multi.line(), set.line());
-        let names = vec![
-            LockNames::new("ns", KeyId::of("b")),
-            LockNames::new("ns", KeyId::of("a")),
-        ];
+        let names: Vec<(KeyId, String)> = ["b", "a"]
+            .map(|k| (KeyId::of(k), LockNames::new("ns", KeyId::of(k)).lock))
+            .to_vec();
         assert!(matches!(multi.names("ns"), HeldNames::Multi(n) if n == names));
         assert_eq!(multi.names("ns").lease_key(), None);
         // What a tracked lease keeps: no strings; the key's digest and its
         // hash tag's, the kind, a permit's slot, a set's keys: 112 bytes.
         assert!(std::mem::size_of::<HeldTarget>() <= 112);
+    }
+
+    /// The multi-key release builds a key's counter and queue names from
+    /// its lock name and `lock_prefix` (MULTI_RELEASE_LUA): they must be
+    /// the names every other script uses, with and without a hash tag.
+    #[test]
+    fn every_lock_name_is_the_lock_prefix_a_kind_and_the_lock_names_tail() {
+        for id in [KeyId::of("k"), KeyId::named("a{tag}b", true)] {
+            let names = LockNames::new("my:ns", id);
+            let prefix = lock_prefix("my:ns");
+            let tail = names
+                .lock
+                .strip_prefix(&format!("{prefix}:"))
+                .expect("the lock starts with the prefix");
+            let built = |kind: &str| [prefix.as_str(), kind, tail].concat();
+            assert_eq!(built("-fence:"), names.fence);
+            assert_eq!(built("-queue:"), names.queue.list);
+            assert_eq!(built("-queued:"), names.queue.flag);
+            assert_eq!(built("-reg:") + ":", names.queue.reg_prefix);
+        }
     }
 
     #[test]

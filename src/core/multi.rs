@@ -207,7 +207,9 @@ pub(crate) fn multi_acquire_call(
     reserve_ms: u64,
     handover: Option<MultiHandover>,
 ) -> ScriptCall {
-    let mut keys: Vec<String> = names.iter().map(|n| n.lock.clone()).collect();
+    let registers = handover.as_ref().is_some_and(|h| h.register.is_some());
+    let mut keys = Vec::with_capacity(names.len() * if registers { 4 } else { 2 });
+    keys.extend(names.iter().map(|n| n.lock.clone()));
     keys.extend(names.iter().map(|n| n.fence.clone()));
     let mut args = vec![
         token.to_hex(),

@@ -287,8 +287,10 @@ pub(crate) fn multi_release_call(
 /// (held, or reserved by an older waiter). All ours: a replay; the lease
 /// runs its full length from this attempt and the same fences return. No
 /// key busy: every key gets the next fence of its counter (SPEC §3; all
-/// counters are written before any lock, so a refusal leaves no hold) and
-/// is set with the lease's `PX`. Else, unless trying once (which deletes
+/// counters are written before any lock, so a refusal leaves no hold:
+/// those read as plain integers in one `MSET` when the locker sets no
+/// counter TTL, the others by `next_fence`) and is set with the lease's
+/// `PX`. Else, unless trying once (which deletes
 /// what it may hold and reserves nothing), each key not busy becomes a
 /// reservation `<token>:r<age>` for `res_ms`, and the waiter registers in
 /// each busy key's hand-over queue with the value `m<age>.<token>:<res_ms>`,

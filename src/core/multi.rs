@@ -465,10 +465,11 @@ return 2
 /// Release of N keys: KEYS = lock_1..N; ARGV = token, publish command,
 /// then each key's channel and release message, and with the hand-over the
 /// fence counter TTL ms and the names' prefix `<ns>:lock` ([`lock_prefix`]).
-/// A key's lock is `<prefix>:<tag>` ([`LockNames`]); its queue's flag,
-/// queue, registration prefix and counter are `<prefix>-queued:<tag>`,
-/// `<prefix>-queue:<tag>`, `<prefix>-reg:<tag>:` and `<prefix>-fence:<tag>`,
-/// built here rather than sent (an uncontended release reads only the
+/// A key's lock is `<prefix>:<tail>` ([`LockNames`]; the tail is `{<sha>}`
+/// or, with a hash tag, `{<sha(tag)>}:<sha>`); its queue's flag, queue,
+/// registration prefix and counter are `<prefix>-queued:<tail>`,
+/// `<prefix>-queue:<tail>`, `<prefix>-reg:<tail>:` and
+/// `<prefix>-fence:<tail>`, built here rather than sent (an uncontended release reads only the
 /// flags). Each key the token holds or reserves goes to its queue's head
 /// live registration ([`handover_lua`]), else is deleted with its release
 /// published (the single-key message, so every locker's waiters wake);

@@ -166,13 +166,14 @@ impl Commands {
     }
 
     /// Sends `cmd` on a working connection; see the module docs. `noscript`
-    /// is what to send instead where the node that answers lacks the script
-    /// (only needed where the caller cannot resend on the same connection:
-    /// after following `ASK`).
+    /// is the call whose `EVAL` to send instead where the node that answers
+    /// lacks the script (only needed where the caller cannot resend on the
+    /// same connection: after following `ASK`); it is built only then, as
+    /// it carries the script's source.
     fn send_cmd(
         &self,
         cmd: &redis::Cmd,
-        noscript: Option<&redis::Cmd>,
+        noscript: Option<&ScriptCall>,
     ) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
         loop {
             let (conn, reused) = self.checkout().map_err(Failure::NotSent)?;
@@ -199,7 +200,7 @@ impl Commands {
     fn send_on_cluster(
         &self,
         cmd: &redis::Cmd,
-        noscript: Option<&redis::Cmd>,
+        noscript: Option<&ScriptCall>,
         mut conn: Box<ClusterConnection>,
         mut reused: bool,
     ) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
@@ -239,7 +240,7 @@ impl Commands {
     fn follow_ask(
         &self,
         cmd: &redis::Cmd,
-        noscript: Option<&redis::Cmd>,
+        noscript: Option<&ScriptCall>,
         ask: &redis::RedisError,
     ) -> redis::RedisResult<Value> {
         let template = match &self.inner.source {
@@ -255,7 +256,7 @@ impl Commands {
             replies.pop().ok_or_else(|| ask.clone())
         };
         match (asking(&mut conn, cmd), noscript) {
-            (Err(e), Some(fallback)) if is_noscript(&e) => asking(&mut conn, fallback),
+            (Err(e), Some(fallback)) if is_noscript(&e) => asking(&mut conn, &fallback.eval()),
             (result, _) => result,
         }
     }
@@ -282,7 +283,7 @@ impl Commands {
         then: Option<&redis::Cmd>,
     ) -> (Result<Value, Failure>, Option<redis::RedisResult<Value>>) {
         counters.script_sent();
-        let (mut conn, mut result) = match self.send_cmd(&call.evalsha(), Some(&call.eval())) {
+        let (mut conn, mut result) = match self.send_cmd(&call.evalsha(), Some(call)) {
             Ok(sent) => sent,
             Err(f) => return (Err(f), None),
         };

@@ -20,7 +20,9 @@ use super::line::{Line, WaiterId};
 use super::names::{Kind, Target};
 use crate::config::ResolvedOptions;
 
-use super::names::{validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId};
+use super::names::{
+    lock_prefix, validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId,
+};
 use super::outcome::Fence;
 use super::script::{
     handover_lua, next_fence_lua, parse_fence, ReplyError, ScriptCall, ScriptKind,
@@ -217,7 +219,9 @@ pub(crate) fn multi_acquire_call(
     reserve_ms: u64,
     handover: Option<MultiHandover>,
 ) -> ScriptCall {
-    let mut keys: Vec<String> = names.iter().map(|n| n.lock.clone()).collect();
+    let registers = handover.as_ref().is_some_and(|h| h.register.is_some());
+    let mut keys = Vec::with_capacity(names.len() * if registers { 4 } else { 2 });
+    keys.extend(names.iter().map(|n| n.lock.clone()));
     keys.extend(names.iter().map(|n| n.fence.clone()));
     let mut args = vec![
         token.to_hex(),
@@ -226,25 +230,23 @@ pub(crate) fn multi_acquire_call(
         since.to_string(),
         reserve_ms.to_string(),
     ];
-    if let Some(h) = handover {
+    // Without a registration to enter, the script uses nothing of the
+    // hand-over: the call leaves its names out (a third of the keys).
+    if let Some((reg, reg_ms)) = handover.and_then(|h| Some((h.register?, h.reg_ms))) {
         keys.extend(names.iter().map(|n| n.queue.list.clone()));
         keys.extend(names.iter().map(|n| n.queue.flag.clone()));
-        args.push(h.register.map(RegId::to_hex).unwrap_or_default());
-        args.push(h.reg_ms.to_string());
+        args.push(reg.to_hex());
+        args.push(reg_ms.to_string());
         args.extend(names.iter().map(|n| n.queue.reg_prefix.clone()));
     }
     ScriptCall::new(ScriptKind::MultiAcquire, keys, args)
 }
 
-/// The renew of every key by token.
-pub(crate) fn multi_renew_call(
-    names: &[LockNames],
-    token: OwnerToken,
-    lease_ms: u64,
-) -> ScriptCall {
+/// The renew of every key by token (`locks`: the keys' lock names).
+pub(crate) fn multi_renew_call(locks: Vec<String>, token: OwnerToken, lease_ms: u64) -> ScriptCall {
     ScriptCall::new(
         ScriptKind::MultiRenew,
-        names.iter().map(|n| n.lock.clone()).collect(),
+        locks,
         vec![token.to_hex(), lease_ms.to_string()],
     )
 }
@@ -252,32 +254,36 @@ pub(crate) fn multi_renew_call(
 /// The release of every key by token (also of a waiter's reservations),
 /// each key handed to its queue's head with the hand-over
 /// (`fence_counter_ttl_ms` given), else deleted and its release published.
+/// `keys`: each key's id and lock name, moved into the call. With the
+/// hand-over the script derives the other names of a key from its lock
+/// name and [`lock_prefix`] ([`MULTI_RELEASE_LUA`]).
 pub(crate) fn multi_release_call(
-    names: &[LockNames],
+    keys: Vec<(KeyId, String)>,
     token: OwnerToken,
     namespace: &str,
     channel: Channel,
     handover_ttl_ms: Option<u64>,
 ) -> ScriptCall {
-    let mut args = vec![token.to_hex(), channel.publish_command().to_owned()];
-    for n in names {
-        args.push(channel.name(namespace, n.id));
-        args.push(LineKey::lock(n.id).message());
+    let mut args = Vec::with_capacity(4 + 2 * keys.len());
+    args.extend([token.to_hex(), channel.publish_command().to_owned()]);
+    // One server's keys share the channel: its name is built once.
+    let shared = match (channel, keys.first()) {
+        (Channel::Standalone, Some((first, _))) => Some(channel.name(namespace, *first)),
+        _ => None,
+    };
+    for (id, _) in &keys {
+        args.push(match &shared {
+            Some(name) => name.clone(),
+            None => channel.name(namespace, *id),
+        });
+        args.push(LineKey::lock(*id).message());
     }
     if let Some(ttl) = handover_ttl_ms {
-        args.push(ttl.to_string());
-        for n in names {
-            args.extend([
-                n.queue.reg_prefix.clone(),
-                n.fence.clone(),
-                n.queue.list.clone(),
-                n.queue.flag.clone(),
-            ]);
-        }
+        args.extend([ttl.to_string(), lock_prefix(namespace)]);
     }
     ScriptCall::new(
         ScriptKind::MultiRelease,
-        names.iter().map(|n| n.lock.clone()).collect(),
+        keys.into_iter().map(|(_, lock)| lock).collect(),
         args,
     )
 }
@@ -293,8 +299,10 @@ pub(crate) fn multi_release_call(
 /// (held, or reserved by an older waiter). All ours: a replay; the lease
 /// runs its full length from this attempt and the same fences return. No
 /// key busy: every key gets the next fence of its counter (SPEC §3; all
-/// counters are written before any lock, so a refusal leaves no hold) and
-/// is set with the lease's `PX`. Else, unless trying once (which deletes
+/// counters are written before any lock, so a refusal leaves no hold:
+/// those read as plain integers in one `MSET` when the locker sets no
+/// counter TTL, the others by `next_fence`) and is set with the lease's
+/// `PX`. Else, unless trying once (which deletes
 /// what it may hold and reserves nothing), each key not busy becomes a
 /// reservation `<token>:r<age>` for `res_ms`, and the waiter registers in
 /// each busy key's hand-over queue with the value `m<age>.<token>:<res_ms>`,
@@ -308,22 +316,24 @@ pub(crate) const MULTI_ACQUIRE_LUA: &str = concat!(
 local handover = #ARGV > 5
 local n = handover and #KEYS / 4 or #KEYS / 2
 local token = ARGV[1]
-local read = {}
-for i = 1, 2 * n do
-  read[i] = KEYS[i]
-end
+local got
 if handover then
+  local read = {}
+  for i = 1, 2 * n do
+    read[i] = KEYS[i]
+  end
   for i = 1, n do
     read[2 * n + i] = KEYS[3 * n + i]
   end
+  got = redis.call('MGET', unpack(read))
+else
+  got = redis.call('MGET', unpack(KEYS))
 end
-local got = redis.call('MGET', unpack(read))
 local t = redis.call('TIME')
 local age = tonumber(ARGV[4])
 if age == 0 then
   age = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local age_text = string.format('%.0f', age)
 local state, all_mine, busy = {}, true, false
 for i = 1, n do
   local v, s = got[i], 'free'
@@ -357,8 +367,24 @@ if all_mine then
   return fences
 end
 if not busy then
-  local fences = {'ok'}
+  -- Counters read as plain integers take their next fence in one MSET
+  -- (without a counter TTL to set); the others one by one.
+  local fences, batch, rest = {'ok'}, {}, {}
+  local floor = ARGV[3] == '0' and fence_floor(t)
   for i = 1, n do
+    local fence = floor and got[n + i] and fence_after(got[n + i], floor)
+    if fence then
+      fences[i + 1] = fence
+      batch[#batch + 1] = KEYS[n + i]
+      batch[#batch + 1] = fence
+    else
+      rest[#rest + 1] = i
+    end
+  end
+  if #batch > 0 then
+    redis.call('MSET', unpack(batch))
+  end
+  for _, i in ipairs(rest) do
     local fence = next_fence(KEYS[n + i], got[n + i], t, ARGV[3])
     if not fence then
       return redis.error_reply(WRONGTYPE)
@@ -389,6 +415,7 @@ if not busy then
   return fences
 end
 local res_ms = ARGV[5]
+local age_text = string.format('%d', age)
 local wait = nil
 for i = 1, n do
   local s = state[i]
@@ -449,32 +476,39 @@ return 2
 
 /// Release of N keys: KEYS = lock_1..N; ARGV = token, publish command,
 /// then each key's channel and release message, and with the hand-over the
-/// fence counter TTL ms and each key's registration prefix, counter, queue
-/// and queue flag. Each key the token holds or reserves goes to its queue's
-/// head live registration ([`handover_lua`]), else is deleted with its
-/// release published (the single-key message, so every locker's waiters
-/// wake). 1 released (every key was the token's), 0 expired (the others
-/// were gone), 2 conflict.
+/// fence counter TTL ms and the names' prefix `<ns>:lock` ([`lock_prefix`]).
+/// A key's lock is `<prefix>:<tail>` ([`LockNames`]; the tail is `{<sha>}`
+/// or, with a hash tag, `{<sha(tag)>}:<sha>`); its queue's flag, queue,
+/// registration prefix and counter are `<prefix>-queued:<tail>`,
+/// `<prefix>-queue:<tail>`, `<prefix>-reg:<tail>:` and
+/// `<prefix>-fence:<tail>`, built here rather than sent (an uncontended release reads only the
+/// flags). Each key the token holds or reserves goes to its queue's head
+/// live registration ([`handover_lua`]), else is deleted with its release
+/// published (the single-key message, so every locker's waiters wake);
+/// once a `PUBLISH` reached nobody, the rest of that channel's are left
+/// out (nobody subscribes while a script runs). 1 released (every key was
+/// the token's), 0 expired (the others were gone), 2 conflict.
 pub(crate) const MULTI_RELEASE_LUA: &str = concat!(
     next_fence_lua!(),
     handover_lua!(),
     r#"
 local n = #KEYS
 local handover = #ARGV > 2 + 2 * n
-local function arg_of(i, field)
-  return ARGV[3 + 2 * n + 4 * (i - 1) + field]
+local prefix = handover and ARGV[4 + 2 * n]
+local function name_of(i, kind)
+  return prefix .. kind .. string.sub(KEYS[i], #prefix + 2)
 end
 -- One read of the locks and, with the hand-over, their queues' flags.
 local names = {}
 for i = 1, n do
   names[i] = KEYS[i]
   if handover then
-    names[n + i] = arg_of(i, 4)
+    names[n + i] = name_of(i, '-queued:')
   end
 end
 local got = redis.call('MGET', unpack(names))
 local mine, present = 0, 0
-local freed, messages = {}, {}
+local freed, published = {}, {}
 for i = 1, n do
   local v = got[i]
   if v then
@@ -482,20 +516,20 @@ for i = 1, n do
     local sep = string.find(v, ':', 1, true)
     if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
       mine = mine + 1
-      local channel, message = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
       local handed = false
       if handover and got[n + i] then
-        local counter = arg_of(i, 2)
-        local reg, value = next_registration(arg_of(i, 3), arg_of(i, 1))
+        local channel, message = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+        local counter = name_of(i, '-fence:')
+        local reg, value = next_registration(name_of(i, '-queue:'), name_of(i, '-reg:') .. ':')
         if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3 + 2 * n], ARGV[2], channel, message) then
           handed = true
         elseif reg == nil then
-          redis.call('DEL', arg_of(i, 4))
+          redis.call('DEL', names[n + i])
         end
       end
       if not handed then
         freed[#freed + 1] = KEYS[i]
-        messages[#messages + 1] = {channel, message}
+        published[#published + 1] = i
       end
     end
   end
@@ -504,8 +538,17 @@ end
 if #freed > 0 then
   redis.call('DEL', unpack(freed))
 end
-for _, m in ipairs(messages) do
-  redis.pcall(ARGV[2], m[1], m[2])
+-- A PUBLISH that reached nobody tells the rest of that channel's messages
+-- would reach nobody either (nobody subscribes while a script runs).
+local nobody = {}
+for _, i in ipairs(published) do
+  local channel = ARGV[1 + 2 * i]
+  if not nobody[channel] then
+    local heard = redis.pcall(ARGV[2], channel, ARGV[2 + 2 * i])
+    if heard == 0 and ARGV[2] == 'PUBLISH' then
+      nobody[channel] = true
+    end
+  end
 end
 if mine == n then
   return 1

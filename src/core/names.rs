@@ -73,10 +73,15 @@ impl KeyId {
     /// What a stored name carries in its hash tag: `{<sha>}`, or with a
     /// key's hash tag `{<sha(tag)>}:<sha>`.
     pub(crate) fn braced(self) -> String {
-        match self.tag {
-            None => format!("{{{}}}", self.to_hex()),
-            Some(tag) => format!("{{{}}}:{}", hex(&tag), self.to_hex()),
+        let mut s = String::with_capacity(if self.tag.is_some() { 131 } else { 66 });
+        s.push('{');
+        push_hex(&mut s, self.tag.as_ref().unwrap_or(&self.digest));
+        s.push('}');
+        if self.tag.is_some() {
+            s.push(':');
+            push_hex(&mut s, &self.digest);
         }
+        s
     }
 
     /// The id of this key's notification channel on Redis Cluster: the
@@ -140,13 +145,24 @@ fn nibble(c: u8) -> Option<u8> {
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
+    push_hex(&mut s, bytes);
     s
+}
+
+/// Appends the lowercase hex of `bytes` to `s`, 32 bytes at a time
+/// through a buffer on the stack (one copy, not a `push` per digit).
+fn push_hex(s: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for chunk in bytes.chunks(32) {
+        let mut buf = [0u8; 64];
+        for (pair, b) in buf.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 0xf)];
+        }
+        // Hex digits are ASCII: this never fails.
+        s.push_str(std::str::from_utf8(&buf[..2 * chunk.len()]).unwrap_or_default());
+    }
 }
 
 /// Checks a key against the rules of SPEC §2.
@@ -185,7 +201,7 @@ impl LockNames {
         LockNames {
             id,
             lock: lock_name(namespace, &sha),
-            fence: format!("{namespace}:lock-fence:{sha}"),
+            fence: [namespace, ":lock-fence:", &sha].concat(),
             queue: QueueNames::new(namespace, "lock", &sha),
         }
     }
@@ -207,9 +223,9 @@ pub(crate) struct QueueNames {
 impl QueueNames {
     fn new(namespace: &str, kind: &str, sha: &str) -> Self {
         QueueNames {
-            list: format!("{namespace}:{kind}-queue:{sha}"),
-            flag: format!("{namespace}:{kind}-queued:{sha}"),
-            reg_prefix: format!("{namespace}:{kind}-reg:{sha}:"),
+            list: [namespace, ":", kind, "-queue:", sha].concat(),
+            flag: [namespace, ":", kind, "-queued:", sha].concat(),
+            reg_prefix: [namespace, ":", kind, "-reg:", sha, ":"].concat(),
         }
     }
 
@@ -306,7 +322,14 @@ impl Handover {
 
 /// `<ns>:lock:{<sha>}` (`braced`: [`KeyId::braced`])
 fn lock_name(namespace: &str, braced: &str) -> String {
-    format!("{namespace}:lock:{braced}")
+    [namespace, ":lock:", braced].concat()
+}
+
+/// `<ns>:lock`, what every name of a key's lock starts with: the lock is
+/// `<ns>:lock:{<sha>}`, the others `<ns>:lock-<kind>:{<sha>}` (the
+/// multi-key release builds them from it, docs/MULTIKEY.md §14).
+pub(crate) fn lock_prefix(namespace: &str) -> String {
+    [namespace, ":lock"].concat()
 }
 
 /// `<ns>:sem:{<sha>}:`
@@ -693,7 +716,7 @@ impl HeldTarget {
                 self.members
                     .iter()
                     .flat_map(|m| m.iter())
-                    .map(|id| LockNames::new(namespace, *id))
+                    .map(|id| (*id, lock_name(namespace, &id.braced())))
                     .collect(),
             ),
         }
@@ -712,8 +735,9 @@ pub(crate) enum HeldNames {
     Reader(RwNames),
     /// An election's leader: released by its resign.
     Election(ElectNames),
-    /// A multi-key lease's keys, in its caller's order.
-    Multi(Vec<LockNames>),
+    /// A multi-key lease's keys and their lock names, in its caller's
+    /// order.
+    Multi(Vec<(KeyId, String)>),
 }
 
 impl HeldNames {
@@ -786,7 +810,7 @@ pub(crate) enum Channel {
 impl Channel {
     pub(crate) fn name(self, namespace: &str, id: KeyId) -> String {
         match self {
-            Channel::Standalone => format!("{namespace}:lock-released"),
+            Channel::Standalone => [namespace, ":lock-released"].concat(),
             Channel::Sharded => {
                 format!("{namespace}:lock-released:{{{}}}", id.channel_id().to_hex())
             }
@@ -1007,15 +1031,34 @@ mod tests {
         let set = KeySet::of(&["b", "a"], 100, false).unwrap();
         let multi = Target::multi("ns", set.clone()).held();
         assert_eq!(multi.line(), set.line());
-        let names = vec![
-            LockNames::new("ns", KeyId::of("b")),
-            LockNames::new("ns", KeyId::of("a")),
-        ];
+        let names: Vec<(KeyId, String)> = ["b", "a"]
+            .map(|k| (KeyId::of(k), LockNames::new("ns", KeyId::of(k)).lock))
+            .to_vec();
         assert!(matches!(multi.names("ns"), HeldNames::Multi(n) if n == names));
         assert_eq!(multi.names("ns").lease_key(), None);
         // What a tracked lease keeps: no strings; the key's digest and its
         // hash tag's, the kind, a permit's slot, a set's keys: 112 bytes.
         assert!(std::mem::size_of::<HeldTarget>() <= 112);
+    }
+
+    /// The multi-key release builds a key's counter and queue names from
+    /// its lock name and `lock_prefix` (MULTI_RELEASE_LUA): they must be
+    /// the names every other script uses, with and without a hash tag.
+    #[test]
+    fn every_lock_name_is_the_lock_prefix_a_kind_and_the_lock_names_tail() {
+        for id in [KeyId::of("k"), KeyId::named("a{tag}b", true)] {
+            let names = LockNames::new("my:ns", id);
+            let prefix = lock_prefix("my:ns");
+            let tail = names
+                .lock
+                .strip_prefix(&format!("{prefix}:"))
+                .expect("the lock starts with the prefix");
+            let built = |kind: &str| [prefix.as_str(), kind, tail].concat();
+            assert_eq!(built("-fence:"), names.fence);
+            assert_eq!(built("-queue:"), names.queue.list);
+            assert_eq!(built("-queued:"), names.queue.flag);
+            assert_eq!(built("-reg:") + ":", names.queue.reg_prefix);
+        }
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl Core {
             }
             (HeldNames::Election(names), _) => resign_call(&names, owned.token, namespace, channel),
             (HeldNames::Multi(names), _) => multi_release_call(
-                &names,
+                names,
                 owned.token,
                 namespace,
                 channel,
@@ -135,7 +135,8 @@ impl Core {
                 return Ok(ScriptCall::rw_read_renew(&names, owned.token, lease_ms));
             }
             HeldNames::Multi(names) => {
-                return Ok(multi_renew_call(&names, owned.token, lease_ms));
+                let locks = names.into_iter().map(|(_, lock)| lock).collect();
+                return Ok(multi_renew_call(locks, owned.token, lease_ms));
             }
             names => match names.lease_key() {
                 Some(key) => key,

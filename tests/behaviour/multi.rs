@@ -13,8 +13,9 @@ use redlease::{Error, ReleaseOutcome, RenewOutcome};
 
 use super::common::{
     config, connect, exists, fence_name, get, granted, key_sha, lock_name, namespace, no_wait,
-    polls_off, refused, spawn, token_of, waiting, BOUND,
+    polls_off, refused, release_channel, spawn, token_of, waiting, BOUND,
 };
+use super::fences::{calls, lock_commands};
 use super::front::Front;
 use crate::support::{wait_until, RedisServer};
 
@@ -534,4 +535,146 @@ pub(crate) fn a_multi_key_waiter_takes_its_turn_in_a_held_keys_queue<F: Front>()
         *order.lock().unwrap(),
         ["first single", "multi", "second single"]
     );
+}
+
+/// An uncontended multi-key cycle of three keys costs Redis one `MSET` of
+/// the counters (once they exist), a `SET` per lock, one `DEL` and, with
+/// nobody subscribed to the release channel, one `PUBLISH` (the first
+/// reached nobody, so the others would not either). With a subscriber,
+/// every key's release message goes out, in the keys' order.
+pub(crate) fn an_uncontended_multi_key_cycle_sets_counters_at_once_and_publishes_what_is_heard<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-cost");
+    let locker: F = connect(&server, config(&ns));
+    let keys = ["a", "b", "c"];
+    // Warm: the scripts are cached and the counters exist.
+    let lease = granted(locker.acquire_all_with(&keys, no_wait()), "warm-up");
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+
+    server.reset_stats();
+    let lease = granted(locker.acquire_all_with(&keys, no_wait()), "all three");
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+    let cycle = |publish: u64| {
+        calls(&[
+            ("evalsha", 2),
+            ("mget", 2),
+            ("time", 1),
+            ("mset", 1),
+            ("set", 3),
+            ("del", 1),
+            ("publish", publish),
+        ])
+    };
+    assert_eq!(
+        lock_commands(&server.commandstats()),
+        cycle(1),
+        "one uncontended cycle, nobody listening"
+    );
+
+    let mut conn = server.conn();
+    let mut subscriber = conn.as_pubsub();
+    subscriber
+        .subscribe(release_channel(&ns))
+        .expect("SUBSCRIBE on the test redis");
+    subscriber
+        .set_read_timeout(Some(BOUND))
+        .expect("a bounded read");
+    server.reset_stats();
+    let lease = granted(locker.acquire_all_with(&keys, no_wait()), "all three");
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        lock_commands(&server.commandstats()),
+        cycle(3),
+        "one uncontended cycle, someone listening"
+    );
+    let heard: Vec<String> = (0..keys.len())
+        .map(|_| {
+            let message = subscriber.get_message().expect("a release message");
+            message.get_payload().expect("a text payload")
+        })
+        .collect();
+    let expected: Vec<String> = keys.iter().map(|k| key_sha(k)).collect();
+    assert_eq!(heard, expected, "each key's release message");
+}
+
+/// The grant computes every counter's next fence by SPEC §3's rule
+/// (`max(counter + 1, TIME in ms × 1000)`) and writes the counters read
+/// as plain integers in one `MSET`: a counter below the floor gets the
+/// floor, one above it moves by one, a missing one is created at the floor
+/// (`SET NX`), one past 2^53 goes through `INCR`. A counter that is not
+/// an integer is refused with nothing held. With a `fence_counter_ttl`
+/// every counter is set on its own with that expiry; without one, a
+/// counter written by the `MSET` keeps no expiry another locker gave it.
+pub(crate) fn the_multi_key_grant_moves_each_counter_by_the_fence_rule<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-counters");
+    let keys = ["below", "above", "missing", "huge", "expiring"];
+    let locks: Vec<String> = keys.iter().map(|k| lock_name(&ns, k)).collect();
+    let counters: Vec<String> = keys.iter().map(|k| fence_name(&ns, k)).collect();
+    let mut names = locks.clone();
+    names.extend(counters.iter().cloned());
+    let token = "0123456789abcdef0123456789abcdef";
+    let acquire = |ttl: &str| {
+        let args = [token, "5000", ttl, "0", "0"].map(String::from).to_vec();
+        eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, &args)
+    };
+    let set = |name: &str, value: &str| server.query(redis::cmd("SET").arg(name).arg(value));
+    let free = || server.query(redis::cmd("DEL").arg(&locks));
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    let floor = secs * 1_000_000 + micros / 1000 * 1000;
+    let above = floor + 5_000_000_000;
+    set(&counters[0], "5");
+    set(&counters[1], &above.to_string());
+    set(&counters[3], "9007199254740993");
+    server.query(
+        redis::cmd("SET")
+            .arg(&counters[4])
+            .arg("7")
+            .arg("PX")
+            .arg(600_000),
+    );
+
+    server.reset_stats();
+    let fences = granted_fences(&acquire("0"));
+    let floored = |fence: u64| fence >= floor && fence.is_multiple_of(1000);
+    assert!(floored(fences[0]), "below the floor: the floor, {fences:?}");
+    assert_eq!(fences[1], above + 1, "above the floor: by one");
+    assert!(floored(fences[2]), "missing: the floor, {fences:?}");
+    assert_eq!(fences[3], 9_007_199_254_740_994, "past 2^53: INCR");
+    assert!(floored(fences[4]), "{fences:?}");
+    for ((counter, lock), fence) in counters.iter().zip(&locks).zip(&fences) {
+        assert_eq!(get(&server, counter), Some(fence.to_string()));
+        assert_eq!(get(&server, lock), Some(format!("{token}:{fence}")));
+    }
+    let stats = server.commandstats();
+    assert_eq!(stats.get("mset"), Some(&1), "one MSET: {stats:?}");
+    assert_eq!(stats.get("incr"), Some(&1), "{stats:?}");
+    assert_eq!(
+        super::common::pttl(&server, &counters[4]),
+        -1,
+        "written by the MSET: no expiry"
+    );
+
+    free();
+    let fences_ttl = granted_fences(&acquire("90000"));
+    assert!(fences_ttl.iter().zip(&fences).all(|(a, b)| a > b));
+    for counter in &counters {
+        let ttl = super::common::pttl(&server, counter);
+        assert!(ttl > 0 && ttl <= 90_000, "the configured expiry: {ttl}");
+    }
+
+    free();
+    set(&counters[2], "not-a-number");
+    let refused: redis::RedisResult<Value> = redis::cmd("EVAL")
+        .arg(super::fences::script_lua("MULTI_ACQUIRE_LUA"))
+        .arg(names.len())
+        .arg(&names)
+        .arg(&[token, "5000", "0", "0", "0"])
+        .query(&mut server.conn());
+    assert!(refused.is_err(), "not an integer: refused, {refused:?}");
+    for lock in &locks {
+        assert!(!exists(&server, lock), "nothing held");
+    }
 }

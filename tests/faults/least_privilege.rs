@@ -28,7 +28,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 36] = [
+const COMMANDS: [&str; 37] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -38,10 +38,12 @@ const COMMANDS: [&str; 36] = [
     "+evalsha",
     "+eval",
     "+script|load",
-    // inside the scripts (MGET: the semaphore's scripts read every slot)
+    // inside the scripts (MGET: the semaphore's scripts read every slot;
+    // MSET: a multi-key grant writes its keys' counters at once)
     "+get",
     "+mget",
     "+set",
+    "+mset",
     "+del",
     "+incr",
     "+pexpire",

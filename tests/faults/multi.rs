@@ -321,11 +321,13 @@ pub(crate) fn restart_with_data_loss_mid_loop_keeps_fences_increasing_and_holds_
     assert!(lock_values(&server, &ns).iter().all(Option::is_none));
 }
 
-/// Whether `c` is a multi-key acquire (with the hand-over: four names a
-/// key) of [`KEYS`] in `ns` by `token`.
+/// Whether `c` is a multi-key acquire (two names a key: lock and counter;
+/// four when it registers in the hand-over queues) of [`KEYS`] in `ns` by
+/// `token`.
 fn is_multi_acquire_by(c: &Monitored, ns: &str, token: &str) -> bool {
     matches!(c.script_call(), Some((keys, args))
-        if keys.len() == 4 * KEYS.len() && keys[0] == lock_name(ns, KEYS[0]) && args[0] == token)
+        if (keys.len() == 2 * KEYS.len() || keys.len() == 4 * KEYS.len())
+            && keys[0] == lock_name(ns, KEYS[0]) && args[0] == token)
 }
 
 /// Whether `c` is a multi-key release of [`KEYS`] in `ns` by `token` (a

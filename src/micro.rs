@@ -61,6 +61,56 @@ pub fn line_round(now: Instant, waiters: usize) -> usize {
     grants
 }
 
+/// The async locker's own connection to one server (`src/aio/driven.rs`),
+/// bare, for its tests: opened and set up as the locker opens it.
+#[cfg(feature = "aio")]
+#[derive(Clone)]
+pub struct DrivenConnection(crate::aio::driven::DrivenConnection);
+
+#[cfg(feature = "aio")]
+impl std::fmt::Debug for DrivenConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DrivenConnection").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "aio")]
+impl DrivenConnection {
+    /// Opens one to `url` (plain TCP or a unix socket) over RESP3.
+    pub async fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Self> {
+        let info = redis::IntoConnectionInfo::into_connection_info(url)?;
+        let client = crate::driver::target::resp3(info)?;
+        let conn =
+            crate::aio::driven::DrivenConnection::connect(client.get_connection_info(), timeout);
+        conn.await.map(DrivenConnection)
+    }
+
+    /// Whether it is open, after reading what came in while it was idle.
+    pub fn is_open(&self) -> bool {
+        self.0.is_open()
+    }
+}
+
+#[cfg(feature = "aio")]
+impl redis::aio::ConnectionLike for DrivenConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // one real instant for the round
 mod tests {

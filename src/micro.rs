@@ -1,6 +1,7 @@
 //! Hooks for the core micro-benchmarks in `examples/bench` (feature
 //! `bench-hooks`, hidden: not part of the API, no stability promise). Each runs
-//! one unit of the sans-IO core's work so that the benchmark can time it.
+//! one unit of the sans-IO core's work so that the benchmark can time it;
+//! and the async front end's connection, bare, for its tests.
 
 use std::time::{Duration, Instant};
 

@@ -33,19 +33,20 @@
 //! TLS keeps the redis crate's connection: it does not make its TLS stream
 //! public.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::{select, Either};
 use futures::task::{ArcWake, AtomicWaker};
 use parking_lot::Mutex;
 use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
+
+use crate::driver::replies::{dropped, Replies};
 
 /// One connection; clones share it.
 #[derive(Clone)]
@@ -60,10 +61,36 @@ struct Inner {
     readiness: Arc<Readiness>,
 }
 
-enum Socket {
-    Tcp(Arc<async_io::Async<std::net::TcpStream>>),
-    #[cfg(unix)]
-    Unix(Arc<async_io::Async<std::os::unix::net::UnixStream>>),
+/// The socket, TCP or unix.
+type Socket = Arc<dyn Wire>;
+
+/// What the connection does with its socket.
+trait Wire: Send + Sync {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write(&self, buf: &[u8]) -> io::Result<usize>;
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+impl<S: Send + Sync> Wire for async_io::Async<S>
+where
+    for<'a> &'a S: Read + Write,
+{
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.get_ref().read(buf)
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.get_ref().write(buf)
+    }
+
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        async_io::Async::poll_readable(self, cx)
+    }
+
+    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        async_io::Async::poll_writable(self, cx)
+    }
 }
 
 /// The waker registered with async-io's reactor: notes the socket ready,
@@ -81,38 +108,16 @@ impl ArcWake for Readiness {
     }
 }
 
-/// Requests not yet written, the parser, and the reply slots by request
-/// order: `slots[..answered]` have their reply (or were taken), the rest
-/// wait, the first of them for the next reply.
+/// Requests not yet written, the parser and the reply slots.
 struct State {
     out: Vec<u8>,
     parser: redis::Parser,
     /// The last read found the socket empty: read again after a wake.
     drained: bool,
-    slots: VecDeque<Slot>,
-    /// The id of `slots[0]`; ids follow request order.
-    first: u64,
-    answered: usize,
-    ended: bool,
-}
-
-enum Slot {
-    Waiting {
-        /// Replies to pass over first (a pipeline's `offset`).
-        skip: usize,
-        /// `None`: one command; `Some(n)`: a pipeline's `n` replies.
-        count: Option<usize>,
-        got: Vec<Value>,
-        waker: Option<Waker>,
-        /// Its future was dropped: the reply is read and discarded.
-        dropped: bool,
-    },
-    Answered(RedisResult<Value>),
-    Gone,
+    replies: Replies,
 }
 
 /// What a request sends.
-#[derive(Clone, Copy)]
 enum Outgoing<'a> {
     Cmd(&'a redis::Cmd),
     Pipeline(&'a redis::Pipeline, usize, usize),
@@ -121,168 +126,17 @@ enum Outgoing<'a> {
 /// The most replies parsed in one poll before letting other tasks run.
 const REPLIES_PER_POLL: usize = 64;
 
-fn dropped() -> redis::RedisError {
-    io::Error::from(io::ErrorKind::BrokenPipe).into()
-}
-
 impl State {
     fn queue(&mut self, send: Outgoing<'_>) -> u64 {
-        let (skip, count) = match send {
+        match send {
             Outgoing::Cmd(cmd) => {
                 cmd.write_packed_command(&mut self.out);
-                (0, None)
+                self.replies.queue(0, None)
             }
             Outgoing::Pipeline(pipeline, offset, count) => {
                 self.out.extend_from_slice(&pipeline.get_packed_pipeline());
-                (offset, Some(count))
+                self.replies.queue(offset, Some(count))
             }
-        };
-        self.slots.push_back(Slot::Waiting {
-            skip,
-            count,
-            got: Vec::new(),
-            waker: None,
-            dropped: false,
-        });
-        self.first + self.slots.len() as u64 - 1
-    }
-
-    fn slot(&mut self, id: u64) -> Option<&mut Slot> {
-        let index = usize::try_from(id.checked_sub(self.first)?).ok()?;
-        self.slots.get_mut(index)
-    }
-
-    /// The reply of `id`, once it came.
-    fn take(&mut self, id: u64) -> Option<RedisResult<Value>> {
-        let slot = self.slot(id)?;
-        if !matches!(slot, Slot::Answered(_)) {
-            return None;
-        }
-        let Slot::Answered(result) = std::mem::replace(slot, Slot::Gone) else {
-            return None;
-        };
-        self.trim();
-        Some(result)
-    }
-
-    fn trim(&mut self) {
-        while self.answered > 0 && matches!(self.slots.front(), Some(Slot::Gone)) {
-            self.slots.pop_front();
-            self.first += 1;
-            self.answered -= 1;
-        }
-    }
-
-    /// Hands a reply to the oldest waiting slot (`me` is the polling
-    /// command: not woken). Pushes are out of band (no subscriptions here).
-    fn dispatch(&mut self, value: Value, me: u64) {
-        if let Value::Push { .. } = value {
-            return;
-        }
-        let Some(Slot::Waiting {
-            skip, count, got, ..
-        }) = self.slots.get_mut(self.answered)
-        else {
-            return;
-        };
-        if *skip > 0 {
-            *skip -= 1;
-            return;
-        }
-        let result = match count {
-            None => value,
-            Some(n) => {
-                got.push(value);
-                if got.len() < *n {
-                    return;
-                }
-                Value::Array(std::mem::take(got))
-            }
-        };
-        self.answer(Ok(result), me);
-    }
-
-    fn answer(&mut self, result: RedisResult<Value>, me: u64) {
-        let id = self.first + self.answered as u64;
-        let Some(slot) = self.slots.get_mut(self.answered) else {
-            return;
-        };
-        self.answered += 1;
-        match std::mem::replace(slot, Slot::Gone) {
-            Slot::Waiting { dropped: true, .. } => self.trim(),
-            Slot::Waiting { waker, .. } => {
-                *slot = Slot::Answered(result);
-                match waker {
-                    Some(waker) if id != me => waker.wake(),
-                    _ => {}
-                }
-            }
-            other => *slot = other,
-        }
-    }
-
-    /// Ends the connection: the oldest waiting command gets `error`, the
-    /// rest a broken pipe.
-    fn fail(&mut self, error: redis::RedisError, me: u64) {
-        self.ended = true;
-        let mut error = Some(error);
-        while self.answered < self.slots.len() {
-            let live = matches!(
-                self.slots[self.answered],
-                Slot::Waiting { dropped: false, .. }
-            );
-            let this = if live { error.take() } else { None };
-            self.answer(Err(this.unwrap_or_else(dropped)), me);
-        }
-    }
-
-    /// Wakes the oldest waiting command, to take the driver's role.
-    fn wake_next(&self) {
-        let waiting = self.slots.iter().skip(self.answered);
-        for slot in waiting {
-            if let Slot::Waiting {
-                dropped: false,
-                waker: Some(waker),
-                ..
-            } = slot
-            {
-                waker.wake_by_ref();
-                return;
-            }
-        }
-    }
-}
-
-impl Socket {
-    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.get_ref().read(buf),
-            #[cfg(unix)]
-            Socket::Unix(s) => s.get_ref().read(buf),
-        }
-    }
-
-    fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.get_ref().write(buf),
-            #[cfg(unix)]
-            Socket::Unix(s) => s.get_ref().write(buf),
-        }
-    }
-
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self {
-            Socket::Tcp(s) => s.poll_readable(cx),
-            #[cfg(unix)]
-            Socket::Unix(s) => s.poll_readable(cx),
-        }
-    }
-
-    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self {
-            Socket::Tcp(s) => s.poll_writable(cx),
-            #[cfg(unix)]
-            Socket::Unix(s) => s.poll_writable(cx),
         }
     }
 }
@@ -328,7 +182,7 @@ impl Inner {
         let waker = futures::task::waker_ref(&self.readiness);
         let mut cx = Context::from_waker(&waker);
         if let Err(e) = self.flush(state, &mut cx) {
-            return state.fail(e.into(), me);
+            return state.replies.fail(e.into(), me);
         }
         for _ in 0..REPLIES_PER_POLL {
             let State {
@@ -342,8 +196,8 @@ impl Inner {
             };
             match parser.parse_value(&mut reader) {
                 Ok(value) => {
-                    state.dispatch(value, me);
-                    if matches!(state.slot(me), Some(Slot::Answered(_))) {
+                    state.replies.handle_reply(value, me);
+                    if state.replies.is_answered(me) {
                         return;
                     }
                 }
@@ -352,11 +206,11 @@ impl Inner {
                 // (noted by `woken`) lets the next read through.
                 Err(_) if reader.blocked => match self.socket.poll_readable(&mut cx) {
                     Poll::Ready(Ok(())) => state.drained = false,
-                    Poll::Ready(Err(e)) => return state.fail(e.into(), me),
+                    Poll::Ready(Err(e)) => return state.replies.fail(e.into(), me),
                     Poll::Pending if self.readiness.woken.load(Ordering::Acquire) => {}
                     Poll::Pending => return,
                 },
-                Err(e) => return state.fail(e, me),
+                Err(e) => return state.replies.fail(e, me),
             }
         }
         // Replies keep coming: the rest on the next poll.
@@ -395,14 +249,14 @@ impl DrivenConnection {
                     let tcp = Arc::new(connect_tcp(host, *port).await?);
                     tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
                     set_up(settings, &tcp).await?;
-                    Socket::Tcp(tcp)
+                    tcp as Socket
                 }
                 #[cfg(unix)]
                 redis::ConnectionAddr::Unix(path) => {
                     let unix = async_io::Async::<std::os::unix::net::UnixStream>::connect(path);
                     let unix = Arc::new(unix.await?);
                     set_up(settings, &unix).await?;
-                    Socket::Unix(unix)
+                    unix as Socket
                 }
                 _ => {
                     return Err((redis::ErrorKind::Client, "not a plain TCP or unix socket").into())
@@ -417,10 +271,7 @@ impl DrivenConnection {
             out: Vec::new(),
             parser: redis::Parser::new(),
             drained: false,
-            slots: VecDeque::new(),
-            first: 0,
-            answered: 0,
-            ended: false,
+            replies: Replies::default(),
         };
         Ok(DrivenConnection {
             inner: Arc::new(Inner {
@@ -440,11 +291,11 @@ impl DrivenConnection {
         let Some(mut state) = self.inner.state.try_lock() else {
             return true;
         };
-        if !state.ended && state.answered == state.slots.len() {
+        if !state.replies.ended() && !state.replies.any_waiting() {
             state.drained = false;
             self.inner.drive(&mut state, u64::MAX, false);
         }
-        !state.ended
+        !state.replies.ended()
     }
 
     fn request<'a>(&'a self, send: Outgoing<'a>) -> Request<'a> {
@@ -530,7 +381,7 @@ struct Request<'a> {
     inner: &'a Inner,
     /// Until queued.
     send: Option<Outgoing<'a>>,
-    /// Once queued.
+    /// Queued, not yet answered.
     id: Option<u64>,
 }
 
@@ -543,45 +394,34 @@ impl Future for Request<'_> {
         let mut state = inner.state.lock();
         let id = match (this.id, this.send.take()) {
             (Some(id), _) => id,
-            (None, Some(send)) if !state.ended => *this.id.insert(state.queue(send)),
+            (None, Some(send)) if !state.replies.ended() => *this.id.insert(state.queue(send)),
             (None, _) => return Poll::Ready(Err(dropped())),
         };
-        match state.slot(id) {
-            Some(Slot::Waiting { waker, .. }) => {
-                if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    *waker = Some(cx.waker().clone());
-                }
-                inner.readiness.driver.register(cx.waker());
-                inner.drive(&mut state, id, true);
-            }
-            Some(_) => {}
-            None => return Poll::Ready(Err(dropped())),
+        let waiting = state.replies.waits(id, cx.waker());
+        if waiting {
+            inner.readiness.driver.register(cx.waker());
+            inner.drive(&mut state, id, true);
         }
-        match state.take(id) {
+        match state.replies.take(id) {
             Some(result) => {
-                state.wake_next();
+                this.id = None;
+                state.replies.wake_next();
                 Poll::Ready(result)
             }
-            None => Poll::Pending,
+            None if waiting => Poll::Pending,
+            None => Poll::Ready(Err(dropped())),
         }
     }
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        let Some(id) = self.id else { return };
-        let mut state = self.inner.state.lock();
-        match state.slot(id) {
-            Some(Slot::Waiting { dropped, waker, .. }) => {
-                *dropped = true;
-                *waker = None;
-            }
-            Some(slot @ Slot::Answered(_)) => *slot = Slot::Gone,
-            _ => return,
+        if let Some(id) = self.id {
+            let mut state = self.inner.state.lock();
+            state.replies.abandon(id);
+            // It may have been the one reading.
+            state.replies.wake_next();
         }
-        state.trim();
-        // It may have been the driver.
-        state.wake_next();
     }
 }
 
@@ -597,11 +437,8 @@ impl redis::aio::ConnectionLike for DrivenConnection {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         if pipeline.is_transaction() {
-            let refused = (
-                redis::ErrorKind::Client,
-                "no transactions on this connection",
-            );
-            return Box::pin(std::future::ready(Err(refused.into())));
+            let refused = (redis::ErrorKind::Client, "no transactions here").into();
+            return Box::pin(std::future::ready(Err(refused)));
         }
         let request = self.request(Outgoing::Pipeline(pipeline, offset, count));
         Box::pin(async move {

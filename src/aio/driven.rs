@@ -4,34 +4,25 @@
 //!
 //! The redis crate's multiplexed connection passes each command through a
 //! channel to its driver and each reply back through a oneshot, its codec
-//! behind a compat layer: a sixth of the async cycle's CPU, more than
-//! anything but the reactor (`perf`, issue 22, BENCHMARKS "Async vs
-//! blocking"). Here a command is packed straight into the write buffer
-//! (`Cmd::write_packed_command`) and written by the future that sends it;
-//! replies are parsed by the redis crate's [`redis::Parser`] (the one its
-//! sync connection uses) and handed, in order, to a queue of reply slots.
-//! All of it happens under one lock, by whichever waiting future is polled.
+//! behind a compat layer: a sixth of the async cycle's CPU (`perf`, issue
+//! 22, BENCHMARKS "Async vs blocking"). Here a request is packed straight
+//! into the write buffer and written by the future that sends it; replies
+//! are parsed by the redis crate's [`redis::Parser`] (as on its sync
+//! connection) and handed in order to the reply slots
+//! ([`Replies`](crate::driver::replies)), all under one lock, by whichever
+//! waiting future is polled.
 //!
-//! **Waking.** The socket's readiness wakes the last command that polled
-//! (the driver); a command that got its reply, or was dropped, while
-//! others wait wakes the oldest of them, which takes the role. Under
-//! `smol::block_on` or async-std a round trip costs one context switch,
-//! elsewhere (`futures::executor`, tokio) two, as readiness comes from
-//! async-io's reactor thread.
+//! **Waking.** The socket's readiness wakes the last request that polled;
+//! one that got its reply, or was dropped, while others wait wakes the
+//! oldest of them, which reads for them. Under `smol::block_on` or
+//! async-std a round trip costs one context switch, elsewhere
+//! (`futures::executor`, tokio) two: readiness comes from async-io's thread.
 //!
 //! **Reads.** A read that fills less than its buffer has drained the
-//! socket: the next one waits for the reactor's wake instead of asking the
-//! socket (an `EAGAIN` per reply otherwise), so a reply costs one `recv`.
-//!
-//! **Failures.** The end of the stream, a read or write error or garbage
-//! ends the connection: the oldest waiting command gets the error, the
-//! others and every later one a broken pipe (`is_connection_dropped`). A
-//! dropped command's reply is still read, and discarded, so replies never
-//! shift. While no command waits nothing reads the socket; a close by the
-//! server meanwhile is seen by [`DrivenConnection::is_open`].
-//!
-//! TLS keeps the redis crate's connection: it does not make its TLS stream
-//! public.
+//! socket: the next waits for the reactor's wake, so a reply costs one
+//! `recv`. While no request waits nothing reads the socket; a close by the
+//! server meanwhile is seen by [`DrivenConnection::is_open`]. TLS keeps the
+//! redis crate's connection (its TLS stream is not public).
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -46,7 +37,7 @@ use futures::task::{ArcWake, AtomicWaker};
 use parking_lot::Mutex;
 use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
 
-use crate::driver::replies::{dropped, Replies};
+use crate::driver::replies::{dropped, Outgoing, Replies};
 
 /// One connection; clones share it.
 #[derive(Clone)]
@@ -117,29 +108,8 @@ struct State {
     replies: Replies,
 }
 
-/// What a request sends.
-enum Outgoing<'a> {
-    Cmd(&'a redis::Cmd),
-    Pipeline(&'a redis::Pipeline, usize, usize),
-}
-
 /// The most replies parsed in one poll before letting other tasks run.
 const REPLIES_PER_POLL: usize = 64;
-
-impl State {
-    fn queue(&mut self, send: Outgoing<'_>) -> u64 {
-        match send {
-            Outgoing::Cmd(cmd) => {
-                cmd.write_packed_command(&mut self.out);
-                self.replies.queue(0, None)
-            }
-            Outgoing::Pipeline(pipeline, offset, count) => {
-                self.out.extend_from_slice(&pipeline.get_packed_pipeline());
-                self.replies.queue(offset, Some(count))
-            }
-        }
-    }
-}
 
 /// The socket as the parser reads it: after a read that drained it, says
 /// `WouldBlock` without a syscall until the reactor woke the connection.
@@ -204,7 +174,7 @@ impl Inner {
                 Err(_) if reader.blocked && !wait => return,
                 // Registered with the reactor; a wake that came meanwhile
                 // (noted by `woken`) lets the next read through.
-                Err(_) if reader.blocked => match self.socket.poll_readable(&mut cx) {
+                Err(_) if reader.blocked => match self.register(&mut cx) {
                     Poll::Ready(Ok(())) => state.drained = false,
                     Poll::Ready(Err(e)) => return state.replies.fail(e.into(), me),
                     Poll::Pending if self.readiness.woken.load(Ordering::Acquire) => {}
@@ -215,6 +185,19 @@ impl Inner {
         }
         // Replies keep coming: the rest on the next poll.
         self.readiness.driver.wake();
+    }
+
+    /// Asks the reactor to wake the connection when the socket is readable.
+    /// `Ready` without a wake is the event whose data was read already
+    /// (async-io keeps it until the next registration): registers again
+    /// rather than read for an `EAGAIN`.
+    fn register(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.socket.poll_readable(cx) {
+            Poll::Ready(Ok(())) if !self.readiness.woken.load(Ordering::Acquire) => {
+                self.socket.poll_readable(cx)
+            }
+            other => other,
+        }
     }
 
     /// Writes the queued requests, or registers for the socket to be
@@ -394,7 +377,10 @@ impl Future for Request<'_> {
         let mut state = inner.state.lock();
         let id = match (this.id, this.send.take()) {
             (Some(id), _) => id,
-            (None, Some(send)) if !state.replies.ended() => *this.id.insert(state.queue(send)),
+            (None, Some(send)) if !state.replies.ended() => {
+                let State { out, replies, .. } = &mut *state;
+                *this.id.insert(replies.queue(send, out))
+            }
             (None, _) => return Poll::Ready(Err(dropped())),
         };
         let waiting = state.replies.waits(id, cx.waker());

@@ -40,9 +40,27 @@ pub(crate) fn dropped() -> RedisError {
     std::io::Error::from(std::io::ErrorKind::BrokenPipe).into()
 }
 
+/// What a request sends.
+pub(crate) enum Outgoing<'a> {
+    Cmd(&'a redis::Cmd),
+    /// A pipeline, and which of its replies to keep (`offset`, `count`).
+    Pipeline(&'a redis::Pipeline, usize, usize),
+}
+
 impl Replies {
-    /// Adds a request's slot (its bytes were queued for writing); its id.
-    pub(crate) fn queue(&mut self, skip: usize, count: Option<usize>) -> u64 {
+    /// Packs `send` at the end of `out` (the bytes to write) and adds its
+    /// slot; its id.
+    pub(crate) fn queue(&mut self, send: Outgoing<'_>, out: &mut Vec<u8>) -> u64 {
+        let (skip, count) = match send {
+            Outgoing::Cmd(cmd) => {
+                cmd.write_packed_command(out);
+                (0, None)
+            }
+            Outgoing::Pipeline(pipeline, offset, count) => {
+                out.extend_from_slice(&pipeline.get_packed_pipeline());
+                (offset, Some(count))
+            }
+        };
         self.slots.push_back(Slot::Waiting {
             skip,
             count,
@@ -205,13 +223,29 @@ mod tests {
         Value::SimpleString(s.into())
     }
 
+    fn queue(replies: &mut Replies, skip: usize, count: Option<usize>) -> u64 {
+        let (cmd, mut pipe, mut out) = (redis::cmd("PING"), redis::pipe(), Vec::new());
+        let send = match count {
+            None => Outgoing::Cmd(&cmd),
+            Some(n) => {
+                for _ in 0..skip + n {
+                    pipe.cmd("PING");
+                }
+                Outgoing::Pipeline(&pipe, skip, n)
+            }
+        };
+        let id = replies.queue(send, &mut out);
+        assert!(out.starts_with(b"*1\r\n$4\r\nPING\r\n"), "packed");
+        id
+    }
+
     #[test]
     fn replies_go_to_the_requests_in_order_past_dropped_ones_and_pipeline_offsets() {
         let mut replies = Replies::default();
-        let a = replies.queue(0, None);
-        let dropped = replies.queue(0, None);
-        let pipe = replies.queue(1, Some(2));
-        let b = replies.queue(0, None);
+        let a = queue(&mut replies, 0, None);
+        let dropped = queue(&mut replies, 0, None);
+        let pipe = queue(&mut replies, 1, Some(2));
+        let b = queue(&mut replies, 0, None);
         replies.abandon(dropped);
         for reply in ["a", "for the dropped one", "skipped", "p1", "p2", "b"] {
             replies.handle_reply(text(reply), u64::MAX);
@@ -230,9 +264,9 @@ mod tests {
     #[test]
     fn an_end_fails_the_oldest_waiting_request_with_the_error_and_the_rest_as_dropped() {
         let mut replies = Replies::default();
-        let done = replies.queue(0, None);
+        let done = queue(&mut replies, 0, None);
         replies.handle_reply(text("done"), u64::MAX);
-        let (first, second) = (replies.queue(0, None), replies.queue(0, None));
+        let (first, second) = (queue(&mut replies, 0, None), queue(&mut replies, 0, None));
         let eof: RedisError = std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into();
         replies.fail(eof, u64::MAX);
         assert!(replies.ended());

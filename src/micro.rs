@@ -90,25 +90,18 @@ impl DrivenConnection {
     pub fn is_open(&self) -> bool {
         self.0.is_open()
     }
-}
 
-#[cfg(feature = "aio")]
-impl redis::aio::ConnectionLike for DrivenConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        self.0.req_packed_command(cmd)
+    /// Sends `cmd`; its reply.
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        cmd.query_async(&mut self.0.clone()).await
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<Value>> {
-        self.0.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.0.get_db()
+    /// Sends `pipe`; its replies.
+    pub async fn pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        pipe.query_async(&mut self.0.clone()).await
     }
 }
 

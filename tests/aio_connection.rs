@@ -23,8 +23,8 @@ fn open(url: &str) -> DrivenConnection {
     block_on(DrivenConnection::connect(url, BOUND)).expect("connects")
 }
 
-async fn echo(mut conn: DrivenConnection, text: String) -> RedisResult<String> {
-    redis::cmd("ECHO").arg(&text).query_async(&mut conn).await
+async fn echo(conn: DrivenConnection, text: String) -> RedisResult<String> {
+    conn.query(redis::cmd("ECHO").arg(&text)).await
 }
 
 /// `fut`, or a panic once `BOUND` has passed.
@@ -64,10 +64,8 @@ fn requests_from_many_tasks_on_many_threads_each_get_their_own_reply() {
                         pipe.cmd("SET").arg(format!("k{t}")).arg(round).ignore();
                         pipe.cmd("GET").arg(format!("k{t}"));
                         pipe.cmd("ECHO").arg(format!("p{t}"));
-                        let (got, echoed): (i64, String) = pipe
-                            .query_async(&mut conn.clone())
-                            .await
-                            .expect("a pipeline");
+                        let (got, echoed): (i64, String) =
+                            conn.pipeline(&pipe).await.expect("a pipeline");
                         assert_eq!((got, echoed), (round, format!("p{t}")));
                     }
                 })
@@ -83,13 +81,13 @@ fn requests_from_many_tasks_on_many_threads_each_get_their_own_reply() {
 #[test]
 fn a_request_dropped_while_it_waits_does_not_shift_the_replies_behind_it() {
     let server = RedisServer::start();
-    let mut conn = open(&server.url());
+    let conn = open(&server.url());
     block_on(async {
         // Each waits a tenth of a second on the server for a list that
         // never fills; dropped once written, its reply (nil) comes later.
         for _ in 0..3 {
             let blpop = redis::cmd("BLPOP").arg("never").arg(0.1).clone();
-            let mut waiting = pin!(blpop.query_async::<Value>(&mut conn));
+            let mut waiting = pin!(conn.query::<Value>(&blpop));
             assert!(
                 poll_once(waiting.as_mut()).is_pending(),
                 "written, not answered"
@@ -106,9 +104,9 @@ fn a_request_dropped_while_it_waits_does_not_shift_the_replies_behind_it() {
 fn the_connection_is_set_up_as_the_redis_crate_sets_it_up() {
     let server = RedisServer::builder().password("s3cret").start();
     let url = format!("redis://:s3cret@127.0.0.1:{}/3", server.port());
-    let mut conn = open(&url);
+    let conn = open(&url);
     let info: String =
-        block_on(redis::cmd("CLIENT").arg("INFO").query_async(&mut conn)).expect("authenticated");
+        block_on(conn.query(redis::cmd("CLIENT").arg("INFO"))).expect("authenticated");
     for field in [" db=3 ", " resp=3\n", " user=default "] {
         assert!(info.contains(field), "{field:?} in {info:?}");
     }
@@ -132,14 +130,8 @@ fn a_server_side_close_fails_every_waiting_request_and_is_seen_while_idle() {
     let server = RedisServer::start();
     let conn = open(&server.url());
     block_on(async {
-        let mut first = pin!(async {
-            let mut conn = conn.clone();
-            redis::cmd("BLPOP")
-                .arg("never")
-                .arg(30)
-                .query_async::<Value>(&mut conn)
-                .await
-        });
+        let blpop = redis::cmd("BLPOP").arg("never").arg(30).clone();
+        let mut first = pin!(conn.query::<Value>(&blpop));
         let mut second = pin!(echo(conn.clone(), "behind".into()));
         assert!(poll_once(first.as_mut()).is_pending());
         assert!(poll_once(second.as_mut()).is_pending());

@@ -1,6 +1,7 @@
 //! Hooks for the core micro-benchmarks in `examples/bench` (feature
 //! `bench-hooks`, hidden: not part of the API, no stability promise). Each runs
-//! one unit of the sans-IO core's work so that the benchmark can time it.
+//! one unit of the sans-IO core's work so that the benchmark can time it;
+//! and the async front end's connection, bare, for its tests.
 
 use std::time::{Duration, Instant};
 
@@ -59,6 +60,49 @@ pub fn line_round(now: Instant, waiters: usize) -> usize {
         while core.poll_event().is_some() {}
     }
     grants
+}
+
+/// The async locker's own connection to one server (`src/aio/driven.rs`),
+/// bare, for its tests: opened and set up as the locker opens it.
+#[cfg(feature = "aio")]
+#[derive(Clone)]
+pub struct DrivenConnection(crate::aio::driven::DrivenConnection);
+
+#[cfg(feature = "aio")]
+impl std::fmt::Debug for DrivenConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DrivenConnection").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "aio")]
+impl DrivenConnection {
+    /// Opens one to `url` (plain TCP or a unix socket) over RESP3.
+    pub async fn connect(url: &str, timeout: Duration) -> redis::RedisResult<Self> {
+        let info = redis::IntoConnectionInfo::into_connection_info(url)?;
+        let client = crate::driver::target::resp3(info)?;
+        let conn =
+            crate::aio::driven::DrivenConnection::connect(client.get_connection_info(), timeout);
+        conn.await.map(DrivenConnection)
+    }
+
+    /// Whether it is open, after reading what came in while it was idle.
+    pub fn is_open(&self) -> bool {
+        self.0.is_open()
+    }
+
+    /// Sends `cmd`; its reply.
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        cmd.query_async(&mut self.0.clone()).await
+    }
+
+    /// Sends `pipe`; its replies.
+    pub async fn pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        pipe.query_async(&mut self.0.clone()).await
+    }
 }
 
 #[cfg(test)]

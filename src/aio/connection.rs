@@ -109,12 +109,13 @@ impl Commands {
 
     /// The shared connection, opened when there is none.
     ///
-    /// The connection's driver reports a server-side close (`CLIENT KILL`,
-    /// restart) as a `Disconnection` push as soon as it sees it, and the
-    /// connection is forgotten then: the next operation opens a new one
-    /// instead of failing on a dead socket.
+    /// A server-side close (`CLIENT KILL`, restart) is seen before the
+    /// connection is reused (a driven one reads it, the redis crate's TLS
+    /// connection reports a `Disconnection` push as soon as it sees it),
+    /// and the connection is forgotten then: the next operation opens a
+    /// new one instead of failing on a dead socket.
     pub(crate) async fn connection(&self) -> Result<AnyConnection, redis::RedisError> {
-        // A driven connection learns of its end only when polled.
+        // A driven connection learns of its end only when read.
         self.forget_if_ended();
         let generation = {
             let mut current = self.conn.lock();
@@ -146,8 +147,7 @@ impl Commands {
                 let conn = client.get_multiplexed_async_connection_with_config(&config);
                 conn.await.map(AnyConnection::Standalone)
             }
-            _ => (DrivenConnection::connect(info, config, self.timeout).await)
-                .map(AnyConnection::Driven),
+            _ => (DrivenConnection::connect(info, self.timeout).await).map(AnyConnection::Driven),
         };
         opened.map_err(|e| connect_failed(Transport::of(info.addr()), e))
     }
@@ -333,9 +333,8 @@ impl Commands {
         }
     }
 
-    /// Forgets a driven connection whose driver, polled once, finds it
-    /// ended. The driver runs outside the lock: at its end it reports a
-    /// `Disconnection` push, whose handler takes the lock.
+    /// Forgets a driven connection found ended (read once: the server may
+    /// have closed it while idle). Read outside the lock.
     fn forget_if_ended(&self) {
         let (driven, generation) = {
             let current = self.conn.lock();
@@ -354,8 +353,8 @@ impl Commands {
 }
 
 impl Connections for Commands {
-    /// Whether the shared connection is open (as far as its driver knows;
-    /// a driven connection's driver reads what came in first).
+    /// Whether the shared connection is open (as far as it knows; a driven
+    /// connection reads what came in first).
     fn is_connected(&self) -> bool {
         self.forget_if_ended();
         self.conn.lock().conn.is_some()

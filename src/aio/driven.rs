@@ -1,353 +1,352 @@
-//! A multiplexed connection driven by the futures that wait on it.
+//! The command connection to one server over plain TCP or a unix socket:
+//! requests pipelined on one socket, driven by the futures that wait for
+//! their replies. Nothing is spawned.
 //!
-//! The redis crate spawns a multiplexed connection's driver on smol's
-//! global executor, so every command crosses to the `smol-1` thread and
-//! back: 3–4 context switches per round trip where a blocking connection
-//! has one (issue 16, `bench async-hops`). Built with
-//! `MultiplexedConnection::new_with_config`, the connection hands its
-//! driver to the caller instead, and here the driver is polled by whichever
-//! command is waiting for a reply, on the caller's own task: under
-//! `smol::block_on` or async-std a round trip then costs one context
-//! switch, elsewhere (`futures::executor`, tokio) two, as the socket's
-//! readiness comes from async-io's reactor thread. Nothing is spawned.
+//! The redis crate's multiplexed connection passes each command through a
+//! channel to its driver and each reply back through a oneshot, its codec
+//! behind a compat layer: a sixth of the async cycle's CPU (`perf`, issue
+//! 22, BENCHMARKS "Async vs blocking"). Here a request is packed straight
+//! into the write buffer and written by the future that sends it; replies
+//! are parsed by the redis crate's [`redis::Parser`] (as on its sync
+//! connection) and handed in order to the reply slots
+//! ([`Replies`](crate::driver::replies)), all under one lock, by whichever
+//! waiting future is polled.
 //!
-//! Many commands may wait at once, on many tasks: each registers its waker
-//! in a queue, the driver is polled with a waker that wakes the oldest
-//! waiting command, and a command that gets its reply (or is dropped)
-//! passes that role on by waking the next. While no command waits, nobody
-//! polls the driver; an end of the connection that came in meanwhile (the
-//! server closed it) is seen by [`DrivenConnection::is_open`], which polls
-//! the driver once before the connection is reused.
+//! **Waking.** The socket's readiness wakes the last request that polled;
+//! one that got its reply, or was dropped, while others wait wakes the
+//! oldest of them, which reads for them. Under `smol::block_on` or
+//! async-std a round trip costs one context switch, elsewhere
+//! (`futures::executor`, tokio) two: readiness comes from async-io's thread.
 //!
-//! For plain TCP and unix sockets: the redis crate does not make its TLS
-//! stream public, so a TLS connection keeps its spawned driver.
+//! **Reads.** A read that fills less than its buffer has drained the
+//! socket: the next waits for the reactor's wake, so a reply costs one
+//! `recv`. While no request waits nothing reads the socket; a close by the
+//! server meanwhile is seen by [`DrivenConnection::is_open`]. TLS keeps the
+//! redis crate's connection (its TLS stream is not public).
 
-use std::collections::BTreeMap;
 use std::future::Future;
+use std::io::{self, Read, Write};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::{select, Either};
-use futures::task::ArcWake;
+use futures::task::{ArcWake, AtomicWaker};
 use parking_lot::Mutex;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionInfo, RedisConnectionInfo, Value};
+use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
 
-type DriverFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+use crate::driver::replies::{dropped, Outgoing, Replies};
 
-/// A multiplexed connection and its driver; clones share both.
+/// One connection; clones share it.
 #[derive(Clone)]
 pub(crate) struct DrivenConnection {
-    conn: MultiplexedConnection,
-    driver: Arc<Driver>,
+    inner: Arc<Inner>,
+    db: i64,
 }
 
-struct Driver {
-    /// `None` once the connection ended.
-    future: Mutex<Option<DriverFuture>>,
-    ended: AtomicBool,
-    /// Apart from the driver, because the driver keeps its waker: a waker
-    /// holding the `Driver` would keep the connection open forever.
-    queue: Arc<Queue>,
+struct Inner {
+    socket: Socket,
+    state: Mutex<State>,
+    readiness: Arc<Readiness>,
 }
 
-/// The commands waiting for a reply by arrival (ids only grow, so the
-/// first is the oldest); waking the queue marks the driver woken and wakes
-/// the oldest.
-struct Queue {
-    waiting: Mutex<BTreeMap<u64, Waker>>,
-    next_id: AtomicU64,
-    /// Whether the driver was woken since its last poll (at first: never
-    /// polled). A poll without a wake finds nothing new, and costs a
-    /// `recv` that says `EAGAIN` (the stream tries to read first), so
-    /// commands skip it: `bench async-vs-blocking`, issue 22.
-    woken: AtomicBool,
+/// The socket, TCP or unix.
+type Socket = Arc<dyn Wire>;
+
+/// What the connection does with its socket.
+trait Wire: Send + Sync {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write(&self, buf: &[u8]) -> io::Result<usize>;
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-impl Default for Queue {
-    fn default() -> Self {
-        Queue {
-            waiting: Mutex::default(),
-            next_id: AtomicU64::new(0),
-            woken: AtomicBool::new(true),
-        }
+impl<S: Send + Sync> Wire for async_io::Async<S>
+where
+    for<'a> &'a S: Read + Write,
+{
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.get_ref().read(buf)
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.get_ref().write(buf)
+    }
+
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        async_io::Async::poll_readable(self, cx)
+    }
+
+    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        async_io::Async::poll_writable(self, cx)
     }
 }
 
-/// The most polls of the driver in a row by one command: past them a
-/// driver still woken is left to the oldest waiting command's next poll.
-const POLLS_IN_A_ROW: usize = 16;
-
-impl Driver {
-    /// Polls the driver once, unless another command is polling it now
-    /// (that poll registers the same waker); `only_if_woken`: only if it
-    /// was woken since its last poll. A wake during the poll polls it
-    /// again, so that a wake seen by a command that found the driver busy
-    /// is not lost.
-    fn drive(&self, only_if_woken: bool) {
-        let queue = &self.queue;
-        let mut force = !only_if_woken;
-        for _ in 0..POLLS_IN_A_ROW {
-            if !force && !queue.woken.load(Ordering::Acquire) {
-                return;
-            }
-            let Some(mut future) = self.future.try_lock() else {
-                return;
-            };
-            // Cleared before the poll: a wake during it is seen next turn.
-            if !queue.woken.swap(false, Ordering::AcqRel) && !force {
-                return;
-            }
-            force = false;
-            let Some(driver) = future.as_mut() else {
-                return;
-            };
-            let waker = futures::task::waker(queue.clone());
-            if driver
-                .as_mut()
-                .poll(&mut Context::from_waker(&waker))
-                .is_ready()
-            {
-                *future = None;
-                self.ended.store(true, Ordering::Release);
-                return;
-            }
-        }
-        if queue.woken.load(Ordering::Acquire) {
-            Queue::wake_oldest(queue);
-        }
-    }
-
-    fn register(&self, id: &mut Option<u64>, waker: &Waker) {
-        let queue = &self.queue;
-        let mut waiting = queue.waiting.lock();
-        match id {
-            Some(id) => {
-                if let Some(known) = waiting.get_mut(id) {
-                    if !known.will_wake(waker) {
-                        *known = waker.clone();
-                    }
-                }
-            }
-            None => {
-                let new = queue.next_id.fetch_add(1, Ordering::Relaxed);
-                waiting.insert(new, waker.clone());
-                *id = Some(new);
-            }
-        }
-    }
-
-    /// Takes `id` out of the queue; if it was the one woken for the
-    /// driver, the next waiting command takes that role.
-    fn leave(&self, id: u64) {
-        let mut waiting = self.queue.waiting.lock();
-        let was_oldest = waiting
-            .first_key_value()
-            .is_some_and(|(first, _)| *first == id);
-        waiting.remove(&id);
-        if was_oldest {
-            if let Some((_, next)) = waiting.first_key_value() {
-                next.wake_by_ref();
-            }
-        }
-    }
-}
-
-impl Queue {
-    fn wake_oldest(&self) {
-        if let Some((_, oldest)) = self.waiting.lock().first_key_value() {
-            oldest.wake_by_ref();
-        }
-    }
-}
-
-impl ArcWake for Queue {
-    fn wake_by_ref(arc_self: &Arc<Self>) {
-        arc_self.woken.store(true, Ordering::Release);
-        arc_self.wake_oldest();
-    }
-}
-
-impl DrivenConnection {
-    /// Connects to `info`'s address, over plain TCP or a unix socket, and
-    /// sets the connection up as the redis crate does (`HELLO`, `AUTH`,
-    /// `SELECT`; `TCP_NODELAY`), within `timeout`.
-    pub(crate) async fn connect(
-        info: &ConnectionInfo,
-        config: AsyncConnectionConfig,
-        timeout: Duration,
-    ) -> redis::RedisResult<Self> {
-        let settings = info.redis_settings();
-        let open = async {
-            match info.addr() {
-                redis::ConnectionAddr::Tcp(host, port) => {
-                    let tcp = connect_tcp(host, *port).await?;
-                    tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
-                    set_up(settings, tcp, config).await
-                }
-                #[cfg(unix)]
-                redis::ConnectionAddr::Unix(path) => {
-                    let unix = async_io::Async::<std::os::unix::net::UnixStream>::connect(path);
-                    set_up(settings, unix.await?, config).await
-                }
-                _ => Err((redis::ErrorKind::Client, "not a plain TCP or unix socket").into()),
-            }
-        };
-        let (conn, driver) = match select(Box::pin(open), async_io::Timer::after(timeout)).await {
-            Either::Left((opened, _)) => opened?,
-            Either::Right(_) => {
-                return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
-            }
-        };
-        Ok(DrivenConnection {
-            conn,
-            driver: Arc::new(Driver {
-                future: Mutex::new(Some(driver)),
-                ended: AtomicBool::new(false),
-                queue: Arc::default(),
-            }),
-        })
-    }
-
-    /// Whether the connection is still open, after letting the driver read
-    /// what came in while no command waited (the server closing it).
-    pub(crate) fn is_open(&self) -> bool {
-        // Even if not woken: async-io's reactor may not have passed the
-        // close on yet, the socket itself says it at once.
-        self.driver.drive(false);
-        !self.driver.ended.load(Ordering::Acquire)
-    }
-}
-
-/// The connection's socket (TCP or unix): after a read found nothing, it reads
-/// again only once async-io's reactor has woken it for the socket.
-///
-/// `Async::poll_read` tries the socket before asking the reactor, and the
-/// redis crate's driver reads at every turn (ready, flush, read), so each
-/// command cost three to five `recv`s that said `EAGAIN` (`strace -c` over
-/// `bench async-vs-blocking`, issue 22), where a blocking connection makes
-/// one `recv` per reply. The first read after data still goes to the
-/// socket at once, so a reply already there costs no trip to the reactor.
-///
-/// The reactor's wake, not `poll_readable`'s answer, lets the next read
-/// through: an event that comes in the reactor turn that registered the
-/// interest wakes the waker, but `poll_readable` keeps saying `Pending`.
-struct Stream<S> {
-    io: async_io::Async<S>,
-    /// The last read said `EAGAIN`: read again once `readable` is set.
-    drained: bool,
-    readable: Arc<Readable>,
-}
-
-/// The waker registered with the reactor: notes the socket readable, then
-/// wakes the driver.
+/// The waker registered with async-io's reactor: notes the socket ready,
+/// then wakes the driver.
 #[derive(Default)]
-struct Readable {
+struct Readiness {
     woken: AtomicBool,
-    driver: futures::task::AtomicWaker,
+    driver: AtomicWaker,
 }
 
-impl ArcWake for Readable {
+impl ArcWake for Readiness {
     fn wake_by_ref(arc_self: &Arc<Self>) {
         arc_self.woken.store(true, Ordering::Release);
         arc_self.driver.wake();
     }
 }
 
-impl<S> Stream<S> {
-    fn new(io: async_io::Async<S>) -> Self {
-        Stream {
-            io,
-            drained: false,
-            readable: Arc::default(),
+/// Requests not yet written, the parser and the reply slots.
+struct State {
+    out: Vec<u8>,
+    parser: redis::Parser,
+    /// The last read found the socket empty: read again after a wake.
+    drained: bool,
+    replies: Replies,
+}
+
+/// The most replies parsed in one poll before letting other tasks run.
+const REPLIES_PER_POLL: usize = 64;
+
+/// The socket as the parser reads it: after a read that drained it, says
+/// `WouldBlock` without a syscall until the reactor woke the connection.
+struct Reader<'a> {
+    socket: &'a Socket,
+    readiness: &'a Readiness,
+    drained: &'a mut bool,
+    blocked: bool,
+}
+
+impl Read for Reader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if *self.drained && !self.readiness.woken.swap(false, Ordering::AcqRel) {
+            self.blocked = true;
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        loop {
+            match self.socket.read(buf) {
+                Ok(n) => {
+                    *self.drained = n < buf.len();
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        (*self.drained, self.blocked) = (true, true);
+                    }
+                    return Err(e);
+                }
+            }
         }
     }
 }
 
-impl<S> futures::io::AsyncRead for Stream<S>
-where
-    for<'a> &'a S: std::io::Read,
-{
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = &mut *self;
-        loop {
-            if this.drained {
-                this.readable.driver.register(cx.waker());
-                if !this.readable.woken.swap(false, Ordering::AcqRel) {
-                    let waker = futures::task::waker_ref(&this.readable);
-                    match this.io.poll_readable(&mut Context::from_waker(&waker)) {
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Pending if this.readable.woken.swap(false, Ordering::AcqRel) => {}
-                        Poll::Pending => return Poll::Pending,
+impl Inner {
+    /// Writes what is queued and reads the replies that came, until `me`
+    /// has its reply or the socket has nothing more; `wait`: then register
+    /// with the reactor for the next (else only look).
+    fn drive(&self, state: &mut State, me: u64, wait: bool) {
+        let waker = futures::task::waker_ref(&self.readiness);
+        let mut cx = Context::from_waker(&waker);
+        if let Err(e) = self.flush(state, &mut cx) {
+            return state.replies.fail(e.into(), me);
+        }
+        for _ in 0..REPLIES_PER_POLL {
+            let State {
+                parser, drained, ..
+            } = state;
+            let mut reader = Reader {
+                socket: &self.socket,
+                readiness: &self.readiness,
+                drained,
+                blocked: false,
+            };
+            match parser.parse_value(&mut reader) {
+                Ok(value) => {
+                    state.replies.handle_reply(value, me);
+                    if state.replies.is_answered(me) {
+                        return;
                     }
                 }
-                this.drained = false;
+                Err(_) if reader.blocked && !wait => return,
+                // Registered with the reactor; a wake that came meanwhile
+                // (noted by `woken`) lets the next read through.
+                Err(_) if reader.blocked => match self.register(&mut cx) {
+                    Poll::Ready(Ok(())) => state.drained = false,
+                    Poll::Ready(Err(e)) => return state.replies.fail(e.into(), me),
+                    Poll::Pending if self.readiness.woken.load(Ordering::Acquire) => {}
+                    Poll::Pending => return,
+                },
+                Err(e) => return state.replies.fail(e, me),
             }
-            match std::io::Read::read(&mut this.io.get_ref(), buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => this.drained = true,
-                other => return Poll::Ready(other),
+        }
+        // Replies keep coming: the rest on the next poll.
+        self.readiness.driver.wake();
+    }
+
+    /// Asks the reactor to wake the connection when the socket is readable.
+    /// `Ready` without a wake is the event whose data was read already
+    /// (async-io keeps it until the next registration): registers again
+    /// rather than read for an `EAGAIN`.
+    fn register(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.socket.poll_readable(cx) {
+            Poll::Ready(Ok(())) if !self.readiness.woken.load(Ordering::Acquire) => {
+                self.socket.poll_readable(cx)
             }
+            other => other,
+        }
+    }
+
+    /// Writes the queued requests, or registers for the socket to be
+    /// writable again.
+    fn flush(&self, state: &mut State, cx: &mut Context<'_>) -> io::Result<()> {
+        while !state.out.is_empty() {
+            match self.socket.write(&state.out) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => drop(state.out.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.socket.poll_writable(cx)?.is_pending() {
+                        return Ok(());
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DrivenConnection {
+    /// Connects to `info`'s address, over plain TCP or a unix socket, and
+    /// sets the connection up as the redis crate does (`HELLO`, `AUTH`,
+    /// `SELECT`, `CLIENT SETINFO`; `TCP_NODELAY`), within `timeout`.
+    pub(crate) async fn connect(info: &ConnectionInfo, timeout: Duration) -> RedisResult<Self> {
+        let settings = info.redis_settings();
+        let open = async {
+            Ok::<_, redis::RedisError>(match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port) => {
+                    let tcp = Arc::new(connect_tcp(host, *port).await?);
+                    tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
+                    set_up(settings, &tcp).await?;
+                    tcp as Socket
+                }
+                #[cfg(unix)]
+                redis::ConnectionAddr::Unix(path) => {
+                    let unix = async_io::Async::<std::os::unix::net::UnixStream>::connect(path);
+                    let unix = Arc::new(unix.await?);
+                    set_up(settings, &unix).await?;
+                    unix as Socket
+                }
+                _ => {
+                    return Err((redis::ErrorKind::Client, "not a plain TCP or unix socket").into())
+                }
+            })
+        };
+        let socket = match select(Box::pin(open), async_io::Timer::after(timeout)).await {
+            Either::Left((opened, _)) => opened?,
+            Either::Right(_) => return Err(io::Error::from(io::ErrorKind::TimedOut).into()),
+        };
+        let state = State {
+            out: Vec::new(),
+            parser: redis::Parser::new(),
+            drained: false,
+            replies: Replies::default(),
+        };
+        Ok(DrivenConnection {
+            inner: Arc::new(Inner {
+                socket,
+                state: Mutex::new(state),
+                readiness: Arc::default(),
+            }),
+            db: settings.db(),
+        })
+    }
+
+    /// Whether the connection is still open, after reading what came in
+    /// while no command waited (the server closing it): the socket says a
+    /// close at once, async-io's reactor may not have passed it on yet.
+    pub(crate) fn is_open(&self) -> bool {
+        // Locked: a command is driving it now.
+        let Some(mut state) = self.inner.state.try_lock() else {
+            return true;
+        };
+        if !state.replies.ended() && !state.replies.any_waiting() {
+            state.drained = false;
+            self.inner.drive(&mut state, u64::MAX, false);
+        }
+        !state.replies.ended()
+    }
+
+    fn request<'a>(&'a self, send: Outgoing<'a>) -> Request<'a> {
+        Request {
+            inner: &self.inner,
+            send: Some(send),
+            id: None,
         }
     }
 }
 
-impl<S: async_io::IoSafe + std::io::Write> futures::io::AsyncWrite for Stream<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
+/// Sets the connection up exactly as the redis crate does, by opening its
+/// multiplexed connection over a second handle to the socket and dropping
+/// it unpolled: the set-up has read every reply it asked for by then, and
+/// nothing else is sent.
+async fn set_up<S>(settings: &RedisConnectionInfo, io: &Arc<async_io::Async<S>>) -> RedisResult<()>
+where
+    S: Send + Sync + 'static,
+    for<'a> &'a S: Read + Write,
+{
+    let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(SetUp(io.clone()));
+    let config = redis::AsyncConnectionConfig::new();
+    let set_up = redis::aio::MultiplexedConnection::new_with_config(settings, stream, config);
+    drop(set_up.await?);
+    Ok(())
+}
+
+/// A second handle to a socket, for the set-up.
+struct SetUp<S>(Arc<async_io::Async<S>>);
+
+impl<S> futures::io::AsyncRead for SetUp<S>
+where
+    for<'a> &'a S: Read,
+{
+    fn poll_read(
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_close(cx)
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self.0).poll_read(cx, buf)
     }
 }
 
-/// The redis crate's multiplexed connection over `io`, and its driver for
-/// the commands to poll.
-async fn set_up<S>(
-    settings: &RedisConnectionInfo,
-    io: async_io::Async<S>,
-    config: AsyncConnectionConfig,
-) -> redis::RedisResult<(MultiplexedConnection, DriverFuture)>
+impl<S> futures::io::AsyncWrite for SetUp<S>
 where
-    S: async_io::IoSafe + std::io::Write + Send + Sync + Unpin + 'static,
-    for<'a> &'a S: std::io::Read,
+    for<'a> &'a S: Write,
 {
-    let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(Stream::new(io));
-    let (conn, driver) = MultiplexedConnection::new_with_config(settings, stream, config).await?;
-    Ok((conn, Box::pin(driver)))
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut &*self.0).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut &*self.0).poll_close(cx)
+    }
 }
 
 /// The first address of `host` that accepts a connection. Resolving a
 /// name blocks (the standard library has no asynchronous resolver), once
 /// per connection; an IP address resolves at once.
-async fn connect_tcp(
-    host: &str,
-    port: u16,
-) -> std::io::Result<async_io::Async<std::net::TcpStream>> {
+async fn connect_tcp(host: &str, port: u16) -> io::Result<async_io::Async<std::net::TcpStream>> {
     let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))?;
     let mut last = None;
     for addr in addrs {
@@ -356,58 +355,65 @@ async fn connect_tcp(
             Err(e) => last = Some(e),
         }
     }
-    Err(last.unwrap_or_else(|| std::io::Error::other("the host name resolves to no address")))
+    Err(last.unwrap_or_else(|| io::Error::other("the host name resolves to no address")))
 }
 
-/// A command on the connection, driving it while it waits.
-struct Driving<'a, F> {
-    command: F,
-    driver: &'a Arc<Driver>,
+/// A request: queued at its first poll, then driving the connection until
+/// its reply came.
+struct Request<'a> {
+    inner: &'a Inner,
+    /// Until queued.
+    send: Option<Outgoing<'a>>,
+    /// Queued, not yet answered.
     id: Option<u64>,
 }
 
-impl<F: Future + Unpin> Future for Driving<'_, F> {
-    type Output = F::Output;
+impl Future for Request<'_> {
+    type Output = RedisResult<Value>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let Poll::Ready(out) = Pin::new(&mut this.command).poll(cx) {
-            return Poll::Ready(this.done(out));
+        let inner = this.inner;
+        let mut state = inner.state.lock();
+        let id = match (this.id, this.send.take()) {
+            (Some(id), _) => id,
+            (None, Some(send)) if !state.replies.ended() => {
+                let State { out, replies, .. } = &mut *state;
+                *this.id.insert(replies.queue(send, out))
+            }
+            (None, _) => return Poll::Ready(Err(dropped())),
+        };
+        let waiting = state.replies.waits(id, cx.waker());
+        if waiting {
+            inner.readiness.driver.register(cx.waker());
+            inner.drive(&mut state, id, true);
         }
-        this.driver.register(&mut this.id, cx.waker());
-        this.driver.drive(true);
-        if let Poll::Ready(out) = Pin::new(&mut this.command).poll(cx) {
-            return Poll::Ready(this.done(out));
+        match state.replies.take(id) {
+            Some(result) => {
+                this.id = None;
+                state.replies.wake_next();
+                Poll::Ready(result)
+            }
+            None if waiting => Poll::Pending,
+            None => Poll::Ready(Err(dropped())),
         }
-        Poll::Pending
     }
 }
 
-impl<F> Driving<'_, F> {
-    fn done<T>(&mut self, out: T) -> T {
-        if let Some(id) = self.id.take() {
-            self.driver.leave(id);
-        }
-        out
-    }
-}
-
-impl<F> Drop for Driving<'_, F> {
+impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            self.driver.leave(id);
+        if let Some(id) = self.id {
+            let mut state = self.inner.state.lock();
+            state.replies.abandon(id);
+            // It may have been the one reading.
+            state.replies.wake_next();
         }
     }
 }
 
 impl redis::aio::ConnectionLike for DrivenConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        let DrivenConnection { conn, driver } = self;
-        Box::pin(Driving {
-            command: conn.req_packed_command(cmd),
-            driver,
-            id: None,
-        })
+        Box::pin(self.request(Outgoing::Cmd(cmd)))
     }
 
     fn req_packed_commands<'a>(
@@ -416,15 +422,20 @@ impl redis::aio::ConnectionLike for DrivenConnection {
         offset: usize,
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
-        let DrivenConnection { conn, driver } = self;
-        Box::pin(Driving {
-            command: conn.req_packed_commands(pipeline, offset, count),
-            driver,
-            id: None,
+        if pipeline.is_transaction() {
+            let refused = (redis::ErrorKind::Client, "no transactions here").into();
+            return Box::pin(std::future::ready(Err(refused)));
+        }
+        let request = self.request(Outgoing::Pipeline(pipeline, offset, count));
+        Box::pin(async move {
+            match request.await? {
+                Value::Array(values) => Ok(values),
+                other => Ok(vec![other]),
+            }
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.conn.get_db()
+        self.db
     }
 }

@@ -24,7 +24,7 @@
 
 mod connection;
 mod deadline;
-mod driven;
+pub(crate) mod driven;
 mod election;
 mod front;
 mod locker;

@@ -19,6 +19,7 @@ pub(crate) mod connect;
 pub(crate) mod held;
 pub(crate) mod metrics;
 pub(crate) mod ops;
+pub(crate) mod replies;
 pub(crate) mod state;
 pub(crate) mod subscriber;
 pub(crate) mod target;

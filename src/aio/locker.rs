@@ -5,13 +5,10 @@
 
 use super::connection::Commands;
 use crate::config::Config;
-use crate::driver::connect::{Ask, Checks};
+use crate::driver::connect::{prepare, Ask};
 use crate::driver::target::Target;
 use crate::error::Error;
 use crate::front::Async;
-
-/// The locker's and its leases' shared state, over the shared connection.
-pub(crate) type Shared = crate::driver::state::Shared<Commands>;
 
 /// A lease client for async code on any executor: `Locker<Async>` (see
 /// [`Locker`](crate::Locker) for what every locker does). Each call returns
@@ -42,19 +39,13 @@ pub type Locker = crate::Locker<Async>;
 /// Opens an async locker's connection to `target` and runs the
 /// connect-time checks (`Front::open`).
 pub(super) async fn open(target: Target, config: Config) -> Result<Locker, Error> {
-    let (source, notifications) = target.sources(&config, None)?;
-    let cluster = source.is_cluster();
-    let timeout = config.command_timeout;
-    let shared = Shared::new(Commands::new(source, timeout), notifications, config);
-    let mut checks = Checks::new(cluster, &shared.state.config);
+    let (shared, mut checks) = prepare(target, config, None, Commands::new)?;
     while let Some(ask) = checks.next() {
         let reply = match ask {
             Ask::One(cmd) => shared.commands.query(&cmd).await,
             Ask::EveryPrimary(cmd) => shared.commands.every_primary(cmd).await,
         };
-        if checks.handle(reply)? {
-            shared.connected();
-        }
+        checks.settle(&shared, reply)?;
     }
     Ok(Locker::from_shared(shared))
 }

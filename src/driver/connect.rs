@@ -3,10 +3,10 @@
 //! [`Ask`] and hands the reply back:
 //!
 //! ```text
-//! let mut checks = Checks::new(cluster, &config);
+//! let (shared, mut checks) = prepare(target, config, retries, Commands::new)?;
 //! while let Some(ask) = checks.next() {
-//!     let reply = send(ask);                        // one command, or every primary
-//!     if checks.handle(reply)? { shared.connected() }  // the first reply times the connect
+//!     let reply = send(ask);             // one command, or every primary
+//!     checks.settle(&shared, reply)?;    // the first reply times the connect
 //! }
 //! ```
 //!
@@ -16,14 +16,33 @@
 //! primary's eviction policy.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
 
 use redis::Value;
 
 use crate::cluster::{sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
+use crate::driver::state::Shared;
+use crate::driver::target::{Source, Target};
 use crate::error::{Error, Failure};
 use crate::eviction;
 use crate::key_names::{Marker, Verdict};
+
+/// A new locker's shared state, over the command connections `commands`
+/// opens to `target` (`retries`: the connect attempts of a blocking pool,
+/// `None` for the async connection), and the checks it runs before use.
+pub(crate) fn prepare<C>(
+    target: Target,
+    config: Config,
+    retries: Option<u32>,
+    commands: impl FnOnce(Source, Duration) -> C,
+) -> Result<(Arc<Shared<C>>, Checks), Error> {
+    let (source, notifications) = target.sources(&config, retries)?;
+    let checks = Checks::new(source.is_cluster(), &config);
+    let commands = commands(source, config.command_timeout);
+    Ok((Shared::new(commands, notifications, config), checks))
+}
 
 /// A command to send for the checks.
 pub(crate) enum Ask {
@@ -84,15 +103,28 @@ impl Checks {
         })
     }
 
-    /// Takes the reply to the last [`next`](Self::next); says whether it
-    /// was the first reply (the connection is open: time the connect).
+    /// Takes the reply to the last [`next`](Self::next); the first reply
+    /// marks `shared` connected (the connection is open: it times the
+    /// connect).
     ///
     /// # Errors
     ///
     /// The connect fails: `ProviderFailed` when the server could not be
     /// reached or refused the credentials, `InvalidConfig` for a cluster
     /// without sharded pub/sub or a key-names mismatch.
-    pub(crate) fn handle(&mut self, reply: Result<Value, Failure>) -> Result<bool, Error> {
+    pub(crate) fn settle<C>(
+        &mut self,
+        shared: &Shared<C>,
+        reply: Result<Value, Failure>,
+    ) -> Result<(), Error> {
+        if self.handle(reply)? {
+            shared.connected();
+        }
+        Ok(())
+    }
+
+    /// As [`settle`](Self::settle); says whether it was the first reply.
+    fn handle(&mut self, reply: Result<Value, Failure>) -> Result<bool, Error> {
         let then = match self.current.take() {
             Some(Step::ShardedPubsub) => sharded_pubsub_verdict(reply).map(|()| None)?,
             Some(Step::EvictionConfig) => {

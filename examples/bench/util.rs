@@ -309,11 +309,16 @@ impl CommandStats {
 
 /// Commands the crate only runs inside its Lua scripts, never on their own
 /// (the sorted-set ones, `pexpireat` and `zcard` in the read-write lease's;
-/// the list ones and `getdel` in the lock's hand-over).
-const SCRIPT_INTERNAL: [&str; 21] = [
+/// the list ones and `getdel` in the hand-over).
+const SCRIPT_INTERNAL: [&str; 26] = [
     "get",
     "getdel",
-    "lpop",
+    "lmove",
+    "rpop",
+    "lpos",
+    "lset",
+    "lrem",
+    "lindex",
     "rpush",
     "mget",
     "set",

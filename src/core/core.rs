@@ -597,7 +597,7 @@ impl Core {
                 self.attempts_in_flight += 1;
                 let ttl = self.settings.fence_counter_ttl_ms;
                 let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
-                let (second, registered) = (line.second(), line.registered_token());
+                let second = line.second();
                 // Candidates of an election wait without the hand-over
                 // (docs/ELECTION.md, "As built").
                 let elects = matches!(w.target, Target::Leader { .. });
@@ -606,26 +606,28 @@ impl Core {
                 }
                 let handover = match self.settings.handover {
                     Some(h) if !elects => {
-                        // The claim of a grant registers the locker again
-                        // for its next waiter, in the same script.
-                        let next = second
-                            .filter(|_| !try_once)
-                            .and_then(|next| self.waiters.get(next.0))
-                            .map(|next| next.token);
-                        if let Some(line) = self.lines.get_mut(&line_key) {
-                            line.attempt_registers(next);
-                        }
+                        // The registration stays queued for the locker's
+                        // next waiter (docs/HANDOVER.md §4).
+                        let keep = second.is_some();
+                        let Some(line) = self.lines.get_mut(&line_key) else {
+                            return WaiterStep::Done(Err(Error::Cancelled));
+                        };
+                        line.attempt_registers(keep);
+                        let grant_token = line.grant_token(token);
+                        let registered = line.is_registered();
                         let key = line_key.id;
                         let register = !try_once && self.hears_grants(key);
                         Some(AcquireHandover {
-                            register: register.then(|| line_key.queue_entry(h.reg)),
+                            entry: line_key.queue_entry(h.reg),
+                            register,
                             reg_ms: h.reg_ms,
                             claim_ms: h.claim_ms.min(lease_ms),
                             channel: self.settings.channel,
                             channel_name: self.settings.channel.name(&self.settings.namespace, key),
                             message: line_key.message(),
-                            other_token: registered.filter(|t| *t != token),
-                            next_token: next,
+                            grant_token,
+                            registered,
+                            keep,
                         })
                     }
                     _ => None,
@@ -776,7 +778,7 @@ impl Core {
                         .and_then(|r| arrives_at_expiry(submitted, now, r));
                     line.handle_busy(now, remaining, expiry, safety);
                     if registers {
-                        line.handle_registered(w.token);
+                        line.handle_registered();
                     }
                 }
                 // A settled reply for our token: an earlier unknown attempt

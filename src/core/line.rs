@@ -66,13 +66,15 @@ pub(crate) struct Line {
     head: HeadState,
     /// When the holder's lease ends, from the last busy reply.
     holder_until: Option<Instant>,
-    /// The token the locker's registration in the key's hand-over queue
-    /// names (docs/HANDOVER.md), as far as the replies told: a grant is
-    /// made out to it.
-    registered: Option<OwnerToken>,
-    /// The token the attempt in flight registers if it holds the lease
-    /// (its claim re-registers the locker for its next waiter).
-    registering_next: Option<OwnerToken>,
+    /// The locker's grant token for this line (docs/HANDOVER.md §2): the
+    /// owner its registration in the key's hand-over queue names, to whom
+    /// a grant is made out; drawn from the first head that attempted.
+    grant: Option<OwnerToken>,
+    /// Whether that registration is queued, as far as the replies told.
+    registered: bool,
+    /// Whether the attempt in flight keeps the registration queued if it
+    /// holds the lease (the locker has a waiter after it).
+    keeps: bool,
     /// The retry instant the head's last busy reply or failure set: a grant
     /// to another locker may bring the retry forward (to take over a grant
     /// nobody claims), never past this instant, and the next grant (or an
@@ -91,8 +93,9 @@ impl Line {
             queue: VecDeque::new(),
             head: HeadState::Ready,
             holder_until: None,
-            registered: None,
-            registering_next: None,
+            grant: None,
+            registered: false,
+            keeps: false,
             scheduled: None,
             next_waits: false,
         }
@@ -115,35 +118,53 @@ impl Line {
         self.queue.get(1).copied()
     }
 
-    /// The token the locker's hand-over registration names, if any.
-    pub(crate) fn registered_token(&self) -> Option<OwnerToken> {
+    /// Whether the locker's registration is queued, as far as the replies
+    /// and notices told.
+    pub(crate) fn is_registered(&self) -> bool {
         self.registered
     }
 
+    /// A grant was made out to the locker's registration: the head claims
+    /// it at once. Returns the head to wake.
+    pub(crate) fn handle_our_grant(&mut self) -> Option<WaiterId> {
+        self.registered = true;
+        self.handle_wake()
+    }
+
+    /// The locker's grant token for this line, drawn from `head`'s token
+    /// ([`OwnerToken::grant_token`]) the first time.
+    pub(crate) fn grant_token(&mut self, head: OwnerToken) -> OwnerToken {
+        *self.grant.get_or_insert_with(|| head.grant_token())
+    }
+
     /// Forgets the locker's registration (its last waiter left); returns
-    /// the token it named, if there was one to remove from Redis.
+    /// the grant token it named, if there was one to remove from Redis. A
+    /// later registration draws a new one, so the release of this one can
+    /// never meet a grant made out to the next.
     pub(crate) fn take_registration(&mut self) -> Option<OwnerToken> {
-        self.registering_next = None;
-        self.registered.take()
+        self.keeps = false;
+        let grant = self.grant.take();
+        grant.filter(|_| std::mem::take(&mut self.registered))
     }
 
     /// The head's attempt goes out; if it holds the lease by it, the
-    /// registration names `next` from then on.
-    pub(crate) fn attempt_registers(&mut self, next: Option<OwnerToken>) {
-        self.registering_next = next;
+    /// registration stays queued when `keeps` (a waiter follows), else the
+    /// script takes it out.
+    pub(crate) fn attempt_registers(&mut self, keeps: bool) {
+        self.keeps = keeps;
     }
 
     /// The head's attempt found the lease held and registered (or
-    /// refreshed) the locker with the head's `token`.
-    pub(crate) fn handle_registered(&mut self, token: OwnerToken) {
-        self.registered = Some(token);
-        self.registering_next = None;
+    /// refreshed) the locker.
+    pub(crate) fn handle_registered(&mut self) {
+        self.registered = true;
+        self.keeps = false;
     }
 
-    /// The head's attempt got the lease: the registration, if the attempt
-    /// made one for the next waiter, names that waiter.
+    /// The head's attempt got the lease: the registration stays if the
+    /// attempt kept it (or made one for the next waiter: `next_waits`).
     pub(crate) fn handle_granted(&mut self, next_waits: bool) {
-        self.registered = self.registering_next.take();
+        self.registered = (self.registered || next_waits) && std::mem::take(&mut self.keeps);
         self.next_waits = next_waits;
     }
 

@@ -329,7 +329,7 @@ if handover then
 else
   got = redis.call('MGET', unpack(KEYS))
 end
-local t = redis.call('TIME')
+local t = server_time()
 local age = tonumber(ARGV[4])
 if age == 0 then
   age = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -837,6 +837,22 @@ impl OwnerToken {
     pub(crate) fn to_hex(self) -> String {
         hex(&self.0)
     }
+
+    /// The grant token a locker's registration names when this token's
+    /// waiter registered first (docs/HANDOVER.md §2): a one-way function
+    /// of it, so it is as hard to guess and is never any waiter's or
+    /// holder's own token. A grant made out to it is claimed by whichever
+    /// waiter heads the line then, and nothing a holder sends (a renew, a
+    /// replayed release) can ever match it.
+    pub(crate) fn grant_token(self) -> OwnerToken {
+        let digest = Sha256::new()
+            .chain_update(b"redlease grant token\0")
+            .chain_update(self.0)
+            .finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        OwnerToken(bytes)
+    }
 }
 
 impl fmt::Debug for OwnerToken {

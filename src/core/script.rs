@@ -99,42 +99,67 @@ end
 }
 pub(crate) use next_fence_lua;
 
-/// The Lua of the hand-over (docs/HANDOVER.md), shared by the lock's and
-/// the semaphore's scripts:
+/// The Lua of the hand-over (docs/HANDOVER.md), shared by the lock's, the
+/// semaphore's, the read-write lease's and the multi-key lease's scripts.
+/// A queue entry is `<reg>|<deadline ms>|<owner>:<claim ms>`: the
+/// registration id, when it stops counting by the server's clock (`TIME`),
+/// the token a grant is made out to and the claim window; the
+/// registration's key holds the entry as queued, for its bound (`PX`).
 ///
 /// - `handover_args(base)`: the hand-over's arguments, which follow the
-///   script's own at `ARGV[base + 1]`: registration id (empty: do not
-///   register), registration bound ms, claim window ms, registration key
-///   prefix, publish command, channel, the line's release message, another
-///   token of this locker a grant may be made out to (or empty), the token
-///   to register for the locker's next waiter once this one holds the lease
-///   (or empty).
-/// - `enqueue(H, queue, flag, queued, token)`: registers the locker (or
-///   refreshes its registration) for `token` with `SET … GET`, and `RPUSH`es
-///   it the first time; returns the flag's new value.
-/// - `next_registration(queue, reg_prefix)` pops the queue until a
-///   registration whose key is still alive (its `GETDEL` value
-///   `<token>:<claim_ms>`), at most 8 entries: it returns the registration
-///   and its value, `nil` for an empty queue, or `false` when 8 entries were
-///   dead (the next caller continues).
-/// - `grant_to(...)` writes the lease key for that registration's token
+///   script's own at `ARGV[base + 1]`: registration id (empty: none),
+///   registration bound ms, claim window ms, registration key prefix,
+///   publish command, channel, the line's release message, the locker's
+///   grant token for this line if it is registered (empty otherwise: a
+///   grant can only be made out to a registration), `keep`: `k` when the
+///   locker still has waiters once this attempt holds the lease (its
+///   registration stays queued), `d` when it has none (the attempt that
+///   gets the lease takes the registration out), and the grant token a
+///   registration this attempt makes names (the owner a grant is made out
+///   to, never a holder's token; empty: this attempt does not register, it
+///   tries once or hears no grants).
+/// - `server_time()`, `now_ms()`: the script's one `TIME`, read at most
+///   once, and its milliseconds.
+/// - `enqueue(H, queue, flag, queued, owner)`: registers the locker for its
+///   grant token (`owner` when the arguments carry none: a multi-key
+///   lease's), or refreshes its registration: the new entry's bound starts
+///   now; `SET … GET` returns the entry as queued, which `LPOS` finds and
+///   `LSET` replaces in its place; a locker not queued is `RPUSH`ed.
+///   Returns the flag's new value.
+/// - `rotate_head(queue, reg_prefix, seen)` moves the head entry to the
+///   tail (`LMOVE`: a registration keeps its place in the round, so the
+///   claim of a grant writes nothing to the queue) and returns its id and
+///   its `<owner>:<claim_ms>`, or `false` for an entry past its bound,
+///   which is dropped (`RPOP`). A registration `seen` (a table, or `nil`)
+///   already holds goes back to the head, and the third value is `true`:
+///   a script that grants several times stops after a full round, with the
+///   queue as it was. A semaphore's registration (its queue's name says
+///   `sem-queue`) and a multi-key lease's (value `m<age>.<token>:<res_ms>`)
+///   are taken out as they are served: a semaphore's could otherwise get a
+///   second free slot before it claimed the first (its claim queues it
+///   again), a multi-key lease's registers again at its next attempt.
+/// - `next_registration(queue, reg_prefix, seen)`: `rotate_head` until a
+///   live entry, at most 8: its id and value, `nil` for an empty queue, or
+///   `false` when 8 entries were dead (the next caller continues) or the
+///   round is complete.
+/// - `grant_to(...)` writes the lease key for that registration's owner
 ///   with the next fence of its counter (SPEC §3, `next_fence`) for its
 ///   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`;
 ///   for a waiting multi-key lease's registration (value
 ///   `m<age>.<token>:<res_ms>`, docs/MULTIKEY.md §5) it reserves the key
 ///   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
-///   An older locker's `grant_to` makes such a registration an ordinary
-///   grant to the owner `m<age>.<token>`, which nobody claims: it lapses
-///   after `res_ms`.
-/// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller
-///   found its own token (a replay, or a grant to it): the lease runs its
-///   full length from this attempt on; with the hand-over the locker is
-///   registered for its next waiter. No claim notice is published (the
-///   other lockers learn that a grant was settled from the next grant's
-///   notice, docs/HANDOVER.md "As built"), so a claim wakes no subscriber.
+/// - `settle(H, queue)`: the caller got the lease with no waiter left
+///   behind it (`keep` is `d`): its registration is taken out (`GETDEL`
+///   gives the entry as queued, `LREM` removes it).
+/// - `claim(H, key, token, fence, lease_ms, queue)`: a caller found its
+///   own token or its grant token (a replay, or a grant to it): the lease
+///   runs its full length from this attempt on, under the caller's token.
+///   No claim notice is published (the other lockers learn that a grant
+///   was settled from the next grant's notice, docs/HANDOVER.md "As
+///   built"), so a claim wakes no subscriber.
 /// - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
-///   locker's (the caller's, or the one its registration names), and the
-///   fence of a lease value `<token>:<fence>` that is.
+///   locker's (the caller's, or its grant token), and the fence of a lease
+///   value `<token>:<fence>` that is.
 /// - `take(key, counter_key, counter, t, ttl_ms)`: sets the free lease key
 ///   for the caller with the next fence (`NX`, the lease's `PX`); `nil`
 ///   when the key or the counter is of another type (`WRONGTYPE`).
@@ -145,34 +170,86 @@ local function handover_args(base)
   return {
     reg = ARGV[base + 1], reg_ms = ARGV[base + 2], claim = ARGV[base + 3],
     reg_prefix = ARGV[base + 4], publish = ARGV[base + 5], channel = ARGV[base + 6],
-    message = ARGV[base + 7], other = ARGV[base + 8], next = ARGV[base + 9],
+    message = ARGV[base + 7], other = ARGV[base + 8], keep = ARGV[base + 9],
+    grant = ARGV[base + 10],
   }
 end
-local function enqueue(H, queue, flag, queued, token)
-  if H.reg == '' then
+local server_t
+local function server_time()
+  if not server_t then
+    server_t = redis.call('TIME')
+  end
+  return server_t
+end
+local function now_ms()
+  local t = server_time()
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function enqueue(H, queue, flag, queued, owner)
+  if H.reg == '' or H.grant == '' then
     return queued
   end
-  local was = redis.pcall('SET', H.reg_prefix .. H.reg, token .. ':' .. H.claim, 'PX', H.reg_ms, 'GET')
+  if H.grant then
+    owner = H.grant
+  end
+  local entry = H.reg .. '|' .. string.format('%d', now_ms() + tonumber(H.reg_ms)) .. '|' .. owner .. ':' .. H.claim
+  local was = redis.pcall('SET', H.reg_prefix .. H.reg, entry, 'PX', H.reg_ms, 'GET')
   if type(was) == 'table' and was.err then
     -- Not local while a slot migration imports the key: wait unregistered.
     return queued
   end
-  if not was then
-    redis.call('RPUSH', queue, H.reg)
-    if not queued then
-      redis.call('SET', flag, '1')
+  if was then
+    local at = redis.call('LPOS', queue, was)
+    if at then
+      redis.call('LSET', queue, at, entry)
+      return queued
     end
-    return '1'
   end
-  return queued
+  redis.call('RPUSH', queue, entry)
+  if not queued then
+    redis.call('SET', flag, '1')
+  end
+  return '1'
 end
-local function next_registration(queue, reg_prefix)
+local function rotate_head(queue, reg_prefix, seen)
+  local entry = redis.call('LMOVE', queue, queue, 'LEFT', 'RIGHT')
+  if not entry then
+    return nil
+  end
+  local a = string.find(entry, '|', 1, true)
+  local b = a and string.find(entry, '|', a + 1, true)
+  local reg = a and string.sub(entry, 1, a - 1) or entry
+  if seen and seen[reg] then
+    redis.call('LMOVE', queue, queue, 'RIGHT', 'LEFT')
+    return reg, nil, true
+  end
+  local deadline = b and tonumber(string.sub(entry, a + 1, b - 1))
+  local value = b and string.sub(entry, b + 1)
+  if not (deadline and deadline > now_ms() and string.find(value, ':', 1, true)) then
+    redis.call('RPOP', queue)
+    return reg, false
+  end
+  -- A semaphore's registration is served once per round: it could
+  -- otherwise be handed a second free slot before it claimed the first
+  -- (its claim queues it again); a multi-key lease's registers again.
+  if string.sub(value, 1, 1) == 'm' or string.find(queue, ':sem%-queue:{%x+}$') then
+    redis.call('RPOP', queue)
+    redis.call('DEL', reg_prefix .. reg)
+  end
+  if seen then
+    seen[reg] = true
+  end
+  return reg, value
+end
+local function next_registration(queue, reg_prefix, seen)
   for _ = 1, 8 do
-    local reg = redis.call('LPOP', queue)
+    local reg, value, cycled = rotate_head(queue, reg_prefix, seen)
     if not reg then
       return nil
     end
-    local value = redis.call('GETDEL', reg_prefix .. reg)
+    if cycled then
+      return false
+    end
     if value then
       return reg, value
     end
@@ -190,7 +267,7 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
     redis.pcall(publish, channel, message .. ':g:' .. reg .. ':0:' .. claim)
     return claim
   end
-  local fence = next_fence(counter_key, counter, redis.call('TIME'), ttl_ms)
+  local fence = next_fence(counter_key, counter, server_time(), ttl_ms)
   if not fence then
     return nil
   end
@@ -198,11 +275,17 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
   redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
 end
-local function claim(H, key, token, fence, lease_ms, queue, flag, queued)
-  redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
-  if H and H.reg ~= '' and H.next ~= '' then
-    enqueue(H, queue, flag, queued, H.next)
+local function settle(H, queue)
+  if H and H.reg ~= '' and H.keep == 'd' then
+    local entry = redis.call('GETDEL', H.reg_prefix .. H.reg)
+    if entry then
+      redis.call('LREM', queue, 0, entry)
+    end
   end
+end
+local function claim(H, key, token, fence, lease_ms, queue)
+  redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
+  settle(H, queue)
 end
 local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
@@ -285,10 +368,11 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     end
     return grant_to(reg, value, write, counter_key, counter, ttl_ms, H.publish, H.channel, H.message), false, false, false
   end
-  local t = redis.call('TIME')
+  local t = server_time()
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local epoch = read_epoch(counter_key, counter, t, ttl_ms)
   local claim, served, writer_next = nil, false, false
+  local seen = {[reg] = true}
   for _ = 1, 16 do
     if value then
       local sep = string.find(value, ':', 1, true)
@@ -299,11 +383,16 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     end
     local head = redis.call('LINDEX', H.queue, 0)
     if not (head and string.sub(head, 1, 1) == 'r') then
-      writer_next = head ~= false and head ~= nil
+      writer_next = head and true or false
       break
     end
-    redis.call('LPOP', H.queue)
-    reg, value = head, redis.call('GETDEL', H.reg_prefix .. head)
+    -- Each reader's registration keeps its place in the round, as
+    -- next_registration does; a full round stops at the first one again.
+    local cycled
+    reg, value, cycled = rotate_head(H.queue, H.reg_prefix, seen)
+    if cycled then
+      break
+    end
   end
   return claim, served, claim ~= nil, writer_next
 end
@@ -369,7 +458,7 @@ end
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3], KEYS[4], queued)
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3])
     return fence
   end
   register(ARGV[1])
@@ -389,7 +478,15 @@ if queued then
     redis.call('DEL', KEYS[4])
   end
 end
-return take(KEYS[1], KEYS[2], got[2], redis.call('TIME'), ARGV[3]) or redis.error_reply(WRONGTYPE)
+local fence = take(KEYS[1], KEYS[2], got[2], server_time(), ARGV[3])
+if not fence then
+  return redis.error_reply(WRONGTYPE)
+end
+if queued then
+  -- The caller's own registration was the head.
+  settle(H, KEYS[3])
+end
+return fence
 "#
 );
 
@@ -477,12 +574,15 @@ return 2
 
 /// Deregistration of a locker whose last waiter for a key left
 /// (docs/HANDOVER.md §6): KEYS = the hand-over queue; ARGV = the
-/// registration's key, the registration id. Deletes the registration and
-/// its queue entries, so no grant goes to a locker nobody waits on. Returns
-/// 1.
+/// registration's key. Deletes the registration and its queue entry (the
+/// key holds the entry as queued), so no grant goes to a locker nobody
+/// waits on; an entry whose key expired is dropped by the next grant that
+/// reaches it. Returns 1.
 pub(crate) const DEREGISTER_LUA: &str = r#"
-redis.call('DEL', ARGV[1])
-redis.call('LREM', KEYS[1], 0, ARGV[2])
+local entry = redis.call('GETDEL', ARGV[1])
+if entry then
+  redis.call('LREM', KEYS[1], 0, entry)
+end
 return 1
 "#;
 
@@ -562,12 +662,13 @@ local handover = #KEYS == 5
 local H = handover and handover_args(4)
 local permits = tonumber(ARGV[4])
 local held, stored, queued = read_slots(permits, handover and KEYS[5])
-local next_registers = H and H.reg ~= '' and H.next ~= ''
+local next_registers = H and H.grant ~= '' and H.keep == 'k'
 for i = 1, #held do
   local fence = our_fence(H, held[i])
   if fence then
-    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5], queued)
+    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4])
     if next_registers then
+      enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
       for j = 1, permits do
         if j ~= i and not held[j] then
           return {i - 1, fence}
@@ -593,8 +694,9 @@ for i = 1, permits do
   end
 end
 local granted
+local seen = {}
 while queued and #free > 0 do
-  local reg, value = next_registration(KEYS[4], H.reg_prefix)
+  local reg, value = next_registration(KEYS[4], H.reg_prefix, seen)
   if not reg then
     if reg == nil then
       redis.call('DEL', KEYS[5])
@@ -630,13 +732,16 @@ if #free == 0 then
 end
 local slot = free[1]
 local counter = KEYS[3] .. slot
-local fence = take(KEYS[2] .. slot, counter, redis.call('GET', counter), redis.call('TIME'), ARGV[3])
+local fence = take(KEYS[2] .. slot, counter, redis.call('GET', counter), server_time(), ARGV[3])
 if not fence then
   return redis.error_reply(WRONGTYPE)
 end
 if next_registers and #free == 1 then
-  enqueue(H, KEYS[4], KEYS[5], queued, H.next)
+  enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
   return {slot, fence, 1}
+end
+if queued then
+  settle(H, KEYS[4])
 end
 return {slot, fence}
 "#
@@ -705,7 +810,7 @@ end
 local t, now, expiry
 local function clock()
   if not t then
-    t = redis.call('TIME')
+    t = server_time()
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     expiry = string.format('%.0f', now + tonumber(ARGV[2]))
   end
@@ -722,9 +827,7 @@ local function claimed()
         redis.call('ZREM', KEYS[2], token)
       end
       admit(KEYS[2], ARGV[1], expiry)
-      if H and H.reg ~= '' and H.next ~= '' then
-        register(H.next)
-      end
+      settle(H, KEYS[5])
       return epoch
     end
   end
@@ -786,6 +889,9 @@ end
 if not fresh then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 end
+if queue.queued then
+  settle(H, KEYS[5])
+end
 return epoch
 "#
 );
@@ -818,7 +924,7 @@ local H, got, queue, register = rw_begin(4)
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6], queue.queued)
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5])
     if got[2] and is_ours(H, got[2]) then
       redis.call('DEL', KEYS[3])
     end
@@ -827,7 +933,7 @@ if got[1] then
   register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
-local t = redis.call('TIME')
+local t = server_time()
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 if latest[1] then
@@ -855,6 +961,9 @@ end
 if got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
+if queue.queued then
+  settle(H, KEYS[5])
+end
 return fence
 "#
 );
@@ -875,7 +984,7 @@ pub(crate) const RW_READ_RELEASE_LUA: &str = concat!(
     handover_lua!(),
     rw_handover_lua!(),
     r#"
-local t = redis.call('TIME')
+local t = server_time()
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
@@ -1067,9 +1176,12 @@ impl ScriptKind {
 #[derive(Debug)]
 pub(crate) struct AcquireHandover {
     /// The locker's registration as queued for this line
-    /// ([`LineKey::queue_entry`]), when this attempt waits (registers or
-    /// refreshes); `None` for a try-once acquire.
-    pub(crate) register: Option<String>,
+    /// ([`LineKey::queue_entry`]).
+    pub(crate) entry: String,
+    /// Whether this attempt registers (or refreshes the registration) if
+    /// it finds the lease held: it waits and hears grants; not a try-once
+    /// acquire.
+    pub(crate) register: bool,
     pub(crate) reg_ms: u64,
     pub(crate) claim_ms: u64,
     pub(crate) channel: Channel,
@@ -1078,12 +1190,16 @@ pub(crate) struct AcquireHandover {
     /// The line's release message, which the hand-over's notifications
     /// start with.
     pub(crate) message: String,
-    /// Another token of this locker a grant may be made out to (the one
-    /// its registration named when the head changed since).
-    pub(crate) other_token: Option<OwnerToken>,
-    /// The token to register for the locker's next waiter once this
-    /// attempt holds the lease.
-    pub(crate) next_token: Option<OwnerToken>,
+    /// The locker's grant token for this line: the owner its registration
+    /// names, to whom a grant is made out ([`OwnerToken::grant_token`]).
+    pub(crate) grant_token: OwnerToken,
+    /// Whether the locker's registration is queued (as far as the replies
+    /// told): only then is a grant to the grant token looked for.
+    pub(crate) registered: bool,
+    /// Whether the locker still has waiters once this attempt holds the
+    /// lease: its registration then stays queued; else the attempt that
+    /// gets the lease takes it out.
+    pub(crate) keep: bool,
 }
 
 /// One script invocation, built once and sent by either front end.
@@ -1145,17 +1261,25 @@ impl ScriptCall {
             return;
         };
         self.keys.extend([queue.list.clone(), queue.flag.clone()]);
-        let hex = |t: Option<OwnerToken>| t.map(OwnerToken::to_hex).unwrap_or_default();
         self.args.extend([
-            h.register.unwrap_or_default(),
+            h.entry,
             h.reg_ms.to_string(),
             h.claim_ms.to_string(),
             queue.reg_prefix.clone(),
             h.channel.publish_command().to_owned(),
             h.channel_name,
             h.message,
-            hex(h.other_token),
-            hex(h.next_token),
+            if h.registered {
+                h.grant_token.to_hex()
+            } else {
+                String::new()
+            },
+            if h.keep { "k" } else { "d" }.to_owned(),
+            if h.register {
+                h.grant_token.to_hex()
+            } else {
+                String::new()
+            },
         ]);
     }
 
@@ -1191,7 +1315,7 @@ impl ScriptCall {
         ScriptCall {
             kind: ScriptKind::Deregister,
             keys: vec![queue.list.clone()],
-            args: vec![format!("{}{reg}", queue.reg_prefix), reg],
+            args: vec![format!("{}{reg}", queue.reg_prefix)],
         }
     }
 

@@ -142,7 +142,7 @@ impl Core {
         match handover {
             // Ours: the head claims it at once.
             Handover::Granted { reg, .. } if Some(reg) == ours => {
-                if self.wake_head_of(line, Line::handle_wake) {
+                if self.wake_head_of(line, Line::handle_our_grant) {
                     self.wakeups.notification += 1;
                 }
             }

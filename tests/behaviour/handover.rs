@@ -32,6 +32,8 @@ pub(crate) fn reg_name(ns: &str, key: &str, reg: &str) -> String {
     format!("{ns}:lock-reg:{{{}}}:{reg}", key_sha(key))
 }
 
+/// The registrations queued for `key`, in order (each entry of the queue
+/// is `<reg>|<deadline ms>|<owner>:<claim ms>`).
 pub(crate) fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
     list(server, &queue_name(ns, key))
 }
@@ -41,13 +43,26 @@ fn sem_queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
     list(server, &format!("{ns}:sem-queue:{{{}}}", key_sha(key)))
 }
 
+/// The registration ids of the queue `name`.
 fn list(server: &RedisServer, name: &str) -> Vec<String> {
-    redis::cmd("LRANGE")
+    let entries: Vec<String> = redis::cmd("LRANGE")
         .arg(name)
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
-        .unwrap_or_else(|e| panic!("LRANGE on the test redis: {e}"))
+        .unwrap_or_else(|e| panic!("LRANGE on the test redis: {e}"));
+    entries
+        .into_iter()
+        .map(|e| e.split('|').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The server's clock in ms (`TIME`), which registrations' bounds count in.
+fn server_ms(server: &RedisServer) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME")
+        .query(&mut server.conn())
+        .unwrap_or_else(|e| panic!("TIME on the test redis: {e}"));
+    s * 1000 + us / 1000
 }
 
 /// Puts a registration of a locker that does not exist at the tail of the
@@ -60,19 +75,26 @@ fn fake_registration(
     token: &str,
     alive: Option<Duration>,
 ) {
-    server.query(redis::cmd("RPUSH").arg(queue_name(ns, key)).arg(reg));
+    let alive_ms = alive.map_or(0, |a| a.as_millis() as u64);
+    let deadline = if alive.is_some() {
+        server_ms(server) + alive_ms
+    } else {
+        server_ms(server).saturating_sub(1)
+    };
+    let entry = format!("{reg}|{deadline}|{token}:100");
+    server.query(redis::cmd("RPUSH").arg(queue_name(ns, key)).arg(&entry));
     server.query(
         redis::cmd("SET")
             .arg(format!("{ns}:lock-queued:{{{}}}", key_sha(key)))
             .arg("1"),
     );
-    if let Some(alive) = alive {
+    if alive.is_some() {
         server.query(
             redis::cmd("SET")
                 .arg(reg_name(ns, key, reg))
-                .arg(format!("{token}:100"))
+                .arg(&entry)
                 .arg("PX")
-                .arg(alive.as_millis() as u64),
+                .arg(alive_ms),
         );
     }
 }
@@ -510,10 +532,14 @@ pub(crate) fn a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer<F: F
     let newcomer: F = connect(&server, config(&ns));
     let sha = key_sha("s");
     let reg = "00000000000000dd";
+    let entry = format!(
+        "{reg}|{}|queued:100",
+        server_ms(&server) + BOUND.as_millis() as u64
+    );
     server.query(
         redis::cmd("RPUSH")
             .arg(format!("{ns}:sem-queue:{{{sha}}}"))
-            .arg(reg),
+            .arg(&entry),
     );
     server.query(
         redis::cmd("SET")
@@ -523,7 +549,7 @@ pub(crate) fn a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer<F: F
     server.query(
         redis::cmd("SET")
             .arg(format!("{ns}:sem-reg:{{{sha}}}:{reg}"))
-            .arg("queued:100")
+            .arg(&entry)
             .arg("PX")
             .arg(BOUND.as_millis() as u64),
     );
@@ -693,7 +719,9 @@ pub(crate) fn a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once
         });
         let reg = queued(&server, &ns, "k").remove(0);
         let value = get(&server, &reg_name(&ns, "k", &reg)).expect("the registration");
-        let token = value.split(':').next().unwrap().to_owned();
+        // `<reg>|<deadline ms>|<owner>:<claim ms>`
+        let owner = value.rsplit('|').next().unwrap();
+        let token = owner.split(':').next().unwrap().to_owned();
         // The grant, as the holder's release would make it.
         server.query(
             redis::cmd("SET")

@@ -28,7 +28,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 37] = [
+const COMMANDS: [&str; 40] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -53,7 +53,10 @@ const COMMANDS: [&str; 37] = [
     // the hand-over queues (docs/HANDOVER.md): registering, granting the
     // head, leaving, and telling an expired lock from a key of another type
     "+rpush",
-    "+lpop",
+    "+lmove",
+    "+rpop",
+    "+lpos",
+    "+lset",
     "+getdel",
     "+exists",
     "+lrem",

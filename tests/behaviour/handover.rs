@@ -143,6 +143,83 @@ pub(crate) fn grants_follow_the_order_in_which_lockers_registered<F: Front>() {
     );
 }
 
+/// A hand-over to a waiter of another locker that has a second waiter
+/// behind it costs Redis ten commands (docs/HANDOVER.md §12): the release
+/// that grants (`EVALSHA`, `MGET`, `TIME`, `LMOVE`, the counter's and the
+/// lock's `SET`, `PUBLISH`) and the claim (`EVALSHA`, `MGET`, `SET`). The
+/// claim writes nothing to the queue: the grant moved the locker's entry
+/// to the tail, where it stays for its second waiter, and the lease is held
+/// under the claiming waiter's own token with the grant's fence.
+pub(crate) fn a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone<F: Front>() {
+    use super::fences::Counts;
+    let server = RedisServer::start();
+    let ns = namespace("handover-cost");
+    let holder: F = connect(&server, slow_polls(&ns));
+    let waiters: F = connect(&server, slow_polls(&ns));
+    // Warm: both lockers' scripts cached and connections open.
+    for f in [&holder, &waiters] {
+        let warm = granted(f.acquire_with("k", no_wait()), "warm-up");
+        assert_eq!(F::release(warm).unwrap(), ReleaseOutcome::Released);
+    }
+    let held = granted(holder.acquire("k"), "holder");
+    std::thread::scope(|scope| {
+        let (leases, granted_to) = std::sync::mpsc::channel();
+        for i in 0..2 {
+            let (waiters, leases) = (&waiters, leases.clone());
+            scope.spawn(move || {
+                let lease = granted(waiters.acquire("k"), &format!("waiter {i}"));
+                leases.send(lease).expect("the test takes the lease");
+            });
+            wait_until(BOUND, &format!("waiter {i} queued"), || {
+                waiters.stats().waiters == i + 1
+            });
+        }
+        wait_until(BOUND, "the waiters' locker registered", || {
+            queued(&server, &ns, "k").len() == 1
+        });
+        let entry = queued(&server, &ns, "k");
+        let registration = get(&server, &reg_name(&ns, "k", &entry[0])).expect("registered");
+        // `<reg>|<deadline ms>|<grant token>:<claim ms>`
+        let grant_token = registration
+            .rsplit('|')
+            .next()
+            .and_then(|owner| owner.split(':').next())
+            .expect("an owner")
+            .to_owned();
+        let mut counts = Counts::new(&server);
+        let first = counts.step(
+            "a release that grants, and its claim",
+            &[
+                ("evalsha", 2),
+                ("mget", 2),
+                ("time", 1),
+                ("lmove", 1),
+                ("set", 3),
+                ("publish", 1),
+            ],
+            || {
+                assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+                granted_to
+                    .recv_timeout(BOUND)
+                    .expect("the first waiter claimed the grant")
+            },
+        );
+        counts.finish();
+        assert_eq!(queued(&server, &ns, "k"), entry, "still queued, once");
+        let value = get(&server, &lock_name(&ns, "k")).expect("the claimed lease");
+        let (owner, fence) = value.split_once(':').expect("<token>:<fence>");
+        assert_eq!(fence, F::fence(&first).get().to_string(), "the grant's fence");
+        assert_ne!(owner, grant_token, "held under the waiter's own token");
+        assert_eq!(F::release(first).unwrap(), ReleaseOutcome::Released);
+        let second = granted_to.recv_timeout(BOUND).expect("the second waiter");
+        assert_eq!(F::release(second).unwrap(), ReleaseOutcome::Released);
+    });
+    assert!(
+        queued(&server, &ns, "k").is_empty(),
+        "the last waiter's claim took the locker out of the queue"
+    );
+}
+
 /// A registration whose locker stopped refreshing it (killed, paused) is
 /// skipped: the release grants the next live registration.
 pub(crate) fn a_lapsed_registration_is_skipped<F: Front>() {

@@ -152,6 +152,7 @@ macro_rules! behaviour_suite {
             handover {
                 grants_follow_the_order_in_which_lockers_registered,
                 a_lapsed_registration_is_skipped,
+                a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone,
                 an_unclaimed_grant_goes_to_the_next_registration,
                 a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 nobody_is_queued_when_nobody_waits,

@@ -612,7 +612,12 @@ impl Core {
                         let Some(line) = self.lines.get_mut(&line_key) else {
                             return WaiterStep::Done(Err(Error::Cancelled));
                         };
-                        line.attempt_registers(keep);
+                        // Half the bound: a waiter that is not served
+                        // meanwhile refreshes by its busy attempt, at least
+                        // every safety interval (a third of the bound).
+                        let refresh =
+                            keep && line.refresh_due(now, Duration::from_millis(h.reg_ms / 2));
+                        line.attempt_registers(keep, refresh);
                         let grant_token = line.grant_token(token);
                         let registered = line.is_registered();
                         let key = line_key.id;
@@ -628,6 +633,7 @@ impl Core {
                             grant_token,
                             registered,
                             keep,
+                            refresh,
                         })
                     }
                     _ => None,
@@ -738,7 +744,7 @@ impl Core {
             }) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
-                    line.handle_granted(next_waits);
+                    line.handle_granted(submitted, next_waits);
                 }
                 w.failure = None;
                 let outcome = if self.shutting_down {
@@ -778,7 +784,7 @@ impl Core {
                         .and_then(|r| arrives_at_expiry(submitted, now, r));
                     line.handle_busy(now, remaining, expiry, safety);
                     if registers {
-                        line.handle_registered();
+                        line.handle_registered(submitted);
                     }
                 }
                 // A settled reply for our token: an earlier unknown attempt

@@ -75,6 +75,12 @@ pub(crate) struct Line {
     /// Whether the attempt in flight keeps the registration queued if it
     /// holds the lease (the locker has a waiter after it).
     keeps: bool,
+    /// Whether the attempt in flight also refreshes the registration's
+    /// bound if it holds the lease.
+    refreshing: bool,
+    /// When the last attempt that registered or refreshed the locker was
+    /// sent: its entry's bound runs from about then (docs/HANDOVER.md §12).
+    refreshed: Option<Instant>,
     /// The retry instant the head's last busy reply or failure set: a grant
     /// to another locker may bring the retry forward (to take over a grant
     /// nobody claims), never past this instant, and the next grant (or an
@@ -96,6 +102,8 @@ impl Line {
             grant: None,
             registered: false,
             keeps: false,
+            refreshing: false,
+            refreshed: None,
             scheduled: None,
             next_waits: false,
         }
@@ -143,28 +151,50 @@ impl Line {
     /// never meet a grant made out to the next.
     pub(crate) fn take_registration(&mut self) -> Option<OwnerToken> {
         self.keeps = false;
+        self.refreshing = false;
+        self.refreshed = None;
         let grant = self.grant.take();
         grant.filter(|_| std::mem::take(&mut self.registered))
     }
 
+    /// Whether an attempt sent at `now` that keeps the registration should
+    /// also refresh its bound: the locker is registered and its last
+    /// refresh is `every` old (a locker served by grants makes no busy
+    /// attempt, the other refresh).
+    pub(crate) fn refresh_due(&self, now: Instant, every: Duration) -> bool {
+        self.registered
+            && self
+                .refreshed
+                .is_none_or(|at| now.saturating_duration_since(at) >= every)
+    }
+
     /// The head's attempt goes out; if it holds the lease by it, the
-    /// registration stays queued when `keeps` (a waiter follows), else the
-    /// script takes it out.
-    pub(crate) fn attempt_registers(&mut self, keeps: bool) {
+    /// registration stays queued when `keeps` (a waiter follows), and is
+    /// refreshed when `refreshing`, else the script takes it out.
+    pub(crate) fn attempt_registers(&mut self, keeps: bool, refreshing: bool) {
         self.keeps = keeps;
+        self.refreshing = keeps && refreshing;
     }
 
-    /// The head's attempt found the lease held and registered (or
-    /// refreshed) the locker.
-    pub(crate) fn handle_registered(&mut self) {
+    /// The head's attempt, sent at `submitted`, found the lease held and
+    /// registered (or refreshed) the locker.
+    pub(crate) fn handle_registered(&mut self, submitted: Instant) {
         self.registered = true;
+        self.refreshed = Some(submitted);
         self.keeps = false;
+        self.refreshing = false;
     }
 
-    /// The head's attempt got the lease: the registration stays if the
-    /// attempt kept it (or made one for the next waiter: `next_waits`).
-    pub(crate) fn handle_granted(&mut self, next_waits: bool) {
-        self.registered = (self.registered || next_waits) && std::mem::take(&mut self.keeps);
+    /// The head's attempt, sent at `submitted`, got the lease: the
+    /// registration stays if the attempt kept it (or made one for the next
+    /// waiter: `next_waits`), refreshed if the attempt said so.
+    pub(crate) fn handle_granted(&mut self, submitted: Instant, next_waits: bool) {
+        let keeps = std::mem::take(&mut self.keeps);
+        self.registered = (self.registered || next_waits) && keeps;
+        let refreshed = std::mem::take(&mut self.refreshing) && self.registered;
+        if refreshed || next_waits {
+            self.refreshed = Some(submitted);
+        }
         self.next_waits = next_waits;
     }
 

@@ -113,8 +113,11 @@ pub(crate) use next_fence_lua;
 ///   grant token for this line if it is registered (empty otherwise: a
 ///   grant can only be made out to a registration), `keep`: `k` when the
 ///   locker still has waiters once this attempt holds the lease (its
-///   registration stays queued), `d` when it has none (the attempt that
-///   gets the lease takes the registration out), and the grant token a
+///   registration stays queued), `r` as `k` and the attempt that gets the
+///   lease also refreshes the registration's bound (a locker served by
+///   grants makes no busy attempt that would), `d` when it has none (the
+///   attempt that gets the lease takes the registration out), and the
+///   grant token a
 ///   registration this attempt makes names (the owner a grant is made out
 ///   to, never a holder's token; empty: this attempt does not register, it
 ///   tries once or hears no grants).
@@ -148,10 +151,11 @@ pub(crate) use next_fence_lua;
 ///   for a waiting multi-key lease's registration (value
 ///   `m<age>.<token>:<res_ms>`, docs/MULTIKEY.md §5) it reserves the key
 ///   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
-/// - `settle(H, queue)`: the caller got the lease with no waiter left
-///   behind it (`keep` is `d`): its registration is taken out (`GETDEL`
-///   gives the entry as queued, `LREM` removes it).
-/// - `claim(H, key, token, fence, lease_ms, queue)`: a caller found its
+/// - `settle(H, queue, flag, queued)`: the caller got the lease; with no
+///   waiter left behind it (`keep` is `d`) its registration is taken out
+///   (`GETDEL` gives the entry as queued, `LREM` removes it), with `r` it
+///   is refreshed (`enqueue`).
+/// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller found its
 ///   own token or its grant token (a replay, or a grant to it): the lease
 ///   runs its full length from this attempt on, under the caller's token.
 ///   No claim notice is published (the other lockers learn that a grant
@@ -275,17 +279,22 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
   redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
 end
-local function settle(H, queue)
-  if H and H.reg ~= '' and H.keep == 'd' then
+local function settle(H, queue, flag, queued)
+  if not H or H.reg == '' then
+    return
+  end
+  if H.keep == 'd' then
     local entry = redis.call('GETDEL', H.reg_prefix .. H.reg)
     if entry then
       redis.call('LREM', queue, 0, entry)
     end
+  elseif H.keep == 'r' then
+    enqueue(H, queue, flag, queued, H.grant)
   end
 end
-local function claim(H, key, token, fence, lease_ms, queue)
+local function claim(H, key, token, fence, lease_ms, queue, flag, queued)
   redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
-  settle(H, queue)
+  settle(H, queue, flag, queued)
 end
 local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
@@ -458,7 +467,7 @@ end
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3])
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3], KEYS[4], queued)
     return fence
   end
   register(ARGV[1])
@@ -484,7 +493,7 @@ if not fence then
 end
 if queued then
   -- The caller's own registration was the head.
-  settle(H, KEYS[3])
+  settle(H, KEYS[3], KEYS[4], queued)
 end
 return fence
 "#
@@ -662,13 +671,15 @@ local handover = #KEYS == 5
 local H = handover and handover_args(4)
 local permits = tonumber(ARGV[4])
 local held, stored, queued = read_slots(permits, handover and KEYS[5])
-local next_registers = H and H.grant ~= '' and H.keep == 'k'
+local next_registers = H and H.grant ~= '' and H.keep ~= 'd'
 for i = 1, #held do
   local fence = our_fence(H, held[i])
   if fence then
-    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4])
+    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5], queued)
     if next_registers then
-      enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
+      if H.keep == 'k' then
+        enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
+      end
       for j = 1, permits do
         if j ~= i and not held[j] then
           return {i - 1, fence}
@@ -741,7 +752,7 @@ if next_registers and #free == 1 then
   return {slot, fence, 1}
 end
 if queued then
-  settle(H, KEYS[4])
+  settle(H, KEYS[4], KEYS[5], queued)
 end
 return {slot, fence}
 "#
@@ -827,7 +838,7 @@ local function claimed()
         redis.call('ZREM', KEYS[2], token)
       end
       admit(KEYS[2], ARGV[1], expiry)
-      settle(H, KEYS[5])
+      settle(H, KEYS[5], KEYS[6], queue.queued)
       return epoch
     end
   end
@@ -890,7 +901,7 @@ if not fresh then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 end
 if queue.queued then
-  settle(H, KEYS[5])
+  settle(H, KEYS[5], KEYS[6], queue.queued)
 end
 return epoch
 "#
@@ -924,7 +935,7 @@ local H, got, queue, register = rw_begin(4)
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5])
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6], queue.queued)
     if got[2] and is_ours(H, got[2]) then
       redis.call('DEL', KEYS[3])
     end
@@ -962,7 +973,7 @@ if got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 if queue.queued then
-  settle(H, KEYS[5])
+  settle(H, KEYS[5], KEYS[6], queue.queued)
 end
 return fence
 "#
@@ -1200,6 +1211,9 @@ pub(crate) struct AcquireHandover {
     /// lease: its registration then stays queued; else the attempt that
     /// gets the lease takes it out.
     pub(crate) keep: bool,
+    /// Whether an attempt that keeps the registration also refreshes its
+    /// bound if it gets the lease (its last refresh is getting old).
+    pub(crate) refresh: bool,
 }
 
 /// One script invocation, built once and sent by either front end.
@@ -1274,7 +1288,12 @@ impl ScriptCall {
             } else {
                 String::new()
             },
-            if h.keep { "k" } else { "d" }.to_owned(),
+            match (h.keep, h.refresh) {
+                (false, _) => "d",
+                (true, false) => "k",
+                (true, true) => "r",
+            }
+            .to_owned(),
             if h.register {
                 h.grant_token.to_hex()
             } else {

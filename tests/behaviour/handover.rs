@@ -208,7 +208,11 @@ pub(crate) fn a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone
         assert_eq!(queued(&server, &ns, "k"), entry, "still queued, once");
         let value = get(&server, &lock_name(&ns, "k")).expect("the claimed lease");
         let (owner, fence) = value.split_once(':').expect("<token>:<fence>");
-        assert_eq!(fence, F::fence(&first).get().to_string(), "the grant's fence");
+        assert_eq!(
+            fence,
+            F::fence(&first).get().to_string(),
+            "the grant's fence"
+        );
         assert_ne!(owner, grant_token, "held under the waiter's own token");
         assert_eq!(F::release(first).unwrap(), ReleaseOutcome::Released);
         let second = granted_to.recv_timeout(BOUND).expect("the second waiter");
@@ -217,6 +221,68 @@ pub(crate) fn a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone
     assert!(
         queued(&server, &ns, "k").is_empty(),
         "the last waiter's claim took the locker out of the queue"
+    );
+}
+
+/// Lockers served only by grants make no busy attempt, so their claims
+/// refresh their registrations' bounds (docs/HANDOVER.md §12): with a
+/// 300 ms bound and hand-overs running at least twice as long (300 grants
+/// held 2 ms each), no entry ever lapses (a grant drops a lapsed one with
+/// `RPOP`), the claims refreshed them in place (`LSET`), and both lockers
+/// are served.
+pub(crate) fn claims_keep_a_served_lockers_registration_alive<F: Front>() {
+    const LOCKERS: usize = 2;
+    const WAITERS: usize = 3;
+    const GRANTS: usize = 300;
+    let server = RedisServer::start();
+    let ns = namespace("handover-refresh");
+    // Safety polls every 100 ms: a 300 ms registration bound.
+    let fast_bound = || {
+        config(&ns)
+            .notify_poll_interval(Duration::from_millis(100))
+            .wait(Duration::from_secs(20))
+    };
+    let lockers: Vec<F> = (0..LOCKERS)
+        .map(|_| connect(&server, fast_bound()))
+        .collect();
+    let grants: Vec<std::sync::atomic::AtomicUsize> =
+        (0..LOCKERS).map(|_| Default::default()).collect();
+    let total = std::sync::atomic::AtomicUsize::new(0);
+    let started = std::time::Instant::now();
+    server.reset_stats();
+    std::thread::scope(|scope| {
+        for (i, locker) in lockers.iter().enumerate() {
+            for _ in 0..WAITERS {
+                let (grants, total) = (&grants, &total);
+                scope.spawn(move || {
+                    while total.load(Ordering::SeqCst) < GRANTS {
+                        let lease = granted(locker.acquire("k"), "a served waiter");
+                        grants[i].fetch_add(1, Ordering::SeqCst);
+                        total.fetch_add(1, Ordering::SeqCst);
+                        // The work done under the lease.
+                        let_pass(Duration::from_millis(2));
+                        assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+                    }
+                });
+            }
+        }
+    });
+    let elapsed = started.elapsed();
+    let stats = server.commandstats();
+    let calls = |name: &str| stats.get(name).copied().unwrap_or(0);
+    // A grant drops an entry past its bound with `RPOP`, and only then.
+    assert_eq!(
+        calls("rpop"),
+        0,
+        "no entry lapsed in {elapsed:?}: {stats:?}"
+    );
+    assert!(calls("lset") > 0, "refreshed in place: {stats:?}");
+    let counts: Vec<usize> = grants.iter().map(|g| g.load(Ordering::SeqCst)).collect();
+    // Until both lockers are registered the first one may be served
+    // several times in a row; then the turns alternate.
+    assert!(
+        counts.iter().all(|c| *c >= GRANTS / 3),
+        "turns alternate: {counts:?}"
     );
 }
 

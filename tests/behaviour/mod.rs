@@ -153,6 +153,7 @@ macro_rules! behaviour_suite {
                 grants_follow_the_order_in_which_lockers_registered,
                 a_lapsed_registration_is_skipped,
                 a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone,
+                claims_keep_a_served_lockers_registration_alive,
                 an_unclaimed_grant_goes_to_the_next_registration,
                 a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 nobody_is_queued_when_nobody_waits,

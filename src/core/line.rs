@@ -613,4 +613,82 @@ mod tests {
             "at least every safety interval"
         );
     }
+
+    /// The registration names one grant token for the line, whoever is
+    /// head, drawn from the first head's token and never equal to a
+    /// waiter's; the line draws a new one once its registration is gone
+    /// (docs/HANDOVER.md §12).
+    #[test]
+    fn the_grant_token_outlives_head_changes_and_is_drawn_anew_after_leaving() {
+        let now = Instant::now();
+        let (first, second) = (
+            OwnerToken::from_bytes([1; 16]),
+            OwnerToken::from_bytes([2; 16]),
+        );
+        let mut line = Line::new();
+        let grant = line.grant_token(first);
+        assert_ne!(grant, first, "never a waiter's own token");
+        assert_eq!(grant, first.grant_token());
+        assert_eq!(
+            line.grant_token(second),
+            grant,
+            "the head changed, not the token"
+        );
+        assert!(!line.is_registered());
+        assert_eq!(line.take_registration(), None, "nothing queued to remove");
+        line.grant_token(first);
+        line.handle_registered(now);
+        assert!(line.is_registered());
+        assert_eq!(
+            line.take_registration(),
+            Some(grant),
+            "removed with its token"
+        );
+        assert_eq!(line.grant_token(second), second.grant_token(), "a new one");
+    }
+
+    /// A claim keeps the registration when a waiter follows, and takes it
+    /// out when none does; a locker served by grants refreshes it with the
+    /// claim that is due (half the bound after the last refresh).
+    #[test]
+    fn a_claim_keeps_or_drops_the_registration_and_refreshes_it_when_due() {
+        let now = Instant::now();
+        let half = Duration::from_millis(375);
+        let mut line = Line::new();
+        line.grant_token(OwnerToken::from_bytes([3; 16]));
+        assert!(
+            !line.refresh_due(now, half),
+            "not registered: nothing to refresh"
+        );
+        line.handle_registered(now);
+        assert!(!line.refresh_due(now + half / 2, half));
+        let due = now + half;
+        assert!(line.refresh_due(due, half));
+
+        line.attempt_registers(true, true);
+        line.handle_granted(due, false);
+        assert!(line.is_registered(), "kept for the next waiter");
+        assert!(
+            !line.refresh_due(due + half / 2, half),
+            "the claim refreshed it"
+        );
+        line.attempt_registers(true, false);
+        line.handle_granted(due + half / 2, false);
+        assert!(
+            line.refresh_due(due + half, half),
+            "a claim without refresh did not"
+        );
+
+        line.attempt_registers(false, true);
+        line.handle_granted(due + half, false);
+        assert!(!line.is_registered(), "no waiter followed: taken out");
+        assert_eq!(line.take_registration(), None);
+
+        // A permit's take of the last free slot registers the next waiter.
+        let mut line = Line::new();
+        line.attempt_registers(true, false);
+        line.handle_granted(now, true);
+        assert!(line.is_registered());
+        assert!(!line.refresh_due(now, half), "registered just now");
+    }
 }

@@ -607,7 +607,7 @@ impl Core {
                 let handover = match self.settings.handover {
                     Some(h) if !elects => {
                         // The registration stays queued for the locker's
-                        // next waiter (docs/HANDOVER.md §4).
+                        // next waiter (docs/HANDOVER.md §12).
                         let keep = second.is_some();
                         let Some(line) = self.lines.get_mut(&line_key) else {
                             return WaiterStep::Done(Err(Error::Cancelled));

@@ -66,7 +66,7 @@ pub(crate) struct Line {
     head: HeadState,
     /// When the holder's lease ends, from the last busy reply.
     holder_until: Option<Instant>,
-    /// The locker's grant token for this line (docs/HANDOVER.md §2): the
+    /// The locker's grant token for this line (docs/HANDOVER.md §12): the
     /// owner its registration in the key's hand-over queue names, to whom
     /// a grant is made out; drawn from the first head that attempted.
     grant: Option<OwnerToken>,

@@ -839,7 +839,7 @@ impl OwnerToken {
     }
 
     /// The grant token a locker's registration names when this token's
-    /// waiter registered first (docs/HANDOVER.md §2): a one-way function
+    /// waiter registered first (docs/HANDOVER.md §12): a one-way function
     /// of it, so it is as hard to guess and is never any waiter's or
     /// holder's own token. A grant made out to it is claimed by whichever
     /// waiter heads the line then, and nothing a holder sends (a renew, a

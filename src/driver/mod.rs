@@ -20,8 +20,10 @@ pub(crate) mod connect;
 pub(crate) mod held;
 pub(crate) mod metrics;
 pub(crate) mod ops;
+#[cfg_attr(not(feature = "aio"), allow(dead_code, reason = "read by aio only"))]
 pub(crate) mod replies;
 pub(crate) mod state;
 pub(crate) mod subscriber;
 pub(crate) mod target;
+#[cfg_attr(not(feature = "aio"), allow(dead_code, reason = "opened with aio only"))]
 pub(crate) mod wire;

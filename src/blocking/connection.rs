@@ -311,8 +311,9 @@ impl Commands {
 
     /// Sends many releases in one round trip on one server: a pipeline of
     /// `SCRIPT LOAD` (so that none can fail with `NOSCRIPT`) and the calls,
-    /// behind the PING probe on a reused redis crate connection (TLS). Each reply counts on
-    /// its own; one that still says `NOSCRIPT` is sent again as `EVAL`.
+    /// behind the PING probe on a reused redis crate connection (TLS).
+    /// Each reply counts on its own; one that still says `NOSCRIPT` is
+    /// sent again as `EVAL`.
     fn releases_in_one_pipeline(
         &self,
         calls: &[ScriptCall],

@@ -98,6 +98,7 @@ impl Wire {
         }
         #[cfg(feature = "aio")]
         {
+            let started = crate::clock::now();
             let socket = match info.addr() {
                 redis::ConnectionAddr::Tcp(host, port) => connect_tcp(host, *port, timeout)
                     .and_then(|tcp| {
@@ -111,9 +112,15 @@ impl Wire {
                 _ => return None,
             };
             Some(socket.map_err(Into::into).and_then(|socket| {
-                socket.set_timeouts(Some(timeout))?;
+                // The set-up gets what the connect left of `timeout`, as
+                // the redis crate's own connect gives it.
+                let spent = crate::clock::now().saturating_duration_since(started);
+                let left = timeout.checked_sub(spent).filter(|left| !left.is_zero());
+                let left = left.ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
+                socket.set_timeouts(Some(left))?;
                 let settings = info.redis_settings();
                 setup::complete(set_up(settings, setup::Blocking(socket.try_clone()?)))?;
+                socket.set_timeouts(Some(timeout))?;
                 Ok(Wire::new(socket, settings.db()))
             }))
         }

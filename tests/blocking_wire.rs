@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use redlease::blocking::Locker;
 use redlease::{Config, ReleaseOutcome, RenewOutcome};
-use support::RedisServer;
+use support::{wait_until, RedisServer};
+
+const BOUND: Duration = Duration::from_secs(10);
 
 fn config(ns: &str) -> Config {
     Config::new(format!("t-{ns}-{}", std::process::id()))
@@ -174,7 +176,8 @@ fn an_acl_user_and_a_database_are_honoured_over_resp2_and_resp3() {
 }
 
 /// Over a unix socket: it works, sends no `PING`, and a connection the
-/// server closed while idle is replaced before the next request.
+/// server closed while idle is seen so (`stats().connected`) and replaced
+/// before the next request.
 #[test]
 fn over_a_unix_socket_it_works_and_replaces_a_killed_connection() {
     let socket = std::env::temp_dir().join(format!("redlease-wire-{}.sock", std::process::id()));
@@ -185,8 +188,13 @@ fn over_a_unix_socket_it_works_and_replaces_a_killed_connection() {
     let url = format!("redis+unix://{path}?db=0");
     let locker = Locker::connect(url.as_str(), config("unix")).unwrap();
     cycle(&locker, "k");
+    assert!(locker.stats().connected);
     server.reset_stats();
     assert!(server.client_kill_type("normal") >= 1);
+    // Seen while idle, without a request.
+    wait_until(BOUND, "the locker sees the close", || {
+        !locker.stats().connected
+    });
     cycle(&locker, "k");
     cycle(&locker, "k");
     let stats = server.commandstats();

@@ -433,10 +433,13 @@ impl Commands {
 }
 
 impl Connections for Commands {
-    /// Whether an idle pooled connection exists (it may still turn out
-    /// closed by the server: that is looked at when it is taken).
+    /// Whether an idle pooled connection exists, after dropping those the
+    /// server closed as far as that can be seen without sending (over TLS
+    /// it is only learnt by use).
     fn is_connected(&self) -> bool {
-        !self.inner.idle.lock().is_empty()
+        let mut idle = self.inner.idle.lock();
+        idle.retain(|conn| !matches!(conn, Conn::One(one) if one.closed_while_idle()));
+        !idle.is_empty()
     }
 
     /// Closes the idle connections and stops keeping new ones.

@@ -26,12 +26,24 @@ enum Socket {
 }
 
 impl Socket {
-    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.set_nonblocking(on),
-            #[cfg(unix)]
-            Socket::Unix(s) => s.set_nonblocking(on),
-        }
+    /// Peeks at what came in, without waiting: `Ok(0)` at the end of the
+    /// stream, `WouldBlock` when nothing came.
+    #[cfg(unix)]
+    fn peek_now(&self) -> io::Result<usize> {
+        let socket = match self {
+            Socket::Tcp(s) => socket2::SockRef::from(s),
+            Socket::Unix(s) => socket2::SockRef::from(s),
+        };
+        let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
+        socket.recv_with_flags(&mut [std::mem::MaybeUninit::uninit()], flags)
+    }
+
+    #[cfg(not(unix))]
+    fn peek_now(&self) -> io::Result<usize> {
+        let Socket::Tcp(s) = self;
+        s.set_nonblocking(true)?;
+        let peeked = s.peek(&mut [0]);
+        s.set_nonblocking(false).and(peeked)
     }
 
     fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
@@ -178,17 +190,11 @@ impl OneServer for redis::Connection {
 
 impl OneServer for Wire {
     /// Whether the server closed the connection while it was idle, found
-    /// without sending anything: a read that does not wait. Nothing is due
-    /// on an idle connection, so any byte, the end of the stream or an
-    /// error all end it (a `read`, not a `peek`: std has no `peek` on a
-    /// unix socket, and a byte read here is never wanted).
+    /// without sending anything: a peek that does not wait. Nothing is due
+    /// on an idle connection, so a byte, the end of the stream or an error
+    /// all end it; only "nothing came" keeps it.
     fn closed_while_idle(&self) -> bool {
-        let socket = &self.socket;
-        let looked = socket.set_nonblocking(true).and_then(|()| {
-            let read = (&mut &*socket).read(&mut [0; 1]);
-            socket.set_nonblocking(false).and(read)
-        });
-        !matches!(&looked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        !matches!(self.socket.peek_now(), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     fn needs_probe(&self) -> bool {

@@ -8,7 +8,7 @@
 //! Unlike the redis crate's `Connection`, whose socket is private, a
 //! [`Wire`] can tell whether the server closed it while it sat idle
 //! (`CLIENT KILL`, restart, idle timeout) without sending anything
-//! ([`Wire::closed_while_idle`]), so a request never has to go out behind a
+//! ([`OneServer::closed_while_idle`]), so a request never has to go out behind a
 //! `PING` probe to learn it. TLS keeps the redis crate's connection (its TLS
 //! stream is not public); so does a build without the `aio` feature, which
 //! lacks the redis crate's async set-up that [`Wire::connect`] reuses.
@@ -84,7 +84,7 @@ impl Write for &Socket {
 }
 
 /// One blocking connection. Any I/O or protocol error ends it
-/// ([`Wire::is_open`]): after a timeout its late reply would answer the
+/// ([`redis::ConnectionLike::is_open`]): after a timeout its late reply would answer the
 /// next request.
 #[cfg_attr(
     not(feature = "aio"),

@@ -11,6 +11,8 @@
 #   BENCH_WAIT_QUIET=SECONDS  wait up to SECONDS for the 1-min load average to
 #                             drop below BENCH_QUIET_LOAD (default 0.7) first
 #   BENCH_FLAGS="..."         extra flags for every scenario (e.g. "--front async")
+#   BENCH_BIN=PATH            run this bench binary instead of building one (e.g.
+#                             another commit's, to alternate before and after)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -23,8 +25,12 @@ fi
 command -v redis-server >/dev/null || { echo "redis-server is not on PATH" >&2; exit 1; }
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is not on PATH" >&2; exit 1; }
 
-cargo build --release --features bench-hooks --example bench
-bench=target/release/examples/bench
+if [ -n "${BENCH_BIN:-}" ]; then
+    bench="$BENCH_BIN"
+else
+    cargo build --release --features bench-hooks --example bench
+    bench="${CARGO_TARGET_DIR:-target}/release/examples/bench"
+fi
 
 quiet_load="${BENCH_QUIET_LOAD:-0.7}"
 if [ -n "${BENCH_WAIT_QUIET:-}" ]; then

@@ -32,8 +32,9 @@ pub struct Stats {
     /// Whether release notifications are subscribed now.
     pub subscribed: bool,
     /// Whether a command connection is open now (async: the shared
-    /// multiplexed connection, dropped as soon as the server closes it;
-    /// blocking: at least one idle pooled connection).
+    /// connection, dropped as soon as the server closes it; blocking: at
+    /// least one idle pooled connection, those the server closed dropped
+    /// first except over TLS, where that is only learnt by use).
     pub connected: bool,
 }
 

@@ -472,15 +472,17 @@ fn async_to_blocking(blocking: &J, asynch: &J) -> J {
 
 pub(crate) fn rtt_connection(front: Front) -> &'static str {
     match front {
-        Front::Blocking => "redis::Connection (RESP2), as in the blocking locker's pool",
+        Front::Blocking => "redis::Connection (RESP2): one write and one read per request, as the blocking locker's own",
         Front::Async => "redis MultiplexedConnection over RESP3 (smol), as the async locker's",
     }
 }
 
 /// The blocking front end writes a `PING` in front of every command it sends
-/// on a reused pooled connection (in the same write, one round trip), to
-/// tell a connection the server closed from a command that failed. Those
-/// PINGs are commands, not round trips.
+/// on a reused redis crate connection (TLS, or a build without `aio`; in
+/// the same write, one round trip), to tell a connection the server closed
+/// from a command that failed; over plain TCP and unix sockets its own
+/// connection sees a close without one (src/driver/wire.rs). Those PINGs
+/// are commands, not round trips.
 pub(crate) fn pipelined_pings(front: Front, stats: &CommandStats) -> u64 {
     match front {
         Front::Blocking => stats.calls("ping"),

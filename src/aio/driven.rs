@@ -35,9 +35,10 @@ use std::time::Duration;
 use futures::future::{select, Either};
 use futures::task::{ArcWake, AtomicWaker};
 use parking_lot::Mutex;
-use redis::{ConnectionInfo, RedisConnectionInfo, RedisResult, Value};
+use redis::{ConnectionInfo, RedisResult, Value};
 
 use crate::driver::replies::{dropped, Outgoing, Replies};
+use crate::driver::wire::set_up;
 
 /// One connection; clones share it.
 #[derive(Clone)]
@@ -231,14 +232,14 @@ impl DrivenConnection {
                 redis::ConnectionAddr::Tcp(host, port) => {
                     let tcp = Arc::new(connect_tcp(host, *port).await?);
                     tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
-                    set_up(settings, &tcp).await?;
+                    set_up(settings, SetUp(tcp.clone())).await?;
                     tcp as Socket
                 }
                 #[cfg(unix)]
                 redis::ConnectionAddr::Unix(path) => {
                     let unix = async_io::Async::<std::os::unix::net::UnixStream>::connect(path);
                     let unix = Arc::new(unix.await?);
-                    set_up(settings, &unix).await?;
+                    set_up(settings, SetUp(unix.clone())).await?;
                     unix as Socket
                 }
                 _ => {
@@ -288,22 +289,6 @@ impl DrivenConnection {
             id: None,
         }
     }
-}
-
-/// Sets the connection up exactly as the redis crate does, by opening its
-/// multiplexed connection over a second handle to the socket and dropping
-/// it unpolled: the set-up has read every reply it asked for by then, and
-/// nothing else is sent.
-async fn set_up<S>(settings: &RedisConnectionInfo, io: &Arc<async_io::Async<S>>) -> RedisResult<()>
-where
-    S: Send + Sync + 'static,
-    for<'a> &'a S: Read + Write,
-{
-    let stream = tokio_util::compat::FuturesAsyncReadCompatExt::compat(SetUp(io.clone()));
-    let config = redis::AsyncConnectionConfig::new();
-    let set_up = redis::aio::MultiplexedConnection::new_with_config(settings, stream, config);
-    drop(set_up.await?);
-    Ok(())
 }
 
 /// A second handle to a socket, for the set-up.

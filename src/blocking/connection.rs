@@ -1,14 +1,19 @@
-//! The blocking command connections: a small pool of `Connection`s
-//! (or, on Redis Cluster, `ClusterConnection`s), opened on demand, and the
-//! one place a [`Request`] is sent. Clones share the pool.
+//! The blocking command connections: a small pool of connections of our
+//! own over plain TCP or a unix socket ([`Wire`]), of the redis crate's
+//! `Connection`s over TLS, or on Redis Cluster of `ClusterConnection`s,
+//! opened on demand, and the one place a [`Request`] is sent. Clones share
+//! the pool.
 //!
 //! A reused connection may have been closed by the server while idle
-//! (`CLIENT KILL`, restart, idle timeout), which a sync connection only
-//! learns by using it, so a request on a reused connection goes out behind a
-//! `PING` in the same write (still one round trip): if the PING's reply
-//! already finds the connection dropped, the server closed it before
-//! reading the request, which is sent again on a fresh connection. On a
-//! cluster the same holds for a dropped node connection; a redirect
+//! (`CLIENT KILL`, restart, idle timeout). A [`Wire`] is looked at before
+//! it is taken from the pool, without sending anything, and one found
+//! closed is dropped. The redis crate's `Connection` only learns it by use,
+//! so a request on a reused one goes out behind a `PING` in the same write
+//! (still one round trip): if the PING's reply already finds the connection
+//! dropped, the server closed it before reading the request, which is sent
+//! again on a fresh connection. A close that comes after the look, or
+//! after the PING, leaves the request's outcome unknown. On a
+//! cluster a dropped node connection is sent on again; a redirect
 //! (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`: not executed) is sent again on a
 //! fresh cluster connection, which reads the new slot map, and `ASK` is
 //! followed with `ASKING` on the named node. A timeout is never re-sent.
@@ -22,7 +27,7 @@ use std::time::{Duration, Instant};
 use event_listener::{Event, Listener};
 use parking_lot::Mutex;
 use redis::cluster::ClusterConnection;
-use redis::{Connection, ConnectionLike, Value};
+use redis::{ConnectionLike, Value};
 
 use crate::clock::now;
 use crate::cluster::{is_ask, is_redirect};
@@ -30,6 +35,7 @@ use crate::core::script::{pipeline_loading, ScriptCall};
 use crate::driver::ops::{resend_as_eval, then_after, ReleaseReplies, Reply, Request};
 use crate::driver::state::Connections;
 use crate::driver::target::Source;
+use crate::driver::wire::{OneServer, Wire};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
 use crate::sentinel::is_failover_reply;
 use crate::stats::Counters;
@@ -54,23 +60,24 @@ struct Inner {
     closed: AtomicBool,
 }
 
-/// A pooled connection of either kind.
+/// A pooled connection: to one server (ours over plain TCP or a unix
+/// socket, the redis crate's over TLS), or to a cluster.
 enum Conn {
-    Single(Connection),
+    One(Box<dyn OneServer>),
     Cluster(Box<ClusterConnection>),
 }
 
 impl Conn {
     fn as_like(&mut self) -> &mut dyn ConnectionLike {
         match self {
-            Conn::Single(c) => c,
+            Conn::One(c) => c.as_mut(),
             Conn::Cluster(c) => c.as_mut(),
         }
     }
 
     fn is_open(&self) -> bool {
         match self {
-            Conn::Single(c) => c.is_open(),
+            Conn::One(c) => c.is_open(),
             Conn::Cluster(c) => c.is_open(),
         }
     }
@@ -119,9 +126,9 @@ impl Commands {
     /// writes, retrying a failed connect twice within that timeout.
     fn connect(&self) -> Result<Conn, redis::RedisError> {
         match &self.inner.source {
-            Source::Standalone(client) => open(client, self.inner.timeout).map(Conn::Single),
+            Source::Standalone(client) => open(client, self.inner.timeout),
             Source::Sentinel(resolver) => {
-                open(&resolver.primary(self.inner.timeout)?, self.inner.timeout).map(Conn::Single)
+                open(&resolver.primary(self.inner.timeout)?, self.inner.timeout)
             }
             Source::Cluster(client, template) => {
                 let transport = Source::cluster_transport(template.as_ref());
@@ -157,12 +164,18 @@ impl Commands {
         result.map_err(Failure::Sent)
     }
 
-    /// An idle connection (flagged as reused) or a new one.
+    /// An idle connection (flagged as reused) or a new one. An idle one
+    /// found closed by the server is dropped here, before anything was
+    /// sent on it.
     fn checkout(&self) -> Result<(Conn, bool), redis::RedisError> {
-        if let Some(conn) = self.inner.idle.lock().pop() {
-            return Ok((conn, true));
+        loop {
+            let idle = self.inner.idle.lock().pop();
+            match idle {
+                Some(Conn::One(one)) if one.closed_while_idle() => {}
+                Some(conn) => return Ok((conn, true)),
+                None => return self.connect().map(|conn| (conn, false)),
+            }
         }
-        self.connect().map(|conn| (conn, false))
     }
 
     /// Sends `cmd` on a working connection; see the module docs. `noscript`
@@ -177,18 +190,16 @@ impl Commands {
     ) -> Result<(Conn, redis::RedisResult<Value>), Failure> {
         loop {
             let (conn, reused) = self.checkout().map_err(Failure::NotSent)?;
-            match conn {
+            let mut one = match conn {
                 Conn::Cluster(cluster) => {
                     return self.send_on_cluster(cmd, noscript, cluster, reused)
                 }
-                Conn::Single(mut single) if reused => match probe_and_send(&mut single, cmd) {
-                    Probe::Stale => continue,
-                    Probe::Sent(result) => return Ok((Conn::Single(single), result)),
-                },
-                Conn::Single(mut single) => {
-                    let result = cmd.query::<Value>(&mut single);
-                    return Ok((Conn::Single(single), result));
-                }
+                Conn::One(one) => one,
+            };
+            let probe = reused && one.needs_probe();
+            if let Probe::Sent(sent) = send_probed(one.as_mut(), &cmd.get_packed_command(), probe) {
+                let result = sent.and_then(|()| one.recv_response());
+                return Ok((Conn::One(one), result.and_then(Value::extract_error)));
             }
         }
     }
@@ -230,7 +241,7 @@ impl Commands {
             reused = false;
             conn = match self.connect().map_err(Failure::NotSent)? {
                 Conn::Cluster(fresh) => fresh,
-                Conn::Single(_) => return Ok((Conn::Cluster(conn), result)),
+                _ => return Ok((Conn::Cluster(conn), result)),
             };
         }
     }
@@ -249,10 +260,10 @@ impl Commands {
         };
         let info = crate::cluster::ask_node_info(ask, template)?;
         let mut conn = open(&redis::Client::open(info)?, self.inner.timeout)?;
-        let asking = |conn: &mut Connection, cmd: &redis::Cmd| {
+        let asking = |conn: &mut Conn, cmd: &redis::Cmd| {
             let mut pipe = redis::pipe();
             pipe.cmd("ASKING").ignore().add_command(cmd.clone());
-            let mut replies: Vec<Value> = pipe.query(conn)?;
+            let mut replies: Vec<Value> = pipe.query(conn.as_like())?;
             replies.pop().ok_or_else(|| ask.clone())
         };
         match (asking(&mut conn, cmd), noscript) {
@@ -300,8 +311,9 @@ impl Commands {
 
     /// Sends many releases in one round trip on one server: a pipeline of
     /// `SCRIPT LOAD` (so that none can fail with `NOSCRIPT`) and the calls,
-    /// behind the PING probe on a reused connection. Each reply counts on
-    /// its own; one that still says `NOSCRIPT` is sent again as `EVAL`.
+    /// behind the PING probe on a reused redis crate connection (TLS).
+    /// Each reply counts on its own; one that still says `NOSCRIPT` is
+    /// sent again as `EVAL`.
     fn releases_in_one_pipeline(
         &self,
         calls: &[ScriptCall],
@@ -315,40 +327,24 @@ impl Commands {
             return Ok(calls.iter().map(|_| None).collect());
         }
         loop {
-            let (conn, reused) = self.checkout().map_err(Failure::NotSent)?;
-            let Conn::Single(mut conn) = conn else {
+            let (Conn::One(mut one), reused) = self.checkout().map_err(Failure::NotSent)? else {
                 return Ok(calls.iter().map(|_| None).collect());
             };
-            let set = conn
-                .set_read_timeout(Some(timeout))
-                .and_then(|()| conn.set_write_timeout(Some(timeout)));
-            if let Err(e) = set {
-                return Err(Failure::Sent(e));
-            }
-            let mut bytes = Vec::new();
-            if reused {
-                bytes.extend(redis::cmd("PING").get_packed_command());
-            }
+            one.set_timeout(timeout).map_err(Failure::Sent)?;
             let loads = pipeline_loading(calls);
-            bytes.extend(loads.get_packed_pipeline());
+            let mut bytes = loads.get_packed_pipeline();
             for call in calls {
                 bytes.extend(call.evalsha().get_packed_command());
             }
-            if let Err(e) = conn.send_packed_command(&bytes) {
-                if reused && e.is_connection_dropped() {
-                    continue;
-                }
-                return Err(Failure::Sent(e));
-            }
-            if reused {
-                match conn.recv_response() {
-                    Ok(_pong) => {}
-                    Err(e) if e.is_connection_dropped() && !e.is_timeout() => continue,
-                    Err(e) => return Err(Failure::Sent(e)),
+            let probe = reused && one.needs_probe();
+            match send_probed(one.as_mut(), &bytes, probe) {
+                Probe::Stale => continue,
+                Probe::Sent(Err(e)) => return Err(Failure::Sent(e)),
+                // The connection's timeouts were changed: it is never reused.
+                Probe::Sent(Ok(())) => {
+                    return Ok(read_release_replies(one.as_mut(), loads.len(), calls))
                 }
             }
-            // The connection's timeouts were changed: it is never reused.
-            return Ok(read_release_replies(&mut conn, loads.len(), calls));
         }
     }
 
@@ -418,9 +414,9 @@ impl Commands {
     }
 
     /// Keeps a connection after a reply or an error reply. One that timed
-    /// out is dropped: the redis crate would skip its late reply, but the
-    /// `PING` probe reads two replies per request and would fall out of
-    /// step.
+    /// out is dropped: its late reply would answer the next request (the
+    /// redis crate would skip it, but the `PING` probe reads two replies
+    /// per request and would fall out of step).
     ///
     /// After `READONLY` or `MASTERDOWN` the server is no longer a writable
     /// primary: this connection and the idle ones (to the same server) are
@@ -437,10 +433,13 @@ impl Commands {
 }
 
 impl Connections for Commands {
-    /// Whether an idle pooled connection exists (it may still turn out
-    /// closed by the server: a sync connection only learns that by use).
+    /// Whether an idle pooled connection exists, after dropping those the
+    /// server closed as far as that can be seen without sending (over TLS
+    /// it is only learnt by use).
     fn is_connected(&self) -> bool {
-        !self.inner.idle.lock().is_empty()
+        let mut idle = self.inner.idle.lock();
+        idle.retain(|conn| !matches!(conn, Conn::One(one) if one.closed_while_idle()));
+        !idle.is_empty()
     }
 
     /// Closes the idle connections and stops keeping new ones.
@@ -453,12 +452,12 @@ impl Connections for Commands {
 /// Reads the `SCRIPT LOAD` reply and one reply per release call; sends the
 /// calls answered `NOSCRIPT` again as `EVAL` on the same connection.
 fn read_release_replies(
-    conn: &mut Connection,
+    conn: &mut dyn OneServer,
     loads: usize,
     calls: &[ScriptCall],
 ) -> ReleaseReplies {
     let mut replies: ReleaseReplies = calls.iter().map(|_| None).collect();
-    let read = |conn: &mut Connection| conn.recv_response().and_then(Value::extract_error);
+    let read = |conn: &mut dyn OneServer| conn.recv_response().and_then(Value::extract_error);
     for _ in 0..loads {
         if matches!(read(conn), Err(e) if !is_server_reply(&e)) {
             return replies;
@@ -481,46 +480,47 @@ fn read_release_replies(
 }
 
 enum Probe {
-    /// The connection was closed before the command was read: not sent.
+    /// The connection was closed before the request was read: not sent.
     Stale,
-    /// The command was sent; its reply or failure.
-    Sent(redis::RedisResult<Value>),
+    /// The request was written (and the PING answered).
+    Sent(redis::RedisResult<()>),
 }
 
-fn probe_and_send(conn: &mut Connection, cmd: &redis::Cmd) -> Probe {
-    let mut bytes = redis::cmd("PING").get_packed_command();
-    bytes.extend_from_slice(&cmd.get_packed_command());
-    if let Err(e) = conn.send_packed_command(&bytes) {
-        return if e.is_connection_dropped() {
-            Probe::Stale
-        } else {
-            Probe::Sent(Err(e))
-        };
+/// Writes `bytes`, behind a `PING` in the same write when `probe`, and
+/// reads the PING's reply; see the module docs.
+fn send_probed(conn: &mut dyn OneServer, bytes: &[u8], probe: bool) -> Probe {
+    if !probe {
+        return Probe::Sent(conn.send_packed_command(bytes));
     }
-    match conn.recv_response() {
-        Ok(_pong) => Probe::Sent(conn.recv_response().and_then(Value::extract_error)),
+    let mut probed = redis::cmd("PING").get_packed_command();
+    probed.extend_from_slice(bytes);
+    match conn
+        .send_packed_command(&probed)
+        .and_then(|()| conn.recv_response())
+    {
+        Ok(_pong) => Probe::Sent(Ok(())),
         Err(e) if e.is_connection_dropped() && !e.is_timeout() => Probe::Stale,
         Err(e) => Probe::Sent(Err(e)),
     }
 }
 
-/// Opens a connection with `timeout` on connect, reads and writes. A
+/// Opens a connection with `timeout` on connect, reads and writes: our
+/// own where it can be ([`Wire::connect`]), else the redis crate's. A
 /// failure says where the scheme may not match the port
 /// ([`connect_failed`]).
-pub(crate) fn open(
-    client: &redis::Client,
-    timeout: Duration,
-) -> Result<Connection, redis::RedisError> {
+fn open(client: &redis::Client, timeout: Duration) -> Result<Conn, redis::RedisError> {
     let started = now();
     let mut backoff = CONNECT_BACKOFF.iter();
     loop {
-        let attempt = client
-            .get_connection_with_timeout(timeout)
-            .and_then(|conn| {
-                conn.set_read_timeout(Some(timeout))?;
-                conn.set_write_timeout(Some(timeout))?;
-                Ok(conn)
-            });
+        let attempt = match Wire::connect(client.get_connection_info(), timeout) {
+            Some(wire) => wire.map(|wire| Conn::One(Box::new(wire))),
+            None => client
+                .get_connection_with_timeout(timeout)
+                .and_then(|conn| {
+                    conn.set_timeout(timeout)?;
+                    Ok(Conn::One(Box::new(conn)))
+                }),
+        };
         match attempt {
             Ok(conn) => return Ok(conn),
             Err(e) => match backoff.next() {

@@ -2,8 +2,9 @@
 //! two front ends: every operation written once ([`ops`]), the connect-time
 //! checks ([`connect`]), the state they
 //! share ([`state`]: the core behind its mutex, counters, the replication
-//! check), the bookkeeping of a held lease ([`held`]) and the subscriber
-//! thread ([`subscriber`]). A front end only knows how to send a
+//! check), the bookkeeping of a held lease ([`held`]), the subscriber
+//! thread ([`subscriber`]) and the blocking connection of our own with the
+//! set-up both kinds share ([`wire`]). A front end only knows how to send a
 //! [`ops::Request`] on its connections and how to wait.
 //!
 //! ```text
@@ -19,7 +20,13 @@ pub(crate) mod connect;
 pub(crate) mod held;
 pub(crate) mod metrics;
 pub(crate) mod ops;
+#[cfg_attr(not(feature = "aio"), allow(dead_code, reason = "read by aio only"))]
 pub(crate) mod replies;
 pub(crate) mod state;
 pub(crate) mod subscriber;
 pub(crate) mod target;
+#[cfg_attr(
+    not(feature = "aio"),
+    allow(dead_code, reason = "opened with aio only")
+)]
+pub(crate) mod wire;

@@ -145,9 +145,12 @@ pub(crate) trait Front: Send + Sync + 'static {
     /// `format!("{leadership:?}")`.
     fn leadership_debug(leadership: &Self::Leadership) -> String;
 
-    /// Whether the front end learns of a server-side close of an idle
-    /// command connection by itself (the async driver reads the socket all
-    /// the time; a sync connection only learns it by using it).
+    /// Whether a test waits for the front end to report a server-side
+    /// close of an idle command connection (`stats().connected`) before its
+    /// next request: the async one, whose request may be written while
+    /// its connection has not yet read the close. The blocking one looks
+    /// at a pooled connection before it writes on it (its TLS connection
+    /// sends a `PING` in front), so its next request at once is the test.
     const NOTICES_IDLE_CLOSE: bool = false;
 }
 

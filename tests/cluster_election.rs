@@ -3,7 +3,8 @@
 //! failover of the election's primary while a leader leads, candidates
 //! wait and an observer watches; a leader *process* SIGKILLed, or
 //! SIGSTOPped past its lease and resumed, on the cluster (its fenced store
-//! on a standalone Redis); and candidates of three lockers checked on a
+//! on a standalone Redis); a forced failover that loses the last grant;
+//! and candidates of three lockers checked on a
 //! second Redis while the election's primary has its connections killed,
 //! is paused and fails over. One cluster per test (startup is the
 //! expensive part); every wait is bounded and no test asserts how long
@@ -24,13 +25,14 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use behaviour::common::{
-    cluster_config, config, connect_cluster, granted, namespace, no_wait, spawn, waiting, BOUND,
+    cluster_config, config, connect_cluster, granted, key_sha, namespace, no_wait, spawn, waiting,
+    BOUND,
 };
 use behaviour::election::{next_of, observed};
 use behaviour::front::{ClusterFront, Front};
 use redlease::fenced::{FencedStore, WriteError};
 use redlease::{Fence, Observation, ReleaseOutcome, Version};
-use support::cluster::RedisCluster;
+use support::cluster::{ClusterNode, FailoverMode, RedisCluster};
 use support::{wait_until, RedisServer};
 
 /// The election every test here campaigns for.
@@ -43,6 +45,16 @@ fn wait_until_campaigning<F: Front>(locker: &F, waiters: usize) {
         let s = locker.stats();
         s.waiters == waiters && s.subscribed && s.busy_replies >= 2
     });
+}
+
+/// `PUBSUB SHARDNUMSUB channel` on `node`: its sharded subscribers there.
+fn shard_subscribers(node: &ClusterNode, channel: &str) -> u64 {
+    let (_, count): (String, u64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(&mut node.conn())
+        .unwrap_or_else(|e| panic!("PUBSUB SHARDNUMSUB on node {}: {e}", node.port()));
+    count
 }
 
 /// A change of an election: its version, and its leader's term and value
@@ -94,7 +106,8 @@ fn grants_and_vacancies(terms: &[(Fence, &[u8])]) -> Vec<Change> {
 /// A leader on one locker, candidates of two others waiting, an observer
 /// on a fourth: the primary owning the election's slot fails over to its
 /// replica (coordinated). The leader still leads there (no acknowledged
-/// write lost); its resign, sent to the new primary, wakes a candidate
+/// write lost); once the shard's nodes count the three sharded
+/// subscriptions again, its resign, sent to the new primary, wakes a candidate
 /// through the sharded notification on the new primary (polls and lease
 /// 30 s, bound 10 s: only a re-subscription explains it), which leads in
 /// a larger term, as `leader()` of a locker connected after the failover
@@ -143,6 +156,19 @@ fn a_failover_of_the_elections_primary_keeps_one_leader_and_observers_in_order<F
     let replica = cluster.replica_of(primary);
     cluster.failover(replica);
     assert_eq!(cluster.primary_for_lock(NAME).port(), replica.port());
+    // The old primary ended the three sharded subscriptions (`sunsubscribe`)
+    // and the lockers subscribe again. A resign inside that gap would be
+    // seen only by a safety poll (README, Cluster: "the safety polls cover
+    // the gap"; here 30 s), so the resign waits until the shard's nodes
+    // count the three again: what follows is delivered by notifications.
+    let channel = format!("{ns}:lock-released:{{{}}}", key_sha(NAME));
+    wait_until(BOUND, "the three subscriptions back on the shard", || {
+        [primary, replica]
+            .iter()
+            .map(|node| shard_subscribers(node, &channel))
+            .sum::<u64>()
+            == 3
+    });
     let fresh: Arc<F> = connect_cluster(&cluster, config);
     let leader = fresh.leader(NAME).unwrap().expect("a still leads");
     assert_eq!((leader.term, leader.value), (term_a, b"a".to_vec()));
@@ -359,6 +385,121 @@ fn one_leader_at_a_time_under_cluster_faults_checked_on_a_second_redis<F: Cluste
     }
 }
 
+/// A failover that loses the last grant (SPEC §11's case on a cluster):
+/// the election's primary has its replication link killed (and the
+/// replica's reconnections refused), `a` is
+/// granted a term there (lease 2 s) that never reaches the replica, and
+/// the primary is paused and its replica promoted (`CLUSTER FAILOVER
+/// FORCE`). On the new primary the election is vacant: `b` leads in a
+/// term larger than the lost one (the term rule's `TIME` part), which
+/// `leader()` of a locker connected after the failover reports; the fenced store (a standalone Redis) refuses `a`'s
+/// late write with the lost term; `a`'s `lost` fires and its resign
+/// releases nothing. The observer, which reported `a`'s grant, reports the
+/// gap as a `resync` and never `a` as the leader after the failover.
+fn a_forced_failover_that_lost_the_last_grant_still_gives_a_larger_term_and_a_resync<
+    F: ClusterFront,
+>() {
+    let cluster = RedisCluster::start();
+    let store_server = RedisServer::start();
+    let ns = namespace("cluster-elect-lost");
+    let config = cluster_config(&ns);
+    let [a, b, reader]: [Arc<F>; 3] =
+        std::array::from_fn(|_| connect_cluster(&cluster, config.clone()));
+    let rx = observed(&*reader, NAME);
+    assert!(next_of(&rx, "the current state").resync);
+    wait_until(BOUND, "the observer's channel", || {
+        reader.stats().subscribed
+    });
+    let store = FencedStore::new(&ns);
+    let mut conn = store_server.conn();
+
+    let primary = cluster.primary_for_lock(NAME);
+    let replica = cluster.replica_of(primary);
+    // The replica cut off: a password the primary does not have makes
+    // every reconnection fail at `AUTH`, so the grant below stays in the
+    // primary's backlog.
+    replica.query(
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("masterauth")
+            .arg("not-the-primarys"),
+    );
+    primary.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    let lost = granted(
+        a.campaign(NAME, b"a", no_wait().lease(Duration::from_secs(2))),
+        "a leads on the primary",
+    );
+    // Yielded before the pause: read later, on the new primary, the
+    // grant would not be there to see.
+    let grant = next_of(&rx, "a's grant");
+    let paused = primary.pause_guard();
+    let link = replica.info("replication");
+    assert!(link.contains("master_link_status:down"), "{link}");
+    let lost_term = F::term(&lost);
+    store
+        .write(&mut conn, child::LEADER_RESOURCE, lost_term, "from a")
+        .unwrap();
+    assert_eq!(grant.version, Version::new(lost_term.get(), 0));
+
+    cluster.failover_with(replica, FailoverMode::Force);
+    assert_eq!(cluster.primary_for_lock(NAME).port(), replica.port());
+    let next = granted(
+        b.campaign(NAME, b"b", waiting(BOUND)),
+        "b leads on the new primary",
+    );
+    let term = F::term(&next);
+    assert!(term > lost_term, "{term} after the lost {lost_term}");
+    // A locker connected now reads the new slot map (an older one's first
+    // call may still time out on the paused node: `OUTCOME_UNKNOWN`). Its
+    // seeds are the nodes that answer: with the paused one among them, a
+    // blocking connect takes several command timeouts.
+    let answering: Vec<String> = cluster
+        .all()
+        .iter()
+        .filter(|node| !node.is_paused())
+        .map(|node| node.url())
+        .collect();
+    let fresh = Arc::new(F::connect_cluster(&answering, config).unwrap());
+    let leader = fresh.leader(NAME).unwrap().expect("b leads");
+    assert_eq!((leader.term, leader.value), (term, b"b".to_vec()));
+    store
+        .write(&mut conn, child::LEADER_RESOURCE, term, "from b")
+        .unwrap();
+    assert!(matches!(
+        store.write(&mut conn, child::LEADER_RESOURCE, lost_term, "late a"),
+        Err(WriteError::Stale(_))
+    ));
+
+    // After the failover: a gap (the log lost `a`'s grant), so a resync,
+    // then nothing but `b`'s leadership; `a` never again.
+    let first = next_of(&rx, "the first change after the failover");
+    assert!(first.resync, "{first:?}");
+    let mut item = first;
+    loop {
+        match &item.leader {
+            Some(leader) if leader.term == term => break,
+            Some(_) => panic!("a leader other than b after the failover: {item:?}"),
+            None => assert!(item.version < Version::new(term.get(), 0), "{item:?}"),
+        }
+        item = next_of(&rx, "b's grant");
+    }
+    wait_until(BOUND, "a learns it lost", || F::leadership_is_lost(&lost));
+    // Its resign may still go to the paused node (`OUTCOME_UNKNOWN`):
+    // anything but a release of a leadership it no longer has.
+    let resigned = F::resign(lost);
+    assert!(
+        !matches!(resigned, Ok(ReleaseOutcome::Released)),
+        "{resigned:?}"
+    );
+    assert_eq!(F::resign(next).unwrap(), ReleaseOutcome::Released);
+
+    drop(paused);
+    cluster.wait_healthy();
+    for locker in [a, b, reader, fresh] {
+        locker.shutdown().unwrap();
+    }
+}
+
 /// One `#[test]` per body for the front end `$front`.
 macro_rules! cluster_election_suite {
     ($module:ident, $front:ty) => {
@@ -366,6 +507,11 @@ macro_rules! cluster_election_suite {
             #[test]
             fn a_failover_of_the_elections_primary_keeps_one_leader_and_observers_in_order() {
                 super::a_failover_of_the_elections_primary_keeps_one_leader_and_observers_in_order::<$front>();
+            }
+
+            #[test]
+            fn a_forced_failover_that_lost_the_last_grant_still_gives_a_larger_term_and_a_resync() {
+                super::a_forced_failover_that_lost_the_last_grant_still_gives_a_larger_term_and_a_resync::<$front>();
             }
 
             #[test]

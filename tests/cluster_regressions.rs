@@ -9,7 +9,8 @@
 //!   `with_lock(extend(true))` reported the lease lost across it;
 //! - shutdown against paused primaries took far longer than
 //!   `shutdown_timeout`;
-//! - an evicting `maxmemory-policy` on a primary was not reported at connect.
+//! - an evicting `maxmemory-policy` on a primary was not reported at connect;
+//! - the async locker kept a paused old primary's slots after a failover.
 #![allow(clippy::disallowed_methods)]
 // The standalone suite's macro is not used here, only its helpers.
 #![allow(unused_macros, unused_imports, dead_code)]
@@ -550,6 +551,38 @@ fn an_evicting_policy_on_any_primary_is_reported_at_connect<F: ClusterFront>() {
     locker.shutdown().unwrap();
 }
 
+/// Fault (async front end): after a failover away from a primary that
+/// does not answer (paused: a partition, not a refused connection), the
+/// async locker kept sending the key's commands to the old node: its
+/// shared cluster connection was kept after a timeout, and the redis crate
+/// refreshes its slot map only on a redirect, which a silent node never
+/// sends. A waiting acquire timed out attempt after attempt and ended with
+/// `OUTCOME_UNKNOWN` when its wait ran out, although the new primary
+/// served the slot. (The blocking locker reached it: a timed-out
+/// connection is not reused.) Found by `tests/cluster_election.rs`'s
+/// forced-failover row.
+fn an_acquire_after_a_failover_away_from_a_paused_primary_reaches_the_new_one<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("regress-paused-failover");
+    let locker: Arc<F> = connect(&cluster, config(&ns));
+    // The slot map and the script cached: the locker has used the node.
+    let warm = granted(locker.acquire_with("job", no_wait()), "warm-up");
+    assert_eq!(F::release(warm).unwrap(), ReleaseOutcome::Released);
+    let primary = cluster.primary_for_lock("job");
+    let replica = cluster.replica_of(primary);
+    let paused = primary.pause_guard();
+    cluster.failover_with(replica, support::cluster::FailoverMode::Force);
+    let lease = granted(
+        locker.acquire_with("job", behaviour::common::waiting(BOUND)),
+        "an acquire on the new primary",
+    );
+    assert!(exists_on(replica, &lock_name(&ns, "job")));
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    drop(paused);
+    cluster.wait_healthy();
+    locker.shutdown().unwrap();
+}
+
 macro_rules! regressions {
     ($module:ident, $front:ty) => {
         mod $module {
@@ -573,6 +606,13 @@ macro_rules! regressions {
             #[test]
             fn cluster_shutdown_is_bounded_by_shutdown_timeout() {
                 super::cluster_shutdown_is_bounded_by_shutdown_timeout::<$front>();
+            }
+
+            #[test]
+            fn an_acquire_after_a_failover_away_from_a_paused_primary_reaches_the_new_one() {
+                super::an_acquire_after_a_failover_away_from_a_paused_primary_reaches_the_new_one::<
+                    $front,
+                >();
             }
 
             #[test]

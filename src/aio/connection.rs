@@ -212,9 +212,13 @@ impl Commands {
     /// Forgets a connection that failed, or whose server says it is no
     /// longer a writable primary (`READONLY`, `MASTERDOWN`), so the next
     /// operation opens anew (through Sentinel: to the primary it names now).
+    /// On a cluster a timeout too: the redis crate learns a new slot owner
+    /// only from a redirect, which a node that stopped answering (paused,
+    /// partitioned) never sends; a new connection reads the slot map.
     fn discard_if_broken(&self, result: &redis::RedisResult<Value>) {
         if let Err(e) = result {
-            if is_failover_reply(e) || (!is_server_reply(e) && !e.is_timeout()) {
+            let (timed_out, cluster) = (e.is_timeout(), matches!(self.source, Source::Cluster(..)));
+            if is_failover_reply(e) || (!is_server_reply(e) && (!timed_out || cluster)) {
                 self.close();
             }
         }

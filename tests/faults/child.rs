@@ -11,7 +11,9 @@
 //! and when told on stdin writes again and reports what it saw. Or it
 //! takes a set of keys as one multi-key lease and releases it, over and over
 //! ([`spawn_multi_loop`]), printing a marker line per grant, until the
-//! parent SIGKILLs it at some point of the loop.
+//! parent SIGKILLs it at some point of the loop. A leader child can lead
+//! on a Redis Cluster ([`spawn_cluster_leader`]), with its fenced store
+//! on a standalone server.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -21,10 +23,15 @@ use std::time::Duration;
 use redlease::{AcquireOptions, Config};
 
 use crate::behaviour::common::{let_pass, BOUND};
-use crate::behaviour::front::Front;
+use crate::behaviour::front::{ClusterFront, Front};
 use crate::support::RedisServer;
 
+/// The server the child locks on, and where a leader child's fenced store
+/// lives.
 const ENV_URL: &str = "REDLEASE_FAULTS_CHILD_URL";
+/// When set: the child's locker connects to this Redis Cluster (node URLs,
+/// comma-separated) instead, and [`ENV_URL`] is its fenced store only.
+const ENV_CLUSTER: &str = "REDLEASE_FAULTS_CHILD_CLUSTER";
 const ENV_NAMESPACE: &str = "REDLEASE_FAULTS_CHILD_NAMESPACE";
 const ENV_KEY: &str = "REDLEASE_FAULTS_CHILD_KEY";
 const ENV_LEASE_MS: &str = "REDLEASE_FAULTS_CHILD_LEASE_MS";
@@ -216,6 +223,13 @@ impl ChildLeader {
         self.term
     }
 
+    /// SIGKILLs the leader (it never resigns: its lease lapses).
+    #[allow(dead_code, reason = "tests/cluster_election.rs only")]
+    pub(crate) fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGSTOPs the leader: its keeper renews nothing until
     /// [`resume`](Self::resume).
     pub(crate) fn stop(&self) {
@@ -266,7 +280,33 @@ pub(crate) fn spawn_leader<F: Front>(
     name: &str,
     lease: Duration,
 ) -> ChildLeader {
-    let (mut child, fences, reports) = launch_reporting::<F>(server, ns, name, lease, Hold::Leader);
+    let launched = launch_reporting::<F>(server, None, ns, name, lease, Hold::Leader);
+    leader_reported(launched)
+}
+
+/// As [`spawn_leader`], the child leading on the Redis Cluster of `nodes`
+/// (its fenced store on `store`, a standalone server).
+#[allow(dead_code, reason = "tests/cluster_election.rs only")]
+pub(crate) fn spawn_cluster_leader<F: Front>(
+    nodes: &[String],
+    store: &RedisServer,
+    ns: &str,
+    name: &str,
+    lease: Duration,
+) -> ChildLeader {
+    let launched = launch_reporting::<F>(store, Some(nodes), ns, name, lease, Hold::Leader);
+    leader_reported(launched)
+}
+
+/// Waits (within [`BOUND`]) until a launched leader child reports its term.
+#[allow(clippy::type_complexity, reason = "the two marker lines' channels")]
+fn leader_reported(
+    (mut child, fences, reports): (
+        Child,
+        mpsc::Receiver<Result<u64, std::num::ParseIntError>>,
+        mpsc::Receiver<String>,
+    ),
+) -> ChildLeader {
     match fences.recv_timeout(BOUND) {
         Ok(Ok(term)) => ChildLeader {
             child,
@@ -324,14 +364,17 @@ fn launch<F: Front>(
     lease: Duration,
     what: Hold,
 ) -> (Child, mpsc::Receiver<Result<u64, std::num::ParseIntError>>) {
-    let (child, fences, _reports) = launch_reporting::<F>(server, ns, key, lease, what);
+    let (child, fences, _reports) = launch_reporting::<F>(server, None, ns, key, lease, what);
     (child, fences)
 }
 
-/// As [`launch`], with a receiver of the child's report lines too.
+/// As [`launch`], with a receiver of the child's report lines too; with
+/// `cluster`, the child's locker connects to that cluster instead of
+/// `server`.
 #[allow(clippy::type_complexity, reason = "the two marker lines' channels")]
 fn launch_reporting<F: Front>(
     server: &RedisServer,
+    cluster: Option<&[String]>,
     ns: &str,
     key: &str,
     lease: Duration,
@@ -342,7 +385,11 @@ fn launch_reporting<F: Front>(
     mpsc::Receiver<String>,
 ) {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(nodes) = cluster {
+        command.env(ENV_CLUSTER, nodes.join(","));
+    }
+    let mut child = command
         .args([
             "--exact",
             "holder_child_process",
@@ -416,7 +463,19 @@ pub(crate) fn run_holder_if_asked() {
     }
 }
 
-fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
+/// The child's locker: on the cluster of [`ENV_CLUSTER`] when set, else on
+/// `url`.
+fn connect_child<F: ClusterFront>(url: &str, config: Config) -> F {
+    match std::env::var(ENV_CLUSTER) {
+        Ok(nodes) => {
+            let nodes: Vec<String> = nodes.split(',').map(str::to_owned).collect();
+            F::connect_cluster(&nodes, config).expect("the child connects to the cluster")
+        }
+        Err(_) => F::connect(url, config).expect("the child connects"),
+    }
+}
+
+fn hold<F: ClusterFront>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
     let mut config = Config::new(ns).lease(lease);
     if let Hold::WaitForLock { claim, notify_poll } = what {
         config = config
@@ -425,8 +484,7 @@ fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
             .wait(Duration::from_secs(60));
     }
     if let Hold::AllInTurn = what {
-        let locker =
-            F::connect(url, config.wait(Duration::from_secs(60))).expect("the child connects");
+        let locker = connect_child::<F>(url, config.wait(Duration::from_secs(60)));
         let keys: Vec<&str> = key.split(',').collect();
         loop {
             // A wait that runs out under contention just starts over.
@@ -438,7 +496,7 @@ fn hold<F: Front>(url: &str, ns: &str, key: &str, lease: Duration, what: Hold) {
             }
         }
     }
-    let locker = F::connect(url, config).expect("the child connects");
+    let locker = connect_child::<F>(url, config);
     let free = || AcquireOptions::new().wait(Duration::ZERO);
     // Kept alive (never released) until the process is killed.
     let (fence, _held): (u64, Box<dyn std::any::Any>) = match what {

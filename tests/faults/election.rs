@@ -1,7 +1,12 @@
 //! Leader election under faults (docs/ELECTION.md §8, §12), each row
 //! written once for any front end: a leader process really SIGSTOPped past
-//! its lease. Waits are bounded; no row asserts how long something took.
+//! its lease, and candidates checked on a second Redis while faults run
+//! (the check, [`leaderships_never_overlap_under`], serves the Cluster's
+//! row in `tests/cluster_election.rs` too). Waits are bounded; no row
+//! asserts how long something took.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlease::fenced::FencedStore;
@@ -66,35 +71,78 @@ pub(crate) fn a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_wr
 /// of four candidates each campaign, lead briefly and resign or drop, in
 /// a loop, while the election's Redis is SIGSTOPped past the leases,
 /// restarted without its data, has its connections killed and its
-/// scripts flushed. Every leader writes twice with its term to a
-/// `FencedStore` on a second Redis that is never faulted, and brackets
-/// the writes with `INCR` of a logical clock there: a leader whose two
-/// writes were both accepted *certainly led* between them. No two such
-/// spans overlap, and a later one always has a larger term; no term is
-/// granted twice; the store ends at the largest term it accepted.
+/// scripts flushed; [`leaderships_never_overlap_under`] checks them on a
+/// second Redis.
 pub(crate) fn one_leader_at_a_time_under_faults_checked_on_a_second_redis<F: Front>() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-
     let server = RedisServer::start();
     let checker = RedisServer::start();
     let ns = namespace("f-elect-matrix");
-    let (lockers, candidates_each) = (3, 4);
-    let faulting = Arc::new(AtomicBool::new(true));
-    let grants: Arc<Mutex<Vec<Grant>>> = Arc::default();
-    let candidates: Vec<_> = (0..lockers)
-        .flat_map(|l| {
-            let locker = Arc::new(connect::<F>(
+    let lockers: Vec<Arc<F>> = (0..3)
+        .map(|_| {
+            Arc::new(connect::<F>(
                 &server,
                 config(&ns)
                     .lease(Duration::from_millis(400))
                     .command_timeout(Duration::from_millis(200)),
-            ));
-            (0..candidates_each).map(move |c| (l, c, locker.clone()))
+            ))
         })
+        .collect();
+    let faults: [&dyn Fn(); 5] = [
+        &|| {
+            let _paused = server.pause_guard();
+            crate::behaviour::common::let_pass(Duration::from_millis(600));
+        },
+        &|| server.restart(),
+        &|| {
+            server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"));
+        },
+        &|| {
+            server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"));
+        },
+        &|| {
+            server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+        },
+    ];
+    leaderships_never_overlap_under(&lockers, 4, &checker, &ns, 12, || {
+        for round in 0..3 {
+            for (i, fault) in faults.iter().enumerate() {
+                // Contention between faults, longer than a lease now and then.
+                crate::behaviour::common::let_pass(Duration::from_millis(
+                    150 + 100 * ((round + i) % 4) as u64,
+                ));
+                fault();
+            }
+        }
+    });
+}
+
+/// `candidates_each` candidates on each of `lockers` campaign for the
+/// election `scheduler`, lead briefly and resign or drop, in a loop,
+/// while `inject` runs (the faults; the loop stops 500 ms after it
+/// returns). Every leader writes twice with its term to a `FencedStore`
+/// on `checker`, a second Redis that is never faulted, and brackets the
+/// writes with `INCR` of a logical clock there: a leader whose two writes
+/// were both accepted *certainly led* between them. No two such spans
+/// overlap, and a later one always has a larger term; no term is granted
+/// twice; at least `min_spans` spans; the store ends at the largest term
+/// it accepted.
+pub(crate) fn leaderships_never_overlap_under<F: Front>(
+    lockers: &[Arc<F>],
+    candidates_each: usize,
+    checker: &RedisServer,
+    ns: &str,
+    min_spans: usize,
+    inject: impl FnOnce(),
+) {
+    let faulting = Arc::new(AtomicBool::new(true));
+    let grants: Arc<Mutex<Vec<Grant>>> = Arc::default();
+    let candidates: Vec<_> = lockers
+        .iter()
+        .enumerate()
+        .flat_map(|(l, locker)| (0..candidates_each).map(move |c| (l, c, locker.clone())))
         .map(|(l, c, locker)| {
             let (faulting, grants) = (faulting.clone(), grants.clone());
-            let (ns, url) = (ns.clone(), checker.url());
+            let (ns, url) = (ns.to_owned(), checker.url());
             crate::behaviour::common::spawn(&format!("candidate {l}.{c}"), move || {
                 let store = FencedStore::new(&ns);
                 let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -129,31 +177,7 @@ pub(crate) fn one_leader_at_a_time_under_faults_checked_on_a_second_redis<F: Fro
         })
         .collect();
 
-    let faults: [&dyn Fn(); 5] = [
-        &|| {
-            let _paused = server.pause_guard();
-            crate::behaviour::common::let_pass(Duration::from_millis(600));
-        },
-        &|| server.restart(),
-        &|| {
-            server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"));
-        },
-        &|| {
-            server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"));
-        },
-        &|| {
-            server.query(redis::cmd("SCRIPT").arg("FLUSH"));
-        },
-    ];
-    for round in 0..3 {
-        for (i, fault) in faults.iter().enumerate() {
-            // Contention between faults, longer than a lease now and then.
-            crate::behaviour::common::let_pass(Duration::from_millis(
-                150 + 100 * ((round + i) % 4) as u64,
-            ));
-            fault();
-        }
-    }
+    inject();
     crate::behaviour::common::let_pass(Duration::from_millis(500));
     faulting.store(false, Ordering::SeqCst);
     for candidate in candidates {
@@ -171,7 +195,10 @@ pub(crate) fn one_leader_at_a_time_under_faults_checked_on_a_second_redis<F: Fro
         .filter_map(|g| g.span.map(|(a, b)| (a, b, g.term)))
         .collect();
     spans.sort_unstable();
-    assert!(spans.len() >= 12, "too few certain leaderships: {spans:?}");
+    assert!(
+        spans.len() >= min_spans,
+        "too few certain leaderships: {spans:?}"
+    );
     for pair in spans.windows(2) {
         let ((_, end, term), (start, _, next)) = (pair[0], pair[1]);
         assert!(end < start, "two leaders at once: {pair:?}");
@@ -183,7 +210,7 @@ pub(crate) fn one_leader_at_a_time_under_faults_checked_on_a_second_redis<F: Fro
     );
     let largest = grants.iter().filter(|g| g.accepted).map(|g| g.term).max();
     let mut conn = checker.conn();
-    let stored = FencedStore::new(&ns).read(&mut conn, "leader").unwrap();
+    let stored = FencedStore::new(ns).read(&mut conn, "leader").unwrap();
     assert_eq!(stored.map(|(fence, _)| fence.get()), largest);
 }
 

@@ -7,7 +7,9 @@
 //! redirect, or the reply was lost) makes the thread drop that node's
 //! connection and read the slot map again. A `sunsubscribe` the thread did
 //! not ask for means the slot moved: the key's head checks at once and the
-//! key is subscribed on its new owner.
+//! key is subscribed on its new owner, from a map that no longer names the
+//! node that ended it (one read from a node that has not learned of the
+//! failover yet is read again).
 //!
 //! What may block for long (connecting to a node, reading the slot map:
 //! either can wait for a paused or unreachable node) runs on short-lived
@@ -57,13 +59,32 @@ struct Subscriber<'a> {
     connecting: HashMap<NodeAddr, Receiver<redis::RedisResult<redis::Connection>>>,
     nodes: HashMap<NodeAddr, redis::Connection>,
     channels: HashMap<KeyId, Subscribed>,
-    /// Keys whose node ended their subscription (the slot moved), and the
-    /// number of the first slot-map read started after that: only a map
-    /// that new tells where to subscribe them again.
-    moved: HashMap<KeyId, u64>,
+    /// Keys whose node ended their subscription (the slot moved): see
+    /// [`Moved`].
+    moved: HashMap<KeyId, Moved>,
     /// Nodes that could not be reached: when to try again, and how often
     /// they failed in a row.
     down: HashMap<NodeAddr, (Instant, usize)>,
+}
+
+/// How many slot maps that still name the node which ended a key's
+/// subscription are read again before the key is subscribed where the
+/// map says (a node that ended it and still owns the slot).
+const STALE_REREADS: u8 = 20;
+
+/// A key whose node ended its subscription.
+#[derive(Debug)]
+struct Moved {
+    /// The number of the first slot-map read started after that: only a
+    /// map that new tells where to subscribe it again.
+    first_read: u64,
+    /// The node that ended it. Nodes learn a failover at slightly
+    /// different times: a map read from one that has not yet still names
+    /// this node, now a replica, where the key's notifications do not
+    /// arrive; such a map is read again.
+    ended_by: NodeAddr,
+    /// Maps read again for the key so far.
+    rereads: u8,
 }
 
 pub(super) fn run(
@@ -152,7 +173,23 @@ impl Subscriber<'_> {
             return match taken {
                 Ok(slots) => {
                     self.slots = slots;
-                    self.moved.retain(|_, first_read| *first_read > read);
+                    let (slots, namespace) = (&self.slots, &self.state.config.namespace);
+                    let next_read = self.reads_started + 1;
+                    let mut reread = false;
+                    self.moved.retain(|key, moved| {
+                        if moved.first_read > read {
+                            return true;
+                        }
+                        let owner = slots.owner(slot_of(&Channel::Sharded.name(namespace, *key)));
+                        let stale = owner == Some(&moved.ended_by) && moved.rereads < STALE_REREADS;
+                        if stale {
+                            moved.first_read = next_read;
+                            moved.rereads += 1;
+                            reread = true;
+                        }
+                        stale
+                    });
+                    self.slots_stale |= reread;
                     self.move_to_new_owners();
                     Ok(true)
                 }
@@ -372,7 +409,7 @@ impl Subscriber<'_> {
                     Ok(Value::Push { kind, data }) => {
                         match handle_push(self.state, &kind, &data) {
                             Some(Notice::Subscribed(Some(key))) => confirmed.push(key),
-                            Some(Notice::Unsubscribed(key)) => moved.push(key),
+                            Some(Notice::Unsubscribed(key)) => moved.push((key, node.clone())),
                             _ => {}
                         }
                         // Drain what is already there without waiting long.
@@ -394,12 +431,17 @@ impl Subscriber<'_> {
                 ch.confirmed = true;
             }
         }
-        for key in moved {
+        for (key, ended_by) in moved {
             // Ours are forgotten before we unsubscribe them: this one the
             // node ended (its slot moved). Check now, subscribe again.
             if self.channels.remove(&key).is_some() {
                 self.state.with_core(|core| core.handle_channel_lost(key));
-                self.moved.insert(key, self.reads_started + 1);
+                let moved = Moved {
+                    first_read: self.reads_started + 1,
+                    ended_by,
+                    rereads: 0,
+                };
+                self.moved.insert(key, moved);
                 self.slots_stale = true;
             }
         }

@@ -782,7 +782,7 @@ fn least_privilege_user(server: &RedisServer, extra: &str) -> String {
     let rules = format!(
         "on >s3cret-pass resetkeys resetchannels -@all +evalsha +eval +script|load \
          +get +mget +set +mset +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe \
-         +punsubscribe +ping +config|get +info +rpush +lmove +rpop +lpos +lset +getdel +exists +lrem +lindex \
+         +punsubscribe +ping +config|get +info +rpush +lmove +rpop +lpop +lpush +lpos +lset +getdel +exists +lrem +lindex \
          ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:lock-queue* ~{NS}:lock-reg:* \
          ~{NS}:sem:* ~{NS}:sem-fence:* ~{NS}:sem-permits:* ~{NS}:sem-queue* ~{NS}:sem-reg:* \
          ~{NS}:key-names &{NS}:lock-released {extra}"

@@ -310,11 +310,13 @@ impl CommandStats {
 /// Commands the crate only runs inside its Lua scripts, never on their own
 /// (the sorted-set ones, `pexpireat` and `zcard` in the read-write lease's;
 /// the list ones and `getdel` in the hand-over).
-const SCRIPT_INTERNAL: [&str; 26] = [
+const SCRIPT_INTERNAL: [&str; 28] = [
     "get",
     "getdel",
     "lmove",
     "rpop",
+    "lpop",
+    "lpush",
     "lpos",
     "lset",
     "lrem",

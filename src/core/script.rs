@@ -140,7 +140,8 @@ pub(crate) use next_fence_lua;
 ///   `sem-queue`) and a multi-key lease's (value `m<age>.<token>:<res_ms>`)
 ///   are taken out as they are served: a semaphore's could otherwise get a
 ///   second free slot before it claimed the first (its claim queues it
-///   again), a multi-key lease's registers again at its next attempt.
+///   again; its queue is popped, `LPOP`, rather than rotated), a
+///   multi-key lease's registers again at its next attempt.
 /// - `next_registration(queue, reg_prefix, seen)`: `rotate_head` until a
 ///   live entry, at most 8: its id and value, `nil` for an empty queue, or
 ///   `false` when 8 entries were dead (the next caller continues) or the
@@ -216,7 +217,16 @@ local function enqueue(H, queue, flag, queued, owner)
   return '1'
 end
 local function rotate_head(queue, reg_prefix, seen)
-  local entry = redis.call('LMOVE', queue, queue, 'LEFT', 'RIGHT')
+  -- A semaphore's registration is served once per round: it could
+  -- otherwise be handed a second free slot before it claimed the first
+  -- (its claim queues it again). Its queue is popped, not rotated.
+  local served_once = string.find(queue, ':sem%-queue:{%x+}$')
+  local entry
+  if served_once then
+    entry = redis.call('LPOP', queue)
+  else
+    entry = redis.call('LMOVE', queue, queue, 'LEFT', 'RIGHT')
+  end
   if not entry then
     return nil
   end
@@ -224,20 +234,27 @@ local function rotate_head(queue, reg_prefix, seen)
   local b = a and string.find(entry, '|', a + 1, true)
   local reg = a and string.sub(entry, 1, a - 1) or entry
   if seen and seen[reg] then
-    redis.call('LMOVE', queue, queue, 'RIGHT', 'LEFT')
+    if served_once then
+      redis.call('LPUSH', queue, entry)
+    else
+      redis.call('LMOVE', queue, queue, 'RIGHT', 'LEFT')
+    end
     return reg, nil, true
   end
   local deadline = b and tonumber(string.sub(entry, a + 1, b - 1))
   local value = b and string.sub(entry, b + 1)
   if not (deadline and deadline > now_ms() and string.find(value, ':', 1, true)) then
-    redis.call('RPOP', queue)
+    if not served_once then
+      redis.call('RPOP', queue)
+    end
     return reg, false
   end
-  -- A semaphore's registration is served once per round: it could
-  -- otherwise be handed a second free slot before it claimed the first
-  -- (its claim queues it again); a multi-key lease's registers again.
-  if string.sub(value, 1, 1) == 'm' or string.find(queue, ':sem%-queue:{%x+}$') then
+  -- A multi-key lease's registration registers again at its next attempt.
+  local multi = string.sub(value, 1, 1) == 'm'
+  if multi and not served_once then
     redis.call('RPOP', queue)
+  end
+  if multi or served_once then
     redis.call('DEL', reg_prefix .. reg)
   end
   if seen then

@@ -28,7 +28,7 @@ const PASSWORD: &str = "locker-pw";
 /// The commands a locker sends, by why (README, "Least privilege"). The
 /// suite fails when any of them is refused (`ACL LOG`), and when the
 /// locker sends anything else.
-const COMMANDS: [&str; 40] = [
+const COMMANDS: [&str; 42] = [
     // the blocking front end checks a reused pooled connection with PING
     // (HELLO and AUTH need no permission)
     "+ping",
@@ -55,6 +55,8 @@ const COMMANDS: [&str; 40] = [
     "+rpush",
     "+lmove",
     "+rpop",
+    "+lpop",
+    "+lpush",
     "+lpos",
     "+lset",
     "+getdel",

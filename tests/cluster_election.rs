@@ -279,42 +279,15 @@ fn a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_write_is_refu
         NAME,
         Duration::from_secs(1),
     );
-    let store = FencedStore::new(&ns);
-    let mut conn = store_server.conn();
-    assert_eq!(
-        store
-            .read(&mut conn, child::LEADER_RESOURCE)
-            .unwrap()
-            .map(|(f, v)| (f.get(), v)),
-        Some((leader.term(), b"from child".to_vec())),
-        "the leader wrote with its term"
-    );
-
-    leader.stop();
     let candidate: Arc<F> = connect_cluster(&cluster, cluster_config(&ns));
-    let next = granted(
-        candidate.campaign(NAME, b"next", waiting(BOUND)),
-        "the candidate leads once the stopped leader's lease ran out",
+    let store = FencedStore::new(&ns);
+    election_faults::the_stopped_leaders_old_term_is_refused(
+        &mut leader,
+        &*candidate,
+        NAME,
+        &store,
+        &mut store_server.conn(),
     );
-    let term = F::term(&next);
-    assert!(term.get() > leader.term(), "a larger term");
-    store
-        .write(&mut conn, child::LEADER_RESOURCE, term, "from next")
-        .unwrap();
-
-    // Buffered while it is stopped: the first thing it reads once resumed.
-    leader.write_again();
-    leader.resume();
-    assert_eq!(
-        leader.report_within(BOUND),
-        format!("write=stale lost=true leader={term}")
-    );
-    assert_eq!(
-        store.read(&mut conn, child::LEADER_RESOURCE).unwrap(),
-        Some((term, b"from next".to_vec())),
-        "the new leader's write stands"
-    );
-    assert_eq!(F::resign(next).unwrap(), ReleaseOutcome::Released);
     candidate.shutdown().unwrap();
 }
 

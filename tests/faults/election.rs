@@ -29,11 +29,33 @@ pub(crate) fn a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_wr
     let ns = namespace("f-stopped-leader");
     let mut leader =
         child::spawn_leader::<F>(&server, &ns, "scheduler", Duration::from_millis(600));
+    let candidate: F = connect(&server, config(&ns));
     let store = FencedStore::new(&ns);
-    let mut conn = server.conn();
+    the_stopped_leaders_old_term_is_refused(
+        &mut leader,
+        &candidate,
+        "scheduler",
+        &store,
+        &mut server.conn(),
+    );
+}
+
+/// The SIGSTOP row's course, on a standalone server or a cluster: the
+/// leader `leader` wrote with its term to `store`; stopped past its lease,
+/// `candidate` leads `name` in a larger term and writes; the stopped
+/// leader, SIGCONTed, writes with its old term first thing (as a leader
+/// that still believes it leads) and the store refuses it; its `lost`
+/// fires and it reads the new leader's term. `conn` reaches the store.
+pub(crate) fn the_stopped_leaders_old_term_is_refused<F: Front>(
+    leader: &mut child::ChildLeader,
+    candidate: &F,
+    name: &str,
+    store: &FencedStore,
+    conn: &mut redis::Connection,
+) {
     assert_eq!(
         store
-            .read(&mut conn, LEADER_RESOURCE)
+            .read(conn, LEADER_RESOURCE)
             .unwrap()
             .map(|(f, v)| (f.get(), v)),
         Some((leader.term(), b"from child".to_vec())),
@@ -41,15 +63,14 @@ pub(crate) fn a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_wr
     );
 
     leader.stop();
-    let candidate: F = connect(&server, config(&ns));
     let next = granted(
-        candidate.campaign("scheduler", b"next", waiting(BOUND)),
+        candidate.campaign(name, b"next", waiting(BOUND)),
         "the candidate leads once the stopped leader's lease ran out",
     );
     let term = F::term(&next);
     assert!(term.get() > leader.term(), "a larger term");
     store
-        .write(&mut conn, LEADER_RESOURCE, term, "from next")
+        .write(conn, LEADER_RESOURCE, term, "from next")
         .unwrap();
 
     // Buffered while it is stopped: the first thing it reads once resumed.
@@ -60,7 +81,7 @@ pub(crate) fn a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_wr
         format!("write=stale lost=true leader={term}")
     );
     assert_eq!(
-        store.read(&mut conn, LEADER_RESOURCE).unwrap(),
+        store.read(conn, LEADER_RESOURCE).unwrap(),
         Some((term, b"from next".to_vec())),
         "the new leader's write stands"
     );

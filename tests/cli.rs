@@ -200,6 +200,23 @@ fn trap_term_script(ready: &Path, mark: &Path) -> String {
     )
 }
 
+/// A command that writes `vars` (shell words, e.g. `$REDLEASE_FENCE`) to
+/// the scratch file `env`, then runs [`trap_term_script`]; returns the
+/// `ready`, `mark` and `env` paths and the script.
+fn recording_script(scratch: &Scratch, vars: &str) -> (PathBuf, PathBuf, PathBuf, String) {
+    let (ready, mark, env) = (
+        scratch.path("ready"),
+        scratch.path("mark"),
+        scratch.path("env"),
+    );
+    let script = format!(
+        "echo \"{vars}\" > {env}; {}",
+        trap_term_script(&ready, &mark),
+        env = env.display()
+    );
+    (ready, mark, env, script)
+}
+
 /// A loopback port that nothing listens on (bound, read, released).
 fn closed_port_url() -> String {
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
@@ -2116,15 +2133,9 @@ fn leader_shows_the_elections_leader_and_watches_its_changes() {
 fn elect_runs_the_command_as_leader_and_a_waiting_candidate_takes_over() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let (ready, mark, env) = (
-        scratch.path("ready"),
-        scratch.path("mark"),
-        scratch.path("env"),
-    );
-    let script = format!(
-        "echo \"$REDLEASE_FENCE $REDLEASE_TERM $REDLEASE_ELECTION\" > {env}; {}",
-        trap_term_script(&ready, &mark),
-        env = env.display()
+    let (ready, _mark, env, script) = recording_script(
+        &scratch,
+        "$REDLEASE_FENCE $REDLEASE_TERM $REDLEASE_ELECTION",
     );
     let first = redlease(&server)
         .args([
@@ -2278,16 +2289,8 @@ fn fence_of(server: &RedisServer, key: &str) -> u64 {
 fn a_run_with_also_keys_holds_them_all_with_a_fence_each() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let (ready, mark, env) = (
-        scratch.path("ready"),
-        scratch.path("mark"),
-        scratch.path("env"),
-    );
-    let script = format!(
-        "echo \"$REDLEASE_FENCE|$REDLEASE_FENCES|$REDLEASE_KEY\" > {env}; {}",
-        trap_term_script(&ready, &mark),
-        env = env.display()
-    );
+    let (ready, mark, env, script) =
+        recording_script(&scratch, "$REDLEASE_FENCE|$REDLEASE_FENCES|$REDLEASE_KEY");
     let child = redlease(&server)
         .args(["run", "--lease", "5s", "--also", "b", "--also", "c", "a"])
         .args(["--", "sh", "-c", &script])

@@ -4,7 +4,7 @@
 //! [`tracking`](super::tracking); all three are `impl Core` blocks over the
 //! same state. See the [module docs](super) for the driving contract.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -271,6 +271,11 @@ pub(crate) struct Core {
     /// key's hand-over queue: their registrations are to be removed, and
     /// a grant made out to the token they named (not claimed) released.
     pub(super) deregistrations: Vec<Owned>,
+    /// Lines kept with no waiter while their registration stays queued
+    /// (`core/linger.rs`).
+    pub(super) lingering: HashSet<LineKey>,
+    /// Registrations of lingering lines to take out, by the subscriber.
+    pub(super) pass_ons: Vec<Owned>,
     pub(super) subscription: SubscriptionState,
     /// The keys of each multi-key lease's line (by the set's id), while
     /// the line exists: their notifications wake it.
@@ -293,6 +298,8 @@ impl Core {
             leases: Slots::default(),
             orphans: Vec::new(),
             deregistrations: Vec::new(),
+            lingering: HashSet::new(),
+            pass_ons: Vec::new(),
             subscription: SubscriptionState::new(now),
             sets: HashMap::new(),
             observed: HashMap::new(),
@@ -462,6 +469,7 @@ impl Core {
             .entry(line_key)
             .or_insert_with(Line::new)
             .join(waiter_id);
+        self.handle_rejoin(now, line_key, deadline_after(now, options.wait), try_once);
         Ok(waiter_id)
     }
 
@@ -604,11 +612,13 @@ impl Core {
                 if let Target::Multi { .. } = &w.target {
                     return self.multi_attempt(id, line_key, try_once);
                 }
+                let lingers = self.may_linger(line_key, try_once);
                 let handover = match self.settings.handover {
                     Some(h) if !elects => {
                         // The registration stays queued for the locker's
-                        // next waiter (docs/HANDOVER.md §12).
-                        let keep = second.is_some();
+                        // next waiter (docs/HANDOVER.md §12), or lingers
+                        // for one that comes back (§13).
+                        let keep = second.is_some() || lingers;
                         let Some(line) = self.lines.get_mut(&line_key) else {
                             return WaiterStep::Done(Err(Error::Cancelled));
                         };
@@ -851,6 +861,8 @@ impl Core {
             return;
         };
         let key = w.target.line();
+        let may_linger =
+            matches!(leaving, Leaving::Acquired(_)) && self.may_linger(key, w.try_once);
         if let Some(line) = self.lines.get_mut(&key) {
             let in_flight_until = match leaving {
                 Leaving::Abandoned { in_flight_until } => in_flight_until,
@@ -873,7 +885,12 @@ impl Core {
                 // it slept toward behind the old head for its retry instant.
                 self.events.push_back(CoreEvent::Wake(next));
             }
-            if line.is_empty() {
+            let lingers = line.is_empty() && may_linger && line.is_registered();
+            if lingers {
+                // Kept for a waiter that comes back (`core/linger.rs`).
+                line.linger();
+                self.lingering.insert(key);
+            } else if line.is_empty() {
                 if let Some(token) = line.take_registration() {
                     if !matches!(leaving, Leaving::Acquired(_)) {
                         let target = w.target.held();
@@ -890,7 +907,7 @@ impl Core {
             {
                 self.deregistrations.push(w.owned());
             }
-            if line.is_empty() {
+            if line.is_empty() && !lingers {
                 if !line.is_settling(now) {
                     self.forget_line(key);
                 }

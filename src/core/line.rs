@@ -91,6 +91,21 @@ pub(crate) struct Line {
     /// The head's grant said the next head is registered and has nothing
     /// free to take (a permit's reply): it waits for its grant.
     next_waits: bool,
+    /// The line emptied as its last waiter took the lease, and the
+    /// registration stays queued for a waiter that comes back soon
+    /// (docs/HANDOVER.md §13).
+    lingering: Option<Linger>,
+}
+
+/// How long a registration without waiters stays queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Linger {
+    /// While the lease its last waiter took is held.
+    Holding,
+    /// Until this instant, after that lease's release, which handed the
+    /// key to another registration (`handed_over`: a waiter that comes
+    /// back waits for its turn) or freed it.
+    Until { until: Instant, handed_over: bool },
 }
 
 impl Line {
@@ -106,6 +121,7 @@ impl Line {
             refreshed: None,
             scheduled: None,
             next_waits: false,
+            lingering: None,
         }
     }
 
@@ -150,11 +166,91 @@ impl Line {
     /// later registration draws a new one, so the release of this one can
     /// never meet a grant made out to the next.
     pub(crate) fn take_registration(&mut self) -> Option<OwnerToken> {
+        self.lingering = None;
         self.keeps = false;
         self.refreshing = false;
         self.refreshed = None;
         let grant = self.grant.take();
         grant.filter(|_| std::mem::take(&mut self.registered))
+    }
+
+    /// The line emptied as its last waiter took the lease: the registration
+    /// stays queued while the lease is held (docs/HANDOVER.md §13).
+    pub(crate) fn linger(&mut self) {
+        self.lingering = Some(Linger::Holding);
+    }
+
+    /// How the registration lingers without waiters, if it does.
+    pub(crate) fn lingering(&self) -> Option<Linger> {
+        self.lingering
+    }
+
+    /// The lease the last waiter took was released at `now` (handed to
+    /// another registration or not): the registration lingers `window`
+    /// longer.
+    pub(crate) fn handle_lease_released(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        handed_over: bool,
+    ) {
+        if self.lingering == Some(Linger::Holding) {
+            self.lingering =
+                deadline_after(now, window).map(|until| Linger::Until { until, handed_over });
+        }
+    }
+
+    /// When the registration's entry is surely past its bound in Redis
+    /// (`bound` after the last attempt that registered or refreshed it,
+    /// plus `reply_bound`, the latest that attempt ran): nothing is left
+    /// to take out then.
+    pub(crate) fn entry_gone_at(&self, bound: Duration, reply_bound: Duration) -> Option<Instant> {
+        self.refreshed
+            .and_then(|at| deadline_after(at, bound + reply_bound))
+    }
+
+    /// A waiter joined the lingering line: the registration has a waiter
+    /// again. Returns whether its turn is still to come (the lease is held
+    /// by the locker, or its release handed the key on), rather than the
+    /// key left free.
+    pub(crate) fn stop_lingering(&mut self) -> bool {
+        !matches!(
+            self.lingering.take(),
+            Some(Linger::Until {
+                handed_over: false,
+                ..
+            })
+        )
+    }
+
+    /// The head that joined a lingering line at `now` waits for the grant
+    /// to the registration that stayed queued rather than attempting: it
+    /// checks once `claim` after a grant to another locker could have
+    /// lapsed, and at least every `safety`, and at `deadline` at the
+    /// latest. Not when the registration's entry, `bound` after its last
+    /// refresh, could lapse before that first check: an attempt refreshes
+    /// it (the claim of the grant refreshes it when due).
+    pub(crate) fn await_grant(
+        &mut self,
+        now: Instant,
+        bound: Duration,
+        claim: Duration,
+        safety: Duration,
+        deadline: Option<Instant>,
+    ) {
+        let check = claim + CLAIM_MARGIN;
+        let lives = self
+            .refreshed
+            .and_then(|at| deadline_after(at, bound.saturating_sub(check)))
+            .is_some_and(|until| now < until);
+        if self.queue.len() != 1 || !self.registered || !lives {
+            return;
+        }
+        self.scheduled = deadline_after(now, safety);
+        let lapsed = earliest_of(deadline_after(now, check), self.scheduled);
+        self.head = HeadState::Backoff {
+            retry_at: earliest_of(lapsed, deadline),
+        };
     }
 
     /// Whether an attempt sent at `now` that keeps the registration should

@@ -44,6 +44,7 @@ pub(crate) mod core;
 pub(crate) mod election;
 pub(crate) mod lease;
 pub(crate) mod line;
+pub(crate) mod linger;
 #[cfg(any(test, fuzzing))]
 pub(crate) mod model;
 pub(crate) mod multi;

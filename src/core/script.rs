@@ -519,9 +519,12 @@ return fence
 /// Release: KEYS = lease key; ARGV = owner token, publish command, channel,
 /// message, and for a lock or a permit's slot with the hand-over the fence
 /// counter TTL in ms, the registration key prefix, and the names of the
-/// fence counter, the queue and the queue's flag. Returns 1 released, 0
-/// expired (key gone), 2 conflict. A lease whose queue holds a live
-/// registration is handed to it ([`handover_lua`]) instead of deleted.
+/// fence counter, the queue and the queue's flag (then, for a writer, the
+/// readers' key; for a lock whose locker's registration lingers, `''` and
+/// that registration, which is never granted: docs/HANDOVER.md §13).
+/// Returns 1 released, 3 released and handed over, 0 expired (key gone),
+/// 2 conflict. A lease whose queue holds a live registration is handed to
+/// it ([`handover_lua`]) instead of deleted.
 ///
 /// Only the lease key is declared: a release is a single-key command for
 /// Redis Cluster, so it runs on the node that has the lease while a slot
@@ -559,7 +562,7 @@ local sep = string.find(held, ':', 1, true)
 if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
   return 2
 end
-if handover and got[3] and ARGV[10] then
+if handover and got[3] and ARGV[10] and ARGV[10] ~= '' then
   -- A writer's release: the head writer, or the readers at the head.
   local H = {queue = ARGV[8], flag = ARGV[9], reg_prefix = ARGV[6], publish = ARGV[2], channel = ARGV[3], message = ARGV[4]}
   if rw_hand_over(KEYS[1], ARGV[10], ARGV[7], got[2], ARGV[5], H, '') then
@@ -569,9 +572,15 @@ if handover and got[3] and ARGV[10] then
     return 1
   end
 elseif handover and got[3] then
+  local own = ARGV[11]
   local reg, value = next_registration(ARGV[8], ARGV[6])
+  if reg and reg == own then
+    -- The releaser's own registration, lingering for its next waiter
+    -- (docs/HANDOVER.md §13): the next one's turn, if there is one.
+    reg, value = next_registration(ARGV[8], ARGV[6], {[own] = true})
+  end
   if reg and grant_to(reg, value, KEYS[1], ARGV[7], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4]) then
-    return 1
+    return 3
   end
   if reg == nil then
     redis.call('DEL', ARGV[9])
@@ -1338,6 +1347,14 @@ impl ScriptCall {
         self
     }
 
+    /// This release (of a lock, with the hand-over) by a locker whose
+    /// registration `reg` lingers in the queue (docs/HANDOVER.md §13): the
+    /// release never grants the key to it.
+    pub(crate) fn skipping(mut self, reg: String) -> Self {
+        self.args.extend([String::new(), reg]);
+        self
+    }
+
     /// This release of a read-write lease with the hand-over: its other
     /// key (the readers' for a writer's release, the writer's for a
     /// reader's), which a hand-over may grant.
@@ -1691,7 +1708,8 @@ pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> 
 /// Classifies the release script's reply.
 pub(crate) fn classify_release(value: &Value) -> Result<ReleaseOutcome, ReplyError> {
     match value {
-        Value::Int(1) => Ok(ReleaseOutcome::Released),
+        // 3: released, and handed to a registration.
+        Value::Int(1 | 3) => Ok(ReleaseOutcome::Released),
         Value::Int(0) => Ok(ReleaseOutcome::Expired),
         Value::Int(2) => Ok(ReleaseOutcome::Conflict),
         _ => Err(ReplyError::new(ScriptKind::Release, value)),
@@ -1802,7 +1820,12 @@ pub(crate) mod tests {
             classify_release(&Value::Int(2)),
             Ok(ReleaseOutcome::Conflict)
         );
-        assert!(classify_release(&Value::Int(3)).is_err());
+        assert_eq!(
+            classify_release(&Value::Int(3)),
+            Ok(ReleaseOutcome::Released),
+            "released and handed over"
+        );
+        assert!(classify_release(&Value::Int(4)).is_err());
         assert_eq!(classify_renew(&Value::Int(1)), Ok(RenewOutcome::Renewed));
         assert_eq!(classify_renew(&Value::Int(0)), Ok(RenewOutcome::Expired));
         assert_eq!(classify_renew(&Value::Int(2)), Ok(RenewOutcome::Conflict));

@@ -144,6 +144,9 @@ impl Core {
             Handover::Granted { reg, .. } if Some(reg) == ours => {
                 if self.wake_head_of(line, Line::handle_our_grant) {
                     self.wakeups.notification += 1;
+                } else {
+                    // Nobody came back for it: on to the next.
+                    self.pass_on_grant(now, line);
                 }
             }
             // A key reserved for one of our multi-key lines: its head
@@ -201,6 +204,14 @@ impl Core {
     /// Whether a line with waiters listens on the channel of id `channel`
     /// ([`KeyId::channel_id`]): a key's own, or with hash tags its tag's.
     pub(super) fn is_channel_wanted(&self, channel: KeyId) -> bool {
+        // A lingering registration's grants come on its key's channel.
+        if self
+            .lingering
+            .iter()
+            .any(|key| key.id.channel_id() == channel)
+        {
+            return true;
+        }
         if !self.settings.key_hash_tags {
             return self.is_wanted(channel);
         }
@@ -263,6 +274,8 @@ impl Core {
             self.subscription.mode = Mode::Starting;
             self.subscription.reconnecting = true;
         }
+        // Their grants could go unheard meanwhile.
+        self.end_lingering_of(|_| true);
         self.clamp_heads(now);
     }
 
@@ -274,6 +287,7 @@ impl Core {
         self.subscription.reconnecting = false;
         self.subscription.channels.clear();
         self.subscription.lingering.clear();
+        self.end_lingering_of(|_| true);
         self.clamp_heads(now);
         first
     }
@@ -286,6 +300,7 @@ impl Core {
 
     /// Whether the subscriber should keep listening.
     pub(crate) fn poll_subscriber(&mut self, now: Instant) -> SubscriberStep {
+        let lingering_ends = self.end_lingering_due(now);
         let sub = &mut self.subscription;
         if matches!(sub.mode, Mode::Off | Mode::Unavailable) {
             return SubscriberStep::Stop;
@@ -296,7 +311,7 @@ impl Core {
             return SubscriberStep::Stop;
         }
         match sub.idle_since {
-            None => SubscriberStep::Listen(None),
+            None => SubscriberStep::Listen(lingering_ends),
             Some(t) => match deadline_after(t, SUBSCRIPTION_LINGER) {
                 Some(until) if now < until => SubscriberStep::Listen(Some(until)),
                 _ => {
@@ -338,6 +353,8 @@ impl Core {
             })
             .map(KeyId::channel_id)
             .collect();
+        // Lingering registrations hear their grants there.
+        keys.extend(self.lingering.iter().map(|key| key.id.channel_id()));
         let sub = &mut self.subscription;
         keys.extend(sub.lingering.keys().copied());
         keys.extend(self.observed.keys().map(|id| id.channel_id()));
@@ -382,6 +399,7 @@ impl Core {
     /// subscribes it again.
     pub(crate) fn handle_channel_lost(&mut self, key: KeyId) {
         self.subscription.channels.remove(&key);
+        self.end_lingering_of(|line| line.id.channel_id() == key);
         self.handle_observed_change(key);
         self.wakeups.reconnect += self.wake_lines_of(key);
     }

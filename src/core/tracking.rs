@@ -69,11 +69,12 @@ impl Core {
         match (owned.target.names(namespace), owned.target.want) {
             (HeldNames::Key(key), Want::Lock) if handover => {
                 let names = LockNames::new(namespace, owned.target.id);
-                ScriptCall::release(&key, line, owned.token, namespace, channel).handing_over(
-                    names.fence,
-                    &names.queue,
-                    ttl,
-                )
+                let call = ScriptCall::release(&key, line, owned.token, namespace, channel)
+                    .handing_over(names.fence, &names.queue, ttl);
+                match self.lingering_registration(line) {
+                    Some(reg) => call.skipping(reg),
+                    None => call,
+                }
             }
             (HeldNames::Key(key), Want::Permit { .. }) if handover => {
                 let names = SemNames::new(namespace, owned.target.id);
@@ -232,6 +233,12 @@ impl Core {
     /// at its claim window.
     pub(crate) fn take_deregistrations(&mut self) -> Vec<ScriptCall> {
         let leaving = std::mem::take(&mut self.deregistrations);
+        self.leaving_calls(&leaving)
+    }
+
+    /// The commands that take `leaving`'s registrations out and release
+    /// the tokens they named ([`take_deregistrations`](Self::take_deregistrations)).
+    pub(super) fn leaving_calls(&self, leaving: &[Owned]) -> Vec<ScriptCall> {
         let Some(h) = self.settings.handover else {
             // Without queues only a multi-key waiter's reservations remain.
             return leaving
@@ -242,7 +249,7 @@ impl Core {
         };
         let namespace = &self.settings.namespace;
         let mut calls = Vec::with_capacity(2 * leaving.len());
-        for owned in &leaving {
+        for owned in leaving {
             let line = owned.target.line();
             let entry = line.queue_entry(h.reg);
             match &owned.target.members {
@@ -264,6 +271,7 @@ impl Core {
     /// and their tokens become orphans if they acquired.
     pub(crate) fn begin_shutdown(&mut self) {
         self.shutting_down = true;
+        self.end_lingering_of(|_| true);
         let ids = self.waiter_ids();
         self.events.extend(ids.into_iter().map(CoreEvent::Wake));
     }

@@ -167,6 +167,8 @@ macro_rules! behaviour_suite {
                 a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn,
                 a_replayed_release_or_claim_grants_nothing_twice,
                 lockers_with_and_without_the_handover_share_a_key_safely,
+                lone_waiters_keep_their_registrations_and_wait_without_busy_attempts,
+                a_grant_to_a_lingering_registration_nobody_came_back_for_is_passed_on,
             }
             election {
                 one_leader_at_a_time_under_contention_and_terms_strictly_increase,

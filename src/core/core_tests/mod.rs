@@ -11,6 +11,7 @@ mod acquiring;
 mod cancel;
 mod failures;
 mod leases;
+mod linger;
 mod multi;
 mod notifications;
 mod observed;

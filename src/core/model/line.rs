@@ -1249,7 +1249,12 @@ impl Harness {
         let call = self.core.release_call(lease).expect("a tracked lease");
         assert!(releases(&call, token));
         let result = self.core.handle_release_reply(lease, reply.value());
-        match (reply.failure_code(), result) {
+        // A release also answers 3: released and handed over.
+        let code = match reply {
+            OutcomeReply::Int(3) => None,
+            other => other.failure_code(),
+        };
+        match (code, result) {
             (None, Ok(outcome)) => {
                 let OutcomeReply::Int(n) = reply else {
                     unreachable!("a settled reply is an integer")
@@ -1258,6 +1263,7 @@ impl Harness {
                     ReleaseOutcome::Expired,
                     ReleaseOutcome::Released,
                     ReleaseOutcome::Conflict,
+                    ReleaseOutcome::Released,
                 ][n.unsigned_abs() as usize];
                 assert_eq!(outcome, expected);
                 self.held.swap_remove(i);

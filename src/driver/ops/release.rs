@@ -65,7 +65,7 @@ impl Op for Release<'_> {
         }
     }
 
-    fn handle_reply(&mut self, _now: Instant, reply: Reply) {
+    fn handle_reply(&mut self, now: Instant, reply: Reply) {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Start) {
             Phase::Sweeping(sweep) => {
                 // Unanswered orphans stay for a later operation.
@@ -76,9 +76,10 @@ impl Op for Release<'_> {
                 let (reply, _) = reply.into_script();
                 self.state.metrics.reply(Operation::Release, &reply);
                 let id = self.held.id;
-                let result = self
-                    .state
-                    .with_core(|core| core.handle_release_reply(id, reply));
+                let result = self.state.with_core(|core| {
+                    core.handle_lease_released(now, id, reply.as_ref().ok());
+                    core.handle_release_reply(id, reply)
+                });
                 self.held.handle_release(&result);
                 Phase::Finished(result)
             }

@@ -25,7 +25,10 @@ use event_listener::Listener;
 use redis::cluster::ClusterClient;
 use redis::Value;
 
-use super::{backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted};
+use super::{
+    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted,
+    send_pass_ons,
+};
 use crate::clock::now;
 use crate::cluster::{slot_of, NodeAddr, SlotMap};
 use crate::core::lease::deadline_after;
@@ -386,6 +389,18 @@ impl Subscriber<'_> {
         }
     }
 
+    /// Sends what the core passes on (`core/linger.rs`) on the connection
+    /// of the node that holds the key's channel, so its slot's; a broken
+    /// connection shows at the read.
+    fn pass_on(&mut self) {
+        let (channels, nodes) = (&self.channels, &mut self.nodes);
+        send_pass_ons(self.state, |key, packed| {
+            if let Some(conn) = channels.get(&key).and_then(|ch| nodes.get_mut(&ch.node)) {
+                drop(conn.send_packed_command(packed));
+            }
+        });
+    }
+
     /// Reads what the nodes pushed, sharing one slice among them.
     fn read_pushes(&mut self) -> redis::RedisResult<()> {
         if self.nodes.is_empty() {
@@ -395,16 +410,19 @@ impl Subscriber<'_> {
             }
             return Ok(());
         }
+        self.pass_on();
         let per_node = (SLICE / self.nodes.len() as u32).max(Duration::from_millis(1));
         let mut lost = Vec::new();
         let mut moved = Vec::new();
         let mut confirmed = Vec::new();
-        for (node, conn) in &mut self.nodes {
-            if conn.set_read_timeout(Some(per_node)).is_err() {
-                lost.push(node.clone());
-                continue;
-            }
-            loop {
+        let addrs: Vec<NodeAddr> = self.nodes.keys().cloned().collect();
+        for node in addrs {
+            let mut timeout = per_node;
+            while let Some(conn) = self.nodes.get_mut(&node) {
+                if conn.set_read_timeout(Some(timeout)).is_err() {
+                    lost.push(node.clone());
+                    break;
+                }
                 match conn.recv_response() {
                     Ok(Value::Push { kind, data }) => {
                         match handle_push(self.state, &kind, &data) {
@@ -412,8 +430,9 @@ impl Subscriber<'_> {
                             Some(Notice::Unsubscribed(key)) => moved.push((key, node.clone())),
                             _ => {}
                         }
+                        self.pass_on();
                         // Drain what is already there without waiting long.
-                        let _ = conn.set_read_timeout(Some(Duration::from_millis(1)));
+                        timeout = Duration::from_millis(1);
                     }
                     Ok(_) => {}
                     Err(e) if e.is_timeout() => break,

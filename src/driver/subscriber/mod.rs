@@ -16,6 +16,7 @@ use event_listener::Listener;
 use crate::clock::now;
 use crate::core::core::{SubscriberStep, FAILURE_BACKOFF};
 use crate::core::lease::deadline_after;
+use crate::core::names::KeyId;
 use crate::core::notice::{decode, Notice};
 use crate::driver::state::LockerState;
 
@@ -111,6 +112,21 @@ fn handle_push(
         Notice::Unsubscribed(_) => {}
     }
     Some(notice)
+}
+
+/// Hands `send` what the core passes on (`core/linger.rs`), packed as
+/// `EVAL`s (no script cache to miss), with the id of the key whose
+/// channel's connection should carry them. The reader skips their
+/// replies; what fails lapses at the registration's bound and the grant's
+/// claim window.
+fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8])) {
+    for (key, calls) in state.with_core(|core| core.take_pass_ons()) {
+        let packed: Vec<u8> = calls
+            .iter()
+            .flat_map(|call| call.eval().get_packed_command())
+            .collect();
+        send(key, &packed);
+    }
 }
 
 /// How long one blocking read may last at most at `now`, or `None` when

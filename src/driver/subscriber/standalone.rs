@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted};
+use super::{
+    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted,
+    send_pass_ons,
+};
 use crate::clock::now;
 use crate::driver::state::LockerState;
 use crate::error::describe;
@@ -87,6 +90,8 @@ fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {
         let Some(slice) = listen_slice(state, SLICE) else {
             return Ended::Stopped;
         };
+        // A broken connection shows at the read.
+        send_pass_ons(state, |_, packed| drop(conn.send_packed_command(packed)));
         if conn.set_read_timeout(Some(slice)).is_err() {
             return Ended::Lost;
         }

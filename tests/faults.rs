@@ -88,6 +88,7 @@ macro_rules! fault_matrix {
                 a_claim_of_unknown_outcome_is_sent_again_and_answers_the_same_fence,
                 a_head_stopped_after_it_registered_costs_the_claim_window_not_the_lease,
                 a_killed_waiters_registration_stops_blocking_others_within_its_bound,
+                a_lingering_locker_whose_subscriber_was_killed_hands_the_key_on_at_its_release,
             );
         }
 

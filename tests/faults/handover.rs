@@ -385,3 +385,62 @@ pub(crate) fn a_killed_waiters_registration_stops_blocking_others_within_its_bou
     );
     assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
 }
+
+/// The ids of the clients in `SUBSCRIBE` mode (`CLIENT LIST`'s `flags=P`).
+fn subscriber_ids(server: &RedisServer) -> Vec<String> {
+    server
+        .client_list()
+        .iter()
+        .filter(|line| line.split(' ').any(|field| field == "flags=P"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A locker whose registration lingers (it holds the lease its only
+/// waiter took, docs/HANDOVER.md §13) loses its subscriber connection
+/// (`CLIENT KILL TYPE pubsub`): a grant to that registration could go
+/// unheard, so the lingering ends and the locker's next call, here the
+/// release (its sweep goes first), takes the registration out; the
+/// release then hands the key to the next waiter. The lingering locker's
+/// claim window is 30 s: a grant made out to it and not claimed would
+/// hold the next waiter past the bound.
+pub(crate) fn a_lingering_locker_whose_subscriber_was_killed_hands_the_key_on_at_its_release<
+    F: Front,
+>() {
+    let server = RedisServer::start();
+    let ns = namespace("m-ho-linger-kill");
+    let holder: F = connect(&server, slow_polling(&ns));
+    let lingering: Arc<F> = Arc::new(connect(
+        &server,
+        slow_polling(&ns).claim_window(Duration::from_secs(30)),
+    ));
+    let held = granted(holder.acquire_with("k", leased(LONG_LEASE)), "holder");
+    let l = lingering.clone();
+    let first = spawn("lingering", move || {
+        granted(
+            l.acquire_with("k", leased(LONG_LEASE)),
+            "a registered waiter",
+        )
+    });
+    wait_until(BOUND, "the waiter registered", || {
+        queued(&server, &ns, "k").len() == 1
+    });
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let lease = first.join_within(BOUND);
+    let (_next, next_t) = registered_waiter::<F>(&server, &ns, "next", 2);
+
+    let before = subscriber_ids(&server);
+    assert!(server.client_kill_type("pubsub") >= 2, "{before:?}");
+    // Both subscribers noticed: they are back on new connections.
+    wait_until(BOUND, "the subscribers connected again", || {
+        let now = subscriber_ids(&server);
+        now.len() == before.len() && now.iter().all(|id| !before.contains(id))
+    });
+    wait_until(BOUND, "the lingering locker subscribed again", || {
+        lingering.stats().subscribed
+    });
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+    let next = next_t.join_within(BOUND);
+    assert_eq!(F::release(next).unwrap(), ReleaseOutcome::Released);
+}

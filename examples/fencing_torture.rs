@@ -40,7 +40,10 @@
 //!   and a reader whose epoch is not the fence of the last writer granted
 //!   before it (`epoch_mismatches`; a larger epoch is allowed only where a
 //!   restart with data loss, or a write acquire whose outcome the client
-//!   does not know, came in between), and a writer's write accepted after
+//!   does not know, came in between; a killed worker's waiting write
+//!   acquire counts as such until its hand-over registration is surely
+//!   gone, [`REGISTRATIONS_GONE`] after the kill, since a grant made out to
+//!   it takes a fence and lapses unclaimed), and a writer's write accepted after
 //!   a derived write at its fence was (`writes_after_derived`: a reader
 //!   gets epoch `f` only after writer `f`'s lease ended, so the store must
 //!   refuse that writer from then on). `expired_writers_refused` counts the
@@ -106,6 +109,12 @@ const READY_BOUND: Duration = Duration::from_secs(30);
 /// No worker is killed in the last this-long of a run (more than a lease),
 /// so killed workers' tokens have expired by the tokens-left scan.
 const KILL_QUIET: Duration = Duration::from_secs(1);
+/// How long after a kill the hand-over registrations of the killed
+/// worker's waiting acquires are surely gone: the registration's bound (3 ×
+/// the default `notify_poll_interval`, counted from its last refresh,
+/// before the kill) and a grant's claim window, with a margin for a loaded
+/// machine. Until then a grant may still be made out to one and lapse.
+const REGISTRATIONS_GONE: Duration = Duration::from_secs(2);
 /// Slack over a lease for a killed worker's token to expire.
 const TOKEN_SLACK_MS: u64 = 200;
 /// Lease of every acquire: short, so holds sometimes outlast it.
@@ -993,6 +1002,11 @@ struct WorkerLog {
     /// The store's logical clock just after the controller killed this
     /// worker (every command it sent had been run by then).
     killed_at: Option<u64>,
+    /// The store's logical clock once the registrations its waiting
+    /// acquires had queued for the hand-over were surely gone
+    /// ([`REGISTRATIONS_GONE`] after the kill; `None`: not read before the
+    /// run ended, so until its end).
+    registrations_gone_at: Option<u64>,
     malformed: usize,
     errors: BTreeMap<String, u64>,
     releases: BTreeMap<String, u64>,
@@ -1093,7 +1107,9 @@ impl WorkerLog {
     /// its holds, whose writes it did not report have an unknown outcome
     /// (`k`: maybe accepted, before `killed_at`), never certainly held (no
     /// tenure); and its write acquires without a grant, whose grant may
-    /// still have moved the fence counter unseen before `killed_at`.
+    /// have moved the fence counter unseen: before `killed_at`, and after
+    /// it while their hand-over registration lived (a grant made out to it
+    /// lapses unclaimed), until `registrations_gone_at`.
     fn cut_short(&self, killed_at: u64) -> (Vec<Hold>, Vec<FailedAcquire>) {
         let unknown = |before| WriteRecord {
             verdict: 'k',
@@ -1117,7 +1133,10 @@ impl WorkerLog {
                 None => failed.push(FailedAcquire {
                     kind,
                     started,
-                    ended: killed_at,
+                    ended: self
+                        .registrations_gone_at
+                        .unwrap_or(u64::MAX)
+                        .max(killed_at),
                 }),
             }
         }
@@ -1484,9 +1503,32 @@ struct Fleet<'a> {
     ready_tx: mpsc::Sender<usize>,
     ready_rx: mpsc::Receiver<usize>,
     next_index: usize,
+    /// Killed workers' logs, and when their registrations are surely gone
+    /// (the clock is read then: [`Fleet::record_registrations_gone`]).
+    registrations: Vec<(Instant, Arc<Mutex<WorkerLog>>)>,
 }
 
 impl Fleet<'_> {
+    /// Reads the clock for the killed workers whose registrations are
+    /// surely gone by now.
+    fn record_registrations_gone(&mut self, store: &RedisServer, clock_key: &str) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.registrations.len() {
+            if self.registrations[i].0 > now {
+                i += 1;
+                continue;
+            }
+            let (_, log) = self.registrations.swap_remove(i);
+            // Without a clock value they count as queued to the run's end.
+            if let Ok(at) = tick_admin(store, clock_key) {
+                log.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .registrations_gone_at = Some(at);
+            }
+        }
+    }
+
     /// SIGKILLs a living worker, whatever its contenders are doing
     /// (holding, writing, waiting), and starts a replacement. The victim
     /// holds `wanted` by the lines read so far if one does (so that kills
@@ -1541,6 +1583,8 @@ impl Fleet<'_> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .killed_at = Some(at);
+        self.registrations
+            .push((Instant::now() + REGISTRATIONS_GONE, worker.log.clone()));
         self.killed.push(worker);
         ping?;
         killed_at?;
@@ -1692,6 +1736,7 @@ pub(crate) fn run_controller(
         ready_tx,
         ready_rx,
         next_index: options.processes,
+        registrations: Vec::new(),
     };
 
     // Faults at random intervals until the end of the run.
@@ -1705,6 +1750,7 @@ pub(crate) fn run_controller(
         if Instant::now() >= end {
             break;
         }
+        fleet.record_registrations_gone(&store, &clock_key);
         let kills_allowed = Instant::now() + KILL_QUIET < end;
         if let Err(e) = inject(
             &lock,
@@ -2140,6 +2186,25 @@ fn rw_checks(
             };
             if later_below || !ok {
                 checks.epoch_mismatches += 1;
+                // What the analysis saw, for the report of a failed run
+                // (clock values, fences and epochs only: no tokens).
+                let near: Vec<(u64, u64, u64)> = writers
+                    .iter()
+                    .filter(|w| w.started <= r.granted + 50 && w.granted + 50 >= r.started)
+                    .map(|w| (w.fence, w.started, w.granted))
+                    .collect();
+                eprintln!(
+                    "fencing_torture: epoch mismatch on rw key {key}: reader epoch {epoch} \
+                     started {} granted {}; last writer before it {:?}; writers near \
+                     (fence, started, granted) {near:?}; unknown moves {:?}",
+                    r.started,
+                    r.granted,
+                    last_granted_before(r.started).map(|w| (w.fence, w.started, w.granted)),
+                    unknown
+                        .iter()
+                        .filter(|(a, b)| *b + 50 >= r.started && *a <= r.granted + 50)
+                        .collect::<Vec<_>>(),
+                );
             }
         }
 
@@ -2367,6 +2432,33 @@ mod tests {
             report.stranded_waiters, 0,
             "the dead worker is not waited for"
         );
+
+        // A writer killed while it waited (its registration queued): the
+        // hand-over may grant that registration until its bound passes,
+        // after the kill, and the grant lapses unclaimed; a reader then
+        // carries that fence, held by nobody (docs/HANDOVER.md §8).
+        let mut dead = WorkerLog::default();
+        for line in ["READY", "S w 1"] {
+            dead.record(line);
+        }
+        dead.killed_at = Some(3);
+        dead.registrations_gone_at = Some(40);
+        let live = [
+            "H w 0 0 70 4 5 1 6 7 1 8 9 1",
+            "H r 0 0 75 20 21 1 22 23 1 24 25 1",
+        ];
+        let store = HashMap::from([((Kind::Write, 0, 0), 75)]);
+        let report = analyse(&options, &[log_of(&live, 2), dead], &store, &[]);
+        assert!(report.passed(), "{}", report.to_json());
+        // Its bound passed before the live writer: not explained.
+        let mut dead = WorkerLog::default();
+        for line in ["READY", "S w 1"] {
+            dead.record(line);
+        }
+        dead.killed_at = Some(3);
+        dead.registrations_gone_at = Some(3);
+        let report = analyse(&options, &[log_of(&live, 2), dead], &store, &[]);
+        assert_eq!(report.rw.epoch_mismatches, 1, "{}", report.to_json());
 
         // Lock 0 granted again with the killed holder's fence after the kill.
         let mut dead = WorkerLog::default();

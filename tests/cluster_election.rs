@@ -16,6 +16,8 @@
 mod behaviour;
 mod support;
 
+#[path = "faults/candidates.rs"]
+mod candidates;
 #[path = "faults/child.rs"]
 mod child;
 #[path = "faults/election.rs"]

@@ -15,8 +15,8 @@
 //! `aio::least_privilege::<case>`.
 //!
 //! Two ignored tests are helpers that the rows start as child processes (a
-//! holder or a waiter that is stopped or killed, and the workers of the
-//! fencing torture run); without their environment variables they return
+//! holder or a waiter that is stopped or killed, an election's candidates,
+//! and the workers of the fencing torture run); without their environment variables they return
 //! at once. The long torture run itself is `fencing_torture_long_run`
 //! (ignored; see `examples/fencing_torture.rs`).
 #![allow(clippy::disallowed_methods)]
@@ -26,6 +26,8 @@ mod behaviour;
 // `tests/support`, loaded once: by the torture run below, which includes it.
 use fencing_torture::support;
 
+#[path = "faults/candidates.rs"]
+mod candidates;
 #[path = "faults/child.rs"]
 mod child;
 #[path = "faults/election.rs"]
@@ -96,6 +98,7 @@ macro_rules! fault_matrix {
             fault_matrix!(@rows crate::election_faults;
                 a_sigstopped_leader_is_replaced_and_after_sigcont_its_old_terms_write_is_refused,
                 one_leader_at_a_time_under_faults_checked_on_a_second_redis,
+                one_leader_at_a_time_across_three_processes_checked_on_a_second_redis,
             );
         }
 
@@ -161,8 +164,9 @@ mod aio {
 
 /// Child-process helper of
 /// `holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires`
-/// and of the hand-over rows: acquires a key (a lock, a permit or a write
-/// lease, or waits for a held lock) and holds it until it is killed.
+/// and of the hand-over and election rows: acquires a key (a lock, a
+/// permit or a write lease, or waits for a held lock) and holds it until
+/// it is killed, or leads an election, or runs candidates of one.
 #[test]
 #[ignore = "a helper the fault matrix starts as a child process"]
 fn holder_child_process() {

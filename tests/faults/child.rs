@@ -13,17 +13,21 @@
 //! ([`spawn_multi_loop`]), printing a marker line per grant, until the
 //! parent SIGKILLs it at some point of the loop. A leader child can lead
 //! on a Redis Cluster ([`spawn_cluster_leader`]), with its fenced store
-//! on a standalone server.
+//! on a standalone server. Or it runs candidates of an election in a loop
+//! ([`spawn_candidates`]), recording their leaderships on a second Redis
+//! (`tests/faults/candidates.rs`), until told to stop on stdin.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use redlease::{AcquireOptions, Config};
 
 use crate::behaviour::common::{let_pass, BOUND};
 use crate::behaviour::front::{ClusterFront, Front};
+use crate::candidates::{candidate_rounds, candidate_task, Candidate, Counts};
 use crate::support::RedisServer;
 
 /// The server the child locks on, and where a leader child's fenced store
@@ -37,6 +41,8 @@ const ENV_KEY: &str = "REDLEASE_FAULTS_CHILD_KEY";
 const ENV_LEASE_MS: &str = "REDLEASE_FAULTS_CHILD_LEASE_MS";
 const ENV_FRONT: &str = "REDLEASE_FAULTS_CHILD_FRONT";
 const ENV_WHAT: &str = "REDLEASE_FAULTS_CHILD_WHAT";
+/// A child of candidates: the checker's URL.
+const ENV_CHECKER: &str = "REDLEASE_FAULTS_CHILD_CHECKER";
 const MARKER: &str = "REDLEASE_CHILD_HELD";
 /// A leader child's report, after [`ChildLeader::write_again`].
 const REPORT: &str = "REDLEASE_CHILD_REPORT";
@@ -99,6 +105,15 @@ pub(crate) enum Hold {
     /// the child writes `from child` with its term to a `FencedStore` of
     /// the namespace before it reports the term.
     Leader,
+    /// `count` candidates of the election named by the key, in threads
+    /// (blocking) or tasks of one executor thread (async), recording their
+    /// leaderships as number `process` on the checker.
+    Candidates {
+        /// The number the child's leaderships are recorded under.
+        process: usize,
+        /// How many candidates.
+        count: usize,
+    },
 }
 
 impl Hold {
@@ -109,6 +124,7 @@ impl Hold {
             Hold::Write => "write".into(),
             Hold::Leader => "leader".into(),
             Hold::AllInTurn => "all-in-turn".into(),
+            Hold::Candidates { process, count } => format!("candidates:{process}:{count}"),
             Hold::WaitForLock { claim, notify_poll } => {
                 format!("wait:{}:{}", claim.as_millis(), notify_poll.as_millis())
             }
@@ -119,6 +135,13 @@ impl Hold {
         let ms = |n: &str| Duration::from_millis(n.parse().expect("a number of ms"));
         match s.split_once(':') {
             Some(("permit", n)) => Hold::Permit(n.parse().expect("a permit count")),
+            Some(("candidates", numbers)) => {
+                let (process, count) = numbers.split_once(':').expect("process:count");
+                Hold::Candidates {
+                    process: process.parse().expect("a process number"),
+                    count: count.parse().expect("a candidate count"),
+                }
+            }
             Some(("wait", times)) => {
                 let (claim, notify_poll) = times.split_once(':').expect("claim:notify_poll");
                 Hold::WaitForLock {
@@ -280,7 +303,7 @@ pub(crate) fn spawn_leader<F: Front>(
     name: &str,
     lease: Duration,
 ) -> ChildLeader {
-    let launched = launch_reporting::<F>(server, None, ns, name, lease, Hold::Leader);
+    let launched = launch_reporting::<F>(server, &[], ns, name, lease, Hold::Leader);
     leader_reported(launched)
 }
 
@@ -294,7 +317,8 @@ pub(crate) fn spawn_cluster_leader<F: Front>(
     name: &str,
     lease: Duration,
 ) -> ChildLeader {
-    let launched = launch_reporting::<F>(store, Some(nodes), ns, name, lease, Hold::Leader);
+    let cluster = [(ENV_CLUSTER, nodes.join(","))];
+    let launched = launch_reporting::<F>(store, &cluster, ns, name, lease, Hold::Leader);
     leader_reported(launched)
 }
 
@@ -315,6 +339,84 @@ fn leader_reported(
         },
         other => panic!(
             "the leader process did not report a term ({other:?}); stderr:\n{}",
+            kill_for_stderr(&mut child)
+        ),
+    }
+}
+
+/// A child process of candidates (see [`spawn_candidates`]); SIGKILLed
+/// and reaped on drop, also while stopped.
+pub(crate) struct ChildCandidates {
+    child: Child,
+    reports: mpsc::Receiver<String>,
+}
+
+impl ChildCandidates {
+    /// SIGSTOPs the process: neither its candidates nor its leader's keeper
+    /// do anything until [`resume`](Self::resume).
+    pub(crate) fn stop(&self) {
+        signal(&self.child, "-STOP");
+    }
+
+    /// SIGCONTs a stopped process.
+    pub(crate) fn resume(&self) {
+        signal(&self.child, "-CONT");
+    }
+
+    /// Tells the candidates to stop after their current round; the process
+    /// then reports what they did ([`counts_within`](Self::counts_within)).
+    pub(crate) fn finish(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("piped stdin");
+        if let Err(e) = writeln!(stdin, "stop").and_then(|()| stdin.flush()) {
+            panic!(
+                "the candidates' process ended before it was told to stop ({e}); stderr:\n{}",
+                kill_for_stderr(&mut self.child)
+            );
+        }
+    }
+
+    /// What the process's candidates did, once they stopped after
+    /// [`finish`](Self::finish); panics when it does not report within
+    /// `bound`.
+    pub(crate) fn counts_within(&mut self, bound: Duration) -> Counts {
+        match self.reports.recv_timeout(bound) {
+            Ok(report) => Counts::parse(&report),
+            Err(e) => panic!(
+                "the candidates' process did not report within {bound:?} ({e}); stderr:\n{}",
+                kill_for_stderr(&mut self.child)
+            ),
+        }
+    }
+}
+
+impl Drop for ChildCandidates {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a child process of `count` candidates for the election `name`
+/// on `server` through front end `F` (lease 400 ms, command timeout
+/// 200 ms), recording their leaderships as number `process` on `checker`,
+/// and waits (within [`BOUND`]) until it connected and its candidates
+/// started.
+pub(crate) fn spawn_candidates<F: Front>(
+    server: &RedisServer,
+    checker: &RedisServer,
+    ns: &str,
+    name: &str,
+    process: usize,
+    count: usize,
+) -> ChildCandidates {
+    let what = Hold::Candidates { process, count };
+    let env = [(ENV_CHECKER, checker.url())];
+    let lease = Duration::from_millis(400);
+    let (mut child, started, reports) = launch_reporting::<F>(server, &env, ns, name, lease, what);
+    match started.recv_timeout(BOUND) {
+        Ok(Ok(_)) => ChildCandidates { child, reports },
+        other => panic!(
+            "the candidates' process did not start ({other:?}); stderr:\n{}",
             kill_for_stderr(&mut child)
         ),
     }
@@ -364,17 +466,17 @@ fn launch<F: Front>(
     lease: Duration,
     what: Hold,
 ) -> (Child, mpsc::Receiver<Result<u64, std::num::ParseIntError>>) {
-    let (child, fences, _reports) = launch_reporting::<F>(server, None, ns, key, lease, what);
+    let (child, fences, _reports) = launch_reporting::<F>(server, &[], ns, key, lease, what);
     (child, fences)
 }
 
-/// As [`launch`], with a receiver of the child's report lines too; with
-/// `cluster`, the child's locker connects to that cluster instead of
-/// `server`.
+/// As [`launch`], with a receiver of the child's report lines too, and
+/// the variables `env` set (with [`ENV_CLUSTER`], the child's locker
+/// connects to that cluster instead of `server`).
 #[allow(clippy::type_complexity, reason = "the two marker lines' channels")]
 fn launch_reporting<F: Front>(
     server: &RedisServer,
-    cluster: Option<&[String]>,
+    env: &[(&str, String)],
     ns: &str,
     key: &str,
     lease: Duration,
@@ -386,9 +488,7 @@ fn launch_reporting<F: Front>(
 ) {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut command = Command::new(exe);
-    if let Some(nodes) = cluster {
-        command.env(ENV_CLUSTER, nodes.join(","));
-    }
+    command.envs(env.iter().map(|(name, value)| (name, value)));
     let mut child = command
         .args([
             "--exact",
@@ -496,6 +596,21 @@ fn hold<F: ClusterFront>(url: &str, ns: &str, key: &str, lease: Duration, what: 
             }
         }
     }
+    if let Hold::Candidates { process, count } = what {
+        let checker = std::env::var(ENV_CHECKER).expect("the checker's URL");
+        let config = config.command_timeout(Duration::from_millis(200));
+        let running = running_until_told();
+        let counts = if front_name::<F>() == "async" {
+            candidates_in_tasks(url, config, key, process, count, &checker, &running)
+        } else {
+            let locker = Arc::new(connect_child::<F>(url, config));
+            candidates_in_threads(&locker, key, process, count, &checker, &running)
+        };
+        let mut out = std::io::stdout();
+        writeln!(out, "{REPORT} {}", counts.line()).expect("stdout");
+        out.flush().expect("stdout");
+        std::process::exit(0);
+    }
     let locker = connect_child::<F>(url, config);
     let free = || AcquireOptions::new().wait(Duration::ZERO);
     // Kept alive (never released) until the process is killed.
@@ -523,7 +638,7 @@ fn hold<F: ClusterFront>(url: &str, ns: &str, key: &str, lease: Duration, what: 
             (F::fence(&held).get(), Box::new(held))
         }
         Hold::Leader => return lead(url, ns, key, &locker, free()),
-        Hold::AllInTurn => unreachable!("loops above"),
+        Hold::AllInTurn | Hold::Candidates { .. } => unreachable!("runs above"),
     };
     report(fence);
     // Held until SIGKILL; if the parent goes away first, stdin closes and
@@ -577,6 +692,97 @@ fn lead<F: Front>(url: &str, ns: &str, name: &str, locker: &F, free: AcquireOpti
     out.flush().expect("stdout");
     let _ = stdin.read_to_end(&mut Vec::new());
     std::process::exit(0);
+}
+
+/// A flag that holds until the parent says `stop` on stdin or goes away
+/// (stdin closes), or for at most a minute.
+fn running_until_told() -> Arc<AtomicBool> {
+    let running = Arc::new(AtomicBool::new(true));
+    let (told, told_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().lock().read_line(&mut String::new());
+        let _ = told.send(());
+    });
+    let flag = running.clone();
+    std::thread::spawn(move || {
+        let _ = told_rx.recv_timeout(Duration::from_secs(60));
+        flag.store(false, Ordering::SeqCst);
+    });
+    running
+}
+
+/// `count` candidate threads of `locker` for the election `name`, while
+/// `running`; reports the start (marker line) once they are spawned.
+fn candidates_in_threads<F: Front>(
+    locker: &Arc<F>,
+    name: &str,
+    process: usize,
+    count: usize,
+    checker: &str,
+    running: &Arc<AtomicBool>,
+) -> Counts {
+    let ns = std::env::var(ENV_NAMESPACE).expect("the namespace");
+    let threads: Vec<_> = (0..count)
+        .map(|c| {
+            let (locker, running) = (locker.clone(), running.clone());
+            let (name, checker, ns) = (name.to_owned(), checker.to_owned(), ns.clone());
+            crate::behaviour::common::spawn(&format!("candidate {c}"), move || {
+                let tag = format!("{process}.{c}");
+                let candidate = Candidate {
+                    by: process,
+                    tag: &tag,
+                    checker_url: &checker,
+                    ns: &ns,
+                    running: &running,
+                };
+                candidate_rounds(&*locker, &name, candidate)
+            })
+        })
+        .collect();
+    report(count as u64);
+    let mut counts = Counts::default();
+    for thread in threads {
+        counts.add(thread.join_within(BOUND * 3));
+    }
+    counts
+}
+
+/// `count` candidate tasks of one async locker, on this thread's executor,
+/// for the election `name`, while `running`; reports the start (marker
+/// line) once the locker connected.
+fn candidates_in_tasks(
+    url: &str,
+    config: Config,
+    name: &str,
+    process: usize,
+    count: usize,
+    checker: &str,
+    running: &AtomicBool,
+) -> Counts {
+    let ns = std::env::var(ENV_NAMESPACE).expect("the namespace");
+    futures::executor::block_on(async {
+        let locker = redlease::aio::Locker::connect(url, config)
+            .await
+            .expect("the child connects");
+        let election = locker.election(name).expect("the election");
+        report(count as u64);
+        let tags: Vec<String> = (0..count).map(|c| format!("{process}.{c}")).collect();
+        let tasks = tags.iter().map(|tag| {
+            let candidate = Candidate {
+                by: process,
+                tag,
+                checker_url: checker,
+                ns: &ns,
+                running,
+            };
+            candidate_task(&election, candidate)
+        });
+        let mut counts = Counts::default();
+        for one in futures::future::join_all(tasks).await {
+            counts.add(one);
+        }
+        counts
+    })
 }
 
 /// Prints the marker line with `fence` for the parent.

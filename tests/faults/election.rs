@@ -6,7 +6,7 @@
 //! asserts how long something took.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redlease::fenced::FencedStore;
@@ -14,6 +14,7 @@ use redlease::ReleaseOutcome;
 
 use crate::behaviour::common::{config, connect, granted, namespace, waiting, BOUND};
 use crate::behaviour::front::Front;
+use crate::candidates::{candidate_rounds, check_leaderships, Candidate};
 use crate::child::{self, LEADER_RESOURCE};
 use crate::support::RedisServer;
 
@@ -137,16 +138,111 @@ pub(crate) fn one_leader_at_a_time_under_faults_checked_on_a_second_redis<F: Fro
     });
 }
 
+/// Three child processes of four candidates each (threads of a blocking
+/// locker, or tasks of an async locker on one executor thread) campaign,
+/// lead briefly and resign or drop, in a loop, while the election's Redis
+/// suffers the faults of the in-process row above (its `CLIENT KILL`s end
+/// the children's connections) and the process of the current leader is
+/// SIGSTOPped past the lease and SIGCONTed, twice over;
+/// [`check_leaderships`] checks what they recorded on a second Redis, and
+/// every process led at least once. Each process's own count of
+/// leaderships agrees with what it recorded.
+pub(crate) fn one_leader_at_a_time_across_three_processes_checked_on_a_second_redis<F: Front>() {
+    let server = RedisServer::start();
+    let checker = RedisServer::start();
+    let ns = namespace("f-elect-procs");
+    let mut children: Vec<child::ChildCandidates> = (0..3)
+        .map(|process| {
+            child::spawn_candidates::<F>(&server, &checker, &ns, "scheduler", process, 4)
+        })
+        .collect();
+    // Reads which process leads (a candidate's value starts with its
+    // process's number) and in which term.
+    let observer: F = connect(
+        &server,
+        config(&ns).command_timeout(Duration::from_millis(200)),
+    );
+    let leading = || -> Option<(usize, u64)> {
+        let leader = observer.leader("scheduler").ok()??;
+        let value = String::from_utf8(leader.value).ok()?;
+        Some((value.split('.').next()?.parse().ok()?, leader.term.get()))
+    };
+    let stops_on_a_leader = std::cell::Cell::new(0);
+    let stop_the_leader = |round: usize| {
+        // Stopped while one of its candidates leads, the process lets the
+        // leadership lapse and, resumed, writes with its old term. A stop
+        // that missed (the leadership moved on) is undone and tried again,
+        // a bounded number of times; the last one stays.
+        for attempt in 0..20 {
+            let before = leading();
+            let stopped = &children[before.map_or(round % children.len(), |(p, _)| p)];
+            stopped.stop();
+            let landed = before.is_some() && leading() == before;
+            if landed || attempt == 19 {
+                stops_on_a_leader.set(stops_on_a_leader.get() + u32::from(landed));
+                crate::behaviour::common::let_pass(Duration::from_millis(600));
+                stopped.resume();
+                return;
+            }
+            stopped.resume();
+        }
+    };
+    let faults: [&dyn Fn(usize); 6] = [
+        &|_| {
+            let _paused = server.pause_guard();
+            crate::behaviour::common::let_pass(Duration::from_millis(600));
+        },
+        &stop_the_leader,
+        &|_| server.restart(),
+        &|_| {
+            server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"));
+        },
+        &|_| {
+            server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"));
+        },
+        &|_| {
+            server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+        },
+    ];
+    for round in 0..2 {
+        for (i, fault) in faults.iter().enumerate() {
+            // Contention between faults, longer than a lease now and then.
+            crate::behaviour::common::let_pass(Duration::from_millis(
+                150 + 100 * ((round + i) % 4) as u64,
+            ));
+            fault(round);
+        }
+    }
+    crate::behaviour::common::let_pass(Duration::from_millis(500));
+
+    for child in &mut children {
+        child.finish();
+    }
+    let counts: Vec<_> = children
+        .iter_mut()
+        .map(|child| child.counts_within(BOUND * 3))
+        .collect();
+    let recorded = check_leaderships(&checker, &ns, 12, children.len());
+    let led: Vec<u64> = counts.iter().map(|c| c.led).collect();
+    assert_eq!(
+        led, recorded,
+        "each process's leaderships, all recorded: {counts:?}"
+    );
+    for c in &counts {
+        assert_eq!(c.led, c.resigned + c.dropped, "{c:?}");
+    }
+    eprintln!(
+        "processes: {counts:?}; {} of 2 stops landed on a leading process",
+        stops_on_a_leader.get()
+    );
+}
+
 /// `candidates_each` candidates on each of `lockers` campaign for the
 /// election `scheduler`, lead briefly and resign or drop, in a loop,
 /// while `inject` runs (the faults; the loop stops 500 ms after it
-/// returns). Every leader writes twice with its term to a `FencedStore`
-/// on `checker`, a second Redis that is never faulted, and brackets the
-/// writes with `INCR` of a logical clock there: a leader whose two writes
-/// were both accepted *certainly led* between them. No two such spans
-/// overlap, and a later one always has a larger term; no term is granted
-/// twice; at least `min_spans` spans; the store ends at the largest term
-/// it accepted.
+/// returns), recording their leaderships on `checker`, a second Redis that
+/// is never faulted; [`check_leaderships`] checks them (at least
+/// `min_spans` certain leaderships, and each locker led).
 pub(crate) fn leaderships_never_overlap_under<F: Front>(
     lockers: &[Arc<F>],
     candidates_each: usize,
@@ -156,44 +252,23 @@ pub(crate) fn leaderships_never_overlap_under<F: Front>(
     inject: impl FnOnce(),
 ) {
     let faulting = Arc::new(AtomicBool::new(true));
-    let grants: Arc<Mutex<Vec<Grant>>> = Arc::default();
     let candidates: Vec<_> = lockers
         .iter()
         .enumerate()
         .flat_map(|(l, locker)| (0..candidates_each).map(move |c| (l, c, locker.clone())))
         .map(|(l, c, locker)| {
-            let (faulting, grants) = (faulting.clone(), grants.clone());
+            let faulting = faulting.clone();
             let (ns, url) = (ns.to_owned(), checker.url());
             crate::behaviour::common::spawn(&format!("candidate {l}.{c}"), move || {
-                let store = FencedStore::new(&ns);
-                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-                let tick = |conn: &mut redis::Connection| -> u64 {
-                    redis::cmd("INCR").arg("clock").query(conn).unwrap()
+                let tag = format!("{l}.{c}");
+                let candidate = Candidate {
+                    by: l,
+                    tag: &tag,
+                    checker_url: &url,
+                    ns: &ns,
+                    running: &faulting,
                 };
-                let mut round = 0u64;
-                while faulting.load(Ordering::SeqCst) {
-                    round += 1;
-                    let value = format!("{l}.{c}.{round}");
-                    let Ok(leadership) = candidate_campaign::<F>(&locker, value.as_bytes()) else {
-                        continue;
-                    };
-                    let term = F::term(&leadership);
-                    let first = store.write(&mut conn, "leader", term, &value).is_ok();
-                    let after_first = tick(&mut conn);
-                    crate::behaviour::common::let_pass(Duration::from_millis(3));
-                    let before_second = tick(&mut conn);
-                    let second = store.write(&mut conn, "leader", term, &value).is_ok();
-                    grants.lock().unwrap().push(Grant {
-                        term: term.get(),
-                        accepted: first || second,
-                        span: (first && second).then_some((after_first, before_second)),
-                    });
-                    if round.is_multiple_of(2) {
-                        let _ = F::resign(leadership);
-                    } else {
-                        drop(leadership);
-                    }
-                }
+                candidate_rounds(&*locker, "scheduler", candidate)
             })
         })
         .collect();
@@ -204,54 +279,5 @@ pub(crate) fn leaderships_never_overlap_under<F: Front>(
     for candidate in candidates {
         candidate.join_within(BOUND * 3);
     }
-
-    let grants = grants.lock().unwrap();
-    let mut terms: Vec<u64> = grants.iter().map(|g| g.term).collect();
-    terms.sort_unstable();
-    let granted_count = terms.len();
-    terms.dedup();
-    assert_eq!(terms.len(), granted_count, "a term granted twice");
-    let mut spans: Vec<(u64, u64, u64)> = grants
-        .iter()
-        .filter_map(|g| g.span.map(|(a, b)| (a, b, g.term)))
-        .collect();
-    spans.sort_unstable();
-    assert!(
-        spans.len() >= min_spans,
-        "too few certain leaderships: {spans:?}"
-    );
-    for pair in spans.windows(2) {
-        let ((_, end, term), (start, _, next)) = (pair[0], pair[1]);
-        assert!(end < start, "two leaders at once: {pair:?}");
-        assert!(term < next, "a later leader with a smaller term: {pair:?}");
-    }
-    eprintln!(
-        "{granted_count} leaderships, {} certain spans in order",
-        spans.len()
-    );
-    let largest = grants.iter().filter(|g| g.accepted).map(|g| g.term).max();
-    let mut conn = checker.conn();
-    let stored = FencedStore::new(ns).read(&mut conn, "leader").unwrap();
-    assert_eq!(stored.map(|(fence, _)| fence.get()), largest);
-}
-
-/// One leadership of the fault-matrix row, as the checker saw it.
-#[derive(Debug, Clone, Copy)]
-struct Grant {
-    term: u64,
-    /// Whether the store accepted one of its writes.
-    accepted: bool,
-    /// When both were accepted: the clock after the first write and before
-    /// the second, when it certainly led.
-    span: Option<(u64, u64)>,
-}
-
-/// One campaign of a candidate under faults: waits up to [`BOUND`]; any
-/// error (the wait ran out, an outcome unknown, Redis away) is a round
-/// without a leadership.
-fn candidate_campaign<F: Front>(
-    locker: &F,
-    value: &[u8],
-) -> Result<F::Leadership, redlease::Error> {
-    locker.campaign("scheduler", value, waiting(BOUND))
+    check_leaderships(checker, ns, min_spans, lockers.len());
 }

@@ -2449,6 +2449,108 @@ fn losing_one_also_key_stops_the_command_and_frees_every_key() {
     assert!(lock_keys(&server).is_empty(), "x is given up too");
 }
 
+/// A waiting multi-key lease (the library's `acquire_all_with`, waiting
+/// behind a held key of its set) reserves the set's free key: `status` of
+/// that key says it is reserved, not held (exit 1 as for a free key; the
+/// counter's fence, no holder although an earlier run's record is still
+/// there), with the reservation's time left, in text and JSON, and never
+/// the token. The held key shows as before; once the waiter is granted,
+/// the reserved key shows as held with the lease's fence.
+#[test]
+fn status_shows_a_key_reserved_by_a_waiting_multi_key_lease_as_reserved() {
+    use redlease::{blocking::Locker, AcquireOptions, Config};
+
+    let server = RedisServer::start();
+    // A grant by `run` leaves the key's fence and its holder record behind.
+    assert_code(
+        &run(redlease(&server).args(["run", "spare", "--", "true"])),
+        0,
+    );
+    let fence = fence_of(&server, "spare");
+    let holder = Locker::connect(server.url(), Config::new(NS)).expect("connect the holder");
+    let held = holder.acquire("busy").expect("take the busy key");
+    // A safety poll this long makes the reservation last 30 s (3 × the
+    // interval, docs/MULTIKEY.md §4) without the waiter refreshing it.
+    let config = Config::new(NS).notify_poll_interval(Duration::from_secs(10));
+    let waiter = Locker::connect(server.url(), config).expect("connect the waiter");
+    let lock_value = || -> Option<String> {
+        redis::cmd("GET")
+            .arg(lock_name("spare"))
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter.acquire_all_with(
+                &["spare", "busy"],
+                AcquireOptions::new().wait(Duration::from_secs(30)),
+            )
+        });
+        wait_until(FILE_TIMEOUT, "the waiter to reserve the free key", || {
+            lock_value().is_some()
+        });
+        let value = lock_value().unwrap_or_default();
+        let token = value.split(':').next().unwrap_or_default().to_owned();
+        assert!(
+            !token.is_empty() && value.starts_with(&format!("{token}:r")),
+            "a reservation: {value}"
+        );
+
+        let (code_json, json) = status_of(&server, "spare", true);
+        assert_eq!(code_json, FREE, "{json}");
+        let prefix = format!(
+            r#"{{"held":false,"remaining_ms":null,"fence":{fence},"holder":null,"reserved":{{"remaining_ms":"#
+        );
+        let left: u64 = json
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix("}}\n"))
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("{json}"));
+        assert!(left > 0 && left <= 30_000, "{json}");
+        let (code_text, text) = status_of(&server, "spare", false);
+        assert_eq!(code_text, FREE, "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines[0], "held:      no", "{text}");
+        assert!(
+            lines[1].starts_with("reserved:  by a waiting multi-key lease, ")
+                && lines[1].ends_with(" left unless renewed"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[2..],
+            ["remaining: -", &format!("fence:     {fence}")],
+            "{text}"
+        );
+        for output in [&json, &text] {
+            assert!(!output.contains(&token), "{output}");
+        }
+
+        let (code_busy, busy) = status_of(&server, "busy", true);
+        assert_eq!(code_busy, HELD, "{busy}");
+        assert!(
+            busy.starts_with(r#"{"held":true,"remaining_ms":"#)
+                && busy.ends_with("\"holder\":null}\n"),
+            "{busy}"
+        );
+
+        held.release().expect("release the busy key");
+        let lease = waiting
+            .join()
+            .expect("the waiter's thread")
+            .expect("granted once the busy key is free");
+        let granted = lease.fence_of("spare").expect("a fence for every key");
+        let (code_held, json) = status_of(&server, "spare", true);
+        assert_eq!(code_held, HELD, "{json}");
+        assert!(
+            json.starts_with(r#"{"held":true,"#)
+                && json.contains(&format!(r#""fence":{granted},"holder":null}}"#)),
+            "{json}"
+        );
+        lease.release().expect("release the multi-key lease");
+    });
+}
+
 /// `--also` with `--permits`, `-s` or `-x`, an empty `--also` key: usage
 /// errors before Redis is asked; a key given twice or more than 64 keys:
 /// refused by the library before any lock is taken (exit 2).

@@ -85,8 +85,9 @@ Exit codes of run:
          stopped (--on-lost term or kill)
   126    the command could not be started
   127    the command was not found
-Exit codes of status: 0 held, 1 free (with --permits: 0 when any
-permit is held), 2 usage error, 69 Redis unavailable.
+Exit codes of status: 0 held, 1 free (also when only reserved by a
+waiting multi-key run; with --permits: 0 when any permit is held), 2
+usage error, 69 Redis unavailable.
 Exit codes of elect: as run (75: someone else leads; 122: the
 leadership was lost). Exit codes of leader: 0 someone leads, 1 nobody
 (--watch: 0 at SIGINT or SIGTERM), 2 usage error, 69 Redis unavailable.";
@@ -168,9 +169,18 @@ its time left, its fence and its holder; a note when the semaphore is in use \
 with another count. The JSON lists every slot, free ones with their fence \
 counters.
 
+A key reserved by a waiting multi-key run (`run --also`, the library's \
+`acquire_all`), which keeps the keys it found free while it waits for the \
+others, is shown as reserved, not held: it has no fence and no holder of \
+its own. A `reserved:` line says so, with the reservation's time left (the \
+waiter renews it while it waits); the JSON adds \"reserved\": \
+{\"remaining_ms\": N}, a field only a reserved key has.
+
 Exits 0 when KEY is held (with --permits, when any permit is) and 1 when it \
-is free (so `redlease status KEY` can be tested like `flock -n`), 2 on a \
-usage error and 69 when Redis cannot be asked. It needs only GET, MGET and \
+is free or only reserved (so `redlease status KEY` can be tested like \
+`flock -n`; a reserved key is still busy for `run` until the multi-key run \
+is granted and done, or its reservation lapses), 2 on a usage error and 69 \
+when Redis cannot be asked. It needs only GET, MGET and \
 PTTL on the lock's (or the semaphore's) names (no MULTI/EXEC).";
 
 /// `redlease`'s command line.
@@ -584,7 +594,9 @@ pub(crate) struct StatusArgs {
 
     /// Print one JSON object: {"held": bool, "remaining_ms": int|null,
     /// "fence": int|null, "holder": {"host": str, "pid": int, "command":
-    /// str}|null}; with --permits, {"held": bool, "permits": int,
+    /// str}|null}, and for a key reserved by a waiting multi-key run (held
+    /// false) also "reserved": {"remaining_ms": int|null}; with --permits,
+    /// {"held": bool, "permits": int,
     /// "permits_in_use": int|null, "held_permits": int, "slots": [{"slot":
     /// int, "held": bool, "remaining_ms": int|null, "fence": int|null,
     /// "holder": {...}|null}, ...]}

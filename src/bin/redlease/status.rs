@@ -1,7 +1,9 @@
 //! `redlease status KEY`: the lock's remaining time, the fence counter and
 //! the holder record, read with plain `PTTL` and `GET` on the stored names
 //! (no MULTI/EXEC, so the README's least-privilege ACL is enough). The
-//! lock's value (the owner token) is never read.
+//! lock's value is read only to tell a waiting multi-key lease's
+//! reservation (`<token>:r<age>`, docs/MULTIKEY.md §3) from a hold; the
+//! owner token in it is neither kept nor shown.
 //!
 //! `redlease status --permits N KEY`: the same for each slot of KEY's
 //! semaphore (`PTTL` of each slot, `MGET` of the fence counters and of the
@@ -32,6 +34,18 @@ struct Status {
     fence: Option<u64>,
     /// Who holds it, when held and the holder recorded it for this grant.
     holder: Option<Holder>,
+    /// The reservation of a waiting multi-key lease, when the lock's value
+    /// is one (then `held` is false: a reservation has no fence, and no
+    /// store accepts it).
+    reservation: Option<Reservation>,
+}
+
+/// A key reserved by a waiting multi-key lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reservation {
+    /// `None` without an expiry (a reservation always has one; a value
+    /// written by hand may not).
+    remaining_ms: Option<u64>,
 }
 
 pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
@@ -39,7 +53,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         return permits_status(&target, args, permits, out);
     }
     let names = target.names(&args.key);
-    let query = || -> redis::RedisResult<(i64, Option<String>, Option<String>)> {
+    let query = || -> redis::RedisResult<(i64, Option<String>, bool, Option<String>)> {
         let mut conn = target.client.get_connection_with_timeout(TIMEOUT)?;
         conn.set_read_timeout(Some(TIMEOUT))?;
         conn.set_write_timeout(Some(TIMEOUT))?;
@@ -51,20 +65,26 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
             .cmd("GET")
             .arg(&names.fence)
             .query(&mut conn)?;
+        if pttl == -2 {
+            return Ok((pttl, fence, false, None));
+        }
+        // Apart from the pipeline, so that an error here (a value of
+        // another type, which no locker writes) leaves the key "held", as
+        // before reservations were told apart.
+        let reserved = redis::cmd("GET")
+            .arg(&names.lock)
+            .query::<Option<Vec<u8>>>(&mut conn)
+            .is_ok_and(|value| value.as_deref().is_some_and(is_reservation));
         // The record is optional: a user whose ACL lacks its name still
         // gets the rest.
-        let holder = if pttl == -2 {
-            None
-        } else {
-            redis::cmd("GET")
-                .arg(&names.holder)
-                .query::<Option<String>>(&mut conn)
-                .ok()
-                .flatten()
-        };
-        Ok((pttl, fence, holder))
+        let holder = redis::cmd("GET")
+            .arg(&names.holder)
+            .query::<Option<String>>(&mut conn)
+            .ok()
+            .flatten();
+        Ok((pttl, fence, reserved, holder))
     };
-    let (pttl, fence, holder) = match query() {
+    let (pttl, fence, reserved, holder) = match query() {
         Ok(reply) => reply,
         Err(e) => {
             out.fatal(format_args!(
@@ -83,7 +103,11 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let status = slot_status(pttl, fence, holder.as_deref());
+    let status = if reserved {
+        reserved_status(pttl, fence)
+    } else {
+        slot_status(pttl, fence, holder.as_deref())
+    };
     let report = if args.json {
         json(&status) + "\n"
     } else {
@@ -234,6 +258,31 @@ fn slot_status(pttl: i64, fence: Option<u64>, holder: Option<&str>) -> Status {
         holder: holder
             .and_then(Holder::decode)
             .filter(|h| held && Some(h.fence) == fence),
+        reservation: None,
+    }
+}
+
+/// Whether a lock's value is a waiting multi-key lease's reservation,
+/// `<token>:r<age>`, by the scripts' own rule: `r` right after the first
+/// colon (a hold is `<token>:<fence>`).
+fn is_reservation(value: &[u8]) -> bool {
+    value
+        .iter()
+        .position(|&b| b == b':')
+        .is_some_and(|colon| value.get(colon + 1) == Some(&b'r'))
+}
+
+/// A key reserved by a waiting multi-key lease: not held (no fence, no
+/// holder), with the reservation's time left.
+fn reserved_status(pttl: i64, fence: Option<u64>) -> Status {
+    Status {
+        held: false,
+        remaining_ms: None,
+        fence,
+        holder: None,
+        reservation: Some(Reservation {
+            remaining_ms: u64::try_from(pttl).ok(),
+        }),
     }
 }
 
@@ -257,8 +306,13 @@ fn holder_json(holder: Option<&Holder>) -> String {
 
 fn json(s: &Status) -> String {
     let holder = holder_json(s.holder.as_ref());
+    // Only a reserved key has the field, so every other report stays as
+    // it was.
+    let reserved = s.reservation.as_ref().map_or_else(String::new, |r| {
+        format!(",\"reserved\":{{\"remaining_ms\":{}}}", opt(r.remaining_ms))
+    });
     format!(
-        "{{\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{holder}}}",
+        "{{\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{holder}{reserved}}}",
         s.held,
         opt(s.remaining_ms),
         opt(s.fence)
@@ -342,7 +396,20 @@ fn text(s: &Status) -> String {
         Some(f) => f.to_string(),
         None => "none (never locked)".to_owned(),
     };
-    let mut report = format!("held:      {held}\nremaining: {remaining}\nfence:     {fence}\n");
+    let reserved = match &s.reservation {
+        None => String::new(),
+        Some(Reservation {
+            remaining_ms: Some(ms),
+        }) => format!(
+            "reserved:  by a waiting multi-key lease, {} left unless renewed\n",
+            human(Duration::from_millis(*ms))
+        ),
+        Some(Reservation { remaining_ms: None }) => {
+            "reserved:  by a waiting multi-key lease, no expiry (not set by redlease)\n".to_owned()
+        }
+    };
+    let mut report =
+        format!("held:      {held}\n{reserved}remaining: {remaining}\nfence:     {fence}\n");
     match (&s.holder, s.held) {
         (Some(h), _) => report.push_str(&format!("holder:    {}\n", holder_text(h))),
         (None, true) => report.push_str("holder:    not recorded\n"),
@@ -367,6 +434,7 @@ mod tests {
                 pid: 77,
                 command: "backup".into(),
             }),
+            reservation: None,
         };
         assert_eq!(
             json(&held),
@@ -377,6 +445,7 @@ mod tests {
             remaining_ms: None,
             fence: None,
             holder: None,
+            reservation: None,
         };
         assert_eq!(
             json(&free),
@@ -391,6 +460,7 @@ mod tests {
             remaining_ms: None,
             fence: Some(7),
             holder: None,
+            reservation: None,
         };
         assert_eq!(text(&free), "held:      no\nremaining: -\nfence:     7\n");
         let held = Status {
@@ -398,11 +468,59 @@ mod tests {
             remaining_ms: Some(22_800),
             fence: Some(7),
             holder: None,
+            reservation: None,
         };
         assert_eq!(
             text(&held),
             "held:      yes\nremaining: 22.8s\nfence:     7\nholder:    not recorded\n"
         );
+    }
+
+    #[test]
+    fn a_reserved_key_is_not_held_and_says_so_with_the_reservations_time() {
+        let reserved = reserved_status(612, Some(7));
+        assert!(!reserved.held);
+        assert_eq!(
+            json(&reserved),
+            r#"{"held":false,"remaining_ms":null,"fence":7,"holder":null,"reserved":{"remaining_ms":612}}"#
+        );
+        assert_eq!(
+            text(&reserved),
+            "held:      no\n\
+             reserved:  by a waiting multi-key lease, 612ms left unless renewed\n\
+             remaining: -\n\
+             fence:     7\n"
+        );
+        let by_hand = reserved_status(-1, None);
+        assert_eq!(
+            json(&by_hand),
+            r#"{"held":false,"remaining_ms":null,"fence":null,"holder":null,"reserved":{"remaining_ms":null}}"#
+        );
+        assert_eq!(
+            text(&by_hand),
+            "held:      no\n\
+             reserved:  by a waiting multi-key lease, no expiry (not set by redlease)\n\
+             remaining: -\n\
+             fence:     none (never locked)\n"
+        );
+    }
+
+    #[test]
+    fn only_an_r_right_after_the_first_colon_makes_a_reservation() {
+        for value in ["0123abcd:r1700000000000000", "t:r", "ab:r12"] {
+            assert!(is_reservation(value.as_bytes()), "{value}");
+        }
+        for value in [
+            "0123abcd:1700000000000001",
+            "tok",
+            "",
+            "tok:",
+            "r:5",
+            "tok:5:r6",
+        ] {
+            assert!(!is_reservation(value.as_bytes()), "{value}");
+        }
+        assert!(!is_reservation(b"\xff:\xfe"));
     }
 
     fn two_of_three() -> PermitsStatus {
@@ -411,6 +529,7 @@ mod tests {
             remaining_ms: None,
             fence: Some(4),
             holder: None,
+            reservation: None,
         };
         PermitsStatus {
             permits: 3,
@@ -426,6 +545,7 @@ mod tests {
                         pid: 77,
                         command: "backup".into(),
                     }),
+                    reservation: None,
                 },
                 free,
                 Status {
@@ -433,6 +553,7 @@ mod tests {
                     remaining_ms: Some(1_100),
                     fence: Some(2),
                     holder: None,
+                    reservation: None,
                 },
             ],
         }

@@ -53,6 +53,7 @@ pub(crate) mod notice;
 pub(crate) mod observe;
 pub(crate) mod observed;
 pub(crate) mod outcome;
+pub(crate) mod reader;
 pub(crate) mod script;
 pub(crate) mod slots;
 pub(crate) mod subscription;

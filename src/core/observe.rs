@@ -161,7 +161,7 @@ impl ObserveState {
 
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests take one real instant, then move it by hand
-mod tests {
+pub(crate) mod tests {
     use redis::Value;
 
     use super::*;
@@ -172,7 +172,7 @@ mod tests {
     }
 
     /// A log entry `id` after `prev`: a leader with `value`, or a vacancy.
-    fn entry(id: &str, prev: &str, value: Option<&str>) -> Value {
+    pub(crate) fn entry(id: &str, prev: &str, value: Option<&str>) -> Value {
         let mut fields = vec![bulk("prev"), bulk(prev), bulk("leader")];
         fields.push(bulk(if value.is_some() { "1" } else { "0" }));
         if let Some(value) = value {
@@ -182,7 +182,7 @@ mod tests {
     }
 
     /// A read: the lease's term (`""`: none), the top, the entries.
-    fn read(term: &str, top: Option<Value>, entries: Vec<Value>) -> ReadReply {
+    pub(crate) fn read(term: &str, top: Option<Value>, entries: Vec<Value>) -> ReadReply {
         let pttl = if term.is_empty() { -2 } else { 900 };
         classify_read(&Value::Array(vec![
             bulk(term),

@@ -10,10 +10,12 @@
 //! ```
 
 use std::collections::hash_map::Entry;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::core::Core;
+use super::election::{ReadReply, Version};
 use super::names::KeyId;
+use super::reader::{Cursor, Reader, ReaderStep};
 
 /// One observed election.
 #[derive(Debug, Default)]
@@ -22,18 +24,68 @@ pub(crate) struct Observed {
     observers: usize,
     /// Notifications (and resubscriptions) that may announce a change.
     changes: u64,
+    /// The reads of the name, shared by its observers.
+    reader: Reader,
 }
 
 impl Core {
     /// An observer of the election `id` starts: the subscription is wanted
-    /// while it lives.
-    pub(crate) fn handle_observer_started(&mut self, now: Instant, id: KeyId) {
+    /// while it lives. Returns its cursor in the name's reader.
+    pub(crate) fn handle_observer_started(&mut self, now: Instant, id: KeyId) -> Cursor {
         if !self.has_listeners() {
             self.subscription.handle_first_waiter(now);
         }
-        self.observed.entry(id).or_default().observers += 1;
+        let observed = self.observed.entry(id).or_default();
+        observed.observers += 1;
+        let cursor = Cursor::Starting(observed.reader.reads());
         self.subscription.handle_key_wanted(id.channel_id());
         self.subscription_wanted_by_waiter();
+        cursor
+    }
+
+    /// The next step at `now` of an observer of `id` at `cursor`
+    /// ([`Reader::step`]); `None` once nobody observes `id`.
+    pub(crate) fn observer_step(
+        &self,
+        id: KeyId,
+        cursor: Cursor,
+        now: Instant,
+    ) -> Option<ReaderStep> {
+        let observed = self.observed.get(&id)?;
+        Some(observed.reader.step(cursor, observed.changes, now))
+    }
+
+    /// An observer of `id` sends the read; false when another's read is
+    /// in flight ([`Reader::claim`]).
+    pub(crate) fn claim_observer_read(&mut self, id: KeyId) -> bool {
+        self.observed
+            .get_mut(&id)
+            .is_some_and(|observed| observed.reader.claim(observed.changes))
+    }
+
+    /// The version the claimed read of `id` reads after.
+    pub(crate) fn observer_read_after(&self, id: KeyId) -> Option<Version> {
+        self.observed.get(&id).and_then(|o| o.reader.after())
+    }
+
+    /// The claimed read of `id` was answered at `now` (`None`: it failed).
+    pub(crate) fn handle_observer_read(
+        &mut self,
+        id: KeyId,
+        now: Instant,
+        reply: Option<&ReadReply>,
+        poll: Duration,
+    ) {
+        if let Some(observed) = self.observed.get_mut(&id) {
+            observed.reader.handle(now, reply, poll);
+        }
+    }
+
+    /// The claimed read of `id` will not be answered.
+    pub(crate) fn abandon_observer_read(&mut self, id: KeyId) {
+        if let Some(observed) = self.observed.get_mut(&id) {
+            observed.reader.abandon();
+        }
     }
 
     /// An observer of `id` is dropped.
@@ -57,6 +109,7 @@ impl Core {
 
     /// How many possible changes of `id` were announced so far: an
     /// observer whose last read began at a smaller count reads again.
+    #[cfg(test)]
     pub(crate) fn observed_changes(&self, id: KeyId) -> u64 {
         self.observed.get(&id).map_or(0, |o| o.changes)
     }

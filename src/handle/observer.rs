@@ -1,10 +1,10 @@
 //! `Observer<F>`: an election's changes, in order (docs/ELECTION.md §7).
-//! What to yield and when to read next is the core's `ObserveState`; this
-//! is the reading loop's state, which each front end drives (blocking: an
+//! What to yield and when to read next is the core's reader of the name,
+//! shared by the locker's observers of it (`core/reader.rs`); this is one
+//! observer's reading loop, which each front end drives (blocking: an
 //! `Iterator`, `src/blocking/election.rs`; async: a `Stream`,
 //! `src/aio/election.rs`).
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,7 +16,8 @@ use super::election::Election;
 use crate::clock::now;
 use crate::core::election::ReadReply;
 use crate::core::names::KeyId;
-use crate::core::observe::{Observation, ObserveState};
+use crate::core::observe::Observation;
+use crate::core::reader::{Cursor, ReaderStep};
 use crate::driver::state::LockerState;
 use crate::error::Error;
 use crate::front::{Call, Front};
@@ -37,14 +38,12 @@ pub struct Observer<F: Front> {
 
 impl<F: Front> Observer<F> {
     pub(crate) fn new(election: Election<F>, id: KeyId) -> Self {
-        let interest = Interest::new(election.locker().shared().state.clone(), id);
+        let (interest, cursor) = Interest::new(election.locker().shared().state.clone(), id);
         Observer {
             watch: Some(Watch {
                 election,
-                state: ObserveState::default(),
-                queue: VecDeque::new(),
-                next_read: None,
-                seen: 0,
+                cursor,
+                reading: false,
                 interest,
             }),
             step: None,
@@ -52,29 +51,28 @@ impl<F: Front> Observer<F> {
     }
 }
 
-/// One observer's reading loop: the items of its last read, and when to
-/// read next.
+/// One observer's reading loop: where it stands in the items of the
+/// name's reader, which the locker's observers of that name share
+/// (`core/reader.rs`), and whether the read in flight is its own.
 pub(crate) struct Watch<F: Front> {
     election: Election<F>,
-    state: ObserveState,
-    queue: VecDeque<Observation>,
-    /// The safety poll or the leader's expiry; `None`: read at once.
-    next_read: Option<Instant>,
-    /// The election's announced changes when the last read began: a
-    /// notification after that moves the count, and the observer reads.
-    seen: u64,
+    cursor: Cursor,
+    /// This observer claimed the read in flight: it must answer it, or
+    /// give it back when dropped.
+    reading: bool,
     interest: Interest,
 }
 
 /// What an observer's reading loop does next.
 pub(crate) enum Next {
-    /// Yield this item of the last read.
+    /// Yield this item.
     Yield(Observation),
     /// End: the locker is shutting down.
     End,
     /// Wait until the instant, or until the listener (a change of the
-    /// locker's core: a notification for this election, a
-    /// resubscription, shutdown) wakes the wait early.
+    /// locker's core: a notification for this election, a read of another
+    /// observer of it ending, a resubscription, shutdown) wakes the wait
+    /// early.
     Sleep(EventListener, Instant),
     /// Read now ([`Watch::read`]), then hand the reply to [`Watch::handle`].
     Read,
@@ -83,43 +81,74 @@ pub(crate) enum Next {
 impl<F: Front> Watch<F> {
     /// What to do next, at this instant.
     pub(crate) fn next(&mut self) -> Next {
-        if let Some(item) = self.queue.pop_front() {
-            return Next::Yield(item);
-        }
-        let state = &self.interest.state;
-        // Registered before the checks: a change in between still wakes.
-        let listener = state.listen_changed();
-        if state.read(|core| core.is_shutting_down()) {
-            return Next::End;
-        }
-        // A notification came since the last read began.
-        if self.interest.changes() != self.seen {
-            return Next::Read;
-        }
-        match self.next_read {
-            Some(at) if at > now() => Next::Sleep(listener, at),
-            _ => Next::Read,
-        }
-    }
-
-    /// The next read.
-    pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
-        self.seen = self.interest.changes();
-        self.election.read_after(self.state.after())
-    }
-
-    /// Takes a read's reply: its items, and when to read next.
-    pub(crate) fn handle(&mut self, reply: Result<ReadReply, Error>) {
-        let now = now();
-        self.next_read = match reply {
-            Ok(read) => {
-                let poll = self.election.locker().config().notify_poll_interval;
-                let (items, next) = self.state.handle_read(now, &read, poll);
-                self.queue.extend(items);
-                next
+        let state = self.interest.state.clone();
+        let id = self.interest.id;
+        loop {
+            // Registered before the checks: a change in between still wakes.
+            let listener = state.listen_changed();
+            let now = now();
+            // Read-only: an observer that only looks wakes nobody.
+            let step = state.read(|core| {
+                (!core.is_shutting_down())
+                    .then(|| core.observer_step(id, self.cursor, now))
+                    .flatten()
+            });
+            match step {
+                None => return Next::End,
+                Some(ReaderStep::Yield(item, cursor)) => {
+                    self.cursor = cursor;
+                    return Next::Yield(item);
+                }
+                Some(ReaderStep::Wait(at)) => {
+                    // Without a deadline, the read in flight ends by the
+                    // command timeout; check again then at the latest.
+                    let bound = self.election.locker().config().command_timeout;
+                    let at = at.unwrap_or_else(|| now + bound);
+                    return Next::Sleep(listener, at);
+                }
+                Some(ReaderStep::Read) => {
+                    if state.with_core(|core| core.claim_observer_read(id)) {
+                        self.reading = true;
+                        return Next::Read;
+                    }
+                    // Another observer claimed it meanwhile: wait for it.
+                }
             }
-            Err(_) => self.state.handle_failure(now),
-        };
+        }
+    }
+
+    /// The next read (claimed by [`next`](Self::next)).
+    pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
+        let id = self.interest.id;
+        let after = self
+            .interest
+            .state
+            .read(|core| core.observer_read_after(id));
+        self.election.read_after(after)
+    }
+
+    /// Takes the read's reply: its items, for every observer of the name,
+    /// and when to read next.
+    pub(crate) fn handle(&mut self, reply: Result<ReadReply, Error>) {
+        self.reading = false;
+        let (id, now) = (self.interest.id, now());
+        let poll = self.election.locker().config().notify_poll_interval;
+        self.interest.state.with_core(|core| {
+            core.handle_observer_read(id, now, reply.as_ref().ok(), poll);
+        });
+    }
+}
+
+impl<F: Front> Drop for Watch<F> {
+    fn drop(&mut self) {
+        // Dropped with its read in flight (an async step dropped): another
+        // observer of the name reads.
+        if self.reading {
+            let id = self.interest.id;
+            self.interest
+                .state
+                .with_core(|core| core.abandon_observer_read(id));
+        }
     }
 }
 
@@ -131,13 +160,9 @@ struct Interest {
 }
 
 impl Interest {
-    fn new(state: Arc<LockerState>, id: KeyId) -> Self {
-        state.with_core(|core| core.handle_observer_started(now(), id));
-        Interest { state, id }
-    }
-
-    fn changes(&self) -> u64 {
-        self.state.read(|core| core.observed_changes(self.id))
+    fn new(state: Arc<LockerState>, id: KeyId) -> (Self, Cursor) {
+        let cursor = state.with_core(|core| core.handle_observer_started(now(), id));
+        (Interest { state, id }, cursor)
     }
 }
 

@@ -624,3 +624,61 @@ pub(crate) fn a_deposed_leaders_write_with_its_old_term_is_refused_by_a_fenced_s
     assert_eq!(F::resign(deposed).unwrap(), ReleaseOutcome::Conflict);
     assert_eq!(F::resign(next).unwrap(), ReleaseOutcome::Released);
 }
+
+/// Two observers of one name on one locker share its reader (docs/ELECTION.md
+/// §7): each change is read once, not once per observer (ten reads or more
+/// for five changes when each observer read by itself), and both yield
+/// every change in order. Polls and the lease are 30 s, so within the
+/// bound only the notifications make reads.
+pub(crate) fn observers_of_one_name_share_one_read_per_change<F: Front>() {
+    const CHANGES: usize = 5;
+    let server = RedisServer::start();
+    let ns = namespace("elect-shared-reader");
+    let slow = || {
+        config(&ns)
+            .notify_poll_interval(Duration::from_secs(30))
+            .lease(Duration::from_secs(30))
+    };
+    let (leader, reader): (F, F) = (connect(&server, slow()), connect(&server, slow()));
+    let observers = [
+        observed(&reader, "scheduler"),
+        observed(&reader, "scheduler"),
+    ];
+    for rx in &observers {
+        assert!(next_of(rx, "the current state").resync);
+    }
+    server.reset_stats();
+    // One change at a time, each yielded by both before the next: every
+    // change is a read of its own, for one observer or two.
+    let mut leadership = None;
+    for i in 0..CHANGES {
+        let value = format!("v{i}");
+        match &leadership {
+            None => {
+                let leads = leader.campaign("scheduler", value.as_bytes(), no_wait());
+                leadership = Some(granted(leads, "leads"));
+            }
+            Some(l) => {
+                F::proclaim(l, value.as_bytes()).unwrap();
+            }
+        }
+        for rx in &observers {
+            let item = next_of(rx, "a change");
+            assert!(!item.resync, "{item:?}");
+            let seen = item.leader.map(|l| l.value).unwrap_or_default();
+            assert_eq!(seen, value.as_bytes(), "every change, in order");
+        }
+    }
+    let reads = server
+        .commandstats()
+        .get("evalsha_ro")
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        (1..=CHANGES as u64 + 1).contains(&reads),
+        "one read per change for both observers: {reads} reads"
+    );
+    if let Some(l) = leadership {
+        F::resign(l).unwrap();
+    }
+}

@@ -182,6 +182,7 @@ macro_rules! behaviour_suite {
                 a_leadership_taken_away_fires_lost_and_proclaim_refuses,
                 observe_sees_every_change_in_order_and_resyncs_after_data_loss,
                 an_observer_is_woken_by_notifications_and_after_a_resubscription,
+                observers_of_one_name_share_one_read_per_change,
                 replayed_campaigns_and_proclaims_log_nothing_twice,
                 shutdown_resigns_a_leadership,
                 a_deposed_leaders_write_with_its_old_term_is_refused_by_a_fenced_store,

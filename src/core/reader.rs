@@ -271,6 +271,119 @@ mod tests {
         assert_eq!(items, [(format!("7.{}", last - 1), true)]);
     }
 
+    /// One observer of the property test: its cursor and what it yielded.
+    struct Seen {
+        cursor: Cursor,
+        versions: Vec<(u64, bool)>,
+    }
+
+    proptest::proptest! {
+        /// Observers that start at any time, reads that bring any number
+        /// of changes, fail or are abandoned, in any interleaving: one read
+        /// at a time; each observer starts with a `resync`, then yields
+        /// every change in order with no hole, or a `resync` of the
+        /// current state after falling behind; and once every read is
+        /// done, each has yielded the log's last change.
+        #[test]
+        fn observers_yield_every_change_in_order_or_a_resync(ops in proptest::collection::vec(0u8..=255, 1..200)) {
+            let now = Instant::now();
+            let mut reader = Reader::default();
+            let mut observers: Vec<Seen> = Vec::new();
+            let mut claimant: Option<usize> = None;
+            let mut changes = 0u64;
+            let mut logged = 0u64;
+            for op in ops {
+                let who = usize::from(op >> 4);
+                match op % 8 {
+                    0 if observers.len() < 4 => observers.push(Seen {
+                        cursor: Cursor::Starting(reader.reads()),
+                        versions: Vec::new(),
+                    }),
+                    1 => changes += 1,
+                    2 | 3 if claimant.is_some() => {
+                        // The claimant's read: up to 40 new changes, or a
+                        // failure.
+                        claimant = None;
+                        if op % 8 == 3 && op & 0x10 != 0 {
+                            reader.handle(now, None, POLL);
+                        } else {
+                            let more = u64::from(op >> 3) % 40;
+                            let (top, entries) = if logged == 0 && more == 0 {
+                                (None, Vec::new())
+                            } else if more == 0 {
+                                (log(logged - 1, logged).0, Vec::new())
+                            } else {
+                                log(logged, logged + more)
+                            };
+                            let first = reader.after().is_none();
+                            // A first read returns the current state only.
+                            let entries = if first { Vec::new() } else { entries };
+                            let term = if top.is_some() { "7" } else { "" };
+                            reader.handle(now, Some(&read(term, top, entries)), POLL);
+                            if !first {
+                                logged += more;
+                            }
+                        }
+                    }
+                    4 if claimant.is_some() => {
+                        claimant = None;
+                        reader.abandon();
+                    }
+                    _ if !observers.is_empty() => {
+                        let i = who % observers.len();
+                        let o = &mut observers[i];
+                        match reader.step(o.cursor, changes, now) {
+                            ReaderStep::Yield(item, next) => {
+                                o.cursor = next;
+                                // The log's place: 7.i is change i, 0.0 before it.
+                                let seq = if item.version.term == 0 { 0 } else { item.version.seq + 1 };
+                                let versions = &mut o.versions;
+                                if versions.is_empty() {
+                                    proptest::prop_assert!(item.resync, "starts with the state");
+                                } else if !item.resync {
+                                    let (last, _) = versions[versions.len() - 1];
+                                    proptest::prop_assert_eq!(seq, last + 1, "no hole");
+                                }
+                                versions.push((seq, item.resync));
+                            }
+                            ReaderStep::Read => {
+                                proptest::prop_assert!(claimant.is_none(), "one read at a time");
+                                proptest::prop_assert!(reader.claim(changes));
+                                claimant = Some(i);
+                            }
+                            ReaderStep::Wait(_) => {}
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // Every read done: each observer catches up with the log.
+            if claimant.take().is_some() {
+                reader.abandon();
+            }
+            for o in &mut observers {
+                for _ in 0..200 {
+                    match reader.step(o.cursor, changes, now) {
+                        ReaderStep::Yield(item, next) => {
+                            o.cursor = next;
+                            o.versions.push((item.version.seq + 1, item.resync));
+                        }
+                        ReaderStep::Read => {
+                            proptest::prop_assert!(reader.claim(changes));
+                            let top = (logged > 0).then(|| log(logged - 1, logged).0).flatten();
+                            let term = if top.is_some() { "7" } else { "" };
+                            reader.handle(now, Some(&read(term, top, Vec::new())), POLL);
+                        }
+                        ReaderStep::Wait(_) => break,
+                    }
+                }
+                if logged > 0 {
+                    proptest::prop_assert_eq!(o.versions.last().map(|v| v.0), Some(logged));
+                }
+            }
+        }
+    }
+
     #[test]
     fn an_abandoned_read_lets_another_observer_read() {
         let now = Instant::now();

@@ -250,6 +250,71 @@ fn grants_follow_registration_order_on_a_cluster<F: ClusterFront>() {
     wait_until(BOUND, "every registration consumed", || queued() == 0);
 }
 
+/// A lease lost on a cluster (deleted, as a failover to a replica that
+/// missed it would) while its locker's registration lingers: the next
+/// attempt grants the key to that registration, whose claim window is
+/// 30 s. Its locker's cluster subscriber passes the grant on at once, on
+/// its connection to the key's node (docs/HANDOVER.md §13), so the waiter
+/// behind gets the key within its 10 s wait.
+fn a_grant_to_a_lingering_registration_is_passed_on_on_a_cluster<F: ClusterFront>() {
+    let cluster = RedisCluster::start();
+    let ns = namespace("cluster-pass-on");
+    let sha = behaviour::common::key_sha("job");
+    let queue = format!("{ns}:lock-queue:{{{sha}}}");
+    let entries = || -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg(&queue)
+            .arg(0)
+            .arg(-1)
+            .query(&mut cluster.cluster_conn())
+            .unwrap_or_else(|e| panic!("LRANGE on the cluster: {e}"))
+    };
+    let holder: Arc<F> = connect(&cluster, config(&ns));
+    let lingering: Arc<F> = connect(
+        &cluster,
+        config(&ns)
+            .lease(Duration::from_secs(60))
+            .claim_window(Duration::from_secs(30)),
+    );
+    let held = granted(holder.acquire("job"), "holder");
+    let first = {
+        let lingering = lingering.clone();
+        spawn("registered waiter", move || {
+            granted(lingering.acquire("job"), "a registered waiter")
+        })
+    };
+    wait_until(BOUND, "the waiter registered", || entries().len() == 1);
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let _lost = first.join_within(BOUND);
+    let reg = entries();
+    assert_eq!(reg.len(), 1, "its registration stayed queued");
+    let reg_key = format!(
+        "{ns}:lock-reg:{{{sha}}}:{}",
+        reg[0].split('|').next().unwrap_or_default()
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(lock_name(&ns, "job"))
+        .query(&mut cluster.cluster_conn())
+        .unwrap_or_else(|e| panic!("DEL on the cluster: {e}"));
+
+    // Safety polls every 100 ms: it attempts soon, finds the key free
+    // with a queue, and grants it to the lingering registration.
+    let next: Arc<F> = connect(
+        &cluster,
+        config(&ns).notify_poll_interval(Duration::from_millis(100)),
+    );
+    let lease = granted(
+        next.acquire("job"),
+        "the waiter behind the lingering registration",
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&reg_key)
+        .query(&mut cluster.cluster_conn())
+        .unwrap_or_else(|e| panic!("EXISTS on the cluster: {e}"));
+    assert!(!exists, "the lingering registration was taken out");
+    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+}
+
 macro_rules! cluster_suite {
     ($module:ident, $front:ty) => {
         mod $module {
@@ -278,6 +343,11 @@ macro_rules! cluster_suite {
             #[test]
             fn grants_follow_registration_order_on_a_cluster() {
                 super::grants_follow_registration_order_on_a_cluster::<$front>();
+            }
+
+            #[test]
+            fn a_grant_to_a_lingering_registration_is_passed_on_on_a_cluster() {
+                super::a_grant_to_a_lingering_registration_is_passed_on_on_a_cluster::<$front>();
             }
         }
     };

@@ -92,13 +92,11 @@ impl Core {
 
     /// A grant made out to the registration of `key`'s line found no
     /// waiter: it is passed on (the registration taken out, the grant
-    /// released). Returns whether the line lingered.
-    pub(super) fn pass_on_grant(&mut self, now: Instant, key: LineKey) -> bool {
-        if !self.lingering.contains(&key) {
-            return false;
+    /// released), if the line lingers.
+    pub(super) fn pass_on_grant(&mut self, now: Instant, key: LineKey) {
+        if self.lingering.contains(&key) {
+            self.stop_lingering(now, key, true);
         }
-        self.stop_lingering(now, key, true);
-        true
     }
 
     /// Ends the lingering registrations whose window is over at `now`
@@ -158,6 +156,11 @@ impl Core {
                 self.deregistrations.push(owned);
             }
         }
+    }
+
+    /// Whether [`take_pass_ons`](Self::take_pass_ons) has anything.
+    pub(crate) fn has_pass_ons(&self) -> bool {
+        !self.pass_ons.is_empty()
     }
 
     /// The commands that pass on grants nobody waits for and take out

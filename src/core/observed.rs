@@ -55,17 +55,14 @@ impl Core {
         Some(observed.reader.step(cursor, observed.changes, now))
     }
 
-    /// An observer of `id` sends the read; false when another's read is
-    /// in flight ([`Reader::claim`]).
-    pub(crate) fn claim_observer_read(&mut self, id: KeyId) -> bool {
-        self.observed
-            .get_mut(&id)
-            .is_some_and(|observed| observed.reader.claim(observed.changes))
-    }
-
-    /// The version the claimed read of `id` reads after.
-    pub(crate) fn observer_read_after(&self, id: KeyId) -> Option<Version> {
-        self.observed.get(&id).and_then(|o| o.reader.after())
+    /// An observer of `id` sends the read: the version to read after, or
+    /// `None` when another's read is in flight ([`Reader::claim`]).
+    pub(crate) fn claim_observer_read(&mut self, id: KeyId) -> Option<Option<Version>> {
+        let observed = self.observed.get_mut(&id)?;
+        observed
+            .reader
+            .claim(observed.changes)
+            .then(|| observed.reader.after())
     }
 
     /// The claimed read of `id` was answered at `now` (`None`: it failed).

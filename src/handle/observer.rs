@@ -14,7 +14,7 @@ use event_listener::EventListener;
 
 use super::election::Election;
 use crate::clock::now;
-use crate::core::election::ReadReply;
+use crate::core::election::{ReadReply, Version};
 use crate::core::names::KeyId;
 use crate::core::observe::Observation;
 use crate::core::reader::{Cursor, ReaderStep};
@@ -43,7 +43,7 @@ impl<F: Front> Observer<F> {
             watch: Some(Watch {
                 election,
                 cursor,
-                reading: false,
+                reading: None,
                 interest,
             }),
             step: None,
@@ -57,9 +57,9 @@ impl<F: Front> Observer<F> {
 pub(crate) struct Watch<F: Front> {
     election: Election<F>,
     cursor: Cursor,
-    /// This observer claimed the read in flight: it must answer it, or
-    /// give it back when dropped.
-    reading: bool,
+    /// This observer claimed the read in flight, which reads after this
+    /// version: it must answer it, or give it back when dropped.
+    reading: Option<Option<Version>>,
     interest: Interest,
 }
 
@@ -107,8 +107,8 @@ impl<F: Front> Watch<F> {
                     return Next::Sleep(listener, at);
                 }
                 Some(ReaderStep::Read) => {
-                    if state.with_core(|core| core.claim_observer_read(id)) {
-                        self.reading = true;
+                    if let Some(after) = state.with_core(|core| core.claim_observer_read(id)) {
+                        self.reading = Some(after);
                         return Next::Read;
                     }
                     // Another observer claimed it meanwhile: wait for it.
@@ -119,18 +119,13 @@ impl<F: Front> Watch<F> {
 
     /// The next read (claimed by [`next`](Self::next)).
     pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
-        let id = self.interest.id;
-        let after = self
-            .interest
-            .state
-            .read(|core| core.observer_read_after(id));
-        self.election.read_after(after)
+        self.election.read_after(self.reading.flatten())
     }
 
     /// Takes the read's reply: its items, for every observer of the name,
     /// and when to read next.
     pub(crate) fn handle(&mut self, reply: Result<ReadReply, Error>) {
-        self.reading = false;
+        self.reading = None;
         let (id, now) = (self.interest.id, now());
         let poll = self.election.locker().config().notify_poll_interval;
         self.interest.state.with_core(|core| {
@@ -143,7 +138,7 @@ impl<F: Front> Drop for Watch<F> {
     fn drop(&mut self) {
         // Dropped with its read in flight (an async step dropped): another
         // observer of the name reads.
-        if self.reading {
+        if self.reading.is_some() {
             let id = self.interest.id;
             self.interest
                 .state

@@ -120,6 +120,11 @@ fn handle_push(
 /// replies; what fails lapses at the registration's bound and the grant's
 /// claim window.
 fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8])) {
+    // Looked at read-only first: this runs after every push, and a call
+    // that changes the core wakes everyone listening for changes.
+    if !state.read(|core| core.has_pass_ons()) {
+        return;
+    }
     for (key, calls) in state.with_core(|core| core.take_pass_ons()) {
         let packed: Vec<u8> = calls
             .iter()

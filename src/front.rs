@@ -91,6 +91,14 @@ pub trait Front: sealed::Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn ready<'a, T: Send + 'a>(value: T) -> Self::Call<'a, T>;
 
+    /// `call`, keeping `guard` until it is done (or dropped, for an async
+    /// call dropped unfinished).
+    #[doc(hidden)]
+    fn keeping<'a, T: Send + 'a>(
+        call: Self::Call<'a, T>,
+        guard: impl Send + 'a,
+    ) -> Self::Call<'a, T>;
+
     /// Releases a lease; the lease counts as released once this finished.
     #[doc(hidden)]
     fn release(lease: LeaseState<Self>) -> Self::Call<'static, Result<ReleaseOutcome, Error>>;

@@ -64,6 +64,17 @@ impl Front for Async {
         Box::pin(std::future::ready(value))
     }
 
+    fn keeping<'a, T: Send + 'a>(
+        call: Self::Call<'a, T>,
+        guard: impl Send + 'a,
+    ) -> Self::Call<'a, T> {
+        Box::pin(async move {
+            let output = call.await;
+            drop(guard);
+            output
+        })
+    }
+
     fn release(mut lease: LeaseState<Self>) -> Self::Call<'static, Result<ReleaseOutcome, Error>> {
         Box::pin(async move {
             let result = {

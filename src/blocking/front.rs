@@ -51,6 +51,11 @@ impl Front for Blocking {
         value
     }
 
+    fn keeping<'a, T: Send + 'a>(call: T, guard: impl Send + 'a) -> T {
+        drop(guard);
+        call
+    }
+
     fn release(mut lease: LeaseState<Self>) -> Result<ReleaseOutcome, Error> {
         let result = release(&lease);
         lease.finished();

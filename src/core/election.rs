@@ -269,11 +269,11 @@ local function log_leader(log, top, t, value, publish, channel, sha)
   if top then
     prev = top.id
     if top.leader then
-      prev = redis.call('XADD', log, 'MAXLEN', '64', top.term .. '-' .. (top.seq + 1),
+      prev = redis.call('XADD', log, 'MAXLEN', '~', '64', top.term .. '-' .. (top.seq + 1),
         'prev', prev, 'leader', '0')
     end
   end
-  redis.call('XADD', log, 'MAXLEN', '64', t .. '-0', 'prev', prev, 'leader', '1', 'value', value)
+  redis.call('XADD', log, 'MAXLEN', '~', '64', t .. '-0', 'prev', prev, 'leader', '1', 'value', value)
   redis.pcall(publish, channel, 'e:' .. sha .. ':' .. t .. '-0:l')
 end
 "#
@@ -349,7 +349,7 @@ end
 local value = unhex(ARGV[2])
 if top.id == ARGV[3] then
   local id = t .. '-' .. (top.seq + 1)
-  redis.call('XADD', KEYS[2], 'MAXLEN', '64', id, 'prev', top.id, 'leader', '1', 'value', value)
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', '64', id, 'prev', top.id, 'leader', '1', 'value', value)
   redis.pcall(ARGV[4], ARGV[5], 'e:' .. ARGV[6] .. ':' .. id .. ':v')
   return id
 end
@@ -380,7 +380,7 @@ local top = top_of(KEYS[2])
 local id = t .. '-0'
 if top and top.term == t and top.leader then
   id = t .. '-' .. (top.seq + 1)
-  redis.call('XADD', KEYS[2], 'MAXLEN', '64', id, 'prev', top.id, 'leader', '0')
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', '64', id, 'prev', top.id, 'leader', '0')
 end
 redis.call('DEL', KEYS[1])
 redis.pcall(ARGV[2], ARGV[3], 'e:' .. ARGV[4] .. ':' .. id .. ':r')

@@ -10,6 +10,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::keeper::Keeper;
+use super::keeper_threads;
 use super::kind;
 use super::lease::Lease;
 use super::locker::Locker;
@@ -162,6 +163,7 @@ impl<F: Front> Election<F> {
             Ok(value) => value,
             Err(e) => return F::ready(Err(e)),
         };
+        keeper_threads::warm();
         let shared = self.locker.shared();
         let (name, for_start) = (&self.name, value.clone());
         let start = move || {
@@ -467,11 +469,9 @@ impl<F: Front> Leadership<F> {
     /// ```
     pub fn resign(mut self) -> Call<'static, F, Result<ReleaseOutcome, Error>> {
         self.lost.disarm();
-        if let Some(keeper) = &self.keeper {
-            keeper.stop();
-        }
+        let wake_keeper = self.keeper.as_ref().map(Keeper::stop_until_dropped);
         match self.lease.take() {
-            Some(lease) => lease.release(),
+            Some(lease) => F::keeping(lease.release(), wake_keeper),
             None => F::ready(Err(Error::ShuttingDown)),
         }
     }

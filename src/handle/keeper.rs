@@ -1,4 +1,5 @@
-//! The keeper of one leadership: a thread of the library that renews it
+//! The keeper of one leadership: a thread of the library
+//! (`keeper_threads`) that renews it
 //! with the shared renewer (SPEC §7: every lease/2, failed renewals sent
 //! again while the local deadline allows, `lost` on a loss) and, when the
 //! leadership is dropped, resigns it. Nothing runs on the caller's
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::keeper_threads;
 use super::kind;
 use super::lease::Lease;
 use crate::driver::ops::{log_failed_release_on_drop, Renewer, StopSignal};
@@ -47,21 +49,19 @@ impl<F: Front> Keeper<F> {
         });
         let (shared, held) = (lease.shared().clone(), lease.held_shared().clone());
         let (for_lost, for_thread) = (lost.clone(), keeper.clone());
-        let spawned = std::thread::Builder::new()
-            .name("redlease-keeper".into())
-            .spawn(move || {
-                let renewer = Renewer::new(&shared.state, &held, &for_lost, &for_thread.stop);
-                F::block(F::run(&shared, None, move || Ok(renewer), |()| ()));
-                let dropped = {
-                    let mut handoff = for_thread.handoff.lock();
-                    handoff.gone = true;
-                    handoff.lease.take()
-                };
-                if let Some(lease) = dropped {
-                    log_failed_release_on_drop(F::block(lease.release()));
-                }
-            });
-        match spawned {
+        let started = keeper_threads::run(Box::new(move || {
+            let renewer = Renewer::new(&shared.state, &held, &for_lost, &for_thread.stop);
+            F::block(F::run(&shared, None, move || Ok(renewer), |()| ()));
+            let dropped = {
+                let mut handoff = for_thread.handoff.lock();
+                handoff.gone = true;
+                handoff.lease.take()
+            };
+            if let Some(lease) = dropped {
+                log_failed_release_on_drop(F::block(lease.release()));
+            }
+        }));
+        match started {
             Ok(_) => Some(keeper),
             Err(_) => {
                 lost.fire(LostCause::DeadlinePassed);
@@ -73,6 +73,14 @@ impl<F: Front> Keeper<F> {
     /// Stops the renewals (a resign, or a loss seen by a proclaim).
     pub(crate) fn stop(&self) {
         self.stop.stop();
+    }
+
+    /// Stops the renewals and wakes the thread when the guard is dropped:
+    /// a resign keeps it until its release is done, so the thread's
+    /// wake-up does not compete with the resign for the CPU.
+    pub(crate) fn stop_until_dropped(self: &Arc<Self>) -> WakeOnDrop<F> {
+        self.stop.stop_quietly();
+        WakeOnDrop(self.clone())
     }
 
     /// Hands a dropped leadership's lease to the thread, which resigns it
@@ -90,5 +98,14 @@ impl<F: Front> Keeper<F> {
         };
         self.stop();
         drop(lease);
+    }
+}
+
+/// Wakes a keeper stopped with [`Keeper::stop_until_dropped`].
+pub(crate) struct WakeOnDrop<F: Front>(Arc<Keeper<F>>);
+
+impl<F: Front> Drop for WakeOnDrop<F> {
+    fn drop(&mut self) {
+        self.0.stop.wake();
     }
 }

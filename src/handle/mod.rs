@@ -9,6 +9,7 @@ mod connect;
 mod election;
 mod holding;
 mod keeper;
+mod keeper_threads;
 pub mod kind;
 mod lease;
 mod locker;

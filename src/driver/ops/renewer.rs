@@ -29,7 +29,18 @@ pub(crate) struct StopSignal {
 
 impl StopSignal {
     pub(crate) fn stop(&self) {
+        self.stop_quietly();
+        self.wake();
+    }
+
+    /// Stops the renewer at its next step without waking it: a renewal not
+    /// yet sent is never sent.
+    pub(crate) fn stop_quietly(&self) {
         self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Wakes the renewer's loop (to see a quiet stop now).
+    pub(crate) fn wake(&self) {
         self.event.notify(usize::MAX);
     }
 

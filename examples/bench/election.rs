@@ -10,7 +10,10 @@
 //!   `SET`'s mid-point + TTL), in idle RTTs; and minus the instant Redis
 //!   really expires it (its `PEXPIRETIME` + 1 ms: a key lives while
 //!   Redis's millisecond clock is ≤ its expiry, so up to 1 ms past the
-//!   nominal TTL), on the host clock both processes share.
+//!   nominal TTL), on the host clock both processes share. Also in round
+//!   trips measured after a TTL without traffic (PING after 100 ms idle):
+//!   the retry follows such a pause, and on these VMs waking Redis's and
+//!   the client's idle vCPUs then costs 2–4× the round trip after 2 ms.
 //! - **resigning leader** replaced in ≤ notification + 2 RTT: the leader
 //!   calls `resign`, a candidate of another locker (subscribed, waiting)
 //!   returns from its campaign; the figure less the notification, in RTTs.
@@ -52,19 +55,27 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
                 .unwrap_or(f64::NAN)
         };
         eprintln!(
-            "election {:8}: killed leader replaced TTL + {} RTT (Redis's expiry + {} RTT, {} busy \
-             replies each), \
+            "election {:8}: killed leader replaced TTL + {} RTT (Redis's expiry + {} RTT, {} RTT \
+             after a TTL idle, {} busy replies each), \
              resign + notification + {} RTT, observe notification + {} RTT (p50; idle rtt p50 {} \
-             µs, notification p50 {} µs)",
+             µs, {} µs after a TTL idle, notification p50 {} µs)",
             front.name(),
             f("killed_leader"),
             f("killed_leader_after_redis_expiry"),
+            r.get("killed_leader_after_redis_expiry")
+                .and_then(|g| g.get("excess_p50_rtt_after_ttl_idle"))
+                .and_then(J::as_f64)
+                .unwrap_or(f64::NAN),
             r.get("killed_leader_busy_replies_per_replacement")
                 .and_then(J::as_f64)
                 .unwrap_or(f64::NAN),
             f("resigning_leader"),
             f("observe"),
             r.get("idle_rtt")
+                .and_then(|g| g.get("p50_us"))
+                .and_then(J::as_f64)
+                .unwrap_or(f64::NAN),
+            r.get("idle_rtt_after_ttl")
                 .and_then(|g| g.get("p50_us"))
                 .and_then(J::as_f64)
                 .unwrap_or(f64::NAN),
@@ -188,6 +199,10 @@ fn one<C: Candidate>(front: Front, url: &str, samples: usize) -> BoxResult<J> {
     let reader = C::connect(url, config().notify_poll_interval(Duration::from_secs(30)))?;
 
     let idle_rtt = util::ping_after_idle(front, url, 200, IDLE)?;
+    // The killed leader's candidate sends its retry after a TTL without
+    // traffic, when waking Redis's and this process's idle CPUs costs more
+    // than after 2 ms (a VM's halted vCPUs): its own baseline.
+    let ttl_idle_rtt = util::ping_after_idle(front, url, 30, TTL)?;
     let notification = notification_latency(url, &ns, samples)?;
     let (killed, killed_after_expiry, busy_replies) =
         killed_leader(url, &ns, &*candidate, samples.min(40))?;
@@ -197,10 +212,13 @@ fn one<C: Candidate>(front: Front, url: &str, samples: usize) -> BoxResult<J> {
     candidate.shutdown()?;
 
     let (rtt, notice) = (util::p50(&idle_rtt), util::p50(&notification));
+    let ttl_rtt = util::p50(&ttl_idle_rtt);
     let goal = |what: &str, samples: &[i64], base: u64, allowed: f64, term: &str| {
         let excess_ns: Vec<i64> = samples.iter().map(|&s| s - base as i64).collect();
         let p50 = median(&excess_ns) as f64 / rtt.max(1) as f64;
+        let after_ttl_idle = median(&excess_ns) as f64 / ttl_rtt.max(1) as f64;
         J::obj([
+            ("excess_p50_rtt_after_ttl_idle", J::round(after_ttl_idle, 2)),
             ("what", J::from(what)),
             ("n", J::from(samples.len())),
             ("samples_us", signed_summary_us(samples)),
@@ -213,6 +231,7 @@ fn one<C: Candidate>(front: Front, url: &str, samples: usize) -> BoxResult<J> {
     };
     Ok(J::obj([
         ("idle_rtt", util::summary_us(&idle_rtt)),
+        ("idle_rtt_after_ttl", util::summary_us(&ttl_idle_rtt)),
         ("notification", util::summary_us(&notification)),
         (
             "notification_note",

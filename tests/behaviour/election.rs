@@ -364,6 +364,39 @@ pub(crate) fn a_leadership_is_renewed_by_its_keeper<F: Front>() {
     assert_eq!(reader.leader("scheduler").unwrap(), None);
 }
 
+/// Keeper threads are kept for the next leadership (`keeper_threads`):
+/// leaderships that follow each other, resigned or dropped, are each
+/// renewed past their lease, and each resign hands over.
+pub(crate) fn kept_keeper_threads_renew_the_leaderships_that_follow<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("elect-kept");
+    let (a, reader): (F, F) = (connect(&server, config(&ns)), connect(&server, config(&ns)));
+    let short = no_wait().lease(Duration::from_millis(300));
+    let mut terms = Vec::new();
+    for round in 0..3 {
+        let leadership = granted(a.campaign("scheduler", b"a", short.clone()), "a leads");
+        terms.push(F::term(&leadership));
+        crate::behaviour::common::let_pass(Duration::from_millis(700));
+        assert!(F::leadership_is_valid(&leadership), "round {round}");
+        let leader = reader
+            .leader("scheduler")
+            .unwrap()
+            .expect("still the leader");
+        assert_eq!(leader.term, F::term(&leadership), "round {round}");
+        if round == 1 {
+            // Dropped: its keeper resigns it, then waits for the next.
+            drop(leadership);
+            wait_until(BOUND, "the dropped leadership is resigned", || {
+                reader.leader("scheduler").unwrap().is_none()
+            });
+        } else {
+            assert_eq!(F::resign(leadership).unwrap(), ReleaseOutcome::Released);
+            assert_eq!(reader.leader("scheduler").unwrap(), None);
+        }
+    }
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+}
+
 /// A leadership taken away in Redis fires `lost` at the keeper's next
 /// renewal, and a proclaim then says `LockLost` and logs nothing.
 pub(crate) fn a_leadership_taken_away_fires_lost_and_proclaim_refuses<F: Front>() {

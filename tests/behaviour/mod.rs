@@ -179,6 +179,7 @@ macro_rules! behaviour_suite {
                 a_too_large_value_is_refused_and_nothing_is_written,
                 debug_never_shows_the_value,
                 a_leadership_is_renewed_by_its_keeper,
+                kept_keeper_threads_renew_the_leaderships_that_follow,
                 a_leadership_taken_away_fires_lost_and_proclaim_refuses,
                 observe_sees_every_change_in_order_and_resyncs_after_data_loss,
                 an_observer_is_woken_by_notifications_and_after_a_resubscription,

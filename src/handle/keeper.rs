@@ -1,8 +1,8 @@
-//! The keeper of one leadership: a thread of the library
-//! (`keeper_threads`) that renews it
-//! with the shared renewer (SPEC §7: every lease/2, failed renewals sent
-//! again while the local deadline allows, `lost` on a loss) and, when the
-//! leadership is dropped, resigns it. Nothing runs on the caller's
+//! The keeper of one leadership: a thread of the library (one of the
+//! `keeper_threads`) that renews it with the shared renewer (SPEC §7:
+//! every lease/2, failed renewals sent again while the local deadline
+//! allows, `lost` on a loss) and, when the leadership is dropped, resigns
+//! it. Nothing runs on the caller's
 //! executor; on the async front end the thread drives the calls itself.
 //!
 //! ```text

@@ -2,8 +2,8 @@
 //! `keeper_threads`) that renews it with the shared renewer (SPEC §7:
 //! every lease/2, failed renewals sent again while the local deadline
 //! allows, `lost` on a loss) and, when the leadership is dropped, resigns
-//! it. Nothing runs on the caller's
-//! executor; on the async front end the thread drives the calls itself.
+//! it. Nothing runs on the caller's executor; on the async front end the
+//! thread drives the calls itself.
 //!
 //! ```text
 //!   start ──▶ renewing ──stop (resign)──▶ gone

@@ -330,9 +330,16 @@ else
   got = redis.call('MGET', unpack(KEYS))
 end
 local t = server_time()
-local age = tonumber(ARGV[4])
-if age == 0 then
-  age = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The waiter's age, computed when a reservation or a busy key needs it.
+local age
+local function waiter_age()
+  if not age then
+    age = tonumber(ARGV[4])
+    if age == 0 then
+      age = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+  end
+  return age
 end
 local state, all_mine, busy = {}, true, false
 for i = 1, n do
@@ -345,7 +352,8 @@ for i = 1, n do
       s = reserved and 'reserved' or 'mine'
     elseif reserved then
       local other = tonumber(string.sub(v, sep + 2)) or 0
-      if other > age or (other == age and owner > token) then
+      local mine = waiter_age()
+      if other > mine or (other == mine and owner > token) then
         s = 'younger'
       else
         s = 'busy'
@@ -368,11 +376,21 @@ if all_mine then
 end
 if not busy then
   -- Counters read as plain integers take their next fence in one MSET
-  -- (without a counter TTL to set); the others one by one.
+  -- (without a counter TTL to set); the others one by one. Counters of
+  -- one value (a set granted together before) take one fence, computed
+  -- once.
   local fences, batch, rest = {'ok'}, {}, {}
   local floor = ARGV[3] == '0' and fence_floor(t)
+  local seen, seen_fence
   for i = 1, n do
-    local fence = floor and got[n + i] and fence_after(got[n + i], floor)
+    local counter = floor and got[n + i]
+    local fence
+    if counter then
+      if counter ~= seen then
+        seen, seen_fence = counter, fence_after(counter, floor)
+      end
+      fence = seen_fence
+    end
     if fence then
       fences[i + 1] = fence
       batch[#batch + 1] = KEYS[n + i]
@@ -391,8 +409,13 @@ if not busy then
     end
     fences[i + 1] = fence
   end
+  -- Keys of one fence share one value (the floor's, as a rule).
+  local owner, value, value_fence = token .. ':'
   for i = 1, n do
-    local value = token .. ':' .. fences[i + 1]
+    local fence = fences[i + 1]
+    if fence ~= value_fence then
+      value, value_fence = owner .. fence, fence
+    end
     local set
     if state[i] == 'free' then
       set = redis.call('SET', KEYS[i], value, 'NX', 'PX', ARGV[2])
@@ -415,7 +438,7 @@ if not busy then
   return fences
 end
 local res_ms = ARGV[5]
-local age_text = string.format('%d', age)
+local age_text = string.format('%d', waiter_age())
 local wait = nil
 for i = 1, n do
   local s = state[i]

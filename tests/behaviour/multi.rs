@@ -603,14 +603,15 @@ pub(crate) fn an_uncontended_multi_key_cycle_sets_counters_at_once_and_publishes
 /// (`max(counter + 1, TIME in ms × 1000)`) and writes the counters read
 /// as plain integers in one `MSET`: a counter below the floor gets the
 /// floor, one above it moves by one, a missing one is created at the floor
-/// (`SET NX`), one past 2^53 goes through `INCR`. A counter that is not
-/// an integer is refused with nothing held. With a `fence_counter_ttl`
-/// every counter is set on its own with that expiry; without one, a
-/// counter written by the `MSET` keeps no expiry another locker gave it.
+/// (`SET NX`), one past 2^53 goes through `INCR`; counters of one value
+/// move alike. A counter that is not an integer is refused with nothing
+/// held. With a `fence_counter_ttl` every counter is set on its own with
+/// that expiry; without one, a counter written by the `MSET` keeps no
+/// expiry another locker gave it.
 pub(crate) fn the_multi_key_grant_moves_each_counter_by_the_fence_rule<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("multi-counters");
-    let keys = ["below", "above", "missing", "huge", "expiring"];
+    let keys = ["below", "above", "missing", "huge", "expiring", "above-too"];
     let locks: Vec<String> = keys.iter().map(|k| lock_name(&ns, k)).collect();
     let counters: Vec<String> = keys.iter().map(|k| fence_name(&ns, k)).collect();
     let mut names = locks.clone();
@@ -627,6 +628,7 @@ pub(crate) fn the_multi_key_grant_moves_each_counter_by_the_fence_rule<F: Front>
     let above = floor + 5_000_000_000;
     set(&counters[0], "5");
     set(&counters[1], &above.to_string());
+    set(&counters[5], &above.to_string());
     set(&counters[3], "9007199254740993");
     server.query(
         redis::cmd("SET")
@@ -644,6 +646,7 @@ pub(crate) fn the_multi_key_grant_moves_each_counter_by_the_fence_rule<F: Front>
     assert!(floored(fences[2]), "missing: the floor, {fences:?}");
     assert_eq!(fences[3], 9_007_199_254_740_994, "past 2^53: INCR");
     assert!(floored(fences[4]), "{fences:?}");
+    assert_eq!(fences[5], above + 1, "one counter value: one fence");
     for ((counter, lock), fence) in counters.iter().zip(&locks).zip(&fences) {
         assert_eq!(get(&server, counter), Some(fence.to_string()));
         assert_eq!(get(&server, lock), Some(format!("{token}:{fence}")));

@@ -403,10 +403,16 @@ pub(crate) fn multi_key_scripts_run_again_with_one_token_answer_as_the_first_run
         let renewed = eval_multi(&server, "MULTI_RENEW_LUA", &locks, &renew_args);
         assert_eq!(renewed, Value::Int(1), "renewed, also when run again");
     }
-    let mut release_args = vec![mine.to_owned(), "PUBLISH".to_owned()];
-    for key in keys {
-        release_args.extend([format!("{ns}:lock-released"), key_sha(key)]);
-    }
+    // No hand-over; the one channel every key shares.
+    let release_args = [
+        mine,
+        "PUBLISH",
+        "",
+        &format!("{ns}:lock"),
+        &format!("{ns}:lock-released"),
+    ]
+    .map(String::from)
+    .to_vec();
     let release = || eval_multi(&server, "MULTI_RELEASE_LUA", &locks, &release_args);
     assert_eq!(release(), Value::Int(1), "released");
     assert_eq!(release(), Value::Int(0), "run again: expired, nothing held");
@@ -597,6 +603,69 @@ pub(crate) fn an_uncontended_multi_key_cycle_sets_counters_at_once_and_publishes
         .collect();
     let expected: Vec<String> = keys.iter().map(|k| key_sha(k)).collect();
     assert_eq!(heard, expected, "each key's release message");
+}
+
+/// The release publishes each freed key's message, the key's own digest
+/// (also under a hash tag, where the lock's name ends with it), on the
+/// channel sent for that key: one for every key (one server; one tag on a
+/// Cluster), or each key's own (keys of one Cluster slot without one tag).
+pub(crate) fn the_multi_key_release_publishes_each_keys_digest_on_its_channel<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-channels");
+    let token = "0123456789abcdef0123456789abcdef";
+    let tagged = format!("{ns}:lock:{{{}}}:{}", key_sha("t"), key_sha("x{t}1"));
+    let locks = vec![lock_name(&ns, "a"), tagged, lock_name(&ns, "b")];
+    let messages = [key_sha("a"), key_sha("x{t}1"), key_sha("b")];
+    let channels: Vec<String> = (1..=3).map(|i| format!("{ns}:channel-{i}")).collect();
+    let hold = || {
+        for lock in &locks {
+            server.query(
+                redis::cmd("SET")
+                    .arg(lock)
+                    .arg(format!("{token}:7"))
+                    .arg("PX")
+                    .arg(5000),
+            );
+        }
+    };
+    let release = |channels: &[String]| {
+        let mut args = [token, "PUBLISH", "", &format!("{ns}:lock")]
+            .map(String::from)
+            .to_vec();
+        args.extend(channels.iter().cloned());
+        eval_multi(&server, "MULTI_RELEASE_LUA", &locks, &args)
+    };
+    let mut conn = server.conn();
+    let mut subscriber = conn.as_pubsub();
+    for channel in &channels {
+        subscriber
+            .subscribe(channel)
+            .expect("SUBSCRIBE on the test redis");
+    }
+    subscriber
+        .set_read_timeout(Some(BOUND))
+        .expect("a bounded read");
+    let mut heard = |n: usize| -> Vec<(String, String)> {
+        (0..n)
+            .map(|_| {
+                let message = subscriber.get_message().expect("a release message");
+                let payload: String = message.get_payload().expect("a text payload");
+                (message.get_channel_name().to_owned(), payload)
+            })
+            .collect()
+    };
+
+    hold();
+    assert_eq!(release(&channels), Value::Int(1), "released");
+    let each: Vec<(String, String)> = channels.iter().cloned().zip(messages.clone()).collect();
+    assert_eq!(heard(3), each, "each key's digest on its own channel");
+    hold();
+    assert_eq!(release(&channels[1..2]), Value::Int(1), "released");
+    let shared: Vec<(String, String)> = messages
+        .iter()
+        .map(|m| (channels[1].clone(), m.clone()))
+        .collect();
+    assert_eq!(heard(3), shared, "every key's digest on the one channel");
 }
 
 /// The grant computes every counter's next fence by SPEC §3's rule

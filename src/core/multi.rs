@@ -21,7 +21,8 @@ use super::names::{Kind, Target};
 use crate::config::ResolvedOptions;
 
 use super::names::{
-    lock_prefix, validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId,
+    lock_prefix, lock_queue_flag, validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken,
+    RegId,
 };
 use super::outcome::Fence;
 use super::script::{
@@ -253,10 +254,11 @@ pub(crate) fn multi_renew_call(locks: Vec<String>, token: OwnerToken, lease_ms: 
 
 /// The release of every key by token (also of a waiter's reservations),
 /// each key handed to its queue's head with the hand-over
-/// (`fence_counter_ttl_ms` given), else deleted and its release published.
-/// `keys`: each key's id and lock name, moved into the call. With the
-/// hand-over the script derives the other names of a key from its lock
-/// name and [`lock_prefix`] ([`MULTI_RELEASE_LUA`]).
+/// (`handover_ttl_ms`: the fence counter TTL ms), else deleted and its
+/// release published. `keys`: each key's id and lock name, moved into the
+/// call. The script derives each key's message and, when a key has a
+/// queue, its other names from its lock name and [`lock_prefix`]
+/// ([`MULTI_RELEASE_LUA`]).
 pub(crate) fn multi_release_call(
     keys: Vec<(KeyId, String)>,
     token: OwnerToken,
@@ -264,28 +266,35 @@ pub(crate) fn multi_release_call(
     channel: Channel,
     handover_ttl_ms: Option<u64>,
 ) -> ScriptCall {
-    let mut args = Vec::with_capacity(4 + 2 * keys.len());
-    args.extend([token.to_hex(), channel.publish_command().to_owned()]);
-    // One server's keys share the channel: its name is built once.
-    let shared = match (channel, keys.first()) {
-        (Channel::Standalone, Some((first, _))) => Some(channel.name(namespace, *first)),
-        _ => None,
+    let mut args = Vec::with_capacity(5);
+    args.extend([
+        token.to_hex(),
+        channel.publish_command().to_owned(),
+        handover_ttl_ms.map_or_else(String::new, |ttl| ttl.to_string()),
+        lock_prefix(namespace),
+    ]);
+    // Keys of one channel (every key on one server, the keys of one hash
+    // tag on a Cluster) send its name once: the script reads one argument
+    // for all of them.
+    let first = keys.first().map(|(id, _)| id.channel_id());
+    let shared =
+        channel == Channel::Standalone || keys.iter().all(|(id, _)| Some(id.channel_id()) == first);
+    match keys.first() {
+        Some((id, _)) if shared => args.push(channel.name(namespace, *id)),
+        _ => args.extend(keys.iter().map(|(id, _)| channel.name(namespace, *id))),
+    }
+    // The flags are sent rather than built by the script: building a
+    // name in Lua costs Redis more than receiving it.
+    let flags: Vec<String> = match handover_ttl_ms {
+        Some(_) => keys
+            .iter()
+            .map(|(id, _)| lock_queue_flag(namespace, *id))
+            .collect(),
+        None => Vec::new(),
     };
-    for (id, _) in &keys {
-        args.push(match &shared {
-            Some(name) => name.clone(),
-            None => channel.name(namespace, *id),
-        });
-        args.push(LineKey::lock(*id).message());
-    }
-    if let Some(ttl) = handover_ttl_ms {
-        args.extend([ttl.to_string(), lock_prefix(namespace)]);
-    }
-    ScriptCall::new(
-        ScriptKind::MultiRelease,
-        keys.into_iter().map(|(_, lock)| lock).collect(),
-        args,
-    )
+    let mut names: Vec<String> = keys.into_iter().map(|(_, lock)| lock).collect();
+    names.extend(flags);
+    ScriptCall::new(ScriptKind::MultiRelease, names, args)
 }
 
 /// Acquire of N keys: KEYS = lock_1..N, counter_1..N, and with the
@@ -330,9 +339,16 @@ else
   got = redis.call('MGET', unpack(KEYS))
 end
 local t = server_time()
-local age = tonumber(ARGV[4])
-if age == 0 then
-  age = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The waiter's age, computed when a reservation or a busy key needs it.
+local age
+local function waiter_age()
+  if not age then
+    age = tonumber(ARGV[4])
+    if age == 0 then
+      age = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+  end
+  return age
 end
 local state, all_mine, busy = {}, true, false
 for i = 1, n do
@@ -345,7 +361,8 @@ for i = 1, n do
       s = reserved and 'reserved' or 'mine'
     elseif reserved then
       local other = tonumber(string.sub(v, sep + 2)) or 0
-      if other > age or (other == age and owner > token) then
+      local mine = waiter_age()
+      if other > mine or (other == mine and owner > token) then
         s = 'younger'
       else
         s = 'busy'
@@ -368,11 +385,21 @@ if all_mine then
 end
 if not busy then
   -- Counters read as plain integers take their next fence in one MSET
-  -- (without a counter TTL to set); the others one by one.
+  -- (without a counter TTL to set); the others one by one. Counters of
+  -- one value (a set granted together before) take one fence, computed
+  -- once.
   local fences, batch, rest = {'ok'}, {}, {}
   local floor = ARGV[3] == '0' and fence_floor(t)
+  local seen, seen_fence
   for i = 1, n do
-    local fence = floor and got[n + i] and fence_after(got[n + i], floor)
+    local counter = floor and got[n + i]
+    local fence
+    if counter then
+      if counter ~= seen then
+        seen, seen_fence = counter, fence_after(counter, floor)
+      end
+      fence = seen_fence
+    end
     if fence then
       fences[i + 1] = fence
       batch[#batch + 1] = KEYS[n + i]
@@ -391,8 +418,13 @@ if not busy then
     end
     fences[i + 1] = fence
   end
+  -- Keys of one fence share one value (the floor's, as a rule).
+  local owner, value, value_fence = token .. ':'
   for i = 1, n do
-    local value = token .. ':' .. fences[i + 1]
+    local fence = fences[i + 1]
+    if fence ~= value_fence then
+      value, value_fence = owner .. fence, fence
+    end
     local set
     if state[i] == 'free' then
       set = redis.call('SET', KEYS[i], value, 'NX', 'PX', ARGV[2])
@@ -415,7 +447,7 @@ if not busy then
   return fences
 end
 local res_ms = ARGV[5]
-local age_text = string.format('%d', age)
+local age_text = string.format('%d', waiter_age())
 local wait = nil
 for i = 1, n do
   local s = state[i]
@@ -474,57 +506,65 @@ end
 return 2
 "#;
 
-/// Release of N keys: KEYS = lock_1..N; ARGV = token, publish command,
-/// then each key's channel and release message, and with the hand-over the
-/// fence counter TTL ms and the names' prefix `<ns>:lock` ([`lock_prefix`]).
+/// Release of N keys: KEYS = lock_1..N, and with the hand-over each
+/// key's queue flag flag_1..N; ARGV = token, publish command, the fence
+/// counter TTL ms with the hand-over (empty: no hand-over), the names'
+/// prefix `<ns>:lock` ([`lock_prefix`]), then the channel every key shares
+/// (one server's, or on a Cluster one hash tag's), or each key's channel.
 /// A key's lock is `<prefix>:<tail>` ([`LockNames`]; the tail is `{<sha>}`
-/// or, with a hash tag, `{<sha(tag)>}:<sha>`); its queue's flag, queue,
-/// registration prefix and counter are `<prefix>-queued:<tail>`,
-/// `<prefix>-queue:<tail>`, `<prefix>-reg:<tail>:` and
-/// `<prefix>-fence:<tail>`, built here rather than sent (an uncontended release reads only the
-/// flags). Each key the token holds or reserves goes to its queue's head
-/// live registration ([`handover_lua`]), else is deleted with its release
-/// published (the single-key message, so every locker's waiters wake);
-/// once a `PUBLISH` reached nobody, the rest of that channel's are left
-/// out (nobody subscribes while a script runs). 1 released (every key was
-/// the token's), 0 expired (the others were gone), 2 conflict.
+/// or, with a hash tag, `{<sha(tag)>}:<sha>`); its release message is its
+/// `<sha>`, the end of the lock's name, and its queue, registration prefix
+/// and counter are `<prefix>-queue:<tail>`, `<prefix>-reg:<tail>:` and
+/// `<prefix>-fence:<tail>`: built here rather than sent (an uncontended
+/// release reads only the flags and publishes once). Each key
+/// the token holds or reserves goes to its queue's head live registration
+/// ([`handover_lua`]), else is deleted with its release published (the
+/// single-key message, so every locker's waiters wake); once a `PUBLISH`
+/// reached nobody, the rest of that channel's are left out (nobody
+/// subscribes while a script runs). 1 released (every key was the
+/// token's), 0 expired (the others were gone), 2 conflict.
 pub(crate) const MULTI_RELEASE_LUA: &str = concat!(
     next_fence_lua!(),
     handover_lua!(),
     r#"
-local n = #KEYS
-local handover = #ARGV > 2 + 2 * n
-local prefix = handover and ARGV[4 + 2 * n]
+local handover = ARGV[3] ~= ''
+local n = handover and #KEYS / 2 or #KEYS
+local prefix = ARGV[4]
+local each_channel = #ARGV > 5
 local function name_of(i, kind)
   return prefix .. kind .. string.sub(KEYS[i], #prefix + 2)
 end
--- One read of the locks and, with the hand-over, their queues' flags.
-local names = {}
-for i = 1, n do
-  names[i] = KEYS[i]
-  if handover then
-    names[n + i] = name_of(i, '-queued:')
-  end
+local function channel_of(i)
+  return each_channel and ARGV[4 + i] or ARGV[5]
 end
-local got = redis.call('MGET', unpack(names))
+-- The key's digest, which ends its lock's name: `…{<sha>}` or `…}:<sha>`.
+local function message_of(i)
+  local lock = KEYS[i]
+  if string.byte(lock, -1) == 125 then
+    return string.sub(lock, -65, -2)
+  end
+  return string.sub(lock, -64)
+end
+-- One read of the locks and, with the hand-over, their queues' flags.
+local got = redis.call('MGET', unpack(KEYS))
+-- A token holds or reserves a key whose value starts `<token>:`.
+local owner = ARGV[1] .. ':'
 local mine, present = 0, 0
 local freed, published = {}, {}
 for i = 1, n do
   local v = got[i]
   if v then
     present = present + 1
-    local sep = string.find(v, ':', 1, true)
-    if sep and string.sub(v, 1, sep - 1) == ARGV[1] then
+    if string.sub(v, 1, #owner) == owner then
       mine = mine + 1
       local handed = false
       if handover and got[n + i] then
-        local channel, message = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
         local counter = name_of(i, '-fence:')
         local reg, value = next_registration(name_of(i, '-queue:'), name_of(i, '-reg:') .. ':')
-        if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3 + 2 * n], ARGV[2], channel, message) then
+        if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i)) then
           handed = true
         elseif reg == nil then
-          redis.call('DEL', names[n + i])
+          redis.call('DEL', KEYS[n + i])
         end
       end
       if not handed then
@@ -542,9 +582,9 @@ end
 -- would reach nobody either (nobody subscribes while a script runs).
 local nobody = {}
 for _, i in ipairs(published) do
-  local channel = ARGV[1 + 2 * i]
+  local channel = channel_of(i)
   if not nobody[channel] then
-    local heard = redis.pcall(ARGV[2], channel, ARGV[2 + 2 * i])
+    local heard = redis.pcall(ARGV[2], channel, message_of(i))
     if heard == 0 and ARGV[2] == 'PUBLISH' then
       nobody[channel] = true
     end

@@ -224,9 +224,14 @@ impl QueueNames {
     fn new(namespace: &str, kind: &str, sha: &str) -> Self {
         QueueNames {
             list: [namespace, ":", kind, "-queue:", sha].concat(),
-            flag: [namespace, ":", kind, "-queued:", sha].concat(),
+            flag: Self::flag(namespace, kind, sha),
             reg_prefix: [namespace, ":", kind, "-reg:", sha, ":"].concat(),
         }
+    }
+
+    /// `<ns>:<kind>-queued:{<sha>}` alone.
+    fn flag(namespace: &str, kind: &str, sha: &str) -> String {
+        [namespace, ":", kind, "-queued:", sha].concat()
     }
 
     /// The queue `line` waits in.
@@ -323,6 +328,12 @@ impl Handover {
 /// `<ns>:lock:{<sha>}` (`braced`: [`KeyId::braced`])
 fn lock_name(namespace: &str, braced: &str) -> String {
     [namespace, ":lock:", braced].concat()
+}
+
+/// The queue flag of key `id`'s lock, `<ns>:lock-queued:{<sha>}`: what a
+/// multi-key release reads of each key's queue.
+pub(crate) fn lock_queue_flag(namespace: &str, id: KeyId) -> String {
+    QueueNames::flag(namespace, "lock", &id.braced())
 }
 
 /// `<ns>:lock`, what every name of a key's lock starts with: the lock is
@@ -1057,9 +1068,10 @@ mod tests {
         assert!(std::mem::size_of::<HeldTarget>() <= 112);
     }
 
-    /// The multi-key release builds a key's counter and queue names from
-    /// its lock name and `lock_prefix` (MULTI_RELEASE_LUA): they must be
-    /// the names every other script uses, with and without a hash tag.
+    /// The multi-key release builds a key's counter and queue names and
+    /// its release message from its lock name and `lock_prefix`
+    /// (MULTI_RELEASE_LUA): they must be the names and the message every
+    /// other script uses, with and without a hash tag.
     #[test]
     fn every_lock_name_is_the_lock_prefix_a_kind_and_the_lock_names_tail() {
         for id in [KeyId::of("k"), KeyId::named("a{tag}b", true)] {
@@ -1073,7 +1085,14 @@ mod tests {
             assert_eq!(built("-fence:"), names.fence);
             assert_eq!(built("-queue:"), names.queue.list);
             assert_eq!(built("-queued:"), names.queue.flag);
+            assert_eq!(lock_queue_flag("my:ns", id), names.queue.flag);
             assert_eq!(built("-reg:") + ":", names.queue.reg_prefix);
+            // The release message the script derives: the key's digest,
+            // which ends the lock's name, before a closing `}` or last.
+            let message = LineKey::lock(id).message();
+            let end = names.lock.strip_suffix('}').unwrap_or(&names.lock);
+            assert!(end.ends_with(&message), "{} {message}", names.lock);
+            assert_eq!(message.len(), 64);
         }
     }
 

@@ -69,6 +69,7 @@ macro_rules! behaviour_suite {
                 multi_key_scripts_run_again_with_one_token_answer_as_the_first_run,
                 the_acquire_script_never_leaves_a_partial_hold_it_finds,
                 an_uncontended_multi_key_cycle_sets_counters_at_once_and_publishes_what_is_heard,
+                the_multi_key_release_publishes_each_keys_digest_on_its_channel,
                 the_multi_key_grant_moves_each_counter_by_the_fence_rule,
             }
             waiting {

@@ -403,10 +403,16 @@ pub(crate) fn multi_key_scripts_run_again_with_one_token_answer_as_the_first_run
         let renewed = eval_multi(&server, "MULTI_RENEW_LUA", &locks, &renew_args);
         assert_eq!(renewed, Value::Int(1), "renewed, also when run again");
     }
-    let mut release_args = vec![mine.to_owned(), "PUBLISH".to_owned()];
-    for key in keys {
-        release_args.extend([format!("{ns}:lock-released"), key_sha(key)]);
-    }
+    // No hand-over; the one channel every key shares.
+    let release_args = [
+        mine,
+        "PUBLISH",
+        "",
+        &format!("{ns}:lock"),
+        &format!("{ns}:lock-released"),
+    ]
+    .map(String::from)
+    .to_vec();
     let release = || eval_multi(&server, "MULTI_RELEASE_LUA", &locks, &release_args);
     assert_eq!(release(), Value::Int(1), "released");
     assert_eq!(release(), Value::Int(0), "run again: expired, nothing held");
@@ -599,18 +605,82 @@ pub(crate) fn an_uncontended_multi_key_cycle_sets_counters_at_once_and_publishes
     assert_eq!(heard, expected, "each key's release message");
 }
 
+/// The release publishes each freed key's message, the key's own digest
+/// (also under a hash tag, where the lock's name ends with it), on the
+/// channel sent for that key: one for every key (one server; one tag on a
+/// Cluster), or each key's own (keys of one Cluster slot without one tag).
+pub(crate) fn the_multi_key_release_publishes_each_keys_digest_on_its_channel<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-channels");
+    let token = "0123456789abcdef0123456789abcdef";
+    let tagged = format!("{ns}:lock:{{{}}}:{}", key_sha("t"), key_sha("x{t}1"));
+    let locks = vec![lock_name(&ns, "a"), tagged, lock_name(&ns, "b")];
+    let messages = [key_sha("a"), key_sha("x{t}1"), key_sha("b")];
+    let channels: Vec<String> = (1..=3).map(|i| format!("{ns}:channel-{i}")).collect();
+    let hold = || {
+        for lock in &locks {
+            server.query(
+                redis::cmd("SET")
+                    .arg(lock)
+                    .arg(format!("{token}:7"))
+                    .arg("PX")
+                    .arg(5000),
+            );
+        }
+    };
+    let release = |channels: &[String]| {
+        let mut args = [token, "PUBLISH", "", &format!("{ns}:lock")]
+            .map(String::from)
+            .to_vec();
+        args.extend(channels.iter().cloned());
+        eval_multi(&server, "MULTI_RELEASE_LUA", &locks, &args)
+    };
+    let mut conn = server.conn();
+    let mut subscriber = conn.as_pubsub();
+    for channel in &channels {
+        subscriber
+            .subscribe(channel)
+            .expect("SUBSCRIBE on the test redis");
+    }
+    subscriber
+        .set_read_timeout(Some(BOUND))
+        .expect("a bounded read");
+    let mut heard = |n: usize| -> Vec<(String, String)> {
+        (0..n)
+            .map(|_| {
+                let message = subscriber.get_message().expect("a release message");
+                let payload: String = message.get_payload().expect("a text payload");
+                (message.get_channel_name().to_owned(), payload)
+            })
+            .collect()
+    };
+
+    hold();
+    assert_eq!(release(&channels), Value::Int(1), "released");
+    let each: Vec<(String, String)> = channels.iter().cloned().zip(messages.clone()).collect();
+    assert_eq!(heard(3), each, "each key's digest on its own channel");
+    hold();
+    assert_eq!(release(&channels[1..2]), Value::Int(1), "released");
+    let shared: Vec<(String, String)> = messages
+        .iter()
+        .map(|m| (channels[1].clone(), m.clone()))
+        .collect();
+    assert_eq!(heard(3), shared, "every key's digest on the one channel");
+}
+
 /// The grant computes every counter's next fence by SPEC §3's rule
 /// (`max(counter + 1, TIME in ms × 1000)`) and writes the counters read
 /// as plain integers in one `MSET`: a counter below the floor gets the
 /// floor, one above it moves by one, a missing one is created at the floor
-/// (`SET NX`), one past 2^53 goes through `INCR`. A counter that is not
-/// an integer is refused with nothing held. With a `fence_counter_ttl`
-/// every counter is set on its own with that expiry; without one, a
-/// counter written by the `MSET` keeps no expiry another locker gave it.
+/// (`SET NX`), one past 2^53 goes through `INCR`; counters of one value
+/// move alike. A counter that is not an integer is refused with nothing
+/// held. With a `fence_counter_ttl` every counter is set on its own with
+/// that expiry; without one, a counter written by the `MSET` keeps no
+/// expiry another locker gave it.
 pub(crate) fn the_multi_key_grant_moves_each_counter_by_the_fence_rule<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("multi-counters");
-    let keys = ["below", "above", "missing", "huge", "expiring"];
+    let keys = ["below", "above", "missing", "huge", "expiring", "above-too"];
     let locks: Vec<String> = keys.iter().map(|k| lock_name(&ns, k)).collect();
     let counters: Vec<String> = keys.iter().map(|k| fence_name(&ns, k)).collect();
     let mut names = locks.clone();
@@ -627,6 +697,7 @@ pub(crate) fn the_multi_key_grant_moves_each_counter_by_the_fence_rule<F: Front>
     let above = floor + 5_000_000_000;
     set(&counters[0], "5");
     set(&counters[1], &above.to_string());
+    set(&counters[5], &above.to_string());
     set(&counters[3], "9007199254740993");
     server.query(
         redis::cmd("SET")
@@ -644,6 +715,7 @@ pub(crate) fn the_multi_key_grant_moves_each_counter_by_the_fence_rule<F: Front>
     assert!(floored(fences[2]), "missing: the floor, {fences:?}");
     assert_eq!(fences[3], 9_007_199_254_740_994, "past 2^53: INCR");
     assert!(floored(fences[4]), "{fences:?}");
+    assert_eq!(fences[5], above + 1, "one counter value: one fence");
     for ((counter, lock), fence) in counters.iter().zip(&locks).zip(&fences) {
         assert_eq!(get(&server, counter), Some(fence.to_string()));
         assert_eq!(get(&server, lock), Some(format!("{token}:{fence}")));

@@ -330,12 +330,15 @@ fn is_multi_acquire_by(c: &Monitored, ns: &str, token: &str) -> bool {
             && keys[0] == lock_name(ns, KEYS[0]) && args[0] == token)
 }
 
-/// Whether `c` is a multi-key release of [`KEYS`] in `ns` by `token` (a
-/// renew has two arguments, a release more).
+/// Whether `c` is a multi-key release of [`KEYS`] in `ns` by `token` (with
+/// the hand-over it also names their queues' flags; its second argument
+/// is the publish command, where an acquire's is the lease and a renew
+/// has no more).
 fn is_multi_release_by(c: &Monitored, ns: &str, token: &str) -> bool {
     matches!(c.script_call(), Some((keys, args))
-        if keys.len() == KEYS.len() && keys[0] == lock_name(ns, KEYS[0])
-            && args[0] == token && args.len() > 2)
+        if (keys.len() == KEYS.len() || keys.len() == 2 * KEYS.len())
+            && keys[0] == lock_name(ns, KEYS[0])
+            && args[0] == token && args.len() > 2 && args[1].ends_with("PUBLISH"))
 }
 
 /// The fences of [`KEYS`] a lease holds in Redis: every lock is

@@ -181,3 +181,47 @@ fn a_set_waiter_that_gives_up_releases_its_reservations_at_once() {
     assert_eq!(calls[0].kind, ScriptKind::MultiRelease);
     assert!(packed(&calls[0]).contains(&token(1).to_hex()));
 }
+
+/// The release sends each key's lock (with the hand-over, and its queue's
+/// flag) and one channel when every key shares it (one server's; on a
+/// Cluster, the keys of one hash tag), else each key's; the script derives
+/// the messages from the lock names.
+#[test]
+fn a_multi_release_sends_a_shared_channel_once() {
+    use crate::core::multi::multi_release_call;
+    use crate::core::names::{Channel, LockNames};
+    let release = |keys: &[KeyId], channel: Channel, ttl: Option<u64>| {
+        let keys = keys
+            .iter()
+            .map(|id| (*id, LockNames::new("ns", *id).lock))
+            .collect();
+        packed(&multi_release_call(keys, token(1), "ns", channel, ttl))
+    };
+    // EVALSHA, sha, key count, 3 locks (and with the hand-over their
+    // queues' flags), then token, publish, TTL, prefix and the channels.
+    let items = |packed: &str| packed.split("\r\n").next().map(str::to_owned);
+    let plain = ["a", "b", "c"].map(KeyId::of);
+    let tagged = ["x{t}1", "x{t}2", "x{t}3"].map(|k| KeyId::named(k, true));
+
+    let one = release(&plain, Channel::Standalone, Some(90));
+    assert_eq!(items(&one).as_deref(), Some("*14"));
+    assert_eq!(one.matches("ns:lock-released").count(), 1);
+    for id in plain {
+        assert!(one.contains(&LockNames::new("ns", id).queue.flag));
+    }
+    assert!(one.contains("\r\n$2\r\n90\r\n$7\r\nns:lock\r\n"), "{one:?}");
+    let off = release(&plain, Channel::Standalone, None);
+    assert_eq!(items(&off).as_deref(), Some("*11"));
+    assert!(!off.contains("lock-queued"), "no hand-over: no flags");
+    assert!(
+        off.contains("\r\n$0\r\n\r\n$7\r\nns:lock\r\n"),
+        "no hand-over"
+    );
+
+    let each = release(&plain, Channel::Sharded, None);
+    assert_eq!(items(&each).as_deref(), Some("*13"), "a channel per key");
+    assert_eq!(each.matches("ns:lock-released:{").count(), 3);
+    let shared = release(&tagged, Channel::Sharded, None);
+    assert_eq!(items(&shared).as_deref(), Some("*11"), "one tag's channel");
+    assert_eq!(shared.matches("ns:lock-released:{").count(), 1);
+}

@@ -111,8 +111,12 @@ mod tests {
             waiting >= 1,
             "warm lists a waiting thread before it returns"
         );
+        let (go, until_checked) = channel::<()>();
         let (done, finished) = channel();
         run(Box::new(move || {
+            // Held until the list is checked: a finished job lists its
+            // thread again.
+            let _ = until_checked.recv_timeout(Duration::from_secs(10));
             drop(done.send(std::thread::current().name().map(str::to_owned)));
         }))
         .unwrap();
@@ -120,6 +124,7 @@ mod tests {
             WAITING.lock().len() < waiting,
             "the job took a waiting thread"
         );
+        go.send(()).unwrap();
         let name = finished.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(name.as_deref(), Some("redlease-keeper"));
     }

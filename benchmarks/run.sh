@@ -13,6 +13,8 @@
 #   BENCH_FLAGS="..."         extra flags for every scenario (e.g. "--front async")
 #   BENCH_BIN=PATH            run this bench binary instead of building one (e.g.
 #                             another commit's, to alternate before and after)
+#   BENCH_PEER=none           contention without its peer (by default the scenario
+#                             also runs rslock, built from benchmarks/peers/rslock)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -30,6 +32,16 @@ if [ -n "${BENCH_BIN:-}" ]; then
 else
     cargo build --release --features bench-hooks --example bench
     bench="${CARGO_TARGET_DIR:-target}/release/examples/bench"
+fi
+
+# The contention scenario's peer, rslock, is a package of its own (its
+# runtime features turn on the redis crate's TLS, which redlease's no_tls
+# test must build without).
+peer_flags=()
+if [[ " ${scenarios[*]} " == *" contention "* && "${BENCH_PEER:-rslock}" != none ]]; then
+    cargo build --release --manifest-path benchmarks/peers/rslock/Cargo.toml \
+        --target-dir "${CARGO_TARGET_DIR:-target}/peers"
+    peer_flags=(--rslock-bin "${CARGO_TARGET_DIR:-target}/peers/release/redlease-bench-rslock")
 fi
 
 quiet_load="${BENCH_QUIET_LOAD:-0.7}"
@@ -79,7 +91,9 @@ for scenario in "${scenarios[@]}"; do
     out="benchmarks/results/$date-$scenario.json"
     echo "== $scenario" | tee -a "$summary" >&2
     # shellcheck disable=SC2086
-    "$bench" "$scenario" --url "$url" --date "$date" --out "$out" ${BENCH_FLAGS:-} \
+    flags=()
+    [ "$scenario" = contention ] && flags=("${peer_flags[@]}")
+    "$bench" "$scenario" --url "$url" --date "$date" --out "$out" "${flags[@]}" ${BENCH_FLAGS:-} \
         2> >(tee -a "$summary" >&2)
     redis-cli -p "$port" flushall >/dev/null
 done

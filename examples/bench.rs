@@ -46,6 +46,8 @@ mod contention;
 mod core_micro;
 #[path = "bench/election.rs"]
 mod election;
+#[path = "bench/handover_steps.rs"]
+mod handover_steps;
 #[path = "bench/json.rs"]
 mod json;
 #[path = "bench/many_keys.rs"]

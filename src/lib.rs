@@ -212,6 +212,8 @@ mod lost;
 #[cfg(any(test, feature = "bench-hooks"))]
 #[doc(hidden)]
 pub mod micro;
+#[doc(hidden)]
+pub mod probe;
 mod replication;
 mod sentinel;
 mod stats;

@@ -37,8 +37,9 @@ use std::time::{Duration, Instant};
 
 use redlease::{AcquireOptions, CancelHandle, Config, ReleaseOutcome, Stats};
 
+use super::handover_steps::{self, Mark};
 use super::json::J;
-use super::uncontended::{pipelined_pings, rtt_connection, with_script_calls};
+use super::uncontended::{num, pipelined_pings, rtt_connection, with_script_calls};
 use super::util::{self, sys_us, CommandStats, Front};
 use super::{Args, BoxResult};
 
@@ -91,7 +92,11 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
             for &handover in &handovers {
                 plan.handover = handover;
                 let r = one(front, &url, notify, &plan)?;
-                eprintln!("{} handover {handover}", headline(front, notify, &r));
+                eprintln!(
+                    "{} handover {handover}{}",
+                    headline(front.name(), notify, &r),
+                    steps_line(&r)
+                );
                 let name = match (notify, handover) {
                     (true, true) => "notify",
                     (false, true) => "poll_only",
@@ -103,7 +108,46 @@ pub(crate) fn run(args: &Args) -> BoxResult<J> {
         }
         out.push((front.name(), J::obj(per_front)));
     }
+    if let (Kind::Lock, Some(bin)) = (plan.kind, args.get("rslock-bin")) {
+        plan.rslock = Some(bin.to_owned());
+        let r = one(Front::Async, &url, true, &plan)?;
+        eprintln!("{}", headline("rslock", true, &r));
+        out.push(("redlease_over_rslock", over_rslock(&out, &r)));
+        out.push(("rslock", r));
+    }
     Ok(J::obj(out))
+}
+
+/// Each front end's figures (notifications and hand-over on) over
+/// rslock's of the same run.
+fn over_rslock(fronts: &[(&str, J)], rslock: &J) -> J {
+    let figures: [(&str, &[&str]); 5] = [
+        (
+            "handover_other_process_p50",
+            &["handover_other_process", "p50_us"],
+        ),
+        ("wait_p99", &["wait", "p99_us"]),
+        ("wait_max", &["wait", "max_us"]),
+        (
+            "commands_per_acquisition",
+            &["redis_commands_with_script_calls_per_acquisition"],
+        ),
+        (
+            "round_trips_per_acquisition",
+            &["redis_round_trips_per_acquisition"],
+        ),
+    ];
+    J::obj(fronts.iter().filter_map(|(front, per_front)| {
+        let ours = per_front.get("notify")?;
+        Some((
+            *front,
+            J::obj(
+                figures
+                    .iter()
+                    .map(|(name, path)| (*name, J::round(num(ours, path) / num(rslock, path), 3))),
+            ),
+        ))
+    }))
 }
 
 pub(crate) struct Plan {
@@ -121,6 +165,9 @@ pub(crate) struct Plan {
     /// The workers' `Config::handover` (docs/HANDOVER.md): on, or the
     /// race of every waiting process after a release (the 0.1 path).
     pub(crate) handover: bool,
+    /// The workers are this build of the peer, rslock
+    /// (`benchmarks/peers/rslock`), instead of redlease.
+    pub(crate) rslock: Option<String>,
 }
 
 impl Plan {
@@ -143,6 +190,7 @@ impl Plan {
             distinct_keys: false,
             duration: None,
             handover: true,
+            rslock: None,
         }
     }
 }
@@ -212,7 +260,7 @@ fn op_mode(kind: Kind, seed: usize, i: usize) -> Mode {
     }
 }
 
-fn headline(front: Front, notify: bool, r: &J) -> String {
+fn headline(label: &str, notify: bool, r: &J) -> String {
     let f = |path: &[&str]| {
         let mut v = r;
         for p in path {
@@ -232,7 +280,7 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
             Some(n) => format!("semaphore ({n} permits)"),
             None => "contention".to_owned(),
         },
-        front.name(),
+        label,
         if notify { "notify" } else { "poll-only" },
         f(&["acquisitions_per_s"]),
         f(&["handover_other_waiter", "p50_us"]),
@@ -247,6 +295,33 @@ fn headline(front: Front, notify: bool, r: &J) -> String {
         f(&["fairness", "min_per_waiter"]),
         f(&["fairness", "max_per_waiter"]),
         f(&["mutual_exclusion_violations"]),
+    )
+}
+
+/// The hand-over's steps (p50, µs), when the workers recorded them.
+fn steps_line(r: &J) -> String {
+    let Some(steps) = r.get("handover_other_process_steps") else {
+        return String::new();
+    };
+    let term = |name: &str| {
+        steps
+            .get(name)
+            .and_then(|t| t.get("p50_us"))
+            .and_then(J::as_f64)
+            .unwrap_or(f64::NAN)
+    };
+    format!(
+        "\n  hand-over steps, p50 µs: release called→sent {:.0}, sent→notice read {:.0} (releaser's \
+         round trip {:.0}), notice handled {:.0}, waiter woken {:.0}, woken→claim sent {:.0}, \
+         claim round trip {:.0}, claim replied→returned {:.0}",
+        term("release_called_to_sent"),
+        term("release_sent_to_notice_read"),
+        term("releaser_round_trip"),
+        term("notice_handling"),
+        term("waiter_wake_up"),
+        term("woken_to_claim_sent"),
+        term("claim_round_trip"),
+        term("claim_replied_to_returned"),
     )
 }
 
@@ -290,6 +365,8 @@ enum Msg {
     /// (process, waiter, grants) of a counting worker.
     Count(usize, usize, u64),
     Error(usize, String),
+    /// A step a worker's locker recorded (`redlease::probe`).
+    Mark(usize, Mark),
     End,
 }
 
@@ -323,6 +400,8 @@ pub(crate) struct Raw {
     pub(crate) counts: BTreeMap<(usize, usize), u64>,
     /// CPU that Redis and the worker processes used from GO to STOP.
     pub(crate) cpu: util::CpuUse,
+    /// The steps each process's locker recorded (blocking workers).
+    pub(crate) marks: BTreeMap<usize, Vec<Mark>>,
 }
 
 impl Raw {
@@ -373,8 +452,16 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
     let (tx, rx) = mpsc::channel();
     let mut workers = Vec::new();
     for p in 0..plan.processes {
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(["contention-worker", "--url", &worker_url])
+        let mut command = match &plan.rslock {
+            Some(bin) => Command::new(bin),
+            None => {
+                let mut own = Command::new(std::env::current_exe()?);
+                own.arg("contention-worker");
+                own
+            }
+        };
+        let mut child = command
+            .args(["--url", &worker_url])
             .args(["--front", front.name(), "--ns", &ns, "--key", "contended"])
             .args(["--process", &p.to_string()])
             .args(["--waiters", &plan.waiters.to_string()])
@@ -417,6 +504,7 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
     let mut stats: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut counts = BTreeMap::new();
+    let mut marks: BTreeMap<usize, Vec<Mark>> = BTreeMap::new();
     let mut cpu_at_stop = None;
     let mut ended = 0;
     let mut timed_out = false;
@@ -443,6 +531,7 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
             Some(Msg::Error(p, code)) => {
                 *errors.entry(format!("process {p}: {code}")).or_default() += 1;
             }
+            Some(Msg::Mark(p, mark)) => marks.entry(p).or_default().push(mark),
             Some(Msg::End) => ended += 1,
             Some(Msg::Ready) | None => {}
         }
@@ -471,6 +560,7 @@ pub(crate) fn gather(front: Front, url: &str, notify: bool, plan: &Plan) -> BoxR
     let cpu_at_stop = cpu_at_stop.unwrap_or_else(|| util::CpuSample::take(&mut admin, &pids));
     Ok(Raw {
         counts,
+        marks,
         cpu: cpu_at_go.until(&cpu_at_stop),
         recs,
         pending,
@@ -536,6 +626,10 @@ fn read_worker(p: usize, stdout: std::process::ChildStdout, tx: &mpsc::Sender<Ms
                 Msg::Count(p, n[0] as usize, n[1])
             }
             Some("E") => Msg::Error(p, words.collect::<Vec<_>>().join(" ")),
+            Some("T") => match handover_steps::parse(words) {
+                Some(mark) => Msg::Mark(p, mark),
+                None => continue,
+            },
             Some("END") => break,
             _ => continue,
         };
@@ -661,6 +755,7 @@ pub(crate) fn analyse(front: Front, notify: bool, plan: &Plan, a: Raw) -> J {
     let mut same_process = 0u64;
     // [releaser's process][next holder's process]
     let mut transitions = vec![vec![0u64; plan.processes]; plan.processes];
+    let steps = handover_steps::breakdown(&successive, &a.marks, util::p50(&a.idle_rtt));
     for [prev, next] in successive {
         // The next holder saw its grant before the previous one started to
         // release (or fences repeated): two holders at once.
@@ -811,6 +906,9 @@ pub(crate) fn analyse(front: Front, notify: bool, plan: &Plan, a: Raw) -> J {
     if let Some(permits) = plan.kind.permits() {
         fields.push(("permits", J::from(u64::from(permits))));
     }
+    if let Some(steps) = steps {
+        fields.push(("handover_other_process_steps", steps));
+    }
     J::obj(fields)
 }
 
@@ -909,6 +1007,8 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
         .wait(Duration::from_secs(60))
         .max_waiters(waiters.max(128))
         .handover(handover);
+    // The steps of each hand-over, for `handover_steps` (blocking only).
+    redlease::probe::enable();
     let (recs, stats) = match front {
         Front::Blocking => {
             let locker = Arc::new(redlease::blocking::Locker::connect(url.as_str(), config)?);
@@ -969,6 +1069,9 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
         ));
     }
     state.out.line(&stats_line(&stats));
+    for mark in redlease::probe::take() {
+        state.out.line(&handover_steps::line(&mark));
+    }
     state.out.line("END");
     Ok(())
 }

@@ -18,6 +18,7 @@ use crate::driver::target::Target;
 use crate::error::Error;
 use crate::front::{Blocking, Front};
 use crate::handle::{LeaseState, Locker};
+use crate::probe::{self, Step};
 
 #[allow(
     private_interfaces,
@@ -87,7 +88,10 @@ pub(crate) fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
                 let reply = shared.commands.send(&request, &shared.state.counters);
                 op.handle_reply(now(), reply);
             }
-            Turn::Wait(listener, until) => wait(listener, until),
+            Turn::Wait(listener, until) => {
+                wait(listener, until);
+                probe::mark(Step::WaiterWoken);
+            }
             Turn::Done(output) => return output,
         }
     }

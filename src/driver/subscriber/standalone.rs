@@ -14,6 +14,7 @@ use super::{
 use crate::clock::now;
 use crate::driver::state::LockerState;
 use crate::error::describe;
+use crate::probe::{self, Step};
 
 /// Longest blocking read: bounds how late the thread notices the linger
 /// ending or a shutdown.
@@ -97,7 +98,9 @@ fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {
         }
         match conn.recv_response() {
             Ok(Value::Push { kind, data }) => {
+                probe::mark(Step::NoticeRead);
                 handle_push(state, &kind, &data);
+                probe::mark(Step::NoticeHandled);
             }
             Ok(_) => {}
             Err(e) if e.is_timeout() => {}

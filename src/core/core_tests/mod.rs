@@ -5,11 +5,14 @@
 //! The unit tests walk through SPEC §3–§5 and §9 one behaviour at a time,
 //! one file per concern; the property test in `sequences.rs` drives random
 //! operation sequences through the reference model in `crate::core::model`
-//! (shared with the `line` fuzz target). This file holds the shared helpers.
+//! (shared with the `line` fuzz target), and those in `handover_props.rs`
+//! drive the hand-over with random replies and notices. This file holds the
+//! shared helpers.
 
 mod acquiring;
 mod cancel;
 mod failures;
+mod handover_props;
 mod leases;
 mod linger;
 mod multi;

@@ -1,9 +1,10 @@
-//! Timestamps at the steps of a hand-over on the blocking front end, for
+//! Timestamps at the steps of a hand-over on either front end, for
 //! the contention benchmark's breakdown of the gap (docs/HANDOVER.md §10).
 //! Recorded only with the feature `bench-hooks` and after `enable`; in
 //! any other build `mark` is empty. Hidden: not an API.
 
 use crate::core::script::ScriptKind;
+use crate::driver::ops::Request;
 
 /// A step of an acquire, a release or a notification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +21,7 @@ pub enum Step {
     NoticeRead,
     /// The core has it and the waiters it names are woken.
     NoticeHandled,
-    /// A waiting operation's thread is awake again.
+    /// A waiting operation's thread (or task) runs again.
     WaiterWoken,
 }
 
@@ -102,21 +103,28 @@ pub use recording::{enable, take};
 #[cfg(feature = "bench-hooks")]
 pub(crate) use recording::mark;
 
-/// Marks the send of an acquire or a release script (`kind`).
-pub(crate) fn script_sent(kind: ScriptKind) {
-    match kind {
-        ScriptKind::Acquire => mark(Step::AcquireSent),
-        ScriptKind::Release => mark(Step::ReleaseSent),
-        _ => {}
+/// Marks the send of a request, when it is an acquire or a release script.
+pub(crate) fn sending(request: &Request) {
+    if let Some((sent, _)) = steps_of(request) {
+        mark(sent);
     }
 }
 
-/// Marks the reply (or failure) of an acquire or a release script.
-pub(crate) fn script_replied(kind: ScriptKind) {
-    match kind {
-        ScriptKind::Acquire => mark(Step::AcquireReplied),
-        ScriptKind::Release => mark(Step::ReleaseReplied),
-        _ => {}
+/// Marks the reply (or failure) of such a request, back at its operation.
+pub(crate) fn replied(request: &Request) {
+    if let Some((_, replied)) = steps_of(request) {
+        mark(replied);
+    }
+}
+
+fn steps_of(request: &Request) -> Option<(Step, Step)> {
+    match request {
+        Request::Script { call, .. } => match call.kind {
+            ScriptKind::Acquire => Some((Step::AcquireSent, Step::AcquireReplied)),
+            ScriptKind::Release => Some((Step::ReleaseSent, Step::ReleaseReplied)),
+            _ => None,
+        },
+        Request::Releases { .. } => None,
     }
 }
 

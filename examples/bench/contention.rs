@@ -400,7 +400,7 @@ pub(crate) struct Raw {
     pub(crate) counts: BTreeMap<(usize, usize), u64>,
     /// CPU that Redis and the worker processes used from GO to STOP.
     pub(crate) cpu: util::CpuUse,
-    /// The steps each process's locker recorded (blocking workers).
+    /// The steps each process's locker recorded.
     pub(crate) marks: BTreeMap<usize, Vec<Mark>>,
 }
 
@@ -1007,7 +1007,7 @@ pub(crate) fn worker(args: &Args) -> BoxResult<()> {
         .wait(Duration::from_secs(60))
         .max_waiters(waiters.max(128))
         .handover(handover);
-    // The steps of each hand-over, for `handover_steps` (blocking only).
+    // The steps of each hand-over, for `handover_steps`.
     redlease::probe::enable();
     let (recs, stats) = match front {
         Front::Blocking => {

@@ -1,4 +1,4 @@
-//! The contention scenario's breakdown of a blocking hand-over to another
+//! The contention scenario's breakdown of a hand-over to another
 //! process into its steps (docs/HANDOVER.md §10), from the timestamps the
 //! workers' lockers record (`redlease::probe`, feature `bench-hooks`):
 //!

@@ -21,6 +21,7 @@ use crate::driver::target::Target;
 use crate::error::Error;
 use crate::front::{Async, Front};
 use crate::handle::{LeaseState, Locker};
+use crate::probe::{self, Step};
 
 #[allow(
     private_interfaces,
@@ -105,10 +106,15 @@ pub(crate) async fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Out
     loop {
         match turn(&mut op) {
             Turn::Send(request) => {
+                probe::sending(&request);
                 let reply = shared.commands.send(&request, &shared.state.counters).await;
+                probe::replied(&request);
                 op.handle_reply(now(), reply);
             }
-            Turn::Wait(listener, until) => wait(listener, until).await,
+            Turn::Wait(listener, until) => {
+                wait(listener, until).await;
+                probe::mark(Step::WaiterWoken);
+            }
             Turn::Done(output) => return output,
         }
     }

@@ -37,7 +37,6 @@ use crate::driver::state::Connections;
 use crate::driver::target::Source;
 use crate::driver::wire::{OneServer, Wire};
 use crate::error::{connect_failed, is_noscript, is_server_reply, Failure, Transport};
-use crate::probe;
 use crate::sentinel::is_failover_reply;
 use crate::stats::Counters;
 
@@ -112,9 +111,7 @@ impl Commands {
     pub(crate) fn send(&self, request: &Request, counters: &Counters) -> Reply {
         match request {
             Request::Script { call, then } => {
-                probe::script_sent(call.kind);
                 let (reply, then) = self.run_then(call, counters, then.as_ref());
-                probe::script_replied(call.kind);
                 Reply::Script { reply, then }
             }
             Request::Releases { calls, until } => Reply::Releases(if self.is_cluster() {

@@ -85,7 +85,9 @@ pub(crate) fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
     loop {
         match turn(&mut op) {
             Turn::Send(request) => {
+                probe::sending(&request);
                 let reply = shared.commands.send(&request, &shared.state.counters);
+                probe::replied(&request);
                 op.handle_reply(now(), reply);
             }
             Turn::Wait(listener, until) => {

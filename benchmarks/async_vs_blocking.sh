@@ -15,8 +15,13 @@ out="${1:-benchmarks/results/$(date +%F)-async-vs-blocking.json}"
 shift || true
 kinds="${KINDS:-tcp}"
 
-cargo build --release --features bench-hooks,tls-rustls --example bench
-bench=target/release/examples/bench
+# BENCH_BIN: a bench built elsewhere (e.g. without feature `tokio`, to
+# compare); by default built here with it.
+if [[ -z "${BENCH_BIN:-}" ]]; then
+    cargo build --release --features bench-hooks,tls-rustls,tokio --example bench
+fi
+bench="${BENCH_BIN:-target/release/examples/bench}"
+
 
 workdir="$(mktemp -d)"
 pids=()

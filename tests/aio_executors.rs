@@ -147,3 +147,115 @@ async fn runs_inside_a_tokio_program() {
     })
     .await;
 }
+
+/// A tokio runtime, current-thread or multi-thread, with or without its IO
+/// driver (`enable_io`): with feature `tokio` the first two put the
+/// connection on the runtime's reactor, the third keeps async-io's.
+#[cfg(feature = "tokio")]
+fn check_on_tokio(runtime: tokio::runtime::Runtime, ns: &str) {
+    let server = RedisServer::start();
+    runtime.block_on(async {
+        let locker = Arc::new(Locker::connect(server.url(), config(ns)).await.unwrap());
+        check_contention(locker, |l| {
+            Box::pin(async move { tokio::spawn(worker(l)).await.expect("join") })
+        })
+        .await;
+    });
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn runs_on_a_tokio_current_thread_runtime() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    check_on_tokio(runtime, "tokio-current");
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn runs_in_a_tokio_runtime_without_its_io_driver() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    check_on_tokio(runtime, "tokio-no-io");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    check_on_tokio(runtime, "tokio-no-io-2");
+}
+
+/// A locker opened inside a tokio runtime that then shuts down opens a new
+/// connection for its next operation, instead of sending on a socket whose
+/// reactor is gone (where a reply could never be read).
+#[cfg(feature = "tokio")]
+#[test]
+fn a_locker_opened_in_a_tokio_runtime_outlives_it() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let locker = runtime.block_on(async {
+        let locker = Locker::connect(server.url(), config("outlived"))
+            .await
+            .unwrap();
+        let lease = locker.acquire("k").await.expect("acquire in the runtime");
+        lease.release().await.expect("release in the runtime");
+        locker
+    });
+    drop(runtime);
+    server.reset_stats();
+    futures::executor::block_on(async {
+        for _ in 0..3 {
+            let lease = locker.acquire("k").await.expect("acquire after it");
+            lease.release().await.expect("release after it");
+        }
+        locker.shutdown().await.expect("shutdown");
+    });
+    // One script per acquire and per release: nothing sent twice.
+    let stats = server.commandstats();
+    let scripts =
+        stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0);
+    assert_eq!(scripts, 6, "{stats:?}");
+}
+
+/// A current-thread runtime turns its reactor only inside its `block_on`.
+/// A locker opened in one that then sits idle holds nothing up: another
+/// thread's operations go through at once, and a leadership's keeper
+/// renews it past its lease many times over.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_current_thread_runtime_that_is_not_running_holds_up_nothing() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = config("idle-runtime").lease(Duration::from_millis(300));
+    let (locker, leadership) = runtime.block_on(async {
+        let locker = Locker::connect(server.url(), config).await.unwrap();
+        let election = locker.election("e").unwrap();
+        let leadership = election.campaign(b"me").await.expect("campaign");
+        (locker, leadership)
+    });
+    futures::executor::block_on(async {
+        let lease = locker.acquire("k").await.expect("acquire outside it");
+        lease.release().await.expect("release outside it");
+        // Four leases' time without a loss: the keeper renewed it.
+        let lost = std::pin::pin!(leadership.lost().wait());
+        let passed = async_io::Timer::after(Duration::from_millis(1200));
+        let raced = futures::future::select(lost, passed).await;
+        assert!(matches!(raced, futures::future::Either::Right(_)), "lost");
+    });
+    let term = leadership.term();
+    futures::executor::block_on(async {
+        leadership.resign().await.expect("resign");
+        let leader = locker.election("e").unwrap().leader().await.unwrap();
+        assert!(leader.is_none(), "a leader after term {term:?}");
+        locker.shutdown().await.expect("shutdown");
+    });
+    drop(runtime);
+}

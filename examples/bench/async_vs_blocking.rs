@@ -78,9 +78,14 @@ struct Executors {
 impl Executors {
     fn new() -> BoxResult<Executors> {
         Ok(Executors {
-            tokio_current: tokio::runtime::Builder::new_current_thread().build()?,
+            // IO on, as in `#[tokio::main]`: with feature `tokio` the
+            // connections opened in them go on their reactor.
+            tokio_current: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
             tokio_multi: tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
+                .enable_all()
                 .build()?,
         })
     }

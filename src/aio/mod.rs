@@ -12,7 +12,9 @@
 //! commands waiting on it
 //! (`driven.rs`), and release notifications arrive on the driver layer's
 //! subscriber thread, which also drops the subscription after its linger
-//! without any call from the program.
+//! without any call from the program. With feature `tokio` a plain TCP
+//! connection opened inside a tokio runtime goes on that runtime's reactor
+//! (`tokio_reactor.rs`).
 //!
 //! ```text
 //!   acquire futures ──drive(op)──▶ one multiplexed connection ──▶ Redis
@@ -28,6 +30,8 @@ pub(crate) mod driven;
 mod election;
 mod front;
 mod locker;
+#[cfg(all(feature = "tokio", panic = "unwind"))]
+mod tokio_reactor;
 mod with_lock;
 
 pub use locker::Locker;

@@ -20,11 +20,10 @@
 //! (The scripts are replay-safe, so even a re-send after a crash between
 //! executing and replying grants nothing twice.)
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use event_listener::{Event, Listener};
 use parking_lot::Mutex;
 use redis::cluster::ClusterConnection;
 use redis::{ConnectionLike, Value};
@@ -353,63 +352,48 @@ impl Commands {
     /// and the whole is bounded by `until` (replies later than that are
     /// left to the threads, which end by the command timeout).
     fn releases_in_parallel(&self, calls: &[ScriptCall], until: Option<Instant>) -> ReleaseReplies {
-        struct Board {
-            replies: Mutex<ReleaseReplies>,
-            answered: AtomicUsize,
-            next: AtomicUsize,
-            changed: Event,
-        }
-        let n = calls.len();
-        let board = Arc::new(Board {
-            replies: Mutex::new(calls.iter().map(|_| None).collect()),
-            answered: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
-            changed: Event::new(),
-        });
-        let calls: Arc<Vec<ScriptCall>> = Arc::new(calls.to_vec());
+        let mut replies: ReleaseReplies = calls.iter().map(|_| None).collect();
+        let queue: Vec<_> = calls.iter().cloned().enumerate().rev().collect();
+        let queue = Arc::new(Mutex::new(queue));
+        let (answer, answers) = mpsc::channel();
         let work = {
-            let (board, calls, commands) = (board.clone(), calls.clone(), self.clone());
-            move || {
+            let (queue, commands) = (queue.clone(), self.clone());
+            move |answer: mpsc::Sender<_>| {
                 let counters = Counters::default();
                 loop {
-                    let i = board.next.fetch_add(1, Ordering::SeqCst);
-                    let Some(call) = calls.get(i) else { return };
-                    let (reply, _) = commands.run_then(call, &counters, None);
-                    board.replies.lock()[i] = Some(reply);
-                    board.answered.fetch_add(1, Ordering::SeqCst);
-                    board.changed.notify(usize::MAX);
+                    let next = queue.lock().pop();
+                    let Some((i, call)) = next else { return };
+                    let (reply, _) = commands.run_then(&call, &counters, None);
+                    if answer.send((i, reply)).is_err() {
+                        return;
+                    }
                 }
             }
         };
-        // One release needs no thread of its own.
-        let workers = if n > 1 { n.min(PARALLEL_RELEASES) } else { 0 };
-        if workers == 0 {
-            work();
+        // One release needs no thread of its own; without a thread to be
+        // had, the rest are sent from here, one by one.
+        let threads = (calls.len() > 1).then(|| calls.len().min(PARALLEL_RELEASES));
+        let spawned = threads.is_some_and(|n| {
+            (0..n).all(|_| {
+                let (work, answer) = (work.clone(), answer.clone());
+                let thread = std::thread::Builder::new().name("redlease-release".into());
+                thread.spawn(move || work(answer)).is_ok()
+            })
+        });
+        if !spawned {
+            work(answer.clone());
         }
-        for _ in 0..workers {
-            let spawned = std::thread::Builder::new()
-                .name("redlease-release".into())
-                .spawn(work.clone());
-            if spawned.is_err() {
-                // No thread to be had: send them from here, one by one.
-                work();
-                break;
-            }
+        drop(answer);
+        for _ in 0..calls.len() {
+            let next = match until {
+                Some(until) => answers
+                    .recv_timeout(until.saturating_duration_since(now()))
+                    .ok(),
+                None => answers.recv().ok(),
+            };
+            let Some((i, reply)) = next else { break };
+            replies[i] = Some(reply);
         }
-        loop {
-            let listener = board.changed.listen();
-            if board.answered.load(Ordering::SeqCst) >= n {
-                break;
-            }
-            match until {
-                Some(until) if now() >= until => break,
-                Some(until) => {
-                    listener.wait_deadline(until);
-                }
-                None => listener.wait(),
-            }
-        }
-        let replies = std::mem::take(&mut *board.replies.lock());
         replies
     }
 

@@ -18,7 +18,9 @@ use crate::front::Async;
 /// `event-listener`. On one server over TCP or a unix socket the command
 /// connection is driven by the futures waiting on it; over TLS or on a
 /// Cluster the redis crate drives it on smol's global executor (one
-/// `smol-1` thread, `SMOL_THREADS` sets how many). While anyone waits, a
+/// `smol-1` thread, `SMOL_THREADS` sets how many). With feature `tokio`, a
+/// plain TCP connection opened inside a tokio runtime goes on that
+/// runtime's reactor (README "In a tokio program"). While anyone waits, a
 /// thread of this crate holds the release-notification subscription.
 /// Cancelling an acquire is dropping its future; dropping a held lease
 /// never blocks (see [`Lease`](crate::Lease)).

@@ -241,14 +241,16 @@ impl DrivenConnection {
                 redis::ConnectionAddr::Tcp(host, port) => {
                     let tcp = Arc::new(connect_tcp(host, *port).await?);
                     tcp.get_ref().set_nodelay(info.tcp_settings().nodelay())?;
-                    set_up(settings, SetUp(tcp.clone())).await?;
+                    // The set-up owns its stream: a second handle to the socket.
+                    let second = async_io::Async::new(tcp.get_ref().try_clone()?)?;
+                    set_up(settings, second).await?;
                     on_reactor(tcp)?
                 }
                 #[cfg(unix)]
                 redis::ConnectionAddr::Unix(path) => {
                     let unix = async_io::Async::<std::os::unix::net::UnixStream>::connect(path);
                     let unix = Arc::new(unix.await?);
-                    set_up(settings, SetUp(unix.clone())).await?;
+                    set_up(settings, async_io::Async::new(unix.get_ref().try_clone()?)?).await?;
                     unix as Socket
                 }
                 _ => {
@@ -304,43 +306,6 @@ impl DrivenConnection {
             send: Some(send),
             id: None,
         }
-    }
-}
-
-/// A second handle to a socket, for the set-up.
-struct SetUp<S>(Arc<async_io::Async<S>>);
-
-impl<S> futures::io::AsyncRead for SetUp<S>
-where
-    for<'a> &'a S: Read,
-{
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self.0).poll_read(cx, buf)
-    }
-}
-
-impl<S> futures::io::AsyncWrite for SetUp<S>
-where
-    for<'a> &'a S: Write,
-{
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut &*self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut &*self.0).poll_flush(cx)
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut &*self.0).poll_close(cx)
     }
 }
 

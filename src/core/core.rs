@@ -863,6 +863,7 @@ impl Core {
         let key = w.target.line();
         let may_linger =
             matches!(leaving, Leaving::Acquired(_)) && self.may_linger(key, w.try_once);
+        let mut deferred = false;
         if let Some(line) = self.lines.get_mut(&key) {
             let in_flight_until = match leaving {
                 Leaving::Abandoned { in_flight_until } => in_flight_until,
@@ -880,6 +881,7 @@ impl Core {
                     );
                 if let (Leaving::Acquired(lease), true) = (leaving, defers) {
                     line.defer_head(now, lease, safety);
+                    deferred = true;
                 }
                 // Woken either way: a deferred head must trade the deadline
                 // it slept toward behind the old head for its retry instant.
@@ -918,6 +920,12 @@ impl Core {
                     }
                 }
             }
+        }
+        if deferred {
+            // The next head waits behind this locker's own grant without a
+            // busy reply: it really waits (SPEC §5), and only the release's
+            // notification can wake it before its safety poll.
+            self.subscription_wanted_by_waiter();
         }
         if !self.has_listeners() {
             self.subscription.handle_last_waiter_left(now);

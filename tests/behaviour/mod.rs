@@ -75,6 +75,7 @@ macro_rules! behaviour_suite {
             waiting {
                 a_waiter_is_woken_by_the_release_notification_not_its_safety_poll,
                 a_release_by_the_same_locker_wakes_its_waiters_through_the_notification,
+                waiters_queued_behind_their_own_lockers_grant_are_woken_by_the_notification,
                 sixteen_waiters_of_one_locker_send_no_more_attempts_than_one_poller,
                 waiters_of_one_locker_are_served_in_arrival_order,
                 a_zero_wait_on_a_held_key_gives_lock_busy_with_the_holders_remaining_time,

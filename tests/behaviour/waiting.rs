@@ -74,6 +74,50 @@ pub(crate) fn a_release_by_the_same_locker_wakes_its_waiters_through_the_notific
     hand_over_by_notification::<F>(true);
 }
 
+/// Waiters of one locker that queue behind each other get no busy reply:
+/// the head before them acquired, so they back off behind their own
+/// locker's grant. They really wait (SPEC §5), so the locker subscribes,
+/// and each release hands the key on through its notification. With 30 s
+/// safety polls, every round finishing within [`BOUND`] proves it; before
+/// the fix they waited for those polls (25 ms each by default).
+pub(crate) fn waiters_queued_behind_their_own_lockers_grant_are_woken_by_the_notification<
+    F: Front,
+>() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 3;
+    let server = RedisServer::start();
+    let ns = namespace("queued");
+    let locker = Arc::new(connect::<F>(
+        &server,
+        config(&ns)
+            .poll_interval(SLOW_POLL)
+            .notify_poll_interval(SLOW_POLL)
+            .wait(Duration::from_secs(60)),
+    ));
+    let start = Arc::new(std::sync::Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let (l, start) = (locker.clone(), start.clone());
+            spawn(&format!("worker-{i}"), move || {
+                start.wait();
+                for _ in 0..ROUNDS {
+                    let lease = granted(l.acquire("k"), "worker");
+                    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join_within(BOUND);
+    }
+    let stats = locker.stats();
+    assert_eq!(stats.acquires, (THREADS * ROUNDS) as u64, "{stats:?}");
+    assert_eq!(
+        stats.safety_polls, 0,
+        "no grant waited for a poll: {stats:?}"
+    );
+}
+
 /// Sixteen threads of one locker waiting on one key held by another locker
 /// until its lease expires send about as many acquire scripts as one poller
 /// would, not sixteen times that.

@@ -95,7 +95,13 @@ fn sixteen_waiters_on_one_key_make_one_attempt_at_a_time_and_are_granted_in_arri
         assert_eq!(granted(&mut core, now, id).fence, Fence::new(fence));
         let events = drain(&mut core);
         if let Some(&next) = ids.get(n + 1) {
-            assert_eq!(events, vec![CoreEvent::Wake(next)]);
+            // The first waiter to wait behind the locker's own grant starts
+            // the subscriber (SPEC §5: it really waits).
+            let expected = match n {
+                0 => vec![CoreEvent::Wake(next), CoreEvent::StartSubscriber],
+                _ => vec![CoreEvent::Wake(next)],
+            };
+            assert_eq!(events, expected);
             assert_eq!(head(&core, "k"), Some(next));
             assert_eq!(
                 wait_until(&mut core, now, next),
@@ -151,7 +157,11 @@ fn when_the_head_acquires_the_next_waiter_becomes_head_and_waits_for_the_release
         "nobody moves until a takes its grant"
     );
     granted(&mut core, now, a);
-    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
+    assert_eq!(
+        drain(&mut core),
+        vec![CoreEvent::Wake(b), CoreEvent::StartSubscriber],
+        "b really waits now, behind its own locker's grant: the locker subscribes"
+    );
     assert_line(&core, "k", &[b, c]);
     assert_eq!(
         head_state(&core, "k"),

@@ -69,7 +69,10 @@ fn a_cancelled_head_whose_attempt_acquires_still_gets_its_lease() {
     );
     core.handle_acquire_reply(now, a, acquired(11));
     assert_eq!(granted(&mut core, now, a).fence, Fence::new(11));
-    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);
+    assert_eq!(
+        drain(&mut core),
+        vec![CoreEvent::Wake(b), CoreEvent::StartSubscriber]
+    );
     assert_eq!(wait_until(&mut core, now, b), Some(now + POLL));
     core.handle_notification(KeyId::of("k").to_hex().as_bytes());
     assert_eq!(drain(&mut core), vec![CoreEvent::Wake(b)]);

@@ -310,6 +310,9 @@ struct Harness {
     orphans: Vec<OwnerToken>,
     sub: Sub,
     subscriber_running: bool,
+    /// A head was left waiting behind the locker's own grant while the
+    /// subscriber was off: it starts now.
+    start_behind_own_grant: bool,
     idle_since: Option<Instant>,
     shutting_down: bool,
     next_seq: u64,
@@ -362,6 +365,7 @@ impl Harness {
             orphans: Vec::new(),
             sub: Sub::Off,
             subscriber_running: false,
+            start_behind_own_grant: false,
             idle_since: Some(now),
             shutting_down: false,
             next_seq: 0,
@@ -531,7 +535,17 @@ impl Harness {
             // listening; it polls when its thread resumes.
             CoreEvent::Wake(id) if self.is_settled(&id) => {}
             CoreEvent::Wake(id) => self.poll(id),
-            CoreEvent::StartSubscriber => panic!("only a busy reply starts the subscriber"),
+            // A busy reply's start is checked with its reply; this one is
+            // a head left waiting behind the locker's own grant (SPEC §5).
+            CoreEvent::StartSubscriber => {
+                assert!(
+                    std::mem::take(&mut self.start_behind_own_grant),
+                    "only a busy reply or a head behind its locker's grant starts the subscriber"
+                );
+                assert_eq!(self.sub, Sub::Off);
+                self.sub = Sub::Starting;
+                self.subscriber_running = true;
+            }
         }
     }
 
@@ -685,9 +699,11 @@ impl Harness {
             self.notified[w.key] = false;
         } else if pos == 0 && how == "GRANTED" {
             // The locker itself holds the key now: the next head backs off
-            // as behind a busy reply that reported the whole lease.
+            // as behind a busy reply that reported the whole lease, and
+            // really waits: the subscriber starts if it is off.
             self.holder_until[w.key] = self.now.checked_add(ms(LEASE_MS));
             self.notified[w.key] = false;
+            self.start_behind_own_grant = self.sub == Sub::Off && !self.shutting_down;
         }
         if self.waiters.is_empty() {
             self.idle_since = Some(self.now);

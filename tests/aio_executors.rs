@@ -163,13 +163,20 @@ fn check_on_tokio(runtime: tokio::runtime::Runtime, ns: &str) {
     });
 }
 
+/// A current-thread runtime with its IO driver, as `#[tokio::main(flavor =
+/// "current_thread")]` builds it.
+#[cfg(feature = "tokio")]
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[cfg(feature = "tokio")]
 #[test]
 fn runs_on_a_tokio_current_thread_runtime() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     check_on_tokio(runtime, "tokio-current");
 }
 
@@ -194,10 +201,7 @@ fn runs_in_a_tokio_runtime_without_its_io_driver() {
 #[test]
 fn a_locker_opened_in_a_tokio_runtime_outlives_it() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     let locker = runtime.block_on(async {
         let locker = Locker::connect(server.url(), config("outlived"))
             .await
@@ -230,10 +234,7 @@ fn a_locker_opened_in_a_tokio_runtime_outlives_it() {
 #[test]
 fn a_current_thread_runtime_that_is_not_running_holds_up_nothing() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     let config = config("idle-runtime").lease(Duration::from_millis(300));
     let (locker, leadership) = runtime.block_on(async {
         let locker = Locker::connect(server.url(), config).await.unwrap();

@@ -260,3 +260,23 @@ fn a_current_thread_runtime_that_is_not_running_holds_up_nothing() {
     });
     drop(runtime);
 }
+
+/// A runtime that has shut down but is still entered through its handle
+/// refuses new sockets: the locker connects on async-io's reactor instead.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_shut_down_runtime_still_entered_leaves_the_connection_on_async_io() {
+    let server = RedisServer::start();
+    let runtime = current_thread_runtime();
+    let handle = runtime.handle().clone();
+    drop(runtime);
+    let _entered = handle.enter();
+    futures::executor::block_on(async {
+        let locker = Locker::connect(server.url(), config("shut-down"))
+            .await
+            .expect("connect");
+        let lease = locker.acquire("k").await.expect("acquire");
+        lease.release().await.expect("release");
+        locker.shutdown().await.expect("shutdown");
+    });
+}

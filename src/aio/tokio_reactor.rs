@@ -27,7 +27,7 @@ pub(super) struct OnTokio {
 static WITHOUT_IO: Mutex<Option<Id>> = Mutex::new(None);
 
 /// A second handle to `tcp` on the current tokio runtime's reactor; `None`
-/// outside a runtime, or in one without an IO driver.
+/// outside a runtime, in one without an IO driver, or where it refuses.
 pub(super) fn register(tcp: &TcpStream) -> io::Result<Option<OnTokio>> {
     let Ok(runtime) = Handle::try_current() else {
         return Ok(None);
@@ -42,8 +42,12 @@ pub(super) fn register(tcp: &TcpStream) -> io::Result<Option<OnTokio>> {
         *without_io = Some(runtime.id());
         return Ok(None);
     };
+    // Refused (a runtime shutting down): async-io's reactor serves.
+    let Ok(stream) = registered else {
+        return Ok(None);
+    };
     Ok(Some(OnTokio {
-        stream: registered?,
+        stream,
         runtime: runtime.id(),
         anywhere: runtime.runtime_flavor() == RuntimeFlavor::MultiThread,
     }))

@@ -17,6 +17,8 @@
 //! oldest of them, which reads for them. Under `smol::block_on` or
 //! async-std a round trip costs one context switch, elsewhere
 //! (`futures::executor`, tokio) two: readiness comes from async-io's thread.
+//! With feature `tokio`, a TCP socket opened inside a tokio runtime is on
+//! that runtime's reactor instead (`tokio_reactor.rs`): one switch there.
 //!
 //! **Reads.** A read that fills less than its buffer has drained the
 //! socket: the next waits for the reactor's wake, so a reply costs one

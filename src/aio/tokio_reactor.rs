@@ -15,8 +15,9 @@ use super::driven::Wire;
 pub(super) struct OnTokio {
     stream: tokio::net::TcpStream,
     runtime: Id,
-    /// A multi-thread runtime's reactor turns whoever waits on it; a
-    /// current-thread one's only inside that runtime's `block_on`.
+    /// A multi-thread runtime's workers turn its reactor for a request
+    /// polled on any thread; a current-thread runtime turns it only inside
+    /// its own `block_on`.
     anywhere: bool,
 }
 

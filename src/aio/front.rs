@@ -12,10 +12,9 @@ use event_listener::EventListener;
 use futures::future::{select, Either};
 
 use super::connection::Commands;
-use crate::clock::now;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::ops::{turn, Op, Release, Turn};
+use crate::driver::ops::{answer, turn, Op, Release, Turn};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
@@ -106,10 +105,8 @@ pub(crate) async fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Out
     loop {
         match turn(&mut op) {
             Turn::Send(request) => {
-                probe::sending(&request);
                 let reply = shared.commands.send(&request, &shared.state.counters).await;
-                probe::replied(&request);
-                op.handle_reply(now(), reply);
+                answer(&mut op, &request, reply);
             }
             Turn::Wait(listener, until) => {
                 wait(listener, until).await;

@@ -9,10 +9,9 @@ use event_listener::{EventListener, Listener};
 use parking_lot::Mutex;
 
 use super::connection::Commands;
-use crate::clock::now;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::ops::{log_failed_release_on_drop, turn, Op, Release, Turn};
+use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Op, Release, Turn};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
@@ -85,10 +84,8 @@ pub(crate) fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
     loop {
         match turn(&mut op) {
             Turn::Send(request) => {
-                probe::sending(&request);
                 let reply = shared.commands.send(&request, &shared.state.counters);
-                probe::replied(&request);
-                op.handle_reply(now(), reply);
+                answer(&mut op, &request, reply);
             }
             Turn::Wait(listener, until) => {
                 wait(listener, until);

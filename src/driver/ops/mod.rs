@@ -31,6 +31,7 @@ use redis::Value;
 use crate::clock::now;
 use crate::core::script::ScriptCall;
 use crate::error::{is_noscript, Failure};
+use crate::probe;
 use crate::stats::Counters;
 
 mod acquire;
@@ -83,14 +84,24 @@ pub(crate) enum Turn<T> {
 }
 
 /// Takes `op`'s next step now, with the listener of a wait registered
-/// before it; each front end's loop sends or waits on what this returns.
+/// before it; each front end's loop sends or waits on what this returns,
+/// and hands a reply back through [`answer`].
 pub(crate) fn turn<O: Op>(op: &mut O) -> Turn<O::Output> {
     let listener = op.listener();
     match op.next(now()) {
-        Io::Send(request) => Turn::Send(request),
+        Io::Send(request) => {
+            probe::sending(&request);
+            Turn::Send(request)
+        }
         Io::Wait { until } => Turn::Wait(listener, until),
         Io::Done(output) => Turn::Done(output),
     }
+}
+
+/// Hands the reply to `request` to `op`.
+pub(crate) fn answer<O: Op>(op: &mut O, request: &Request, reply: Reply) {
+    probe::replied(request);
+    op.handle_reply(now(), reply);
 }
 
 /// A command for a front end's connection.

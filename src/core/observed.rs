@@ -106,7 +106,7 @@ impl Core {
 
     /// How many possible changes of `id` were announced so far: an
     /// observer whose last read began at a smaller count reads again.
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn observed_changes(&self, id: KeyId) -> u64 {
         self.observed.get(&id).map_or(0, |o| o.changes)
     }

@@ -339,9 +339,15 @@ mod op {
     pub(super) fn take(pick: u8) -> Vec<u8> {
         vec![96, pick]
     }
+    /// Up to 399 ms.
     pub(super) fn advance(ms: u16) -> Vec<u8> {
         let [lo, hi] = ms.to_le_bytes();
         vec![106, 2, lo, hi]
+    }
+    /// 900 ms and `extra_ms` (below 6100).
+    pub(super) fn advance_long(extra_ms: u16) -> Vec<u8> {
+        let [lo, hi] = extra_ms.to_le_bytes();
+        vec![106, 0, lo, hi]
     }
     pub(super) fn cancel(pick: u8) -> Vec<u8> {
         vec![142, pick]
@@ -350,7 +356,28 @@ mod op {
         vec![152, pick, 0]
     }
     pub(super) fn notify(key: u8) -> Vec<u8> {
-        vec![159, key]
+        vec![159, key, 0]
+    }
+    /// An election's notification about key 2 or 3: `form` 1 a vacancy, 2
+    /// a new leader, 3 a new value.
+    pub(super) fn notify_election(key: u8, form: u8) -> Vec<u8> {
+        vec![159, key, form]
+    }
+    /// A campaign's busy reply, the lease ending in `units` × 50 µs.
+    pub(super) fn busy_us(pick: u8, units: u16) -> Vec<u8> {
+        let [lo, hi] = units.to_le_bytes();
+        vec![48, pick, 15, lo, hi, 9]
+    }
+    /// An observer of key 2 (`name` 0) or of the candidates' key 3 (1).
+    pub(super) fn observe(name: u8) -> Vec<u8> {
+        vec![134, name]
+    }
+    pub(super) fn unobserve(pick: u8) -> Vec<u8> {
+        vec![138, pick]
+    }
+    /// Claims a read, or ends the one in flight (`end` even: failed).
+    pub(super) fn observer_read(pick: u8, end: u8) -> Vec<u8> {
+        vec![90, pick, end]
     }
     pub(super) fn garbage() -> Vec<u8> {
         vec![174, 2, 0]
@@ -469,6 +496,67 @@ fn line_seeds() -> Vec<(&'static str, Vec<u8>)> {
                     join(2, 1000),
                     acquired_deferred(0),
                     take(0),
+                ],
+            ),
+        ),
+        (
+            "campaigns-timed-retries-and-vacancies",
+            seed(
+                [2, 0],
+                vec![
+                    join(3, 3000),
+                    busy_us(0, 40),
+                    join(3, 3000),
+                    advance(2),
+                    busy_us(0, 0),
+                    busy(0, 100),
+                    SUBSCRIBED.to_vec(),
+                    notify_election(3, 2),
+                    notify(3),
+                    notify_election(3, 1),
+                    acquired(0),
+                    release(0, 1),
+                    notify_election(3, 1),
+                    busy_us(0, 1000),
+                    advance(49),
+                    advance(1),
+                    acquired(0),
+                    renew(0, 1),
+                    release(0, 1),
+                ],
+            ),
+        ),
+        (
+            "observers-keep-the-subscription",
+            seed(
+                [2, 0],
+                vec![
+                    observe(0),
+                    observe(1),
+                    SUBSCRIBED.to_vec(),
+                    notify_election(2, 3),
+                    notify(2),
+                    observer_read(0, 0),
+                    observer_read(0, 0),
+                    observer_read(1, 1),
+                    observer_read(1, 1),
+                    unobserve(0),
+                    unobserve(0),
+                    advance(300),
+                    POLL_SUBSCRIBER.to_vec(),
+                    advance(300),
+                    advance(300),
+                    advance(300),
+                    POLL_SUBSCRIBER.to_vec(),
+                    observe(1),
+                    join(0, 1000),
+                    busy(0, 500),
+                    SUBSCRIPTION_FAILED.to_vec(),
+                    cancel(0),
+                    unobserve(0),
+                    advance_long(4100),
+                    advance_long(100),
+                    observe(0),
                 ],
             ),
         ),

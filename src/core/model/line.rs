@@ -10,9 +10,10 @@ use crate::core::core::{
     AttemptSummary, Core, CoreEvent, LeaseId, SubscriberStep, WaiterStep, FAILURE_BACKOFF,
     RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER,
 };
+use crate::core::election::ElectNames;
 use crate::core::lease::RenewResult;
 use crate::core::line::WaiterId;
-use crate::core::names::{KeyId, LockNames, OwnerToken};
+use crate::core::names::{KeyId, LockNames, OwnerToken, Want};
 use crate::core::outcome::{Fence, ReleaseOutcome};
 use crate::core::script::{ScriptCall, ScriptKind};
 use crate::error::{Error, Failure, Operation};
@@ -21,7 +22,12 @@ use super::{
     choose, clock_reading, command_args, fuzz_config, ms, new_core, options, releases, Input,
 };
 
-const KEYS: [&str; 3] = ["alpha", "beta", "gamma"];
+/// The names waited for: three locks and an election's candidates.
+const KEYS: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
+/// The key whose line is an election's candidates (`Want::Leader`).
+const CANDIDATE: usize = 3;
+/// The elections observed: one named as a lock is, and the candidates'.
+const OBSERVED: [usize; 2] = [2, CANDIDATE];
 const MAX_WAITERS: usize = 8;
 const MAX_LEASES: usize = 5;
 const LEASE_MS: u64 = 10_000;
@@ -35,6 +41,9 @@ enum Reply {
     Acquired,
     Busy(i64),
     BusyUnknown,
+    /// A campaign's busy reply timed to the microsecond (`{us}`); a lock's
+    /// attempt gets the same time as a plain busy reply in milliseconds.
+    BusyUs(u64),
     TimedOut,
     ServerError,
     NotSent,
@@ -61,7 +70,7 @@ impl Reply {
             12 => Reply::ServerError,
             13 => Reply::NotSent,
             14 => Reply::Unexpected,
-            _ => Reply::Busy(i64::from(input.u16())),
+            _ => Reply::BusyUs(u64::from(input.u16()) * 50),
         }
     }
 
@@ -70,6 +79,7 @@ impl Reply {
             Reply::Acquired => Ok(Value::BulkString(fence.to_string().into_bytes())),
             Reply::Busy(n) => Ok(Value::Int(n)),
             Reply::BusyUnknown => Ok(Value::Nil),
+            Reply::BusyUs(us) => Ok(Value::Array(vec![Value::Int(us as i64)])),
             Reply::TimedOut => Err(Failure::Sent(timed_out())),
             Reply::ServerError => Err(Failure::Sent(server_error_reply())),
             Reply::NotSent => Err(Failure::NotSent(timed_out())),
@@ -82,6 +92,7 @@ impl Reply {
         match self {
             Reply::Busy(n) if n >= 0 => Some(Some(ms(n.unsigned_abs()))),
             Reply::Busy(_) | Reply::BusyUnknown => Some(None),
+            Reply::BusyUs(us) => Some(Some(Duration::from_micros(us))),
             _ => None,
         }
     }
@@ -145,7 +156,22 @@ enum Op {
         pick: u8,
         late: Reply,
     },
-    Notify(usize),
+    /// A notification about `key`: for an election (`form` 1..=3) a
+    /// vacancy, a new leader or a new value, else a release.
+    Notify {
+        key: usize,
+        form: u8,
+    },
+    /// An observer of the election `OBSERVED[..]` starts.
+    Observe(usize),
+    /// An observer stops.
+    Unobserve(u8),
+    /// An observer of an observed name claims the read; one already in
+    /// flight there is answered (`end` even: failed) or abandoned.
+    ObserverRead {
+        pick: u8,
+        end: u8,
+    },
     NotifyGarbage(Vec<u8>),
     Subscribed,
     SubscriptionFailed,
@@ -179,23 +205,32 @@ impl Op {
                     _ => ms(1 + u64::from(input.u16()) % 3000),
                 },
             },
-            48..=95 => Op::Reply {
+            48..=89 => Op::Reply {
                 pick: input.byte(),
                 reply: Reply::decode(input),
                 defer: input.byte() % 10 < 3,
             },
+            90..=95 => Op::ObserverRead {
+                pick: input.byte(),
+                end: input.byte(),
+            },
             96..=105 => Op::Take(input.byte()),
-            106..=141 => Op::Advance(match input.byte() % 8 {
+            106..=133 => Op::Advance(match input.byte() % 8 {
                 0 => ms(900 + u64::from(input.u16()) % 6100),
                 1 => Duration::from_nanos(u64::from(input.u16())),
                 _ => ms(u64::from(input.u16()) % 400),
             }),
+            134..=137 => Op::Observe(OBSERVED[input.below(OBSERVED.len())]),
+            138..=141 => Op::Unobserve(input.byte()),
             142..=151 => Op::Cancel(input.byte()),
             152..=158 => Op::Abandon {
                 pick: input.byte(),
                 late: Reply::decode(input),
             },
-            159..=173 => Op::Notify(input.below(KEYS.len())),
+            159..=173 => Op::Notify {
+                key: input.below(KEYS.len()),
+                form: input.byte() % 4,
+            },
             174..=177 => Op::NotifyGarbage(garbage(input)),
             178..=184 => Op::Subscribed,
             185..=188 => Op::SubscriptionFailed,
@@ -295,15 +330,15 @@ struct Harness {
     poll: Duration,
     notify: Duration,
     waiters: BTreeMap<WaiterId, ModelWaiter>,
-    lines: [VecDeque<WaiterId>; 3],
+    lines: [VecDeque<WaiterId>; KEYS.len()],
     /// A notification (or a reason to check again) arrived while the key's
     /// head had its attempt in flight.
-    notified: [bool; 3],
-    holder_until: [Option<Instant>; 3],
+    notified: [bool; KEYS.len()],
+    holder_until: [Option<Instant>; KEYS.len()],
     /// The arrival number of the last waiter granted each key.
-    last_granted: [Option<u64>; 3],
+    last_granted: [Option<u64>; KEYS.len()],
     /// Until when a key's line settles behind an abandoned attempt.
-    settling: [Option<Instant>; 3],
+    settling: [Option<Instant>; KEYS.len()],
     held: Vec<(LeaseId, OwnerToken)>,
     /// Leases whose tokens shutdown's cleanup released.
     cleaned: Vec<LeaseId>,
@@ -320,6 +355,11 @@ struct Harness {
     joined: usize,
     /// How each waiter that ended, ended.
     ended: HashMap<u64, &'static str>,
+    /// Live observers per observed name, the changes announced to them
+    /// since the first one started, and whether one's read is in flight.
+    observers: [usize; KEYS.len()],
+    changes: [u64; KEYS.len()],
+    reading: [bool; KEYS.len()],
 }
 
 fn token_of(seq: u64) -> OwnerToken {
@@ -356,10 +396,10 @@ impl Harness {
             notify,
             waiters: BTreeMap::new(),
             lines: Default::default(),
-            notified: [false; 3],
-            holder_until: [None; 3],
-            last_granted: [None; 3],
-            settling: [None; 3],
+            notified: [false; KEYS.len()],
+            holder_until: [None; KEYS.len()],
+            last_granted: [None; KEYS.len()],
+            settling: [None; KEYS.len()],
             held: Vec::new(),
             cleaned: Vec::new(),
             orphans: Vec::new(),
@@ -372,7 +412,27 @@ impl Harness {
             next_fence: 1,
             joined: 0,
             ended: HashMap::new(),
+            observers: [0; KEYS.len()],
+            changes: [0; KEYS.len()],
+            reading: [false; KEYS.len()],
         }
+    }
+
+    /// Whether anyone listens for notifications: a waiter or an observer.
+    fn has_listeners(&self) -> bool {
+        !self.waiters.is_empty() || self.observers.iter().any(|n| *n > 0)
+    }
+
+    /// The first listener after an idle spell: a refused subscription is
+    /// tried again once the spell was long.
+    fn first_listener(&mut self) {
+        let idle_long = self
+            .idle_since
+            .is_some_and(|t| self.now.saturating_duration_since(t) >= RESUBSCRIBE_AFTER);
+        if self.sub == Sub::Unavailable && idle_long {
+            self.sub = Sub::Off;
+        }
+        self.idle_since = None;
     }
 
     fn safety(&self) -> Duration {
@@ -467,7 +527,10 @@ impl Harness {
             }
             Op::Cancel(pick) => self.cancel(*pick),
             Op::Abandon { pick, late } => self.abandon(*pick, *late),
-            Op::Notify(key) => self.notify(*key),
+            Op::Notify { key, form } => self.notify(*key, *form),
+            Op::Observe(key) => self.observe(*key),
+            Op::Unobserve(pick) => self.unobserve(*pick),
+            Op::ObserverRead { pick, end } => self.observer_read(*pick, *end),
             Op::NotifyGarbage(payload) => self.notify_garbage(payload),
             Op::Subscribed => self.subscribed(),
             Op::SubscriptionFailed => self.subscription_failed(),
@@ -633,15 +696,23 @@ impl Harness {
     fn attempted(&mut self, id: WaiterId, call: &ScriptCall) {
         let w = &self.waiters[&id];
         let key = w.key;
-        assert_eq!(call.kind, ScriptKind::Acquire);
         let args = command_args(&call.evalsha());
+        // The token follows the keys: a lock and its counter, or an
+        // election's lease, term counter and log.
+        let (kind, name, token_at) = if key == CANDIDATE {
+            let names = ElectNames::new("fuzz", KeyId::of(KEYS[key]));
+            (ScriptKind::Campaign, names.lease, 6)
+        } else {
+            let names = LockNames::new("fuzz", KeyId::of(KEYS[key]));
+            (ScriptKind::Acquire, names.lock, 5)
+        };
+        assert_eq!(call.kind, kind);
         assert_eq!(
-            args.get(5),
+            args.get(token_at),
             Some(&w.token.to_hex().into_bytes()),
             "its own token"
         );
-        let names = LockNames::new("fuzz", KeyId::of(KEYS[key]));
-        assert_eq!(args.get(3), Some(&names.lock.into_bytes()), "its own key");
+        assert_eq!(args.get(3), Some(&name.into_bytes()), "its own key");
         assert_eq!(self.lines[key].front(), Some(&id), "only the head attempts");
         assert!(!self.key_in_flight(key), "one attempt per key at a time");
         assert!(
@@ -705,7 +776,7 @@ impl Harness {
             self.notified[w.key] = false;
             self.start_behind_own_grant = self.sub == Sub::Off && !self.shutting_down;
         }
-        if self.waiters.is_empty() {
+        if !self.has_listeners() {
             self.idle_since = Some(self.now);
         }
     }
@@ -718,9 +789,13 @@ impl Harness {
         self.next_seq += 1;
         let token = token_of(seq);
         let try_once = wait.is_zero();
-        let result = self
-            .core
-            .acquire(now, KEYS[key], token, options(wait, LEASE_MS));
+        let want = if key == CANDIDATE {
+            Want::Leader
+        } else {
+            Want::Lock
+        };
+        let options = options(wait, LEASE_MS);
+        let result = self.core.acquire_for(now, KEYS[key], want, token, options);
         if self.shutting_down {
             assert!(matches!(result, Err(Error::ShuttingDown)), "{result:?}");
             return;
@@ -752,14 +827,8 @@ impl Harness {
             !self.waiters.contains_key(&id),
             "a live id handed out twice"
         );
-        if self.waiters.is_empty() {
-            let idle_long = self
-                .idle_since
-                .is_some_and(|t| now.saturating_duration_since(t) >= RESUBSCRIBE_AFTER);
-            if self.sub == Sub::Unavailable && idle_long {
-                self.sub = Sub::Off;
-            }
-            self.idle_since = None;
+        if !self.has_listeners() {
+            self.first_listener();
         }
         self.joined += 1;
         self.waiters.insert(
@@ -804,6 +873,15 @@ impl Harness {
         let w = self.waiters.get_mut(&id).expect("present");
         let submitted = w.in_flight.take().expect("an attempt in flight");
         let (key, seq, token, try_once) = (w.key, w.seq, w.token, w.try_once);
+        let reply = match reply {
+            Reply::BusyUs(us) if key != CANDIDATE => Reply::Busy((us / 1000) as i64),
+            other => other,
+        };
+        // A campaign's busy reply times its retry (docs/ELECTION.md §5).
+        let timed_retry = match reply {
+            Reply::BusyUs(us) => Some(campaign_retry(submitted, now, Duration::from_micros(us))),
+            _ => None,
+        };
         let busy = reply.busy_remaining();
         let expect_start =
             busy.is_some() && !try_once && self.sub == Sub::Off && !self.shutting_down;
@@ -823,7 +901,7 @@ impl Harness {
         let summary = self.core.handle_acquire_reply(now, id, reply.value(fence));
         let expected_summary = match reply {
             Reply::Acquired => AttemptSummary::Acquired,
-            Reply::Busy(_) | Reply::BusyUnknown => AttemptSummary::Busy,
+            Reply::Busy(_) | Reply::BusyUnknown | Reply::BusyUs(_) => AttemptSummary::Busy,
             _ if retrying => AttemptSummary::Retrying,
             _ => AttemptSummary::Failed,
         };
@@ -870,7 +948,7 @@ impl Harness {
         let settled = match (busy, reply) {
             (Some(remaining), _) if try_once => Settled::Busy(remaining),
             (Some(remaining), _) => {
-                self.poll_after_busy(id, remaining, notified, safety);
+                self.poll_after_busy(id, remaining, timed_retry, notified, safety);
                 return;
             }
             (None, Reply::Acquired) if self.shutting_down => {
@@ -908,7 +986,7 @@ impl Harness {
                 }
                 Settled::ProviderFailed
             }
-            (None, Reply::Busy(_) | Reply::BusyUnknown) => unreachable!("busy"),
+            (None, Reply::Busy(_) | Reply::BusyUnknown | Reply::BusyUs(_)) => unreachable!("busy"),
         };
         self.waiters.get_mut(&id).expect("present").settled = Some(settled);
         if !defer {
@@ -921,6 +999,7 @@ impl Harness {
         &mut self,
         id: WaiterId,
         remaining: Option<Duration>,
+        timed_retry: Option<Instant>,
         notified: bool,
         safety: Duration,
     ) {
@@ -936,7 +1015,10 @@ impl Harness {
         } else {
             None
         };
-        let retry = now + remaining.map_or(safety, |r| r.min(safety));
+        let retry = match timed_retry {
+            Some(at) => at.min(now + safety),
+            None => now + remaining.map_or(safety, |r| r.min(safety)),
+        };
         match self.core.poll_waiter(now, id) {
             WaiterStep::Done(Err(e)) => {
                 assert_eq!(Some(e.code()), expected_end, "{e:?}");
@@ -1095,14 +1177,32 @@ impl Harness {
         self.settle();
     }
 
-    fn notify(&mut self, key: usize) {
-        let head = self.lines[key].front().copied();
-        let backing_off = self.backing_off_head(key);
-        if self.key_in_flight(key) {
+    /// A notification about `key`: a release of a lock (`form` 0; for
+    /// the candidates' name, a lock of the same name, which wakes none of
+    /// them), or of an election (`form` 1..=3: a vacancy, which wakes its
+    /// candidates, a new leader or a new value; for lock keys 0 and 1,
+    /// always a release).
+    fn notify(&mut self, key: usize, form: u8) {
+        let sha = KeyId::of(KEYS[key]).to_hex();
+        let (payload, wakes) = match form {
+            1..=3 if OBSERVED.contains(&key) => {
+                let what = ["r", "l", "v"][usize::from(form - 1)];
+                (
+                    format!("e:{sha}:1-0:{what}"),
+                    key == CANDIDATE && what == "r",
+                )
+            }
+            _ => (sha, key != CANDIDATE),
+        };
+        if payload.starts_with("e:") && self.observers[key] > 0 {
+            self.changes[key] += 1;
+        }
+        let head = self.lines[key].front().copied().filter(|_| wakes);
+        let backing_off = self.backing_off_head(key).filter(|_| wakes);
+        if wakes && self.key_in_flight(key) {
             self.notified[key] = true;
         }
-        self.core
-            .handle_notification(KeyId::of(KEYS[key]).to_hex().as_bytes());
+        self.core.handle_notification(payload.as_bytes());
         let events = drain(&mut self.core);
         match (backing_off, head) {
             (Some(h), _) => assert_eq!(events, vec![CoreEvent::Wake(h)]),
@@ -1156,6 +1256,11 @@ impl Harness {
             }
         }
         self.core.handle_subscribed();
+        for (changes, observers) in self.changes.iter_mut().zip(self.observers) {
+            if observers > 0 {
+                *changes += 1;
+            }
+        }
         if self.sub == Sub::Starting {
             self.sub = Sub::Active;
         }
@@ -1183,6 +1288,76 @@ impl Harness {
                 "the head checks once more"
             );
         }
+    }
+
+    /// An observer starts: the subscription is wanted at once, as for a
+    /// waiter that really waits (docs/ELECTION.md §7).
+    fn observe(&mut self, key: usize) {
+        if !self.has_listeners() {
+            self.first_listener();
+        }
+        let _cursor = self
+            .core
+            .handle_observer_started(self.now, KeyId::of(KEYS[key]));
+        self.observers[key] += 1;
+        let events = drain(&mut self.core);
+        if self.sub == Sub::Off && !self.shutting_down {
+            assert_eq!(events, vec![CoreEvent::StartSubscriber]);
+            self.sub = Sub::Starting;
+            self.subscriber_running = true;
+        } else {
+            assert!(events.is_empty(), "{events:?}");
+        }
+    }
+
+    /// An observer stops; with the last listener gone the subscription
+    /// lingers (checked by `poll_subscriber`).
+    fn unobserve(&mut self, pick: u8) {
+        let Some(key) = choose(pick, &self.observed_names()) else {
+            return;
+        };
+        self.core
+            .handle_observer_stopped(self.now, KeyId::of(KEYS[key]));
+        self.observers[key] -= 1;
+        if self.observers[key] == 0 {
+            self.changes[key] = 0;
+            self.reading[key] = false;
+        }
+        if !self.has_listeners() {
+            self.idle_since = Some(self.now);
+        }
+        assert!(self.core.poll_event().is_none(), "a stop wakes nobody");
+    }
+
+    /// One read per name at a time: a claim while one is in flight is
+    /// refused; the one in flight ends (failed or abandoned).
+    fn observer_read(&mut self, pick: u8, end: u8) {
+        let Some(key) = choose(pick, &self.observed_names()) else {
+            return;
+        };
+        let id = KeyId::of(KEYS[key]);
+        let claimed = self.core.claim_observer_read(id);
+        if !self.reading[key] {
+            assert!(
+                claimed.is_some(),
+                "a read is claimed when none is in flight"
+            );
+            self.reading[key] = true;
+            return;
+        }
+        assert_eq!(claimed, None, "one read in flight per name");
+        if end.is_multiple_of(2) {
+            self.core
+                .handle_observer_read(id, self.now, None, self.notify);
+        } else {
+            self.core.abandon_observer_read(id);
+        }
+        self.reading[key] = false;
+        assert!(self.core.poll_event().is_none(), "a read wakes nobody");
+    }
+
+    fn observed_names(&self) -> Vec<usize> {
+        (0..KEYS.len()).filter(|k| self.observers[*k] > 0).collect()
     }
 
     fn subscription_failed(&mut self) {
@@ -1413,6 +1588,17 @@ impl Harness {
         );
         let in_lines: usize = self.lines.iter().map(VecDeque::len).sum();
         assert_eq!(in_lines, self.waiters.len());
+        for key in OBSERVED {
+            let changes = self.core.observed_changes(KeyId::of(KEYS[key]));
+            assert_eq!(changes, self.changes[key], "changes announced to observers");
+        }
+        if self.observers.iter().any(|n| *n > 0) && !self.shutting_down {
+            assert_ne!(
+                self.sub,
+                Sub::Off,
+                "an observed name keeps the subscription"
+            );
+        }
 
         let (now, safety) = (self.now, self.safety());
         for k in 0..KEYS.len() {
@@ -1449,6 +1635,20 @@ impl Harness {
             self.core.poll_event().is_none(),
             "a spurious poll queues nothing"
         );
+    }
+}
+
+/// When a campaign whose attempt, sent at `submitted` and answered at
+/// `received`, found the leader's lease ending in `remaining` retries
+/// (docs/ELECTION.md §5): as it would reach Redis at the lease's end, so
+/// `remaining` after the attempt less half the round trip; at once when the
+/// lease ends within a round trip.
+fn campaign_retry(submitted: Instant, received: Instant, remaining: Duration) -> Instant {
+    let round_trip = received - submitted;
+    if remaining <= round_trip {
+        received
+    } else {
+        submitted + (remaining - round_trip / 2)
     }
 }
 

@@ -24,6 +24,10 @@
 //!   step against a small reference model: no waiter lost, duplicated or
 //!   reordered, one attempt per key, no wait past a deadline, no head left
 //!   without a wake-up, and every token tracked, orphaned or released once.
+//!   Three keys are locks, the fourth an election's candidates (campaigns,
+//!   their microsecond-timed retries, vacancies that wake them, resigns);
+//!   observers of two elections keep the subscription wanted, count every
+//!   change announced to them and read one at a time.
 //!
 //! This file holds the input decoding and the helpers the checks share.
 
@@ -133,10 +137,15 @@ pub(super) fn command_args(cmd: &redis::Cmd) -> Vec<Vec<u8>> {
     }
 }
 
-/// Whether `call` is a release of exactly `token`.
+/// Whether `call` is a release (a leader's: a resign) of exactly `token`.
 pub(super) fn releases(call: &ScriptCall, token: OwnerToken) -> bool {
-    call.kind == ScriptKind::Release
-        && command_args(&call.evalsha()).get(4) == Some(&token.to_hex().into_bytes())
+    // The token follows the keys: a release has one, a resign two.
+    let at = match call.kind {
+        ScriptKind::Release => 4,
+        ScriptKind::Resign => 5,
+        _ => return false,
+    };
+    command_args(&call.evalsha()).get(at) == Some(&token.to_hex().into_bytes())
 }
 
 // ----- driving a core --------------------------------------------------------

@@ -152,7 +152,7 @@
 //! | `aio` | yes | the async front end `redlease::aio` (redis `smol-comp`, `futures`, `async-io`), and the blocking front end's own plain TCP and unix connection (without it: the redis crate's, with a `PING` in front of each request on a reused one) |
 //! | `cli` | no | the `redlease` command-line tool (a binary; the library does not use it): `cargo install redlease --features cli` |
 //! | `tls-rustls` | no | `rediss://` URLs on both front ends (redis `tls-rustls` and `smol-rustls-comp`, rustls with `ring`); custom roots through `redis::Client::build_with_tls` and `Locker::new`, behind Sentinel through [`SentinelOptions`] |
-//! | `tokio` | no | implies `aio`; a plain TCP connection opened inside a tokio runtime (with its IO driver) uses that runtime's reactor, one context switch per round trip instead of two; never starts a runtime (README "In a tokio program") |
+//! | `tokio` | no | implies `aio`; a plain TCP or unix socket connection opened inside a tokio runtime (with its IO driver) uses that runtime's reactor, one context switch per round trip instead of two; never starts a runtime (README "In a tokio program") |
 //! | `metrics` | no | the metrics of the README's "Metrics" section through the `metrics` facade 0.24 (the application installs the exporter before building a locker); label `locker` from [`Config::metrics_label`] |
 //!
 //! # Guarantees and their limits

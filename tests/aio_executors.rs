@@ -280,3 +280,56 @@ fn a_shut_down_runtime_still_entered_leaves_the_connection_on_async_io() {
         locker.shutdown().await.expect("shutdown");
     });
 }
+
+/// Over a unix socket, in a tokio runtime, the connection is on the
+/// runtime's reactor as over TCP: it serves a spawned task, notices a
+/// server-side close before the next command, and after the runtime is
+/// gone the locker opens a new connection rather than send on the old one
+/// (one script per operation).
+#[cfg(all(feature = "tokio", unix))]
+#[test]
+fn a_unix_socket_connection_in_a_tokio_runtime_serves_notices_a_close_and_outlives_it() {
+    let socket = std::env::temp_dir().join(format!("redlease-tokio-{}.sock", std::process::id()));
+    let path = socket.to_string_lossy().into_owned();
+    let server = RedisServer::builder()
+        .args(["--unixsocket", path.as_str(), "--unixsocketperm", "700"])
+        .start();
+    let url = format!("redis+unix://{path}?db=0");
+    let runtime = current_thread_runtime();
+    let locker = runtime.block_on(async {
+        let locker = Arc::new(Locker::connect(url.as_str(), config("unix")).await.unwrap());
+        // One worker: contention would leave hand-over registrations whose
+        // removal, later, the script count below would see.
+        let fences = tokio::spawn(worker(locker.clone())).await.expect("join");
+        assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+        assert!(
+            server.client_kill_type("normal") >= 1,
+            "the connection was killed"
+        );
+        support::wait_until(
+            Duration::from_secs(10),
+            "the locker notices the close",
+            || !locker.stats().connected,
+        );
+        let lease = locker.acquire("k").await.expect("a new connection serves");
+        lease.release().await.expect("release");
+        locker
+    });
+    drop(runtime);
+    server.reset_stats();
+    futures::executor::block_on(async {
+        for _ in 0..3 {
+            let lease = locker
+                .acquire("k")
+                .await
+                .expect("acquire after the runtime");
+            lease.release().await.expect("release after the runtime");
+        }
+        locker.shutdown().await.expect("shutdown");
+    });
+    let stats = server.commandstats();
+    let scripts =
+        stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0);
+    assert_eq!(scripts, 6, "{stats:?}");
+    let _ = std::fs::remove_file(&socket);
+}

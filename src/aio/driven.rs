@@ -17,7 +17,7 @@
 //! oldest of them, which reads for them. Under `smol::block_on` or
 //! async-std a round trip costs one context switch, elsewhere
 //! (`futures::executor`, tokio) two: readiness comes from async-io's thread.
-//! With feature `tokio`, a TCP socket opened inside a tokio runtime is on
+//! With feature `tokio`, a socket opened inside a tokio runtime is on
 //! that runtime's reactor instead (`tokio_reactor.rs`): one switch there.
 //!
 //! **Reads.** A read that fills less than its buffer has drained the
@@ -56,7 +56,7 @@ struct Inner {
 }
 
 /// The socket, TCP or unix.
-type Socket = Arc<dyn Wire>;
+pub(super) type Socket = Arc<dyn Wire>;
 
 /// What the connection does with its socket.
 pub(super) trait Wire: Send + Sync {
@@ -246,14 +246,14 @@ impl DrivenConnection {
                     // The set-up owns its stream: a second handle to the socket.
                     let second = async_io::Async::new(tcp.get_ref().try_clone()?)?;
                     set_up(settings, second).await?;
-                    on_reactor(tcp)?
+                    on_reactor(tcp)
                 }
                 #[cfg(unix)]
                 redis::ConnectionAddr::Unix(path) => {
                     let unix = async_io::Async::<std::os::unix::net::UnixStream>::connect(path);
                     let unix = Arc::new(unix.await?);
                     set_up(settings, async_io::Async::new(unix.get_ref().try_clone()?)?).await?;
-                    unix as Socket
+                    on_reactor(unix)
                 }
                 _ => {
                     return Err((redis::ErrorKind::Client, "not a plain TCP or unix socket").into())
@@ -315,13 +315,25 @@ impl DrivenConnection {
 /// opened in (feature `tokio`): a reply then wakes that runtime's thread
 /// itself, not async-io's thread first, one context switch fewer per round
 /// trip (BENCHMARKS "Async vs blocking"). Elsewhere on async-io's.
-fn on_reactor(tcp: Arc<async_io::Async<std::net::TcpStream>>) -> io::Result<Socket> {
-    #[cfg(all(feature = "tokio", panic = "unwind"))]
-    if let Some(registered) = super::tokio_reactor::register(tcp.get_ref())? {
-        return Ok(Arc::new(registered));
-    }
-    Ok(tcp)
+fn on_reactor<S: Registrable>(socket: Arc<async_io::Async<S>>) -> Socket
+where
+    async_io::Async<S>: Wire + 'static,
+{
+    socket.get_ref().on_tokio().unwrap_or(socket)
 }
+
+/// A socket that a tokio runtime's reactor can take over (feature `tokio`,
+/// `tokio_reactor.rs`); without it, none.
+pub(super) trait Registrable {
+    fn on_tokio(&self) -> Option<Socket> {
+        None
+    }
+}
+
+#[cfg(not(all(feature = "tokio", panic = "unwind")))]
+impl Registrable for std::net::TcpStream {}
+#[cfg(all(unix, not(all(feature = "tokio", panic = "unwind"))))]
+impl Registrable for std::os::unix::net::UnixStream {}
 
 /// The first address of `host` that accepts a connection. Resolving a
 /// name blocks (the standard library has no asynchronous resolver), once

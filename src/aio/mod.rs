@@ -12,8 +12,8 @@
 //! commands waiting on it
 //! (`driven.rs`), and release notifications arrive on the driver layer's
 //! subscriber thread, which also drops the subscription after its linger
-//! without any call from the program. With feature `tokio` a plain TCP
-//! connection opened inside a tokio runtime goes on that runtime's reactor
+//! without any call from the program. With feature `tokio` a plain TCP or
+//! unix connection opened inside a tokio runtime goes on that runtime's reactor
 //! (`tokio_reactor.rs`).
 //!
 //! ```text

@@ -196,7 +196,8 @@ impl fmt::Debug for Lost {
 }
 
 #[cfg(test)]
-#[allow(clippy::disallowed_methods)] // tests read the clock to build deadlines
+#[allow(clippy::disallowed_methods)]
+// tests read the clock to build deadlines
 // `LostCounter` is a unit struct without feature `metrics`, a struct with it.
 #[allow(clippy::default_constructed_unit_structs)]
 mod tests {

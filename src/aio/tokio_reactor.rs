@@ -28,16 +28,15 @@ struct OnTokio<S> {
 static WITHOUT_IO: Mutex<Option<Id>> = Mutex::new(None);
 
 /// A second handle to a socket on the current tokio runtime's reactor,
-/// made by `register` (tokio's `from_std` of a clone of the socket);
-/// `None` outside a runtime, in one without an IO driver, or where it
-/// refuses.
-fn register<S>(register: impl FnOnce() -> io::Result<S>) -> Option<OnTokio<S>> {
+/// made by `from_std` (tokio's, on a clone of the socket); `None` outside
+/// a runtime, in one without an IO driver, or where it refuses.
+fn register<S>(from_std: impl FnOnce() -> io::Result<S>) -> Option<OnTokio<S>> {
     let runtime = Handle::try_current().ok()?;
     let mut without_io = WITHOUT_IO.lock();
     if *without_io == Some(runtime.id()) {
         return None;
     }
-    let Ok(registered) = catch_unwind(AssertUnwindSafe(register)) else {
+    let Ok(registered) = catch_unwind(AssertUnwindSafe(from_std)) else {
         *without_io = Some(runtime.id());
         return None;
     };

@@ -13,7 +13,13 @@
 //! Every contender picks a kind and a key at random for each round: a lock
 //! (`torture:resource:<k>`), a permit of a semaphore of `--permits` permits
 //! (`torture:sem:<k>`), or the write or a read lease of a read-write lease
-//! (`torture:rw:<k>`). Every holder writes twice, at the start and at the
+//! (`torture:rw:<k>`). One round in six instead takes two distinct lock
+//! keys as one multi-key lease (`acquire_all`, in either order, so `{a, b}`
+//! and `{b, a}` contend); each of its keys is reported, written and checked
+//! as a lock hold of that key, so the lock checks below cover single- and
+//! multi-key holders of a key together (`acquisitions.multi_key` counts
+//! these leases, which also count twice in `lock`; their failed acquires
+//! and releases count once, under `multi_key/`). Every holder writes twice, at the start and at the
 //! end of its hold, through a fenced store
 //! ([`redlease::fenced::FencedStore`]) kept on a second `redis-server` that
 //! is never faulted (the protected resource, and the checker): a lock with
@@ -514,6 +520,161 @@ fn emit_release(kind: Kind, result: Result<redlease::ReleaseOutcome, redlease::E
     }
 }
 
+/// A multi-key lease's release: a lock's line marked `m`.
+fn emit_multi_release(result: Result<redlease::ReleaseOutcome, redlease::Error>) {
+    match result {
+        Ok(outcome) => emit(format_args!("R l {outcome:?} m")),
+        Err(e) => emit(format_args!("F l {} m", e.code())),
+    }
+}
+
+/// One round in six takes two distinct lock keys as one multi-key lease,
+/// in either order (so `{a, b}` and `{b, a}` contend); with one key, none.
+fn multi_pair(rng: &mut Rng, keys: u64) -> Option<[u64; 2]> {
+    if keys < 2 || rng.below(6) != 0 {
+        return None;
+    }
+    let a = rng.below(keys);
+    Some([a, (a + 1 + rng.below(keys - 1)) % keys])
+}
+
+/// A multi-key round, reported as one lock round per key (`S`, `G`, `P`,
+/// `H` with a `started` of its own, both read before the acquire call), so
+/// that the lock checks cover each key's holds, single- and multi-key
+/// alike; `M <started> <started>` names the pair.
+struct MultiRound {
+    keys: [u64; 2],
+    started: [u64; 2],
+}
+
+impl MultiRound {
+    fn start(keys: [u64; 2], started: [u64; 2]) -> Self {
+        emit(format_args!("M {} {}", started[0], started[1]));
+        for s in started {
+            emit_started(Kind::Lock, s);
+        }
+        MultiRound { keys, started }
+    }
+
+    fn names(&self) -> [String; 2] {
+        self.keys.map(|k| key_name(Kind::Lock, k))
+    }
+
+    /// Each key's fence, once granted (`None`: not two fences, reported as
+    /// a failed acquire).
+    fn granted(&self, fences: &[Fence], granted: u64) -> Option<[Fence; 2]> {
+        let &[a, b] = fences else {
+            self.failed("UNEXPECTED_FENCES", granted);
+            return None;
+        };
+        for (i, fence) in [a, b].into_iter().enumerate() {
+            emit_granted(Kind::Lock, self.keys[i], 0, fence, self.started[i], granted);
+        }
+        Some([a, b])
+    }
+
+    fn failed(&self, code: &str, ended: u64) {
+        for s in self.started {
+            emit_failed_acquire(Kind::Lock, code, s, ended);
+        }
+    }
+
+    fn first_writes(&self, first: [WriteRecord; 2]) {
+        for (s, w) in self.started.into_iter().zip(first) {
+            emit_first_write(Kind::Lock, s, w);
+        }
+    }
+
+    fn holds(
+        &self,
+        fences: [Fence; 2],
+        granted: u64,
+        first: [WriteRecord; 2],
+        second: [WriteRecord; 2],
+        valid: bool,
+    ) {
+        for i in 0..2 {
+            HoldLine {
+                kind: Kind::Lock,
+                key: self.keys[i],
+                slot: 0,
+                fence: fences[i],
+                started: self.started[i],
+                granted,
+                first: first[i],
+                second: second[i],
+                valid,
+            }
+            .emit();
+        }
+    }
+}
+
+fn blocking_multi_round(
+    shared: &Shared,
+    locker: &redlease::blocking::Locker,
+    store: &mut redis::Connection,
+    rng: &mut Rng,
+    keys: [u64; 2],
+) {
+    let round = MultiRound::start(keys, [(); 2].map(|()| tick_sync(shared, store)));
+    let acquired = locker.acquire_all(&round.names());
+    let granted = tick_sync(shared, store);
+    let lease = match acquired {
+        Ok(lease) => lease,
+        Err(e) => return round.failed(e.code(), granted),
+    };
+    let Some(fences) = round.granted(lease.fences(), granted) else {
+        return;
+    };
+    let mut valid = valid_for(lease.remaining());
+    let mut write = |i: usize| write_sync(shared, store, Kind::Lock, keys[i], 0, fences[i]);
+    let first = [write(0), write(1)];
+    round.first_writes(first);
+    thread::sleep(hold_time(rng));
+    valid &= valid_for(lease.remaining());
+    let second = [write(0), write(1)];
+    round.holds(fences, granted, first, second, valid);
+    emit_multi_release(lease.release());
+}
+
+async fn async_multi_round(
+    shared: &Shared,
+    locker: &redlease::aio::Locker,
+    store: &mut redis::aio::MultiplexedConnection,
+    rng: &mut Rng,
+    keys: [u64; 2],
+) {
+    let started = [
+        tick_async(shared, store).await,
+        tick_async(shared, store).await,
+    ];
+    let round = MultiRound::start(keys, started);
+    let acquired = locker.acquire_all(&round.names()).await;
+    let granted = tick_async(shared, store).await;
+    let lease = match acquired {
+        Ok(lease) => lease,
+        Err(e) => return round.failed(e.code(), granted),
+    };
+    let Some(fences) = round.granted(lease.fences(), granted) else {
+        return;
+    };
+    let mut valid = valid_for(lease.remaining());
+    let first = [
+        write_async(shared, store, Kind::Lock, keys[0], 0, fences[0]).await,
+        write_async(shared, store, Kind::Lock, keys[1], 0, fences[1]).await,
+    ];
+    round.first_writes(first);
+    async_io::Timer::after(hold_time(rng)).await;
+    valid &= valid_for(lease.remaining());
+    let second = [
+        write_async(shared, store, Kind::Lock, keys[0], 0, fences[0]).await,
+        write_async(shared, store, Kind::Lock, keys[1], 0, fences[1]).await,
+    ];
+    round.holds(fences, granted, first, second, valid);
+    emit_multi_release(lease.release().await);
+}
+
 fn tick_sync(shared: &Shared, conn: &mut redis::Connection) -> u64 {
     redis::cmd("INCR")
         .arg(&shared.clock_key)
@@ -679,6 +840,11 @@ fn blocking_contender(
     mut rng: Rng,
 ) {
     while !shared.stop.load(Ordering::SeqCst) {
+        if let Some(keys) = multi_pair(&mut rng, shared.keys) {
+            blocking_multi_round(shared, locker, &mut store, &mut rng, keys);
+            thread::sleep(ms(rng.below(20)));
+            continue;
+        }
         let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
         let index = key as usize;
         let started = tick_sync(shared, &mut store);
@@ -730,6 +896,11 @@ async fn async_contender(
     mut rng: Rng,
 ) {
     while !shared.stop.load(Ordering::SeqCst) {
+        if let Some(keys) = multi_pair(&mut rng, shared.keys) {
+            async_multi_round(shared, locker, &mut store, &mut rng, keys).await;
+            async_io::Timer::after(ms(rng.below(20))).await;
+            continue;
+        }
         let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
         let index = key as usize;
         let started = tick_async(shared, &mut store).await;
@@ -992,6 +1163,18 @@ struct OpenRound {
     first: Option<WriteRecord>,
 }
 
+/// The kind a release line (`R`/`F <kind> <what> [m]`) is counted under:
+/// `multi_key` with the trailing `m` of a multi-key lease's release.
+fn released_name(fields: &[&str]) -> &'static str {
+    if fields.get(3) == Some(&"m") {
+        return "multi_key";
+    }
+    fields
+        .get(1)
+        .and_then(|c| Kind::from_code(c))
+        .map_or("?", Kind::name)
+}
+
 /// What one worker process reported.
 #[derive(Debug, Default)]
 struct WorkerLog {
@@ -1008,6 +1191,11 @@ struct WorkerLog {
     /// run ended, so until its end).
     registrations_gone_at: Option<u64>,
     malformed: usize,
+    /// The `started` of each multi-key round's (`M`) first and second key,
+    /// and how many of those rounds reported their holds.
+    multi_firsts: HashSet<u64>,
+    multi_seconds: HashSet<u64>,
+    multi_holds: u64,
     errors: BTreeMap<String, u64>,
     releases: BTreeMap<String, u64>,
     done: usize,
@@ -1059,8 +1247,15 @@ impl WorkerLog {
                 }
                 None => self.malformed += 1,
             },
+            "M" => {
+                self.multi_firsts.insert(num(1));
+                self.multi_seconds.insert(num(2));
+            }
             "H" => match Hold::parse(&fields) {
                 Some(hold) => {
+                    if hold.kind == Kind::Lock && self.multi_firsts.contains(&hold.started) {
+                        self.multi_holds += 1;
+                    }
                     self.open.remove(&(hold.kind, hold.started));
                     self.holds.push(hold);
                 }
@@ -1070,10 +1265,20 @@ impl WorkerLog {
                 if let Some(kind) = kind(1) {
                     self.open.remove(&(kind, num(3)));
                 }
-                *self
-                    .errors
-                    .entry(format!("{}/acquire:{}", kind_name(1), text(2)))
-                    .or_default() += 1;
+                // A multi-key round's failure counts once, as its own.
+                let what = if self.multi_firsts.contains(&num(3)) {
+                    Some("multi_key")
+                } else if self.multi_seconds.contains(&num(3)) {
+                    None
+                } else {
+                    Some(kind_name(1))
+                };
+                if let Some(what) = what {
+                    *self
+                        .errors
+                        .entry(format!("{what}/acquire:{}", text(2)))
+                        .or_default() += 1;
+                }
                 if let Some(kind) = kind(1) {
                     self.failed.push(FailedAcquire {
                         kind,
@@ -1085,13 +1290,13 @@ impl WorkerLog {
             "F" => {
                 *self
                     .errors
-                    .entry(format!("{}/release:{}", kind_name(1), text(2)))
+                    .entry(format!("{}/release:{}", released_name(&fields), text(2)))
                     .or_default() += 1
             }
             "R" => {
                 *self
                     .releases
-                    .entry(format!("{}/{}", kind_name(1), text(2)))
+                    .entry(format!("{}/{}", released_name(&fields), text(2)))
                     .or_default() += 1
             }
             "D" => self.done += 1,
@@ -1281,6 +1486,8 @@ pub(crate) struct Report {
     options: Option<Options>,
     /// Grants by kind name.
     acquisitions: BTreeMap<&'static str, u64>,
+    /// Multi-key leases held (each also two grants in `lock`).
+    multi_key: u64,
     faults: Faults,
     writes_accepted: u64,
     stale_writes_rejected: u64,
@@ -1332,13 +1539,14 @@ impl Report {
             .iter()
             .map(|s| format!("\"{}\"", s.replace(['"', '\\'], "'")))
             .collect();
-        let acquisitions: Vec<String> = [Kind::Lock, Kind::Permit, Kind::Write, Kind::Read]
+        let mut acquisitions: Vec<String> = [Kind::Lock, Kind::Permit, Kind::Write, Kind::Read]
             .iter()
             .map(|k| {
                 let n = self.acquisitions.get(k.name()).copied().unwrap_or(0);
                 format!("\"{}\":{n}", k.name())
             })
             .collect();
+        acquisitions.push(format!("\"multi_key\":{}", self.multi_key));
         let (s, rw, k) = (&self.semaphore, &self.rw, &self.kills);
         let killed_holding: Vec<String> = [Kind::Lock, Kind::Permit, Kind::Write, Kind::Read]
             .iter()
@@ -1902,6 +2110,7 @@ fn analyse(
     for (i, log) in logs.iter().enumerate() {
         holds.extend(&log.holds);
         failed.extend(&log.failed);
+        report.multi_key += log.multi_holds;
         if let Some(killed_at) = log.killed_at {
             // Killed: no stop, no shutdown, no BYE to expect; what it was
             // doing joins the checks (its grants' fences, its writes of
@@ -2328,6 +2537,69 @@ mod tests {
         assert_eq!(report.fencing_violations(), 3);
         assert!(!report.passed());
         assert!(report.to_json().contains("\"fencing_violations\":3"));
+    }
+
+    #[test]
+    fn a_multi_key_round_is_checked_as_one_lock_hold_per_key_and_counted_once() {
+        let log = log_of(
+            &[
+                // Keys 0 and 1 as one lease (fences 7 and 3), then a
+                // single-key holder of key 1 with fence 4 after it.
+                "M 1 2",
+                "S l 1",
+                "S l 2",
+                "G l 0 0 7 1 3",
+                "G l 1 0 3 2 3",
+                "P l 1 1 4 5",
+                "P l 2 1 6 7",
+                "H l 0 0 7 1 3 1 4 5 1 8 9 1",
+                "H l 1 0 3 2 3 1 6 7 1 10 11 1",
+                "R l Released m",
+                "H l 1 0 4 12 13 1 14 15 1 16 17 1",
+                "R l Released",
+                // A multi-key round that waited in vain: one failure.
+                "M 18 19",
+                "S l 18",
+                "S l 19",
+                "E l WAIT_TIMEOUT 18 20",
+                "E l WAIT_TIMEOUT 19 20",
+            ],
+            1,
+        );
+        let store = HashMap::from([((Kind::Lock, 0, 0), 7), ((Kind::Lock, 1, 0), 4)]);
+        let report = analyse(&options(2), &[log], &store, &[]);
+        assert_eq!(report.acquisitions.get("lock"), Some(&3));
+        assert_eq!(report.multi_key, 1);
+        assert_eq!(report.fencing_violations(), 0);
+        assert_eq!(
+            report.errors.get("multi_key/acquire:WAIT_TIMEOUT"),
+            Some(&1)
+        );
+        assert_eq!(report.errors.get("lock/acquire:WAIT_TIMEOUT"), None);
+        assert_eq!(report.releases.get("multi_key/Released"), Some(&1));
+        assert_eq!(report.releases.get("lock/Released"), Some(&1));
+        assert!(report.to_json().contains("\"multi_key\":1"));
+        assert!(report.passed(), "{}", report.to_json());
+    }
+
+    #[test]
+    fn a_multi_key_holds_fence_below_an_earlier_single_key_write_is_a_violation() {
+        let log = log_of(
+            &[
+                "H l 1 0 5 1 2 1 3 4 1 5 6 1",
+                "M 7 8",
+                "H l 0 0 9 7 9 1 10 11 1 12 13 1",
+                "H l 1 0 4 8 9 1 14 15 1 16 17 1",
+            ],
+            1,
+        );
+        let store = HashMap::from([((Kind::Lock, 0, 0), 9), ((Kind::Lock, 1, 0), 5)]);
+        let report = analyse(&options(2), &[log], &store, &[]);
+        assert_eq!(
+            report.lock.ordering_violations, 2,
+            "both writes of 4 after 5"
+        );
+        assert!(!report.passed());
     }
 
     #[test]

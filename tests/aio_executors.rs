@@ -326,3 +326,42 @@ fn a_unix_socket_connection_in_a_tokio_runtime_serves_notices_a_close_and_outliv
     three_cycles_after_the_runtime_send_six_scripts(&locker, &server);
     let _ = std::fs::remove_file(&socket);
 }
+
+/// A server-side close that comes while a current-thread runtime is busy
+/// (its reactor does not turn) is still seen before the next operation,
+/// which opens a new connection, as on async-io's reactor: even after a
+/// look at the connection (`stats()`) made tokio's cached readiness say
+/// "nothing to read". Over TCP and a unix socket.
+#[cfg(all(feature = "tokio", unix))]
+#[test]
+fn a_close_while_a_current_thread_runtime_is_busy_is_seen_before_the_next_operation() {
+    let socket = std::env::temp_dir().join(format!("redlease-busy-{}.sock", std::process::id()));
+    let path = socket.to_string_lossy().into_owned();
+    let server = RedisServer::builder()
+        .args(["--unixsocket", path.as_str(), "--unixsocketperm", "700"])
+        .start();
+    let unix = format!("redis+unix://{path}?db=0");
+    for url in [server.url(), unix] {
+        current_thread_runtime().block_on(async {
+            let locker = Locker::connect(url.as_str(), config("busy")).await.unwrap();
+            for _ in 0..3 {
+                let lease = locker.try_acquire("k").await.expect("acquire");
+                lease.release().await.expect("release");
+                assert!(locker.stats().connected);
+                assert!(
+                    server.client_kill_type("normal") >= 1,
+                    "the connection was killed"
+                );
+                // Busy: nothing here lets the runtime turn its reactor.
+                std::thread::sleep(Duration::from_millis(20));
+                let lease = locker
+                    .try_acquire("k")
+                    .await
+                    .expect("a new connection serves");
+                lease.release().await.expect("release");
+            }
+            locker.shutdown().await.expect("shutdown");
+        });
+    }
+    let _ = std::fs::remove_file(&socket);
+}

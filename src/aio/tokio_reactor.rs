@@ -1,19 +1,22 @@
 //! Feature `tokio`: a connection's socket (TCP or unix) on the reactor of
 //! the tokio runtime it is opened in, and where that reactor turns.
 
-use std::io;
+use std::io::{self, Read};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use parking_lot::Mutex;
+use tokio::io::Interest;
 use tokio::runtime::{Handle, Id, RuntimeFlavor};
 
 use super::driven::{Registrable, Socket, Wire};
 
-/// A socket on a tokio runtime's reactor.
-struct OnTokio<S> {
+/// A socket on a tokio runtime's reactor, and the same socket as the
+/// standard library's `R` for its reads.
+struct OnTokio<S, R> {
     stream: S,
+    raw: R,
     runtime: Id,
     /// A multi-thread runtime's workers turn its reactor for a request
     /// polled on any thread; a current-thread runtime turns it only inside
@@ -28,9 +31,10 @@ struct OnTokio<S> {
 static WITHOUT_IO: Mutex<Option<Id>> = Mutex::new(None);
 
 /// A second handle to a socket on the current tokio runtime's reactor,
-/// made by `from_std` (tokio's, on a clone of the socket); `None` outside
-/// a runtime, in one without an IO driver, or where it refuses.
-fn register<S>(from_std: impl FnOnce() -> io::Result<S>) -> Option<OnTokio<S>> {
+/// made by `from_std` (tokio's, on a clone of the socket), beside `raw`;
+/// `None` outside a runtime, in one without an IO driver, or where it
+/// refuses.
+fn register<S, R>(raw: R, from_std: impl FnOnce() -> io::Result<S>) -> Option<OnTokio<S, R>> {
     let runtime = Handle::try_current().ok()?;
     let mut without_io = WITHOUT_IO.lock();
     if *without_io == Some(runtime.id()) {
@@ -43,6 +47,7 @@ fn register<S>(from_std: impl FnOnce() -> io::Result<S>) -> Option<OnTokio<S>> {
     // Refused (a runtime shutting down): async-io's reactor serves.
     Some(OnTokio {
         stream: registered.ok()?,
+        raw,
         runtime: runtime.id(),
         anywhere: runtime.runtime_flavor() == RuntimeFlavor::MultiThread,
     })
@@ -50,10 +55,22 @@ fn register<S>(from_std: impl FnOnce() -> io::Result<S>) -> Option<OnTokio<S>> {
 
 /// The same methods on tokio's TCP and unix streams.
 macro_rules! wire_on_tokio {
-    ($stream:ty) => {
-        impl Wire for OnTokio<$stream> {
+    ($stream:ty, $raw:ty) => {
+        impl Wire for OnTokio<$stream, $raw> {
+            /// A read of the socket itself. tokio's `try_read` reads only
+            /// while the reactor last saw the socket readable, so after a
+            /// read that found nothing, a close that came while the runtime
+            /// was busy (its reactor not turning) would go unseen by the
+            /// look before the next request, which would then be sent on a
+            /// closed connection (async-io's reads always ask the socket).
+            /// Finding nothing clears tokio's readiness as its reads do.
             fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-                self.stream.try_read(buf)
+                let read = (&self.raw).read(buf);
+                if matches!(&read, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                    let none = || Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock));
+                    let _ = self.stream.try_io(Interest::READABLE, none);
+                }
+                read
             }
 
             fn write(&self, buf: &[u8]) -> io::Result<usize> {
@@ -80,13 +97,14 @@ macro_rules! wire_on_tokio {
     };
 }
 
-wire_on_tokio!(tokio::net::TcpStream);
+wire_on_tokio!(tokio::net::TcpStream, std::net::TcpStream);
 #[cfg(unix)]
-wire_on_tokio!(tokio::net::UnixStream);
+wire_on_tokio!(tokio::net::UnixStream, std::os::unix::net::UnixStream);
 
 impl Registrable for std::net::TcpStream {
     fn on_tokio(&self) -> Option<Socket> {
-        let on = register(|| tokio::net::TcpStream::from_std(self.try_clone()?))?;
+        let raw = self.try_clone().ok()?;
+        let on = register(raw, || tokio::net::TcpStream::from_std(self.try_clone()?))?;
         Some(Arc::new(on))
     }
 }
@@ -94,7 +112,8 @@ impl Registrable for std::net::TcpStream {
 #[cfg(unix)]
 impl Registrable for std::os::unix::net::UnixStream {
     fn on_tokio(&self) -> Option<Socket> {
-        let on = register(|| tokio::net::UnixStream::from_std(self.try_clone()?))?;
+        let raw = self.try_clone().ok()?;
+        let on = register(raw, || tokio::net::UnixStream::from_std(self.try_clone()?))?;
         Some(Arc::new(on))
     }
 }

@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{free_port, kill_and_reap, wait_until, RedisServer, TlsMaterial};
 
@@ -280,16 +280,44 @@ impl SentinelSet {
                 .iter()
                 .all(|s| s.master_port() == Some(primary_port))
         });
-        wait_until(
-            STARTUP,
-            "every sentinel knows the replica and the others",
-            || {
-                set.sentinels
-                    .iter()
-                    .all(|s| s.known("replicas") >= 1 && s.known("sentinels") >= 2)
-            },
-        );
+        set.wait_until_every_sentinel_knows_the_others();
         set
+    }
+
+    /// Waits until every sentinel knows the replica and the two other
+    /// sentinels, none subjectively down. Polls every 50 ms: each look opens
+    /// a connection to every sentinel (a TLS handshake with `.tls()`), which
+    /// a loaded machine's sentinels must not spend their time on. On
+    /// timeout it says what each sentinel knew and what the primary said of
+    /// its replica (seen once: a CI run on a loaded machine timed out here).
+    fn wait_until_every_sentinel_knows_the_others(&self) {
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            let known: Vec<(usize, usize)> = self
+                .sentinels
+                .iter()
+                .map(|s| (s.known("replicas"), s.known("sentinels")))
+                .collect();
+            if known
+                .iter()
+                .all(|&(replicas, others)| replicas >= 1 && others >= 2)
+            {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let replication = self.servers[0].info("replication");
+                let replica: Vec<&str> = replication
+                    .lines()
+                    .filter(|l| l.starts_with("connected_slaves") || l.starts_with("slave0"))
+                    .collect();
+                panic!(
+                    "timed out after {STARTUP:?} waiting for every sentinel to know the \
+                     replica and the others; (replicas, sentinels) known per sentinel: \
+                     {known:?}; the primary: {replica:?}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The master name to pass to `connect_sentinel`.

@@ -350,6 +350,20 @@ impl Core {
         self.waiters.iter().map(|(id, _)| WaiterId(id)).collect()
     }
 
+    /// Queues the release of waiter `id`'s multi-key reservations, once
+    /// (docs/MULTIKEY.md §4: they go with the waiter, not at their expiry).
+    /// At shutdown this happens as waiting ends, not when the waiter's own
+    /// thread or task ends: that may be after the cleanup was taken.
+    pub(super) fn release_reservations_of(&mut self, id: WaiterId) {
+        let Some(w) = self.waiters.get(id.0) else {
+            return;
+        };
+        let reserved = w.target.line().kind == Kind::Multi && w.attempts > 0 && !w.try_once;
+        if reserved && !self.deregistrations.iter().any(|d| d.token == w.token) {
+            self.deregistrations.push(w.owned());
+        }
+    }
+
     // ----- application commands -------------------------------------------
 
     /// Starts an acquire of `key`'s lock. The waiter joins the key's line;
@@ -803,6 +817,10 @@ impl Core {
                 w.failures = 0;
                 if w.try_once {
                     w.phase = Phase::Finished(Err(Error::Busy { remaining }));
+                } else if self.shutting_down {
+                    // Its wait ends at its next poll; what this attempt
+                    // reserved goes with the cleanup.
+                    self.release_reservations_of(id);
                 } else {
                     self.subscription_wanted_by_waiter();
                 }
@@ -906,6 +924,7 @@ impl Core {
             if reserved
                 && !matches!(leaving, Leaving::Acquired(_))
                 && !self.deregistrations.iter().any(|d| d.token == w.token)
+                && !self.shutting_down
             {
                 self.deregistrations.push(w.owned());
             }

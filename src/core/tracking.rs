@@ -273,6 +273,9 @@ impl Core {
         self.shutting_down = true;
         self.end_lingering_of(|_| true);
         let ids = self.waiter_ids();
+        for &id in &ids {
+            self.release_reservations_of(id);
+        }
         self.events.extend(ids.into_iter().map(CoreEvent::Wake));
     }
 

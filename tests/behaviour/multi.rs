@@ -278,6 +278,39 @@ pub(crate) fn a_waiter_that_gives_up_leaves_no_reservation<F: Front>() {
     F::release(held).unwrap();
 }
 
+/// A locker shut down while its multi-key waiter waits leaves no
+/// reservation behind either: shutdown's cleanup releases it with the
+/// tracked leases, even when the waiter's thread (or task) ends after the
+/// cleanup was taken. Three rounds, as the race is the waiter's.
+pub(crate) fn shutdown_releases_a_waiting_multi_key_leases_reservations<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-shutdown");
+    let holder: F = connect(&server, polls_off(&ns));
+    let held = granted(holder.acquire("b"), "b held");
+    for round in 0..3 {
+        let locker = Arc::new(connect::<F>(&server, polls_off(&ns)));
+        let waiter = {
+            let locker = locker.clone();
+            spawn("multi-waiter", move || {
+                locker
+                    .acquire_all_with(&["a", "b"], waiting(BOUND))
+                    .map(|_| ())
+                    .map_err(|e| e.code())
+            })
+        };
+        wait_until(BOUND, "a reserved by the waiting lease", || {
+            get(&server, &lock_name(&ns, "a")).is_some_and(|v| v.contains(":r"))
+        });
+        locker.shutdown().expect("shutdown");
+        assert!(
+            !exists(&server, &lock_name(&ns, "a")),
+            "round {round}: the reservation went with the shut-down locker"
+        );
+        assert_eq!(waiter.join_within(BOUND), Err("SHUTTING_DOWN"));
+    }
+    F::release(held).unwrap();
+}
+
 /// `EVAL` of a multi-key script's source (`super::fences::script_lua`).
 fn eval_multi(server: &RedisServer, script: &str, keys: &[String], args: &[String]) -> Value {
     server.query(

@@ -288,6 +288,40 @@ fn a_shut_down_runtime_still_entered_leaves_the_connection_on_async_io() {
     });
 }
 
+/// A server that also listens on a unix socket named for `tag` (removed
+/// when dropped), and that socket's URL.
+#[cfg(all(feature = "tokio", unix))]
+struct UnixSocketServer {
+    server: RedisServer,
+    socket: std::path::PathBuf,
+    url: String,
+}
+
+#[cfg(all(feature = "tokio", unix))]
+impl UnixSocketServer {
+    fn start(tag: &str) -> Self {
+        let name = format!("redlease-{tag}-{}.sock", std::process::id());
+        let socket = std::env::temp_dir().join(name);
+        let path = socket.to_string_lossy().into_owned();
+        let server = RedisServer::builder()
+            .args(["--unixsocket", path.as_str(), "--unixsocketperm", "700"])
+            .start();
+        let url = format!("redis+unix://{path}?db=0");
+        UnixSocketServer {
+            server,
+            socket,
+            url,
+        }
+    }
+}
+
+#[cfg(all(feature = "tokio", unix))]
+impl Drop for UnixSocketServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
 /// Over a unix socket, in a tokio runtime, the connection is on the
 /// runtime's reactor as over TCP: it serves a spawned task, notices a
 /// server-side close before the next command, and after the runtime is
@@ -296,12 +330,8 @@ fn a_shut_down_runtime_still_entered_leaves_the_connection_on_async_io() {
 #[cfg(all(feature = "tokio", unix))]
 #[test]
 fn a_unix_socket_connection_in_a_tokio_runtime_serves_notices_a_close_and_outlives_it() {
-    let socket = std::env::temp_dir().join(format!("redlease-tokio-{}.sock", std::process::id()));
-    let path = socket.to_string_lossy().into_owned();
-    let server = RedisServer::builder()
-        .args(["--unixsocket", path.as_str(), "--unixsocketperm", "700"])
-        .start();
-    let url = format!("redis+unix://{path}?db=0");
+    let unix = UnixSocketServer::start("tokio");
+    let (server, url) = (&unix.server, &unix.url);
     let runtime = current_thread_runtime();
     let locker = runtime.block_on(async {
         let locker = Arc::new(Locker::connect(url.as_str(), config("unix")).await.unwrap());
@@ -323,8 +353,7 @@ fn a_unix_socket_connection_in_a_tokio_runtime_serves_notices_a_close_and_outliv
         locker
     });
     drop(runtime);
-    three_cycles_after_the_runtime_send_six_scripts(&locker, &server);
-    let _ = std::fs::remove_file(&socket);
+    three_cycles_after_the_runtime_send_six_scripts(&locker, server);
 }
 
 /// A server-side close that comes while a current-thread runtime is busy
@@ -335,13 +364,9 @@ fn a_unix_socket_connection_in_a_tokio_runtime_serves_notices_a_close_and_outliv
 #[cfg(all(feature = "tokio", unix))]
 #[test]
 fn a_close_while_a_current_thread_runtime_is_busy_is_seen_before_the_next_operation() {
-    let socket = std::env::temp_dir().join(format!("redlease-busy-{}.sock", std::process::id()));
-    let path = socket.to_string_lossy().into_owned();
-    let server = RedisServer::builder()
-        .args(["--unixsocket", path.as_str(), "--unixsocketperm", "700"])
-        .start();
-    let unix = format!("redis+unix://{path}?db=0");
-    for url in [server.url(), unix] {
+    let unix = UnixSocketServer::start("busy");
+    let server = &unix.server;
+    for url in [server.url(), unix.url.clone()] {
         current_thread_runtime().block_on(async {
             let locker = Locker::connect(url.as_str(), config("busy")).await.unwrap();
             for _ in 0..3 {
@@ -363,5 +388,4 @@ fn a_close_while_a_current_thread_runtime_is_busy_is_seen_before_the_next_operat
             locker.shutdown().await.expect("shutdown");
         });
     }
-    let _ = std::fs::remove_file(&socket);
 }

@@ -80,8 +80,7 @@
 //! set up). Options: `--seconds N` (20), `--processes N` (3), `--threads N`
 //! (3), `--tasks N` (3), `--keys N` (3, per kind), `--permits N` (2),
 //! `--seed N` (from the clock by default; the report names it),
-//! `--multi-key N` (0, off: multi-key rounds still leave a reservation
-//! behind after shutdown in some runs, under investigation; docs/FAULTS.md). The worker
+//! `--multi-key N` (6: one round in six is a multi-key lease; 0: none). The worker
 //! processes are this program again (`std::env::current_exe`) with
 //! `--worker`; `tests/faults.rs` reuses this file for its ignored long run.
 //! Everything listens on loopback only; `redis-server` must be on `PATH`.
@@ -177,7 +176,7 @@ impl Default for Options {
             seed: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0x5eed_f00d, |d| d.as_nanos() as u64),
-            multi_key: 0,
+            multi_key: 6,
         }
     }
 }
@@ -1378,6 +1377,8 @@ struct Faults {
     restarts: Vec<(u64, u64)>,
     /// When the last worker was killed: its tokens expire within a lease.
     last_kill: Option<Instant>,
+    /// The last fault on the lock's server, and when it ended.
+    last_on_redis: Option<(&'static str, Instant)>,
 }
 
 impl Faults {
@@ -1903,6 +1904,20 @@ fn inject_on_redis(
             faults.script_flush += 1;
         }
     }
+    let name = [
+        "sigstop",
+        "sigstop",
+        "sigstop",
+        "kill normal",
+        "kill normal",
+        "kill pubsub",
+        "kill pubsub",
+        "restart",
+    ];
+    faults.last_on_redis = Some((
+        name.get(fault as usize).copied().unwrap_or("script flush"),
+        Instant::now(),
+    ));
     Ok(())
 }
 
@@ -2002,6 +2017,7 @@ pub(crate) fn run_controller(
             let _ = writeln!(stdin, "stop");
         }
     }
+    let stopped_at = Instant::now();
     let exit_deadline = Instant::now() + STOP_BOUND + EXIT_BOUND;
     let mut killed = Vec::new();
     for (i, w) in workers.iter_mut().enumerate() {
@@ -2027,6 +2043,19 @@ pub(crate) fn run_controller(
         thread::sleep(ms(50));
     };
     if tokens_left > 0 {
+        if let Some(at) = faults.last_kill {
+            eprintln!("last worker kill: {} ms before", at.elapsed().as_millis());
+        }
+        if let Some((name, at)) = faults.last_on_redis {
+            eprintln!(
+                "last fault on redis: {name}, ended {} ms before",
+                at.elapsed().as_millis()
+            );
+        }
+        eprintln!(
+            "workers stopped {} ms before",
+            stopped_at.elapsed().as_millis()
+        );
         describe_tokens(&lock, &namespace);
     }
     let store_fences = read_registers(&store, &namespace, options)?;
@@ -2087,6 +2116,22 @@ fn live_tokens(lock: &RedisServer, namespace: &str) -> Result<u64, Box<dyn Error
 /// (`<token>:r<age>`), never the token.
 fn describe_tokens(lock: &RedisServer, namespace: &str) {
     let Ok(mut conn) = admin(lock) else { return };
+    // The hand-over queues' live registrations (`<reg>|<deadline>|<token>:…`):
+    // a release reserves a key for a multi-key registrant, dead or alive.
+    let registrations: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}:lock-reg:*"))
+        .query(&mut conn)
+        .unwrap_or_default();
+    let mut registered_tokens = Vec::new();
+    for reg in &registrations {
+        let value: Option<String> = redis::cmd("GET").arg(reg).query(&mut conn).ok().flatten();
+        let pttl: i64 = redis::cmd("PTTL").arg(reg).query(&mut conn).unwrap_or(-3);
+        eprintln!("registration left: PTTL {pttl} ms");
+        let grant_to = value.as_deref().and_then(|v| v.split('|').nth(2));
+        if let Some((token, _)) = grant_to.and_then(|v| v.split_once(':')) {
+            registered_tokens.push(token.to_owned());
+        }
+    }
     for pattern in ["lock", "sem", "rw-write"] {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{namespace}:{pattern}:*"))
@@ -2096,7 +2141,13 @@ fn describe_tokens(lock: &RedisServer, namespace: &str) {
             let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap_or(-3);
             let value: Option<String> = redis::cmd("GET").arg(&key).query(&mut conn).ok().flatten();
             let shape = match value.as_deref().and_then(|v| v.split_once(':')) {
-                Some((_, rest)) if rest.starts_with('r') => "a reservation",
+                Some((token, rest)) if rest.starts_with('r') => {
+                    if registered_tokens.iter().any(|t| t == token) {
+                        "a reservation for a registration still queued"
+                    } else {
+                        "a reservation for no queued registration"
+                    }
+                }
                 Some(_) => "a hold",
                 None => "not a lease value",
             };

@@ -438,10 +438,17 @@ if not busy then
       return redis.error_reply(WRONGTYPE)
     end
   end
-  if handover and ARGV[4] ~= '0' and ARGV[6] ~= '' then
-    -- Registrations left in queues a key was not handed over by.
+  if handover and ARGV[6] ~= '' then
+    -- Registrations left in queues a key was not handed over by (it came
+    -- free by expiry), also by an earlier attempt whose reply was lost:
+    -- out of the queue too, or a release of this very lease would reserve
+    -- the key for it, as an entry looks live until its deadline. Only a
+    -- flagged queue can hold one.
     for i = 1, n do
-      redis.call('DEL', ARGV[7 + i] .. ARGV[6])
+      local entry = got[2 * n + i] and redis.call('GETDEL', ARGV[7 + i] .. ARGV[6])
+      if entry then
+        redis.call('LREM', KEYS[2 * n + i], 0, entry)
+      end
     end
   end
   return fences

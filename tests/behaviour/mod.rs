@@ -66,6 +66,7 @@ macro_rules! behaviour_suite {
                 a_renew_that_finds_a_key_gone_gives_up_every_key,
                 a_waiter_that_gives_up_leaves_no_reservation,
                 shutdown_releases_a_waiting_multi_key_leases_reservations,
+                a_released_multi_key_lease_leaves_no_reservation_for_itself,
                 a_multi_key_waiter_takes_its_turn_in_a_held_keys_queue,
                 multi_key_scripts_run_again_with_one_token_answer_as_the_first_run,
                 the_acquire_script_never_leaves_a_partial_hold_it_finds,

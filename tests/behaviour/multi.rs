@@ -12,11 +12,12 @@ use redis::Value;
 use redlease::{Error, ReleaseOutcome, RenewOutcome};
 
 use super::common::{
-    config, connect, exists, fence_name, get, granted, key_sha, lock_name, namespace, no_wait,
-    polls_off, refused, release_channel, spawn, token_of, waiting, BOUND,
+    config, connect, exists, fence_name, get, granted, key_sha, leased, lock_name, namespace,
+    no_wait, polls_off, refused, release_channel, spawn, token_of, waiting, BOUND,
 };
 use super::fences::{calls, lock_commands};
 use super::front::Front;
+use super::handover::{queue_name, queued, reg_name};
 use crate::support::{wait_until, RedisServer};
 
 /// Three keys are held at once, each as `<token>:<fence>` under its own
@@ -276,6 +277,70 @@ pub(crate) fn a_waiter_that_gives_up_leaves_no_reservation<F: Front>() {
     let a = granted(holder.acquire_with("a", no_wait()), "a is free");
     F::release(a).unwrap();
     F::release(held).unwrap();
+}
+
+/// A multi-key lease granted on keys that came free by expiry, not by a
+/// hand-over, takes its registrations out of their queues as it is
+/// granted: its release then frees every key rather than reserving each
+/// for the lease that just ended (for `res_ms`, 90 s here).
+pub(crate) fn a_released_multi_key_lease_leaves_no_reservation_for_itself<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("multi-self");
+    let holder: F = connect(&server, config(&ns));
+    let short = leased(Duration::from_millis(300));
+    let a = granted(holder.acquire_with("a", short.clone()), "a held");
+    let b = granted(holder.acquire_with("b", short), "b held");
+    let locker: F = connect(&server, polls_off(&ns));
+    // Both keys are busy at its first attempt, so it registers in both
+    // queues; both leases then end by their TTL, which hands nothing over.
+    let lease = granted(
+        locker.acquire_all_with(&["a", "b"], waiting(BOUND)),
+        "a and b once the holder's leases lapsed",
+    );
+    assert_eq!(F::release_multi(lease).unwrap(), ReleaseOutcome::Released);
+    for key in ["a", "b"] {
+        assert_eq!(
+            get(&server, &lock_name(&ns, key)).map(|v| v.contains(":r")),
+            None,
+            "{key} is free after the release, not reserved"
+        );
+    }
+    let other: F = connect(&server, config(&ns));
+    let both = granted(other.acquire_all_with(&["a", "b"], no_wait()), "free");
+    F::release_multi(both).unwrap();
+    let _ = (F::release(a), F::release(b));
+
+    // The script alone: an attempt registers (b busy) and its reply is
+    // lost, so the next one still sends no age; its grant takes the
+    // registration out all the same.
+    let keys = ["a", "b"];
+    let mut names: Vec<String> = keys.iter().map(|k| lock_name(&ns, k)).collect();
+    names.extend(keys.iter().map(|k| fence_name(&ns, k)));
+    names.extend(keys.iter().map(|k| queue_name(&ns, k)));
+    names.extend(
+        keys.iter()
+            .map(|k| format!("{ns}:lock-queued:{{{}}}", key_sha(k))),
+    );
+    let mut args = [
+        "0123456789abcdef0123456789abcdef",
+        "5000",
+        "0",
+        "0",
+        "750",
+        "r1",
+        "750",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(keys.iter().map(|k| reg_name(&ns, k, "")));
+    server.query(redis::cmd("SET").arg(lock_name(&ns, "b")).arg("other:1"));
+    assert_busy(&eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, &args));
+    assert_eq!(queued(&server, &ns, "b").len(), 1, "registered behind b");
+    server.query(redis::cmd("DEL").arg(lock_name(&ns, "b")));
+    let fences = granted_fences(&eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, &args));
+    assert_eq!(fences.len(), 2);
+    assert!(queued(&server, &ns, "b").is_empty(), "out of b's queue");
+    assert!(!exists(&server, &reg_name(&ns, "b", "r1")));
 }
 
 /// A locker shut down while its multi-key waiter waits leaves no

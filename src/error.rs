@@ -734,6 +734,13 @@ impl Failure {
             Failure::Sent(source) => Error::from_command(op, source),
         }
     }
+
+    /// A cluster-only command asked of a connection to one server:
+    /// refused before anything is sent.
+    pub(crate) fn not_a_cluster() -> Self {
+        let e = (redis::ErrorKind::Client, "not a cluster connection");
+        Failure::NotSent(redis::RedisError::from(e))
+    }
 }
 
 /// A description of a redis error for logs: its kind and code only, since

@@ -290,12 +290,7 @@ impl Commands {
                 return Ok(());
             }
             let mut conn = self.timed(conn);
-            let mut pipe = pipeline_loading(calls);
-            for call in calls {
-                pipe.add_command(call.evalsha());
-            }
-            pipe.ignore_errors();
-            let results = pipe
+            let results = pipeline_loading(calls)
                 .query_async::<Vec<redis::RedisResult<Value>>>(&mut conn)
                 .await
                 .map_err(Failure::Sent)?;
@@ -331,9 +326,9 @@ impl Commands {
                 .route_command(cmd, crate::eviction::every_primary())
                 .await
                 .map_err(Failure::Sent),
-            AnyConnection::Standalone(_) | AnyConnection::Driven(_) => Err(Failure::NotSent(
-                redis::RedisError::from((redis::ErrorKind::Client, "not a cluster connection")),
-            )),
+            AnyConnection::Standalone(_) | AnyConnection::Driven(_) => {
+                Err(Failure::not_a_cluster())
+            }
         }
     }
 

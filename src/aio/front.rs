@@ -14,7 +14,7 @@ use futures::future::{select, Either};
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::ops::{answer, turn, Op, Release, Turn};
+use crate::driver::ops::{answer, turn, Op, Turn};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
@@ -77,10 +77,7 @@ impl Front for Async {
 
     fn release(mut lease: LeaseState<Self>) -> Self::Call<'static, Result<ReleaseOutcome, Error>> {
         Box::pin(async move {
-            let result = {
-                let release = Release::new(&lease.shared.state, &lease.held);
-                drive(&lease.shared, release).await
-            };
+            let result = drive(&lease.shared, lease.release_op()).await;
             // Only now: a release future dropped midway hands the token
             // back to the locker like a dropped lease.
             lease.finished();

@@ -53,7 +53,7 @@ fn register<S, R>(raw: R, from_std: impl FnOnce() -> io::Result<S>) -> Option<On
     })
 }
 
-/// The same methods on tokio's TCP and unix streams.
+/// The same `Wire` and `Registrable` on tokio's TCP and unix streams.
 macro_rules! wire_on_tokio {
     ($stream:ty, $raw:ty) => {
         impl Wire for OnTokio<$stream, $raw> {
@@ -94,26 +94,17 @@ macro_rules! wire_on_tokio {
                 matches!(self.stream.poll_read_ready(&mut cx), Poll::Ready(Err(_)))
             }
         }
+
+        impl Registrable for $raw {
+            fn on_tokio(&self) -> Option<Socket> {
+                let raw = self.try_clone().ok()?;
+                let on = register(raw, || <$stream>::from_std(self.try_clone()?))?;
+                Some(Arc::new(on))
+            }
+        }
     };
 }
 
 wire_on_tokio!(tokio::net::TcpStream, std::net::TcpStream);
 #[cfg(unix)]
 wire_on_tokio!(tokio::net::UnixStream, std::os::unix::net::UnixStream);
-
-impl Registrable for std::net::TcpStream {
-    fn on_tokio(&self) -> Option<Socket> {
-        let raw = self.try_clone().ok()?;
-        let on = register(raw, || tokio::net::TcpStream::from_std(self.try_clone()?))?;
-        Some(Arc::new(on))
-    }
-}
-
-#[cfg(unix)]
-impl Registrable for std::os::unix::net::UnixStream {
-    fn on_tokio(&self) -> Option<Socket> {
-        let raw = self.try_clone().ok()?;
-        let on = register(raw, || tokio::net::UnixStream::from_std(self.try_clone()?))?;
-        Some(Arc::new(on))
-    }
-}

@@ -1,8 +1,9 @@
 //! The async calls that take an async closure, for every kind:
-//! `with_lock`, `with_permit`, `with_read`, `with_write` (acquire, await
-//! the closure, always release) and `keep_alive`; with `extend(true)` the
-//! shared renewer runs inside the same future, selected against the
-//! closure's future, never spawned.
+//! `with_lock`, and through `handle::with_calls!` `with_all`,
+//! `with_permit`, `with_read`, `with_write` (acquire, await the closure,
+//! always release), and `keep_alive`; with `extend(true)` the shared
+//! renewer runs inside the same future, selected against the closure's
+//! future, never spawned.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -55,53 +56,9 @@ impl Locker {
     {
         run_holding(self.acquire_with(key, options.acquire), options.extend, f).await
     }
-
-    /// Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)),
-    /// awaits `f(&lease, &lost)` and releases all of them afterwards,
-    /// exactly as [`with_lock`](Self::with_lock) does with one key.
-    pub async fn with_all<T, E, F>(&self, keys: &[&str], options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: AsyncFnOnce(&MultiLease, &Lost) -> Result<T, E>,
-    {
-        let acquired = self.acquire_all_with(keys, options.acquire);
-        run_holding(acquired, options.extend, f).await
-    }
 }
 
-impl Semaphore {
-    /// Acquires a permit, awaits `f(&permit, &lost)` and releases the
-    /// permit afterwards, exactly as [`Locker::with_lock`] does with a lease.
-    pub async fn with_permit<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: AsyncFnOnce(&Permit, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.acquire_with(options.acquire), options.extend, f).await
-    }
-}
-
-impl RwLock {
-    /// Acquires a read lease, awaits `f(&read, &lost)` and releases it
-    /// afterwards, as [`Locker::with_lock`] does with a lease.
-    pub async fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: AsyncFnOnce(&ReadLease, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.read_with(options.acquire), options.extend, f).await
-    }
-
-    /// Acquires the write lease, awaits `f(&write, &lost)` and releases it
-    /// afterwards, as [`Locker::with_lock`] does with a lease.
-    pub async fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: AsyncFnOnce(&WriteLease, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.write_with(options.acquire), options.extend, f).await
-    }
-}
+crate::handle::with_calls!(AsyncFnOnce, "awaits", async .await);
 
 /// Awaits `f(&guard, &lost)` on the lease `acquire` yields, of any kind,
 /// with the renewer selected against it when `extend`, then releases the

@@ -102,10 +102,6 @@ impl Commands {
         }
     }
 
-    pub(crate) fn is_cluster(&self) -> bool {
-        self.inner.source.is_cluster()
-    }
-
     /// Sends a request of an operation.
     pub(crate) fn send(&self, request: &Request, counters: &Counters) -> Reply {
         match request {
@@ -113,11 +109,13 @@ impl Commands {
                 let (reply, then) = self.run_then(call, counters, then.as_ref());
                 Reply::Script { reply, then }
             }
-            Request::Releases { calls, until } => Reply::Releases(if self.is_cluster() {
-                Ok(self.releases_in_parallel(calls, *until))
-            } else {
-                self.releases_in_one_pipeline(calls, *until)
-            }),
+            Request::Releases { calls, until } => {
+                Reply::Releases(if self.inner.source.is_cluster() {
+                    Ok(self.releases_in_parallel(calls, *until))
+                } else {
+                    self.releases_in_one_pipeline(calls, *until)
+                })
+            }
         }
     }
 
@@ -142,17 +140,12 @@ impl Commands {
     /// Runs a plain command on every primary of a cluster (connect-time
     /// checks).
     pub(crate) fn every_primary(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
-        match &self.inner.source {
-            Source::Cluster(client, _) => client
-                .get_connection()
-                .map_err(Failure::NotSent)?
-                .route_command(cmd, crate::eviction::every_primary())
-                .map_err(Failure::Sent),
-            _ => Err(Failure::NotSent(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "not a cluster connection",
-            )))),
-        }
+        let Source::Cluster(client, _) = &self.inner.source else {
+            return Err(Failure::not_a_cluster());
+        };
+        let mut conn = client.get_connection().map_err(Failure::NotSent)?;
+        conn.route_command(cmd, crate::eviction::every_primary())
+            .map_err(Failure::Sent)
     }
 
     /// Runs one plain command on a fresh connection (connect-time checks).
@@ -330,18 +323,16 @@ impl Commands {
                 return Ok(calls.iter().map(|_| None).collect());
             };
             one.set_timeout(timeout).map_err(Failure::Sent)?;
-            let loads = pipeline_loading(calls);
-            let mut bytes = loads.get_packed_pipeline();
-            for call in calls {
-                bytes.extend(call.evalsha().get_packed_command());
-            }
+            let pipe = pipeline_loading(calls);
+            let bytes = pipe.get_packed_pipeline();
             let probe = reused && one.needs_probe();
             match send_probed(one.as_mut(), &bytes, probe) {
                 Probe::Stale => continue,
                 Probe::Sent(Err(e)) => return Err(Failure::Sent(e)),
                 // The connection's timeouts were changed: it is never reused.
                 Probe::Sent(Ok(())) => {
-                    return Ok(read_release_replies(one.as_mut(), loads.len(), calls))
+                    let loads = pipe.len() - calls.len();
+                    return Ok(read_release_replies(one.as_mut(), loads, calls));
                 }
             }
         }

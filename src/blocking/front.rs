@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Op, Release, Turn};
+use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Op, Turn};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
@@ -73,10 +73,7 @@ impl Front for Blocking {
 
 fn release(lease: &LeaseState<Blocking>) -> Result<ReleaseOutcome, Error> {
     let _serial = lease.serial.lock();
-    drive(
-        &lease.shared,
-        Release::new(&lease.shared.state, &lease.held),
-    )
+    drive(&lease.shared, lease.release_op())
 }
 
 /// Drives `op` to its end on the locker's connections.

@@ -1,7 +1,8 @@
 //! The blocking calls that take a closure, for every kind: `with_lock`,
-//! `with_permit`, `with_read`, `with_write` (acquire, run the closure,
-//! always release) and `keep_alive`; with `extend(true)` the shared
-//! renewer runs on a scoped thread.
+//! and through `handle::with_calls!` `with_all`, `with_permit`,
+//! `with_read`, `with_write` (acquire, run the closure, always release),
+//! and `keep_alive`; with `extend(true)` the shared renewer runs on a
+//! scoped thread.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -48,55 +49,9 @@ impl Locker {
     {
         run_holding(self.acquire_with(key, options.acquire), options.extend, f)
     }
-
-    /// Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)),
-    /// runs `f(&lease, &lost)` and releases all of them afterwards, exactly
-    /// as [`with_lock`](Self::with_lock) does with one key.
-    pub fn with_all<T, E, F>(&self, keys: &[&str], options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: FnOnce(&MultiLease, &Lost) -> Result<T, E>,
-    {
-        let acquired = self.acquire_all_with(keys, options.acquire);
-        run_holding(acquired, options.extend, f)
-    }
 }
 
-impl Semaphore {
-    /// Acquires a permit, runs `f(&permit, &lost)` and releases the permit
-    /// afterwards, exactly as [`Locker::with_lock`] does with a lease
-    /// (extension, `lost`, panics and errors alike; example in
-    /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all)).
-    pub fn with_permit<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: FnOnce(&Permit, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.acquire_with(options.acquire), options.extend, f)
-    }
-}
-
-impl RwLock {
-    /// Acquires a read lease, runs `f(&read, &lost)` and releases it
-    /// afterwards, as [`Locker::with_lock`] does with a lease.
-    pub fn with_read<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: FnOnce(&ReadLease, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.read_with(options.acquire), options.extend, f)
-    }
-
-    /// Acquires the write lease, runs `f(&write, &lost)` and releases it
-    /// afterwards, as [`Locker::with_lock`] does with a lease.
-    pub fn with_write<T, E, F>(&self, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: FnOnce(&WriteLease, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.write_with(options.acquire), options.extend, f)
-    }
-}
+crate::handle::with_calls!(FnOnce, "runs");
 
 /// Runs `f(&guard, &lost)` on the `acquired` lease of any kind, with the
 /// renewer on a scoped thread when `extend`, then releases the guard

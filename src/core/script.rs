@@ -1542,10 +1542,12 @@ pub(crate) fn load_cmd(kind: ScriptKind) -> redis::Cmd {
     cmd
 }
 
-/// A pipeline that starts with `SCRIPT LOAD` of every script `calls` run,
-/// once each (replies ignored), for the calls to follow: every `EVALSHA`
-/// then finds its script, so the calls run in their order (a `NOSCRIPT`
-/// answered later with `EVAL` would run after the ones behind it).
+/// Many calls in one pipeline, each answered on its own (`ignore_errors`):
+/// first `SCRIPT LOAD` of every script they run, once each (replies
+/// ignored), then each call's `EVALSHA`, which then finds its script, so
+/// the calls run in their order (a `NOSCRIPT` answered later with `EVAL`
+/// would run after the ones behind it). The loads are the first
+/// `len() - calls.len()` commands.
 pub(crate) fn pipeline_loading(calls: &[ScriptCall]) -> redis::Pipeline {
     let mut kinds: Vec<ScriptKind> = Vec::new();
     let mut pipe = redis::pipe();
@@ -1555,6 +1557,10 @@ pub(crate) fn pipeline_loading(calls: &[ScriptCall]) -> redis::Pipeline {
             pipe.add_command(load_cmd(call.kind)).ignore();
         }
     }
+    for call in calls {
+        pipe.add_command(call.evalsha());
+    }
+    pipe.ignore_errors();
     pipe
 }
 

@@ -54,3 +54,73 @@ impl Lost {
         self.disarm();
     }
 }
+
+/// The calls that take a closure on every kind but a single key's lock,
+/// written once for both front ends: `with_all`, `with_permit`,
+/// `with_read` and `with_write`, each an acquire of its kind handed to the
+/// front end's own `run_holding` (`with_lock`, whose example differs per
+/// front end, is written in each). `$bound` is the closure's trait
+/// (`FnOnce`, `AsyncFnOnce`) and `$runs` the docs' verb; an async front
+/// end adds `async .await`.
+macro_rules! with_calls {
+    ($bound:ident, $runs:literal $(, $asyncness:ident $($await:tt)*)?) => {
+        impl Locker {
+            #[doc = concat!(
+                "Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)), ",
+                $runs, " `f(&lease, &lost)` and releases all of them afterwards, exactly as ",
+                "[`with_lock`](Self::with_lock) does with one key."
+            )]
+            pub $($asyncness)? fn with_all<T, E, F>(&self, keys: &[&str], options: $crate::WithLock, f: F) -> Result<T, E>
+            where
+                E: From<$crate::Error>,
+                F: $bound(&MultiLease, &$crate::Lost) -> Result<T, E>,
+            {
+                let acquired = self.acquire_all_with(keys, options.acquire);
+                run_holding(acquired, options.extend, f) $($($await)*)?
+            }
+        }
+
+        impl Semaphore {
+            #[doc = concat!(
+                "Acquires a permit, ", $runs, " `f(&permit, &lost)` and releases the permit ",
+                "afterwards, exactly as [`Locker::with_lock`] does with a lease (extension, ",
+                "`lost`, panics and errors alike; example in ",
+                "[`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all))."
+            )]
+            pub $($asyncness)? fn with_permit<T, E, F>(&self, options: $crate::WithLock, f: F) -> Result<T, E>
+            where
+                E: From<$crate::Error>,
+                F: $bound(&Permit, &$crate::Lost) -> Result<T, E>,
+            {
+                run_holding(self.acquire_with(options.acquire), options.extend, f) $($($await)*)?
+            }
+        }
+
+        impl RwLock {
+            #[doc = concat!(
+                "Acquires a read lease, ", $runs, " `f(&read, &lost)` and releases it ",
+                "afterwards, as [`Locker::with_lock`] does with a lease."
+            )]
+            pub $($asyncness)? fn with_read<T, E, F>(&self, options: $crate::WithLock, f: F) -> Result<T, E>
+            where
+                E: From<$crate::Error>,
+                F: $bound(&ReadLease, &$crate::Lost) -> Result<T, E>,
+            {
+                run_holding(self.read_with(options.acquire), options.extend, f) $($($await)*)?
+            }
+
+            #[doc = concat!(
+                "Acquires the write lease, ", $runs, " `f(&write, &lost)` and releases it ",
+                "afterwards, as [`Locker::with_lock`] does with a lease."
+            )]
+            pub $($asyncness)? fn with_write<T, E, F>(&self, options: $crate::WithLock, f: F) -> Result<T, E>
+            where
+                E: From<$crate::Error>,
+                F: $bound(&WriteLease, &$crate::Lost) -> Result<T, E>,
+            {
+                run_holding(self.write_with(options.acquire), options.extend, f) $($($await)*)?
+            }
+        }
+    };
+}
+pub(crate) use with_calls;

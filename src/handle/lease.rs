@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::kind::{self, Fenced, Kind};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::driver::held::Held;
-use crate::driver::ops::{Granted, Renew};
+use crate::driver::ops::{Granted, Release, Renew};
 use crate::driver::state::Shared;
 use crate::error::Error;
 use crate::front::{Call, Front};
@@ -68,6 +68,11 @@ impl<F: Front> LeaseState<F> {
     /// The release finished: dropping this state does nothing more.
     pub(crate) fn finished(&mut self) {
         self.released = true;
+    }
+
+    /// The operation that releases this lease, for the front end to drive.
+    pub(crate) fn release_op(&self) -> Release<'_> {
+        Release::new(&self.shared.state, &self.held)
     }
 }
 

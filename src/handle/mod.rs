@@ -19,7 +19,7 @@ mod rw_lock;
 mod semaphore;
 
 pub use election::{Election, Leadership};
-pub(crate) use holding::after_release;
+pub(crate) use holding::{after_release, with_calls};
 pub use lease::Lease;
 pub(crate) use lease::LeaseState;
 pub use locker::Locker;

@@ -1867,12 +1867,13 @@ fn inject_on_redis(
     faults: &mut Faults,
     fault: u64,
 ) -> Result<(), Box<dyn Error>> {
-    match fault {
+    let name = match fault {
         0..=2 => {
             lock.pause();
             thread::sleep(ms(100 + rng.below(1100)));
             lock.resume();
             faults.sigstop += 1;
+            "sigstop"
         }
         3 | 4 => {
             query::<u64>(
@@ -1880,6 +1881,7 @@ fn inject_on_redis(
                 redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"),
             )?;
             faults.client_kill_normal += 1;
+            "kill normal"
         }
         5 | 6 => {
             query::<u64>(
@@ -1887,6 +1889,7 @@ fn inject_on_redis(
                 redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
             )?;
             faults.client_kill_pubsub += 1;
+            "kill pubsub"
         }
         7 => {
             let before = tick_admin(store, clock_key)?;
@@ -1898,26 +1901,15 @@ fn inject_on_redis(
                 .push((before, tick_admin(store, clock_key)?));
             restarted.map_err(|e| format!("redis-server could not restart on its port: {e}"))?;
             faults.restart_with_data_loss += 1;
+            "restart"
         }
         _ => {
             query::<()>(lock, redis::cmd("SCRIPT").arg("FLUSH"))?;
             faults.script_flush += 1;
+            "script flush"
         }
-    }
-    let name = [
-        "sigstop",
-        "sigstop",
-        "sigstop",
-        "kill normal",
-        "kill normal",
-        "kill pubsub",
-        "kill pubsub",
-        "restart",
-    ];
-    faults.last_on_redis = Some((
-        name.get(fault as usize).copied().unwrap_or("script flush"),
-        Instant::now(),
-    ));
+    };
+    faults.last_on_redis = Some((name, Instant::now()));
     Ok(())
 }
 

@@ -445,9 +445,8 @@ if not busy then
     -- the key for it, as an entry looks live until its deadline. Only a
     -- flagged queue can hold one.
     for i = 1, n do
-      local entry = got[2 * n + i] and redis.call('GETDEL', ARGV[7 + i] .. ARGV[6])
-      if entry then
-        redis.call('LREM', KEYS[2 * n + i], 0, entry)
+      if got[2 * n + i] then
+        settle({reg = ARGV[6], keep = 'd', reg_prefix = ARGV[7 + i]}, KEYS[2 * n + i])
       end
     end
   end

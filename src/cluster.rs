@@ -182,6 +182,22 @@ impl SlotMap {
             .find(|(start, end, _)| (*start..=*end).contains(&slot))
             .map(|(_, _, node)| node)
     }
+
+    /// A slot served by a primary other than `node`: where to ask about
+    /// `node`'s slots without asking `node`.
+    pub(crate) fn slot_away_from(&self, node: &NodeAddr) -> Option<u16> {
+        self.ranges
+            .iter()
+            .find(|(_, _, owner)| owner != node)
+            .map(|(start, _, _)| *start)
+    }
+}
+
+/// `CLUSTER SLOTS`: which primary serves which slots.
+pub(crate) fn slots_cmd() -> redis::Cmd {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SLOTS");
+    cmd
 }
 
 fn parse_range(entry: &Value) -> Option<(u16, u16, NodeAddr)> {
@@ -255,5 +271,17 @@ mod tests {
         assert_eq!(map.owner(0).map(|n| n.port), Some(7000));
         assert_eq!(map.owner(5461).map(|n| n.port), Some(7001));
         assert_eq!(SlotMap::parse(&Value::Nil).owner(1), None);
+
+        // Where to ask about a node's slots without asking that node.
+        let first = map.owner(0).unwrap().clone();
+        let second = map.owner(5461).unwrap().clone();
+        assert_eq!(map.slot_away_from(&first), Some(5461));
+        assert_eq!(map.slot_away_from(&second), Some(0));
+        let alone = SlotMap::parse(&Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16383),
+            node(7000),
+        ])]));
+        assert_eq!(alone.slot_away_from(&first), None);
     }
 }

@@ -9,13 +9,14 @@
 mod behaviour;
 mod support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use behaviour::common::{granted, lock_name, namespace, no_wait, refused, spawn, waiting, BOUND};
 use behaviour::front::Front;
 use redlease::{Config, Error, ReleaseOutcome};
-use support::cluster::{FailoverMode, RedisCluster};
+use support::cluster::{ClusterNode, FailoverMode, RedisCluster};
 use support::wait_until;
 
 /// The cluster tests run for any front end.
@@ -184,26 +185,109 @@ fn failover_while_a_lease_is_held_and_waiters_wait<F: ClusterFront>() {
     holder_locker.shutdown().unwrap();
 }
 
-fn a_paused_primary_fails_only_the_keys_in_its_slots<F: ClusterFront>() {
+/// Lets `primary` be paused for longer than the node timeout while its
+/// slots stay where they are and the other primaries go on serving theirs
+/// (no failover to its replica; `cluster-require-full-coverage no`), and
+/// back to the defaults with `on == false`. Without it, a pause stretched
+/// past the node timeout (a loaded machine) fails the node and takes the
+/// whole cluster down (`CLUSTERDOWN` on every key), which Redis decides,
+/// not the locker.
+fn keep_slots_while_paused(cluster: &RedisCluster, primary: &ClusterNode, on: bool) {
+    let config_set = |name: &str, value: &str| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg(name).arg(value);
+        cmd
+    };
+    let (no_failover, full_coverage) = if on { ("yes", "no") } else { ("no", "yes") };
+    cluster
+        .replica_of(primary)
+        .query(&config_set("cluster-replica-no-failover", no_failover));
+    for node in cluster.all() {
+        node.query(&config_set("cluster-require-full-coverage", full_coverage));
+    }
+}
+
+/// Runs `body` with a locker (command timeout 300 ms) and keys on three
+/// primaries while the first key's primary is paused (its slots kept in
+/// place, [`keep_slots_while_paused`]).
+fn with_a_paused_primary<F: ClusterFront>(ns: &str, body: impl FnOnce(&Arc<F>, &[String; 3])) {
     let cluster = RedisCluster::start();
-    let ns = namespace("cluster-paused");
     let locker: Arc<F> = connect(
         &cluster,
-        config(&ns).command_timeout(Duration::from_millis(300)),
+        config(&namespace(ns)).command_timeout(Duration::from_millis(300)),
     );
     let keys = cluster.keys_on_distinct_primaries(|i| format!("key-{i}"));
     let paused = cluster.primary_for_lock(&keys[0]);
+    keep_slots_while_paused(&cluster, paused, true);
     {
         let _guard = paused.pause_guard();
+        body(&locker, &keys);
+    }
+    keep_slots_while_paused(&cluster, paused, false);
+    cluster.wait_healthy();
+    locker.shutdown().unwrap();
+}
+
+fn a_paused_primary_fails_only_the_keys_in_its_slots<F: ClusterFront>() {
+    with_a_paused_primary::<F>("cluster-paused", |locker, keys| {
         let e = refused(locker.acquire_with(&keys[0], no_wait()), "paused primary");
         assert_eq!(e.code(), "OUTCOME_UNKNOWN", "{e:?}");
         for key in &keys[1..] {
             let lease = granted(locker.acquire_with(key, no_wait()), "other primaries");
             F::release(lease).unwrap();
         }
-    }
-    cluster.wait_healthy();
-    locker.shutdown().unwrap();
+    });
+}
+
+/// Attempts that keep trying a key of a paused primary (each times out and
+/// leaves a token for the next operation to sweep) fail only that key:
+/// cycles on the keys of the other primaries, on the same locker and at
+/// the same time, all succeed.
+fn attempts_on_a_paused_primary_do_not_stall_the_other_primaries<F: ClusterFront>() {
+    with_a_paused_primary::<F>("cluster-paused-attempts", |locker, keys| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let attempts: Vec<_> = (0..2)
+            .map(|i| {
+                let (locker, key, stop) = (locker.clone(), keys[0].clone(), stop.clone());
+                spawn(&format!("attempts on the paused primary {i}"), move || {
+                    let mut granted = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        if let Ok(lease) = locker.acquire_with(&key, no_wait()) {
+                            granted += 1;
+                            let _ = F::release(lease);
+                        }
+                    }
+                    granted
+                })
+            })
+            .collect();
+        // Long enough for several attempts to time out and be swept.
+        let until = Instant::now() + Duration::from_secs(2);
+        let cycles: Vec<_> = keys[1..]
+            .iter()
+            .map(|key| {
+                let (locker, key) = (locker.clone(), key.clone());
+                spawn(&format!("cycles on {key}"), move || {
+                    let mut rounds = 0;
+                    while Instant::now() < until {
+                        let lease = locker.acquire_with(&key, no_wait());
+                        let lease = granted(lease, &format!("{key}, round {rounds}"));
+                        F::release(lease)
+                            .unwrap_or_else(|e| panic!("{key}, round {rounds}: release: {e:?}"));
+                        rounds += 1;
+                    }
+                    rounds
+                })
+            })
+            .collect();
+        for cycle in cycles {
+            assert!(cycle.join_within(BOUND) > 0);
+        }
+        stop.store(true, Ordering::SeqCst);
+        for attempt in attempts {
+            assert_eq!(attempt.join_within(BOUND), 0, "a key of the paused primary");
+        }
+    });
 }
 
 /// The hand-over on a cluster: three lockers register for a key in a known
@@ -338,6 +422,11 @@ macro_rules! cluster_suite {
             #[test]
             fn a_paused_primary_fails_only_the_keys_in_its_slots() {
                 super::a_paused_primary_fails_only_the_keys_in_its_slots::<$front>();
+            }
+
+            #[test]
+            fn attempts_on_a_paused_primary_do_not_stall_the_other_primaries() {
+                super::attempts_on_a_paused_primary_do_not_stall_the_other_primaries::<$front>();
             }
 
             #[test]

@@ -10,10 +10,12 @@ use futures::future::{select, Either};
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 
 use super::deadline::{Deadlines, TimedConnection};
 use super::driven::DrivenConnection;
+use crate::cluster::{slots_cmd, SlotMap};
 use crate::core::script::{pipeline_loading, ScriptCall};
 use crate::driver::ops::{resend_as_eval, then_after, ReleaseReplies, Reply, Request};
 use crate::driver::state::Connections;
@@ -32,6 +34,13 @@ async fn eval_again_on_noscript(
         Err(e) if is_noscript(&e) => call.eval().query_async::<Value>(conn).await,
         other => other,
     }
+}
+
+/// The slot map a cluster connection reads through `routing`, if it
+/// answers (bounded by the connection's own timeout).
+async fn read_slots(conn: &mut ClusterConnection, routing: RoutingInfo) -> Option<Arc<SlotMap>> {
+    let reply = conn.route_command(slots_cmd(), routing).await.ok()?;
+    Some(Arc::new(SlotMap::parse(&reply)))
 }
 
 /// The shared connection with the command timeout applied.
@@ -89,6 +98,19 @@ impl redis::aio::ConnectionLike for AnyConnection {
 struct Current {
     conn: Option<AnyConnection>,
     generation: u64,
+    /// A cluster connection's slot map, as read when it was opened.
+    slots: Option<Arc<SlotMap>>,
+    /// A slot whose script timed out on the cluster connection: the next
+    /// operation first asks whether it moved.
+    suspect: Option<u16>,
+}
+
+/// What the next operation does about the shared connection.
+enum Next {
+    Use(AnyConnection),
+    /// Checks whether the slot moved away from the connection's map.
+    Check(ClusterConnection, u16, Arc<SlotMap>, u64),
+    Open(u64),
 }
 
 impl std::fmt::Debug for Commands {
@@ -117,17 +139,68 @@ impl Commands {
     pub(crate) async fn connection(&self) -> Result<AnyConnection, redis::RedisError> {
         // A driven connection learns of its end only when read.
         self.forget_if_ended();
+        let next = {
+            let mut guard = self.conn.lock();
+            let current = &mut *guard;
+            match (&current.conn, current.suspect.take(), &current.slots) {
+                (Some(AnyConnection::Cluster(conn)), Some(slot), Some(slots)) => {
+                    Next::Check(conn.clone(), slot, slots.clone(), current.generation)
+                }
+                (Some(conn), ..) => Next::Use(conn.clone()),
+                (None, ..) => {
+                    current.generation += 1;
+                    Next::Open(current.generation)
+                }
+            }
+        };
+        // Boxed: both are rare, and their futures (opening's about 2.7 KB)
+        // would otherwise be part of every operation's future.
+        match next {
+            Next::Use(conn) => Ok(conn),
+            Next::Check(conn, slot, slots, generation) => {
+                Box::pin(self.checked(conn, slot, &slots, generation)).await
+            }
+            Next::Open(generation) => Box::pin(self.open(generation)).await,
+        }
+    }
+
+    /// The cluster connection if `slot` is still served by the primary
+    /// that served it when the connection opened: that node is paused or
+    /// slow, and only its slots fail, while a new connection would stall
+    /// every slot (the redis crate connects to each node, the silent one
+    /// until its timeout, and refreshes its map under a lock whenever a
+    /// command for the silent node's slots is redirected). If the slot
+    /// moved (a failover), or no other primary answered, a new connection,
+    /// which reads the new map: the crate learns of a new owner only from
+    /// a redirect, which a silent node never sends.
+    async fn checked(
+        &self,
+        mut conn: ClusterConnection,
+        slot: u16,
+        slots: &SlotMap,
+        generation: u64,
+    ) -> Result<AnyConnection, redis::RedisError> {
+        if let Some(owner) = slots.owner(slot) {
+            if let Some(away) = slots.slot_away_from(owner) {
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(away, SlotAddr::Master));
+                let now = read_slots(&mut conn, RoutingInfo::SingleNode(route)).await;
+                if now.as_ref().and_then(|now| now.owner(slot)) == Some(owner) {
+                    return Ok(AnyConnection::Cluster(conn));
+                }
+            }
+        }
         let generation = {
             let mut current = self.conn.lock();
-            if let Some(conn) = &current.conn {
-                return Ok(conn.clone());
+            match &current.conn {
+                Some(conn) if current.generation != generation => return Ok(conn.clone()),
+                _ => {
+                    current.conn = None;
+                    current.generation += 1;
+                    current.generation
+                }
             }
-            current.generation += 1;
-            current.generation
         };
-        // Boxed: opening is rare, and its future (about 2.7 KB) would
-        // otherwise be part of every operation's future.
-        Box::pin(self.open(generation)).await
+        self.open(generation).await
     }
 
     /// A connection to one server over RESP3 (its disconnection report
@@ -172,25 +245,34 @@ impl Commands {
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(None);
         let config = config.set_push_sender(on_push);
-        let conn = match &self.source {
-            Source::Standalone(client) => {
-                self.open_one(client.get_connection_info(), config).await?
-            }
+        let (conn, slots) = match &self.source {
+            Source::Standalone(client) => (
+                self.open_one(client.get_connection_info(), config).await?,
+                None,
+            ),
             Source::Sentinel(resolver) => {
                 let primary = resolver.primary_async(self.timeout).await?;
-                self.open_one(primary.get_connection_info(), config).await?
+                (
+                    self.open_one(primary.get_connection_info(), config).await?,
+                    None,
+                )
             }
             // The cluster connection reconnects to its nodes by itself.
-            Source::Cluster(client, template) => AnyConnection::Cluster(
-                client
+            Source::Cluster(client, template) => {
+                let mut conn = client
                     .get_async_connection()
                     .await
-                    .map_err(|e| connect_failed(Source::cluster_transport(template.as_ref()), e))?,
-            ),
+                    .map_err(|e| connect_failed(Source::cluster_transport(template.as_ref()), e))?;
+                let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+                let slots = read_slots(&mut conn, any).await;
+                (AnyConnection::Cluster(conn), slots)
+            }
         };
         let mut current = self.conn.lock();
         if current.generation == generation {
             current.conn = Some(conn.clone());
+            current.slots = slots;
+            current.suspect = None;
         }
         Ok(conn)
     }
@@ -212,15 +294,21 @@ impl Commands {
     /// Forgets a connection that failed, or whose server says it is no
     /// longer a writable primary (`READONLY`, `MASTERDOWN`), so the next
     /// operation opens anew (through Sentinel: to the primary it names now).
-    /// On a cluster a timeout too: the redis crate learns a new slot owner
-    /// only from a redirect, which a node that stopped answering (paused,
-    /// partitioned) never sends; a new connection reads the slot map.
-    fn discard_if_broken(&self, result: &redis::RedisResult<Value>) {
-        if let Err(e) = result {
-            let (timed_out, cluster) = (e.is_timeout(), matches!(self.source, Source::Cluster(..)));
-            if is_failover_reply(e) || (!is_server_reply(e) && (!timed_out || cluster)) {
-                self.close();
+    /// On a cluster a timeout too, unless the connection's slot map is
+    /// known and the command's `slot` is: then the next operation first
+    /// asks whether the slot moved ([`Commands::checked`]).
+    fn discard_if_broken(&self, result: &redis::RedisResult<Value>, slot: Option<u16>) {
+        let Err(e) = result else { return };
+        let (timed_out, cluster) = (e.is_timeout(), matches!(self.source, Source::Cluster(..)));
+        if cluster && timed_out {
+            let mut current = self.conn.lock();
+            if let (Some(slot), Some(_), Some(_)) = (slot, &current.conn, &current.slots) {
+                current.suspect = Some(slot);
+                return;
             }
+        }
+        if is_failover_reply(e) || (!is_server_reply(e) && (!timed_out || cluster)) {
+            self.close();
         }
     }
 
@@ -248,7 +336,7 @@ impl Commands {
             Some(cmd) => Some(cmd.query_async::<Value>(&mut conn).await),
             None => None,
         };
-        self.discard_if_broken(&result);
+        self.discard_if_broken(&result, call.slot());
         (result.map_err(Failure::Sent), then_reply)
     }
 
@@ -315,7 +403,7 @@ impl Commands {
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
         let mut conn = self.timed(self.connection().await.map_err(Failure::NotSent)?);
         let result = cmd.query_async::<Value>(&mut conn).await;
-        self.discard_if_broken(&result);
+        self.discard_if_broken(&result, None);
         result.map_err(Failure::Sent)
     }
 

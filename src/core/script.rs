@@ -1265,6 +1265,11 @@ impl ScriptCall {
         ScriptCall { kind, keys, args }
     }
 
+    /// The hash slot of the call's first key, which a cluster routes it by.
+    pub(crate) fn slot(&self) -> Option<u16> {
+        self.keys.first().map(|key| crate::cluster::slot_of(key))
+    }
+
     /// The verbs that run it: `EVALSHA`/`EVAL`, or their read-only forms
     /// for a script that writes nothing (a read-only user can run it).
     fn verbs(&self) -> (&'static str, &'static str) {

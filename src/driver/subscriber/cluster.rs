@@ -30,7 +30,7 @@ use super::{
     send_pass_ons,
 };
 use crate::clock::now;
-use crate::cluster::{slot_of, NodeAddr, SlotMap};
+use crate::cluster::{slot_of, slots_cmd, NodeAddr, SlotMap};
 use crate::core::lease::deadline_after;
 use crate::core::names::{Channel, KeyId};
 use crate::core::notice::Notice;
@@ -210,9 +210,7 @@ impl Subscriber<'_> {
                 self.reads_started,
                 on_helper_thread(move || {
                     let mut conn = client.get_connection()?;
-                    let mut cmd = redis::cmd("CLUSTER");
-                    cmd.arg("SLOTS");
-                    let reply: Value = cmd.query(&mut conn)?;
+                    let reply: Value = slots_cmd().query(&mut conn)?;
                     Ok(SlotMap::parse(&reply))
                 }),
             ));

@@ -43,6 +43,11 @@ pub(crate) struct Sweep {
 }
 
 impl Sweep {
+    /// The index of the first orphan's release in `calls`.
+    pub(crate) fn first_orphan(&self) -> usize {
+        self.first_orphan
+    }
+
     /// The keys of the orphans, in the order of `calls`.
     #[cfg(test)]
     pub(crate) fn keys(&self) -> Vec<KeyId> {
@@ -192,7 +197,15 @@ impl Core {
     /// Redis answered their release: nothing is forgotten while Redis is
     /// out of reach.
     pub(crate) fn take_sweep(&mut self) -> Sweep {
-        let orphans = std::mem::take(&mut self.orphans);
+        self.take_sweep_except(|_| false)
+    }
+
+    /// Like [`take_sweep`](Self::take_sweep), but the orphans whose release
+    /// `skip` names stay for a later sweep.
+    pub(crate) fn take_sweep_except(&mut self, skip: impl Fn(&ScriptCall) -> bool) -> Sweep {
+        let all = std::mem::take(&mut self.orphans);
+        let (orphans, kept) = all.into_iter().partition(|o| !skip(&self.release_of(o)));
+        self.orphans = kept;
         // The deregistrations go first, so that no release in the same
         // sweep hands its key to a registration of ours nobody waits on.
         let mut calls = self.take_deregistrations();

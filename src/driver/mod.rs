@@ -20,6 +20,7 @@ pub(crate) mod connect;
 pub(crate) mod held;
 pub(crate) mod metrics;
 pub(crate) mod ops;
+pub(crate) mod quiet;
 #[cfg_attr(not(feature = "aio"), allow(dead_code, reason = "read by aio only"))]
 pub(crate) mod replies;
 pub(crate) mod state;

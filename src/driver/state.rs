@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use event_listener::EventListener;
+use parking_lot::Mutex;
 
 use super::cell::{CoreCell, StartSubscriber};
 use super::metrics::LockerMetrics;
+use super::quiet::QuietSlots;
 use super::subscriber;
 use crate::clock::now;
 use crate::config::Config;
@@ -26,6 +28,9 @@ pub(crate) struct LockerState {
     pub(crate) replication: Option<Replication>,
     /// The standalone release channel's name (cluster channels are per key).
     pub(crate) channel_name: String,
+    /// On a cluster: the slots whose orphans other operations leave for a
+    /// while (a silent node).
+    pub(crate) quiet: Option<Mutex<QuietSlots>>,
     cell: CoreCell,
     notifications: subscriber::Source,
     subscribers_running: AtomicUsize,
@@ -49,6 +54,7 @@ impl LockerState {
             metrics,
             replication: Replication::of(&config),
             channel_name,
+            quiet: (channel == Channel::Sharded).then(Mutex::default),
             notifications,
             subscribers_running: AtomicUsize::new(0),
             config,

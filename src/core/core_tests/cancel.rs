@@ -225,3 +225,25 @@ fn orphans_whose_release_got_no_answer_are_kept_for_the_next_sweep() {
     core.handle_sweep_answered(sweep, |_| true);
     assert_eq!(core.counts().orphans, 0);
 }
+
+#[test]
+fn a_sweep_can_leave_some_orphans_for_later() {
+    let now = t0();
+    let mut core = core_at(now);
+    for (key, n) in [("k", 1), ("j", 2)] {
+        let w = join(&mut core, now, key, n, Duration::ZERO);
+        attempt(&mut core, now, w);
+        core.handle_acquire_reply(now, w, timed_out());
+        failed(&mut core, now, w);
+    }
+    assert_eq!(core.counts().orphans, 2);
+    let sweep = core.take_sweep_except(|call| releases(call, token(1)));
+    assert_eq!(sweep.keys(), vec![KeyId::of("j")]);
+    assert_eq!(sweep.first_orphan(), 0);
+    assert_eq!(core.counts().orphans, 1, "k's is left");
+    core.handle_sweep_answered(sweep, |_| true);
+    let sweep = core.take_sweep();
+    assert_eq!(sweep.keys(), vec![KeyId::of("k")]);
+    core.handle_sweep_answered(sweep, |_| true);
+    assert_eq!(core.counts().orphans, 0);
+}

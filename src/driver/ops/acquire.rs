@@ -222,12 +222,13 @@ impl Acquire {
     }
 
     /// Releases the locker's orphans, if any, unless a sweep of this
-    /// acquire already went unanswered.
-    fn sweep(&mut self, now: Instant) -> Option<Io<Result<Granted, Error>>> {
+    /// acquire already went unanswered; `own`: the cluster slot of the
+    /// attempt it goes before.
+    fn sweep(&mut self, now: Instant, own: Option<u16>) -> Option<Io<Result<Granted, Error>>> {
         if self.sweep_unanswered {
             return None;
         }
-        let (sweep, request) = Sweep::start(&self.state, now)?;
+        let (sweep, request) = Sweep::start(&self.state, now, own)?;
         self.pending = Pending::Sweep(sweep);
         Some(Io::Send(request))
     }
@@ -237,7 +238,7 @@ impl Acquire {
         // the next operation does: sweeping now could race this waiter's
         // own unanswered attempt on another connection.
         if self.state.read(|core| core.is_shutting_down()) {
-            if let Some(sweep) = self.sweep(now) {
+            if let Some(sweep) = self.sweep(now, None) {
                 return sweep;
             }
         }
@@ -292,7 +293,7 @@ impl Op for Acquire {
         });
         match step {
             WaiterStep::Attempt(call) => {
-                if let Some(sweep) = self.sweep(now) {
+                if let Some(sweep) = self.sweep(now, call.slot()) {
                     self.deferred = Some(call);
                     return sweep;
                 }
@@ -305,7 +306,7 @@ impl Op for Acquire {
             }
             // Woken by a lease dropped while this waiter waits for its key:
             // release it now, within one round trip.
-            WaiterStep::Wait(until) => self.sweep(now).unwrap_or(Io::Wait { until }),
+            WaiterStep::Wait(until) => self.sweep(now, None).unwrap_or(Io::Wait { until }),
             WaiterStep::Done(Ok(grant)) => {
                 // The waiter is gone from the core: nothing left to abandon.
                 self.finished = true;
@@ -340,7 +341,7 @@ impl Op for Acquire {
                 }
             }
             Pending::Sweep(sweep) => {
-                if !sweep.finish(&self.state, reply) {
+                if !sweep.finish(&self.state, now, reply) {
                     self.sweep_unanswered = true;
                 }
             }

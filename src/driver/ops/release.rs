@@ -49,7 +49,7 @@ impl Op for Release<'_> {
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
         match std::mem::replace(&mut self.phase, Phase::Sent) {
-            Phase::Start => match Sweep::start(self.state, now) {
+            Phase::Start => match Sweep::start(self.state, now, self.own_slot()) {
                 Some((sweep, request)) => {
                     self.phase = Phase::Sweeping(sweep);
                     Io::Send(request)
@@ -69,7 +69,7 @@ impl Op for Release<'_> {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Start) {
             Phase::Sweeping(sweep) => {
                 // Unanswered orphans stay for a later operation.
-                let _ = sweep.finish(self.state, reply);
+                let _ = sweep.finish(self.state, now, reply);
                 Phase::Release
             }
             Phase::Sent => {
@@ -89,6 +89,13 @@ impl Op for Release<'_> {
 }
 
 impl Release<'_> {
+    /// The cluster slot the release goes to (none on one server).
+    fn own_slot(&self) -> Option<u16> {
+        self.state.quiet.as_ref()?;
+        let call = self.state.read(|core| core.release_call(self.held.id));
+        call.ok()?.slot()
+    }
+
     fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
         let id = self.held.id;
         match self.state.with_core(|core| core.release_call(id)) {

@@ -1,13 +1,14 @@
 //! Releasing orphaned tokens by token, in one round trip, from whichever
 //! operation runs next (an acquire, a release): best effort, since the TTL
-//! is the backstop.
+//! is the backstop. On a cluster, the orphans of a silent node's slots are
+//! tried with a back-off (`driver::quiet`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Reply, Request};
 use crate::core::lease::deadline_after;
-use crate::core::script::classify_release;
+use crate::core::script::{classify_release, ScriptCall};
 use crate::core::tracking;
 use crate::driver::state::LockerState;
 
@@ -16,29 +17,47 @@ use crate::driver::state::LockerState;
 pub(super) struct Sweep {
     taken: tracking::Sweep,
     sent: usize,
+    /// The cluster slot of each orphan's release, in order.
+    slots: Vec<Option<u16>>,
 }
 
 impl Sweep {
-    /// Takes the orphans, if any, and the request that releases them.
-    pub(super) fn start(state: &Arc<LockerState>, now: Instant) -> Option<(Sweep, Request)> {
-        let mut taken = state.with_core(|core| core.take_sweep());
+    /// Takes the orphans, if any, and the request that releases them. An
+    /// operation on the cluster slot `own` leaves the orphans of quiet
+    /// slots for later (`driver::quiet`).
+    pub(super) fn start(
+        state: &Arc<LockerState>,
+        now: Instant,
+        own: Option<u16>,
+    ) -> Option<(Sweep, Request)> {
+        let mut taken = state.with_core(|core| match &state.quiet {
+            Some(quiet) => {
+                let quiet = quiet.lock();
+                core.take_sweep_except(|call| quiet.skips(call.slot(), own, now))
+            }
+            None => core.take_sweep(),
+        });
         if taken.calls.is_empty() {
             return None;
         }
         let calls = std::mem::take(&mut taken.calls);
+        let slots = calls[taken.first_orphan()..]
+            .iter()
+            .map(ScriptCall::slot)
+            .collect();
         let sent = calls.len();
         let request = Request::Releases {
             calls,
             until: deadline_after(now, state.config.command_timeout),
         };
-        Some((Sweep { taken, sent }, request))
+        Some((Sweep { taken, sent, slots }, request))
     }
 
     /// Gives back to the core what Redis did not answer (kept for the next
     /// sweep or shutdown), lets lines that settled behind an abandoned
     /// attempt go on, and logs releases Redis refused (left to their TTL).
     /// Returns whether Redis answered every release.
-    pub(super) fn finish(self, state: &Arc<LockerState>, reply: Reply) -> bool {
+    pub(super) fn finish(self, state: &Arc<LockerState>, now: Instant, reply: Reply) -> bool {
         let n = self.sent;
         let replies = reply.into_releases(n).unwrap_or_default();
         let answered = |i: usize| match replies.get(i) {
@@ -58,6 +77,14 @@ impl Sweep {
             );
         }
         let all = (0..n).all(answered);
+        if let Some(quiet) = &state.quiet {
+            let (config, first) = (&state.config, self.taken.first_orphan());
+            let mut quiet = quiet.lock();
+            for (i, slot) in self.slots.iter().enumerate() {
+                let answered = answered(first + i);
+                quiet.record(*slot, answered, now, config.command_timeout, config.lease);
+            }
+        }
         state.with_core(|core| core.handle_sweep_answered(self.taken, answered));
         all
     }

@@ -43,6 +43,13 @@ async fn read_slots(conn: &mut ClusterConnection, routing: RoutingInfo) -> Optio
     Some(Arc::new(SlotMap::parse(&reply)))
 }
 
+/// What the next operation does before it uses the shared connection.
+enum Next {
+    /// Asks whether the slot moved away from the connection's map.
+    Check(ClusterConnection, u16, Arc<SlotMap>, u64),
+    Open(u64),
+}
+
 /// The shared connection with the command timeout applied.
 type Timed = TimedConnection<AnyConnection>;
 
@@ -105,14 +112,6 @@ struct Current {
     suspect: Option<u16>,
 }
 
-/// What the next operation does about the shared connection.
-enum Next {
-    Use(AnyConnection),
-    /// Checks whether the slot moved away from the connection's map.
-    Check(ClusterConnection, u16, Arc<SlotMap>, u64),
-    Open(u64),
-}
-
 impl std::fmt::Debug for Commands {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Commands").finish_non_exhaustive()
@@ -146,7 +145,7 @@ impl Commands {
                 (Some(AnyConnection::Cluster(conn)), Some(slot), Some(slots)) => {
                     Next::Check(conn.clone(), slot, slots.clone(), current.generation)
                 }
-                (Some(conn), ..) => Next::Use(conn.clone()),
+                (Some(conn), ..) => return Ok(conn.clone()),
                 (None, ..) => {
                     current.generation += 1;
                     Next::Open(current.generation)
@@ -156,11 +155,10 @@ impl Commands {
         // Boxed: both are rare, and their futures (opening's about 2.7 KB)
         // would otherwise be part of every operation's future.
         match next {
-            Next::Use(conn) => Ok(conn),
+            Next::Open(generation) => Box::pin(self.open(generation)).await,
             Next::Check(conn, slot, slots, generation) => {
                 Box::pin(self.checked(conn, slot, &slots, generation)).await
             }
-            Next::Open(generation) => Box::pin(self.open(generation)).await,
         }
     }
 
@@ -245,28 +243,28 @@ impl Commands {
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(None);
         let config = config.set_push_sender(on_push);
-        let (conn, slots) = match &self.source {
-            Source::Standalone(client) => (
-                self.open_one(client.get_connection_info(), config).await?,
-                None,
-            ),
+        let conn = match &self.source {
+            Source::Standalone(client) => {
+                self.open_one(client.get_connection_info(), config).await?
+            }
             Source::Sentinel(resolver) => {
                 let primary = resolver.primary_async(self.timeout).await?;
-                (
-                    self.open_one(primary.get_connection_info(), config).await?,
-                    None,
-                )
+                self.open_one(primary.get_connection_info(), config).await?
             }
             // The cluster connection reconnects to its nodes by itself.
-            Source::Cluster(client, template) => {
-                let mut conn = client
+            Source::Cluster(client, template) => AnyConnection::Cluster(
+                client
                     .get_async_connection()
                     .await
-                    .map_err(|e| connect_failed(Source::cluster_transport(template.as_ref()), e))?;
+                    .map_err(|e| connect_failed(Source::cluster_transport(template.as_ref()), e))?,
+            ),
+        };
+        let slots = match &conn {
+            AnyConnection::Cluster(cluster) => {
                 let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-                let slots = read_slots(&mut conn, any).await;
-                (AnyConnection::Cluster(conn), slots)
+                read_slots(&mut cluster.clone(), any).await
             }
+            _ => None,
         };
         let mut current = self.conn.lock();
         if current.generation == generation {

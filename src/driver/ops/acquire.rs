@@ -293,7 +293,8 @@ impl Op for Acquire {
         });
         match step {
             WaiterStep::Attempt(call) => {
-                if let Some(sweep) = self.sweep(now, call.slot()) {
+                let own = self.state.quiet.as_ref().and_then(|_| call.slot());
+                if let Some(sweep) = self.sweep(now, own) {
                     self.deferred = Some(call);
                     return sweep;
                 }

@@ -89,11 +89,14 @@ impl Op for Release<'_> {
 }
 
 impl Release<'_> {
-    /// The cluster slot the release goes to (none on one server).
+    /// The cluster slot the release goes to, when there are orphans to
+    /// sweep before it (none on one server).
     fn own_slot(&self) -> Option<u16> {
         self.state.quiet.as_ref()?;
-        let call = self.state.read(|core| core.release_call(self.held.id));
-        call.ok()?.slot()
+        self.state.read(|core| {
+            let orphans = core.counts().orphans > 0;
+            orphans.then(|| core.release_call(self.held.id).ok()?.slot())?
+        })
     }
 
     fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {

@@ -31,10 +31,7 @@ impl Sweep {
         own: Option<u16>,
     ) -> Option<(Sweep, Request)> {
         let mut taken = state.with_core(|core| match &state.quiet {
-            Some(quiet) => {
-                let quiet = quiet.lock();
-                core.take_sweep_except(|call| quiet.skips(call.slot(), own, now))
-            }
+            Some(quiet) => core.take_sweep_except(|call| quiet.lock().skips(call.slot(), own, now)),
             None => core.take_sweep(),
         });
         if taken.calls.is_empty() {

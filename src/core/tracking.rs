@@ -203,14 +203,20 @@ impl Core {
     /// Like [`take_sweep`](Self::take_sweep), but the orphans whose release
     /// `skip` names stay for a later sweep.
     pub(crate) fn take_sweep_except(&mut self, skip: impl Fn(&ScriptCall) -> bool) -> Sweep {
-        let all = std::mem::take(&mut self.orphans);
-        let (orphans, kept) = all.into_iter().partition(|o| !skip(&self.release_of(o)));
-        self.orphans = kept;
         // The deregistrations go first, so that no release in the same
         // sweep hands its key to a registration of ours nobody waits on.
         let mut calls = self.take_deregistrations();
         let first_orphan = calls.len();
-        calls.extend(orphans.iter().map(|o| self.release_of(o)));
+        let mut orphans = Vec::new();
+        for orphan in std::mem::take(&mut self.orphans) {
+            let call = self.release_of(&orphan);
+            if skip(&call) {
+                self.orphans.push(orphan);
+            } else {
+                calls.push(call);
+                orphans.push(orphan);
+            }
+        }
         Sweep {
             calls,
             orphans,

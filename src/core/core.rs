@@ -216,9 +216,10 @@ struct Waiter {
     /// Attempts submitted so far: a wait of any length makes at least one.
     attempts: u32,
     /// The failure of the last attempt, while the waiter keeps waiting: it
-    /// is the result if the wait ends without a grant. `unsettled` when it
-    /// left the outcome unknown (the token may hold the key).
-    failure: Option<(Error, bool)>,
+    /// is the result if the wait ends without a grant. With the instant the
+    /// first attempt whose outcome is unknown was sent, while no settled
+    /// reply came after it: the token may hold the key since then.
+    failure: Option<(Error, Option<Instant>)>,
     /// Failed attempts in a row, for the backoff.
     failures: usize,
 }
@@ -505,7 +506,7 @@ impl Core {
         let Some(w) = self.waiters.get_mut(id.0) else {
             return;
         };
-        let mut orphan = matches!(w.failure, Some((_, true)));
+        let mut orphan = matches!(w.failure, Some((_, Some(_))));
         let mut in_flight_until = None;
         match std::mem::replace(&mut w.phase, Phase::Queued) {
             Phase::Attempting { submitted } => {
@@ -573,7 +574,7 @@ impl Core {
             Some(match w.failure.take() {
                 // The wait ends on a failure: it is the result (SPEC §5).
                 Some((e, unsettled)) => {
-                    if unsettled {
+                    if unsettled.is_some() {
                         let owned = w.owned();
                         self.orphans.push(owned);
                     }
@@ -592,7 +593,7 @@ impl Core {
         };
         if let Some(err) = ended {
             if let Some(w) = self.waiters.get_mut(id.0) {
-                if let Some((_, true)) = w.failure.take() {
+                if let Some((_, Some(_))) = w.failure.take() {
                     let owned = w.owned();
                     self.orphans.push(owned);
                 }
@@ -770,7 +771,13 @@ impl Core {
                     line.handle_attempt_done();
                     line.handle_granted(submitted, next_waits);
                 }
-                w.failure = None;
+                // A re-sent attempt's grant may be the first send's, which
+                // Redis may have run long before this one: the lease counts
+                // from the first send whose outcome is unknown.
+                let first_sent = match w.failure.take() {
+                    Some((_, Some(since))) => since,
+                    _ => submitted,
+                };
                 let outcome = if self.shutting_down {
                     self.orphans.push(w.owned());
                     Err(Error::ShuttingDown)
@@ -792,7 +799,7 @@ impl Core {
                         fence,
                         slot,
                         multi,
-                        clock: LeaseClock::granted(submitted, lease_len),
+                        clock: LeaseClock::granted(first_sent, lease_len),
                     })
                 };
                 w.phase = Phase::Finished(outcome);
@@ -838,7 +845,10 @@ impl Core {
             Err(e) => {
                 // Sticky until a settled reply: an earlier attempt of this
                 // token whose outcome is unknown may hold the key.
-                let unsettled = e.is_outcome_unknown() || matches!(w.failure, Some((_, true)));
+                let unsettled = match w.failure {
+                    Some((_, Some(since))) => Some(since),
+                    _ => e.is_outcome_unknown().then_some(submitted),
+                };
                 let keeps_waiting = !w.try_once
                     && !w.cancelled
                     && !self.shutting_down
@@ -856,7 +866,7 @@ impl Core {
                 if let Some(line) = line {
                     line.handle_attempt_done();
                 }
-                if unsettled {
+                if unsettled.is_some() {
                     self.orphans.push(w.owned());
                 }
                 w.failure = None;

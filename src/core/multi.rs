@@ -464,7 +464,7 @@ for i = 1, n do
     end
     if handover and ARGV[6] ~= '' and res_ms ~= '0' then
       local H = {reg = ARGV[6], reg_ms = ARGV[7], claim = res_ms, reg_prefix = ARGV[7 + i]}
-      enqueue(H, KEYS[2 * n + i], KEYS[3 * n + i], got[2 * n + i], 'm' .. age_text .. '.' .. token)
+      enqueue(H, KEYS[2 * n + i], KEYS[3 * n + i], 'm' .. age_text .. '.' .. token)
     end
   elseif res_ms == '0' then
     if s == 'mine' or s == 'reserved' then
@@ -566,7 +566,7 @@ for i = 1, n do
       local handed = false
       if handover and got[n + i] then
         local counter = name_of(i, '-fence:')
-        local reg, value = next_registration(name_of(i, '-queue:'), name_of(i, '-reg:') .. ':')
+        local reg, value = next_registration(name_of(i, '-queue:'))
         if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i)) then
           handed = true
         elseif reg == nil then

@@ -123,40 +123,45 @@ pub(crate) use next_fence_lua;
 ///   tries once or hears no grants).
 /// - `server_time()`, `now_ms()`: the script's one `TIME`, read at most
 ///   once, and its milliseconds.
-/// - `enqueue(H, queue, flag, queued, owner)`: registers the locker for its
+/// - `enqueue(H, queue, flag, owner)`: registers the locker for its
 ///   grant token (`owner` when the arguments carry none: a multi-key
 ///   lease's), or refreshes its registration: the new entry's bound starts
 ///   now; `SET … GET` returns the entry as queued, which `LPOS` finds and
-///   `LSET` replaces in its place; a locker not queued is `RPUSH`ed.
-///   Returns the flag's new value.
-/// - `rotate_head(queue, reg_prefix, seen)` moves the head entry to the
+///   `LSET` replaces in its place; a locker not queued is `RPUSH`ed. Every
+///   registration sets the flag, and the queue and the flag live until
+///   the latest entry's bound (`PEXPIRE … GT`), so a queue is never left
+///   unflagged and one whose registrants all died goes away. Only a slot
+///   migration's refusal of the registration's key is waited out
+///   unregistered; any other error (`NOPERM`) is raised.
+/// - `rotate_head(queue, seen, served_once)` moves the head entry to the
 ///   tail (`LMOVE`: a registration keeps its place in the round, so the
 ///   claim of a grant writes nothing to the queue) and returns its id and
 ///   its `<owner>:<claim_ms>`, or `false` for an entry past its bound,
 ///   which is dropped (`RPOP`). A registration `seen` (a table, or `nil`)
 ///   already holds goes back to the head, and the third value is `true`:
 ///   a script that grants several times stops after a full round, with the
-///   queue as it was. A semaphore's registration (its queue's name says
-///   `sem-queue`) and a multi-key lease's (value `m<age>.<token>:<res_ms>`)
-///   are taken out as they are served: a semaphore's could otherwise get a
-///   second free slot before it claimed the first (its claim queues it
-///   again; its queue is popped, `LPOP`, rather than rotated), a
-///   multi-key lease's registers again at its next attempt.
-/// - `next_registration(queue, reg_prefix, seen)`: `rotate_head` until a
-///   live entry, at most 8: its id and value, `nil` for an empty queue, or
-///   `false` when 8 entries were dead (the next caller continues) or the
-///   round is complete.
+///   queue as it was. With `served_once` (a semaphore's, which its caller
+///   says) the head is popped (`LPOP`) rather than rotated: a semaphore's
+///   registration could otherwise get a second free slot before it claimed
+///   the first (its claim queues it again). A multi-key lease's entry
+///   (value `m<age>.<token>:<res_ms>`) is taken out as it is served; it
+///   registers again at its next attempt.
+/// - `next_registration(queue, seen, served_once)`: `rotate_head` until a
+///   live entry: its id and value, `nil` for an empty queue, or `false`
+///   when the round is complete. Each dead entry it meets is dropped, so
+///   no attempt gets past a live registration however many died before
+///   it, and each is dropped once.
 /// - `grant_to(...)` writes the lease key for that registration's owner
 ///   with the next fence of its counter (SPEC §3, `next_fence`) for its
 ///   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`;
 ///   for a waiting multi-key lease's registration (value
 ///   `m<age>.<token>:<res_ms>`, docs/MULTIKEY.md §5) it reserves the key
 ///   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
-/// - `settle(H, queue, flag, queued)`: the caller got the lease; with no
+/// - `settle(H, queue, flag)`: the caller got the lease; with no
 ///   waiter left behind it (`keep` is `d`) its registration is taken out
 ///   (`GETDEL` gives the entry as queued, `LREM` removes it), with `r` it
 ///   is refreshed (`enqueue`).
-/// - `claim(H, key, token, fence, lease_ms, queue, flag, queued)`: a caller found its
+/// - `claim(H, key, token, fence, lease_ms, queue, flag)`: a caller found its
 ///   own token or its grant token (a replay, or a grant to it): the lease
 ///   runs its full length from this attempt on, under the caller's token.
 ///   No claim notice is published (the other lockers learn that a grant
@@ -190,9 +195,9 @@ local function now_ms()
   local t = server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function enqueue(H, queue, flag, queued, owner)
+local function enqueue(H, queue, flag, owner)
   if H.reg == '' or H.grant == '' then
-    return queued
+    return
   end
   if H.grant then
     owner = H.grant
@@ -200,27 +205,28 @@ local function enqueue(H, queue, flag, queued, owner)
   local entry = H.reg .. '|' .. string.format('%d', now_ms() + tonumber(H.reg_ms)) .. '|' .. owner .. ':' .. H.claim
   local was = redis.pcall('SET', H.reg_prefix .. H.reg, entry, 'PX', H.reg_ms, 'GET')
   if type(was) == 'table' and was.err then
-    -- Not local while a slot migration imports the key: wait unregistered.
-    return queued
-  end
-  if was then
-    local at = redis.call('LPOS', queue, was)
-    if at then
-      redis.call('LSET', queue, at, entry)
-      return queued
+    if string.find(was.err, 'non local key', 1, true) then
+      -- Not local while a slot migration imports the key: wait unregistered.
+      return
     end
+    error(was)
   end
-  redis.call('RPUSH', queue, entry)
-  if not queued then
-    redis.call('SET', flag, '1')
+  local at = was and redis.call('LPOS', queue, was)
+  if at then
+    redis.call('LSET', queue, at, entry)
+  else
+    redis.call('RPUSH', queue, entry)
   end
-  return '1'
+  -- The queue and its flag live as long as their latest registration,
+  -- and no longer (a queue of lockers that all died goes away).
+  if redis.call('PEXPIRE', queue, H.reg_ms, 'GT') == 0 then
+    redis.call('PEXPIRE', queue, H.reg_ms, 'NX')
+  end
+  if redis.call('PEXPIRE', flag, H.reg_ms, 'GT') == 0 then
+    redis.call('SET', flag, '1', 'NX', 'PX', H.reg_ms)
+  end
 end
-local function rotate_head(queue, reg_prefix, seen)
-  -- A semaphore's registration is served once per round: it could
-  -- otherwise be handed a second free slot before it claimed the first
-  -- (its claim queues it again). Its queue is popped, not rotated.
-  local served_once = string.find(queue, ':sem%-queue:{%x+}$')
+local function rotate_head(queue, seen, served_once)
   local entry
   if served_once then
     entry = redis.call('LPOP', queue)
@@ -250,21 +256,17 @@ local function rotate_head(queue, reg_prefix, seen)
     return reg, false
   end
   -- A multi-key lease's registration registers again at its next attempt.
-  local multi = string.sub(value, 1, 1) == 'm'
-  if multi and not served_once then
+  if string.sub(value, 1, 1) == 'm' and not served_once then
     redis.call('RPOP', queue)
-  end
-  if multi or served_once then
-    redis.call('DEL', reg_prefix .. reg)
   end
   if seen then
     seen[reg] = true
   end
   return reg, value
 end
-local function next_registration(queue, reg_prefix, seen)
-  for _ = 1, 8 do
-    local reg, value, cycled = rotate_head(queue, reg_prefix, seen)
+local function next_registration(queue, seen, served_once)
+  while true do
+    local reg, value, cycled = rotate_head(queue, seen, served_once)
     if not reg then
       return nil
     end
@@ -275,7 +277,6 @@ local function next_registration(queue, reg_prefix, seen)
       return reg, value
     end
   end
-  return false
 end
 local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
   local sep = string.find(value, ':', 1, true)
@@ -296,7 +297,7 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
   redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
 end
-local function settle(H, queue, flag, queued)
+local function settle(H, queue, flag)
   if not H or H.reg == '' then
     return
   end
@@ -306,12 +307,12 @@ local function settle(H, queue, flag, queued)
       redis.call('LREM', queue, 0, entry)
     end
   elseif H.keep == 'r' then
-    enqueue(H, queue, flag, queued, H.grant)
+    enqueue(H, queue, flag, H.grant)
   end
 end
-local function claim(H, key, token, fence, lease_ms, queue, flag, queued)
+local function claim(H, key, token, fence, lease_ms, queue, flag)
   redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
-  settle(H, queue, flag, queued)
+  settle(H, queue, flag)
 end
 local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
@@ -342,15 +343,17 @@ pub(crate) use handover_lua;
 ///   floor first, so that the next writer's fence is above every epoch.
 /// - `admit(readers, token, expiry)`: adds a reader; the set expires with
 ///   its latest member.
+/// - `readers_until(readers)`: the latest live reader's expiry, or `nil`.
 /// - `rw_hand_over(write, readers, counter_key, counter, ttl_ms, H,
 ///   self_entry)`: hands the free lease to the head live entry: a writer
-///   gets the write lease (`grant_to`); readers at the head are admitted
-///   together (at most 16), each for its claim window, with the epoch and
-///   one notification each. Returns the claim window of the grant (`nil`:
-///   nothing granted), whether `self_entry` (the caller's entry) was the
-///   head or among the readers admitted, whether readers were admitted,
-///   and whether a writer's entry is next in the queue after them; an
-///   empty queue's flag is deleted.
+///   gets the write lease (`grant_to`) unless a reader is live, and then
+///   stays first in line; every reader at the head is admitted together,
+///   each for its claim window, with the epoch and one notification each.
+///   Returns the claim window of the grant (`nil`: nothing granted),
+///   whether `self_entry` (the caller's entry) was the head or among the
+///   readers admitted, whether readers were admitted, and whether a
+///   writer's entry is next in the queue (after them, or kept first by
+///   live readers); an empty queue's flag is deleted.
 /// - `rw_begin(base)`: what a read or a write starts with: the hand-over's
 ///   arguments (after `ARGV[base]`, `H`, or `false` without the queue's
 ///   `KEYS[5]`, `KEYS[6]`), one `MGET` of the writer, the intent, the
@@ -380,8 +383,15 @@ local function admit(readers, token, expiry)
     redis.call('PEXPIREAT', readers, expiry, 'NX')
   end
 end
+local function readers_until(readers)
+  local latest = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+  local expiry = latest[2] and tonumber(latest[2])
+  if expiry and expiry > now_ms() then
+    return expiry
+  end
+end
 local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, self_entry)
-  local reg, value = next_registration(H.queue, H.reg_prefix)
+  local reg, value = next_registration(H.queue)
   if not reg then
     if reg == nil then
       redis.call('DEL', H.flag)
@@ -392,14 +402,19 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     if reg == self_entry then
       return nil, true, false, false
     end
+    if readers_until(readers) then
+      -- No writer beside a live reader: it waits, first in line.
+      redis.call('LMOVE', H.queue, H.queue, 'RIGHT', 'LEFT')
+      return nil, false, false, true
+    end
     return grant_to(reg, value, write, counter_key, counter, ttl_ms, H.publish, H.channel, H.message), false, false, false
   end
   local t = server_time()
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   local epoch = read_epoch(counter_key, counter, t, ttl_ms)
   local claim, served, writer_next = nil, false, false
   local seen = {[reg] = true}
-  for _ = 1, 16 do
+  while true do
     if value then
       local sep = string.find(value, ':', 1, true)
       claim = string.sub(value, sep + 1)
@@ -415,8 +430,8 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     -- Each reader's registration keeps its place in the round, as
     -- next_registration does; a full round stops at the first one again.
     local cycled
-    reg, value, cycled = rotate_head(H.queue, H.reg_prefix, seen)
-    if cycled then
+    reg, value, cycled = rotate_head(H.queue, seen)
+    if cycled or not reg then
       break
     end
   end
@@ -432,7 +447,7 @@ local function rw_begin(base)
   local queue = {queued = handover and got[4]}
   local function register(token)
     if handover then
-      queue.queued = enqueue(H, KEYS[5], KEYS[6], queue.queued, token)
+      enqueue(H, KEYS[5], KEYS[6], token)
     end
   end
   return H, got, queue, register
@@ -478,20 +493,20 @@ local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[#KEYS])
 local queued = handover and got[3]
 local function register(token)
   if handover then
-    queued = enqueue(H, KEYS[3], KEYS[4], queued, token)
+    enqueue(H, KEYS[3], KEYS[4], token)
   end
 end
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3], KEYS[4], queued)
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3], KEYS[4])
     return fence
   end
   register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
 if queued then
-  local reg, value = next_registration(KEYS[3], H.reg_prefix)
+  local reg, value = next_registration(KEYS[3])
   if reg and reg ~= H.reg then
     local claim_ms = grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[3], H.publish, H.channel, H.message)
     if not claim_ms then
@@ -509,8 +524,8 @@ if not fence then
   return redis.error_reply(WRONGTYPE)
 end
 if queued then
-  -- The caller's own registration was the head.
-  settle(H, KEYS[3], KEYS[4], queued)
+  -- The caller's own registration was the head, or the queue was empty.
+  settle(H, KEYS[3], KEYS[4])
 end
 return fence
 "#
@@ -572,12 +587,12 @@ if handover and got[3] and ARGV[10] and ARGV[10] ~= '' then
     return 1
   end
 elseif handover and got[3] then
-  local own = ARGV[11]
-  local reg, value = next_registration(ARGV[8], ARGV[6])
+  local own, once = ARGV[11], ARGV[12] == '1'
+  local reg, value = next_registration(ARGV[8], nil, once)
   if reg and reg == own then
     -- The releaser's own registration, lingering for its next waiter
     -- (docs/HANDOVER.md §13): the next one's turn, if there is one.
-    reg, value = next_registration(ARGV[8], ARGV[6], {[own] = true})
+    reg, value = next_registration(ARGV[8], {[own] = true}, once)
   end
   if reg and grant_to(reg, value, KEYS[1], ARGV[7], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4]) then
     return 3
@@ -701,10 +716,10 @@ local next_registers = H and H.grant ~= '' and H.keep ~= 'd'
 for i = 1, #held do
   local fence = our_fence(H, held[i])
   if fence then
-    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5], queued)
+    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5])
     if next_registers then
       if H.keep == 'k' then
-        enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
+        enqueue(H, KEYS[4], KEYS[5], ARGV[1])
       end
       for j = 1, permits do
         if j ~= i and not held[j] then
@@ -733,7 +748,10 @@ end
 local granted
 local seen = {}
 while queued and #free > 0 do
-  local reg, value = next_registration(KEYS[4], H.reg_prefix, seen)
+  -- A registration is served once per round: popped, not rotated, or it
+  -- could be handed a second free slot before it claimed the first (its
+  -- claim queues it again).
+  local reg, value = next_registration(KEYS[4], seen, true)
   if not reg then
     if reg == nil then
       redis.call('DEL', KEYS[5])
@@ -753,7 +771,7 @@ while queued and #free > 0 do
 end
 if #free == 0 then
   if handover then
-    queued = enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
+    enqueue(H, KEYS[4], KEYS[5], ARGV[1])
   end
   if granted then
     return tonumber(granted)
@@ -774,11 +792,11 @@ if not fence then
   return redis.error_reply(WRONGTYPE)
 end
 if next_registers and #free == 1 then
-  enqueue(H, KEYS[4], KEYS[5], queued, ARGV[1])
+  enqueue(H, KEYS[4], KEYS[5], ARGV[1])
   return {slot, fence, 1}
 end
 if queued then
-  settle(H, KEYS[4], KEYS[5], queued)
+  settle(H, KEYS[4], KEYS[5])
 end
 return {slot, fence}
 "#
@@ -820,11 +838,13 @@ return 0
 /// registration names: a hand-over admitted it) is the claim, or a replay:
 /// it gets the epoch and the full lease from this attempt on. A free lease
 /// with lockers queued goes to the head first ([`rw_handover_lua`]'s
-/// `rw_hand_over`). Else the reader is added, scored by its expiry in the
-/// server's ms (`TIME`), and the epoch is the counter's value, the latest
-/// writer fence; a missing counter is set to the §3 floor first, so that
-/// the next writer's fence is above every epoch handed out. A live reader
-/// of this token found by the add (a replay) gets its epoch again.
+/// `rw_hand_over`); a live writer first in line keeps new readers out
+/// while it waits for the live ones. Else the reader is added, scored by
+/// its expiry in the server's ms (`TIME`), and the epoch is the counter's
+/// value, the latest writer fence; a missing counter is set to the §3
+/// floor first, so that the next writer's fence is above every epoch
+/// handed out. A replay sets the reader's expiry anew from this attempt
+/// on, as every kind's replay does.
 ///
 /// The set expires with its latest member: `PEXPIREAT ... GT` moves its
 /// expiry to the new reader's when that is later, and only a set with no
@@ -844,28 +864,21 @@ if got[1] then
   register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
-local t, now, expiry
-local function clock()
-  if not t then
-    t = server_time()
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    expiry = string.format('%.0f', now + tonumber(ARGV[2]))
-  end
-  return now
+local function expiry()
+  return string.format('%.0f', now_ms() + tonumber(ARGV[2]))
 end
+-- A live reader of this locker (a replay, or one a hand-over admitted)
+-- holds the lease again, from this attempt on.
 local function claimed()
-  if not epoch then
-    return nil
-  end
   for _, token in ipairs({ARGV[1], H and H.other or ''}) do
     local score = token ~= '' and redis.call('ZSCORE', KEYS[2], token)
-    if score and tonumber(score) > clock() then
+    if score and tonumber(score) > now_ms() then
       if token ~= ARGV[1] then
         redis.call('ZREM', KEYS[2], token)
       end
-      admit(KEYS[2], ARGV[1], expiry)
-      settle(H, KEYS[5], KEYS[6], queue.queued)
-      return epoch
+      admit(KEYS[2], ARGV[1], expiry())
+      settle(H, KEYS[5], KEYS[6])
+      return read_epoch(KEYS[4], epoch, server_time(), ARGV[3])
     end
   end
 end
@@ -878,16 +891,6 @@ if got[2] or queue.queued then
     register(ARGV[1])
     return redis.call('PTTL', KEYS[3])
   end
-  -- A writer first in the queue waits for the live readers, and keeps
-  -- new ones out.
-  local head = redis.call('LINDEX', KEYS[5], 0)
-  if head and string.sub(head, 1, 1) == 'w' then
-    local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-    if latest[1] and tonumber(latest[2]) > clock() then
-      register(ARGV[1])
-      return tonumber(latest[2]) - now
-    end
-  end
   local claim, served, readers_in, writer_next = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], epoch, ARGV[3], H, H.reg)
   epoch = redis.call('GET', KEYS[4])
   if served then
@@ -896,38 +899,31 @@ if got[2] or queue.queued then
       return mine
     end
   end
+  if writer_next and not claim then
+    -- A writer first in line waits for the live readers; new ones wait
+    -- behind it.
+    register(ARGV[1])
+    return readers_until(KEYS[2]) - now_ms()
+  end
   -- Readers let in with no writer queued next: this one joins them.
   if claim and not (readers_in and not writer_next) then
     register(ARGV[1])
     return tonumber(claim)
   end
 end
-clock()
-if redis.call('ZADD', KEYS[2], 'NX', expiry, ARGV[1]) == 0 then
-  if tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1])) > now and epoch then
-    return epoch
-  end
-  redis.call('ZADD', KEYS[2], 'XX', expiry, ARGV[1])
-end
-if not epoch then
-  epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
-  if ARGV[3] ~= '0' then
-    redis.call('SET', KEYS[4], epoch, 'PX', ARGV[3])
-  else
-    redis.call('SET', KEYS[4], epoch)
-  end
-elseif ARGV[3] ~= '0' then
-  redis.call('PEXPIRE', KEYS[4], ARGV[3])
-end
+-- A replay sets the reader's expiry anew, as every kind's replay does.
+local until_ms = expiry()
+redis.call('ZADD', KEYS[2], until_ms, ARGV[1])
+epoch = read_epoch(KEYS[4], epoch, server_time(), ARGV[3])
 local fresh = false
-if redis.call('PEXPIREAT', KEYS[2], expiry, 'GT') == 0 then
-  fresh = redis.call('PEXPIREAT', KEYS[2], expiry, 'NX') == 1
+if redis.call('PEXPIREAT', KEYS[2], until_ms, 'GT') == 0 then
+  fresh = redis.call('PEXPIREAT', KEYS[2], until_ms, 'NX') == 1
 end
 if not fresh then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
 end
 if queue.queued then
-  settle(H, KEYS[5], KEYS[6], queue.queued)
+  settle(H, KEYS[5], KEYS[6])
 end
 return epoch
 "#
@@ -961,7 +957,7 @@ local H, got, queue, register = rw_begin(4)
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6], queue.queued)
+    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6])
     if got[2] and is_ours(H, got[2]) then
       redis.call('DEL', KEYS[3])
     end
@@ -999,7 +995,7 @@ if got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 if queue.queued then
-  settle(H, KEYS[5], KEYS[6], queue.queued)
+  settle(H, KEYS[5], KEYS[6])
 end
 return fence
 "#
@@ -1029,8 +1025,8 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 end
 if redis.call('ZCARD', KEYS[1]) == 0 then
   if #ARGV == 10 then
-    local got = redis.pcall('MGET', ARGV[7], ARGV[9])
-    if got[2] then
+    local got = redis.pcall('MGET', ARGV[7], ARGV[9], ARGV[10])
+    if got[2] and not got[3] then
       local H = {queue = ARGV[8], flag = ARGV[9], reg_prefix = ARGV[6], publish = ARGV[2], channel = ARGV[3], message = ARGV[4]}
       if rw_hand_over(ARGV[10], KEYS[1], ARGV[7], got[1], ARGV[5], H, '') then
         return 1
@@ -1357,6 +1353,16 @@ impl ScriptCall {
     /// release never grants the key to it.
     pub(crate) fn skipping(mut self, reg: String) -> Self {
         self.args.extend([String::new(), reg]);
+        self
+    }
+
+    /// This release (of a permit's slot, with the hand-over) serves each
+    /// registration once per round: the one it grants the slot to leaves
+    /// the queue until its claim queues it again, so a second slot's
+    /// release cannot grant it twice.
+    pub(crate) fn serving_once(mut self) -> Self {
+        self.args
+            .extend([String::new(), String::new(), "1".to_owned()]);
         self
     }
 

@@ -84,11 +84,9 @@ impl Core {
             (HeldNames::Key(key), Want::Permit { .. }) if handover => {
                 let names = SemNames::new(namespace, owned.target.id);
                 let slot = owned.target.slot.unwrap_or_default();
-                ScriptCall::release(&key, line, owned.token, namespace, channel).handing_over(
-                    format!("{}{slot}", names.fence_prefix),
-                    &names.queue,
-                    ttl,
-                )
+                ScriptCall::release(&key, line, owned.token, namespace, channel)
+                    .handing_over(format!("{}{slot}", names.fence_prefix), &names.queue, ttl)
+                    .serving_once()
             }
             (HeldNames::Key(key), Want::Write) if handover => {
                 let names = RwNames::new(namespace, owned.target.id);

@@ -106,6 +106,8 @@ pub(crate) trait Front: Send + Sync + 'static {
     fn write_with(&self, key: &str, options: AcquireOptions) -> Result<Self::Write, Error>;
     /// `read.epoch()`.
     fn epoch(read: &Self::Read) -> Fence;
+    /// `read.remaining()`.
+    fn read_remaining(read: &Self::Read) -> Duration;
     /// `write.fence()`.
     fn write_fence(write: &Self::Write) -> Fence;
     /// `read.renew()`.
@@ -253,6 +255,10 @@ impl Front for redlease::blocking::Locker {
 
     fn epoch(read: &Self::Read) -> Fence {
         read.epoch()
+    }
+
+    fn read_remaining(read: &Self::Read) -> Duration {
+        read.remaining()
     }
 
     fn write_fence(write: &Self::Write) -> Fence {
@@ -474,6 +480,10 @@ impl Front for Async {
 
     fn epoch(read: &Self::Read) -> Fence {
         read.epoch()
+    }
+
+    fn read_remaining(read: &Self::Read) -> Duration {
+        read.remaining()
     }
 
     fn write_fence(write: &Self::Write) -> Fence {

@@ -18,6 +18,7 @@ pub(crate) mod fences;
 pub(crate) mod front;
 pub(crate) mod handover;
 pub(crate) mod input;
+pub(crate) mod invariants;
 pub(crate) mod key_names;
 pub(crate) mod logs;
 pub(crate) mod multi;
@@ -56,6 +57,11 @@ macro_rules! behaviour_suite {
                 an_uncontended_cycle_runs_nine_commands_and_a_busy_attempt_three,
                 the_acquire_script_moves_any_counter_exactly,
                 a_counter_of_another_type_is_refused_and_left_alone,
+            }
+            invariants {
+                a_read_whose_reply_was_lost_counts_its_lease_from_the_first_send,
+                a_reader_without_the_handover_never_has_a_writer_granted_beside_it,
+                killed_registrants_let_no_attempt_jump_a_waiting_locker,
             }
             multi {
                 all_keys_are_taken_at_once_each_with_its_own_fence,

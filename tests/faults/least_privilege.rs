@@ -399,6 +399,10 @@ impl<F: Front> Front for AsLockerUser<F> {
         F::epoch(read)
     }
 
+    fn read_remaining(read: &Self::Read) -> Duration {
+        F::read_remaining(read)
+    }
+
     fn write_fence(write: &Self::Write) -> Fence {
         F::write_fence(write)
     }

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 pub mod cluster;
 pub mod monitor;
+pub mod proxy;
 pub mod script_source;
 pub mod sentinel;
 

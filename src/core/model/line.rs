@@ -316,8 +316,8 @@ struct ModelWaiter {
     /// Attempts sent: a wait of any length makes at least one.
     attempts: u32,
     /// The last attempt's failure while the waiter keeps waiting (its
-    /// code, and whether it left the outcome unknown), and when it retries.
-    failure: Option<(&'static str, bool)>,
+    /// code, and since when the outcome is unknown), and when it retries.
+    failure: Option<(&'static str, Option<Instant>)>,
     retry_at: Option<Instant>,
     failures: usize,
 }
@@ -657,7 +657,8 @@ impl Harness {
         } else {
             None
         };
-        let orphaned = expected_end.is_some() && !in_flight && matches!(w.failure, Some((_, true)));
+        let orphaned =
+            expected_end.is_some() && !in_flight && matches!(w.failure, Some((_, Some(_))));
         let step = self.core.poll_waiter(now, id);
         if in_flight {
             assert!(
@@ -885,10 +886,16 @@ impl Harness {
         let busy = reply.busy_remaining();
         let expect_start =
             busy.is_some() && !try_once && self.sub == Sub::Off && !self.shutting_down;
-        let unsettled_before = matches!(w.failure, Some((_, true)));
+        let unsettled_since = match w.failure {
+            Some((_, since @ Some(_))) => since,
+            _ => None,
+        };
+        let unsettled_before = unsettled_since.is_some();
         let failure = match reply {
-            Reply::TimedOut | Reply::Unexpected => Some(("OUTCOME_UNKNOWN", true)),
-            Reply::ServerError | Reply::NotSent => Some(("PROVIDER_FAILED", unsettled_before)),
+            Reply::TimedOut | Reply::Unexpected => {
+                Some(("OUTCOME_UNKNOWN", unsettled_since.or(Some(submitted))))
+            }
+            Reply::ServerError | Reply::NotSent => Some(("PROVIDER_FAILED", unsettled_since)),
             _ => None,
         };
         // SPEC §5: waiting survives faults.
@@ -966,9 +973,11 @@ impl Harness {
                     "grants in arrival order"
                 );
                 self.last_granted[key] = Some(seq);
+                // A re-sent attempt's grant counts from the first send
+                // whose outcome was unknown.
                 Settled::Granted {
                     fence,
-                    submitted,
+                    submitted: unsettled_since.unwrap_or(submitted),
                     cleaned: false,
                 }
             }
@@ -1079,7 +1088,7 @@ impl Harness {
                 assert_eq!(
                     grant.clock.remaining(now),
                     ms(LEASE_MS).saturating_sub(now - submitted),
-                    "the lease counts from the submission"
+                    "the lease counts from the first unsettled submission"
                 );
                 self.held.push((grant.lease, token));
                 "GRANTED"
@@ -1140,7 +1149,7 @@ impl Harness {
         let w = self.waiters.get_mut(&id).expect("present");
         let in_flight = w.in_flight.take();
         let settled = w.settled.take();
-        let unsettled = matches!(w.failure, Some((_, true)));
+        let unsettled = matches!(w.failure, Some((_, Some(_))));
         let (key, token) = (w.key, w.token);
         self.core.abandon(self.now, id);
         if let Some(submitted) = in_flight {

@@ -1,0 +1,565 @@
+//! The scripts driven one call at a time against a real `redis-server`, in
+//! the orders that once broke the protocol's invariants (docs/PROTOCOL.md):
+//! a writer beside a live reader, a live registration jumped, a queue
+//! without its flag, a reader left out of its round, a permit granted twice
+//! to one registration, a re-sent read that kept its first expiry, keys
+//! left behind for ever.
+//!
+//! Each test names the invariant it checks. Dead registrants are written
+//! as queue entries whose bound has passed, which is what a killed locker
+//! leaves behind.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::Value;
+use sha2::{Digest, Sha256};
+
+use support::script_source::script_source;
+use support::{wait_until, RedisServer};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+/// One key's names in one namespace, as the crate writes them.
+struct Names {
+    ns: String,
+    sha: String,
+    /// `{<sha>}`, or `{<sha(tag)>}:<sha>` for a key with a hash tag.
+    braced: String,
+}
+
+impl Names {
+    fn new(ns: &str, key: &str) -> Self {
+        let sha = sha_of(key);
+        Names {
+            ns: ns.to_owned(),
+            braced: format!("{{{sha}}}"),
+            sha,
+        }
+    }
+
+    /// The names of a key with the hash tag `tag` (`key_hash_tags(true)`).
+    fn tagged(ns: &str, key: &str, tag: &str) -> Self {
+        let sha = sha_of(key);
+        Names {
+            ns: ns.to_owned(),
+            braced: format!("{{{}}}:{sha}", sha_of(tag)),
+            sha,
+        }
+    }
+
+    /// `<ns>:<kind>:{<sha>}`
+    fn of(&self, kind: &str) -> String {
+        format!("{}:{kind}:{}", self.ns, self.braced)
+    }
+
+    fn queue(&self, kind: &str) -> String {
+        self.of(&format!("{kind}-queue"))
+    }
+
+    fn flag(&self, kind: &str) -> String {
+        self.of(&format!("{kind}-queued"))
+    }
+
+    fn reg_prefix(&self, kind: &str) -> String {
+        format!("{}:", self.of(&format!("{kind}-reg")))
+    }
+
+    fn channel(&self) -> String {
+        format!("{}:lock-released", self.ns)
+    }
+}
+
+/// What an attempt adds for the hand-over (the script's `handover_args`).
+#[derive(Clone, Copy)]
+struct Handover<'a> {
+    /// The locker's registration id (`r…`/`w…` for a read-write lease).
+    reg: &'a str,
+    /// The grant token the registration names; empty: a try-once attempt
+    /// that does not register.
+    grant: &'a str,
+    /// The grant token when the locker's registration is queued, so a
+    /// grant to it is looked for; empty otherwise.
+    other: &'a str,
+    /// `d`, `k` or `r` (the script's `keep`).
+    keep: &'a str,
+    reg_ms: u64,
+}
+
+impl<'a> Handover<'a> {
+    /// A waiting attempt of a locker with no other waiter.
+    fn waiting(reg: &'a str, grant: &'a str) -> Self {
+        Handover {
+            reg,
+            grant,
+            other: grant,
+            keep: "d",
+            reg_ms: 10_000,
+        }
+    }
+}
+
+struct Scripts<'s> {
+    server: &'s RedisServer,
+    names: Names,
+}
+
+impl<'s> Scripts<'s> {
+    fn new(server: &'s RedisServer, ns: &str, key: &str) -> Self {
+        Scripts {
+            server,
+            names: Names::new(ns, key),
+        }
+    }
+
+    fn eval(&self, script: &str, keys: &[String], args: &[String]) -> redis::RedisResult<Value> {
+        let source = script_source(script).unwrap_or_else(|e| panic!("{e}"));
+        redis::cmd("EVAL")
+            .arg(source)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query(&mut self.server.conn())
+    }
+
+    fn run(&self, script: &str, keys: &[String], args: &[String]) -> Value {
+        self.eval(script, keys, args)
+            .unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// The hand-over's keys and arguments for queue kind `kind`.
+    fn handover(&self, kind: &str, message: &str, h: Handover<'_>) -> (Vec<String>, Vec<String>) {
+        let n = &self.names;
+        (
+            vec![n.queue(kind), n.flag(kind)],
+            vec![
+                h.reg.to_owned(),
+                h.reg_ms.to_string(),
+                "2000".to_owned(),
+                n.reg_prefix(kind),
+                "PUBLISH".to_owned(),
+                n.channel(),
+                message.to_owned(),
+                h.other.to_owned(),
+                h.keep.to_owned(),
+                h.grant.to_owned(),
+            ],
+        )
+    }
+
+    fn lock(&self, token: &str, lease_ms: u64, h: Option<Handover<'_>>) -> Value {
+        let n = &self.names;
+        let mut keys = vec![n.of("lock"), n.of("lock-fence")];
+        let mut args = vec![token.to_owned(), lease_ms.to_string(), "0".to_owned()];
+        if let Some(h) = h {
+            let (k, a) = self.handover("lock", &n.sha, h);
+            keys.extend(k);
+            args.extend(a);
+        }
+        self.run("ACQUIRE_LUA", &keys, &args)
+    }
+
+    fn unlock(&self, token: &str) -> Value {
+        let n = &self.names;
+        self.run(
+            "RELEASE_LUA",
+            &[n.of("lock")],
+            &[
+                token.to_owned(),
+                "PUBLISH".to_owned(),
+                n.channel(),
+                n.sha.clone(),
+                "0".to_owned(),
+                n.reg_prefix("lock"),
+                n.of("lock-fence"),
+                n.queue("lock"),
+                n.flag("lock"),
+            ],
+        )
+    }
+
+    fn rw(
+        &self,
+        script: &str,
+        token: &str,
+        lease_ms: u64,
+        intent_ms: Option<u64>,
+        h: Option<Handover<'_>>,
+    ) -> Value {
+        let n = &self.names;
+        let mut keys = vec![
+            n.of("rw-write"),
+            n.of("rw-read"),
+            n.of("rw-intent"),
+            n.of("rw-fence"),
+        ];
+        let mut args = vec![token.to_owned(), lease_ms.to_string(), "0".to_owned()];
+        args.extend(intent_ms.map(|ms| ms.to_string()));
+        if let Some(h) = h {
+            let (k, a) = self.handover("rw", &format!("rw:{}", n.sha), h);
+            keys.extend(k);
+            args.extend(a);
+        }
+        self.run(script, &keys, &args)
+    }
+
+    fn read(&self, token: &str, lease_ms: u64, h: Option<Handover<'_>>) -> Value {
+        self.rw("RW_READ_LUA", token, lease_ms, None, h)
+    }
+
+    fn write(&self, token: &str, lease_ms: u64, h: Option<Handover<'_>>) -> Value {
+        self.rw("RW_WRITE_LUA", token, lease_ms, Some(300), h)
+    }
+
+    /// A writer's release, with the hand-over.
+    fn write_release(&self, token: &str) -> Value {
+        let n = &self.names;
+        self.run(
+            "RELEASE_LUA",
+            &[n.of("rw-write")],
+            &[
+                token.to_owned(),
+                "PUBLISH".to_owned(),
+                n.channel(),
+                format!("rw:{}", n.sha),
+                "0".to_owned(),
+                n.reg_prefix("rw"),
+                n.of("rw-fence"),
+                n.queue("rw"),
+                n.flag("rw"),
+                n.of("rw-read"),
+            ],
+        )
+    }
+
+    fn sem(&self, token: &str, permits: u32, h: Option<Handover<'_>>) -> Value {
+        let n = &self.names;
+        let mut keys = vec![
+            n.of("sem-permits"),
+            format!("{}:", n.of("sem")),
+            format!("{}:", n.of("sem-fence")),
+        ];
+        let mut args = vec![
+            token.to_owned(),
+            "10000".to_owned(),
+            "0".to_owned(),
+            permits.to_string(),
+        ];
+        if let Some(h) = h {
+            let (k, a) = self.handover("sem", &format!("sem:{}", n.sha), h);
+            keys.extend(k);
+            args.extend(a);
+        }
+        self.run("SEM_ACQUIRE_LUA", &keys, &args)
+    }
+
+    fn sem_release(&self, token: &str, slot: u32) -> Value {
+        let n = &self.names;
+        self.run(
+            "RELEASE_LUA",
+            &[format!("{}:{slot}", n.of("sem"))],
+            &[
+                token.to_owned(),
+                "PUBLISH".to_owned(),
+                n.channel(),
+                format!("sem:{}", n.sha),
+                "0".to_owned(),
+                n.reg_prefix("sem"),
+                format!("{}:{slot}", n.of("sem-fence")),
+                n.queue("sem"),
+                n.flag("sem"),
+                String::new(),
+                String::new(),
+                "1".to_owned(),
+            ],
+        )
+    }
+
+    /// Appends a registration of a locker that is gone: its bound has
+    /// passed (as a killed locker's does), and its key has expired.
+    fn dead_registration(&self, kind: &str, reg: &str) {
+        let entry = format!("{reg}|{}|{reg}-owner:2000", self.now_ms() - 1);
+        let n = &self.names;
+        self.query(redis::cmd("RPUSH").arg(n.queue(kind)).arg(entry));
+        self.query(redis::cmd("SET").arg(n.flag(kind)).arg("1"));
+    }
+
+    fn query(&self, cmd: &redis::Cmd) -> Value {
+        self.server.query(cmd)
+    }
+
+    fn now_ms(&self) -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME")
+            .query(&mut self.server.conn())
+            .expect("TIME");
+        s * 1000 + us / 1000
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(name)
+            .query(&mut self.server.conn())
+            .expect("GET")
+    }
+
+    fn pttl(&self, name: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(name)
+            .query(&mut self.server.conn())
+            .expect("PTTL")
+    }
+
+    /// The registration ids queued for `kind`, in order.
+    fn queued(&self, kind: &str) -> Vec<String> {
+        let entries: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.names.queue(kind))
+            .arg(0)
+            .arg(-1)
+            .query(&mut self.server.conn())
+            .expect("LRANGE");
+        entries
+            .iter()
+            .map(|e| e.split('|').next().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// The live readers' tokens with their expiries.
+    fn readers(&self) -> Vec<(String, u64)> {
+        redis::cmd("ZRANGE")
+            .arg(self.names.of("rw-read"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(&mut self.server.conn())
+            .expect("ZRANGE")
+    }
+
+    /// Waits (bounded) until the server's clock has passed `ms`.
+    fn wait_past(&self, ms: u64) {
+        wait_until(BOUND, "the server's clock to pass a bound", || {
+            self.now_ms() > ms
+        });
+    }
+
+    /// Asserts that no writer holds the lease beside a live reader.
+    fn assert_no_writer_beside_a_live_reader(&self, step: &str) {
+        let now = self.now_ms();
+        let live: Vec<_> = self
+            .readers()
+            .into_iter()
+            .filter(|(_, expiry)| *expiry > now)
+            .collect();
+        let writer = self.get(&self.names.of("rw-write"));
+        assert!(
+            live.is_empty() || writer.is_none(),
+            "{step}: writer {writer:?} beside live readers {live:?}"
+        );
+    }
+}
+
+fn sha_of(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn is_fence(v: &Value) -> bool {
+    matches!(v, Value::BulkString(_))
+}
+
+fn is_busy(v: &Value) -> bool {
+    matches!(v, Value::Int(_))
+}
+
+/// A writer excludes every reader: a read attempt whose queue starts with a
+/// dead reader's entry, followed by a live writer's, never grants that
+/// writer while another reader is live (here one admitted by a locker
+/// without the hand-over, which sees no queue).
+#[test]
+fn a_read_attempt_never_grants_a_writer_beside_a_live_reader() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f2b", "doc");
+    let writer = Handover::waiting("wB", "grant-w");
+    // A writer holds; writer B waits behind it, registered without an intent.
+    assert!(is_fence(&s.write("w0", 300, None)));
+    s.dead_registration("rw", "rX");
+    assert!(is_busy(&s.write("wb", 10_000, Some(writer))));
+    assert_eq!(s.queued("rw"), ["rX", "wB"]);
+    // The holder lapses; a reader of a locker without the hand-over joins.
+    wait_until(BOUND, "the writer to lapse", || {
+        s.get(&s.names.of("rw-write")).is_none()
+    });
+    assert!(is_fence(&s.read("r1", 30_000, None)));
+    // A reader with the hand-over comes next.
+    let reader = Handover::waiting("rR2", "grant-r2");
+    let reply = s.read("r2", 30_000, Some(reader));
+    s.assert_no_writer_beside_a_live_reader("the second reader's attempt");
+    assert!(is_busy(&reply), "a writer is queued first: {reply:?}");
+    // Writer B's claim finds nothing to claim.
+    let claim = s.write("wb", 10_000, Some(writer));
+    s.assert_no_writer_beside_a_live_reader("the writer's claim");
+    assert!(is_busy(&claim), "{claim:?}");
+}
+
+/// The same with nine dead readers' entries ahead of the live writer: the
+/// first read attempt may not take the lease past the writer, and the next
+/// one may not grant the writer beside it.
+#[test]
+fn nine_dead_readers_let_no_reader_past_a_queued_writer() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f2c", "doc");
+    let writer = Handover::waiting("wB", "grant-w");
+    assert!(is_fence(&s.write("w0", 300, None)));
+    for i in 0..9 {
+        s.dead_registration("rw", &format!("rD{i}"));
+    }
+    assert!(is_busy(&s.write("wb", 10_000, Some(writer))));
+    wait_until(BOUND, "the writer to lapse", || {
+        s.get(&s.names.of("rw-write")).is_none()
+    });
+    let r1 = s.read("r1", 30_000, Some(Handover::waiting("rR1", "grant-r1")));
+    s.assert_no_writer_beside_a_live_reader("the first reader's attempt");
+    let r2 = s.read("r2", 30_000, Some(Handover::waiting("rR2", "grant-r2")));
+    s.assert_no_writer_beside_a_live_reader("the second reader's attempt");
+    let claim = s.write("wb", 10_000, Some(writer));
+    s.assert_no_writer_beside_a_live_reader("the writer's claim");
+    // The writer was first in line: it holds, and no reader got in.
+    assert!(is_busy(&r1) && is_busy(&r2), "{r1:?} {r2:?}");
+    assert!(is_fence(&claim), "{claim:?}");
+}
+
+/// FIFO among live registrations: a try-once attempt that finds the lock
+/// free with eight dead entries ahead of a live registration does not take
+/// the lock; the live registration gets it.
+#[test]
+fn eight_dead_entries_let_no_attempt_jump_a_live_registration() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f3", "k");
+    assert!(is_fence(&s.lock("holder", 300, None)));
+    for i in 0..8 {
+        s.dead_registration("lock", &format!("D{i}"));
+    }
+    let live = Handover::waiting("L", "grant-l");
+    assert!(is_busy(&s.lock("l", 10_000, Some(live))));
+    wait_until(BOUND, "the holder to lapse", || {
+        s.get(&s.names.of("lock")).is_none()
+    });
+    let outsider = Handover {
+        grant: "",
+        other: "",
+        ..Handover::waiting("C", "grant-c")
+    };
+    let reply = s.lock("c", 10_000, Some(outsider));
+    assert!(is_busy(&reply), "the outsider jumped the queue: {reply:?}");
+    let held = s.get(&s.names.of("lock")).unwrap_or_default();
+    assert!(held.starts_with("grant-l:"), "granted to {held:?}");
+    assert_eq!(s.queued("lock"), ["L"]);
+}
+
+/// The queue's flag is set whenever the queue holds an entry: a locker
+/// that takes a free lock (flag left set, queue empty) and stays
+/// registered for its next waiter leaves the flag set, so its release
+/// hands over.
+#[test]
+fn a_registration_is_never_queued_without_the_flag() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f4", "k");
+    let n = &s.names;
+    s.query(redis::cmd("SET").arg(n.flag("lock")).arg("1"));
+    let refresh = Handover {
+        keep: "r",
+        other: "",
+        ..Handover::waiting("L", "grant-l")
+    };
+    assert!(is_fence(&s.lock("l1", 10_000, Some(refresh))));
+    assert_eq!(s.queued("lock"), ["L"]);
+    assert_eq!(
+        s.get(&n.flag("lock")).as_deref(),
+        Some("1"),
+        "an entry is queued without the flag"
+    );
+    // Its second waiter refreshes the registration; the release hands over.
+    let second = Handover {
+        keep: "k",
+        ..Handover::waiting("L", "grant-l")
+    };
+    assert!(is_busy(&s.lock("l2", 10_000, Some(second))));
+    assert_eq!(s.unlock("l1"), Value::Int(3), "released and handed over");
+    let outsider = Handover {
+        grant: "",
+        other: "",
+        ..Handover::waiting("C", "grant-c")
+    };
+    assert!(is_busy(&s.lock("c", 10_000, Some(outsider))));
+}
+
+/// FIFO (read-write): a writer's release admits every reader queued at the
+/// head, however many, and leaves the writer behind them first in line.
+#[test]
+fn a_release_admits_every_reader_at_the_head_of_the_queue() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f5", "doc");
+    assert!(is_fence(&s.write("w0", 30_000, None)));
+    let regs: Vec<String> = (0..17).map(|i| format!("r{i:04}")).collect();
+    let grants: Vec<String> = (0..17).map(|i| format!("grant-r{i:04}")).collect();
+    for (reg, grant) in regs.iter().zip(&grants) {
+        let reply = s.read(
+            &format!("{grant}-t"),
+            30_000,
+            Some(Handover::waiting(reg, grant)),
+        );
+        assert!(is_busy(&reply));
+    }
+    assert!(is_busy(&s.write(
+        "wb",
+        30_000,
+        Some(Handover::waiting("wW", "grant-w"))
+    )));
+    assert_eq!(s.write_release("w0"), Value::Int(1));
+    let admitted: Vec<String> = s.readers().into_iter().map(|(t, _)| t).collect();
+    assert_eq!(admitted.len(), 17, "admitted: {admitted:?}");
+    assert_eq!(s.queued("rw").first().map(String::as_str), Some("wW"));
+}
+
+/// One grant per registration per round, for a semaphore whose key carries
+/// a hash tag too: a registration granted one slot is not granted a second
+/// before it claims the first.
+#[test]
+fn a_permit_registration_is_granted_one_slot_at_a_time() {
+    let server = RedisServer::start();
+    // The queue of a tagged key: `<ns>:sem-queue:{<sha(tag)>}:<sha>`.
+    let mut s = Scripts::new(&server, "proto-f6", "{tenant}:pool");
+    s.names = Names::tagged("proto-f6", "{tenant}:pool", "tenant");
+    assert!(matches!(s.sem("a", 2, None), Value::Array(_)));
+    assert!(matches!(s.sem("b", 2, None), Value::Array(_)));
+    assert!(is_busy(&s.sem(
+        "r",
+        2,
+        Some(Handover::waiting("R", "grant-r"))
+    )));
+    assert_eq!(s.sem_release("a", 0), Value::Int(3), "A's slot to R");
+    let second = s.sem_release("b", 1);
+    assert_eq!(second, Value::Int(1), "B's slot is not R's as well");
+}
+
+/// A re-sent read (the same token, after a reply was lost) runs its lease
+/// from the re-send on, as every other kind's replay does.
+#[test]
+fn a_replayed_read_runs_its_lease_from_the_replay() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f1", "doc");
+    let first = s.read("r", 1000, None);
+    assert!(is_fence(&first));
+    let start = s.now_ms();
+    s.wait_past(start + 300);
+    let replay_at = s.now_ms();
+    assert_eq!(s.read("r", 1000, None), first, "the same epoch");
+    let expiry = s.readers()[0].1;
+    assert!(
+        expiry >= replay_at + 1000,
+        "the reader expires at {expiry}, before the replay's {replay_at} + 1000"
+    );
+    assert!(s.pttl(&s.names.of("rw-read")) > 900);
+}

@@ -563,3 +563,19 @@ fn a_replayed_read_runs_its_lease_from_the_replay() {
     );
     assert!(s.pttl(&s.names.of("rw-read")) > 900);
 }
+
+/// A live reader's re-sent read is its own again, also behind a waiting
+/// writer's intent after the fence counter expired (`fence_counter_ttl`
+/// shorter than the lease): it gets an epoch, never a busy reply that
+/// would leave its token held and untracked.
+#[test]
+fn a_replayed_read_behind_an_intent_is_granted_after_the_counter_expired() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f11", "doc");
+    assert!(is_fence(&s.read("r", 30_000, None)));
+    s.query(redis::cmd("DEL").arg(s.names.of("rw-fence")));
+    assert!(is_busy(&s.write("w", 30_000, None)), "a writer waits");
+    assert!(s.get(&s.names.of("rw-intent")).is_some(), "with its intent");
+    let replay = s.read("r", 30_000, None);
+    assert!(is_fence(&replay), "the replay got {replay:?}");
+}

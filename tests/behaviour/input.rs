@@ -113,7 +113,10 @@ pub(crate) fn namespaces_with_glob_characters_are_refused<F: Front>() {
         assert_eq!(invalid_option(&e), "namespace", "{ns}: {e:?}");
         let text = e.to_string();
         assert!(text.contains("glob"), "{ns}: {text}");
-        assert!(!text.contains(ns), "the message shows the namespace: {text}");
+        assert!(
+            !text.contains(ns),
+            "the message shows the namespace: {text}"
+        );
         assert!(server.keys("*").is_empty(), "{ns} reached Redis");
     }
     // Other punctuation is fine: `:` and `-` are in the patterns already.

@@ -154,6 +154,7 @@
 //! | `tls-rustls` | no | `rediss://` URLs on both front ends (redis `tls-rustls` and `smol-rustls-comp`, rustls with `ring`); custom roots through `redis::Client::build_with_tls` and `Locker::new`, behind Sentinel through [`SentinelOptions`] |
 //! | `tokio` | no | implies `aio`; a plain TCP or unix socket connection opened inside a tokio runtime (with its IO driver) uses that runtime's reactor, one context switch per round trip instead of two; never starts a runtime (README "In a tokio program") |
 //! | `metrics` | no | the metrics of the README's "Metrics" section through the `metrics` facade 0.24 (the application installs the exporter before building a locker); label `locker` from [`Config::metrics_label`] |
+//! | `test-server` | no | `redlease::testing`: a throwaway `redis-server` on a free loopback port for the tests of programs that use the crate |
 //!
 //! # Guarantees and their limits
 //!
@@ -218,6 +219,9 @@ pub mod probe;
 mod replication;
 mod sentinel;
 mod stats;
+#[cfg(feature = "test-server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-server")))]
+pub mod testing;
 mod url;
 
 pub use crate::cancel::CancelHandle;

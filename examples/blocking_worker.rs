@@ -1,6 +1,6 @@
 //! Worker threads on two lockers contend for one key; every holder writes
-//! through a fenced store kept in Redis, which rejects a write whose fence is
-//! lower than one it already accepted.
+//! through a fenced store kept in Redis (`redlease::fenced::FencedStore`),
+//! which rejects a write whose fence is lower than one it already accepted.
 //!
 //! ```text
 //! cargo run --example blocking_worker
@@ -17,24 +17,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redlease::fenced::{FencedStore, WriteError};
 use redlease::{blocking::Locker, Config, Fence};
 
 mod common;
 use common::ThrowawayServer;
 
-/// The fenced store: accepts a write only if its fence is not lower than the
-/// last accepted one. Fences stay below 2^53, so Lua's doubles compare them
-/// exactly.
-const FENCED_WRITE: &str = r#"
-local last = redis.call('HGET', KEYS[1], 'fence')
-if last and tonumber(last) > tonumber(ARGV[1]) then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return 1
-"#;
-
 const KEY: &str = "example:nightly-report";
+
+type WorkerError = Box<dyn Error + Send + Sync>;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let server = ThrowawayServer::start_unless_configured()?;
@@ -49,25 +40,19 @@ fn main() -> Result<(), Box<dyn Error>> {
         Arc::new(Locker::connect(url.as_str(), config.clone())?),
         Arc::new(Locker::connect(url.as_str(), config)?),
     ];
-    let store = redis::Client::open(url.as_str())?;
-    let script = redis::Script::new(FENCED_WRITE);
+    let client = redis::Client::open(url.as_str())?;
+    let store = FencedStore::new("redlease-example");
     let rejected = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
 
     let handles: Vec<_> = (0..workers)
         .map(|worker| {
             let locker = lockers[worker % 2].clone();
+            let client = client.clone();
             let store = store.clone();
-            let script = script.clone();
             let rejected = rejected.clone();
-            std::thread::spawn(move || -> Result<Vec<Fence>, redlease::Error> {
-                let mut conn =
-                    store
-                        .get_connection()
-                        .map_err(|source| redlease::Error::ProviderFailed {
-                            op: redlease::Operation::Connect,
-                            source,
-                        })?;
+            std::thread::spawn(move || -> Result<Vec<Fence>, WorkerError> {
+                let mut conn = client.get_connection()?;
                 let mut fences = Vec::new();
                 for round in 0..rounds {
                     let lease = locker.acquire(KEY)?;
@@ -77,14 +62,17 @@ fn main() -> Result<(), Box<dyn Error>> {
                         started.elapsed().as_secs_f64() * 1000.0,
                         worker % 2
                     );
-                    let accepted: i64 = script
-                        .key("redlease-example:store")
-                        .arg(fence.get())
-                        .arg(format!("worker {worker} round {round}"))
-                        .invoke(&mut conn)
-                        .unwrap_or(0);
-                    if accepted == 0 {
-                        rejected.fetch_add(1, Ordering::SeqCst);
+                    let report = format!("worker {worker} round {round}");
+                    match store.write(&mut conn, "nightly-report", fence, report) {
+                        Ok(()) => {}
+                        // A newer holder wrote already: this one lost its
+                        // lease without knowing it.
+                        Err(WriteError::Stale(_)) => {
+                            rejected.fetch_add(1, Ordering::SeqCst);
+                        }
+                        // Redis failed: not a stale write, and not to be
+                        // counted as one.
+                        Err(e) => return Err(e.into()),
                     }
                     std::thread::sleep(Duration::from_millis(5));
                     fences.push(fence);
@@ -99,7 +87,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     for handle in handles {
         match handle.join() {
             Ok(Ok(fences)) => all.extend(fences),
-            Ok(Err(e)) => return Err(Box::new(e)),
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err("a worker thread panicked".into()),
         }
     }

@@ -47,7 +47,11 @@ pub struct Config {
 impl Config {
     /// A configuration for `namespace`, which prefixes every name stored in
     /// Redis. Lockers that share a Redis, a namespace and a key share the lock
-    /// and its fence counter. There is no default namespace.
+    /// and its fence counter. There is no default namespace. A namespace
+    /// is not empty and contains none of `{`, `}` (the hash tag of every
+    /// name) and the glob characters `*`, `?`, `[`, `]`, `\` (which would
+    /// turn the namespace's ACL patterns into wildcards); a locker refuses
+    /// one that does with [`Error::InvalidConfig`] when it connects.
     ///
     /// Defaults: lease 10 s, wait 5 s, `poll_interval` 25 ms,
     /// `notify_poll_interval` 250 ms, `max_waiters` 128, `max_tracked_leases`
@@ -336,6 +340,15 @@ fn validate_namespace(ns: &str) -> Result<(), Error> {
         return Err(Error::invalid_config(
             "namespace",
             "must not contain '{' or '}' (they would change the Redis Cluster hash tag)",
+        ));
+    }
+    // An ACL pattern for the namespace's names (README, "Least privilege")
+    // would read them as wildcards and match other namespaces' names.
+    if ns.contains(['*', '?', '[', ']', '\\']) {
+        return Err(Error::invalid_config(
+            "namespace",
+            "must not contain the glob characters '*', '?', '[', ']' or '\\' \
+             (the ACL patterns of the namespace would match other namespaces' names)",
         ));
     }
     Ok(())

@@ -69,6 +69,12 @@
 //! UPDATE reports SET body = $1, last_fence = $2
 //!  WHERE id = $3 AND last_fence <= $2;   -- 0 rows updated: stale fence
 //! ```
+//!
+//! `examples/postgres_fencing.rs` does it with PostgreSQL: a `BIGINT`
+//! column (`i64::try_from(fence.get())`), the first write creating the
+//! row, and `SELECT ... FOR UPDATE` then `UPDATE` in one transaction (or
+//! one conditional upsert); README's "Fencing the protected resource"
+//! adds the semaphore's and the read-write lease's variants.
 
 use std::sync::LazyLock;
 

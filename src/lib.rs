@@ -139,11 +139,45 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Which to use: one holder at a time, a lease (the store checks its
-//! fence); at most N, a semaphore (the store checks `(slot, fence)`); many
-//! readers or one writer, a read-write lease (writers' fence, and the
-//! epoch for writes derived from a read); one leader whose value others
-//! read, an election (the store checks the term).
+//! # Multi-key leases
+//!
+//! [`blocking::Locker::acquire_all`] (and `aio::Locker::acquire_all`)
+//! takes up to 64 keys in one script, all or none, with a fence per key
+//! from that key's own counter; waiting holds nothing, so two callers
+//! taking `{a, b}` and `{b, a}` never deadlock.
+//! [`fenced::FencedStore::write_all`] writes their resources all or none.
+//!
+//! ```no_run
+//! # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+//! let lease = locker.acquire_all(&["account:7", "account:9"])?;
+//! println!("fence of account:7: {:?}", lease.fence_of("account:7"));
+//! lease.release()?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Which to use
+//!
+//! | you need | use | the store checks |
+//! |---|---|---|
+//! | one holder at a time | a lease: [`blocking::Locker::acquire`], [`blocking::Locker::with_lock`] | its fence |
+//! | at most N holders | a semaphore: [`blocking::Locker::semaphore`] | `(slot, fence)` |
+//! | many readers or one writer | a read-write lease: [`blocking::Locker::rw_lock`] | the writers' fence, and the epoch for writes derived from a read |
+//! | one leader whose value others read | an election: [`blocking::Locker::election`] | the term |
+//! | several keys together | a multi-key lease: [`blocking::Locker::acquire_all`] | each key's fence, `fence_of(key)` |
+//!
+//! Leases are not reentrant: a key held by a lease is held for its own
+//! locker and thread too. Acquiring it again while the lease is held is
+//! `LOCK_BUSY` at once with `try_acquire`, and otherwise waits for that
+//! lease to end (`WAIT_TIMEOUT`, or the key once the first lease expired,
+//! which is then lost): pass the lease (or its fence) down instead of
+//! acquiring again.
+//!
+//! The store outside Redis checks the fence itself: a SQL database keeps
+//! it in a `BIGINT` column and writes only when the new fence is not
+//! lower, checked and written in one transaction
+//! (`examples/postgres_fencing.rs`, with the semaphore's and the
+//! read-write lease's variants in the README's "Fencing the protected
+//! resource").
 //!
 //! # Features
 //!
@@ -154,6 +188,7 @@
 //! | `tls-rustls` | no | `rediss://` URLs on both front ends (redis `tls-rustls` and `smol-rustls-comp`, rustls with `ring`); custom roots through `redis::Client::build_with_tls` and `Locker::new`, behind Sentinel through [`SentinelOptions`] |
 //! | `tokio` | no | implies `aio`; a plain TCP or unix socket connection opened inside a tokio runtime (with its IO driver) uses that runtime's reactor, one context switch per round trip instead of two; never starts a runtime (README "In a tokio program") |
 //! | `metrics` | no | the metrics of the README's "Metrics" section through the `metrics` facade 0.24 (the application installs the exporter before building a locker); label `locker` from [`Config::metrics_label`] |
+//! | `test-server` | no | `redlease::testing`: a throwaway `redis-server` on a free loopback port for the tests of programs that use the crate |
 //!
 //! # Guarantees and their limits
 //!
@@ -218,6 +253,9 @@ pub mod probe;
 mod replication;
 mod sentinel;
 mod stats;
+#[cfg(feature = "test-server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-server")))]
+pub mod testing;
 mod url;
 
 pub use crate::cancel::CancelHandle;

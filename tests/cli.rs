@@ -800,8 +800,9 @@ fn least_privilege_user(server: &RedisServer, extra: &str) -> String {
         "on >s3cret-pass resetkeys resetchannels -@all +evalsha +eval +script|load \
          +get +mget +set +mset +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe \
          +punsubscribe +ping +config|get +info +rpush +lmove +rpop +lpop +lpush +lpos +lset +getdel +exists +lrem +lindex \
-         ~{NS}:lock:* ~{NS}:lock-fence:* ~{NS}:lock-queue* ~{NS}:lock-reg:* \
-         ~{NS}:sem:* ~{NS}:sem-fence:* ~{NS}:sem-permits:* ~{NS}:sem-queue* ~{NS}:sem-reg:* \
+         ~{NS}:lock:{{* ~{NS}:lock-fence:{{* ~{NS}:lock-queue:{{* ~{NS}:lock-queued:{{* \
+         ~{NS}:lock-reg:{{* ~{NS}:sem:{{* ~{NS}:sem-fence:{{* ~{NS}:sem-permits:{{* \
+         ~{NS}:sem-queue:{{* ~{NS}:sem-queued:{{* ~{NS}:sem-reg:{{* \
          ~{NS}:key-names &{NS}:lock-released {extra}"
     );
     let mut acl = redis::cmd("ACL");
@@ -827,13 +828,13 @@ fn acl_log(server: &RedisServer) -> Vec<redis::Value> {
         .unwrap()
 }
 
-/// The README's least-privilege ACL (plus `~<ns>:lock-holder:*` for the
+/// The README's least-privilege ACL (plus `~<ns>:lock-holder:{*` for the
 /// holder record) is all `run` and `status` need: no MULTI/EXEC, and
 /// nothing in `ACL LOG`.
 #[test]
 fn run_and_status_work_as_the_least_privilege_acl_user() {
     let server = RedisServer::start();
-    let url = least_privilege_user(&server, &format!("~{NS}:lock-holder:*"));
+    let url = least_privilege_user(&server, &format!("~{NS}:lock-holder:{{*"));
     let as_user = || {
         let mut cmd = bare();
         cmd.args(["--url", &url, "--namespace", NS]);
@@ -1990,12 +1991,12 @@ fn a_semaphore_in_use_with_another_count_is_a_conflict() {
 }
 
 /// `run --permits` and `status --permits` as the README's least-privilege
-/// user with the semaphore's rules and `~<ns>:sem-holder:*`: nothing
+/// user with the semaphore's rules and `~<ns>:sem-holder:{*`: nothing
 /// refused. Without the holder rule, status still works, without holders.
 #[test]
 fn permits_run_and_status_work_as_the_least_privilege_acl_user() {
     let server = RedisServer::start();
-    let url = least_privilege_user(&server, &format!("~{NS}:sem-holder:*"));
+    let url = least_privilege_user(&server, &format!("~{NS}:sem-holder:{{*"));
     let as_user = || {
         let mut cmd = bare();
         cmd.args(["--url", &url, "--namespace", NS]);
@@ -2217,13 +2218,13 @@ fn leader_and_elect_work_as_the_least_privilege_acl_users() {
         &server,
         &format!(
             "+xadd +xrange +xrevrange +evalsha_ro +eval_ro \
-             ~{NS}:elect:* ~{NS}:elect-term:* ~{NS}:elect-log:*"
+             ~{NS}:elect:{{* ~{NS}:elect-term:{{* ~{NS}:elect-log:{{*"
         ),
     );
     let observer_rules = format!(
         "on >obs-pass resetkeys resetchannels -@all +evalsha_ro +eval_ro +get +pttl \
          +xrange +xrevrange +subscribe +ping +config|get +info +set \
-         %R~{NS}:elect:* %R~{NS}:elect-log:* ~{NS}:key-names &{NS}:lock-released"
+         %R~{NS}:elect:{{* %R~{NS}:elect-log:{{* ~{NS}:key-names &{NS}:lock-released"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("observer");

@@ -162,6 +162,13 @@ mod aio {
     fault_matrix!(crate::behaviour::Async);
 }
 
+/// README's least-privilege rules of one namespace match no other
+/// namespace's keys or channels (`ACL DRYRUN`; no locker involved).
+#[test]
+fn least_privilege_rules_match_no_other_namespaces_names() {
+    least_privilege::a_namespaces_rules_match_no_other_namespaces_names();
+}
+
 /// Child-process helper of
 /// `holder_process_killed_without_releasing_frees_the_key_when_its_lease_expires`
 /// and of the hand-over and election rows: acquires a key (a lock, a

@@ -100,6 +100,31 @@ pub(crate) fn bad_configs_and_options_are_refused_with_invalid_config<F: Front>(
     );
 }
 
+/// A namespace with a glob character (`*`, `?`, `[`, `]`, `\`) is refused
+/// with `INVALID_CONFIG` naming the rule, not the namespace: the ACL key
+/// and channel patterns README gives for it would match other namespaces'
+/// names (`~a*:lock:{*` matches every namespace's locks that start with
+/// `a`). Nothing reaches Redis.
+pub(crate) fn namespaces_with_glob_characters_are_refused<F: Front>() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for ns in ["svc*", "s?c", "svc[12]", "svc]", "svc\\x"] {
+        let e = refused(F::connect(&url, config(ns)), ns);
+        assert_eq!(invalid_option(&e), "namespace", "{ns}: {e:?}");
+        let text = e.to_string();
+        assert!(text.contains("glob"), "{ns}: {text}");
+        assert!(
+            !text.contains(ns),
+            "the message shows the namespace: {text}"
+        );
+        assert!(server.keys("*").is_empty(), "{ns} reached Redis");
+    }
+    // Other punctuation is fine: `:` and `-` are in the patterns already.
+    let ok = namespace("glob-free.v2:a_b");
+    let locker: F = connect(&server, config(&ok));
+    F::release(granted(locker.acquire_with("k", no_wait()), "a lease")).unwrap();
+}
+
 /// Malformed URLs are refused with `INVALID_CONFIG`, without echoing them.
 pub(crate) fn malformed_urls_are_refused_with_invalid_config<F: Front>() {
     let ns = namespace("urls");

@@ -134,6 +134,7 @@ macro_rules! behaviour_suite {
             input {
                 bad_keys_are_refused_with_invalid_key,
                 bad_configs_and_options_are_refused_with_invalid_config,
+                namespaces_with_glob_characters_are_refused,
                 malformed_urls_are_refused_with_invalid_config,
             }
             secrets {

@@ -90,32 +90,182 @@ const COMMANDS: [&str; 42] = [
     "+info",
 ];
 
+/// The kinds of key a locker writes: each name is `<ns>:<kind>:{...`. A
+/// kind has no `:` and a namespace no `{`, so `~<ns>:<kind>:{*` matches
+/// the names of namespace `<ns>` alone (README, "Least privilege").
+const KEY_KINDS: [&str; 21] = [
+    "lock",
+    "lock-fence",
+    "lock-queue",
+    "lock-queued",
+    "lock-reg",
+    "sem",
+    "sem-fence",
+    "sem-permits",
+    "sem-queue",
+    "sem-queued",
+    "sem-reg",
+    "rw-write",
+    "rw-read",
+    "rw-intent",
+    "rw-fence",
+    "rw-queue",
+    "rw-queued",
+    "rw-reg",
+    "elect",
+    "elect-term",
+    "elect-log",
+];
+
 /// The ACL rules for a locker of namespace `ns`: nothing but [`COMMANDS`],
-/// its lock and fence-counter keys, its semaphores' slot, slot-fence and
-/// permit-count keys, its read-write leases' and elections' keys, the
-/// namespace's key-names marker, and its release channel.
+/// the keys of every kind a locker writes ([`KEY_KINDS`]: locks, fence
+/// counters, hand-over queues, semaphores, read-write leases, elections),
+/// the namespace's key-names marker, and its release channel.
 pub(crate) fn rules(ns: &str) -> Vec<String> {
     let mut rules: Vec<String> = ["resetkeys", "resetchannels", "-@all"]
         .iter()
         .chain(COMMANDS.iter())
         .map(|s| (*s).to_owned())
         .collect();
-    rules.push(format!("~{ns}:lock:*"));
-    rules.push(format!("~{ns}:lock-fence:*"));
-    rules.push(format!("~{ns}:lock-queue*"));
-    rules.push(format!("~{ns}:lock-reg:*"));
-    rules.push(format!("~{ns}:sem:*"));
-    rules.push(format!("~{ns}:sem-fence:*"));
-    rules.push(format!("~{ns}:sem-permits:*"));
-    rules.push(format!("~{ns}:sem-queue*"));
-    rules.push(format!("~{ns}:sem-reg:*"));
-    rules.push(format!("~{ns}:rw-*"));
-    rules.push(format!("~{ns}:elect:*"));
-    rules.push(format!("~{ns}:elect-term:*"));
-    rules.push(format!("~{ns}:elect-log:*"));
+    rules.extend(KEY_KINDS.iter().map(|kind| format!("~{ns}:{kind}:{{*")));
     rules.push(format!("~{ns}:key-names"));
     rules.push(format!("&{ns}:lock-released"));
     rules
+}
+
+/// The rules README adds on Redis Cluster (sharded notifications and the
+/// topology checks) for namespace `ns`.
+pub(crate) fn cluster_rules(ns: &str) -> Vec<String> {
+    let mut rules: Vec<String> = [
+        "+spublish",
+        "+ssubscribe",
+        "+sunsubscribe",
+        "+command|info",
+        "+cluster|slots",
+    ]
+    .map(String::from)
+    .to_vec();
+    rules.push(format!("&{ns}:lock-released:{{*"));
+    rules
+}
+
+/// The rules README adds for the `redlease` CLI's holder records.
+pub(crate) fn cli_rules(ns: &str) -> Vec<String> {
+    vec![
+        format!("~{ns}:lock-holder:{{*"),
+        format!("~{ns}:sem-holder:{{*"),
+    ]
+}
+
+/// Every key name the library and the CLI write for namespace `ns`
+/// (src/core/names.rs, src/core/election.rs, src/bin/redlease.rs), with
+/// and without a key's hash tag (`key_hash_tags`): `<ns>:<kind>:{...`.
+fn written_keys(ns: &str) -> Vec<String> {
+    let sha = "ab".repeat(32);
+    let mut names = vec![format!("{ns}:key-names")];
+    for tail in [format!("{{{sha}}}"), format!("{{{sha}}}:{sha}")] {
+        for kind in [
+            "lock",
+            "lock-fence",
+            "lock-queue",
+            "lock-queued",
+            "sem-permits",
+            "sem-queue",
+            "sem-queued",
+            "rw-write",
+            "rw-read",
+            "rw-intent",
+            "rw-fence",
+            "rw-queue",
+            "rw-queued",
+            "elect",
+            "elect-term",
+            "elect-log",
+            "lock-holder",
+        ] {
+            names.push(format!("{ns}:{kind}:{tail}"));
+        }
+        // A registration id, a semaphore's slot number.
+        for kind in ["lock-reg", "sem-reg", "rw-reg"] {
+            names.push(format!("{ns}:{kind}:{tail}:00000000000000ff"));
+        }
+        for kind in ["sem", "sem-fence", "sem-holder"] {
+            names.push(format!("{ns}:{kind}:{tail}:3"));
+        }
+    }
+    names
+}
+
+/// The release channels of namespace `ns`: one server's, and a sharded one
+/// of Redis Cluster.
+fn written_channels(ns: &str) -> Vec<(&'static str, String)> {
+    let sha = "ab".repeat(32);
+    vec![
+        ("PUBLISH", format!("{ns}:lock-released")),
+        ("SPUBLISH", format!("{ns}:lock-released:{{{sha}}}")),
+    ]
+}
+
+/// README's rules are exact per namespace: a user with every rule README
+/// lists for namespace `svc` (single server, Cluster and the CLI's) may
+/// touch all of `svc`'s names and none of the names of a namespace that
+/// starts with `svc:` and a kind (`svc:lock:v2`, `svc:rw-cache`, ...),
+/// asked with `ACL DRYRUN` (Redis 7).
+pub(crate) fn a_namespaces_rules_match_no_other_namespaces_names() {
+    let server = RedisServer::start();
+    let ns = "svc";
+    let user = "locker-svc";
+    let all: Vec<String> = rules(ns)
+        .into_iter()
+        .chain(cluster_rules(ns))
+        .chain(cli_rules(ns))
+        .collect();
+    set_user(server.port(), user, &all);
+    let mut conn = admin(server.port()).unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut allowed = |args: &[&str]| -> bool {
+        let reply: redis::Value = redis::cmd("ACL")
+            .arg("DRYRUN")
+            .arg(user)
+            .arg(args)
+            .query(&mut conn)
+            .unwrap_or_else(|e| panic!("ACL DRYRUN {args:?}: {e}"));
+        reply == redis::Value::Okay
+    };
+    for key in written_keys(ns) {
+        assert!(allowed(&["SET", &key, "v"]), "svc's own {key} is refused");
+    }
+    for (publish, channel) in written_channels(ns) {
+        assert!(
+            allowed(&[publish, &channel, "m"]),
+            "svc's own {channel} is refused"
+        );
+    }
+    let mut matched = Vec::new();
+    for other in [
+        "svc:lock:v2",
+        "svc:rw-cache",
+        "svc:sem:a",
+        "svc:elect:a",
+        "svc:lock-queue-a",
+        "svc:lock-released:a",
+        "svc:key-names",
+    ] {
+        for key in written_keys(other) {
+            if allowed(&["GET", &key]) || allowed(&["SET", &key, "v"]) {
+                matched.push(key);
+            }
+        }
+        for (publish, channel) in written_channels(other) {
+            if allowed(&[publish, &channel, "m"]) {
+                matched.push(channel);
+            }
+        }
+    }
+    assert!(
+        matched.is_empty(),
+        "svc's rules match {} names of other namespaces: {matched:#?}",
+        matched.len()
+    );
 }
 
 fn admin(port: u16) -> redis::RedisResult<redis::Connection> {
@@ -749,8 +899,8 @@ pub(crate) fn an_observer_reads_the_leader_as_a_read_only_user<F: Front>() {
     .iter()
     .map(|s| (*s).to_owned())
     .chain([
-        format!("%R~{ns}:elect:*"),
-        format!("%R~{ns}:elect-log:*"),
+        format!("%R~{ns}:elect:{{*"),
+        format!("%R~{ns}:elect-log:{{*"),
         format!("~{ns}:key-names"),
         format!("&{ns}:lock-released"),
     ])

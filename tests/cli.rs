@@ -1198,6 +1198,30 @@ fn every_documented_exit_code() {
     // 122 (lease lost) is covered by a_lease_deleted_behind_the_childs_back_terminates_it.
 }
 
+/// `--on-lost term` and `kill` stop the command and exit with the code the
+/// exit-code table gives a lost lease, in `run --help` and `elect --help`
+/// alike (124 and 125 are timeout(1)'s, never redlease's).
+#[test]
+fn the_on_lost_help_gives_the_exit_code_of_a_lost_lease() {
+    for sub in ["run", "elect"] {
+        let help = run(bare().args([sub, "--help"]));
+        assert_code(&help, 0);
+        let help = stdout(&help);
+        assert!(
+            help.contains(&format!("  {LEASE_LOST}    the lease was lost")),
+            "{sub} --help:\n{help}"
+        );
+        for action in ["term:", "kill:"] {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("- {action}")))
+                .unwrap_or_else(|| panic!("{sub} --help has no {action} line:\n{help}"));
+            assert!(line.contains(&format!("exit {LEASE_LOST}")), "{line}");
+        }
+        assert!(!help.contains("124") && !help.contains("125"), "{help}");
+    }
+}
+
 /// A passed-on SIGTERM that the command ignores is followed by SIGKILL
 /// after --kill-after, instead of waiting forever.
 #[test]

@@ -442,9 +442,9 @@ pub(crate) struct LeaderArgs {
 /// What to do with the command when the lease is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OnLost {
-    /// Send SIGTERM, then SIGKILL after --kill-after; exit 125
+    /// Send SIGTERM, then SIGKILL after --kill-after; exit 122
     Term,
-    /// Send SIGKILL at once; exit 125
+    /// Send SIGKILL at once; exit 122
     Kill,
     /// Let the command finish and exit with its status (the loss is still
     /// reported)

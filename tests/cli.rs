@@ -671,6 +671,40 @@ fn usage_errors_exit_2_without_touching_redis() {
     assert_code(&out, UNAVAILABLE);
 }
 
+/// An argument that is not UTF-8 is a usage error like any other (exit 2,
+/// with clap's words), never a panic: where a UTF-8 string is wanted (KEY,
+/// an option), and beside another usage error when it is a word of the
+/// command, which may be any bytes.
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    let url = closed_port_url();
+    let not_utf8 = OsStr::from_bytes(b"caf\xe9");
+    let as_key = run(bare()
+        .args(["--url", &url, "--namespace", NS, "run"])
+        .arg(not_utf8)
+        .args(["--", "true"]));
+    let as_option = run(bare()
+        .args(["--url", &url, "--namespace"])
+        .arg(not_utf8)
+        .args(["status", "k"]));
+    let in_the_command = run(bare()
+        .args(["--url", &url, "--namespace", NS, "run", "--bogus", "k", "echo"])
+        .arg(not_utf8));
+    for (what, out) in [
+        ("key", as_key),
+        ("option", as_option),
+        ("command", in_the_command),
+    ] {
+        let err = stderr(&out);
+        assert_eq!(code(&out), USAGE, "{what}: {err}");
+        assert!(err.starts_with("error: "), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}
+
 #[test]
 fn the_environment_supplies_url_and_namespace() {
     let server = RedisServer::start();

@@ -84,7 +84,9 @@ fn main() -> ExitCode {
 /// starts with `-`.
 fn with_hints(mut e: clap::Error) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    let args: Vec<String> = std::env::args().collect();
+    // `args_os`: an argument that is not UTF-8 is itself a usage error to
+    // report (clap's), which `args` would turn into a panic.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let is_run = args.iter().any(|a| a == "run");
     if e.kind() == ErrorKind::UnknownArgument && is_run && !args.iter().any(|a| a == "--") {
         e.insert(

@@ -1057,6 +1057,34 @@ fn waiting_is_silent_on_a_pipe_unless_verbose() {
     }
 }
 
+/// A server that may evict keys (maxmemory-policy other than noeviction)
+/// can break mutual exclusion: `run` says so by default, once, not only
+/// with -v; -q keeps it quiet.
+#[test]
+fn the_eviction_warning_is_shown_once_by_default() {
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "allkeys-lru"])
+        .start();
+    for (flag, times) in [(None, 1), (Some("-v"), 1), (Some("-q"), 0)] {
+        let mut cmd = redlease(&server);
+        cmd.args(flag);
+        let out = run(cmd.args(["run", "evictable", "--also", "other", "--", "true"]));
+        assert_code(&out, 0);
+        let err = stderr(&out);
+        assert_eq!(
+            err.matches("REDIS_EVICTION_UNSAFE").count(),
+            times,
+            "{flag:?}: {err}"
+        );
+        if times > 0 {
+            assert!(err.contains("maxmemory-policy is allkeys-lru"), "{err}");
+        }
+    }
+    let server = RedisServer::start();
+    let out = run(redlease(&server).args(["run", "safe", "--", "true"]));
+    assert_eq!(stderr(&out), "", "noeviction: nothing to say");
+}
+
 /// A connect failure names the target the user gave (`host:port`) and says
 /// why in words, but never the credentials in the URL (SPEC §14).
 #[test]

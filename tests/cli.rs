@@ -1312,6 +1312,77 @@ fn kill_after_applies_to_a_forwarded_signal() {
     assert!(lock_keys(&server).is_empty(), "the lease is released");
 }
 
+/// SIGUSR1, SIGUSR2 and SIGQUIT sent to redlease while the command runs
+/// reach the command, as SIGTERM does, instead of killing redlease with
+/// the lease held until its TTL; the lease is released when the command
+/// exits. (That the user signals start no --kill-after countdown is
+/// signals.rs's unit test: a wait for its absence would be timed.)
+#[test]
+fn sigusr1_sigusr2_and_sigquit_are_passed_on_to_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, marks) = (scratch.path("ready"), scratch.path("marks"));
+    let script = format!(
+        "trap 'echo usr1 >> {m}' USR1; trap 'echo usr2 >> {m}' USR2; \
+         trap 'echo quit >> {m}; exit 0' QUIT; echo ready > {r}; \
+         i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 9",
+        m = marks.display(),
+        r = ready.display()
+    );
+    let child = redlease(&server)
+        .args(["run", "user-signals", "sh", "-c"])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    signal(pid, "USR1");
+    wait_until(FILE_TIMEOUT, "the child to get SIGUSR1", || {
+        read(&marks).contains("usr1")
+    });
+    signal(pid, "USR2");
+    wait_until(FILE_TIMEOUT, "the child to get SIGUSR2", || {
+        read(&marks).contains("usr2")
+    });
+    assert!(!is_dead(pid), "redlease survives the user signals");
+    assert_eq!(lock_keys(&server), [lock_name("user-signals")], "still held");
+    signal(pid, "QUIT");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 0); // the command's own status after its QUIT trap
+    assert_eq!(read(&marks), "usr1\nusr2\nquit\n");
+    assert!(!stderr(&out).contains("SIGKILL"), "{}", stderr(&out));
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+/// A SIGQUIT while waiting for the lock ends the wait as SIGTERM does (exit
+/// 128 + 3, the command not run); a SIGUSR1 there has no command to reach
+/// and does not end the wait.
+#[test]
+fn sigquit_ends_a_wait_and_sigusr1_does_not() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let err_path = scratch.path("stderr");
+    hold_elsewhere(&server, "waited", "someone-else");
+    let child = redlease(&server)
+        .args(["--verbose", "run", "--wait", "30s", "waited", "--", "sh", "-c", "echo ran"])
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "redlease to start waiting", || {
+        read(&err_path).contains("waiting up to")
+    });
+    signal(pid, "USR1");
+    wait_until(FILE_TIMEOUT, "redlease to note SIGUSR1", || {
+        read(&err_path).contains("SIGUSR1")
+    });
+    assert!(!is_dead(pid), "still waiting");
+    signal(pid, "QUIT");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 128 + 3);
+    assert_eq!(stdout(&out), "", "the command must not run");
+}
+
 /// After a loss, one clear line and nothing else (no library log lines
 /// such as LOCK_CLEANUP_FAILED unless -v).
 #[test]

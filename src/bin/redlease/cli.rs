@@ -70,7 +70,7 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes of run:
   N      the command ran and exited with status N
   128+N  the command was killed by signal N, or redlease got signal N
-         (SIGINT, SIGTERM, SIGHUP) before the command started
+         (SIGINT, SIGTERM, SIGHUP, SIGQUIT) before the command started
   2      usage error (bad or missing option, no URL or namespace, bad
          duration, no command); nothing was sent to Redis
   69     Redis unavailable or failed; the command did not run
@@ -122,11 +122,14 @@ of KEY2 alone (or the library's `acquire(KEY2)`) excludes it and the other \
 way round. While it waits, the keys it found free are reserved for it \
 (others see them held), so runs of single keys do not starve it.
 
-While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
-and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
-that the terminal sends to the whole foreground job, such as Ctrl-C, reaches \
-the command directly and is not sent twice; one sent with kill is passed on); a command still running --kill-after after a \
-passed-on signal is sent SIGKILL. When the command exits, the lease is \
+While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM, \
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to redlease are passed on to the \
+command (a SIGINT, SIGQUIT or SIGHUP that the terminal sends to the whole \
+foreground job, such as Ctrl-C, reaches the command directly and is not sent \
+twice; one sent with kill is passed on); a command still running --kill-after \
+after a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT is sent SIGKILL. Before \
+the command starts, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait (exit \
+128+N) and SIGUSR1 and SIGUSR2 are ignored. When the command exits, the lease is \
 released and redlease exits with the command's status. On Linux, if redlease \
 itself is killed (SIGKILL) the command is killed too; the lease then ends at its \
 TTL.
@@ -351,7 +354,8 @@ pub(crate) struct ElectArgs {
     pub(crate) on_lost: OnLost,
 
     /// How long the command gets to exit after a SIGTERM (--on-lost term)
-    /// or a passed-on SIGINT, SIGTERM or SIGHUP before it is sent SIGKILL
+    /// or a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT before it is sent
+    /// SIGKILL
     #[arg(
         long,
         value_name = "DURATION",
@@ -531,7 +535,8 @@ pub(crate) struct RunArgs {
     pub(crate) on_lost: OnLost,
 
     /// How long the command gets to exit after a SIGTERM (--on-lost term)
-    /// or a passed-on SIGINT, SIGTERM or SIGHUP before it is sent SIGKILL
+    /// or a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT before it is sent
+    /// SIGKILL
     #[arg(
         long,
         value_name = "DURATION",

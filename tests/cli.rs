@@ -79,6 +79,33 @@ fn finish(child: Child, timeout: Duration) -> Output {
     }
 }
 
+/// The lines of `child`'s standard output, read on a thread of their own
+/// so that each wait for one is bounded ([`next_line`]).
+fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    use std::io::{BufRead, BufReader};
+
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next line from [`stdout_lines`]; fails the test after
+/// [`RUN_TIMEOUT`] or at the end of the output.
+#[track_caller]
+fn next_line(lines: &mpsc::Receiver<String>) -> String {
+    lines
+        .recv_timeout(RUN_TIMEOUT)
+        .unwrap_or_else(|e| panic!("no next line on redlease's stdout: {e}"))
+}
+
 fn run(cmd: &mut Command) -> Output {
     finish(cmd.spawn().expect("spawn redlease"), RUN_TIMEOUT)
 }
@@ -2279,6 +2306,46 @@ fn leader_shows_the_elections_leader_and_watches_its_changes() {
         "jobs",
     ]));
     assert_code(&out, UNAVAILABLE);
+}
+
+/// For a vacancy, the one-shot `leader` shows the version the watch shows
+/// (the log's: the end of the last term), not 0.0; in text and JSON.
+#[test]
+fn leader_shows_a_vacancys_version_as_the_watch_does() {
+    let server = RedisServer::start();
+    let locker = redlease::blocking::Locker::connect(server.url(), redlease::Config::new(NS))
+        .expect("connect the candidate");
+    let election = locker.election("vacated").unwrap();
+    let leadership = election.campaign(b"host-a:1").unwrap();
+    let term = leadership.term();
+    leadership.proclaim(b"host-a:2").unwrap();
+    leadership.resign().unwrap();
+    // The end of the term: one more than its last proclaim.
+    let version = format!("{term}.2");
+
+    let out = run(redlease(&server).args(["leader", "vacated"]));
+    assert_code(&out, FREE);
+    assert_eq!(stdout(&out), format!("no leader (version {version})\n"));
+    let out = run(redlease(&server).args(["leader", "--json", "vacated"]));
+    assert_code(&out, FREE);
+    let one_shot = stdout(&out);
+    assert!(
+        one_shot.contains(&format!(r#""version":"{version}""#)),
+        "{one_shot}"
+    );
+
+    let mut watch = redlease(&server)
+        .args(["leader", "--watch", "--json", "vacated"])
+        .spawn()
+        .unwrap();
+    let first = next_line(&stdout_lines(&mut watch));
+    signal(watch.id(), "TERM");
+    assert_code(&finish(watch, RUN_TIMEOUT), 0);
+    assert_eq!(
+        first,
+        one_shot.trim_end().replace('}', r#","resync":true}"#),
+        "the watch's first line is the one-shot's state"
+    );
 }
 
 /// `redlease elect NAME -- COMMAND`: the command runs as the leader with

@@ -419,10 +419,14 @@ first, then every new leader, new value and vacancy; `resync` marks a state \
 printed instead of changes that were skipped (more than 64 between two \
 reads, or a log that lost entries).
 
+A vacancy shows the version of the election's state (the end of the last \
+term), as --watch shows it, or 0.0 for an election that never had a leader.
+
 Exits 0 when someone leads and 1 when nobody does, 2 on a usage error and \
 69 when Redis cannot be asked. It needs only the read-only rights of the \
 README's election observer (EVALSHA_RO on the election's lease and log; \
---watch also SUBSCRIBE to the release channel).";
+SUBSCRIBE to the release channel with --watch, and for a vacancy's version \
+also without it).";
 
 /// `redlease leader`.
 #[derive(Debug, Args)]

@@ -2348,6 +2348,51 @@ fn leader_shows_a_vacancys_version_as_the_watch_does() {
     );
 }
 
+/// `leader --watch` says once on standard error when Redis stops
+/// answering (and who it is, never the credentials), and once when it is
+/// back; the changes go on being shown on standard output.
+#[test]
+fn leader_watch_says_when_redis_is_unreachable_and_when_it_is_back() {
+    let server = RedisServer::builder().password("w4tch-s3cret").start();
+    let scratch = Scratch::new();
+    let err_path = scratch.path("stderr");
+    let mut watch = bare()
+        .args(["--url", &server.url(), "--namespace", NS])
+        .args(["leader", "--watch", "outage"])
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let lines = stdout_lines(&mut watch);
+    let first = next_line(&lines);
+    assert!(first.starts_with("no leader"), "{first}");
+    assert_eq!(read(&err_path), "", "nothing to say while Redis answers");
+
+    let address = format!("127.0.0.1:{}", server.port());
+    {
+        let _paused = server.pause_guard();
+        wait_until(RUN_TIMEOUT, "the watch to say Redis is unreachable", || {
+            read(&err_path).contains("cannot reach Redis")
+        });
+    }
+    wait_until(RUN_TIMEOUT, "the watch to say Redis is back", || {
+        read(&err_path).contains("answers again")
+    });
+    let locker = redlease::blocking::Locker::connect(server.url(), redlease::Config::new(NS))
+        .expect("connect the candidate");
+    let leadership = locker.election("outage").unwrap().campaign(b"after").unwrap();
+    let next = next_line(&lines);
+    assert!(next.ends_with(": after"), "{next}");
+    leadership.resign().unwrap();
+    signal(watch.id(), "TERM");
+    assert_code(&finish(watch, RUN_TIMEOUT), 0);
+
+    let err = read(&err_path);
+    assert_eq!(err.matches("cannot reach Redis").count(), 1, "{err}");
+    assert_eq!(err.matches("answers again").count(), 1, "{err}");
+    assert!(err.contains(&address), "{err}");
+    assert!(!err.contains("w4tch-s3cret"), "{err}");
+}
+
 /// `redlease elect NAME -- COMMAND`: the command runs as the leader with
 /// its term (REDLEASE_FENCE = REDLEASE_TERM) and the election's name; the
 /// leader shows its value; a second `elect -n` is busy (75); a waiting

@@ -307,13 +307,17 @@ pub(crate) fn describe_error(e: &redlease::Error) -> String {
     }
 }
 
+/// Whether Redis refused the credentials (or wanted some).
+pub(crate) fn is_auth_failure(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
 /// A Redis error's kind in words, without its detail.
 pub(crate) fn describe_redis(e: &redis::RedisError) -> String {
     if e.is_connection_refusal() {
         "connection refused".to_owned()
-    } else if e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
-    {
+    } else if is_auth_failure(e) {
         "authentication failed".to_owned()
     } else if e.is_timeout() {
         "timed out".to_owned()

@@ -417,7 +417,8 @@ With --watch, print one line (with --json: one JSON object) per change of \
 the election, in order, until SIGINT or SIGTERM (exit 0): the current state \
 first, then every new leader, new value and vacancy; `resync` marks a state \
 printed instead of changes that were skipped (more than 64 between two \
-reads, or a log that lost entries).
+reads, or a log that lost entries). While Redis does not answer, a line on \
+standard error says so, and another when it is back.
 
 A vacancy shows the version of the election's state (the end of the last \
 term), as --watch shows it, or 0.0 for an election that never had a leader.

@@ -19,7 +19,7 @@ use crate::cli::{exit, ElectArgs, LeaderArgs};
 use crate::duration::human;
 use crate::holder::json_string;
 use crate::output::Out;
-use crate::{describe_error, Target};
+use crate::{describe_error, describe_redis, is_auth_failure, Target};
 
 /// Connect and command timeout.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,6 +28,8 @@ const VACANT: u8 = 1;
 /// How long the one-shot `leader` waits for the observer's first item
 /// (the library's read retries without end).
 const FIRST_STATE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often `--watch` asks whether Redis answers.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
     let config = Config::new(target.namespace.clone())
@@ -84,6 +86,7 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
             let _ = stopper.shutdown();
         }
     });
+    let _probe = Probe::start(target.client.clone(), target.address(), out);
     for change in election.observe() {
         let Observation {
             version,
@@ -113,6 +116,67 @@ fn first_state(locker: &Arc<Locker>, election: &Election) -> Option<Observation>
     drop(got_it);
     let _ = watchdog.join();
     first
+}
+
+/// `--watch`'s word on Redis's health: the observer retries its failed
+/// reads without a word, so a thread of its own PINGs Redis and says once
+/// when it stops answering, and once when it is back. A refused PING
+/// (NOPERM) is an answer too. Stops when dropped.
+struct Probe {
+    _stop: mpsc::Sender<()>,
+}
+
+impl Probe {
+    fn start(client: redis::Client, address: String, out: Out) -> Self {
+        let (stop, stopped) = mpsc::channel::<()>();
+        thread::spawn(move || {
+            let mut conn: Option<redis::Connection> = None;
+            let mut down = false;
+            loop {
+                match (ping(&client, &mut conn), down) {
+                    (Err(why), false) => {
+                        down = true;
+                        out.notice(format_args!(
+                            "cannot reach Redis at {address} ({why}); still watching: the \
+                             changes are shown once it answers"
+                        ));
+                    }
+                    (Ok(()), true) => {
+                        down = false;
+                        out.notice(format_args!("Redis at {address} answers again"));
+                    }
+                    _ => {}
+                }
+                if !matches!(stopped.recv_timeout(PROBE_EVERY), Err(RecvTimeoutError::Timeout)) {
+                    return;
+                }
+            }
+        });
+        Probe { _stop: stop }
+    }
+}
+
+/// One PING, on `conn` or on a new connection; `conn` keeps a connection
+/// that answered. `Err` says why not, in words.
+fn ping(client: &redis::Client, conn: &mut Option<redis::Connection>) -> Result<(), String> {
+    let mut c = match conn.take() {
+        Some(c) => c,
+        None => open(client).map_err(|e| describe_redis(&e))?,
+    };
+    match redis::cmd("PING").query::<redis::Value>(&mut c) {
+        Err(e) if e.code().is_none() || is_auth_failure(&e) => Err(describe_redis(&e)),
+        _ => {
+            *conn = Some(c);
+            Ok(())
+        }
+    }
+}
+
+fn open(client: &redis::Client) -> redis::RedisResult<redis::Connection> {
+    let c = client.get_connection_with_timeout(TIMEOUT)?;
+    c.set_read_timeout(Some(TIMEOUT))?;
+    c.set_write_timeout(Some(TIMEOUT))?;
+    Ok(c)
 }
 
 /// The largest value `elect` campaigns with (the library's default

@@ -56,6 +56,7 @@ fn bare() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("REDIS_URL")
         .env_remove("REDLEASE_NAMESPACE")
+        .env_remove("REDLEASE_TLS_CA_CERT")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -1152,7 +1153,6 @@ fn a_connect_failure_names_the_target_and_never_its_credentials() {
 /// `rediss://` with `--tls-ca-cert` (the CA that signed the server's
 /// certificate) runs the command under the lease; without it the server is
 /// not trusted and the error says the TLS handshake failed.
-#[cfg(feature = "tls-rustls")]
 #[test]
 fn a_tls_server_is_reached_with_its_ca_certificate() {
     let server = RedisServer::builder().tls().start();
@@ -1181,6 +1181,85 @@ fn a_tls_server_is_reached_with_its_ca_certificate() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Every build of the tool (feature `cli`) understands `rediss://`: a TLS
+/// URL is tried (here: refused by a closed port), never rejected as not
+/// being a Redis URL.
+#[test]
+fn every_build_of_the_tool_understands_rediss_urls() {
+    let url = closed_port_url().replace("redis://", "rediss://");
+    let out = run(bare().args(["--url", &url, "--namespace", NS, "status", "k"]));
+    let err = stderr(&out);
+    assert_code(&out, UNAVAILABLE);
+    assert!(err.contains("connection refused"), "{err}");
+    assert!(!err.contains("not a Redis URL"), "{err}");
+}
+
+/// A CA certificate with a plain `redis://` URL (say, REDLEASE_TLS_CA_CERT
+/// set for every run) is not an error: the CA is not used. Given on the
+/// command line, a note says so; from the environment, nothing is said.
+#[test]
+fn a_ca_certificate_with_a_plain_url_is_unused_not_an_error() {
+    let server = RedisServer::builder().tls().start();
+    let scratch = Scratch::new();
+    let ca = scratch.path("ca.pem");
+    fs::write(&ca, server.ca_pem()).unwrap();
+    let out = run(redlease(&server)
+        .arg("--tls-ca-cert")
+        .arg(&ca)
+        .args(["run", "k", "--", "true"]));
+    assert_code(&out, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--tls-ca-cert is not used") && err.contains("rediss://"),
+        "{err}"
+    );
+    let out = run(redlease(&server)
+        .env("REDLEASE_TLS_CA_CERT", &ca)
+        .args(["run", "k", "--", "true"]));
+    assert_code(&out, 0);
+    assert_eq!(stderr(&out), "");
+}
+
+/// A CA file that holds no PEM certificate (DER, text, a broken PEM) is a
+/// usage error that names the file, instead of an empty set of trusted
+/// roots and a failed handshake later; so is a file that cannot be read.
+#[test]
+fn a_ca_file_that_is_not_pem_is_reported() {
+    let server = RedisServer::builder().tls().start();
+    let scratch = Scratch::new();
+    let url = server.tls_url();
+    let broken_pem = "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n";
+    for (name, contents) in [
+        ("ca.der", &b"\x30\x82\x01\x0a\x02\x82\x01\x01\x00"[..]),
+        ("ca.txt", &b"just some text\n"[..]),
+        ("broken.pem", broken_pem.as_bytes()),
+    ] {
+        let path = scratch.path(name);
+        fs::write(&path, contents).unwrap();
+        let out = run(bare()
+            .args(["--url", &url, "--namespace", NS, "--tls-ca-cert"])
+            .arg(&path)
+            .args(["run", "k", "--", "true"]));
+        let err = stderr(&out);
+        assert_eq!(code(&out), USAGE, "{name}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{name}: {err}");
+        assert!(err.contains("PEM"), "{name}: {err}");
+        assert!(!err.contains("not a Redis URL"), "{name}: {err}");
+    }
+    let missing = scratch.path("missing.pem");
+    let out = run(bare()
+        .args(["--url", &url, "--namespace", NS, "--tls-ca-cert"])
+        .arg(&missing)
+        .args(["status", "k"]));
+    let err = stderr(&out);
+    assert_code(&out, USAGE);
+    assert!(
+        err.contains("cannot read") && err.contains(&missing.display().to_string()),
+        "{err}"
+    );
+    assert!(lock_keys(&server).is_empty());
 }
 
 /// The command follows KEY with or without `--`; durations take bare

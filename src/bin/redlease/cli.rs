@@ -221,8 +221,8 @@ pub(crate) struct Global {
     pub(crate) url: Option<String>,
 
     /// PEM file of the certificate authority that signed the server's TLS
-    /// certificate, for rediss:// URLs (default: the system's trusted roots)
-    #[cfg(feature = "tls-rustls")]
+    /// certificate, for rediss:// URLs (default: the system's trusted
+    /// roots); not used with another URL
     #[arg(
         long,
         env = "REDLEASE_TLS_CA_CERT",
@@ -231,6 +231,15 @@ pub(crate) struct Global {
         help_heading = "Redis"
     )]
     pub(crate) tls_ca_cert: Option<std::path::PathBuf>,
+
+    /// The URL came from its variable, not --url (set from clap's matches).
+    #[arg(skip)]
+    pub(crate) url_from_env: bool,
+
+    /// --tls-ca-cert came from REDLEASE_TLS_CA_CERT (set from clap's
+    /// matches): a CA set for every run is not worth a note when unused.
+    #[arg(skip)]
+    pub(crate) tls_ca_cert_from_env: bool,
 
     /// Prefix of every name stored in Redis; processes must use the same
     /// namespace to share a lock (required; no default; no '{' or '}')

@@ -55,8 +55,10 @@ fn redlease(server: &RedisServer) -> Command {
 fn bare() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("REDIS_URL")
+        .env_remove("REDLEASE_URL")
         .env_remove("REDLEASE_NAMESPACE")
         .env_remove("REDLEASE_TLS_CA_CERT")
+        .env_remove("REDISCLI_AUTH")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -746,6 +748,127 @@ fn the_environment_supplies_url_and_namespace() {
         "{}",
         stdout(&out)
     );
+}
+
+/// REDLEASE_URL comes before REDIS_URL (which may name a server of
+/// another program), and --url before both; `--help` says so.
+#[test]
+fn redlease_url_comes_before_redis_url() {
+    let server = RedisServer::start();
+    let elsewhere = closed_port_url();
+    let fence = |cmd: &mut Command| {
+        let out = run(cmd
+            .env("REDLEASE_NAMESPACE", NS)
+            .args(["run", "url-job", "--", "true"]));
+        code(&out)
+    };
+    assert_eq!(
+        fence(
+            bare()
+                .env("REDLEASE_URL", server.url())
+                .env("REDIS_URL", &elsewhere)
+        ),
+        0,
+        "REDLEASE_URL wins over REDIS_URL"
+    );
+    assert_eq!(
+        fence(bare().env("REDIS_URL", server.url())),
+        0,
+        "REDIS_URL when REDLEASE_URL is unset"
+    );
+    assert_eq!(
+        fence(
+            bare()
+                .env("REDLEASE_URL", &elsewhere)
+                .args(["--url", &server.url()])
+        ),
+        0,
+        "--url wins over REDLEASE_URL"
+    );
+    assert_eq!(
+        fence(
+            bare()
+                .env("REDLEASE_URL", &elsewhere)
+                .env("REDIS_URL", server.url())
+        ),
+        UNAVAILABLE,
+        "REDLEASE_URL is used, not REDIS_URL"
+    );
+    let out = run(bare().env("REDLEASE_URL", "").env("REDLEASE_NAMESPACE", NS).args([
+        "status", "k",
+    ]));
+    assert_code(&out, USAGE);
+    assert!(stderr(&out).contains("REDLEASE_URL"), "{}", stderr(&out));
+    let help = stdout(&run(bare().arg("--help")));
+    assert!(
+        help.contains("REDLEASE_URL") && help.contains("REDIS_URL"),
+        "{help}"
+    );
+}
+
+/// The password can stay out of the command line (and `ps`): from
+/// REDISCLI_AUTH (as redis-cli) or --password-file; the URL then carries
+/// the user only, or nothing. The password is never printed, also when it
+/// is wrong; a password file that cannot be read or is empty is a usage
+/// error naming the file.
+#[test]
+fn a_password_from_rediscli_auth_or_a_file_is_used_and_never_shown() {
+    let server = RedisServer::builder().password("pa55-w0rd").start();
+    let url = format!("redis://127.0.0.1:{}/0", server.port());
+    let scratch = Scratch::new();
+    let good = scratch.path("good");
+    fs::write(&good, "pa55-w0rd\n").unwrap();
+    let wrong = scratch.path("wrong");
+    fs::write(&wrong, "wr0ng-pa55").unwrap();
+    let empty = scratch.path("empty");
+    fs::write(&empty, "\n").unwrap();
+    let with = |cmd: &mut Command| {
+        run(cmd
+            .args(["--url", &url, "--namespace", NS])
+            .args(["run", "pw-job", "--", "true"]))
+    };
+
+    let out = with(&mut bare());
+    assert_code(&out, UNAVAILABLE);
+    assert!(stderr(&out).contains("authentication failed"), "{}", stderr(&out));
+    assert_code(&with(bare().env("REDISCLI_AUTH", "pa55-w0rd")), 0);
+    assert_code(&with(bare().arg("--password-file").arg(&good)), 0);
+    let out = with(
+        bare()
+            .env("REDLEASE_PASSWORD_FILE", &good)
+            .env("REDISCLI_AUTH", "wr0ng-pa55"),
+    );
+    assert_code(&out, 0);
+
+    for out in [
+        with(bare().arg("--password-file").arg(&wrong)),
+        with(bare().env("REDISCLI_AUTH", "wr0ng-pa55")),
+    ] {
+        let err = stderr(&out);
+        assert_code(&out, UNAVAILABLE);
+        assert!(err.contains("authentication failed"), "{err}");
+        assert!(!err.contains("wr0ng") && !err.contains("pa55"), "{err}");
+    }
+    for path in [empty, scratch.path("missing")] {
+        let out = with(bare().arg("--password-file").arg(&path));
+        let err = stderr(&out);
+        assert_code(&out, USAGE);
+        assert!(err.contains(&path.display().to_string()), "{err}");
+    }
+
+    // An ACL user named in the URL, its password from the file.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "filer", "on", ">fi1e-pa55", "~*", "&*", "+@all"])
+        .query(&mut server.conn())
+        .unwrap();
+    let user_file = scratch.path("user");
+    fs::write(&user_file, "fi1e-pa55").unwrap();
+    let out = run(bare()
+        .args(["--url", &url.replace("redis://", "redis://filer@")])
+        .args(["--namespace", NS, "--password-file"])
+        .arg(&user_file)
+        .args(["run", "pw-job", "--", "true"]));
+    assert_code(&out, 0);
 }
 
 /// `redlease status KEY` (optionally `--json`) with its exit code.

@@ -160,11 +160,16 @@ impl Target {
     /// keys) without any network traffic; a problem is a usage error (exit
     /// 2). A key set's size and repeats are the library's to check.
     fn resolve(global: &Global, sub: &str, keys: &[&str], out: Out) -> Result<Self, u8> {
-        let Some((url, url_from)) = connect::url(global) else {
-            return Err(usage_error(
-                sub,
-                "no Redis URL: pass --url URL or set REDIS_URL (there is no default)",
-            ));
+        let (url, url_from) = match connect::url(global) {
+            Ok(Some(url)) => url,
+            Ok(None) => {
+                return Err(usage_error(
+                    sub,
+                    "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); there \
+                     is no default",
+                ))
+            }
+            Err(why) => return Err(usage_error(sub, why)),
         };
         let Some(namespace) = global.namespace.as_deref() else {
             return Err(usage_error(

@@ -58,9 +58,10 @@ the highest fence it accepted and refuses writes with a lower one turns a holder
 that lost its lease without noticing (a paused VM, a network partition) into a \
 rejected write; without such a store, the lease is a best-effort guard.
 
-The server (--url or REDIS_URL) and the namespace (--namespace or \
-REDLEASE_NAMESPACE) have no defaults. For namespace NS and key KEY the lock is \
-stored at NS:lock:{SHA} and the fence counter at NS:lock-fence:{SHA}, where SHA \
+The server (--url, else REDLEASE_URL, else REDIS_URL) and the namespace \
+(--namespace or REDLEASE_NAMESPACE) have no defaults. The password can stay \
+out of the URL (and out of `ps`): --password-file FILE, or REDISCLI_AUTH. \
+For namespace NS and key KEY the lock is stored at NS:lock:{SHA} and the fence counter at NS:lock-fence:{SHA}, where SHA \
 is the lowercase hex SHA-256 of KEY; it is compatible with the redlease library. \
 A semaphore's slot I is NS:sem:{SHA}:I, with its fence counter at \
 NS:sem-fence:{SHA}:I and the permit count in use at NS:sem-permits:{SHA}.";
@@ -208,17 +209,32 @@ pub(crate) struct Cli {
 /// Options shared by every subcommand.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// Redis server URL, e.g. redis://127.0.0.1:6379/0 or
-    /// redis://:PASSWORD@host:6379/0 (required; no default)
+    /// Redis server URL, e.g. redis://127.0.0.1:6379/0,
+    /// redis://USER@host:6379/0 or rediss://host:6380/0 (TLS); required, no
+    /// default. Taken from --url, else REDLEASE_URL, else REDIS_URL (which
+    /// other programs may use for a server of their own)
     #[arg(
         long,
-        env = "REDIS_URL",
+        env = "REDLEASE_URL",
         hide_env_values = true,
         global = true,
         value_name = "URL",
         help_heading = "Redis"
     )]
     pub(crate) url: Option<String>,
+
+    /// Read the Redis password from this file (a trailing newline is not
+    /// part of it) instead of the URL, where `ps` would show it; it wins
+    /// over a password in the URL. Without it and without a password in
+    /// the URL, the password is taken from REDISCLI_AUTH (as redis-cli)
+    #[arg(
+        long,
+        env = "REDLEASE_PASSWORD_FILE",
+        global = true,
+        value_name = "FILE",
+        help_heading = "Redis"
+    )]
+    pub(crate) password_file: Option<std::path::PathBuf>,
 
     /// PEM file of the certificate authority that signed the server's TLS
     /// certificate, for rediss:// URLs (default: the system's trusted
@@ -232,7 +248,7 @@ pub(crate) struct Global {
     )]
     pub(crate) tls_ca_cert: Option<std::path::PathBuf>,
 
-    /// The URL came from its variable, not --url (set from clap's matches).
+    /// The URL came from REDLEASE_URL, not --url (set from clap's matches).
     #[arg(skip)]
     pub(crate) url_from_env: bool,
 

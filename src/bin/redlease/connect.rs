@@ -1,5 +1,5 @@
-//! From what the user gave (a URL, a CA file) to a `redis::Client`, not
-//! yet connected. Messages name
+//! From what the user gave (a URL, a CA file, a password file or
+//! REDISCLI_AUTH) to a `redis::Client`, not yet connected. Messages name
 //! the option, variable or file at fault but never echo the URL (it may
 //! carry a password) or a password.
 
@@ -11,10 +11,14 @@ use rustls::pki_types::CertificateDer;
 
 use crate::cli::Global;
 
+/// The variable redis-cli reads its password from.
+const REDISCLI_AUTH: &str = "REDISCLI_AUTH";
+
 /// Where the URL came from, as messages name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum UrlFrom {
     Option,
+    RedleaseUrl,
     RedisUrl,
 }
 
@@ -22,31 +26,46 @@ impl UrlFrom {
     fn name(self) -> &'static str {
         match self {
             UrlFrom::Option => "--url",
+            UrlFrom::RedleaseUrl => "REDLEASE_URL",
             UrlFrom::RedisUrl => "REDIS_URL",
         }
     }
 }
 
-/// The URL: `--url`, else REDIS_URL (through clap). An empty value
-/// counts as unset. `None`: none.
-pub(crate) fn url(global: &Global) -> Option<(String, UrlFrom)> {
-    let url = global.url.as_deref().filter(|u| !u.is_empty())?;
-    let from = if global.url_from_env {
-        UrlFrom::RedisUrl
-    } else {
-        UrlFrom::Option
-    };
-    Some((url.to_owned(), from))
+/// The URL: `--url`, else REDLEASE_URL (both through clap), else
+/// REDIS_URL, which other programs may use for a server of their own.
+/// An empty value counts as unset. `Ok(None)`: none.
+pub(crate) fn url(global: &Global) -> Result<Option<(String, UrlFrom)>, String> {
+    if let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) {
+        let from = if global.url_from_env {
+            UrlFrom::RedleaseUrl
+        } else {
+            UrlFrom::Option
+        };
+        return Ok(Some((url.to_owned(), from)));
+    }
+    match std::env::var_os("REDIS_URL") {
+        Some(url) if !url.is_empty() => url
+            .into_string()
+            .map(|url| Some((url, UrlFrom::RedisUrl)))
+            .map_err(|_| "invalid REDIS_URL: not valid UTF-8".to_owned()),
+        _ => Ok(None),
+    }
 }
 
-/// The client for `url`, with the CA of `--tls-ca-cert`. The second item is a note
+/// The client for `url`, with the password from `--password-file` or
+/// REDISCLI_AUTH and the CA of `--tls-ca-cert`. The second item is a note
 /// for the user (a CA given for a URL without TLS).
 pub(crate) fn client(
     global: &Global,
     url: &str,
     from: UrlFrom,
 ) -> Result<(redis::Client, Option<String>), String> {
-    let info = connection_info(url, from)?;
+    let mut info = connection_info(url, from)?;
+    if let Some(password) = password(global, info.redis_settings().password().is_some())? {
+        let settings = info.redis_settings().clone().set_password(password);
+        info = info.set_redis_settings(settings);
+    }
     let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
     match &global.tls_ca_cert {
         Some(path) if tls => {
@@ -107,6 +126,39 @@ fn connection_info(url: &str, from: UrlFrom) -> Result<ConnectionInfo, String> {
             invalid(from, &reason.to_lowercase())
         }
     })
+}
+
+/// The password to use instead of the URL's: `--password-file`'s (also
+/// over a password in the URL), else REDISCLI_AUTH when the URL has none
+/// (as redis-cli does). Empty values count as unset, except a password
+/// file, which must hold one.
+fn password(global: &Global, url_has_one: bool) -> Result<Option<String>, String> {
+    if let Some(path) = &global.password_file {
+        let shown = path.display();
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("cannot read --password-file {shown}: {e}"))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("invalid --password-file {shown}: not UTF-8 text"))?;
+        // Editors and `echo` end a file with a newline; a password does
+        // not.
+        let password = text
+            .strip_suffix('\n')
+            .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+        if password.is_empty() {
+            return Err(format!("invalid --password-file {shown}: it is empty"));
+        }
+        return Ok(Some(password.to_owned()));
+    }
+    if url_has_one {
+        return Ok(None);
+    }
+    match std::env::var_os(REDISCLI_AUTH) {
+        Some(password) if !password.is_empty() => password
+            .into_string()
+            .map(Some)
+            .map_err(|_| format!("invalid {REDISCLI_AUTH}: not valid UTF-8")),
+        _ => Ok(None),
+    }
 }
 
 /// The CA file's contents, once checked to hold PEM certificates that

@@ -721,7 +721,16 @@ fn an_argument_that_is_not_utf8_is_a_usage_error() {
         .arg(not_utf8)
         .args(["status", "k"]));
     let in_the_command = run(bare()
-        .args(["--url", &url, "--namespace", NS, "run", "--bogus", "k", "echo"])
+        .args([
+            "--url",
+            &url,
+            "--namespace",
+            NS,
+            "run",
+            "--bogus",
+            "k",
+            "echo",
+        ])
         .arg(not_utf8));
     for (what, out) in [
         ("key", as_key),
@@ -794,9 +803,10 @@ fn redlease_url_comes_before_redis_url() {
         UNAVAILABLE,
         "REDLEASE_URL is used, not REDIS_URL"
     );
-    let out = run(bare().env("REDLEASE_URL", "").env("REDLEASE_NAMESPACE", NS).args([
-        "status", "k",
-    ]));
+    let out = run(bare()
+        .env("REDLEASE_URL", "")
+        .env("REDLEASE_NAMESPACE", NS)
+        .args(["status", "k"]));
     assert_code(&out, USAGE);
     assert!(stderr(&out).contains("REDLEASE_URL"), "{}", stderr(&out));
     let help = stdout(&run(bare().arg("--help")));
@@ -830,7 +840,11 @@ fn a_password_from_rediscli_auth_or_a_file_is_used_and_never_shown() {
 
     let out = with(&mut bare());
     assert_code(&out, UNAVAILABLE);
-    assert!(stderr(&out).contains("authentication failed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("authentication failed"),
+        "{}",
+        stderr(&out)
+    );
     assert_code(&with(bare().env("REDISCLI_AUTH", "pa55-w0rd")), 0);
     assert_code(&with(bare().arg("--password-file").arg(&good)), 0);
     let out = with(
@@ -1574,7 +1588,11 @@ fn sigusr1_sigusr2_and_sigquit_are_passed_on_to_the_command() {
         read(&marks).contains("usr2")
     });
     assert!(!is_dead(pid), "redlease survives the user signals");
-    assert_eq!(lock_keys(&server), [lock_name("user-signals")], "still held");
+    assert_eq!(
+        lock_keys(&server),
+        [lock_name("user-signals")],
+        "still held"
+    );
     signal(pid, "QUIT");
     let out = finish(child, RUN_TIMEOUT);
     assert_code(&out, 0); // the command's own status after its QUIT trap
@@ -1593,7 +1611,17 @@ fn sigquit_ends_a_wait_and_sigusr1_does_not() {
     let err_path = scratch.path("stderr");
     hold_elsewhere(&server, "waited", "someone-else");
     let child = redlease(&server)
-        .args(["--verbose", "run", "--wait", "30s", "waited", "--", "sh", "-c", "echo ran"])
+        .args([
+            "--verbose",
+            "run",
+            "--wait",
+            "30s",
+            "waited",
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ])
         .stderr(fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
@@ -2581,7 +2609,11 @@ fn leader_watch_says_when_redis_is_unreachable_and_when_it_is_back() {
     });
     let locker = redlease::blocking::Locker::connect(server.url(), redlease::Config::new(NS))
         .expect("connect the candidate");
-    let leadership = locker.election("outage").unwrap().campaign(b"after").unwrap();
+    let leadership = locker
+        .election("outage")
+        .unwrap()
+        .campaign(b"after")
+        .unwrap();
     let next = next_line(&lines);
     assert!(next.ends_with(": after"), "{next}");
     leadership.resign().unwrap();

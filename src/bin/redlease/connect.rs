@@ -166,8 +166,7 @@ fn password(global: &Global, url_has_one: bool) -> Result<Option<String>, String
 /// none for an empty set of roots, and every handshake would fail).
 fn ca_pem(path: &Path) -> Result<Vec<u8>, String> {
     let shown = path.display();
-    let pem =
-        std::fs::read(path).map_err(|e| format!("cannot read --tls-ca-cert {shown}: {e}"))?;
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read --tls-ca-cert {shown}: {e}"))?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| {
@@ -183,7 +182,9 @@ fn ca_pem(path: &Path) -> Result<Vec<u8>, String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in certs {
         roots.add(cert).map_err(|e| {
-            format!("invalid --tls-ca-cert {shown}: a certificate in it is not usable as a CA ({e})")
+            format!(
+                "invalid --tls-ca-cert {shown}: a certificate in it is not usable as a CA ({e})"
+            )
         })?;
     }
     Ok(pem)
@@ -197,9 +198,15 @@ mod tests {
     fn a_bad_url_is_described_without_quoting_it() {
         for (url, why) in [
             ("not-a-url", "not a URL"),
-            ("http://user:s3cret@host:1/0", "http:// is not a Redis scheme"),
+            (
+                "http://user:s3cret@host:1/0",
+                "http:// is not a Redis scheme",
+            ),
             ("redis://:s3cret@host:1/x", "invalid database number"),
-            ("redis://:s3cret@0.0.0.0:1/0", "cannot connect to a wildcard address"),
+            (
+                "redis://:s3cret@0.0.0.0:1/0",
+                "cannot connect to a wildcard address",
+            ),
         ] {
             let e = connection_info(url, UrlFrom::RedisUrl).unwrap_err();
             assert!(e.starts_with("invalid REDIS_URL: "), "{e}");

@@ -147,7 +147,10 @@ impl Probe {
                     }
                     _ => {}
                 }
-                if !matches!(stopped.recv_timeout(PROBE_EVERY), Err(RecvTimeoutError::Timeout)) {
+                if !matches!(
+                    stopped.recv_timeout(PROBE_EVERY),
+                    Err(RecvTimeoutError::Timeout)
+                ) {
                     return;
                 }
             }

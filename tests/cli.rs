@@ -55,7 +55,10 @@ fn redlease(server: &RedisServer) -> Command {
 fn bare() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("REDIS_URL")
+        .env_remove("REDLEASE_URL")
         .env_remove("REDLEASE_NAMESPACE")
+        .env_remove("REDLEASE_TLS_CA_CERT")
+        .env_remove("REDISCLI_AUTH")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -77,6 +80,33 @@ fn finish(child: Child, timeout: Duration) -> Output {
             panic!("redlease (pid {pid}) did not exit within {timeout:?}");
         }
     }
+}
+
+/// The lines of `child`'s standard output, read on a thread of their own
+/// so that each wait for one is bounded ([`next_line`]).
+fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    use std::io::{BufRead, BufReader};
+
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next line from [`stdout_lines`]; fails the test after
+/// [`RUN_TIMEOUT`] or at the end of the output.
+#[track_caller]
+fn next_line(lines: &mpsc::Receiver<String>) -> String {
+    lines
+        .recv_timeout(RUN_TIMEOUT)
+        .unwrap_or_else(|e| panic!("no next line on redlease's stdout: {e}"))
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -671,6 +701,49 @@ fn usage_errors_exit_2_without_touching_redis() {
     assert_code(&out, UNAVAILABLE);
 }
 
+/// An argument that is not UTF-8 is a usage error like any other (exit 2,
+/// with clap's words), never a panic: where a UTF-8 string is wanted (KEY,
+/// an option), and beside another usage error when it is a word of the
+/// command, which may be any bytes.
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    let url = closed_port_url();
+    let not_utf8 = OsStr::from_bytes(b"caf\xe9");
+    let as_key = run(bare()
+        .args(["--url", &url, "--namespace", NS, "run"])
+        .arg(not_utf8)
+        .args(["--", "true"]));
+    let as_option = run(bare()
+        .args(["--url", &url, "--namespace"])
+        .arg(not_utf8)
+        .args(["status", "k"]));
+    let in_the_command = run(bare()
+        .args([
+            "--url",
+            &url,
+            "--namespace",
+            NS,
+            "run",
+            "--bogus",
+            "k",
+            "echo",
+        ])
+        .arg(not_utf8));
+    for (what, out) in [
+        ("key", as_key),
+        ("option", as_option),
+        ("command", in_the_command),
+    ] {
+        let err = stderr(&out);
+        assert_eq!(code(&out), USAGE, "{what}: {err}");
+        assert!(err.starts_with("error: "), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}
+
 #[test]
 fn the_environment_supplies_url_and_namespace() {
     let server = RedisServer::start();
@@ -684,6 +757,132 @@ fn the_environment_supplies_url_and_namespace() {
         "{}",
         stdout(&out)
     );
+}
+
+/// REDLEASE_URL comes before REDIS_URL (which may name a server of
+/// another program), and --url before both; `--help` says so.
+#[test]
+fn redlease_url_comes_before_redis_url() {
+    let server = RedisServer::start();
+    let elsewhere = closed_port_url();
+    let fence = |cmd: &mut Command| {
+        let out = run(cmd
+            .env("REDLEASE_NAMESPACE", NS)
+            .args(["run", "url-job", "--", "true"]));
+        code(&out)
+    };
+    assert_eq!(
+        fence(
+            bare()
+                .env("REDLEASE_URL", server.url())
+                .env("REDIS_URL", &elsewhere)
+        ),
+        0,
+        "REDLEASE_URL wins over REDIS_URL"
+    );
+    assert_eq!(
+        fence(bare().env("REDIS_URL", server.url())),
+        0,
+        "REDIS_URL when REDLEASE_URL is unset"
+    );
+    assert_eq!(
+        fence(
+            bare()
+                .env("REDLEASE_URL", &elsewhere)
+                .args(["--url", &server.url()])
+        ),
+        0,
+        "--url wins over REDLEASE_URL"
+    );
+    assert_eq!(
+        fence(
+            bare()
+                .env("REDLEASE_URL", &elsewhere)
+                .env("REDIS_URL", server.url())
+        ),
+        UNAVAILABLE,
+        "REDLEASE_URL is used, not REDIS_URL"
+    );
+    let out = run(bare()
+        .env("REDLEASE_URL", "")
+        .env("REDLEASE_NAMESPACE", NS)
+        .args(["status", "k"]));
+    assert_code(&out, USAGE);
+    assert!(stderr(&out).contains("REDLEASE_URL"), "{}", stderr(&out));
+    let help = stdout(&run(bare().arg("--help")));
+    assert!(
+        help.contains("REDLEASE_URL") && help.contains("REDIS_URL"),
+        "{help}"
+    );
+}
+
+/// The password can stay out of the command line (and `ps`): from
+/// REDISCLI_AUTH (as redis-cli) or --password-file; the URL then carries
+/// the user only, or nothing. The password is never printed, also when it
+/// is wrong; a password file that cannot be read or is empty is a usage
+/// error naming the file.
+#[test]
+fn a_password_from_rediscli_auth_or_a_file_is_used_and_never_shown() {
+    let server = RedisServer::builder().password("pa55-w0rd").start();
+    let url = format!("redis://127.0.0.1:{}/0", server.port());
+    let scratch = Scratch::new();
+    let good = scratch.path("good");
+    fs::write(&good, "pa55-w0rd\n").unwrap();
+    let wrong = scratch.path("wrong");
+    fs::write(&wrong, "wr0ng-pa55").unwrap();
+    let empty = scratch.path("empty");
+    fs::write(&empty, "\n").unwrap();
+    let with = |cmd: &mut Command| {
+        run(cmd
+            .args(["--url", &url, "--namespace", NS])
+            .args(["run", "pw-job", "--", "true"]))
+    };
+
+    let out = with(&mut bare());
+    assert_code(&out, UNAVAILABLE);
+    assert!(
+        stderr(&out).contains("authentication failed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_code(&with(bare().env("REDISCLI_AUTH", "pa55-w0rd")), 0);
+    assert_code(&with(bare().arg("--password-file").arg(&good)), 0);
+    let out = with(
+        bare()
+            .env("REDLEASE_PASSWORD_FILE", &good)
+            .env("REDISCLI_AUTH", "wr0ng-pa55"),
+    );
+    assert_code(&out, 0);
+
+    for out in [
+        with(bare().arg("--password-file").arg(&wrong)),
+        with(bare().env("REDISCLI_AUTH", "wr0ng-pa55")),
+    ] {
+        let err = stderr(&out);
+        assert_code(&out, UNAVAILABLE);
+        assert!(err.contains("authentication failed"), "{err}");
+        assert!(!err.contains("wr0ng") && !err.contains("pa55"), "{err}");
+    }
+    for path in [empty, scratch.path("missing")] {
+        let out = with(bare().arg("--password-file").arg(&path));
+        let err = stderr(&out);
+        assert_code(&out, USAGE);
+        assert!(err.contains(&path.display().to_string()), "{err}");
+    }
+
+    // An ACL user named in the URL, its password from the file.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "filer", "on", ">fi1e-pa55", "~*", "&*", "+@all"])
+        .query(&mut server.conn())
+        .unwrap();
+    let user_file = scratch.path("user");
+    fs::write(&user_file, "fi1e-pa55").unwrap();
+    let out = run(bare()
+        .args(["--url", &url.replace("redis://", "redis://filer@")])
+        .args(["--namespace", NS, "--password-file"])
+        .arg(&user_file)
+        .args(["run", "pw-job", "--", "true"]));
+    assert_code(&out, 0);
 }
 
 /// `redlease status KEY` (optionally `--json`) with its exit code.
@@ -1024,6 +1223,34 @@ fn waiting_is_silent_on_a_pipe_unless_verbose() {
     }
 }
 
+/// A server that may evict keys (maxmemory-policy other than noeviction)
+/// can break mutual exclusion: `run` says so by default, once, not only
+/// with -v; -q keeps it quiet.
+#[test]
+fn the_eviction_warning_is_shown_once_by_default() {
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "allkeys-lru"])
+        .start();
+    for (flag, times) in [(None, 1), (Some("-v"), 1), (Some("-q"), 0)] {
+        let mut cmd = redlease(&server);
+        cmd.args(flag);
+        let out = run(cmd.args(["run", "evictable", "--also", "other", "--", "true"]));
+        assert_code(&out, 0);
+        let err = stderr(&out);
+        assert_eq!(
+            err.matches("REDIS_EVICTION_UNSAFE").count(),
+            times,
+            "{flag:?}: {err}"
+        );
+        if times > 0 {
+            assert!(err.contains("maxmemory-policy is allkeys-lru"), "{err}");
+        }
+    }
+    let server = RedisServer::start();
+    let out = run(redlease(&server).args(["run", "safe", "--", "true"]));
+    assert_eq!(stderr(&out), "", "noeviction: nothing to say");
+}
+
 /// A connect failure names the target the user gave (`host:port`) and says
 /// why in words, but never the credentials in the URL (SPEC §14).
 #[test]
@@ -1064,7 +1291,6 @@ fn a_connect_failure_names_the_target_and_never_its_credentials() {
 /// `rediss://` with `--tls-ca-cert` (the CA that signed the server's
 /// certificate) runs the command under the lease; without it the server is
 /// not trusted and the error says the TLS handshake failed.
-#[cfg(feature = "tls-rustls")]
 #[test]
 fn a_tls_server_is_reached_with_its_ca_certificate() {
     let server = RedisServer::builder().tls().start();
@@ -1093,6 +1319,85 @@ fn a_tls_server_is_reached_with_its_ca_certificate() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Every build of the tool (feature `cli`) understands `rediss://`: a TLS
+/// URL is tried (here: refused by a closed port), never rejected as not
+/// being a Redis URL.
+#[test]
+fn every_build_of_the_tool_understands_rediss_urls() {
+    let url = closed_port_url().replace("redis://", "rediss://");
+    let out = run(bare().args(["--url", &url, "--namespace", NS, "status", "k"]));
+    let err = stderr(&out);
+    assert_code(&out, UNAVAILABLE);
+    assert!(err.contains("connection refused"), "{err}");
+    assert!(!err.contains("not a Redis URL"), "{err}");
+}
+
+/// A CA certificate with a plain `redis://` URL (say, REDLEASE_TLS_CA_CERT
+/// set for every run) is not an error: the CA is not used. Given on the
+/// command line, a note says so; from the environment, nothing is said.
+#[test]
+fn a_ca_certificate_with_a_plain_url_is_unused_not_an_error() {
+    let server = RedisServer::builder().tls().start();
+    let scratch = Scratch::new();
+    let ca = scratch.path("ca.pem");
+    fs::write(&ca, server.ca_pem()).unwrap();
+    let out = run(redlease(&server)
+        .arg("--tls-ca-cert")
+        .arg(&ca)
+        .args(["run", "k", "--", "true"]));
+    assert_code(&out, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--tls-ca-cert is not used") && err.contains("rediss://"),
+        "{err}"
+    );
+    let out = run(redlease(&server)
+        .env("REDLEASE_TLS_CA_CERT", &ca)
+        .args(["run", "k", "--", "true"]));
+    assert_code(&out, 0);
+    assert_eq!(stderr(&out), "");
+}
+
+/// A CA file that holds no PEM certificate (DER, text, a broken PEM) is a
+/// usage error that names the file, instead of an empty set of trusted
+/// roots and a failed handshake later; so is a file that cannot be read.
+#[test]
+fn a_ca_file_that_is_not_pem_is_reported() {
+    let server = RedisServer::builder().tls().start();
+    let scratch = Scratch::new();
+    let url = server.tls_url();
+    let broken_pem = "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n";
+    for (name, contents) in [
+        ("ca.der", &b"\x30\x82\x01\x0a\x02\x82\x01\x01\x00"[..]),
+        ("ca.txt", &b"just some text\n"[..]),
+        ("broken.pem", broken_pem.as_bytes()),
+    ] {
+        let path = scratch.path(name);
+        fs::write(&path, contents).unwrap();
+        let out = run(bare()
+            .args(["--url", &url, "--namespace", NS, "--tls-ca-cert"])
+            .arg(&path)
+            .args(["run", "k", "--", "true"]));
+        let err = stderr(&out);
+        assert_eq!(code(&out), USAGE, "{name}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{name}: {err}");
+        assert!(err.contains("PEM"), "{name}: {err}");
+        assert!(!err.contains("not a Redis URL"), "{name}: {err}");
+    }
+    let missing = scratch.path("missing.pem");
+    let out = run(bare()
+        .args(["--url", &url, "--namespace", NS, "--tls-ca-cert"])
+        .arg(&missing)
+        .args(["status", "k"]));
+    let err = stderr(&out);
+    assert_code(&out, USAGE);
+    assert!(
+        err.contains("cannot read") && err.contains(&missing.display().to_string()),
+        "{err}"
+    );
+    assert!(lock_keys(&server).is_empty());
 }
 
 /// The command follows KEY with or without `--`; durations take bare
@@ -1199,6 +1504,30 @@ fn every_documented_exit_code() {
     // 122 (lease lost) is covered by a_lease_deleted_behind_the_childs_back_terminates_it.
 }
 
+/// `--on-lost term` and `kill` stop the command and exit with the code the
+/// exit-code table gives a lost lease, in `run --help` and `elect --help`
+/// alike (124 and 125 are timeout(1)'s, never redlease's).
+#[test]
+fn the_on_lost_help_gives_the_exit_code_of_a_lost_lease() {
+    for sub in ["run", "elect"] {
+        let help = run(bare().args([sub, "--help"]));
+        assert_code(&help, 0);
+        let help = stdout(&help);
+        assert!(
+            help.contains(&format!("  {LEASE_LOST}    the lease was lost")),
+            "{sub} --help:\n{help}"
+        );
+        for action in ["term:", "kill:"] {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("- {action}")))
+                .unwrap_or_else(|| panic!("{sub} --help has no {action} line:\n{help}"));
+            assert!(line.contains(&format!("exit {LEASE_LOST}")), "{line}");
+        }
+        assert!(!help.contains("124") && !help.contains("125"), "{help}");
+    }
+}
+
 /// A passed-on SIGTERM that the command ignores is followed by SIGKILL
 /// after --kill-after, instead of waiting forever.
 #[test]
@@ -1225,6 +1554,91 @@ fn kill_after_applies_to_a_forwarded_signal() {
         stderr(&out)
     );
     assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+/// SIGUSR1, SIGUSR2 and SIGQUIT sent to redlease while the command runs
+/// reach the command, as SIGTERM does, instead of killing redlease with
+/// the lease held until its TTL; the lease is released when the command
+/// exits. (That the user signals start no --kill-after countdown is
+/// signals.rs's unit test: a wait for its absence would be timed.)
+#[test]
+fn sigusr1_sigusr2_and_sigquit_are_passed_on_to_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (ready, marks) = (scratch.path("ready"), scratch.path("marks"));
+    let script = format!(
+        "trap 'echo usr1 >> {m}' USR1; trap 'echo usr2 >> {m}' USR2; \
+         trap 'echo quit >> {m}; exit 0' QUIT; echo ready > {r}; \
+         i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 9",
+        m = marks.display(),
+        r = ready.display()
+    );
+    let child = redlease(&server)
+        .args(["run", "user-signals", "sh", "-c"])
+        .arg(script)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "the child to start", || ready.exists());
+    signal(pid, "USR1");
+    wait_until(FILE_TIMEOUT, "the child to get SIGUSR1", || {
+        read(&marks).contains("usr1")
+    });
+    signal(pid, "USR2");
+    wait_until(FILE_TIMEOUT, "the child to get SIGUSR2", || {
+        read(&marks).contains("usr2")
+    });
+    assert!(!is_dead(pid), "redlease survives the user signals");
+    assert_eq!(
+        lock_keys(&server),
+        [lock_name("user-signals")],
+        "still held"
+    );
+    signal(pid, "QUIT");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 0); // the command's own status after its QUIT trap
+    assert_eq!(read(&marks), "usr1\nusr2\nquit\n");
+    assert!(!stderr(&out).contains("SIGKILL"), "{}", stderr(&out));
+    assert!(lock_keys(&server).is_empty(), "the lease is released");
+}
+
+/// A SIGQUIT while waiting for the lock ends the wait as SIGTERM does (exit
+/// 128 + 3, the command not run); a SIGUSR1 there has no command to reach
+/// and does not end the wait.
+#[test]
+fn sigquit_ends_a_wait_and_sigusr1_does_not() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let err_path = scratch.path("stderr");
+    hold_elsewhere(&server, "waited", "someone-else");
+    let child = redlease(&server)
+        .args([
+            "--verbose",
+            "run",
+            "--wait",
+            "30s",
+            "waited",
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ])
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    wait_until(FILE_TIMEOUT, "redlease to start waiting", || {
+        read(&err_path).contains("waiting up to")
+    });
+    signal(pid, "USR1");
+    wait_until(FILE_TIMEOUT, "redlease to note SIGUSR1", || {
+        read(&err_path).contains("SIGUSR1")
+    });
+    assert!(!is_dead(pid), "still waiting");
+    signal(pid, "QUIT");
+    let out = finish(child, RUN_TIMEOUT);
+    assert_code(&out, 128 + 3);
+    assert_eq!(stdout(&out), "", "the command must not run");
 }
 
 /// After a loss, one clear line and nothing else (no library log lines
@@ -2123,6 +2537,95 @@ fn leader_shows_the_elections_leader_and_watches_its_changes() {
         "jobs",
     ]));
     assert_code(&out, UNAVAILABLE);
+}
+
+/// For a vacancy, the one-shot `leader` shows the version the watch shows
+/// (the log's: the end of the last term), not 0.0; in text and JSON.
+#[test]
+fn leader_shows_a_vacancys_version_as_the_watch_does() {
+    let server = RedisServer::start();
+    let locker = redlease::blocking::Locker::connect(server.url(), redlease::Config::new(NS))
+        .expect("connect the candidate");
+    let election = locker.election("vacated").unwrap();
+    let leadership = election.campaign(b"host-a:1").unwrap();
+    let term = leadership.term();
+    leadership.proclaim(b"host-a:2").unwrap();
+    leadership.resign().unwrap();
+    // The end of the term: one more than its last proclaim.
+    let version = format!("{term}.2");
+
+    let out = run(redlease(&server).args(["leader", "vacated"]));
+    assert_code(&out, FREE);
+    assert_eq!(stdout(&out), format!("no leader (version {version})\n"));
+    let out = run(redlease(&server).args(["leader", "--json", "vacated"]));
+    assert_code(&out, FREE);
+    let one_shot = stdout(&out);
+    assert!(
+        one_shot.contains(&format!(r#""version":"{version}""#)),
+        "{one_shot}"
+    );
+
+    let mut watch = redlease(&server)
+        .args(["leader", "--watch", "--json", "vacated"])
+        .spawn()
+        .unwrap();
+    let first = next_line(&stdout_lines(&mut watch));
+    signal(watch.id(), "TERM");
+    assert_code(&finish(watch, RUN_TIMEOUT), 0);
+    assert_eq!(
+        first,
+        one_shot.trim_end().replace('}', r#","resync":true}"#),
+        "the watch's first line is the one-shot's state"
+    );
+}
+
+/// `leader --watch` says once on standard error when Redis stops
+/// answering (and who it is, never the credentials), and once when it is
+/// back; the changes go on being shown on standard output.
+#[test]
+fn leader_watch_says_when_redis_is_unreachable_and_when_it_is_back() {
+    let server = RedisServer::builder().password("w4tch-s3cret").start();
+    let scratch = Scratch::new();
+    let err_path = scratch.path("stderr");
+    let mut watch = bare()
+        .args(["--url", &server.url(), "--namespace", NS])
+        .args(["leader", "--watch", "outage"])
+        .stderr(fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let lines = stdout_lines(&mut watch);
+    let first = next_line(&lines);
+    assert!(first.starts_with("no leader"), "{first}");
+    assert_eq!(read(&err_path), "", "nothing to say while Redis answers");
+
+    let address = format!("127.0.0.1:{}", server.port());
+    {
+        let _paused = server.pause_guard();
+        wait_until(RUN_TIMEOUT, "the watch to say Redis is unreachable", || {
+            read(&err_path).contains("cannot reach Redis")
+        });
+    }
+    wait_until(RUN_TIMEOUT, "the watch to say Redis is back", || {
+        read(&err_path).contains("answers again")
+    });
+    let locker = redlease::blocking::Locker::connect(server.url(), redlease::Config::new(NS))
+        .expect("connect the candidate");
+    let leadership = locker
+        .election("outage")
+        .unwrap()
+        .campaign(b"after")
+        .unwrap();
+    let next = next_line(&lines);
+    assert!(next.ends_with(": after"), "{next}");
+    leadership.resign().unwrap();
+    signal(watch.id(), "TERM");
+    assert_code(&finish(watch, RUN_TIMEOUT), 0);
+
+    let err = read(&err_path);
+    assert_eq!(err.matches("cannot reach Redis").count(), 1, "{err}");
+    assert_eq!(err.matches("answers again").count(), 1, "{err}");
+    assert!(err.contains(&address), "{err}");
+    assert!(!err.contains("w4tch-s3cret"), "{err}");
 }
 
 /// `redlease elect NAME -- COMMAND`: the command runs as the leader with

@@ -17,6 +17,8 @@
 mod child;
 #[path = "redlease/cli.rs"]
 mod cli;
+#[path = "redlease/connect.rs"]
+mod connect;
 #[path = "redlease/duration.rs"]
 mod duration;
 #[path = "redlease/held.rs"]
@@ -37,7 +39,8 @@ mod status;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use sha2::{Digest, Sha256};
 
 use crate::cli::{exit, Cli, Command, Global};
@@ -53,23 +56,24 @@ fn main() -> ExitCode {
         return ExitCode::from(code);
     }
     // Usage errors exit with 2 here, before anything touches Redis.
-    let cli = Cli::try_parse().unwrap_or_else(|e| with_hints(e).exit());
+    let cli = parse().unwrap_or_else(|e| with_hints(e).exit());
     let out = Out::new(cli.global.quiet, cli.global.verbose);
     out.install_logger();
+    let resolve = |sub, keys: &[&str]| Target::resolve(&cli.global, sub, keys, out);
     let code = match &cli.command {
-        Command::Run(args) => match Target::resolve(&cli.global, "run", &args.keys()) {
+        Command::Run(args) => match resolve("run", &args.keys()) {
             Ok(target) => run::run(target, args, out),
             Err(code) => code,
         },
-        Command::Status(args) => match Target::resolve(&cli.global, "status", &[&args.key]) {
+        Command::Status(args) => match resolve("status", &[&args.key]) {
             Ok(target) => status::status(target, args, out),
             Err(code) => code,
         },
-        Command::Leader(args) => match Target::resolve(&cli.global, "leader", &[&args.name]) {
+        Command::Leader(args) => match resolve("leader", &[&args.name]) {
             Ok(target) => leader::leader(target, args, out),
             Err(code) => code,
         },
-        Command::Elect(args) => match Target::resolve(&cli.global, "elect", &[&args.name]) {
+        Command::Elect(args) => match resolve("elect", &[&args.name]) {
             Ok(target) => match leader::value_of(args) {
                 Ok(value) => run::run(target, &args.to_run(value), out),
                 Err(why) => usage_error("elect", why),
@@ -80,11 +84,24 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The command line, as `Cli::try_parse`, and where the URL and the CA
+/// came from (the option or its variable), which messages depend on.
+fn parse() -> Result<Cli, clap::Error> {
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut Cli::command()))?;
+    let from_env = |id| matches.value_source(id) == Some(ValueSource::EnvVariable);
+    cli.global.url_from_env = from_env("url");
+    cli.global.tls_ca_cert_from_env = from_env("tls_ca_cert");
+    Ok(cli)
+}
+
 /// Adds a tip to an unknown option after KEY: it may be a command that
 /// starts with `-`.
 fn with_hints(mut e: clap::Error) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    let args: Vec<String> = std::env::args().collect();
+    // `args_os`: an argument that is not UTF-8 is itself a usage error to
+    // report (clap's), which `args` would turn into a panic.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let is_run = args.iter().any(|a| a == "run");
     if e.kind() == ErrorKind::UnknownArgument && is_run && !args.iter().any(|a| a == "--") {
         e.insert(
@@ -128,25 +145,6 @@ pub(crate) struct Names {
     pub(crate) holder: String,
 }
 
-/// The client for `url`, trusting `--tls-ca-cert` when given.
-fn open_client(global: &Global, url: &str) -> Result<redis::Client, String> {
-    let bad_url =
-        || "invalid --url / REDIS_URL: not a Redis URL such as redis://127.0.0.1:6379/0".to_owned();
-    #[cfg(feature = "tls-rustls")]
-    if let Some(path) = &global.tls_ca_cert {
-        let pem = std::fs::read(path)
-            .map_err(|e| format!("cannot read --tls-ca-cert {}: {e}", path.display()))?;
-        let certs = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem),
-        };
-        return redis::Client::build_with_tls(url, certs).map_err(|_| bad_url());
-    }
-    #[cfg(not(feature = "tls-rustls"))]
-    let _ = global;
-    redis::Client::open(url).map_err(|_| bad_url())
-}
-
 impl Target {
     /// Where the user pointed the tool, as `host:port` (or the socket
     /// path): what error messages may show. Never the user or password.
@@ -161,12 +159,17 @@ impl Target {
     /// Checks the URL, namespace and keys (KEY, then `run`'s `--also`
     /// keys) without any network traffic; a problem is a usage error (exit
     /// 2). A key set's size and repeats are the library's to check.
-    fn resolve(global: &Global, sub: &str, keys: &[&str]) -> Result<Self, u8> {
-        let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) else {
-            return Err(usage_error(
-                sub,
-                "no Redis URL: pass --url URL or set REDIS_URL (there is no default)",
-            ));
+    fn resolve(global: &Global, sub: &str, keys: &[&str], out: Out) -> Result<Self, u8> {
+        let (url, url_from) = match connect::url(global) {
+            Ok(Some(url)) => url,
+            Ok(None) => {
+                return Err(usage_error(
+                    sub,
+                    "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); there \
+                     is no default",
+                ))
+            }
+            Err(why) => return Err(usage_error(sub, why)),
         };
         let Some(namespace) = global.namespace.as_deref() else {
             return Err(usage_error(
@@ -201,9 +204,16 @@ impl Target {
                 ));
             }
         }
-        // Parsing does not connect. The redis error would echo the URL,
-        // which may carry a password, so it is not shown.
-        let client = open_client(global, url).map_err(|why| usage_error(sub, why))?;
+        // Parsing does not connect.
+        let (client, note) =
+            connect::client(global, &url, url_from).map_err(|why| usage_error(sub, why))?;
+        if let Some(note) = note {
+            if global.tls_ca_cert_from_env {
+                out.detail(note);
+            } else {
+                out.notice(note);
+            }
+        }
         Ok(Target {
             client,
             namespace: namespace.to_owned(),
@@ -305,13 +315,17 @@ pub(crate) fn describe_error(e: &redlease::Error) -> String {
     }
 }
 
+/// Whether Redis refused the credentials (or wanted some).
+pub(crate) fn is_auth_failure(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
 /// A Redis error's kind in words, without its detail.
 pub(crate) fn describe_redis(e: &redis::RedisError) -> String {
     if e.is_connection_refusal() {
         "connection refused".to_owned()
-    } else if e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
-    {
+    } else if is_auth_failure(e) {
         "authentication failed".to_owned()
     } else if e.is_timeout() {
         "timed out".to_owned()

@@ -58,9 +58,10 @@ the highest fence it accepted and refuses writes with a lower one turns a holder
 that lost its lease without noticing (a paused VM, a network partition) into a \
 rejected write; without such a store, the lease is a best-effort guard.
 
-The server (--url or REDIS_URL) and the namespace (--namespace or \
-REDLEASE_NAMESPACE) have no defaults. For namespace NS and key KEY the lock is \
-stored at NS:lock:{SHA} and the fence counter at NS:lock-fence:{SHA}, where SHA \
+The server (--url, else REDLEASE_URL, else REDIS_URL) and the namespace \
+(--namespace or REDLEASE_NAMESPACE) have no defaults. The password can stay \
+out of the URL (and out of `ps`): --password-file FILE, or REDISCLI_AUTH. \
+For namespace NS and key KEY the lock is stored at NS:lock:{SHA} and the fence counter at NS:lock-fence:{SHA}, where SHA \
 is the lowercase hex SHA-256 of KEY; it is compatible with the redlease library. \
 A semaphore's slot I is NS:sem:{SHA}:I, with its fence counter at \
 NS:sem-fence:{SHA}:I and the permit count in use at NS:sem-permits:{SHA}.";
@@ -70,7 +71,7 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes of run:
   N      the command ran and exited with status N
   128+N  the command was killed by signal N, or redlease got signal N
-         (SIGINT, SIGTERM, SIGHUP) before the command started
+         (SIGINT, SIGTERM, SIGHUP, SIGQUIT) before the command started
   2      usage error (bad or missing option, no URL or namespace, bad
          duration, no command); nothing was sent to Redis
   69     Redis unavailable or failed; the command did not run
@@ -122,11 +123,14 @@ of KEY2 alone (or the library's `acquire(KEY2)`) excludes it and the other \
 way round. While it waits, the keys it found free are reserved for it \
 (others see them held), so runs of single keys do not starve it.
 
-While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM \
-and SIGHUP sent to redlease are passed on to the command (a SIGINT or SIGHUP \
-that the terminal sends to the whole foreground job, such as Ctrl-C, reaches \
-the command directly and is not sent twice; one sent with kill is passed on); a command still running --kill-after after a \
-passed-on signal is sent SIGKILL. When the command exits, the lease is \
+While the command runs, the lease is renewed every half lease. SIGINT, SIGTERM, \
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to redlease are passed on to the \
+command (a SIGINT, SIGQUIT or SIGHUP that the terminal sends to the whole \
+foreground job, such as Ctrl-C, reaches the command directly and is not sent \
+twice; one sent with kill is passed on); a command still running --kill-after \
+after a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT is sent SIGKILL. Before \
+the command starts, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait (exit \
+128+N) and SIGUSR1 and SIGUSR2 are ignored. When the command exits, the lease is \
 released and redlease exits with the command's status. On Linux, if redlease \
 itself is killed (SIGKILL) the command is killed too; the lease then ends at its \
 TTL.
@@ -205,11 +209,13 @@ pub(crate) struct Cli {
 /// Options shared by every subcommand.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// Redis server URL, e.g. redis://127.0.0.1:6379/0 or
-    /// redis://:PASSWORD@host:6379/0 (required; no default)
+    /// Redis server URL, e.g. redis://127.0.0.1:6379/0,
+    /// redis://USER@host:6379/0 or rediss://host:6380/0 (TLS); required, no
+    /// default. Taken from --url, else REDLEASE_URL, else REDIS_URL (which
+    /// other programs may use for a server of their own)
     #[arg(
         long,
-        env = "REDIS_URL",
+        env = "REDLEASE_URL",
         hide_env_values = true,
         global = true,
         value_name = "URL",
@@ -217,9 +223,22 @@ pub(crate) struct Global {
     )]
     pub(crate) url: Option<String>,
 
+    /// Read the Redis password from this file (a trailing newline is not
+    /// part of it) instead of the URL, where `ps` would show it; it wins
+    /// over a password in the URL. Without it and without a password in
+    /// the URL, the password is taken from REDISCLI_AUTH (as redis-cli)
+    #[arg(
+        long,
+        env = "REDLEASE_PASSWORD_FILE",
+        global = true,
+        value_name = "FILE",
+        help_heading = "Redis"
+    )]
+    pub(crate) password_file: Option<std::path::PathBuf>,
+
     /// PEM file of the certificate authority that signed the server's TLS
-    /// certificate, for rediss:// URLs (default: the system's trusted roots)
-    #[cfg(feature = "tls-rustls")]
+    /// certificate, for rediss:// URLs (default: the system's trusted
+    /// roots); not used with another URL
     #[arg(
         long,
         env = "REDLEASE_TLS_CA_CERT",
@@ -228,6 +247,15 @@ pub(crate) struct Global {
         help_heading = "Redis"
     )]
     pub(crate) tls_ca_cert: Option<std::path::PathBuf>,
+
+    /// The URL came from REDLEASE_URL, not --url (set from clap's matches).
+    #[arg(skip)]
+    pub(crate) url_from_env: bool,
+
+    /// --tls-ca-cert came from REDLEASE_TLS_CA_CERT (set from clap's
+    /// matches): a CA set for every run is not worth a note when unused.
+    #[arg(skip)]
+    pub(crate) tls_ca_cert_from_env: bool,
 
     /// Prefix of every name stored in Redis; processes must use the same
     /// namespace to share a lock (required; no default; no '{' or '}')
@@ -351,7 +379,8 @@ pub(crate) struct ElectArgs {
     pub(crate) on_lost: OnLost,
 
     /// How long the command gets to exit after a SIGTERM (--on-lost term)
-    /// or a passed-on SIGINT, SIGTERM or SIGHUP before it is sent SIGKILL
+    /// or a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT before it is sent
+    /// SIGKILL
     #[arg(
         long,
         value_name = "DURATION",
@@ -413,12 +442,17 @@ With --watch, print one line (with --json: one JSON object) per change of \
 the election, in order, until SIGINT or SIGTERM (exit 0): the current state \
 first, then every new leader, new value and vacancy; `resync` marks a state \
 printed instead of changes that were skipped (more than 64 between two \
-reads, or a log that lost entries).
+reads, or a log that lost entries). While Redis does not answer, a line on \
+standard error says so, and another when it is back.
+
+A vacancy shows the version of the election's state (the end of the last \
+term), as --watch shows it, or 0.0 for an election that never had a leader.
 
 Exits 0 when someone leads and 1 when nobody does, 2 on a usage error and \
 69 when Redis cannot be asked. It needs only the read-only rights of the \
 README's election observer (EVALSHA_RO on the election's lease and log; \
---watch also SUBSCRIBE to the release channel).";
+SUBSCRIBE to the release channel with --watch, and for a vacancy's version \
+also without it).";
 
 /// `redlease leader`.
 #[derive(Debug, Args)]
@@ -442,9 +476,9 @@ pub(crate) struct LeaderArgs {
 /// What to do with the command when the lease is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OnLost {
-    /// Send SIGTERM, then SIGKILL after --kill-after; exit 125
+    /// Send SIGTERM, then SIGKILL after --kill-after; exit 122
     Term,
-    /// Send SIGKILL at once; exit 125
+    /// Send SIGKILL at once; exit 122
     Kill,
     /// Let the command finish and exit with its status (the loss is still
     /// reported)
@@ -531,7 +565,8 @@ pub(crate) struct RunArgs {
     pub(crate) on_lost: OnLost,
 
     /// How long the command gets to exit after a SIGTERM (--on-lost term)
-    /// or a passed-on SIGINT, SIGTERM or SIGHUP before it is sent SIGKILL
+    /// or a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT before it is sent
+    /// SIGKILL
     #[arg(
         long,
         value_name = "DURATION",

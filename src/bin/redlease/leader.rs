@@ -1,13 +1,16 @@
 //! `redlease leader NAME`: the leader of an election (its value, term and
-//! time left) through the library's read-only read, and with `--watch`
-//! every change through its observer, until SIGINT or SIGTERM. Also the
-//! value `redlease elect` campaigns with.
+//! time left) through the library's read-only read (for a vacancy, whose
+//! version that read does not give, the observer's first item), and with
+//! `--watch` every change through its observer, until SIGINT or SIGTERM.
+//! Also the value `redlease elect` campaigns with.
 
 use std::io::Write;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
-use redlease::blocking::Locker;
+use redlease::blocking::{Election, Locker};
 use redlease::{Config, Leader, Observation, Version};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -16,12 +19,17 @@ use crate::cli::{exit, ElectArgs, LeaderArgs};
 use crate::duration::human;
 use crate::holder::json_string;
 use crate::output::Out;
-use crate::{describe_error, Target};
+use crate::{describe_error, describe_redis, is_auth_failure, Target};
 
 /// Connect and command timeout.
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// Exit code of `leader` when nobody leads (0: someone does).
 const VACANT: u8 = 1;
+/// How long the one-shot `leader` waits for the observer's first item
+/// (the library's read retries without end).
+const FIRST_STATE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often `--watch` asks whether Redis answers.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
     let config = Config::new(target.namespace.clone())
@@ -44,15 +52,25 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
         Err(e) => return crate::usage_error("leader", e),
     };
     if !args.watch {
-        return match election.leader() {
-            Ok(leader) => {
-                let code = if leader.is_some() { 0 } else { VACANT };
-                let version = leader.as_ref().map(|l| l.version).unwrap_or_default();
-                print_line(&line(leader.as_ref(), version, None, args.json));
-                code
-            }
-            Err(e) => unavailable(&e),
+        let (version, leader) = match election.leader() {
+            Ok(Some(leader)) => (leader.version, Some(leader)),
+            Ok(None) => match first_state(&locker, &election) {
+                Some(Observation {
+                    version, leader, ..
+                }) => (version, leader),
+                None => {
+                    out.fatal(format_args!(
+                        "cannot read the election from Redis at {}: no answer within {}",
+                        target.address(),
+                        human(FIRST_STATE_TIMEOUT)
+                    ));
+                    return exit::UNAVAILABLE;
+                }
+            },
+            Err(e) => return unavailable(&e),
         };
+        print_line(&line(leader.as_ref(), version, None, args.json));
+        return if leader.is_some() { 0 } else { VACANT };
     }
     // Until SIGINT or SIGTERM: the locker's shutdown ends the observer.
     let mut signals = match Signals::new([SIGINT, SIGTERM]) {
@@ -68,6 +86,7 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
             let _ = stopper.shutdown();
         }
     });
+    let _probe = Probe::start(target.client.clone(), target.address(), out);
     for change in election.observe() {
         let Observation {
             version,
@@ -78,6 +97,89 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
         print_line(&line(leader.as_ref(), version, Some(resync), args.json));
     }
     0
+}
+
+/// The election's state with its version, for a vacancy, whose version
+/// the one-shot read does not give: the observer's first item (the same
+/// read, as `--watch` shows it first). `None` when no item came within
+/// [`FIRST_STATE_TIMEOUT`]: the locker is then shut down, which ends the
+/// observer.
+fn first_state(locker: &Arc<Locker>, election: &Election) -> Option<Observation> {
+    let (got_it, wait) = mpsc::channel::<()>();
+    let stopper = locker.clone();
+    let watchdog = thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(FIRST_STATE_TIMEOUT) {
+            let _ = stopper.shutdown();
+        }
+    });
+    let first = election.observe().next();
+    drop(got_it);
+    let _ = watchdog.join();
+    first
+}
+
+/// `--watch`'s word on Redis's health: the observer retries its failed
+/// reads without a word, so a thread of its own PINGs Redis and says once
+/// when it stops answering, and once when it is back. A refused PING
+/// (NOPERM) is an answer too. Stops when dropped.
+struct Probe {
+    _stop: mpsc::Sender<()>,
+}
+
+impl Probe {
+    fn start(client: redis::Client, address: String, out: Out) -> Self {
+        let (stop, stopped) = mpsc::channel::<()>();
+        thread::spawn(move || {
+            let mut conn: Option<redis::Connection> = None;
+            let mut down = false;
+            loop {
+                match (ping(&client, &mut conn), down) {
+                    (Err(why), false) => {
+                        down = true;
+                        out.notice(format_args!(
+                            "cannot reach Redis at {address} ({why}); still watching: the \
+                             changes are shown once it answers"
+                        ));
+                    }
+                    (Ok(()), true) => {
+                        down = false;
+                        out.notice(format_args!("Redis at {address} answers again"));
+                    }
+                    _ => {}
+                }
+                if !matches!(
+                    stopped.recv_timeout(PROBE_EVERY),
+                    Err(RecvTimeoutError::Timeout)
+                ) {
+                    return;
+                }
+            }
+        });
+        Probe { _stop: stop }
+    }
+}
+
+/// One PING, on `conn` or on a new connection; `conn` keeps a connection
+/// that answered. `Err` says why not, in words.
+fn ping(client: &redis::Client, conn: &mut Option<redis::Connection>) -> Result<(), String> {
+    let mut c = match conn.take() {
+        Some(c) => c,
+        None => open(client).map_err(|e| describe_redis(&e))?,
+    };
+    match redis::cmd("PING").query::<redis::Value>(&mut c) {
+        Err(e) if e.code().is_none() || is_auth_failure(&e) => Err(describe_redis(&e)),
+        _ => {
+            *conn = Some(c);
+            Ok(())
+        }
+    }
+}
+
+fn open(client: &redis::Client) -> redis::RedisResult<redis::Connection> {
+    let c = client.get_connection_with_timeout(TIMEOUT)?;
+    c.set_read_timeout(Some(TIMEOUT))?;
+    c.set_write_timeout(Some(TIMEOUT))?;
+    Ok(c)
 }
 
 /// The largest value `elect` campaigns with (the library's default

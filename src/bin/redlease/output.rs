@@ -5,6 +5,7 @@
 //! carry a password), in line with the library's own logs.
 
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -60,26 +61,44 @@ impl Out {
     }
 
     /// Sends the library's log records (target `redlease`) to standard
-    /// error with `--verbose` only (debug and up): without it, what matters
-    /// is said once in the tool's own words (a lost lease, a failed
-    /// release), not again as a library line such as
-    /// `LOCK_CLEANUP_FAILED`.
+    /// error with `--verbose` (debug and up). Without it, what matters is
+    /// said once in the tool's own words (a lost lease, a failed release),
+    /// not again as a library line such as `LOCK_CLEANUP_FAILED`; except
+    /// [`SHOWN_BY_DEFAULT`], which the tool has no words of its own for.
+    /// Nothing with `--quiet`.
     pub(crate) fn install_logger(&self) {
-        let level = if self.verbose && !self.quiet {
+        let level = if self.quiet {
+            log::LevelFilter::Off
+        } else if self.verbose {
             log::LevelFilter::Debug
         } else {
-            log::LevelFilter::Off
+            log::LevelFilter::Error
         };
+        LOGGER.all.store(self.verbose, Ordering::Relaxed);
         if log::set_logger(&LOGGER).is_ok() {
             log::set_max_level(level);
         }
     }
 }
 
-static LOGGER: StderrLogger = StderrLogger;
+/// A Redis that may evict keys can drop a held lock and let a second
+/// holder in: the user must hear of it without `-v`. The library checks at
+/// every connect (each pooled connection), so it is said once per run.
+const SHOWN_BY_DEFAULT: &str = "REDIS_EVICTION_UNSAFE";
+
+static LOGGER: StderrLogger = StderrLogger {
+    all: AtomicBool::new(false),
+    shown: AtomicBool::new(false),
+};
 
 #[derive(Debug)]
-struct StderrLogger;
+struct StderrLogger {
+    /// Every record up to the level (`--verbose`), not only
+    /// [`SHOWN_BY_DEFAULT`].
+    all: AtomicBool,
+    /// [`SHOWN_BY_DEFAULT`] was said.
+    shown: AtomicBool,
+}
 
 impl log::Log for StderrLogger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
@@ -87,10 +106,19 @@ impl log::Log for StderrLogger {
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        if self.enabled(record.metadata()) {
-            let level = record.level().as_str().to_ascii_lowercase();
-            eprintln!("redlease: {level}: {}", record.args());
+        if !self.enabled(record.metadata()) {
+            return;
         }
+        let text = record.args().to_string();
+        if text.starts_with(SHOWN_BY_DEFAULT) {
+            if self.shown.swap(true, Ordering::Relaxed) {
+                return;
+            }
+        } else if !self.all.load(Ordering::Relaxed) {
+            return;
+        }
+        let level = record.level().as_str().to_ascii_lowercase();
+        eprintln!("redlease: {level}: {text}");
     }
 
     fn flush(&self) {

@@ -52,7 +52,7 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
 
     let (events_tx, events) = mpsc::channel();
     let cancel = CancelHandle::new();
-    let signals = match SignalWatch::start(events_tx.clone(), cancel.clone()) {
+    let signals = match SignalWatch::start(events_tx.clone(), cancel.clone(), out) {
         Ok(s) => s,
         Err(e) => {
             out.fatal(format_args!("cannot set up signal handling: {e}"));
@@ -176,8 +176,9 @@ impl Run<'_> {
         // signal arriving in between is either seen here or stays queued and
         // is passed on to the command once it runs.
         while self.events.try_recv().is_ok() {}
-        // A SIGINT/SIGTERM/SIGHUP that arrived while the acquire was being
-        // answered: do not start the command.
+        self.signals.command_starts();
+        // A stop request that arrived while the acquire was being answered:
+        // do not start the command.
         if let Some(sig) = self.signals.first_stop() {
             self.out.notice(format_args!(
                 "got {} before the command started; not running it",
@@ -516,9 +517,9 @@ impl Run<'_> {
                             "passed {} on to the command",
                             signals::name(received.sig)
                         ));
-                        // A command that ignores it is killed after
-                        // --kill-after, as after a lost lease.
-                        if kill_at.is_none() {
+                        // A command that ignores a stop request is killed
+                        // after --kill-after, as after a lost lease.
+                        if kill_at.is_none() && signals::is_stop(received.sig) {
                             kill_at = now().checked_add(self.args.kill_after);
                             stop_signal = Some(received.sig);
                         }

@@ -1,10 +1,11 @@
-//! Signal handling without `unsafe`: `signal-hook` turns SIGINT, SIGTERM,
-//! SIGHUP and SIGCHLD, with their origin (`siginfo_t`'s `si_code` and
-//! `si_pid`), into messages on a channel, read by a thread; `nix` sends
-//! signals to the child.
+//! Signal handling without `unsafe`: `signal-hook` turns the signals that
+//! would otherwise kill redlease with the lease held (SIGINT, SIGTERM,
+//! SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2) and SIGCHLD, with their origin
+//! (`siginfo_t`'s `si_code` and `si_pid`), into messages on a channel, read
+//! by a thread; `nix` sends signals to the child.
 
 use std::process::Child;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread;
@@ -12,10 +13,19 @@ use std::thread;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use redlease::CancelHandle;
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::exfiltrator::origin::WithOrigin;
 use signal_hook::iterator::{Handle, SignalsInfo};
 use signal_hook::low_level::siginfo::{Cause, Origin};
+
+use crate::output::Out;
+
+/// Stop requests: passed on to the command (which gets --kill-after to
+/// exit), and before it runs they end the wait (exit 128 + N).
+const STOP: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+/// Meant for the command (reopen logs, dump state): passed on, with no
+/// SIGKILL after them; before it runs there is nobody to tell.
+const FOR_THE_COMMAND: [i32; 2] = [SIGUSR1, SIGUSR2];
 
 /// What the supervising loop hears about.
 #[derive(Debug)]
@@ -45,40 +55,71 @@ impl Received {
     }
 }
 
-/// The signal thread. The first SIGINT, SIGTERM or SIGHUP also cancels an
-/// acquire in progress and is remembered, so that redlease can exit with
+/// The signal thread. The first stop request ([`is_stop`]) also cancels
+/// an acquire in progress and is remembered, so that redlease can exit with
 /// 128 + N when it arrives before the command started.
 #[derive(Debug)]
 pub(crate) struct SignalWatch {
     handle: Handle,
     first_stop: Arc<AtomicI32>,
+    /// The command runs, or is about to: signals for it are queued for the
+    /// supervising loop rather than noted as having nobody to reach.
+    command_started: Arc<AtomicBool>,
 }
 
 impl SignalWatch {
-    pub(crate) fn start(events: Sender<Event>, cancel: CancelHandle) -> std::io::Result<Self> {
-        let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])?;
+    pub(crate) fn start(
+        events: Sender<Event>,
+        cancel: CancelHandle,
+        out: Out,
+    ) -> std::io::Result<Self> {
+        let mut signals = SignalsInfo::<WithOrigin>::new(
+            STOP.iter()
+                .chain(&FOR_THE_COMMAND)
+                .chain(&[SIGCHLD])
+                .copied(),
+        )?;
         let handle = signals.handle();
         let first_stop = Arc::new(AtomicI32::new(0));
         let first = first_stop.clone();
+        let command_started = Arc::new(AtomicBool::new(false));
+        let started = command_started.clone();
         thread::Builder::new()
             .name("redlease-signals".to_owned())
             .spawn(move || {
                 for origin in signals.forever() {
                     let received = Received::of(&origin);
                     let sig = received.sig;
-                    if sig != SIGCHLD {
+                    if is_stop(sig) {
                         let _ = first.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
                         cancel.cancel();
+                    } else if FOR_THE_COMMAND.contains(&sig) && !started.load(Ordering::SeqCst) {
+                        out.notice(format_args!(
+                            "got {} before the command started; ignored (it is passed on to \
+                             the command once that runs)",
+                            name(sig)
+                        ));
+                        continue;
                     }
                     if events.send(Event::Signal(received)).is_err() {
                         break;
                     }
                 }
             })?;
-        Ok(SignalWatch { handle, first_stop })
+        Ok(SignalWatch {
+            handle,
+            first_stop,
+            command_started,
+        })
     }
 
-    /// The first SIGINT, SIGTERM or SIGHUP received, if any.
+    /// From now on, signals for the command are passed on to it (queued
+    /// until it runs) instead of being ignored.
+    pub(crate) fn command_starts(&self) {
+        self.command_started.store(true, Ordering::SeqCst);
+    }
+
+    /// The first stop request received, if any.
     pub(crate) fn first_stop(&self) -> Option<i32> {
         match self.first_stop.load(Ordering::SeqCst) {
             0 => None,
@@ -98,19 +139,25 @@ pub(crate) fn is_child_event(sig: i32) -> bool {
     sig == SIGCHLD
 }
 
+/// Whether `sig` asks redlease (and so the command) to stop: the command
+/// still running --kill-after after it is sent SIGKILL.
+pub(crate) fn is_stop(sig: i32) -> bool {
+    STOP.contains(&sig)
+}
+
 /// A signal's name for messages, e.g. `SIGTERM`.
 pub(crate) fn name(sig: i32) -> String {
     Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_owned())
 }
 
 /// Whether the terminal sent `received` to the whole foreground process
-/// group: a SIGINT (Ctrl-C) or SIGHUP (hang-up) from the kernel with no
-/// sending process (`si_code` `SI_KERNEL`). The child, in our group, got it
+/// group: a SIGINT (Ctrl-C), SIGQUIT (`Ctrl-\`) or SIGHUP (hang-up) from the
+/// kernel with no sending process (`si_code` `SI_KERNEL`). The child, in our group, got it
 /// already, and forwarding would deliver it twice. The same signal sent by
 /// a process (`kill -INT <pid>`: `SI_USER`, with its pid) reached only
 /// redlease and is passed on.
 pub(crate) fn terminal_sent_it(received: Received) -> bool {
-    received.by_kernel && (received.sig == SIGINT || received.sig == SIGHUP)
+    received.by_kernel && [SIGINT, SIGQUIT, SIGHUP].contains(&received.sig)
 }
 
 /// How forwarding a signal went.
@@ -161,9 +208,22 @@ mod tests {
             by_kernel: false,
         };
         assert!(terminal_sent_it(kernel(SIGINT)));
+        assert!(terminal_sent_it(kernel(SIGQUIT)));
         assert!(terminal_sent_it(kernel(SIGHUP)));
         assert!(!terminal_sent_it(kernel(SIGTERM)));
+        assert!(!terminal_sent_it(kernel(SIGUSR1)));
         assert!(!terminal_sent_it(sent(SIGINT)));
+        assert!(!terminal_sent_it(sent(SIGQUIT)));
         assert!(!terminal_sent_it(sent(SIGHUP)));
+    }
+
+    #[test]
+    fn only_stop_requests_start_the_kill_after_countdown() {
+        for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
+            assert!(is_stop(sig), "{}", name(sig));
+        }
+        for sig in [SIGUSR1, SIGUSR2, SIGCHLD] {
+            assert!(!is_stop(sig), "{}", name(sig));
+        }
     }
 }

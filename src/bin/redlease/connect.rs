@@ -1,0 +1,219 @@
+//! From what the user gave (a URL, a CA file, a password file or
+//! REDISCLI_AUTH) to a `redis::Client`, not yet connected. Messages name
+//! the option, variable or file at fault but never echo the URL (it may
+//! carry a password) or a password.
+
+use std::path::Path;
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
+use crate::cli::Global;
+
+/// The variable redis-cli reads its password from.
+const REDISCLI_AUTH: &str = "REDISCLI_AUTH";
+
+/// Where the URL came from, as messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UrlFrom {
+    Option,
+    RedleaseUrl,
+    RedisUrl,
+}
+
+impl UrlFrom {
+    fn name(self) -> &'static str {
+        match self {
+            UrlFrom::Option => "--url",
+            UrlFrom::RedleaseUrl => "REDLEASE_URL",
+            UrlFrom::RedisUrl => "REDIS_URL",
+        }
+    }
+}
+
+/// The URL: `--url`, else REDLEASE_URL (both through clap), else
+/// REDIS_URL, which other programs may use for a server of their own.
+/// An empty value counts as unset. `Ok(None)`: none.
+pub(crate) fn url(global: &Global) -> Result<Option<(String, UrlFrom)>, String> {
+    if let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) {
+        let from = if global.url_from_env {
+            UrlFrom::RedleaseUrl
+        } else {
+            UrlFrom::Option
+        };
+        return Ok(Some((url.to_owned(), from)));
+    }
+    match std::env::var_os("REDIS_URL") {
+        Some(url) if !url.is_empty() => url
+            .into_string()
+            .map(|url| Some((url, UrlFrom::RedisUrl)))
+            .map_err(|_| "invalid REDIS_URL: not valid UTF-8".to_owned()),
+        _ => Ok(None),
+    }
+}
+
+/// The client for `url`, with the password from `--password-file` or
+/// REDISCLI_AUTH and the CA of `--tls-ca-cert`. The second item is a note
+/// for the user (a CA given for a URL without TLS).
+pub(crate) fn client(
+    global: &Global,
+    url: &str,
+    from: UrlFrom,
+) -> Result<(redis::Client, Option<String>), String> {
+    let mut info = connection_info(url, from)?;
+    if let Some(password) = password(global, info.redis_settings().password().is_some())? {
+        let settings = info.redis_settings().clone().set_password(password);
+        info = info.set_redis_settings(settings);
+    }
+    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    match &global.tls_ca_cert {
+        Some(path) if tls => {
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca_pem(path)?),
+            };
+            let client = redis::Client::build_with_tls(info, certs)
+                .map_err(|_| format!("cannot use --tls-ca-cert {}", path.display()))?;
+            Ok((client, None))
+        }
+        ca => {
+            let note = ca.as_ref().map(|_| {
+                format!(
+                    "--tls-ca-cert is not used: {} is not a rediss:// (TLS) URL",
+                    from.name()
+                )
+            });
+            let client = redis::Client::open(info).map_err(|_| invalid(from, "not a Redis URL"))?;
+            Ok((client, note))
+        }
+    }
+}
+
+fn invalid(from: UrlFrom, why: &str) -> String {
+    format!(
+        "invalid {}: {why}; a Redis URL looks like redis://HOST:PORT/DB, \
+         rediss://HOST:PORT/DB (TLS) or unix:///PATH",
+        from.name()
+    )
+}
+
+/// The URL's connection info, or what is wrong with it in words that
+/// quote no part of it but the scheme.
+fn connection_info(url: &str, from: UrlFrom) -> Result<ConnectionInfo, String> {
+    let parsed = url::Url::parse(url).map_err(|_| invalid(from, "not a URL"))?;
+    let scheme = parsed.scheme();
+    let tls = matches!(scheme, "rediss" | "valkeys");
+    if !matches!(
+        scheme,
+        "redis" | "rediss" | "valkey" | "valkeys" | "unix" | "redis+unix" | "valkey+unix"
+    ) {
+        return Err(invalid(from, &format!("{scheme}:// is not a Redis scheme")));
+    }
+    parsed.into_connection_info().map_err(|e| {
+        if tls && e.to_string().contains("TLS") {
+            format!(
+                "{} is a rediss:// (TLS) URL, and this redlease was built without TLS \
+                 support: install it with `cargo install redlease --features cli`, \
+                 which includes it",
+                from.name()
+            )
+        } else {
+            // The redis crate's reasons are fixed texts ("Missing hostname",
+            // "Invalid database number"), never parts of the URL.
+            let reason = e.to_string();
+            let reason = reason.split(" - ").next().unwrap_or_default();
+            invalid(from, &reason.to_lowercase())
+        }
+    })
+}
+
+/// The password to use instead of the URL's: `--password-file`'s (also
+/// over a password in the URL), else REDISCLI_AUTH when the URL has none
+/// (as redis-cli does). Empty values count as unset, except a password
+/// file, which must hold one.
+fn password(global: &Global, url_has_one: bool) -> Result<Option<String>, String> {
+    if let Some(path) = &global.password_file {
+        let shown = path.display();
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("cannot read --password-file {shown}: {e}"))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("invalid --password-file {shown}: not UTF-8 text"))?;
+        // Editors and `echo` end a file with a newline; a password does
+        // not.
+        let password = text
+            .strip_suffix('\n')
+            .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+        if password.is_empty() {
+            return Err(format!("invalid --password-file {shown}: it is empty"));
+        }
+        return Ok(Some(password.to_owned()));
+    }
+    if url_has_one {
+        return Ok(None);
+    }
+    match std::env::var_os(REDISCLI_AUTH) {
+        Some(password) if !password.is_empty() => password
+            .into_string()
+            .map(Some)
+            .map_err(|_| format!("invalid {REDISCLI_AUTH}: not valid UTF-8")),
+        _ => Ok(None),
+    }
+}
+
+/// The CA file's contents, once checked to hold PEM certificates that
+/// rustls takes as trust anchors (the redis crate would take a file with
+/// none for an empty set of roots, and every handshake would fail).
+fn ca_pem(path: &Path) -> Result<Vec<u8>, String> {
+    let shown = path.display();
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read --tls-ca-cert {shown}: {e}"))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| {
+            format!("invalid --tls-ca-cert {shown}: a PEM certificate in it is malformed")
+        })?;
+    if certs.is_empty() {
+        return Err(format!(
+            "invalid --tls-ca-cert {shown}: no PEM certificate in it (-----BEGIN \
+             CERTIFICATE-----); a DER file converts with `openssl x509 -inform der -in \
+             FILE -out FILE.pem`"
+        ));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| {
+            format!(
+                "invalid --tls-ca-cert {shown}: a certificate in it is not usable as a CA ({e})"
+            )
+        })?;
+    }
+    Ok(pem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_url_is_described_without_quoting_it() {
+        for (url, why) in [
+            ("not-a-url", "not a URL"),
+            (
+                "http://user:s3cret@host:1/0",
+                "http:// is not a Redis scheme",
+            ),
+            ("redis://:s3cret@host:1/x", "invalid database number"),
+            (
+                "redis://:s3cret@0.0.0.0:1/0",
+                "cannot connect to a wildcard address",
+            ),
+        ] {
+            let e = connection_info(url, UrlFrom::RedisUrl).unwrap_err();
+            assert!(e.starts_with("invalid REDIS_URL: "), "{e}");
+            assert!(e.contains(why), "{url}: {e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+        assert!(connection_info("rediss://h:1/0", UrlFrom::Option).is_ok());
+        assert!(connection_info("unix:///tmp/redis.sock", UrlFrom::Option).is_ok());
+    }
+}

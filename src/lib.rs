@@ -252,6 +252,7 @@ pub mod micro;
 pub mod probe;
 mod replication;
 mod sentinel;
+mod server_version;
 mod stats;
 #[cfg(feature = "test-server")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-server")))]

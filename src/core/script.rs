@@ -222,8 +222,10 @@ local function enqueue(H, queue, flag, owner)
   if redis.call('PEXPIRE', queue, H.reg_ms, 'GT') == 0 then
     redis.call('PEXPIRE', queue, H.reg_ms, 'NX')
   end
-  if redis.call('PEXPIRE', flag, H.reg_ms, 'GT') == 0 then
-    redis.call('SET', flag, '1', 'NX', 'PX', H.reg_ms)
+  if redis.call('PEXPIRE', flag, H.reg_ms, 'GT') == 0
+      and not redis.call('SET', flag, '1', 'NX', 'PX', H.reg_ms) then
+    -- A flag without an expiry, left by an older version.
+    redis.call('PEXPIRE', flag, H.reg_ms, 'NX')
   end
 end
 local function rotate_head(queue, seen, served_once)

@@ -10,10 +10,11 @@
 //! }
 //! ```
 //!
-//! One server: the eviction policy (`CONFIG GET`, `INFO memory` where
-//! `CONFIG` is refused), then the key-names marker. Cluster: sharded
-//! pub/sub (Redis ≥ 7), the marker (routed to its own slot), then every
-//! primary's eviction policy.
+//! One server: its version (Redis ≥ 7.0, asked of a script; `INFO
+//! server` names an older one), the eviction policy (`CONFIG GET`, `INFO
+//! memory` where `CONFIG` is refused), then the key-names marker.
+//! Cluster: sharded pub/sub (Redis ≥ 7), the marker (routed to its own
+//! slot), then every primary's eviction policy.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use crate::driver::target::{Source, Target};
 use crate::error::{Error, Failure};
 use crate::eviction;
 use crate::key_names::{Marker, Verdict};
+use crate::server_version;
 
 /// A new locker's shared state, over the command connections `commands`
 /// opens to `target` (`retries`: the connect attempts of a blocking pool,
@@ -54,6 +56,8 @@ pub(crate) enum Ask {
 
 #[derive(Debug, Clone, Copy)]
 enum Step {
+    ServerVersion,
+    ServerVersionInfo,
     ShardedPubsub,
     EvictionConfig,
     EvictionInfo,
@@ -79,7 +83,7 @@ impl Checks {
                 Step::EvictionEveryPrimary,
             ]
         } else {
-            vec![Step::EvictionConfig, Step::KeyNamesGet]
+            vec![Step::ServerVersion, Step::EvictionConfig, Step::KeyNamesGet]
         };
         Checks {
             steps: steps.into(),
@@ -94,6 +98,8 @@ impl Checks {
         let step = self.steps.pop_front()?;
         self.current = Some(step);
         Some(match step {
+            Step::ServerVersion => Ask::One(server_version::script_cmd()),
+            Step::ServerVersionInfo => Ask::One(server_version::info_cmd()),
             Step::ShardedPubsub => Ask::One(sharded_pubsub_cmd()),
             Step::EvictionConfig => Ask::One(eviction::config_get_cmd()),
             Step::EvictionInfo => Ask::One(eviction::info_cmd()),
@@ -110,8 +116,9 @@ impl Checks {
     /// # Errors
     ///
     /// The connect fails: `ProviderFailed` when the server could not be
-    /// reached or refused the credentials, `InvalidConfig` for a cluster
-    /// without sharded pub/sub or a key-names mismatch.
+    /// reached or refused the credentials, `InvalidConfig` for a server
+    /// older than Redis 7.0, a cluster without sharded pub/sub or a
+    /// key-names mismatch.
     pub(crate) fn settle<C>(
         &mut self,
         shared: &Shared<C>,
@@ -126,6 +133,10 @@ impl Checks {
     /// As [`settle`](Self::settle); says whether it was the first reply.
     fn handle(&mut self, reply: Result<Value, Failure>) -> Result<bool, Error> {
         let then = match self.current.take() {
+            Some(Step::ServerVersion) => {
+                server_version::check_script_reply(reply)?.then_some(Step::ServerVersionInfo)
+            }
+            Some(Step::ServerVersionInfo) => return Err(server_version::refusal_from_info(reply)),
             Some(Step::ShardedPubsub) => sharded_pubsub_verdict(reply).map(|()| None)?,
             Some(Step::EvictionConfig) => {
                 eviction::check_config_reply(reply)?.then_some(Step::EvictionInfo)
@@ -187,9 +198,12 @@ mod tests {
     }
 
     #[test]
-    fn one_server_checks_eviction_then_reads_and_records_the_marker() {
+    fn one_server_checks_its_version_eviction_then_reads_and_records_the_marker() {
         let plain = || Ok(Value::BulkString(b"plain".to_vec()));
-        assert_eq!(run(false, |_| plain()), ["CONFIG GET", "GET ns:key-names"]);
+        assert_eq!(
+            run(false, |_| plain()),
+            [VERSION, "CONFIG GET", "GET ns:key-names"]
+        );
         let fresh = run(false, |c| {
             if c.starts_with("CONFIG") {
                 refused()
@@ -202,12 +216,30 @@ mod tests {
         assert_eq!(
             fresh,
             [
+                VERSION,
                 "CONFIG GET",
                 "INFO memory",
                 "GET ns:key-names",
                 "SET ns:key-names"
             ]
         );
+    }
+
+    const VERSION: &str = "EVAL return redis.REDIS_VERSION";
+
+    #[test]
+    fn a_server_older_than_seven_is_refused_naming_its_version() {
+        let mut checks = Checks::new(false, &Config::new("ns"));
+        assert!(checks.next().is_some());
+        checks.handle(Ok(Value::Nil)).unwrap();
+        let Some(Ask::One(info)) = checks.next() else {
+            panic!("INFO is asked next");
+        };
+        assert!(String::from_utf8_lossy(&info.get_packed_command()).contains("INFO"));
+        let info = Value::BulkString(b"redis_version:6.2.14\r\n".to_vec());
+        let e = checks.handle(Ok(info)).unwrap_err();
+        assert_eq!(e.code(), "INVALID_CONFIG");
+        assert!(e.to_string().contains("Redis 6.2;"), "{e}");
     }
 
     #[test]

@@ -224,7 +224,6 @@
 //!
 //! # The async front end
 //!
-//!
 //! The async locker has the same names and semantics: both are one generic
 //! `redlease::Locker<F>` (and `Lease<F, K>`, `Semaphore<F>`, `RwLock<F>`), so
 //! code that embeds redlease can be generic over the front end with
@@ -300,6 +299,19 @@
 //!
 //! # Fencing in SQL
 //!
+//! The same check in SQL keeps the last accepted fence in the row, in a
+//! `BIGINT` column (`i64::try_from(fence.get())?`: PostgreSQL has no unsigned
+//! type, and a fence that does not fit is an error, not a negative number),
+//! and writes only when the new fence is not lower, checked and written in
+//! one transaction. [`examples/postgres_fencing.rs`](examples/postgres_fencing.rs)
+//! does it with the `postgres` crate (`cargo run --example postgres_fencing`
+//! with `REDLEASE_EXAMPLE_POSTGRES_URL` set):
+//!
+//! ```sql
+//! BEGIN;
+//! -- The first write creates the row, so that there is a row to lock:
+//! INSERT INTO reports (id, body, fence) VALUES ($1, '', 0) ON CONFLICT (id) DO NOTHING;
+//! SELECT fence FROM reports WHERE id = $1 FOR UPDATE;  -- held until COMMIT
 //! -- stored fence > $3: a newer holder already wrote; ROLLBACK and stop.
 //! UPDATE reports SET body = $2, fence = $3 WHERE id = $1;
 //! -- ... the other writes of the same unit of work ...
@@ -333,8 +345,9 @@
 //!
 //! # Each kind in detail
 //!
-//! # Semaphores
+//! ## Semaphores
 //!
+//! - `acquire`, `acquire_with(options)`, `try_acquire` and `with_permit` behave
 //!   as their lease counterparts: waiting (one line per semaphore per locker,
 //!   woken by the release notification), `Busy` with the soonest expiry,
 //!   `WaitTimeout`, `QueueFull`, cancellation, retries after faults. After a
@@ -354,8 +367,7 @@
 //! - `examples/semaphore_pool.rs` runs N workers through K permits and shows a
 //!   stalled holder's write being refused.
 //!
-//! # Read-write leases
-//!
+//! ## Read-write leases
 //!
 //! - A writer's fence strictly increases per key (floored at the
 //!   server clock, as every fence). A reader's **epoch** is the latest writer fence when it was
@@ -378,8 +390,7 @@
 //!   back (`Expired`).
 //! - `examples/rw_cache.rs` shows a stale cache fill being refused.
 //!
-//! # Elections
-//!
+//! ## Elections
 //!
 //! - `campaign`, `campaign_with(value, options)` and `try_campaign` wait, time
 //!   out and cancel as acquires do; candidates of one locker form a FIFO line,
@@ -408,8 +419,7 @@
 //! - `examples/election.rs` (`cargo run --example election`): one candidate
 //!   leads, another waits and takes over at its resign, in a higher term.
 //!
-//! # Multi-key leases
-//!
+//! ## Multi-key leases
 //!
 //! - A single-key lease of any of the keys excludes the multi-key lease and
 //!   the other way round; renew and release act on every key, and a renew
@@ -540,8 +550,6 @@
 //! `cargo tree -e normal -i metrics`); `stats()` is there either way.
 //!
 //! # Tests of programs that use the crate (feature `test-server`)
-//!
-//! | `test-server` | no | `redlease::testing::TestServer`: a throwaway `redis-server` for your own tests (below); no extra dependency |
 //!
 //! For the tests of a program that uses the crate, turn on `test-server` in
 //! its dev-dependencies (`cargo add redlease --dev --features test-server`,
@@ -918,6 +926,21 @@
 //! The rules are in the README's "Least privilege", the list operators copy;
 //! here is why each is there.
 //!
+//! Each pattern is exact: it matches this namespace's names and no other
+//! namespace's. Every name is `<ns>:<kind>:{...`: the kind (`lock`,
+//! `lock-fence`, ...) contains no `:`, is followed by the hash tag's `{`, and
+//! a namespace contains no `{` (nor a glob character: `Config` refuses
+//! `{`, `}`, `*`, `?`, `[`, `]` and `\`), so a name starting with
+//! `my-service:lock:{` is namespace `my-service`'s lock and nothing else.
+//! Looser patterns leak: `~my-service:lock:*` also matches the locks of
+//! namespace `my-service:lock:v2` (`my-service:lock:v2:lock:{...}`),
+//! `~my-service:rw-*` every name of namespace `my-service:rw-cache`, and
+//! `&my-service:lock-released:*` the channels of namespace
+//! `my-service:lock-released:x`. `tests/faults.rs`
+//! (`least_privilege_rules_match_no_other_namespaces_names`) asks Redis
+//! (`ACL DRYRUN`) whether the README's rules, with those for Cluster and the CLI,
+//! reach any name of such namespaces. The only names without a `{` are the
+//! namespace's naming-scheme marker `<ns>:key-names` and the release channel
 //! `<ns>:lock-released`, which the rules name exactly.
 //!
 //! What no ACL can prevent: these rights are the namespace's, not one

@@ -1,4 +1,4 @@
-//! The connect-time key-names marker (docs/MULTIKEY.md §2): which naming
+//! The connect-time key-names marker (docs/PROTOCOL.md): which naming
 //! scheme the lockers of a namespace use. `Config::key_hash_tags` renames
 //! every tagged key, so two lockers of one namespace with different
 //! settings would lock one key under two names: two holders. The first

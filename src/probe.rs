@@ -1,5 +1,5 @@
 //! Timestamps at the steps of a hand-over on either front end, for
-//! the contention benchmark's breakdown of the gap (docs/HANDOVER.md §10).
+//! the contention benchmark's breakdown of the gap (docs/PROTOCOL.md).
 //! Recorded only with the feature `bench-hooks` and after `enable`; in
 //! any other build `mark` is empty. Hidden: not an API.
 

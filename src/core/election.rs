@@ -1,4 +1,4 @@
-//! Leader election in the core (docs/ELECTION.md): the names of one
+//! Leader election in the core (docs/PROTOCOL.md): the names of one
 //! election, the leader's value, the scripts (campaign, proclaim, resign,
 //! read) with their calls, and the pure decoding of their replies,
 //! including the rule that tells the current leader from a read (§7).

@@ -1,4 +1,4 @@
-//! Registrations that outlive their line (docs/HANDOVER.md §13).
+//! Registrations that outlive their line (docs/PROTOCOL.md).
 //!
 //! A lock's line empties whenever its last waiter takes the lease, and a
 //! process with one waiter per key (a worker loop) would otherwise leave

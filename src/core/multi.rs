@@ -1,4 +1,4 @@
-//! The multi-key lease in the core (docs/MULTIKEY.md): the validation of a
+//! The multi-key lease in the core (docs/PROTOCOL.md): the validation of a
 //! key set, its line's id, the three scripts (acquire, renew and release of
 //! all keys at once) with their calls, and the pure decoding of the
 //! acquire's reply.

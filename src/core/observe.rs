@@ -1,4 +1,4 @@
-//! What an election's observer yields from each read (docs/ELECTION.md §7,
+//! What an election's observer yields from each read (docs/PROTOCOL.md,
 //! steps 1, 3 and 4), as a pure function of the last version yielded and
 //! the read's reply, and when it reads next; no clock is read here.
 //!

@@ -1,4 +1,4 @@
-//! The elections this locker's observers follow (docs/ELECTION.md §7): an
+//! The elections this locker's observers follow (docs/PROTOCOL.md): an
 //! observed name keeps the notification subscription wanted, as a waiter
 //! does, and counts the changes its notifications announced, so that each
 //! observer reads when the count moved past what its last read saw.

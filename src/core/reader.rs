@@ -1,4 +1,4 @@
-//! One reader per observed election and locker (docs/ELECTION.md §7): the
+//! One reader per observed election and locker (docs/PROTOCOL.md): the
 //! observers of a name take turns sending its read, and every item a read
 //! yields is kept for all of them, so a change costs one read whatever the
 //! number of observers. Each observer walks the items with a cursor of its

@@ -1,5 +1,5 @@
 //! `Election<F>` and `Leadership<F>`: one leader per name, its term a
-//! fence, its value readable by anyone (docs/ELECTION.md). A campaign is an
+//! fence, its value readable by anyone (docs/PROTOCOL.md). A campaign is an
 //! acquire of kind [`kind::Leader`] (waiting, lines, cancellation as for a
 //! lock); a leadership is that lease, renewed by its keeper thread
 //! (`keeper.rs`) until it is resigned, dropped or lost.

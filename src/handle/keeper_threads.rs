@@ -1,4 +1,4 @@
-//! The threads keepers run on (docs/ELECTION.md §6): a thread whose
+//! The threads keepers run on (docs/PROTOCOL.md): a thread whose
 //! leadership ended waits [`IDLE`] for the next one before it exits, and a
 //! campaign makes sure one waits, so a campaign's return hands its keeper
 //! to a thread already running instead of starting one (about 35 µs, and a

@@ -1,4 +1,4 @@
-//! Multi-key leases (docs/MULTIKEY.md): N keys held at once, all or
+//! Multi-key leases (docs/PROTOCOL.md): N keys held at once, all or
 //! nothing, each with a fence of its own. A multi-key lease is a
 //! `Lease<F, kind::Multi>`, so renew, release, drop and `keep_alive` are
 //! the lease's own operations; only the acquire and the fence accessors

@@ -1,4 +1,4 @@
-//! `Observer<F>`: an election's changes, in order (docs/ELECTION.md §7).
+//! `Observer<F>`: an election's changes, in order (docs/PROTOCOL.md).
 //! What to yield and when to read next is the core's reader of the name,
 //! shared by the locker's observers of it (`core/reader.rs`); this is one
 //! observer's reading loop, which each front end drives (blocking: an

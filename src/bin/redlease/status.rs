@@ -2,7 +2,7 @@
 //! the holder record, read with plain `PTTL` and `GET` on the stored names
 //! (no MULTI/EXEC, so the README's least-privilege ACL is enough). The
 //! lock's value is read only to tell a waiting multi-key lease's
-//! reservation (`<token>:r<age>`, docs/MULTIKEY.md §3) from a hold; the
+//! reservation (`<token>:r<age>`, docs/PROTOCOL.md) from a hold; the
 //! owner token in it is neither kept nor shown.
 //!
 //! `redlease status --permits N KEY`: the same for each slot of KEY's

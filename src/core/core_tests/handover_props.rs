@@ -1,5 +1,5 @@
 //! Random operation sequences over the contended hand-over
-//! (docs/HANDOVER.md): registrations, grants named in notices, claims,
+//! (docs/PROTOCOL.md): registrations, grants named in notices, claims,
 //! lingering registrations and grants to other lockers, on a core with the
 //! hand-over on and two keys. A small front end (`Front`) drives the core
 //! the way `driver/ops/acquire.rs` and `blocking/front.rs` do: it drains

@@ -1,4 +1,4 @@
-//! A registration that outlives its line (docs/HANDOVER.md §13,
+//! A registration that outlives its line (docs/PROTOCOL.md,
 //! `core/linger.rs`): kept while the last waiter's lease is held and a
 //! short window after its release; a waiter that comes back waits for its
 //! grant; a grant nobody waits for, and the end of the window, are passed

@@ -75,6 +75,21 @@
 //!   second, and the scan waits (bounded) until a lease after the last
 //!   kill.
 //!
+//! Queue scenarios (every third injection while 5 s of the run are left,
+//! counted under `faults_injected.queued_kill` and `.tagged_burst`, seen
+//! under `queues`): on a read-write key held by a long write lease, 12
+//! readers on lockers of their own are SIGKILLed at once while queued,
+//! ahead of 17-20 live readers, a writer and readers with the hand-over
+//! off (`registrants_killed_queued`, `most_dead_ahead_of_live`,
+//! `most_readers_ahead_of_writer`); and 12 permit waiters burst on a
+//! tagged semaphore (`most_queued_tagged`). Every worker also contends for
+//! two tagged semaphores (`torture:sem:{tagged}:N`, `key_hash_tags(true)`
+//! in the namespace `<ns>-tags`: a namespace's lockers must agree on it;
+//! `permit_tagged`) and takes a third of its blocking reads on a locker
+//! with the hand-over off (`read_handover_off`). `rw.fenced_out_while_valid`
+//! counts readers and writers whose write the store refused while their
+//! lease was valid (no restart since): a writer beside a live reader.
+//!
 //! It prints one JSON line and exits with 1 when a violation of any kind,
 //! a stranded waiter or a token left is not 0 (2 when the run could not be
 //! set up). Options: `--seconds N` (20), `--processes N` (3), `--threads N`

@@ -75,6 +75,21 @@
 //!   second, and the scan waits (bounded) until a lease after the last
 //!   kill.
 //!
+//! Queue scenarios (every third injection while 5 s of the run are left,
+//! counted under `faults_injected.queued_kill` and `.tagged_burst`, seen
+//! under `queues`): on a read-write key held by a long write lease, 12
+//! readers on lockers of their own are SIGKILLed at once while queued,
+//! ahead of 17-20 live readers, a writer and readers with the hand-over
+//! off (`registrants_killed_queued`, `most_dead_ahead_of_live`,
+//! `most_readers_ahead_of_writer`); and 12 permit waiters burst on a
+//! tagged semaphore (`most_queued_tagged`). Every worker also contends for
+//! two tagged semaphores (`torture:sem:{tagged}:N`, `key_hash_tags(true)`
+//! in the namespace `<ns>-tags`: a namespace's lockers must agree on it;
+//! `permit_tagged`) and takes a third of its blocking reads on a locker
+//! with the hand-over off (`read_handover_off`). `rw.fenced_out_while_valid`
+//! counts readers and writers whose write the store refused while their
+//! lease was valid (no restart since): a writer beside a live reader.
+//!
 //! It prints one JSON line and exits with 1 when a violation of any kind,
 //! a stranded waiter or a token left is not 0 (2 when the run could not be
 //! set up). Options: `--seconds N` (20), `--processes N` (3), `--threads N`
@@ -96,7 +111,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::fenced::{FencedStore, WriteError};
-use redlease::{Config, Fence};
+use redlease::{AcquireOptions, Config, Fence};
+use sha2::{Digest, Sha256};
 
 // The integration tests' `redis-server` manager: loopback ports, temp
 // dirs, SIGSTOP/SIGCONT, restarts with data loss. `pub(crate)` because
@@ -340,10 +356,40 @@ impl Kind {
     }
 }
 
+/// The first tagged semaphore key's number: semaphore keys
+/// `TAGGED_BASE..TAGGED_BASE + TAGGED_KEYS` carry the hash tag [`TAG`]
+/// and live in the namespace [`tagged_namespace`], whose lockers have
+/// `key_hash_tags(true)`.
+const TAGGED_BASE: u64 = 100;
+/// How many tagged semaphore keys (one tag: they share a hash slot).
+const TAGGED_KEYS: u64 = 2;
+/// The tagged semaphore keys' hash tag.
+const TAG: &str = "tagged";
+
+/// The namespace of the tagged semaphores' lockers: `key_hash_tags` is one
+/// setting per namespace (a locker refuses to connect to a namespace whose
+/// lockers recorded the other), and the other lockers keep the default.
+fn tagged_namespace(namespace: &str) -> String {
+    format!("{namespace}-tags")
+}
+
+/// A key number of `kind` at random: a semaphore's among the untagged and
+/// the tagged ones, any other kind's among `0..keys`.
+fn pick_key(rng: &mut Rng, kind: Kind, keys: u64) -> u64 {
+    if kind != Kind::Permit {
+        return rng.below(keys);
+    }
+    match rng.below(keys + TAGGED_KEYS) {
+        i if i >= keys => TAGGED_BASE + i - keys,
+        i => i,
+    }
+}
+
 /// The key (and protected resource) of `kind` number `index`.
 fn key_name(kind: Kind, index: u64) -> String {
     match kind {
         Kind::Lock => format!("torture:resource:{index}"),
+        Kind::Permit if index >= TAGGED_BASE => format!("torture:sem:{{{TAG}}}:{index}"),
         Kind::Permit => format!("torture:sem:{index}"),
         Kind::Write | Kind::Read => format!("torture:rw:{index}"),
     }
@@ -838,16 +884,157 @@ impl AsyncHeld {
 struct Handles<S, W> {
     semaphores: Vec<S>,
     rw_locks: Vec<W>,
+    /// The tagged semaphores (keys from [`TAGGED_BASE`]), on the tagged
+    /// namespace's locker.
+    tagged: Vec<S>,
+    /// The read-write leases again, on a locker of the same namespace with
+    /// the hand-over off (empty: none). A third of the reads take them.
+    rw_off: Vec<W>,
+}
+
+impl<S, W> Handles<S, W> {
+    /// Semaphore key number `key`, tagged or not.
+    fn semaphore(&self, key: u64) -> &S {
+        match key.checked_sub(TAGGED_BASE) {
+            Some(j) => &self.tagged[j as usize],
+            None => &self.semaphores[key as usize],
+        }
+    }
+
+    /// Read-write key number `key`'s lease, on the hand-over-off locker
+    /// when `off`.
+    fn rw(&self, key: u64, off: bool) -> &W {
+        if off {
+            &self.rw_off[key as usize]
+        } else {
+            &self.rw_locks[key as usize]
+        }
+    }
+
+    /// Whether a read takes the hand-over-off locker (one in three).
+    fn read_off(&self, rng: &mut Rng) -> bool {
+        !self.rw_off.is_empty() && rng.below(3) == 0
+    }
+}
+
+/// `O <started>`: the read round that started at `started` runs on a
+/// locker with the hand-over off.
+fn emit_handover_off(started: u64) {
+    emit(format_args!("O {started}"));
+}
+
+/// `B <burst> <started>`: the round that started at `started` belongs to
+/// burst `burst` (a controller's `burst` command).
+fn emit_burst(burst: u64, started: u64) {
+    emit(format_args!("B {burst} {started}"));
 }
 
 fn valid_for(remaining: Duration) -> bool {
     remaining >= ms(VALID_MARGIN_MS)
 }
 
+/// One round of a burst, on a locker of its own.
+fn burst_round(
+    shared: &Shared,
+    store: &mut redis::Connection,
+    url: &str,
+    config: Config,
+    burst: Burst,
+    off: bool,
+    permits: u32,
+) {
+    let locker = match redlease::blocking::Locker::connect(url, config) {
+        Ok(locker) => locker,
+        Err(e) => {
+            emit(format_args!("Y burst {} connect {}", burst.id, e.code()));
+            return;
+        }
+    };
+    let options = AcquireOptions::new()
+        .lease(ms(burst.lease_ms))
+        .wait(ms(burst.wait_ms));
+    let (kind, name) = (burst.kind, key_name(burst.kind, burst.key));
+    let acquire = || match kind {
+        Kind::Lock => locker.acquire_with(&name, options).map(BlockingHeld::Lock),
+        Kind::Permit => locker
+            .semaphore(&name, permits)
+            .and_then(|s| s.acquire_with(options))
+            .map(BlockingHeld::Permit),
+        Kind::Write => locker
+            .rw_lock(&name)
+            .and_then(|rw| rw.write_with(options))
+            .map(BlockingHeld::Write),
+        Kind::Read => locker
+            .rw_lock(&name)
+            .and_then(|rw| rw.read_with(options))
+            .map(BlockingHeld::Read),
+    };
+    blocking_round(
+        shared,
+        store,
+        (kind, burst.key, off),
+        |started| emit_burst(burst.id, started),
+        acquire,
+        || ms(burst.hold_ms),
+    );
+    if let Err(e) = locker.shutdown() {
+        emit(format_args!("Y burst {} shutdown {}", burst.id, e.code()));
+    }
+}
+
+type BlockingHandles = Handles<redlease::blocking::Semaphore, redlease::blocking::RwLock>;
+
+/// One blocking round of `kind` on key number `key`: `S` (then whatever
+/// `mark` prints about the round), `acquire`, `G`, the first write, a hold
+/// of `hold`, the second write, `H` and the release; or `E`.
+fn blocking_round(
+    shared: &Shared,
+    store: &mut redis::Connection,
+    (kind, key, off): (Kind, u64, bool),
+    mark: impl FnOnce(u64),
+    acquire: impl FnOnce() -> Result<BlockingHeld, redlease::Error>,
+    hold: impl FnOnce() -> Duration,
+) {
+    let started = tick_sync(shared, store);
+    emit_started(kind, started);
+    if off {
+        emit_handover_off(started);
+    }
+    mark(started);
+    let acquired = acquire();
+    let granted = tick_sync(shared, store);
+    match acquired {
+        Ok(held) => {
+            let (slot, fence) = held.grant();
+            emit_granted(kind, key, slot, fence, started, granted);
+            let mut valid = valid_for(held.remaining());
+            let first = write_sync(shared, store, kind, key, slot, fence);
+            emit_first_write(kind, started, first);
+            thread::sleep(hold());
+            valid &= valid_for(held.remaining());
+            let second = write_sync(shared, store, kind, key, slot, fence);
+            HoldLine {
+                kind,
+                key,
+                slot,
+                fence,
+                started,
+                granted,
+                first,
+                second,
+                valid,
+            }
+            .emit();
+            emit_release(kind, held.release());
+        }
+        Err(e) => emit_failed_acquire(kind, e.code(), started, granted),
+    }
+}
+
 fn blocking_contender(
     shared: &Shared,
     locker: &redlease::blocking::Locker,
-    handles: &Handles<redlease::blocking::Semaphore, redlease::blocking::RwLock>,
+    handles: &BlockingHandles,
     mut store: redis::Connection,
     mut rng: Rng,
 ) {
@@ -857,46 +1044,75 @@ fn blocking_contender(
             thread::sleep(ms(rng.below(20)));
             continue;
         }
-        let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
-        let index = key as usize;
-        let started = tick_sync(shared, &mut store);
-        emit_started(kind, started);
-        let acquired = match kind {
+        let kind = Kind::pick(&mut rng);
+        let key = pick_key(&mut rng, kind, shared.keys);
+        let off = kind == Kind::Read && handles.read_off(&mut rng);
+        let hold = hold_time(&mut rng);
+        let acquire = || match kind {
             Kind::Lock => locker.acquire(&key_name(kind, key)).map(BlockingHeld::Lock),
-            Kind::Permit => handles.semaphores[index]
-                .acquire()
-                .map(BlockingHeld::Permit),
-            Kind::Write => handles.rw_locks[index].write().map(BlockingHeld::Write),
-            Kind::Read => handles.rw_locks[index].read().map(BlockingHeld::Read),
+            Kind::Permit => handles.semaphore(key).acquire().map(BlockingHeld::Permit),
+            Kind::Write => handles.rw(key, false).write().map(BlockingHeld::Write),
+            Kind::Read => handles.rw(key, off).read().map(BlockingHeld::Read),
         };
-        let granted = tick_sync(shared, &mut store);
-        match acquired {
-            Ok(held) => {
-                let (slot, fence) = held.grant();
-                emit_granted(kind, key, slot, fence, started, granted);
-                let mut valid = valid_for(held.remaining());
-                let first = write_sync(shared, &mut store, kind, key, slot, fence);
-                emit_first_write(kind, started, first);
-                thread::sleep(hold_time(&mut rng));
-                valid &= valid_for(held.remaining());
-                let second = write_sync(shared, &mut store, kind, key, slot, fence);
-                HoldLine {
-                    kind,
-                    key,
-                    slot,
-                    fence,
-                    started,
-                    granted,
-                    first,
-                    second,
-                    valid,
-                }
-                .emit();
-                emit_release(kind, held.release());
-            }
-            Err(e) => emit_failed_acquire(kind, e.code(), started, granted),
-        }
+        blocking_round(
+            shared,
+            &mut store,
+            (kind, key, off),
+            |_| {},
+            acquire,
+            || hold,
+        );
         thread::sleep(ms(rng.below(20)));
+    }
+}
+
+/// A controller's `burst <id> <kind> <key> <count> <lease ms> <wait ms>
+/// <hold ms> <off>`: `count` threads each connect a locker of their own
+/// (a locker has one registration per key in a hand-over queue, so
+/// `count` lockers are `count` registrants) and run one blocking round of
+/// `kind` on key number `key` at once, with that lease and wait, holding
+/// `hold` ms; the first `off` of them (reads) with the hand-over off.
+#[derive(Debug, Clone, Copy)]
+struct Burst {
+    id: u64,
+    kind: Kind,
+    key: u64,
+    count: u64,
+    lease_ms: u64,
+    wait_ms: u64,
+    hold_ms: u64,
+    off: u64,
+}
+
+impl Burst {
+    fn command(&self) -> String {
+        format!(
+            "burst {} {} {} {} {} {} {} {}",
+            self.id,
+            self.kind.code(),
+            self.key,
+            self.count,
+            self.lease_ms,
+            self.wait_ms,
+            self.hold_ms,
+            self.off
+        )
+    }
+
+    fn parse(line: &str) -> Option<Burst> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| fields.get(i).and_then(|s| s.parse::<u64>().ok());
+        (fields.first() == Some(&"burst")).then_some(())?;
+        Some(Burst {
+            id: num(1)?,
+            kind: Kind::from_code(fields.get(2)?)?,
+            key: num(3)?,
+            count: num(4)?,
+            lease_ms: num(5)?,
+            wait_ms: num(6)?,
+            hold_ms: num(7)?,
+            off: num(8)?,
+        })
     }
 }
 
@@ -913,7 +1129,8 @@ async fn async_contender(
             async_io::Timer::after(ms(rng.below(20))).await;
             continue;
         }
-        let (kind, key) = (Kind::pick(&mut rng), rng.below(shared.keys));
+        let kind = Kind::pick(&mut rng);
+        let key = pick_key(&mut rng, kind, shared.keys);
         let index = key as usize;
         let started = tick_async(shared, &mut store).await;
         emit_started(kind, started);
@@ -922,7 +1139,8 @@ async fn async_contender(
                 .acquire(&key_name(kind, key))
                 .await
                 .map(AsyncHeld::Lock),
-            Kind::Permit => handles.semaphores[index]
+            Kind::Permit => handles
+                .semaphore(key)
                 .acquire()
                 .await
                 .map(AsyncHeld::Permit),
@@ -980,25 +1198,50 @@ fn worker_main() -> ! {
     std::process::exit(code);
 }
 
-fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
-    let config = Config::new(p.namespace.clone())
+/// Every locker's settings, in `namespace`.
+fn locker_config(namespace: String) -> Config {
+    Config::new(namespace)
         .lease(ms(LEASE_MS))
         .wait(ms(WAIT_MS))
         .command_timeout(ms(COMMAND_TIMEOUT_MS))
-        .shutdown_timeout(ms(3000));
+        .shutdown_timeout(ms(3000))
+}
+
+fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
+    let config = locker_config(p.namespace.clone());
     let blocking = Arc::new(redlease::blocking::Locker::connect(
         p.lock_url.as_str(),
         config.clone(),
     )?);
     let aio = Arc::new(futures::executor::block_on(
-        redlease::aio::Locker::connect(p.lock_url.as_str(), config),
+        redlease::aio::Locker::connect(p.lock_url.as_str(), config.clone()),
     )?);
+    // Readers with the hand-over off beside the ones with it on, on the
+    // same read-write keys (it never registers in their queues).
+    let blocking_off =
+        redlease::blocking::Locker::connect(p.lock_url.as_str(), config.clone().handover(false))?;
+    // The tagged semaphores' lockers: hash tags on, in their own namespace.
+    let tagged_config = locker_config(tagged_namespace(&p.namespace)).key_hash_tags(true);
+    let blocking_tagged =
+        redlease::blocking::Locker::connect(p.lock_url.as_str(), tagged_config.clone())?;
+    let aio_tagged = futures::executor::block_on(redlease::aio::Locker::connect(
+        p.lock_url.as_str(),
+        tagged_config,
+    ))?;
+    let tagged_keys = TAGGED_BASE..TAGGED_BASE + TAGGED_KEYS;
     let blocking_handles = Arc::new(Handles {
         semaphores: (0..p.keys)
             .map(|k| blocking.semaphore(&key_name(Kind::Permit, k), p.permits))
             .collect::<Result<_, _>>()?,
         rw_locks: (0..p.keys)
             .map(|k| blocking.rw_lock(&key_name(Kind::Write, k)))
+            .collect::<Result<_, _>>()?,
+        tagged: tagged_keys
+            .clone()
+            .map(|k| blocking_tagged.semaphore(&key_name(Kind::Permit, k), p.permits))
+            .collect::<Result<_, _>>()?,
+        rw_off: (0..p.keys)
+            .map(|k| blocking_off.rw_lock(&key_name(Kind::Write, k)))
             .collect::<Result<_, _>>()?,
     });
     let aio_handles = Arc::new(Handles {
@@ -1008,6 +1251,10 @@ fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
         rw_locks: (0..p.keys)
             .map(|k| aio.rw_lock(&key_name(Kind::Write, k)))
             .collect::<Result<_, _>>()?,
+        tagged: tagged_keys
+            .map(|k| aio_tagged.semaphore(&key_name(Kind::Permit, k), p.permits))
+            .collect::<Result<_, _>>()?,
+        rw_off: Vec::new(),
     });
     let store_client = redis::Client::open(p.store_url.as_str())?;
     let shared = Arc::new(Shared {
@@ -1071,10 +1318,41 @@ fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
     drop(done_tx);
     emit(format_args!("READY"));
 
-    // Run until told to stop (or until the controller goes away).
+    // Run until told to stop (or until the controller goes away); start
+    // the bursts it asks for meanwhile.
+    let (burst_tx, burst_rx) = mpsc::channel::<()>();
+    let mut burst_threads = 0usize;
     let mut line = String::new();
     let stdin = std::io::stdin();
     while stdin.lock().read_line(&mut line).unwrap_or(0) > 0 && line.trim() != "stop" {
+        match Burst::parse(&line) {
+            Some(burst) => {
+                for n in 0..burst.count {
+                    let off = burst.kind == Kind::Read && n < burst.off;
+                    let config = if burst.kind == Kind::Permit && burst.key >= TAGGED_BASE {
+                        locker_config(tagged_namespace(&p.namespace)).key_hash_tags(true)
+                    } else {
+                        locker_config(p.namespace.clone()).handover(!off)
+                    };
+                    let (shared, done, url, permits) = (
+                        shared.clone(),
+                        burst_tx.clone(),
+                        p.lock_url.clone(),
+                        p.permits,
+                    );
+                    let Ok(mut store) = store_client.get_connection_with_timeout(ms(2000)) else {
+                        emit(format_args!("Y burst {} store", burst.id));
+                        continue;
+                    };
+                    burst_threads += 1;
+                    thread::spawn(move || {
+                        burst_round(&shared, &mut store, &url, config, burst, off, permits);
+                        let _ = done.send(());
+                    });
+                }
+            }
+            None => emit(format_args!("Y unknown command {}", line.trim())),
+        }
         line.clear();
     }
     shared.stop.store(true, Ordering::SeqCst);
@@ -1089,12 +1367,32 @@ fn run_worker(p: &WorkerParams) -> Result<(), Box<dyn Error>> {
             Err(_) => break,
         }
     }
-    emit(format_args!("X {}", total - finished));
+    let mut bursts_finished = 0;
+    while bursts_finished < burst_threads {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match burst_rx.recv_timeout(left) {
+            Ok(()) => bursts_finished += 1,
+            Err(_) => break,
+        }
+    }
+    emit(format_args!(
+        "X {}",
+        total - finished + burst_threads - bursts_finished
+    ));
     if let Err(e) = blocking.shutdown() {
         emit(format_args!("Y blocking {}", e.code()));
     }
     if let Err(e) = futures::executor::block_on(aio.shutdown()) {
         emit(format_args!("Y aio {}", e.code()));
+    }
+    if let Err(e) = blocking_off.shutdown() {
+        emit(format_args!("Y blocking_off {}", e.code()));
+    }
+    if let Err(e) = blocking_tagged.shutdown() {
+        emit(format_args!("Y blocking_tagged {}", e.code()));
+    }
+    if let Err(e) = futures::executor::block_on(aio_tagged.shutdown()) {
+        emit(format_args!("Y aio_tagged {}", e.code()));
     }
     emit(format_args!("BYE"));
     Ok(())
@@ -1209,6 +1507,16 @@ struct WorkerLog {
     multi_firsts: HashSet<u64>,
     multi_seconds: HashSet<u64>,
     multi_holds: u64,
+    /// Burst rounds (`B`): each round's burst id by its `started`, and per
+    /// burst how many rounds started, were granted and finished.
+    burst_of: HashMap<u64, u64>,
+    burst_started: HashMap<u64, u64>,
+    burst_granted: HashMap<u64, u64>,
+    burst_finished: HashMap<u64, u64>,
+    /// Reads on the hand-over-off locker (`O`): their `started`, and how
+    /// many held.
+    off_reads: HashSet<u64>,
+    off_read_holds: u64,
     errors: BTreeMap<String, u64>,
     releases: BTreeMap<String, u64>,
     done: usize,
@@ -1247,9 +1555,19 @@ impl WorkerLog {
                 Some(round) => {
                     let slot = u32::try_from(num(3)).unwrap_or(u32::MAX);
                     round.grant = Some((num(2), slot, num(4), num(6)));
+                    if let Some(&id) = self.burst_of.get(&num(5)) {
+                        *self.burst_granted.entry(id).or_default() += 1;
+                    }
                 }
                 None => self.malformed += 1,
             },
+            "B" => {
+                self.burst_of.insert(num(2), num(1));
+                *self.burst_started.entry(num(1)).or_default() += 1;
+            }
+            "O" => {
+                self.off_reads.insert(num(1));
+            }
             "P" => match kind(1).and_then(|k| self.open.get_mut(&(k, num(2)))) {
                 Some(round) => {
                     round.first = Some(WriteRecord {
@@ -1270,6 +1588,12 @@ impl WorkerLog {
                         self.multi_holds += 1;
                     }
                     self.open.remove(&(hold.kind, hold.started));
+                    if let Some(&id) = self.burst_of.get(&hold.started) {
+                        *self.burst_finished.entry(id).or_default() += 1;
+                    }
+                    if hold.kind == Kind::Read && self.off_reads.contains(&hold.started) {
+                        self.off_read_holds += 1;
+                    }
                     self.holds.push(hold);
                 }
                 None => self.malformed += 1,
@@ -1277,6 +1601,9 @@ impl WorkerLog {
             "E" => {
                 if let Some(kind) = kind(1) {
                     self.open.remove(&(kind, num(3)));
+                }
+                if let Some(&id) = self.burst_of.get(&num(3)) {
+                    *self.burst_finished.entry(id).or_default() += 1;
                 }
                 // A multi-key round's failure counts once, as its own.
                 let what = if self.multi_firsts.contains(&num(3)) {
@@ -1372,6 +1699,11 @@ struct Faults {
     script_flush: u64,
     /// Worker processes SIGKILLed (holding or waiting) and replaced.
     worker_kill: u64,
+    /// Queue scenarios: a burst of waiters killed at once while queued on
+    /// a read-write key, ahead of a burst of live readers and a writer.
+    queued_kill: u64,
+    /// Bursts of waiters on a tagged semaphore.
+    tagged_burst: u64,
     /// The store's logical clock before and after each restart: the fence
     /// counters were lost somewhere in between.
     restarts: Vec<(u64, u64)>,
@@ -1389,6 +1721,8 @@ impl Faults {
             + self.restart_with_data_loss
             + self.script_flush
             + self.worker_kill
+            + self.queued_kill
+            + self.tagged_burst
     }
 }
 
@@ -1453,6 +1787,14 @@ struct RwChecks {
     /// A writer's write accepted after (by the logical clock) a write
     /// derived at its fence was accepted: that writer's lease had ended.
     writes_after_derived: u64,
+    /// A reader or a writer whose write the store refused as stale while
+    /// its lease was valid (both writes with at least [`VALID_MARGIN_MS`]
+    /// of it left), with no restart with data loss since its acquire: a
+    /// higher fence (a writer), or a read at its fence, got in beside a
+    /// live holder. A writer beside a live reader shows here: the reader's
+    /// next derived write is refused, so it never *certainly held* at once
+    /// with that writer and `writer_overlaps` cannot see it.
+    fenced_out_while_valid: u64,
     /// Not a check: writers' writes the store refused after a write derived
     /// at their fence was accepted (writers past their lease, fenced out
     /// by that reader's write or by a newer writer's).
@@ -1471,6 +1813,7 @@ impl RwChecks {
             + self.write_fence_order
             + self.epoch_mismatches
             + self.writes_after_derived
+            + self.fenced_out_while_valid
     }
 }
 
@@ -1513,6 +1856,16 @@ pub(crate) struct Report {
     kills: KillChecks,
     /// Writes of killed holders whose outcome is unknown.
     writes_cut_short: u64,
+    /// Not checks: what the queue scenarios did and saw.
+    queues: QueueStats,
+    /// Of the readers bursts queued ahead of a writer: the most readers of
+    /// one burst granted before that writer, and the burst readers granted
+    /// after their writer (queued behind it: none should be).
+    readers_ahead: (u64, u64),
+    /// Permits of the tagged semaphores held.
+    tagged_permits: u64,
+    /// Reads held on the hand-over-off lockers.
+    off_reads: u64,
     malformed_lines: u64,
     stranded_waiters: u64,
     tokens_left: u64,
@@ -1562,7 +1915,7 @@ impl Report {
             })
             .collect();
         acquisitions.push(format!("\"multi_key\":{}", self.multi_key));
-        let (s, rw, k) = (&self.semaphore, &self.rw, &self.kills);
+        let (s, rw, k, q) = (&self.semaphore, &self.rw, &self.kills, &self.queues);
         let killed_holding: Vec<String> = [Kind::Lock, Kind::Permit, Kind::Write, Kind::Read]
             .iter()
             .map(|kind| {
@@ -1577,7 +1930,7 @@ impl Report {
                 "\"acquisitions\":{{\"total\":{},{}}},",
                 "\"faults_injected\":{{\"total\":{},\"sigstop\":{},\"client_kill_normal\":{},",
                 "\"client_kill_pubsub\":{},\"restart_with_data_loss\":{},\"script_flush\":{},",
-                "\"worker_kill\":{}}},",
+                "\"worker_kill\":{},\"queued_kill\":{},\"tagged_burst\":{}}},",
                 "\"writes_accepted\":{},\"stale_writes_rejected\":{},\"store_errors\":{},",
                 "\"writes_cut_short\":{},",
                 "\"fencing_violations\":{},",
@@ -1585,11 +1938,16 @@ impl Report {
                 "\"semaphore\":{{\"violations\":{},\"over_capacity\":{},\"slot_out_of_range\":{},",
                 "\"slot_overlaps\":{},{},\"most_holders_at_once\":{}}},",
                 "\"rw\":{{\"violations\":{},\"writer_overlaps\":{},\"write_fence_order\":{},",
-                "\"epoch_mismatches\":{},\"writes_after_derived\":{},{},",
+                "\"epoch_mismatches\":{},\"writes_after_derived\":{},",
+                "\"fenced_out_while_valid\":{},{},",
                 "\"expired_writers_refused\":{},\"late_writers\":{},",
                 "\"most_readers_at_once\":{}}},",
                 "\"kills\":{{\"violations\":{},\"fence_reused\":{},\"killed_holding\":{{{}}},",
                 "\"killed_acquiring\":{},\"taken_over\":{}}},",
+                "\"queues\":{{\"registrants_killed_queued\":{},\"most_dead_ahead_of_live\":{},",
+                "\"reader_bursts\":{},\"most_readers_ahead_of_writer\":{},",
+                "\"burst_readers_behind_writer\":{},\"read_handover_off\":{},",
+                "\"permit_tagged\":{},\"most_queued_tagged\":{},\"incomplete\":{}}},",
                 "\"malformed_lines\":{},\"stranded_waiters\":{},\"tokens_left\":{},",
                 "\"acquire_release_errors\":{},\"release_outcomes\":{},\"shutdown_errors\":{},",
                 "\"worker_failures\":[{}],\"passed\":{}}}"
@@ -1610,6 +1968,8 @@ impl Report {
             f.restart_with_data_loss,
             f.script_flush,
             f.worker_kill,
+            f.queued_kill,
+            f.tagged_burst,
             self.writes_accepted,
             self.stale_writes_rejected,
             self.store_errors,
@@ -1628,6 +1988,7 @@ impl Report {
             rw.write_fence_order,
             rw.epoch_mismatches,
             rw.writes_after_derived,
+            rw.fenced_out_while_valid,
             rw.fences.json(),
             rw.expired_writers_refused,
             rw.late_writers,
@@ -1637,6 +1998,19 @@ impl Report {
             killed_holding.join(","),
             k.acquiring,
             k.taken_over,
+            q.killed_queued,
+            q.most_dead_ahead,
+            q.reader_bursts.len(),
+            self.readers_ahead.0,
+            self.readers_ahead.1,
+            self.off_reads,
+            self.tagged_permits,
+            q.most_queued_tagged,
+            map(&q
+                .incomplete
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect()),
             self.malformed_lines,
             self.stranded_waiters,
             self.tokens_left,
@@ -1791,6 +2165,26 @@ impl Fleet<'_> {
             candidates = (0..self.living.len()).collect();
         }
         let victim = candidates[rng.below(candidates.len() as u64) as usize];
+        self.kill_index(lock, store, clock_key, victim)
+    }
+
+    /// Sends living worker `i` one command line.
+    fn send(&mut self, i: usize, line: &str) -> Result<(), Box<dyn Error>> {
+        let stdin = self.living[i].stdin.as_mut().ok_or("no stdin")?;
+        writeln!(stdin, "{line}")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// SIGKILLs living worker `victim` and starts a replacement (see
+    /// [`Fleet::kill_one`]).
+    fn kill_index(
+        &mut self,
+        lock: &RedisServer,
+        store: &RedisServer,
+        clock_key: &str,
+        victim: usize,
+    ) -> Result<(), Box<dyn Error>> {
         let mut worker = self.living.swap_remove(victim);
         let _ = worker.child.kill();
         let _ = worker.child.wait();
@@ -1913,6 +2307,283 @@ fn inject_on_redis(
     Ok(())
 }
 
+// ----- queue scenarios ----------------------------------------------------------
+
+/// The queue scenarios need this much of the run left (they take up to a
+/// few seconds, and their kill must come before the run's quiet second).
+const SCENARIO_ROOM: Duration = Duration::from_secs(5);
+/// Waiters of a queued-kill scenario's doomed burst, SIGKILLed at once
+/// while queued (more than the 8 dead entries the old scripts stopped at).
+const DOOMED_WAITERS: u64 = 12;
+/// Readers queued behind them, ahead of a writer (more than the 16 the
+/// old scripts admitted at once): this many and up to 3 more.
+const BURST_READERS: u64 = 17;
+
+/// What the queue scenarios did and saw. Not checks: their rounds are
+/// checked like every other round (a writer beside a live reader is a
+/// `rw.writer_overlaps`); these show the faults really happened.
+#[derive(Debug, Default, Clone)]
+struct QueueStats {
+    next_burst: u64,
+    /// Scenario steps that did not happen as planned within their bound,
+    /// by step (the scenario goes on without them).
+    incomplete: BTreeMap<&'static str, u64>,
+    /// Waiting registrants SIGKILLed at once while queued, in all.
+    killed_queued: u64,
+    /// The most dead registrations seen ahead of a live one in a queue.
+    most_dead_ahead: u64,
+    /// (readers burst, writer burst): a writer queued behind a burst of
+    /// readers.
+    reader_bursts: Vec<(u64, u64)>,
+    /// The most entries seen in a tagged semaphore's queue.
+    most_queued_tagged: u64,
+}
+
+impl QueueStats {
+    /// A new burst of `count` rounds of `kind` on key number `key`.
+    #[allow(clippy::too_many_arguments)]
+    fn burst(
+        &mut self,
+        kind: Kind,
+        key: u64,
+        count: u64,
+        lease_ms: u64,
+        wait_ms: u64,
+        hold_ms: u64,
+        off: u64,
+    ) -> Burst {
+        self.next_burst += 1;
+        Burst {
+            id: self.next_burst,
+            kind,
+            key,
+            count,
+            lease_ms,
+            wait_ms,
+            hold_ms,
+            off,
+        }
+    }
+
+    fn incomplete(&mut self, step: &'static str) {
+        *self.incomplete.entry(step).or_default() += 1;
+    }
+}
+
+fn hex_sha(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The hand-over queue of `key` (`kind`: `rw`, `sem`, `lock`), named as
+/// the crate names it: `<ns>:<kind>-queue:{<sha>}`, or with a hash tag
+/// `<ns>:<kind>-queue:{<sha(tag)>}:<sha>`.
+fn queue_name(namespace: &str, kind: &str, key: &str, tag: Option<&str>) -> String {
+    match tag {
+        Some(tag) => format!(
+            "{namespace}:{kind}-queue:{{{}}}:{}",
+            hex_sha(tag),
+            hex_sha(key)
+        ),
+        None => format!("{namespace}:{kind}-queue:{{{}}}", hex_sha(key)),
+    }
+}
+
+/// Whether each entry of `queue` is a live registration, as the scripts
+/// judge it (`<reg>|<deadline ms>|<owner>:<claim ms>`, the deadline
+/// still ahead by the server's clock).
+fn queue_liveness(conn: &mut redis::Connection, queue: &str) -> redis::RedisResult<Vec<bool>> {
+    let (entries, (secs, micros)): (Vec<String>, (u64, u64)) = redis::pipe()
+        .cmd("LRANGE")
+        .arg(queue)
+        .arg(0)
+        .arg(-1)
+        .cmd("TIME")
+        .query(conn)?;
+    let now_ms = secs * 1000 + micros / 1000;
+    Ok(entries
+        .iter()
+        .map(|entry| {
+            let mut fields = entry.splitn(3, '|');
+            let _reg = fields.next();
+            let deadline = fields.next().and_then(|d| d.parse::<u64>().ok());
+            let value = fields.next().unwrap_or("");
+            deadline.is_some_and(|d| d > now_ms) && value.contains(':')
+        })
+        .collect())
+}
+
+/// Dead entries ahead of the last live one.
+fn dead_ahead_of_live(live: &[bool]) -> u64 {
+    live.iter().rposition(|l| *l).map_or(0, |last| {
+        live[..last].iter().filter(|l| !**l).count() as u64
+    })
+}
+
+/// Polls `done` every 10 ms for up to `bound`.
+fn wait_for(bound: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(ms(10));
+    }
+}
+
+/// One of a worker log's counts per burst (`started`, `granted`, `finished`).
+type BurstCounts = fn(&WorkerLog) -> &HashMap<u64, u64>;
+
+/// A burst's count in a worker's log.
+fn burst_count(log: &Mutex<WorkerLog>, id: u64, of: BurstCounts) -> u64 {
+    let log = log.lock().unwrap_or_else(|p| p.into_inner());
+    of(&log).get(&id).copied().unwrap_or(0)
+}
+
+/// Registrants killed while queued, many at once, ahead of live ones; more
+/// than 16 readers queued ahead of a writer; readers on a hand-over-off
+/// locker beside them. On read-write key `key`: worker `live` takes the
+/// write lease for a long hold (lease 3 s, hold 2 s); worker `victim`
+/// queues [`DOOMED_WAITERS`] readers behind it, then `live` queues
+/// [`BURST_READERS`]+ readers, a writer and 3 readers with the hand-over
+/// off; `victim` is SIGKILLed. Its registrations die within their bound
+/// (750 ms), well before the holder's release, which must walk past all of
+/// them, admit the live readers together and keep the writer first in line
+/// until they are gone. Meanwhile the queue is read every 10 ms for the
+/// dead entries ahead of live ones.
+#[allow(clippy::too_many_arguments)]
+fn queued_kill_scenario(
+    lock: &RedisServer,
+    store: &RedisServer,
+    clock_key: &str,
+    namespace: &str,
+    keys: u64,
+    rng: &mut Rng,
+    faults: &mut Faults,
+    fleet: &mut Fleet<'_>,
+    stats: &mut QueueStats,
+) -> Result<(), Box<dyn Error>> {
+    let n = fleet.living.len() as u64;
+    if n < 2 {
+        stats.incomplete("one_worker");
+        return Ok(());
+    }
+    let victim = rng.below(n) as usize;
+    let live = ((victim as u64 + 1 + rng.below(n - 1)) % n) as usize;
+    let key = rng.below(keys);
+    let queue = queue_name(namespace, "rw", &key_name(Kind::Write, key), None);
+    let mut conn = admin(lock)?;
+    let (live_log, victim_log) = (
+        fleet.living[live].log.clone(),
+        fleet.living[victim].log.clone(),
+    );
+    let queued = |conn: &mut redis::Connection| queue_liveness(conn, &queue).map_or(0, |q| q.len());
+
+    let holder = stats.burst(Kind::Write, key, 1, 3000, 3000, 2000, 0);
+    fleet.send(live, &holder.command())?;
+    let granted: BurstCounts = |log| &log.burst_granted;
+    if !wait_for(ms(3500), || burst_count(&live_log, holder.id, granted) > 0) {
+        stats.incomplete("holder_granted");
+        return Ok(());
+    }
+    let before = queued(&mut conn);
+    let doomed = stats.burst(Kind::Read, key, DOOMED_WAITERS, LEASE_MS, 5000, 50, 0);
+    fleet.send(victim, &doomed.command())?;
+    let mut want = before + DOOMED_WAITERS as usize;
+    if !wait_for(ms(1500), || queued(&mut conn) >= want) {
+        stats.incomplete("doomed_queued");
+    }
+    let readers = stats.burst(
+        Kind::Read,
+        key,
+        BURST_READERS + rng.below(4),
+        LEASE_MS,
+        5000,
+        200,
+        0,
+    );
+    fleet.send(live, &readers.command())?;
+    want += readers.count as usize;
+    if !wait_for(ms(1500), || queued(&mut conn) >= want) {
+        stats.incomplete("readers_queued");
+    }
+    let writer = stats.burst(Kind::Write, key, 1, LEASE_MS, 5000, 50, 0);
+    fleet.send(live, &writer.command())?;
+    want += 1;
+    if !wait_for(ms(1000), || queued(&mut conn) >= want) {
+        stats.incomplete("writer_queued");
+    }
+    let off = stats.burst(Kind::Read, key, 3, LEASE_MS, 5000, 100, 3);
+    fleet.send(live, &off.command())?;
+    stats.reader_bursts.push((readers.id, writer.id));
+
+    let started: BurstCounts = |log| &log.burst_started;
+    let waiting = burst_count(&victim_log, doomed.id, started).saturating_sub(burst_count(
+        &victim_log,
+        doomed.id,
+        granted,
+    ));
+    fleet.kill_index(lock, store, clock_key, victim)?;
+    faults.queued_kill += 1;
+    faults.last_kill = Some(Instant::now());
+    stats.killed_queued += waiting;
+
+    // Until the holder's release (and a little after).
+    let finished: BurstCounts = |log| &log.burst_finished;
+    let mut released_at = None;
+    wait_for(ms(5000), || {
+        if let Ok(live) = queue_liveness(&mut conn, &queue) {
+            stats.most_dead_ahead = stats.most_dead_ahead.max(dead_ahead_of_live(&live));
+        }
+        if released_at.is_none() && burst_count(&live_log, holder.id, finished) > 0 {
+            released_at = Some(Instant::now());
+        }
+        released_at.is_some_and(|at| at.elapsed() >= ms(100))
+    });
+    if released_at.is_none() {
+        stats.incomplete("holder_released");
+    }
+    Ok(())
+}
+
+/// A burst of permit waiters on a tagged semaphore (hash tags on), from
+/// up to two workers at once: 12 waiters for its permits queue in its
+/// queue and each release hands a slot to the next one.
+fn tagged_burst_scenario(
+    lock: &RedisServer,
+    namespace: &str,
+    rng: &mut Rng,
+    faults: &mut Faults,
+    fleet: &mut Fleet<'_>,
+    stats: &mut QueueStats,
+) -> Result<(), Box<dyn Error>> {
+    let key = TAGGED_BASE + rng.below(TAGGED_KEYS);
+    let queue = queue_name(
+        &tagged_namespace(namespace),
+        "sem",
+        &key_name(Kind::Permit, key),
+        Some(TAG),
+    );
+    let mut conn = admin(lock)?;
+    for i in 0..fleet.living.len().min(2) {
+        let burst = stats.burst(Kind::Permit, key, 6, LEASE_MS, 3000, 100, 0);
+        fleet.send(i, &burst.command())?;
+    }
+    wait_for(ms(1500), || {
+        if let Ok(live) = queue_liveness(&mut conn, &queue) {
+            stats.most_queued_tagged = stats.most_queued_tagged.max(live.len() as u64);
+        }
+        false
+    });
+    faults.tagged_burst += 1;
+    Ok(())
+}
+
 /// Runs the controller: starts both servers and the workers, injects
 /// faults for `options.seconds`, stops everything and checks the records.
 ///
@@ -1974,6 +2645,9 @@ pub(crate) fn run_controller(
     let mut faults = Faults::default();
     let end = Instant::now() + Duration::from_secs(options.seconds);
     let mut fault_errors = Vec::new();
+    // Every third injection is a queue scenario while there is room for
+    // one: a queued kill, then a tagged semaphore burst, in turn.
+    let (mut injections, mut queues) = (0u64, QueueStats::default());
     while Instant::now() < end {
         let pause = ms(200 + rng.below(1000)).min(end.saturating_duration_since(Instant::now()));
         thread::sleep(pause);
@@ -1982,15 +2656,39 @@ pub(crate) fn run_controller(
         }
         fleet.record_registrations_gone(&store, &clock_key);
         let kills_allowed = Instant::now() + KILL_QUIET < end;
-        if let Err(e) = inject(
-            &lock,
-            &store,
-            &clock_key,
-            &mut rng,
-            &mut faults,
-            &mut fleet,
-            kills_allowed,
-        ) {
+        let scenario = injections % 3 == 1 && Instant::now() + SCENARIO_ROOM < end;
+        let result = match (scenario, (injections / 3) % 2) {
+            (true, 0) => queued_kill_scenario(
+                &lock,
+                &store,
+                &clock_key,
+                &namespace,
+                options.keys as u64,
+                &mut rng,
+                &mut faults,
+                &mut fleet,
+                &mut queues,
+            ),
+            (true, _) => tagged_burst_scenario(
+                &lock,
+                &namespace,
+                &mut rng,
+                &mut faults,
+                &mut fleet,
+                &mut queues,
+            ),
+            (false, _) => inject(
+                &lock,
+                &store,
+                &clock_key,
+                &mut rng,
+                &mut faults,
+                &mut fleet,
+                kills_allowed,
+            ),
+        };
+        injections += 1;
+        if let Err(e) = result {
             fault_errors.push(e.to_string());
         }
     }
@@ -2028,7 +2726,8 @@ pub(crate) fn run_controller(
         .last_kill
         .map_or_else(Instant::now, |at| at + ms(LEASE_MS + TOKEN_SLACK_MS));
     let tokens_left = loop {
-        let left = live_tokens(&lock, &namespace)?;
+        let left =
+            live_tokens(&lock, &namespace)? + live_tokens(&lock, &tagged_namespace(&namespace))?;
         if left == 0 || Instant::now() >= expired_by {
             break left;
         }
@@ -2049,6 +2748,7 @@ pub(crate) fn run_controller(
             stopped_at.elapsed().as_millis()
         );
         describe_tokens(&lock, &namespace);
+        describe_tokens(&lock, &tagged_namespace(&namespace));
     }
     let store_fences = read_registers(&store, &namespace, options)?;
 
@@ -2058,6 +2758,17 @@ pub(crate) fn run_controller(
         .map(|w| std::mem::take(&mut *w.log.lock().unwrap_or_else(|p| p.into_inner())))
         .collect();
     let mut report = analyse(options, &logs, &store_fences, &faults.restarts);
+    report.readers_ahead = readers_ahead_of_writers(&logs, &queues.reader_bursts);
+    // The 20 s run must show every queue scenario (two of them need two
+    // workers).
+    if options.seconds >= 20
+        && (faults.tagged_burst == 0 || (options.processes >= 2 && faults.queued_kill == 0))
+    {
+        report
+            .worker_failures
+            .push("the queue scenarios did not all run".into());
+    }
+    report.queues = queues;
     report.faults = faults;
     report.tokens_left = tokens_left;
     for i in killed {
@@ -2166,6 +2877,8 @@ fn read_registers(
                 fences.insert((kind, key, 0), fence.get());
             }
         }
+    }
+    for key in (0..options.keys as u64).chain(TAGGED_BASE..TAGGED_BASE + TAGGED_KEYS) {
         for slot in 0..options.permits {
             let name = key_name(Kind::Permit, key);
             if let Some((fence, _)) = fenced.read_permit(&mut conn, &name, slot)? {
@@ -2174,6 +2887,36 @@ fn read_registers(
         }
     }
     Ok(fences)
+}
+
+/// For each (readers burst, writer burst) of the queued-kill scenarios:
+/// how many of the readers were granted before the writer (all of them when
+/// the writer got nothing). Gives the most of one burst, and how many burst
+/// readers in all were granted after their writer.
+fn readers_ahead_of_writers(logs: &[WorkerLog], pairs: &[(u64, u64)]) -> (u64, u64) {
+    let burst_of: HashMap<u64, u64> = logs
+        .iter()
+        .flat_map(|l| l.burst_of.iter().map(|(s, id)| (*s, *id)))
+        .collect();
+    let holds_of = |id: u64, kind: Kind| -> Vec<u64> {
+        logs.iter()
+            .flat_map(|l| &l.holds)
+            .filter(|h| h.kind == kind && burst_of.get(&h.started) == Some(&id))
+            .map(|h| h.granted)
+            .collect()
+    };
+    let (mut most, mut behind) = (0u64, 0u64);
+    for &(readers, writer) in pairs {
+        let writer_granted = holds_of(writer, Kind::Write)
+            .into_iter()
+            .min()
+            .unwrap_or(u64::MAX);
+        let granted = holds_of(readers, Kind::Read);
+        let ahead = granted.iter().filter(|g| **g < writer_granted).count() as u64;
+        most = most.max(ahead);
+        behind += granted.len() as u64 - ahead;
+    }
+    (most, behind)
 }
 
 /// Checks the records of every worker against the guarantees of each kind.
@@ -2233,8 +2976,10 @@ fn analyse(
                 .push(format!("worker {i} did not finish its shutdown"));
         }
     }
+    report.off_reads = logs.iter().map(|l| l.off_read_holds).sum();
     for h in &holds {
         *report.acquisitions.entry(h.kind.name()).or_default() += 1;
+        report.tagged_permits += u64::from(h.kind == Kind::Permit && h.key >= TAGGED_BASE);
         for w in [h.first, h.second] {
             match w.verdict {
                 '1' => report.writes_accepted += 1,
@@ -2520,6 +3265,28 @@ fn rw_checks(
                     '0' if after_derived => checks.expired_writers_refused += 1,
                     _ => {}
                 }
+            }
+        }
+
+        // A holder whose lease was valid is never fenced out, unless a
+        // restart lost its lease.
+        for h in writers.iter().chain(&readers) {
+            let refused = h.first.verdict == '0' || h.second.verdict == '0';
+            let restarted = restarts
+                .iter()
+                .any(|&(a, b)| a < h.second.after && b > h.started);
+            if h.valid && refused && !restarted {
+                checks.fenced_out_while_valid += 1;
+                eprintln!(
+                    "fencing_torture: {} on rw key {key} with fence/epoch {} fenced out while \
+                     valid: started {} granted {} writes {:?} {:?}",
+                    h.kind.name(),
+                    h.fence,
+                    h.started,
+                    h.granted,
+                    h.first,
+                    h.second
+                );
             }
         }
 

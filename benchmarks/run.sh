@@ -5,7 +5,7 @@
 #
 #   benchmarks/run.sh                 # every scenario (about 5 minutes on 2 cores)
 #   benchmarks/run.sh uncontended     # only the named scenarios
-#   benchmarks/run.sh multi           # 8 keys at once against one (docs/MULTIKEY.md §12)
+#   benchmarks/run.sh multi           # 8 keys at once against one (docs/PROTOCOL.md §6)
 #
 # Environment:
 #   BENCH_WAIT_QUIET=SECONDS  wait up to SECONDS for the 1-min load average to

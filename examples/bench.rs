@@ -10,11 +10,11 @@
 //! a fenced semaphore, `--permits 3`), `rw` (read-mostly contention on a
 //! read-write lease, with a lock baseline), `wakeup`, `many-keys`,
 //! `scale` (distinct keys over 1..8 processes, one key over 1..128 waiters
-//! per process), `election` (issue 24's failover and observe goals against
+//! per process), `election` (the failover and observe goals against
 //! the idle round trip and a plain notification), `async-vs-blocking` (the async cycle under each executor
-//! and connection kind against the blocking one, issue 22), `multi` (an
+//! and connection kind against the blocking one), `multi` (an
 //! uncontended multi-key cycle of `--keys 8` against the single-key one,
-//! docs/MULTIKEY.md §12), `memory`, `core` (micro-benchmarks of the sans-IO core;
+//! docs/PROTOCOL.md §6), `memory`, `core` (micro-benchmarks of the sans-IO core;
 //! needs `--features bench-hooks`). `contention`, `semaphore`, `rw`,
 //! `scale` and `memory` re-execute this binary as worker processes
 //! (`contention-worker`, `memory-child`). `free-port` prints a free

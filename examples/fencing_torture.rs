@@ -3559,7 +3559,7 @@ mod tests {
         // A writer killed while it waited (its registration queued): the
         // hand-over may grant that registration until its bound passes,
         // after the kill, and the grant lapses unclaimed; a reader then
-        // carries that fence, held by nobody (docs/HANDOVER.md §8).
+        // carries that fence, held by nobody (docs/PROTOCOL.md §11).
         let mut dead = WorkerLog::default();
         for line in ["READY", "S w 1"] {
             dead.record(line);

@@ -81,7 +81,7 @@ impl Config {
 
     /// Whether a waiting locker registers in the key's queue in Redis, so
     /// that a release hands the lock to the next waiting process in arrival
-    /// order (docs/HANDOVER.md). Default on; off: every waiting locker tries
+    /// order (docs/PROTOCOL.md §4). Default on; off: every waiting locker tries
     /// again after a release notification, and whoever lands first wins
     /// (the path of 0.1). Every kind: a freed permit's slot goes to the
     /// next waiting process, and a read-write lease goes to the writer
@@ -97,7 +97,7 @@ impl Config {
     }
 
     /// Whether a key's Redis hash tag decides where its names are stored
-    /// (docs/MULTIKEY.md §2). Default off: every name of a key is hashed by
+    /// (docs/PROTOCOL.md §2). Default off: every name of a key is hashed by
     /// the key's own digest, `<ns>:lock:{<sha(key)>}`, so keys spread over
     /// a Redis Cluster's slots. On: a key with a hash tag (the text between
     /// its first `{` and the next `}`, when not empty, as Redis defines it)
@@ -407,7 +407,7 @@ pub(crate) fn lease_ms(lease: Duration, option: &'static str) -> Result<u64, Err
     Ok(ms as u64)
 }
 
-/// A lease must last at least 1.5 × the replication timeout (SPEC §8), or
+/// A lease must last at least 1.5 × the replication timeout (the crate docs' "Replication check"), or
 /// the wait for replicas could eat the lease.
 pub(crate) fn check_lease_covers_replication(
     lease: Duration,

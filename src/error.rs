@@ -298,7 +298,7 @@ impl Transport {
 }
 
 /// What a failed connect most likely met when its scheme did not match
-/// the server's port. Found by experiment (issue 22): a plain Redis server
+/// the server's port. Found by experiment: a plain Redis server
 /// reads a TLS ClientHello as an inline command and waits for its end of
 /// line, which never comes (a NUL byte comes first), so it never answers
 /// and a `rediss://` connect can only fail at its timeout; a TLS port

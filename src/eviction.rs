@@ -1,4 +1,4 @@
-//! The connect-time check of Redis' eviction policy (SPEC §6): a Redis that
+//! The connect-time check of Redis' eviction policy (the crate docs' "Errors"): a Redis that
 //! may evict keys can drop a held lock, so anything but `noeviction` is
 //! logged as `REDIS_EVICTION_UNSAFE`.
 

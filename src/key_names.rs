@@ -25,7 +25,7 @@ use redis::Value;
 
 use crate::error::{describe, is_auth_failure, is_server_reply, Error, Failure, Operation};
 
-/// The marker's value for the default names (SPEC §2).
+/// The marker's value for the default names (docs/PROTOCOL.md §1).
 const PLAIN: &[u8] = b"plain";
 /// The marker's value with `Config::key_hash_tags(true)`.
 const TAGGED: &[u8] = b"tagged";

@@ -1,4 +1,4 @@
-//! The optional replication check (SPEC §8): `WAIT n timeout` after an
+//! The optional replication check (the crate docs' "Replication check"): `WAIT n timeout` after an
 //! acquire or renew, on the connection that carried the script, and the
 //! verdict on its reply.
 

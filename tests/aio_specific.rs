@@ -194,7 +194,7 @@ fn async_with_lock_releases_the_lease_when_the_job_panics() {
 /// A head dropped while its attempt is in flight (server stopped) leaves
 /// that attempt as the key's one attempt: neither the waiter queued behind
 /// the head nor one arriving after the drop sends its own attempt while the
-/// first is unanswered (SPEC §5: one attempt per key per locker at a time).
+/// first is unanswered (the crate docs' "How it works": one attempt per key per locker at a time).
 /// After the resume both get the key in turn and the abandoned attempt's
 /// token is released.
 #[test]
@@ -523,7 +523,7 @@ fn an_acquire_future_never_polled_joins_no_line() {
         let idle = locker.acquire("job");
         assert_eq!(locker.stats().waiters, 0, "made, not polled: not waiting");
         // A try-once acquire behind a waiter of its own locker is `Busy` at
-        // once (SPEC §5); here nothing is ahead of it.
+        // once (the crate docs' "How it works"); here nothing is ahead of it.
         let lease = locker.try_acquire("job").await.unwrap();
         lease.release().await.unwrap();
         drop(idle);
@@ -533,7 +533,7 @@ fn an_acquire_future_never_polled_joins_no_line() {
 }
 
 /// Over a unix socket the connection is driven by the commands, as over
-/// TCP (issue 22): it works, and a server-side close is noticed before the
+/// TCP: it works, and a server-side close is noticed before the
 /// next command, which opens a new connection.
 #[test]
 fn a_locker_over_a_unix_socket_acquires_and_reconnects_after_the_server_closed_it() {

@@ -1,4 +1,4 @@
-//! The conveniences people reach for first (issue 15, item 14), on both
+//! The conveniences people reach for first, on both
 //! front ends against a real server: `try_acquire`, `connect(&String)`,
 //! the error classification helpers, and lockers that cross
 //! `catch_unwind` without `AssertUnwindSafe`.

@@ -1252,7 +1252,7 @@ fn the_eviction_warning_is_shown_once_by_default() {
 }
 
 /// A connect failure names the target the user gave (`host:port`) and says
-/// why in words, but never the credentials in the URL (SPEC §14).
+/// why in words, but never the credentials in the URL (the crate docs' "Deployments").
 #[test]
 fn a_connect_failure_names_the_target_and_never_its_credentials() {
     let url = closed_port_url();
@@ -1670,7 +1670,7 @@ fn a_loss_is_reported_in_one_line() {
 /// A renewal that Redis refuses (here: the ACL user loses `PEXPIRE` for a
 /// while, so the renew script fails with NOPERM) is sent again while the
 /// lease has time left; once Redis accepts it again the command goes on
-/// and exits with its own status (SPEC §7).
+/// and exits with its own status (`with_lock`'s docs).
 #[test]
 fn a_refused_renewal_is_sent_again_while_the_lease_has_time() {
     let server = RedisServer::start();
@@ -1719,7 +1719,7 @@ fn a_refused_renewal_is_sent_again_while_the_lease_has_time() {
 /// A renewal that times out (outcome unknown: the server is stopped with
 /// SIGSTOP for longer than the command timeout, but shorter than what is
 /// left of the lease) is sent again; the command runs on and exits with
-/// its own status, 0 (SPEC §7). Before, the unknown outcome ended the job.
+/// its own status, 0 (`with_lock`'s docs). Before, the unknown outcome ended the job.
 #[test]
 fn a_renewal_that_times_out_once_does_not_end_the_job() {
     let server = RedisServer::start();
@@ -1814,7 +1814,7 @@ fn pgrp_and_foreground(pid: u32) -> (i64, i64) {
 /// On a terminal (a pty made by `script`, redlease in its foreground
 /// process group), Ctrl-C reaches the command once, from the terminal, and
 /// is not passed on a second time; `kill -INT <redlease pid>` reaches only
-/// redlease and is passed on (item 2 of issue 15: told apart by the
+/// redlease and is passed on (told apart by the
 /// signal's origin, not by the foreground group, which is the same).
 #[test]
 fn on_a_terminal_kill_int_is_passed_on_and_ctrl_c_is_not_doubled() {
@@ -1907,7 +1907,7 @@ fn is_dead(pid: u32) -> bool {
 /// `kill -9` of `redlease run` (Linux): the command gets SIGKILL through
 /// its parent-death signal instead of running on without a renewed lease,
 /// and the lease stays until its TTL, so a second `run` of the key does
-/// not start beside anything (issue 15, item 4).
+/// not start beside anything.
 #[test]
 #[cfg(target_os = "linux")]
 fn kill_9_of_redlease_kills_the_command_and_the_lease_waits_for_its_ttl() {
@@ -2017,7 +2017,7 @@ fn shared_runs_hold_together_and_exclusive_runs_alone() {
     assert_code(&both, 2);
 }
 
-// --- run --permits N / status --permits N (issue 22) -----------------------
+// --- run --permits N / status --permits N -----------------------
 
 fn sem_slot_name(key: &str, slot: u32) -> String {
     format!("{NS}:sem:{{{}}}:{slot}", sha_hex(key))
@@ -2974,7 +2974,7 @@ fn status_shows_a_key_reserved_by_a_waiting_multi_key_lease_as_reserved() {
     let holder = Locker::connect(server.url(), Config::new(NS)).expect("connect the holder");
     let held = holder.acquire("busy").expect("take the busy key");
     // A safety poll this long makes the reservation last 30 s (3 × the
-    // interval, docs/MULTIKEY.md §4) without the waiter refreshing it.
+    // interval, docs/PROTOCOL.md §6) without the waiter refreshing it.
     let config = Config::new(NS).notify_poll_interval(Duration::from_secs(10));
     let waiter = Locker::connect(server.url(), config).expect("connect the waiter");
     let lock_value = || -> Option<String> {
@@ -3107,7 +3107,7 @@ fn bad_also_keys_are_usage_errors() {
 }
 
 /// The CLI names keys without hash tags: in a namespace whose lockers
-/// recorded `tagged` (docs/MULTIKEY.md §2), `run` is refused at connect
+/// recorded `tagged` (docs/PROTOCOL.md §2), `run` is refused at connect
 /// (exit 2, naming the setting) and the command does not run.
 #[test]
 fn a_run_in_a_namespace_of_tagged_lockers_is_refused() {

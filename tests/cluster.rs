@@ -356,7 +356,7 @@ fn grants_follow_registration_order_on_a_cluster<F: ClusterFront>() {
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
     // Each served locker's registration lingered a moment after its
-    // release (docs/HANDOVER.md §13); its subscriber then took it out on
+    // release (docs/PROTOCOL.md §4.4); its subscriber then took it out on
     // the connection of the key's node (a lapsed entry would stay listed).
     wait_until(BOUND, "every registration consumed", || queued() == 0);
 }
@@ -365,7 +365,7 @@ fn grants_follow_registration_order_on_a_cluster<F: ClusterFront>() {
 /// missed it would) while its locker's registration lingers: the next
 /// attempt grants the key to that registration, whose claim window is
 /// 30 s. Its locker's cluster subscriber passes the grant on at once, on
-/// its connection to the key's node (docs/HANDOVER.md §13), so the waiter
+/// its connection to the key's node (docs/PROTOCOL.md §4.4), so the waiter
 /// behind gets the key within its 10 s wait.
 fn a_grant_to_a_lingering_registration_is_passed_on_on_a_cluster<F: ClusterFront>() {
     let cluster = RedisCluster::start();

@@ -1,5 +1,5 @@
 //! Leader election under faults on a real 3-primary / 3-replica Redis
-//! Cluster, both front ends (issue 24; docs/ELECTION.md §12, §15): a
+//! Cluster, both front ends (docs/PROTOCOL.md §11): a
 //! failover of the election's primary while a leader leads, candidates
 //! wait and an observer watches; a leader *process* SIGKILLed, or
 //! SIGSTOPped past its lease and resumed, on the cluster (its fenced store
@@ -360,7 +360,7 @@ fn one_leader_at_a_time_under_cluster_faults_checked_on_a_second_redis<F: Cluste
     }
 }
 
-/// A failover that loses the last grant (SPEC §11's case on a cluster):
+/// A failover that loses the last grant (docs/PROTOCOL.md §10's case on a cluster):
 /// the election's primary has its replication link killed (and the
 /// replica's reconnections refused), `a` is
 /// granted a term there (lease 2 s) that never reaches the replica, and

@@ -1,10 +1,10 @@
 //! The lease kinds beyond the lock on a real 3-primary / 3-replica Redis
-//! Cluster, both front ends. The fenced semaphore (SPEC §12): every name
+//! Cluster, both front ends. The fenced semaphore (docs/PROTOCOL.md §5.2): every name
 //! of one semaphore lives on the primary that owns its hash tag, permits go
 //! out up to the count from two lockers, a waiter is woken by the sharded
 //! release notification, and semaphores on different primaries work
-//! independently. The read-write lease (SPEC §13): the same for readers
-//! and writers. Leader election (docs/ELECTION.md) likewise, with an
+//! independently. The read-write lease (docs/PROTOCOL.md §5.3): the same for readers
+//! and writers. Leader election (docs/PROTOCOL.md §7) likewise, with an
 //! observer woken by the sharded notifications. One cluster
 //! per test (startup is the expensive part).
 #![allow(clippy::disallowed_methods)]
@@ -266,7 +266,7 @@ fn the_election_works_on_a_cluster<F: ClusterFront>() {
 /// A multi-key lease of one key works on a cluster (its lock on the
 /// owning primary, a single-key acquire of it busy); keys stored in
 /// different hash slots are refused with `InvalidKey` before anything is
-/// sent, naming positions and no address (docs/MULTIKEY.md, "As built").
+/// sent, naming positions and no address (docs/PROTOCOL.md §6).
 fn the_multi_key_lease_on_a_cluster<F: ClusterFront>(cluster: &RedisCluster) {
     let ns = namespace("cluster-multi");
     let config = behaviour::common::cluster_config(&ns);

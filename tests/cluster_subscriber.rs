@@ -4,7 +4,7 @@
 //! owning the key's slot) close a second after contention ends without any
 //! further call, a paused primary does not keep the notifications of keys on
 //! other primaries from their waiters, and killed subscriber connections
-//! are re-established and notify again (SPEC §5 "Waiting survives faults",
+//! are re-established and notify again (the crate docs' "How it works" "Waiting survives faults",
 //! "Nothing waits on a lazy front end", §10).
 #![allow(clippy::disallowed_methods)]
 // The standalone suite's macro is not used here, only its helpers.

@@ -1,4 +1,4 @@
-//! Connection errors in words a person reads (SPEC §14), on both front ends:
+//! Connection errors in words a person reads (the crate docs' "Deployments"), on both front ends:
 //! a closed port, a host that does not resolve, a wrong password, a database
 //! that does not exist and a server that does not speak Redis each say so
 //! in the error's `Display`, keep the `redis::RedisError` as `source()`, and

@@ -1,4 +1,4 @@
-//! Fences floored at the server clock (SPEC §3): a failover to a replica
+//! Fences floored at the server clock (docs/PROTOCOL.md §3): a failover to a replica
 //! that never received the last grants still hands out larger fences, and a
 //! fencing store rejects the old holder's write. Both front ends, against a
 //! real primary and replica: the replication link is cut (the replica is
@@ -189,7 +189,7 @@ fn counter(server: &RedisServer, name: &str) -> Option<u64> {
 }
 
 /// The read-write lease after a failover that lost the last writer's grant
-/// and a reader granted after it (SPEC §3, §13): the next writer's fence
+/// and a reader granted after it (docs/PROTOCOL.md §3, §5.3): the next writer's fence
 /// is above every fence and every epoch handed out before, so a fencing
 /// store rejects the stale writer and the stale reader's derived write;
 /// a reader granted on the promoted replica before that writer carries

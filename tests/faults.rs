@@ -6,10 +6,10 @@
 //! Each row is written once, generic over `behaviour::front::Front`, in
 //! `tests/faults/matrix.rs`, and instantiated here by `fault_matrix!` as
 //! `blocking::matrix::<row>` and `aio::matrix::<row>`; the hand-over's
-//! failure cases (`tests/faults/handover.rs`, docs/HANDOVER.md §8) become
+//! failure cases (`tests/faults/handover.rs`, docs/PROTOCOL.md §11) become
 //! `blocking::handover::<row>` and `aio::handover::<row>`; the election's
 //! (`tests/faults/election.rs`) `blocking::election::<row>` and
-//! `aio::election::<row>`; the multi-key leases' (`tests/faults/multi.rs`, docs/MULTIKEY.md §8, §11)
+//! `aio::election::<row>`; the multi-key leases' (`tests/faults/multi.rs`, docs/PROTOCOL.md §11)
 //! become `blocking::multi::<row>` and `aio::multi::<row>`; the
 //! least-privilege cases become `blocking::least_privilege::<case>` and
 //! `aio::least_privilege::<case>`.

@@ -1,4 +1,4 @@
-//! The metrics of SPEC §15 (feature `metrics`) against a real Redis, on
+//! The metrics of the crate docs' "Metrics" (feature `metrics`) against a real Redis, on
 //! both front ends.
 //!
 //! Each test has a recorder of its own (`metrics-util`'s registry),

@@ -1,4 +1,4 @@
-//! Without feature `tls-rustls` (SPEC §14), a `rediss://` URL given to
+//! Without feature `tls-rustls` (the crate docs' "Deployments"), a `rediss://` URL given to
 //! `connect` or `connect_cluster` is `INVALID_CONFIG` naming the feature to
 //! enable, on both front ends, and echoes neither the URL nor its password.
 //! Built only without the feature: `cargo nextest run --test no_tls`.

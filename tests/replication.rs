@@ -1,4 +1,4 @@
-//! The replication check (`Config::min_replicas`, SPEC §8) on both front
+//! The replication check (`Config::min_replicas`, the crate docs' "Replication check") on both front
 //! ends against a real primary and replica: `WAIT n timeout` after every
 //! acquire and renew, `REPLICATION_FAILED` with the counts (and the key
 //! released) when too few replicas acknowledge, `INVALID_CONFIG` for a lease

@@ -1,11 +1,11 @@
-//! TLS (SPEC §14, feature `tls-rustls`), on both front ends, against a real
+//! TLS (the crate docs' "Deployments", feature `tls-rustls`), on both front ends, against a real
 //! `redis-server` listening with TLS (`RedisServer::builder().tls()`, a CA
 //! and a server certificate made at test time): leases over `rediss://`
 //! with the CA given through `redis::Client::build_with_tls`, a waiter
 //! woken by a release notification over TLS (the subscriber thread's
 //! connections keep the TLS parameters), and a client that does not trust
 //! the CA failing with "TLS handshake failed", and a URL whose scheme does
-//! not match the server's port (issue 22): `rediss://` to a plain port says
+//! not match the server's port: `rediss://` to a plain port says
 //! the TLS handshake did not complete (a plain server never answers a
 //! ClientHello), `redis://` to a TLS port says the server may expect TLS, at
 //! connect and at a later reconnect, on one server, a cluster and through

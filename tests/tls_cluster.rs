@@ -1,4 +1,4 @@
-//! TLS on Redis Cluster (SPEC §14, feature `tls-rustls`), both front ends:
+//! TLS on Redis Cluster (the crate docs' "Deployments", feature `tls-rustls`), both front ends:
 //! `connect_cluster` with `rediss://` node URLs reaches every primary over
 //! TLS, and a waiter on each primary's keys is woken by the sharded release
 //! notification, so the per-node notification connections keep TLS too.

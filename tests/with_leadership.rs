@@ -1,5 +1,5 @@
 //! `with_leadership` on both front ends against a real Redis
-//! (docs/ELECTION.md §6): it campaigns, runs the closure with the
+//! (docs/PROTOCOL.md §7): it campaigns, runs the closure with the
 //! leadership and its loss signal, and always resigns afterwards; on the
 //! async front end a loss drops the closure's future and returns
 //! `LockLost`.

@@ -1,4 +1,4 @@
-//! `with_lock` on both front ends against a real Redis (SPEC §7): it
+//! `with_lock` on both front ends against a real Redis (`with_lock`'s docs): it
 //! acquires (waiting per its options), runs the closure with the lease and
 //! its loss signal, and always releases afterwards; with `extend(true)` it
 //! keeps the lease alive, and the loss signal fires when the lease is lost

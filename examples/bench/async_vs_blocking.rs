@@ -1,4 +1,4 @@
-//! `async-vs-blocking` (issue 22): the async locker's uncontended cycle
+//! `async-vs-blocking`: the async locker's uncontended cycle
 //! (acquire + release of one key) against the blocking locker's, in one
 //! process and one run, block by block, under each executor an
 //! application might use and over each connection kind.

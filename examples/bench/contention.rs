@@ -162,7 +162,7 @@ pub(crate) struct Plan {
     pub(crate) distinct_keys: bool,
     /// Say STOP after this long, whatever the count.
     pub(crate) duration: Option<Duration>,
-    /// The workers' `Config::handover` (docs/HANDOVER.md): on, or the
+    /// The workers' `Config::handover` (docs/PROTOCOL.md §4): on, or the
     /// race of every waiting process after a release (the 0.1 path).
     pub(crate) handover: bool,
     /// The workers are this build of the peer, rslock

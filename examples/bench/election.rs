@@ -1,4 +1,4 @@
-//! Leader election against issue 24's goals, per front end, with the
+//! Leader election against its goals, per front end, with the
 //! baselines measured in the same run: the idle round trip (PING after
 //! 2 ms without traffic) and a plain notification (`PUBLISH` sent → a
 //! plain `SUBSCRIBE` connection has it).

@@ -1,5 +1,5 @@
 //! The contention scenario's breakdown of a hand-over to another
-//! process into its steps (docs/HANDOVER.md §10), from the timestamps the
+//! process into its steps (docs/PROTOCOL.md §4.5), from the timestamps the
 //! workers' lockers record (`redlease::probe`, feature `bench-hooks`):
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! Multi-key lease cost (docs/MULTIKEY.md §12): one client, uncontended
+//! Multi-key lease cost (docs/PROTOCOL.md §6): one client, uncontended
 //! `acquire_all` + `release` of `--keys` keys (default 8) against the
 //! single-key cycle of the same locker, interleaved block by block so both
 //! see the same machine, for each front end. Reports each cycle's
@@ -24,7 +24,7 @@ use super::{Args, BoxResult};
 /// One timed cycle: its acquire's time and its whole time, ns.
 type Cycle<'a> = Box<dyn FnMut() -> BoxResult<(u64, u64)> + 'a>;
 
-/// The goal on the p50 cycle ratio (issue 24, item 2).
+/// The goal on the p50 cycle ratio.
 const GOAL: f64 = 1.3;
 
 pub(crate) fn run(args: &Args) -> BoxResult<J> {

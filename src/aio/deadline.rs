@@ -3,7 +3,7 @@
 //! The redis crate bounds each command on a multiplexed connection with an
 //! `async_io::Timer`, and inserting a timer wakes async-io's reactor thread
 //! (an `eventfd` write and an `epoll_wait` return) for every command: about
-//! 5 µs of a 30 µs round trip on a 2-vCPU VM (issue 16). Here one watchdog
+//! 5 µs of a 30 µs round trip on a 2-vCPU VM. Here one watchdog
 //! thread per locker keeps the deadlines of the commands in flight in
 //! arrival order (they share one timeout, so the queue is sorted) and wakes
 //! a command whose deadline passed. It checks every [`TICK`] while

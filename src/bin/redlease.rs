@@ -236,7 +236,7 @@ impl Target {
         format!("{}:elect:{{{}}}", self.namespace, sha_hex(name))
     }
 
-    /// The stored names of `key`'s semaphore (SPEC §12), and of the holder
+    /// The stored names of `key`'s semaphore (docs/PROTOCOL.md §5.2), and of the holder
     /// records `run --permits` writes beside its slots.
     pub(crate) fn sem_names(&self, key: &str) -> SemNames {
         let sha = sha_hex(key);

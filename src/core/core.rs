@@ -34,7 +34,7 @@ pub(crate) use super::subscription::SubscriberStep;
 #[cfg(any(test, fuzzing))]
 pub(crate) use super::subscription::{RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER};
 
-/// Pauses before a waiter retries after a failed attempt (SPEC §5: waiting
+/// Pauses before a waiter retries after a failed attempt (the crate docs' "How it works": waiting
 /// survives faults); the last one repeats.
 pub(crate) const FAILURE_BACKOFF: [Duration; 4] = [
     Duration::from_millis(10),
@@ -60,7 +60,7 @@ pub(crate) struct CoreSettings {
     /// The longest an attempt's reply can take: after it, an abandoned
     /// attempt cannot be answered any more.
     pub(crate) command_timeout: Duration,
-    /// The lock's hand-over (docs/HANDOVER.md); `None`: off.
+    /// The lock's hand-over (docs/PROTOCOL.md §4); `None`: off.
     pub(crate) handover: Option<HandoverSettings>,
     handover_wanted: bool,
     /// `None`: the default, tied to the round trip measured at connect.
@@ -352,7 +352,7 @@ impl Core {
     }
 
     /// Queues the release of waiter `id`'s multi-key reservations, once
-    /// (docs/MULTIKEY.md §4: they go with the waiter, not at their expiry).
+    /// (docs/PROTOCOL.md §6: they go with the waiter, not at their expiry).
     /// At shutdown this happens as waiting ends, not when the waiter's own
     /// thread or task ends: that may be after the cleanup was taken.
     pub(super) fn release_reservations_of(&mut self, id: WaiterId) {
@@ -564,7 +564,7 @@ impl Core {
         let is_head = self.lines.get(&line_key).and_then(Line::head) == Some(id);
         let timed_out = !w.try_once
             && w.deadline.is_some_and(|d| now >= d)
-            // A wait of any length makes at least one attempt (SPEC §5).
+            // A wait of any length makes at least one attempt (the crate docs' "How it works").
             && (w.attempts > 0 || !is_head);
         let ended = if w.cancelled {
             Some(Error::Cancelled)
@@ -572,7 +572,7 @@ impl Core {
             Some(Error::ShuttingDown)
         } else if timed_out {
             Some(match w.failure.take() {
-                // The wait ends on a failure: it is the result (SPEC §5).
+                // The wait ends on a failure: it is the result (the crate docs' "How it works").
                 Some((e, unsettled)) => {
                     if unsettled.is_some() {
                         let owned = w.owned();
@@ -622,7 +622,7 @@ impl Core {
                 let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
                 let second = line.second();
                 // Candidates of an election wait without the hand-over
-                // (docs/ELECTION.md, "As built").
+                // (docs/PROTOCOL.md §7).
                 let elects = matches!(w.target, Target::Leader { .. });
                 if let Target::Multi { .. } = &w.target {
                     return self.multi_attempt(id, line_key, try_once);
@@ -631,7 +631,7 @@ impl Core {
                 let handover = match self.settings.handover {
                     Some(h) if !elects => {
                         // The registration stays queued for the locker's
-                        // next waiter (docs/HANDOVER.md §12), or lingers
+                        // next waiter (docs/PROTOCOL.md §4.3), or lingers
                         // for one that comes back (§13).
                         let keep = second.is_some() || lingers;
                         let Some(line) = self.lines.get_mut(&line_key) else {
@@ -684,7 +684,7 @@ impl Core {
                     ),
                     Target::Write(names) => {
                         // Only a writer that will wait keeps readers out
-                        // (SPEC §13); its intent outlives a few safety polls.
+                        // (docs/PROTOCOL.md §5.3); its intent outlives a few safety polls.
                         let intent = if w.try_once {
                             0
                         } else {
@@ -880,7 +880,7 @@ impl Core {
     ///
     /// A waiter that leaves because it acquired makes this locker the
     /// holder, so the next waiter would only hear "busy": instead of trying
-    /// at once it backs off until the release notification (SPEC §5: a
+    /// at once it backs off until the release notification (the crate docs' "How it works": a
     /// release by the same locker wakes its waiters only through the
     /// notification) or its safety poll.
     fn finish(&mut self, now: Instant, id: WaiterId, leaving: Leaving) {
@@ -900,7 +900,7 @@ impl Core {
             let next_waits = line.take_next_waits();
             if let Some(next) = line.leave_settling(id, in_flight_until) {
                 // A semaphore may have more permits free, and readers share:
-                // their next head tries at once (SPEC §12, §13), unless the
+                // their next head tries at once (docs/PROTOCOL.md §5.2, §5.3), unless the
                 // permit's reply said it is registered with nothing free.
                 let defers = next_waits
                     || matches!(
@@ -929,7 +929,7 @@ impl Core {
                 }
             }
             // A multi-key waiter's reservations stop blocking others as it
-            // leaves, not at their expiry (docs/MULTIKEY.md §4).
+            // leaves, not at their expiry (docs/PROTOCOL.md §6).
             let reserved = key.kind == Kind::Multi && w.attempts > 0 && !w.try_once;
             if reserved
                 && !matches!(leaving, Leaving::Acquired(_))
@@ -952,7 +952,7 @@ impl Core {
         }
         if deferred {
             // The next head waits behind this locker's own grant without a
-            // busy reply: it really waits (SPEC §5), and only the release's
+            // busy reply: it really waits (the crate docs' "How it works"), and only the release's
             // notification can wake it before its safety poll.
             self.subscription_wanted_by_waiter();
         }
@@ -1134,7 +1134,7 @@ fn is_retryable(e: &Error) -> bool {
 
 /// How long a waiting writer's intent lives: three safety polls, so the
 /// waiting head refreshes it in time, and a dead writer's intent keeps
-/// readers out only briefly (SPEC §13).
+/// readers out only briefly (docs/PROTOCOL.md §5.3).
 pub(crate) fn intent_ms(notify_poll_interval: Duration) -> u64 {
     // Bounded by the config validation of the poll interval.
     (notify_poll_interval.as_millis() as u64)

@@ -28,7 +28,7 @@ use super::outcome::{Fence, RenewOutcome};
 use super::script::{next_fence_lua, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
-/// The Redis names of one election (docs/ELECTION.md §2), all under the
+/// The Redis names of one election (docs/PROTOCOL.md §2), all under the
 /// name's hash tag.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ElectNames {
@@ -280,7 +280,7 @@ end
     };
 }
 
-/// Campaign (docs/ELECTION.md §4, without the hand-over): KEYS = lease,
+/// Campaign (docs/PROTOCOL.md §7, without the hand-over): KEYS = lease,
 /// term counter, log; ARGV = owner token, lease ms, value (hex), publish
 /// command, channel, the name's sha.
 ///
@@ -288,8 +288,7 @@ end
 /// or a retry after an unknown outcome) is extended and its term returned,
 /// logging its grant only if the log lacks it; a lease held by another is
 /// busy (its time left in µs, `{us}`: `AcquireReply::BusyFor`). Else the
-/// term is `max(next_fence, top term + 1)` (SPEC
-/// §3, and above every term logged), the lease is set with `NX`, and the
+/// term is `max(next_fence, top term + 1)` (/// §3, and above every term logged), the lease is set with `NX`, and the
 /// grant is logged (after the vacancy of a lapsed leader) and published.
 pub(crate) const CAMPAIGN_LUA: &str = concat!(
     next_fence_lua!(),
@@ -557,7 +556,7 @@ pub(crate) struct ReadReply {
 pub(crate) const READ_BATCH: usize = 64;
 
 impl ReadReply {
-    /// docs/ELECTION.md §7: the log's top is the current leader only while
+    /// docs/PROTOCOL.md §7: the log's top is the current leader only while
     /// a lease of the same term lives; a top leader without it lapsed
     /// (vacant at `(term, seq + 1)`); a vacant top is vacant at its
     /// version; no log is vacant at `0.0`.

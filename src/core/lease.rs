@@ -137,7 +137,7 @@ impl LeaseClock {
 
     /// What a release that already happened found, if one did.
     /// Like [`handle_renew`](Self::handle_renew), for a renewer that sends
-    /// again after a failure (SPEC §7): an unknown outcome keeps the old
+    /// again after a failure (`with_lock`'s docs): an unknown outcome keeps the old
     /// deadline, which is conservative whether or not it was applied, since
     /// a renew only ever extends the caller's own token.
     pub(crate) fn handle_renew_retrying(&mut self, result: RenewResult) {

@@ -66,7 +66,7 @@ pub(crate) struct Line {
     head: HeadState,
     /// When the holder's lease ends, from the last busy reply.
     holder_until: Option<Instant>,
-    /// The locker's grant token for this line (docs/HANDOVER.md §12): the
+    /// The locker's grant token for this line (docs/PROTOCOL.md §4.3): the
     /// owner its registration in the key's hand-over queue names, to whom
     /// a grant is made out; drawn from the first head that attempted.
     grant: Option<OwnerToken>,
@@ -79,7 +79,7 @@ pub(crate) struct Line {
     /// bound if it holds the lease.
     refreshing: bool,
     /// When the last attempt that registered or refreshed the locker was
-    /// sent: its entry's bound runs from about then (docs/HANDOVER.md §12).
+    /// sent: its entry's bound runs from about then (docs/PROTOCOL.md §4.3).
     refreshed: Option<Instant>,
     /// The retry instant the head's last busy reply or failure set: a grant
     /// to another locker may bring the retry forward (to take over a grant
@@ -93,7 +93,7 @@ pub(crate) struct Line {
     next_waits: bool,
     /// The line emptied as its last waiter took the lease, and the
     /// registration stays queued for a waiter that comes back soon
-    /// (docs/HANDOVER.md §13).
+    /// (docs/PROTOCOL.md §4.4).
     lingering: Option<Linger>,
 }
 
@@ -175,7 +175,7 @@ impl Line {
     }
 
     /// The line emptied as its last waiter took the lease: the registration
-    /// stays queued while the lease is held (docs/HANDOVER.md §13).
+    /// stays queued while the lease is held (docs/PROTOCOL.md §4.4).
     pub(crate) fn linger(&mut self) {
         self.lingering = Some(Linger::Holding);
     }
@@ -480,7 +480,7 @@ impl Line {
         self.head = HeadState::Ready;
     }
 
-    /// The head's attempt failed and the head keeps waiting (SPEC §5:
+    /// The head's attempt failed and the head keeps waiting (the crate docs' "How it works":
     /// waiting survives faults): it tries again after `delay`. A release
     /// notification meanwhile brings the retry forward, which is harmless.
     pub(crate) fn handle_failed(&mut self, now: Instant, delay: Duration) {
@@ -718,7 +718,7 @@ mod tests {
     /// The registration names one grant token for the line, whoever is
     /// head, drawn from the first head's token and never equal to a
     /// waiter's; the line draws a new one once its registration is gone
-    /// (docs/HANDOVER.md §12).
+    /// (docs/PROTOCOL.md §4.3).
     #[test]
     fn the_grant_token_outlives_head_changes_and_is_drawn_anew_after_leaving() {
         let now = Instant::now();

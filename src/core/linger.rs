@@ -40,7 +40,7 @@ impl Core {
 
     /// A waiter joined `key`'s line at `now`: if the line lingered, its
     /// head waits for the grant ([`Line::await_grant`]), at most until its
-    /// `deadline` (a wait makes at least one attempt, SPEC §5); a try-once
+    /// `deadline` (a wait makes at least one attempt, the crate docs' "How it works"); a try-once
     /// waiter attempts (and takes the registration out unless it stays).
     pub(super) fn handle_rejoin(
         &mut self,

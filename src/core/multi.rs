@@ -136,7 +136,7 @@ fn one_slot(names: &[LockNames]) -> Result<(), Error> {
             reason: format!(
                 "on Redis Cluster the keys of one multi-key lease must be stored in one hash \
                  slot, and keys 1 and {} are not (each key is stored under a hash tag of its \
-                 own digest: see docs/MULTIKEY.md)",
+                 own digest: see docs/PROTOCOL.md §6)",
                 i + 1
             ),
         }),
@@ -153,7 +153,7 @@ pub(crate) fn multi_reg(locker: RegId, set: KeyId) -> RegId {
 /// A multi-key lease's keys and their fences, in its caller's order.
 pub(crate) type KeyFences = (Arc<[KeyId]>, Box<[Fence]>);
 
-/// What a multi-key acquire adds for the hand-over (docs/MULTIKEY.md §5):
+/// What a multi-key acquire adds for the hand-over (docs/PROTOCOL.md §6):
 /// the registration the waiting lease enters in each busy key's queue.
 #[derive(Debug)]
 pub(crate) struct MultiHandover {
@@ -209,7 +209,7 @@ pub(crate) fn classify_multi(value: &Value, n: usize) -> Result<MultiReply, Repl
     }
 }
 
-/// The acquire of every key, one call (docs/MULTIKEY.md §3).
+/// The acquire of every key, one call (docs/PROTOCOL.md §6).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn multi_acquire_call(
     names: &[LockNames],
@@ -307,7 +307,7 @@ pub(crate) fn multi_release_call(
 /// free, reserved by a younger waiter (`younger`: taken over), or `busy`
 /// (held, or reserved by an older waiter). All ours: a replay; the lease
 /// runs its full length from this attempt and the same fences return. No
-/// key busy: every key gets the next fence of its counter (SPEC §3; all
+/// key busy: every key gets the next fence of its counter (docs/PROTOCOL.md §3; all
 /// counters are written before any lock, so a refusal leaves no hold:
 /// those read as plain integers in one `MSET` when the locker sets no
 /// counter TTL, the others by `next_fence`) and is set with the lease's
@@ -608,7 +608,7 @@ return 2
 
 impl Core {
     /// Starts an acquire of every key of `keys` at once. The waiter joins
-    /// the set's line (not the keys' own lines: docs/MULTIKEY.md §6).
+    /// the set's line (not the keys' own lines: docs/PROTOCOL.md §6).
     pub(crate) fn acquire_multi(
         &mut self,
         now: Instant,

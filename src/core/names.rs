@@ -59,7 +59,7 @@ impl KeyId {
     }
 
     /// The id of `key`, hashed by its Redis hash tag when `tags` is on and
-    /// the key has one (docs/MULTIKEY.md §2).
+    /// the key has one (docs/PROTOCOL.md §2).
     pub(crate) fn named(key: &str, tags: bool) -> Self {
         let tag = hash_tag(key)
             .filter(|_| tags)
@@ -165,7 +165,7 @@ fn push_hex(s: &mut String, bytes: &[u8]) {
     }
 }
 
-/// Checks a key against the rules of SPEC §2.
+/// Checks a key against the rules of docs/PROTOCOL.md §1.
 pub(crate) fn validate_key(key: &str, max_key_bytes: usize) -> Result<(), Error> {
     if key.is_empty() {
         return Err(Error::InvalidKey {
@@ -207,7 +207,7 @@ impl LockNames {
     }
 }
 
-/// The names of one key's hand-over queue (docs/HANDOVER.md §1), for a
+/// The names of one key's hand-over queue (docs/PROTOCOL.md §4.1), for a
 /// lock (`lock-`), a semaphore (`sem-`) or a read-write lease (`rw-`).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct QueueNames {
@@ -271,7 +271,7 @@ impl RegId {
     }
 }
 
-/// What a hand-over notification says (docs/HANDOVER.md §3, §4): the
+/// What a hand-over notification says (docs/PROTOCOL.md §4.2, §4.3): the
 /// payload `<message>:g:<entry>:<fence>:<claim_ms>` for a grant to the
 /// queue entry `entry` ([`LineKey::queue_entry`]), `<message>:c:<fence>`
 /// for a grant that was claimed (published only by older lockers, still
@@ -338,7 +338,7 @@ pub(crate) fn lock_queue_flag(namespace: &str, id: KeyId) -> String {
 
 /// `<ns>:lock`, what every name of a key's lock starts with: the lock is
 /// `<ns>:lock:{<sha>}`, the others `<ns>:lock-<kind>:{<sha>}` (the
-/// multi-key release builds them from it, docs/MULTIKEY.md §14).
+/// multi-key release builds them from it, docs/PROTOCOL.md §6).
 pub(crate) fn lock_prefix(namespace: &str) -> String {
     [namespace, ":lock"].concat()
 }
@@ -423,8 +423,8 @@ impl LineKey {
     }
 
     /// The release notification's message: the key's sha for a lock,
-    /// `sem:<sha>` for a semaphore (SPEC §12), `rw:<sha>` for a read-write
-    /// lease (SPEC §13), so one channel serves all.
+    /// `sem:<sha>` for a semaphore (docs/PROTOCOL.md §5.2), `rw:<sha>` for a read-write
+    /// lease (docs/PROTOCOL.md §5.3), so one channel serves all.
     pub(crate) fn message(self) -> String {
         match self.kind {
             Kind::Lock => self.id.to_hex(),
@@ -495,7 +495,7 @@ pub(crate) fn election_notice(message: &[u8]) -> Option<(KeyId, &[u8])> {
     parts.next().is_none().then_some((id, what))
 }
 
-/// The Redis names of one key's semaphore (SPEC §12). Slot `i` is
+/// The Redis names of one key's semaphore (docs/PROTOCOL.md §5.2). Slot `i` is
 /// `<slot prefix><i>` with its fence counter `<fence prefix><i>`; the
 /// scripts build those names from the prefixes, which share the hash tag.
 #[derive(Clone, PartialEq, Eq)]
@@ -530,7 +530,7 @@ impl fmt::Debug for SemNames {
     }
 }
 
-/// The Redis names of one key's read-write lease (SPEC §13).
+/// The Redis names of one key's read-write lease (docs/PROTOCOL.md §5.3).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct RwNames {
     pub(crate) id: KeyId,
@@ -794,7 +794,7 @@ impl Want {
     }
 }
 
-/// The largest permit count of a semaphore (SPEC §12).
+/// The largest permit count of a semaphore (docs/PROTOCOL.md §5.2).
 pub(crate) const MAX_PERMITS: u32 = 1024;
 
 /// Checks a semaphore's permit count.
@@ -850,7 +850,7 @@ impl OwnerToken {
     }
 
     /// The grant token a locker's registration names when this token's
-    /// waiter registered first (docs/HANDOVER.md §12): a one-way function
+    /// waiter registered first (docs/PROTOCOL.md §4.3): a one-way function
     /// of it, so it is as hard to guess and is never any waiter's or
     /// holder's own token. A grant made out to it is claimed by whichever
     /// waiter heads the line then, and nothing a holder sends (a renew, a

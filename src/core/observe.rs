@@ -89,7 +89,7 @@ impl ObserveState {
         (items, next)
     }
 
-    /// A read failed at `now`: when to read again (the backoff of SPEC §5).
+    /// A read failed at `now`: when to read again (the backoff of the crate docs' "How it works").
     pub(crate) fn handle_failure(&mut self, now: Instant) -> Option<Instant> {
         let delay = FAILURE_BACKOFF[self.failures.min(FAILURE_BACKOFF.len() - 1)];
         self.failures += 1;

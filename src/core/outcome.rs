@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// A fencing token: strictly increasing per key across every grant, also
-/// after Redis lost its data (SPEC §3).
+/// after Redis lost its data (docs/PROTOCOL.md §3).
 ///
 /// Pass it to every store the lease protects and let the store reject a
 /// write whose fence is lower than one it already accepted.

@@ -25,7 +25,7 @@ use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 /// `fence_after(counter, floor)` and `next_fence(key, counter, now,
 /// ttl_ms)`.
 ///
-/// - `fence_floor(now)`: SPEC §3's floor of the `TIME` reply `now`, its
+/// - `fence_floor(now)`: docs/PROTOCOL.md §3's floor of the `TIME` reply `now`, its
 ///   milliseconds × 1000.
 /// - `fence_after(counter, floor)`: the next fence, as text, after the
 ///   counter value `counter` that `MGET` read (`false` or `nil`: missing),
@@ -99,7 +99,7 @@ end
 }
 pub(crate) use next_fence_lua;
 
-/// The Lua of the hand-over (docs/HANDOVER.md), shared by the lock's, the
+/// The Lua of the hand-over (docs/PROTOCOL.md §4), shared by the lock's, the
 /// semaphore's, the read-write lease's and the multi-key lease's scripts.
 /// A queue entry is `<reg>|<deadline ms>|<owner>:<claim ms>`: the
 /// registration id, when it stops counting by the server's clock (`TIME`),
@@ -152,10 +152,10 @@ pub(crate) use next_fence_lua;
 ///   no attempt gets past a live registration however many died before
 ///   it, and each is dropped once.
 /// - `grant_to(...)` writes the lease key for that registration's owner
-///   with the next fence of its counter (SPEC §3, `next_fence`) for its
+///   with the next fence of its counter (docs/PROTOCOL.md §3, `next_fence`) for its
 ///   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`;
 ///   for a waiting multi-key lease's registration (value
-///   `m<age>.<token>:<res_ms>`, docs/MULTIKEY.md §5) it reserves the key
+///   `m<age>.<token>:<res_ms>`, docs/PROTOCOL.md §6) it reserves the key
 ///   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
 /// - `settle(H, queue, flag)`: the caller got the lease; with no
 ///   waiter left behind it (`keep` is `d`) its registration is taken out
@@ -165,7 +165,7 @@ pub(crate) use next_fence_lua;
 ///   own token or its grant token (a replay, or a grant to it): the lease
 ///   runs its full length from this attempt on, under the caller's token.
 ///   No claim notice is published (the other lockers learn that a grant
-///   was settled from the next grant's notice, docs/HANDOVER.md "As
+///   was settled from the next grant's notice, docs/PROTOCOL.md §4 "As
 ///   built"), so a claim wakes no subscriber.
 /// - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
 ///   locker's (the caller's, or its grant token), and the fence of a lease
@@ -336,7 +336,7 @@ end
 }
 pub(crate) use handover_lua;
 
-/// The Lua of the read-write lease's hand-over (docs/HANDOVER.md §7),
+/// The Lua of the read-write lease's hand-over (docs/PROTOCOL.md §5.3),
 /// after [`next_fence_lua`] and [`handover_lua`]. Queue entries are
 /// `w<reg>` (a locker's writers) and `r<reg>` (its readers).
 ///
@@ -469,7 +469,7 @@ end
 /// attempt on, as the caller's clock counts it. That is the claim of a
 /// grant the hand-over made out to this locker (a token of its own), which
 /// may re-register the locker for its next waiter. Every grant's fence is `max(counter + 1, TIME in ms ×
-/// 1000)` (SPEC §3), so fences keep increasing after Redis lost its data
+/// 1000)` (docs/PROTOCOL.md §3), so fences keep increasing after Redis lost its data
 /// and after a failover to a replica that missed the last grants.
 ///
 /// One `MGET` reads the lock, the counter and the queue's flag, so a busy
@@ -538,7 +538,7 @@ return fence
 /// counter TTL in ms, the registration key prefix, and the names of the
 /// fence counter, the queue and the queue's flag (then, for a writer, the
 /// readers' key; for a lock whose locker's registration lingers, `''` and
-/// that registration, which is never granted: docs/HANDOVER.md §13).
+/// that registration, which is never granted: docs/PROTOCOL.md §4.4).
 /// Returns 1 released, 3 released and handed over, 0 expired (key gone),
 /// 2 conflict. A lease whose queue holds a live registration is handed to
 /// it ([`handover_lua`]) instead of deleted.
@@ -593,7 +593,7 @@ elseif handover and got[3] then
   local reg, value = next_registration(ARGV[8], nil, once)
   if reg and reg == own then
     -- The releaser's own registration, lingering for its next waiter
-    -- (docs/HANDOVER.md §13): the next one's turn, if there is one.
+    -- (docs/PROTOCOL.md §4.4): the next one's turn, if there is one.
     reg, value = next_registration(ARGV[8], {[own] = true}, once)
   end
   if reg and grant_to(reg, value, KEYS[1], ARGV[7], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4]) then
@@ -625,7 +625,7 @@ return 2
 "#;
 
 /// Deregistration of a locker whose last waiter for a key left
-/// (docs/HANDOVER.md §6): KEYS = the hand-over queue; ARGV = the
+/// (docs/PROTOCOL.md §4.4): KEYS = the hand-over queue; ARGV = the
 /// registration's key. Deletes the registration and its queue entry (the
 /// key holds the entry as queued), so no grant goes to a locker nobody
 /// waits on; an entry whose key expired is dropped by the next grant that
@@ -677,7 +677,7 @@ end
     };
 }
 
-/// Semaphore acquire (SPEC §12): KEYS = permit record, slot prefix, fence
+/// Semaphore acquire (docs/PROTOCOL.md §5.2): KEYS = permit record, slot prefix, fence
 /// prefix, and with the hand-over the queue and its flag; ARGV = owner
 /// token, lease ms, fence counter TTL in ms, permits, and with the
 /// hand-over its arguments ([`handover_lua`]'s `handover_args(4)`).
@@ -827,7 +827,7 @@ return 0
 "#
 );
 
-/// Read-write lease, read (SPEC §13): KEYS = writer, readers, intent,
+/// Read-write lease, read (docs/PROTOCOL.md §5.3): KEYS = writer, readers, intent,
 /// fence counter, and with the hand-over the queue and its flag; ARGV =
 /// owner token, lease ms, fence counter TTL in ms, and with the hand-over
 /// its arguments ([`handover_lua`]'s `handover_args(3)`).
@@ -931,7 +931,7 @@ return epoch
 "#
 );
 
-/// Read-write lease, write (SPEC §13): KEYS = writer, readers, intent,
+/// Read-write lease, write (docs/PROTOCOL.md §5.3): KEYS = writer, readers, intent,
 /// fence counter, and with the hand-over the queue and its flag; ARGV =
 /// owner token, lease ms, fence counter TTL in ms, intent ms (0: a
 /// try-once write, which leaves no intent), and with the hand-over its
@@ -1207,7 +1207,7 @@ impl ScriptKind {
 }
 
 /// What a lock's or a semaphore's acquire adds for the hand-over
-/// (docs/HANDOVER.md).
+/// (docs/PROTOCOL.md §4).
 #[derive(Debug)]
 pub(crate) struct AcquireHandover {
     /// The locker's registration as queued for this line
@@ -1333,7 +1333,7 @@ impl ScriptCall {
 
     /// This release (of a lock or a permit's slot) with the hand-over: a
     /// live registration in `queue` gets the key with the next fence of
-    /// `counter` (docs/HANDOVER.md §3).
+    /// `counter` (docs/PROTOCOL.md §4.2).
     pub(crate) fn handing_over(
         mut self,
         counter: String,
@@ -1351,7 +1351,7 @@ impl ScriptCall {
     }
 
     /// This release (of a lock, with the hand-over) by a locker whose
-    /// registration `reg` lingers in the queue (docs/HANDOVER.md §13): the
+    /// registration `reg` lingers in the queue (docs/PROTOCOL.md §4.4): the
     /// release never grants the key to it.
     pub(crate) fn skipping(mut self, reg: String) -> Self {
         self.args.extend([String::new(), reg]);
@@ -1625,7 +1625,7 @@ fn shape_of(value: &Value) -> String {
     }
 }
 
-/// Classifies the acquire script's reply (SPEC §3): a positive decimal
+/// Classifies the acquire script's reply (docs/PROTOCOL.md §3): a positive decimal
 /// string that fits `u64` is a fence, an integer ≥ -2 or nil means busy.
 pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError> {
     match value {
@@ -1643,7 +1643,7 @@ pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError
 }
 
 /// Classifies the campaign script's reply: the acquire's, and `{us}` for
-/// busy `us` microseconds (docs/ELECTION.md §5).
+/// busy `us` microseconds (docs/PROTOCOL.md §7).
 pub(crate) fn classify_campaign(value: &Value) -> Result<AcquireReply, ReplyError> {
     match value {
         Value::Array(items) => match items.as_slice() {

@@ -25,7 +25,7 @@ use super::line::Line;
 use super::multi::multi_reg;
 use super::names::{election_notice, Channel, Handover, KeyId, Kind, LineKey};
 
-/// How long the subscription outlives the last waiter (SPEC §5).
+/// How long the subscription outlives the last waiter (the crate docs' "How it works").
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
 /// How long after a failed subscription returning waiters try again.
 pub(crate) const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(5);
@@ -130,7 +130,7 @@ impl Core {
     /// key's sha, `sem:<sha>` for a semaphore, `rw:<sha>` for both lines
     /// of a read-write lease).
     /// A notification's payload at `now`: a hand-over's grant or claim
-    /// (docs/HANDOVER.md), or a release. Returns whether it counts as a
+    /// (docs/PROTOCOL.md §4), or a release. Returns whether it counts as a
     /// release notification (a claim, which only older lockers publish,
     /// only tells the other waiters).
     pub(crate) fn handle_notice(&mut self, now: Instant, payload: &[u8]) -> bool {
@@ -150,7 +150,7 @@ impl Core {
                 }
             }
             // A key reserved for one of our multi-key lines: its head
-            // attempts at once (docs/MULTIKEY.md §5).
+            // attempts at once (docs/PROTOCOL.md §6).
             Handover::Granted { reg, .. }
                 if line.kind == Kind::Lock
                     && ours.is_some_and(|h| {

@@ -242,7 +242,7 @@ impl Core {
     }
 
     /// The commands that take the locker out of the queues of lines whose
-    /// last waiter left (docs/HANDOVER.md §6): the removal of each
+    /// last waiter left (docs/PROTOCOL.md §4.4): the removal of each
     /// registration, then the release of the token it named, so that a
     /// grant made out to it and not claimed goes on to the next
     /// registration at once (nothing, when there was none). They are

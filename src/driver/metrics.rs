@@ -1,4 +1,4 @@
-//! The metrics of SPEC §15, recorded here once for both front ends.
+//! The metrics of the crate docs' "Metrics", recorded here once for both front ends.
 //!
 //! With feature `metrics` every handle is registered through the `metrics`
 //! facade when the locker is built (so the recorder the application

@@ -296,7 +296,7 @@ impl<F: Front> std::fmt::Debug for Election<F> {
 /// [`kind::Leader`] whose [`term`](Self::term) is its fence.
 ///
 /// A keeper thread of the library renews it every lease/2 (as
-/// `with_lock`'s `extend` does, SPEC §7) from the campaign's return until
+/// `with_lock`'s `extend` does, `with_lock`'s docs) from the campaign's return until
 /// it is resigned, dropped or lost; [`lost`](Self::lost) fires when a
 /// renewal finds it expired or taken, or when its local deadline passes
 /// unconfirmed. Pass the term to every store the leader writes to: a store
@@ -340,7 +340,7 @@ impl<F: Front> Leadership<F> {
 
     /// The term: this leadership's fence, larger than every earlier
     /// leader's of this election (also after Redis lost its data, under
-    /// SPEC §3's conditions).
+    /// docs/PROTOCOL.md §3's conditions).
     pub fn term(&self) -> Fence {
         self.lease().fence()
     }

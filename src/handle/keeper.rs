@@ -1,5 +1,5 @@
 //! The keeper of one leadership: a thread of the library (one of the
-//! `keeper_threads`) that renews it with the shared renewer (SPEC §7:
+//! `keeper_threads`) that renews it with the shared renewer (`with_lock`'s docs:
 //! every lease/2, failed renewals sent again while the local deadline
 //! allows, `lost` on a loss) and, when the leadership is dropped, resigns
 //! it. Nothing runs on the caller's executor; on the async front end the

@@ -35,7 +35,7 @@ use crate::stats::Stats;
 /// Waiters of one locker for one key are served in arrival order. Across
 /// lockers and processes, with [`Config::handover`] (the default) a lock
 /// goes to waiting lockers in the order they started waiting
-/// (docs/HANDOVER.md); semaphores and read-write leases promise no order
+/// (docs/PROTOCOL.md §4); semaphores and read-write leases promise no order
 /// across lockers.
 ///
 /// # Work while holding: `with_lock`, `with_permit`, `with_read`, `with_write`, `with_all`

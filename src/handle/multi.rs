@@ -32,7 +32,7 @@ impl<F: Front> Locker<F> {
     /// keys it finds free (others see them as held), and the oldest waiting
     /// multi-key lease takes a younger one's reservations over; with the
     /// hand-over it also queues behind the single-key waiters of each key
-    /// held, so neither kind starves the other (docs/MULTIKEY.md §4, §5).
+    /// held, so neither kind starves the other (docs/PROTOCOL.md §6).
     ///
     /// # Errors
     ///

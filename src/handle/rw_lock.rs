@@ -1,5 +1,5 @@
 //! `RwLock<F>`: shared readers or one fenced writer on a key, writers
-//! preferred (SPEC §13). Both guards are leases (`Lease<F, kind::Read>`,
+//! preferred (docs/PROTOCOL.md §5.3). Both guards are leases (`Lease<F, kind::Read>`,
 //! `Lease<F, kind::Write>`): renew, release, drop and `with_*` are the
 //! lease's operations; only the acquire scripts and the reader's release
 //! and renew differ.

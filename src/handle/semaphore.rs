@@ -1,5 +1,5 @@
 //! `Semaphore<F>`: N holders of one key at once, each with a slot and a
-//! fence of its own (SPEC §12). A permit is a lease on its slot's key
+//! fence of its own (docs/PROTOCOL.md §5.2). A permit is a lease on its slot's key
 //! (`Lease<F, kind::Permit>`), so renew, release, drop and `with_permit`
 //! are the lease's own operations; only the acquire script differs.
 

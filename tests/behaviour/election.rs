@@ -1,4 +1,4 @@
-//! Leader election (docs/ELECTION.md): one leader at a time with strictly
+//! Leader election (docs/PROTOCOL.md §7): one leader at a time with strictly
 //! increasing terms, the leader's value for anyone to read, proclaim,
 //! resign and drop handing over, a lapsed leader replaced, values bounded
 //! and never shown.
@@ -658,7 +658,7 @@ pub(crate) fn a_deposed_leaders_write_with_its_old_term_is_refused_by_a_fenced_s
     assert_eq!(F::resign(next).unwrap(), ReleaseOutcome::Released);
 }
 
-/// Two observers of one name on one locker share its reader (docs/ELECTION.md
+/// Two observers of one name on one locker share its reader (docs/PROTOCOL.md §7
 /// §7): each change is read once, not once per observer (ten reads or more
 /// for five changes when each observer read by itself), and both yield
 /// every change in order. Polls and the lease are 30 s, so within the

@@ -14,7 +14,7 @@ use crate::support::{wait_until, RedisServer};
 
 /// Grants on one key, alternating between two lockers, carry fences that
 /// go up by one within a millisecond and to the server's `TIME` in ms × 1000
-/// in a later one (SPEC §3: `max(counter + 1, TIME × 1000)`).
+/// in a later one (docs/PROTOCOL.md §3: `max(counter + 1, TIME × 1000)`).
 pub(crate) fn fences_strictly_increase_across_acquires_on_one_key<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("fences");
@@ -31,7 +31,7 @@ pub(crate) fn fences_strictly_increase_across_acquires_on_one_key<F: Front>() {
     }
     let after_ms = server_time_ms(&server);
 
-    // SPEC §3: each fence is max(counter + 1, TIME in ms × 1000): one more
+    // docs/PROTOCOL.md §3: each fence is max(counter + 1, TIME in ms × 1000): one more
     // than the last within a millisecond, the clock's floor in a later one.
     for pair in fences.windows(2) {
         assert!(
@@ -215,10 +215,10 @@ pub(crate) fn calls(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
 }
 
 /// An uncontended acquire + release costs Redis nine commands, `TIME` and
-/// `PUBLISH` included (issue 16): the acquire script's `MGET`, `TIME` and
+/// `PUBLISH` included: the acquire script's `MGET`, `TIME` and
 /// two `SET`s, the release script's `MGET` (lock and hand-over flag), `DEL` and `PUBLISH`, and the two
 /// `EVALSHA`s. A busy attempt is its `EVALSHA`, the `MGET` and the `PTTL`
-/// that the waiter's retry needs (SPEC §5).
+/// that the waiter's retry needs (the crate docs' "How it works").
 pub(crate) fn an_uncontended_cycle_runs_nine_commands_and_a_busy_attempt_three<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("cost");

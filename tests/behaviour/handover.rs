@@ -1,4 +1,4 @@
-//! The contended hand-over (docs/HANDOVER.md): waiting lockers register in
+//! The contended hand-over (docs/PROTOCOL.md §4): waiting lockers register in
 //! the key's queue in Redis, a release grants the lock to the head
 //! registration, which claims it; grants follow the order of registration
 //! across lockers (processes), a dead or silent registration costs at most
@@ -138,14 +138,14 @@ pub(crate) fn grants_follow_the_order_in_which_lockers_registered<F: Front>() {
         "grants in registration order"
     );
     // The last holder's registration lingers a moment after its release
-    // (docs/HANDOVER.md §13), then its locker takes it out.
+    // (docs/PROTOCOL.md §4.4), then its locker takes it out.
     wait_until(BOUND, "every registration consumed", || {
         queued(&server, &ns, "k").is_empty()
     });
 }
 
 /// A hand-over to a waiter of another locker that has a second waiter
-/// behind it costs Redis ten commands (docs/HANDOVER.md §12): the release
+/// behind it costs Redis ten commands (docs/PROTOCOL.md §4.3): the release
 /// that grants (`EVALSHA`, `MGET`, `TIME`, `LMOVE`, the counter's and the
 /// lock's `SET`, `PUBLISH`) and the claim (`EVALSHA`, `MGET`, `SET`). The
 /// claim writes nothing to the queue: the grant moved the locker's entry
@@ -220,14 +220,14 @@ pub(crate) fn a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone
         assert_eq!(F::release(second).unwrap(), ReleaseOutcome::Released);
     });
     // It lingers while the last waiter's lease is held and a moment after
-    // its release (docs/HANDOVER.md §13), then the locker takes it out.
+    // its release (docs/PROTOCOL.md §4.4), then the locker takes it out.
     wait_until(BOUND, "the locker left the queue", || {
         queued(&server, &ns, "k").is_empty()
     });
 }
 
 /// Lockers served only by grants make no busy attempt, so their claims
-/// refresh their registrations' bounds (docs/HANDOVER.md §12): with a
+/// refresh their registrations' bounds (docs/PROTOCOL.md §4.3): with a
 /// 300 ms bound and hand-overs running at least twice as long (300 grants
 /// held 2 ms each), no entry ever lapses (a grant drops a lapsed one with
 /// `RPOP`), the claims refreshed them in place (`LSET`), and both lockers
@@ -529,7 +529,7 @@ pub(crate) fn the_next_registration_was_not_granted<F: Front>(
     fence: u64,
 ) {
     // Behind it, the grantee's registration lingers while it holds the
-    // lease (docs/HANDOVER.md §13).
+    // lease (docs/PROTOCOL.md §4.4).
     assert_eq!(
         queued(server, ns, "k").first().map(String::as_str),
         Some(second_reg),
@@ -923,7 +923,7 @@ pub(crate) fn a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once
 
 /// A locker with one waiter per key (a worker loop: acquire, work,
 /// release, again) keeps its registration across its acquisitions
-/// (docs/HANDOVER.md §13): its next waiter waits for its grant without a
+/// (docs/PROTOCOL.md §4.4): its next waiter waits for its grant without a
 /// busy attempt, so the lockers register about once each, not once per
 /// acquisition (`RPUSH` and `PTTL`, which every busy attempt runs, stay
 /// near the two first registrations; 100 each without the lingering), and
@@ -952,7 +952,7 @@ pub(crate) fn lone_waiters_keep_their_registrations_and_wait_without_busy_attemp
 /// persistence would) while its locker's registration lingers (the locker
 /// holds it, no waiter behind): the next attempt grants the key to that
 /// registration, whose claim window is 30 s. Nobody will claim it: the
-/// locker passes it on at once (docs/HANDOVER.md §13), so the waiter
+/// locker passes it on at once (docs/PROTOCOL.md §4.4), so the waiter
 /// behind gets the key within its 10 s wait instead of after the window.
 pub(crate) fn a_grant_to_a_lingering_registration_nobody_came_back_for_is_passed_on<F: Front>() {
     let server = RedisServer::start();

@@ -1,4 +1,4 @@
-//! The connect-time key-names marker (docs/MULTIKEY.md §2): lockers of one
+//! The connect-time key-names marker (docs/PROTOCOL.md §2): lockers of one
 //! namespace must agree on `Config::key_hash_tags`, checked at connect in
 //! `<ns>:key-names`.
 

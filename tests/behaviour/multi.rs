@@ -1,4 +1,4 @@
-//! Multi-key leases (docs/MULTIKEY.md): all keys at once or none, a fence
+//! Multi-key leases (docs/PROTOCOL.md §6): all keys at once or none, a fence
 //! per key from the key's own counter, exclusion against single-key
 //! holders, waiting that never deadlocks nor starves, and input checked
 //! before anything is sent.
@@ -766,7 +766,7 @@ pub(crate) fn the_multi_key_release_publishes_each_keys_digest_on_its_channel<F:
     assert_eq!(heard(3), shared, "every key's digest on the one channel");
 }
 
-/// The grant computes every counter's next fence by SPEC §3's rule
+/// The grant computes every counter's next fence by docs/PROTOCOL.md §3's rule
 /// (`max(counter + 1, TIME in ms × 1000)`) and writes the counters read
 /// as plain integers in one `MSET`: a counter below the floor gets the
 /// floor, one above it moves by one, a missing one is created at the floor

@@ -1,4 +1,4 @@
-//! The read-write lease (SPEC §13): readers share and carry an epoch, a
+//! The read-write lease (docs/PROTOCOL.md §5.3): readers share and carry an epoch, a
 //! writer holds alone with a fence, a waiting writer's intent keeps new
 //! readers out, and dead holders free the key at their TTL.
 
@@ -97,7 +97,7 @@ pub(crate) fn writer_fences_strictly_increase_also_after_data_loss<F: Front>() {
     for round in 0..6 {
         if round == 3 {
             // Data lost in the ms of the last grant would floor the next
-            // fence at that same ms (SPEC §3's limit): let the clock pass it.
+            // fence at that same ms (docs/PROTOCOL.md §3's limit): let the clock pass it.
             let last = fences.last().map_or(0, |f: &redlease::Fence| f.get());
             wait_until(BOUND, "the server clock passes the last fence's ms", || {
                 super::common::server_time_ms(&server) > last / 1000
@@ -488,7 +488,7 @@ pub(crate) fn writer_renew_and_release_report_their_outcomes<F: Front>() {
     assert_eq!(F::release_write(taken).unwrap(), ReleaseOutcome::Released);
 }
 
-/// What a read-write lease costs Redis (issue 16), counted in
+/// What a read-write lease costs Redis, counted in
 /// `commandstats`, each step alone: a read of a key nobody reads, a reader
 /// joining, the releases of a reader and of the last one, a reader's
 /// renew, a read and a try-once write refused by a writer and by readers,
@@ -778,7 +778,7 @@ pub(crate) fn the_readers_set_expires_with_its_latest_member_and_replays_keep_th
     assert!(!exists(&server, &dead), "and the dead readers are purged");
 }
 
-/// A writer's next fence is computed as the lock's (SPEC §3): a counter
+/// A writer's next fence is computed as the lock's (docs/PROTOCOL.md §3): a counter
 /// past 2^53 moves by exactly one (through `INCR`), one that is not an
 /// integer is refused without a grant, and the counter keeps its expiry
 /// where the locker sets none and takes the locker's `fence_counter_ttl`

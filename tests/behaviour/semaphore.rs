@@ -1,4 +1,4 @@
-//! The fenced semaphore (SPEC §12): up to N holders, each in a slot of its
+//! The fenced semaphore (docs/PROTOCOL.md §5.2): up to N holders, each in a slot of its
 //! own with its own fence counter; waiting, outcomes, count changes and
 //! replays as for leases.
 
@@ -106,7 +106,7 @@ pub(crate) fn each_slots_fences_strictly_increase_also_after_data_loss<F: Front>
     for round in 0..6 {
         if round == 3 {
             // Data lost in the ms of the last grant would floor the next
-            // fence at that same ms (SPEC §3's limit): let the clock pass it.
+            // fence at that same ms (docs/PROTOCOL.md §3's limit): let the clock pass it.
             let last = *fences.last().unwrap();
             wait_until(BOUND, "the server clock passes the last fence's ms", || {
                 super::common::server_time_ms(&server) > last / 1000
@@ -507,13 +507,13 @@ pub(crate) fn a_dropped_permit_frees_a_waiter_of_the_same_locker_before_its_ttl<
     assert!(server.keys(&format!("{ns}:sem:*")).is_empty());
 }
 
-/// What a semaphore costs Redis (issue 16), counted in `commandstats`: a
+/// What a semaphore costs Redis, counted in `commandstats`: a
 /// permit acquire + release of a pool in use is 10 commands (the acquire
 /// script's `MGET` of the count record and every slot, the free slot's
 /// counter `GET`, `TIME` and two `SET`s; the release's `GET`, `DEL` and
 /// `PUBLISH`; two `EVALSHA`s), a first use records the count with one more
 /// `SET`, a busy attempt is `MGET` and one `PTTL` per slot (the smallest
-/// remaining time, SPEC §12), and the release of a token whose slot is
+/// remaining time, docs/PROTOCOL.md §5.2), and the release of a token whose slot is
 /// unknown one `MGET`, the `DEL` and the `PUBLISH`.
 pub(crate) fn a_permit_cycle_runs_ten_commands_and_a_busy_attempt_one_mget_and_a_pttl_per_slot<
     F: Front,
@@ -606,7 +606,7 @@ pub(crate) fn a_permit_cycle_runs_ten_commands_and_a_busy_attempt_one_mget_and_a
     counts.finish();
 }
 
-/// Counts above the recorded one are scanned too (SPEC §12: a token in a
+/// Counts above the recorded one are scanned too (docs/PROTOCOL.md §5.2: a token in a
 /// slot of a larger count is found, and a smaller count is refused while
 /// such a slot is held), with one more `MGET` for the slots past the count
 /// asked for, only when the record is larger.
@@ -658,7 +658,7 @@ pub(crate) fn slots_past_the_count_asked_for_are_still_seen<F: Front>() {
     assert_eq!(get(&server, &permits_name(&ns, "p")), Some("2".into()));
 }
 
-/// A slot's next fence is computed as the lock's (SPEC §3): a counter past
+/// A slot's next fence is computed as the lock's (docs/PROTOCOL.md §3): a counter past
 /// 2^53 moves by exactly one (through `INCR`), one that is not an integer
 /// is refused without a grant, and the counter keeps its expiry where the
 /// locker sets none and takes the locker's `fence_counter_ttl` where it

@@ -1,4 +1,4 @@
-//! Survival: waiting, cleanup and notifications survive faults (SPEC §5
+//! Survival: waiting, cleanup and notifications survive faults (the crate docs' "How it works"
 //! "Waiting survives faults", "Nothing waits on a lazy front end", §7, §9).
 //! A fault may fail the operation in flight, never a waiter that still has
 //! wait left, and nothing is left for the TTL to clean up.

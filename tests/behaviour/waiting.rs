@@ -76,7 +76,7 @@ pub(crate) fn a_release_by_the_same_locker_wakes_its_waiters_through_the_notific
 
 /// Waiters of one locker that queue behind each other get no busy reply:
 /// the head before them acquired, so they back off behind their own
-/// locker's grant. They really wait (SPEC §5), so the locker subscribes,
+/// locker's grant. They really wait (the crate docs' "How it works"), so the locker subscribes,
 /// and each release hands the key on through its notification. With 30 s
 /// safety polls, every round finishing within [`BOUND`] proves it; before
 /// the fix they waited for those polls (25 ms each by default).

@@ -1,4 +1,4 @@
-//! Leader election under faults (docs/ELECTION.md §8, §12), each row
+//! Leader election under faults (docs/PROTOCOL.md §11), each row
 //! written once for any front end: a leader process really SIGSTOPped past
 //! its lease, and candidates checked on a second Redis while faults run
 //! (the check, [`leaderships_never_overlap_under`], serves the Cluster's

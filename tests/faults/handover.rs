@@ -1,4 +1,4 @@
-//! The hand-over's failure cases (docs/HANDOVER.md §8), each written once
+//! The hand-over's failure cases (docs/PROTOCOL.md §11), each written once
 //! for any front end: a release of unknown outcome re-sent after it handed
 //! the lock over, and waiting lockers in other processes that are stopped
 //! or killed while registered. Each row starts its own `redis-server`;
@@ -99,7 +99,7 @@ pub(crate) fn a_release_replayed_after_it_handed_the_lock_over_grants_nothing_tw
     let granted_value = get(&server, &lock);
     assert_eq!(get(&server, &counter), Some(fence.to_string()));
     // Behind it, the grantee's registration lingers while it holds the
-    // lease (docs/HANDOVER.md §13).
+    // lease (docs/PROTOCOL.md §4.4).
     assert_eq!(queued(&server, &ns, "k").first(), Some(&second_reg));
 
     // The replay: shutdown sends the release again, with the holder's token.
@@ -311,7 +311,7 @@ pub(crate) fn a_head_stopped_after_it_registered_costs_the_claim_window_not_the_
 
     stopped.resume();
     // The survivor's registration lingers while it holds the lease
-    // (docs/HANDOVER.md §13): the child's is the other one.
+    // (docs/PROTOCOL.md §4.4): the child's is the other one.
     wait_until(BOUND, "the resumed child registered again", || {
         queued(&server, &ns, "k").contains(&stopped_reg)
     });
@@ -378,7 +378,7 @@ pub(crate) fn a_killed_waiters_registration_stops_blocking_others_within_its_bou
     let lease = t.join_within(BOUND);
     assert!(F::fence(&lease).get() > held_fence);
     // The survivor's own registration may linger while it holds the lease
-    // (docs/HANDOVER.md §13).
+    // (docs/PROTOCOL.md §4.4).
     assert!(
         !queued(&server, &ns, "k").contains(&dead_id),
         "the dead entry is gone"
@@ -398,7 +398,7 @@ fn subscriber_ids(server: &RedisServer) -> Vec<String> {
 }
 
 /// A locker whose registration lingers (it holds the lease its only
-/// waiter took, docs/HANDOVER.md §13) loses its subscriber connection
+/// waiter took, docs/PROTOCOL.md §4.4) loses its subscriber connection
 /// (`CLIENT KILL TYPE pubsub`): a grant to that registration could go
 /// unheard, so the lingering ends and the locker's next call, here the
 /// release (its sweep goes first), takes the registration out; the

@@ -50,7 +50,7 @@ const COMMANDS: [&str; 42] = [
     "+pttl",
     "+time",
     "+publish",
-    // the hand-over queues (docs/HANDOVER.md): registering, granting the
+    // the hand-over queues (docs/PROTOCOL.md §4): registering, granting the
     // head, leaving, and telling an expired lock from a key of another type
     "+rpush",
     "+lmove",
@@ -71,7 +71,7 @@ const COMMANDS: [&str; 42] = [
     "+zrange",
     "+zremrangebyscore",
     "+pexpireat",
-    // an election's scripts (docs/ELECTION.md §9): the change log, and the
+    // an election's scripts (docs/PROTOCOL.md §12): the change log, and the
     // read-only read script of `leader()`
     "+xadd",
     "+xrange",
@@ -865,7 +865,7 @@ pub(crate) fn no_command_outside_the_rules_is_sent<F: Front>() {
     );
 }
 
-/// docs/ELECTION.md §9: a locker that never campaigns reads the leader and
+/// docs/PROTOCOL.md §12: a locker that never campaigns reads the leader and
 /// observes its changes as a user with read-only key rights (`%R~`) on the
 /// election's lease and log, write rights on the namespace's key-names
 /// marker alone (`SET`, recorded at connect when missing), and the release

@@ -1179,7 +1179,7 @@ struct FailoverLog {
     /// Two holders at once, both granted after the failover.
     overlaps_after: u64,
     /// Two holders at once, one granted before it (a grant the new primary
-    /// may never have received: SPEC §3, §11).
+    /// may never have received: docs/PROTOCOL.md §3, §10).
     overlaps_across: u64,
     /// Grants after the failover.
     granted_after: u64,

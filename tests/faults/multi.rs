@@ -1,4 +1,4 @@
-//! Multi-key leases under faults (docs/MULTIKEY.md §8, §11), each written
+//! Multi-key leases under faults (docs/PROTOCOL.md §11), each written
 //! once for any front end: a process taking `{a, b, c}` in a loop and
 //! SIGKILLed at random points never leaves part of the keys held, nor
 //! does Redis restarted without its data mid-loop, after which every key's

@@ -214,7 +214,7 @@ impl Run<'_> {
                 return code;
             }
         };
-        // The library's with_lock renewer keeps the lease alive (SPEC §7: a
+        // The library's with_lock renewer keeps the lease alive (`with_lock`'s docs: a
         // renewal that errs is sent again while the lease has time left);
         // the watcher passes a loss on to the supervising loop and refreshes
         // the holder record after each renewal.

@@ -96,7 +96,7 @@ fn sixteen_waiters_on_one_key_make_one_attempt_at_a_time_and_are_granted_in_arri
         let events = drain(&mut core);
         if let Some(&next) = ids.get(n + 1) {
             // The first waiter to wait behind the locker's own grant starts
-            // the subscriber (SPEC §5: it really waits).
+            // the subscriber (the crate docs' "How it works": it really waits).
             let expected = match n {
                 0 => vec![CoreEvent::Wake(next), CoreEvent::StartSubscriber],
                 _ => vec![CoreEvent::Wake(next)],

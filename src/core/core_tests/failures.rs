@@ -1,6 +1,6 @@
 //! Failed attempts: unknown outcomes, server errors, unexpected replies;
 //! a try-once acquire returns the first failure, a waiting one keeps its
-//! place and tries again (SPEC §5: waiting survives faults).
+//! place and tries again (the crate docs' "How it works": waiting survives faults).
 
 use super::*;
 

@@ -2,7 +2,7 @@
 //! durations added to it. Replies are fed as `redis::Value`s or
 //! `redis::RedisError`s; no Redis is involved.
 //!
-//! The unit tests walk through SPEC §3–§5 and §9 one behaviour at a time,
+//! The unit tests walk through the crate docs and docs/PROTOCOL.md one behaviour at a time,
 //! one file per concern; the property test in `sequences.rs` drives random
 //! operation sequences through the reference model in `crate::core::model`
 //! (shared with the `line` fuzz target), and those in `handover_props.rs`

@@ -599,7 +599,7 @@ impl Harness {
             CoreEvent::Wake(id) if self.is_settled(&id) => {}
             CoreEvent::Wake(id) => self.poll(id),
             // A busy reply's start is checked with its reply; this one is
-            // a head left waiting behind the locker's own grant (SPEC §5).
+            // a head left waiting behind the locker's own grant (the crate docs' "How it works").
             CoreEvent::StartSubscriber => {
                 assert!(
                     std::mem::take(&mut self.start_behind_own_grant),
@@ -878,7 +878,7 @@ impl Harness {
             Reply::BusyUs(us) if key != CANDIDATE => Reply::Busy((us / 1000) as i64),
             other => other,
         };
-        // A campaign's busy reply times its retry (docs/ELECTION.md §5).
+        // A campaign's busy reply times its retry (docs/PROTOCOL.md §7).
         let timed_retry = match reply {
             Reply::BusyUs(us) => Some(campaign_retry(submitted, now, Duration::from_micros(us))),
             _ => None,
@@ -898,7 +898,7 @@ impl Harness {
             Reply::ServerError | Reply::NotSent => Some(("PROVIDER_FAILED", unsettled_since)),
             _ => None,
         };
-        // SPEC §5: waiting survives faults.
+        // the crate docs' "How it works": waiting survives faults.
         let retrying = failure.is_some()
             && !try_once
             && !w.cancelled
@@ -1300,7 +1300,7 @@ impl Harness {
     }
 
     /// An observer starts: the subscription is wanted at once, as for a
-    /// waiter that really waits (docs/ELECTION.md §7).
+    /// waiter that really waits (docs/PROTOCOL.md §7).
     fn observe(&mut self, key: usize) {
         if !self.has_listeners() {
             self.first_listener();
@@ -1649,7 +1649,7 @@ impl Harness {
 
 /// When a campaign whose attempt, sent at `submitted` and answered at
 /// `received`, found the leader's lease ending in `remaining` retries
-/// (docs/ELECTION.md §5): as it would reach Redis at the lease's end, so
+/// (docs/PROTOCOL.md §7): as it would reach Redis at the lease's end, so
 /// `remaining` after the attempt less half the round trip; at once when the
 /// lease ends within a round trip.
 fn campaign_retry(submitted: Instant, received: Instant, remaining: Duration) -> Instant {

@@ -12,7 +12,7 @@
 //!
 //! - [`check_replies`] (`replies.rs`): classification of acquire, release
 //!   and renew replies from arbitrary `redis::Value` trees is total, agrees
-//!   with a reference written from SPEC §3, accepted fences are positive and
+//!   with a reference written from docs/PROTOCOL.md §3, accepted fences are positive and
 //!   round-trip, the error text never depends on string contents, and the
 //!   core turns each reply into the matching outcome, orphan or lease state.
 //! - [`check_names`] (`names.rs`): key and namespace validation never panics

@@ -53,9 +53,9 @@ fn masked_text(s: &str) -> String {
 ///
 /// # Panics
 ///
-/// When validation panics or disagrees with SPEC §2, an error message
+/// When validation panics or disagrees with docs/PROTOCOL.md §1, an error message
 /// depends on the key's or namespace's characters, or a valid key's names,
-/// hash tags, channel or acquire command are not the ones SPEC §2 gives.
+/// hash tags, channel or acquire command are not the ones docs/PROTOCOL.md §1 gives.
 pub fn check_names(data: &[u8]) {
     let mut input = Input::new(data);
     let namespace = text(&mut input, 24);

@@ -1,4 +1,4 @@
-//! `check_replies`: reply classification against SPEC §3, §12 and §13, alone and through a core.
+//! `check_replies`: reply classification against docs/PROTOCOL.md §3, §5.2, §5.3, alone and through a core.
 
 use std::time::Duration;
 
@@ -158,7 +158,7 @@ fn server_error(input: &mut Input<'_>) -> Value {
     redis::parse_redis_value(format!("-{code} {detail}\r\n").as_bytes()).unwrap_or(Value::Nil)
 }
 
-/// What SPEC §3 says an acquire reply means.
+/// What docs/PROTOCOL.md §3 says an acquire reply means.
 #[derive(Debug)]
 enum SpecAcquire {
     Is(AcquireReply),
@@ -175,7 +175,7 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// The reference classification of an acquire reply, from SPEC §3:
+/// The reference classification of an acquire reply, from docs/PROTOCOL.md §3:
 /// *acquired(fence)* for a positive decimal string that fits `u64`,
 /// *busy(remaining)* for an integer ≥ -2, *busy(unknown)* for nil, anything
 /// else unexpected.
@@ -196,7 +196,7 @@ fn spec_acquire(value: &Value) -> SpecAcquire {
     }
 }
 
-/// The reference classification of a semaphore acquire reply (SPEC §12):
+/// The reference classification of a semaphore acquire reply (docs/PROTOCOL.md §5.2):
 /// `[slot, fence]` with a slot in 0..1024 and a fence read as for a lock,
 /// and `1` after them when the next waiter waits for its grant;
 /// `['permits', n]` with n in 1..=1024; busy as for a lock.
@@ -516,7 +516,7 @@ fn check_through_core(acquire: &Value, renew: &Value, release: &Value) {
 ///
 /// # Panics
 ///
-/// When classification panics, disagrees with SPEC §3, accepts a fence
+/// When classification panics, disagrees with docs/PROTOCOL.md §3, accepts a fence
 /// that is zero or does not round-trip, lets string contents into an error
 /// message, or the core turns a reply into the wrong outcome, orphan or
 /// lease state.

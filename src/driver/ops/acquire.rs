@@ -243,7 +243,7 @@ impl Acquire {
             }
         }
         // A wait that ended without the lease takes the locker out of the
-        // key's hand-over queue when it was the last (docs/HANDOVER.md §6):
+        // key's hand-over queue when it was the last (docs/PROTOCOL.md §4.4):
         // only that, not the orphans, for the reason above.
         if matches!(self.result, Some(Err(_))) && !self.sweep_unanswered {
             let calls = self.state.with_core(|core| core.take_deregistrations());

@@ -28,7 +28,7 @@ pub(crate) struct Renew<'a> {
     state: &'a Arc<LockerState>,
     held: &'a Held,
     /// A renewer that sends again after a failure: an unknown outcome keeps
-    /// the old deadline instead of ending the lease (SPEC §7).
+    /// the old deadline instead of ending the lease (`with_lock`'s docs).
     retrying: bool,
     phase: Phase,
 }

@@ -1,7 +1,7 @@
 //! The `with_lock(extend(true))` renewer: renews the lease every lease/2,
 //! counted from when the acquire (then each renewal) was sent, until told
 //! to stop. A renewal that fails with a Redis error is sent again after a
-//! short backoff while the local deadline leaves time (SPEC §7); `lost`
+//! short backoff while the local deadline leaves time (`with_lock`'s docs); `lost`
 //! fires on `Expired`/`Conflict`, or when the deadline passes unconfirmed.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,6 @@
 //! Shutdown: refuse new acquires, end every wait, let attempts in flight
 //! finish, release every tracked lease and orphan in parallel, and wait for
-//! the subscriber to stop, all within `shutdown_timeout` (SPEC §9).
+//! the subscriber to stop, all within `shutdown_timeout` (`Locker::shutdown`'s docs).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

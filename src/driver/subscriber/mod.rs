@@ -80,7 +80,7 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
 }
 
 /// Notifications cannot work (refused by the server, no thread): waiters
-/// poll. Logged once per spell (SPEC §5).
+/// poll. Logged once per spell (the crate docs' "How it works").
 fn fail(state: &Arc<LockerState>, cause: &str) {
     if state.with_core(|core| core.handle_subscription_failed(now())) {
         log::warn!(

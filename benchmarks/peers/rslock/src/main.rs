@@ -1,4 +1,4 @@
-//! A contention worker of `examples/bench` (issue 23's peer) on rslock
+//! A contention worker of `examples/bench` (the peer) on rslock
 //! 0.10: Redlock, here on one server, with the crate's default retries.
 //! Each waiter loops `lock()` (rslock's `acquire` is that loop: 3 tries,
 //! a random pause below 200 ms between them), holds, and `unlock`s.

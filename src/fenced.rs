@@ -83,50 +83,11 @@ use redis::{ToRedisArgs, Value};
 use crate::core::multi::first_duplicate;
 use crate::core::names::KeyId;
 use crate::core::outcome::Fence;
+use crate::core::script::lua;
 
-/// KEYS = one hash per write (one resource each); ARGV = the mode
-/// (`holder` or `derived`), then per write its fence (decimal), value and
-/// register fields (`fence`/`value`/`derived` for a lease,
-/// `fence:<slot>`/`value:<slot>`/`derived:<slot>` for a permit): 5 each.
-///
-/// Every write is checked before any is stored, so they are stored all or
-/// none. A derived write passes if its epoch is not below the stored fence,
-/// and records its epoch in the derived field. A holder's write passes if
-/// its fence is above the stored fence, or equal to it while the derived
-/// field is not (no derived write at that number). Returns 1 when stored,
-/// or `{i, stored fence}` for the first write `i` (1-based) that is stale.
-/// Fences compare as decimal strings (length first), exact for every
-/// `u64`; equal numbers are equal strings (no leading zeros). Replay-safe:
-/// a replayed call stores the same fields again and gets the same verdict,
-/// except a holder's write replayed after a derived write at its fence,
-/// which is stale by then (that holder's lease had ended).
-const FENCED_WRITE_LUA: &str = r#"
-local derived = ARGV[1] == 'derived'
-for i = 1, #KEYS do
-  local a = (i - 1) * 5 + 1
-  local fence = ARGV[a + 1]
-  local got = redis.call('HMGET', KEYS[i], ARGV[a + 3], ARGV[a + 5])
-  local last = got[1]
-  if last then
-    if #last > #fence or (#last == #fence and last > fence) then
-      return {i, last}
-    end
-    if not derived and last == fence and got[2] == last then
-      return {i, last}
-    end
-  end
-end
-for i = 1, #KEYS do
-  local a = (i - 1) * 5 + 1
-  if derived then
-    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2],
-      ARGV[a + 5], ARGV[a + 1])
-  else
-    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2])
-  end
-end
-return 1
-"#;
+/// The fenced store's compare-and-set write.
+/// Its KEYS, ARGV and replies: `src/scripts/fenced_write.lua`.
+const FENCED_WRITE_LUA: &str = lua!("fenced_write");
 
 /// The most resources one [`FencedStore::write_all`] takes: as many keys
 /// as a multi-key lease holds.

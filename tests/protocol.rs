@@ -579,3 +579,37 @@ fn a_replayed_read_behind_an_intent_is_granted_after_the_counter_expired() {
     let replay = s.read("r", 30_000, None);
     assert!(is_fence(&replay), "the replay got {replay:?}");
 }
+
+/// Every script the crate ships compiles on a real server (`SCRIPT
+/// LOAD`), composed from `src/scripts/` as the crate composes it.
+#[test]
+fn every_script_loads_into_redis() {
+    let server = RedisServer::start();
+    for name in [
+        "ACQUIRE_LUA",
+        "RELEASE_LUA",
+        "RENEW_LUA",
+        "DEREGISTER_LUA",
+        "SEM_ACQUIRE_LUA",
+        "SEM_RELEASE_ANY_LUA",
+        "RW_READ_LUA",
+        "RW_WRITE_LUA",
+        "RW_READ_RELEASE_LUA",
+        "RW_READ_RENEW_LUA",
+        "MULTI_ACQUIRE_LUA",
+        "MULTI_RENEW_LUA",
+        "MULTI_RELEASE_LUA",
+        "CAMPAIGN_LUA",
+        "PROCLAIM_LUA",
+        "RESIGN_LUA",
+        "READ_LUA",
+        "FENCED_WRITE_LUA",
+    ] {
+        let source = script_source(name).unwrap_or_else(|e| panic!("{e}"));
+        let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&source)
+            .query(&mut server.conn());
+        assert!(loaded.is_ok(), "{name}: {loaded:?}");
+    }
+}

@@ -25,7 +25,7 @@ use redis::Value;
 use super::core::{Core, LeaseId};
 use super::names::{hex, Channel, KeyId};
 use super::outcome::{Fence, RenewOutcome};
-use super::script::{next_fence_lua, ReplyError, ScriptCall, ScriptKind};
+use super::script::{lua, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
 /// The Redis names of one election (docs/PROTOCOL.md §2), all under the
@@ -209,207 +209,21 @@ impl fmt::Debug for Leader {
     }
 }
 
-/// The Lua the election scripts share: `unhex(s)` (values travel as hex);
-/// `our_term(held)`, the term of a lease value `<token>:<term>` of the
-/// caller's token (`ARGV[1]`), else `nil`;
-/// `top_of(log)`, the log's newest entry as `{id, term, seq, leader,
-/// prev, value}` (`nil` for an empty log; `term` a decimal string);
-/// `log_leader(log, top, t, value, publish, channel, sha)`, which logs
-/// the grant of term `t` unless the top already is it, after the vacancy of
-/// a leader that lapsed without resigning, and publishes `e:<sha>:<t>-0:l`.
-macro_rules! election_lua {
-    () => {
-        r#"
-local function unhex(s)
-  return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
-end
--- The holder's time left in microseconds from this read, as `{us}`:
--- Redis keeps a key while its millisecond clock is at most the expiry, so
--- it ends at the start of millisecond PTTL + 1 counted from TIME's
--- millisecond. A plain PTTL (negative: no expiry, or gone) otherwise.
-local function expires_in_us(key)
-  local now = redis.call('TIME')
-  local ms = redis.call('PTTL', key)
-  if ms < 0 then
-    return ms
-  end
-  return {(ms + 1) * 1000 - tonumber(now[2]) % 1000}
-end
-local function our_term(held)
-  local sep = held and string.find(held, ':', 1, true)
-  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
-    return string.sub(held, sep + 1)
-  end
-end
-local function top_of(log)
-  local entry = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
-  if not entry then
-    return nil
-  end
-  local term, seq = string.match(entry[1], '^(%d+)-(%d+)$')
-  local top = {id = entry[1], term = term, seq = tonumber(seq), leader = false}
-  local fields = entry[2]
-  for i = 1, #fields, 2 do
-    local name, v = fields[i], fields[i + 1]
-    if name == 'leader' then
-      top.leader = v == '1'
-    elseif name == 'prev' then
-      top.prev = v
-    elseif name == 'value' then
-      top.value = v
-    end
-  end
-  return top
-end
-local function log_leader(log, top, t, value, publish, channel, sha)
-  if top and tonumber(top.term) >= tonumber(t) then
-    return
-  end
-  local prev = '0-0'
-  if top then
-    prev = top.id
-    if top.leader then
-      prev = redis.call('XADD', log, 'MAXLEN', '~', '64', top.term .. '-' .. (top.seq + 1),
-        'prev', prev, 'leader', '0')
-    end
-  end
-  redis.call('XADD', log, 'MAXLEN', '~', '64', t .. '-0', 'prev', prev, 'leader', '1', 'value', value)
-  redis.pcall(publish, channel, 'e:' .. sha .. ':' .. t .. '-0:l')
-end
-"#
-    };
-}
+/// An election's campaign.
+/// Its KEYS, ARGV and replies: `src/scripts/campaign.lua`.
+pub(crate) const CAMPAIGN_LUA: &str = lua!("fence", "election", "campaign");
 
-/// Campaign (docs/PROTOCOL.md §7, without the hand-over): KEYS = lease,
-/// term counter, log; ARGV = owner token, lease ms, value (hex), publish
-/// command, channel, the name's sha.
-///
-/// The lock's acquire plus the log: a lease held by this token (a replay,
-/// or a retry after an unknown outcome) is extended and its term returned,
-/// logging its grant only if the log lacks it; a lease held by another is
-/// busy (its time left in µs, `{us}`: `AcquireReply::BusyFor`). Else the
-/// term is `max(next_fence, top term + 1)` (/// §3, and above every term logged), the lease is set with `NX`, and the
-/// grant is logged (after the vacancy of a lapsed leader) and published.
-pub(crate) const CAMPAIGN_LUA: &str = concat!(
-    next_fence_lua!(),
-    election_lua!(),
-    r#"
-local got = redis.call('MGET', KEYS[1], KEYS[2])
-local held = got[1]
-if held then
-  local t = our_term(held)
-  if t then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    log_leader(KEYS[3], top_of(KEYS[3]), t, unhex(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
-    return t
-  end
-  return expires_in_us(KEYS[1])
-end
-local top = top_of(KEYS[3])
-local t = next_fence(KEYS[2], got[2], redis.call('TIME'), '0')
-if not t then
-  return redis.error_reply(WRONGTYPE)
-end
-if top and tonumber(top.term) + 1 > tonumber(t) then
-  t = string.format('%.0f', tonumber(top.term) + 1)
-  redis.call('SET', KEYS[2], t)
-end
-if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t, 'NX', 'PX', ARGV[2]) then
-  return redis.error_reply(WRONGTYPE)
-end
-log_leader(KEYS[3], top, t, unhex(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
-return t
-"#
-);
+/// A leader's proclaim of a new value.
+/// Its KEYS, ARGV and replies: `src/scripts/proclaim.lua`.
+pub(crate) const PROCLAIM_LUA: &str = lua!("election", "proclaim");
 
-/// Proclaim: KEYS = lease, log; ARGV = owner token, value (hex), the id
-/// this leadership wrote last, publish command, channel, the name's sha.
-///
-/// 0: the lease is gone; 2: another token holds it, or the log moved on
-/// without this leadership. When the log's top is the id given, logs the
-/// value as the next entry of the term, publishes `e:<sha>:<id>:v` and
-/// returns the new id; when the top already is this very proclaim (same
-/// predecessor, same value: a replay), returns its id and logs nothing.
-pub(crate) const PROCLAIM_LUA: &str = concat!(
-    election_lua!(),
-    r#"
-local held = redis.call('GET', KEYS[1])
-if not held then
-  return 0
-end
-local t = our_term(held)
-if not t then
-  return 2
-end
-local top = top_of(KEYS[2])
-if not top or top.term ~= t then
-  return 2
-end
-local value = unhex(ARGV[2])
-if top.id == ARGV[3] then
-  local id = t .. '-' .. (top.seq + 1)
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', '64', id, 'prev', top.id, 'leader', '1', 'value', value)
-  redis.pcall(ARGV[4], ARGV[5], 'e:' .. ARGV[6] .. ':' .. id .. ':v')
-  return id
-end
-if top.prev == ARGV[3] and top.value == value then
-  return top.id
-end
-return 2
-"#
-);
+/// A leader's resign.
+/// Its KEYS, ARGV and replies: `src/scripts/resign.lua`.
+pub(crate) const RESIGN_LUA: &str = lua!("election", "resign");
 
-/// Resign: KEYS = lease, log; ARGV = owner token, publish command,
-/// channel, the name's sha. The release's outcomes (1 released, 0 expired,
-/// 2 conflict); a release logs the vacancy `(term, seq + 1)` when the
-/// log's top is this term's leader, deletes the lease and publishes
-/// `e:<sha>:<id>:r`, which wakes the candidates.
-pub(crate) const RESIGN_LUA: &str = concat!(
-    election_lua!(),
-    r#"
-local held = redis.call('GET', KEYS[1])
-if not held then
-  return 0
-end
-local t = our_term(held)
-if not t then
-  return 2
-end
-local top = top_of(KEYS[2])
-local id = t .. '-0'
-if top and top.term == t and top.leader then
-  id = t .. '-' .. (top.seq + 1)
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', '64', id, 'prev', top.id, 'leader', '0')
-end
-redis.call('DEL', KEYS[1])
-redis.pcall(ARGV[2], ARGV[3], 'e:' .. ARGV[4] .. ':' .. id .. ':r')
-return 1
-"#
-);
-
-/// Read (run as `EVALSHA_RO`: it writes nothing): KEYS = lease, log;
-/// ARGV = the version after which to list the log's entries (`''`: none).
-/// Replies `{term, pttl, top, entries}`: the lease's term (`''` when there
-/// is no lease; never its token), its `PTTL`, the log's newest entry as
-/// `XREVRANGE` gives it (nil for an empty log), and up to 64 entries after
-/// the version asked for, oldest first.
-pub(crate) const READ_LUA: &str = r#"
-local held = redis.call('GET', KEYS[1])
-local pttl = redis.call('PTTL', KEYS[1])
-local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-local term = ''
-if held then
-  local sep = string.find(held, ':', 1, true)
-  if sep then
-    term = string.sub(held, sep + 1)
-  end
-end
-local entries = {}
-if ARGV[1] ~= '' then
-  entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 64)
-end
-return {term, pttl, top or false, entries}
-"#;
+/// The read of an election's leader and log (read-only).
+/// Its KEYS, ARGV and replies: `src/scripts/elect_read.lua`.
+pub(crate) const READ_LUA: &str = lua!("elect_read");
 
 /// Where an election script publishes: the command, the channel, the sha.
 fn publish_args(names: &ElectNames, namespace: &str, channel: Channel) -> [String; 3] {
@@ -439,7 +253,7 @@ pub(crate) fn campaign_call(
 }
 
 /// The proclaim of `value` by `token`, whose last entry is `last`.
-fn proclaim_call(
+pub(super) fn proclaim_call(
     names: &ElectNames,
     value: &LeaderValue,
     token: super::names::OwnerToken,

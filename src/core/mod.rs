@@ -55,6 +55,8 @@ pub(crate) mod observed;
 pub(crate) mod outcome;
 pub(crate) mod reader;
 pub(crate) mod script;
+#[cfg(test)]
+mod script_header_tests;
 pub(crate) mod slots;
 pub(crate) mod subscription;
 pub(crate) mod tracking;

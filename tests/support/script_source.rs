@@ -1,53 +1,40 @@
-//! The crate's Lua scripts as Redis receives them, read from
-//! src/core/script.rs and src/core/multi.rs at build time (tests and
-//! benchmarks cannot see crate-private items): a script is either one raw
-//! string, `const NAME: &str = r#"..."#;`, or shared fragments followed by
-//! its own text, `concat!(fragment_lua!(), ..., r#"..."#)`, where each
-//! fragment is `macro_rules! fragment_lua { () => { r#"..."# }; }` in
-//! src/core/script.rs.
+//! The crate's Lua scripts as Redis receives them (tests and benchmarks
+//! cannot see crate-private items): a script is `const NAME: &str =
+//! lua!("fragment", ..., "file");` in one of the crate's modules, the
+//! concatenation of `src/scripts/<name>.lua` for each name, as the crate's
+//! `lua!` composes it at build time.
 
-const SCRIPT_RS: &str = include_str!("../../src/core/script.rs");
+/// The modules that define scripts with `lua!`.
+const SOURCES: [&str; 4] = [
+    include_str!("../../src/core/script.rs"),
+    include_str!("../../src/core/multi.rs"),
+    include_str!("../../src/core/election.rs"),
+    include_str!("../../src/fenced.rs"),
+];
 
-/// The files a script may be defined in; fragments live in the first.
-const SOURCES: [&str; 2] = [SCRIPT_RS, include_str!("../../src/core/multi.rs")];
-
-/// The text of the raw string in `file` that begins right after `marker`.
-fn raw_after(file: &'static str, marker: &str) -> Option<&'static str> {
-    let start = file.find(marker)? + marker.len();
-    let len = file[start..].find("\"#")?;
-    Some(&file[start..start + len])
+/// The file names `const <name>` is composed of.
+fn parts(name: &str) -> Option<Vec<&'static str>> {
+    let marker = format!("const {name}: &str =");
+    let (file, at) = SOURCES
+        .iter()
+        .find_map(|file| Some((*file, file.find(&marker)? + marker.len())))?;
+    let start = at + file[at..].find("lua!(")? + "lua!(".len();
+    let list = &file[start..start + file[start..].find(')')?];
+    Some(
+        list.split(',')
+            .map(|part| part.trim().trim_matches('"'))
+            .filter(|part| !part.is_empty())
+            .collect(),
+    )
 }
 
 /// The whole source of the script `const <name>`.
 pub fn script_source(name: &str) -> Result<String, String> {
-    let missing = || format!("src/core has no script {name} of a known form");
-    let raw = format!("const {name}: &str = r#\"");
-    if let Some(source) = SOURCES.iter().find_map(|file| raw_after(file, &raw)) {
-        return Ok(source.to_owned());
-    }
-    let marker = format!("const {name}: &str = concat!(\n");
-    let (file, start) = SOURCES
-        .iter()
-        .find_map(|file| Some((*file, file.find(&marker)? + marker.len())))
-        .ok_or_else(missing)?;
+    let parts = parts(name).ok_or_else(|| format!("the crate defines no script {name}"))?;
     let mut source = String::new();
-    for line in file[start..].lines().map(str::trim) {
-        if let Some(fragment) = line.strip_suffix("!(),") {
-            let shared = raw_after(
-                SCRIPT_RS,
-                &format!("macro_rules! {fragment} {{\n    () => {{\n        r#\""),
-            )
-            .ok_or_else(|| format!("src/core/script.rs has no fragment {fragment}!"))?;
-            source.push_str(shared);
-        } else if line == "r#\"" {
-            let after = &file[start..];
-            let at = after.find("r#\"").ok_or_else(missing)? + 3;
-            let len = after[at..].find("\"#").ok_or_else(missing)?;
-            source.push_str(&after[at..at + len]);
-            return Ok(source);
-        } else {
-            return Err(missing());
-        }
+    for part in parts {
+        let path = format!("{}/src/scripts/{part}.lua", env!("CARGO_MANIFEST_DIR"));
+        source.push_str(&std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?);
     }
-    Err(missing())
+    Ok(source)
 }

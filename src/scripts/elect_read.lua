@@ -1,0 +1,21 @@
+-- elect_read.lua: the read of an election (run as EVALSHA_RO: it writes
+-- nothing; docs/PROTOCOL.md §7).
+-- KEYS: lease, log
+-- ARGV: after
+-- Reply: {term, pttl, top, entries}.
+
+local held = redis.call('GET', KEYS[1])
+local pttl = redis.call('PTTL', KEYS[1])
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+local term = ''
+if held then
+  local sep = string.find(held, ':', 1, true)
+  if sep then
+    term = string.sub(held, sep + 1)
+  end
+end
+local entries = {}
+if ARGV[1] ~= '' then
+  entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 64)
+end
+return {term, pttl, top or false, entries}

@@ -1,0 +1,67 @@
+-- election.lua: what the election scripts share.
+--
+-- The Lua the election scripts share: `unhex(s)` (values travel as hex);
+-- `our_term(held)`, the term of a lease value `<token>:<term>` of the
+-- caller's token (`ARGV[1]`), else `nil`;
+-- `top_of(log)`, the log's newest entry as `{id, term, seq, leader,
+-- prev, value}` (`nil` for an empty log; `term` a decimal string);
+-- `log_leader(log, top, t, value, publish, channel, sha)`, which logs
+-- the grant of term `t` unless the top already is it, after the vacancy of
+-- a leader that lapsed without resigning, and publishes `e:<sha>:<t>-0:l`.
+
+local function unhex(s)
+  return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
+end
+-- The holder's time left in microseconds from this read, as `{us}`:
+-- Redis keeps a key while its millisecond clock is at most the expiry, so
+-- it ends at the start of millisecond PTTL + 1 counted from TIME's
+-- millisecond. A plain PTTL (negative: no expiry, or gone) otherwise.
+local function expires_in_us(key)
+  local now = redis.call('TIME')
+  local ms = redis.call('PTTL', key)
+  if ms < 0 then
+    return ms
+  end
+  return {(ms + 1) * 1000 - tonumber(now[2]) % 1000}
+end
+local function our_term(held)
+  local sep = held and string.find(held, ':', 1, true)
+  if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+    return string.sub(held, sep + 1)
+  end
+end
+local function top_of(log)
+  local entry = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+  if not entry then
+    return nil
+  end
+  local term, seq = string.match(entry[1], '^(%d+)-(%d+)$')
+  local top = {id = entry[1], term = term, seq = tonumber(seq), leader = false}
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    local name, v = fields[i], fields[i + 1]
+    if name == 'leader' then
+      top.leader = v == '1'
+    elseif name == 'prev' then
+      top.prev = v
+    elseif name == 'value' then
+      top.value = v
+    end
+  end
+  return top
+end
+local function log_leader(log, top, t, value, publish, channel, sha)
+  if top and tonumber(top.term) >= tonumber(t) then
+    return
+  end
+  local prev = '0-0'
+  if top then
+    prev = top.id
+    if top.leader then
+      prev = redis.call('XADD', log, 'MAXLEN', '~', '64', top.term .. '-' .. (top.seq + 1),
+        'prev', prev, 'leader', '0')
+    end
+  end
+  redis.call('XADD', log, 'MAXLEN', '~', '64', t .. '-0', 'prev', prev, 'leader', '1', 'value', value)
+  redis.pcall(publish, channel, 'e:' .. sha .. ':' .. t .. '-0:l')
+end

@@ -1,0 +1,77 @@
+-- multi_release.lua: a multi-key lease's release (docs/PROTOCOL.md §6).
+-- KEYS: lock... [, flag...]
+-- ARGV: token, publish, counter_ttl_ms, lock_prefix, channel+
+-- Reply: 1 released (every key), 0 expired, 2 some key another's.
+--   `counter_ttl_ms` '': no hand-over; `channel+` is the one channel every
+--   key shares, or one per key.
+
+local handover = ARGV[3] ~= ''
+local n = handover and #KEYS / 2 or #KEYS
+local prefix = ARGV[4]
+local each_channel = #ARGV > 5
+local function name_of(i, kind)
+  return prefix .. kind .. string.sub(KEYS[i], #prefix + 2)
+end
+local function channel_of(i)
+  return each_channel and ARGV[4 + i] or ARGV[5]
+end
+-- The key's digest, which ends its lock's name: `…{<sha>}` or `…}:<sha>`.
+local function message_of(i)
+  local lock = KEYS[i]
+  if string.byte(lock, -1) == 125 then
+    return string.sub(lock, -65, -2)
+  end
+  return string.sub(lock, -64)
+end
+-- One read of the locks and, with the hand-over, their queues' flags.
+local got = redis.call('MGET', unpack(KEYS))
+-- A token holds or reserves a key whose value starts `<token>:`.
+local owner = ARGV[1] .. ':'
+local mine, present = 0, 0
+local freed, published = {}, {}
+for i = 1, n do
+  local v = got[i]
+  if v then
+    present = present + 1
+    if string.sub(v, 1, #owner) == owner then
+      mine = mine + 1
+      local handed = false
+      if handover and got[n + i] then
+        local counter = name_of(i, '-fence:')
+        local reg, value = next_registration(name_of(i, '-queue:'))
+        if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i)) then
+          handed = true
+        elseif reg == nil then
+          redis.call('DEL', KEYS[n + i])
+        end
+      end
+      if not handed then
+        freed[#freed + 1] = KEYS[i]
+        published[#published + 1] = i
+      end
+    end
+  end
+end
+-- Deleted before any notification goes out: a woken waiter finds them free.
+if #freed > 0 then
+  redis.call('DEL', unpack(freed))
+end
+-- A PUBLISH that reached nobody tells the rest of that channel's messages
+-- would reach nobody either (nobody subscribes while a script runs).
+local nobody = {}
+for _, i in ipairs(published) do
+  local channel = channel_of(i)
+  if not nobody[channel] then
+    local heard = redis.pcall(ARGV[2], channel, message_of(i))
+    if heard == 0 and ARGV[2] == 'PUBLISH' then
+      nobody[channel] = true
+    end
+  end
+end
+if mine == n then
+  return 1
+end
+if present == mine then
+  return 0
+end
+return 2

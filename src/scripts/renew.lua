@@ -1,0 +1,15 @@
+-- renew.lua: the renew of a lease key by token.
+-- KEYS: key
+-- ARGV: token, lease_ms
+-- Reply: 1 renewed, 0 expired, 2 conflict. Never re-creates an expired key.
+
+local held = redis.call('GET', KEYS[1])
+if not held then
+  return 0
+end
+local sep = string.find(held, ':', 1, true)
+if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 2

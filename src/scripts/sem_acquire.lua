@@ -1,0 +1,123 @@
+-- sem_acquire.lua: a semaphore's acquire (docs/PROTOCOL.md §5.2).
+-- KEYS: permits, slot_prefix, counter_prefix [, queue, flag]
+-- ARGV: token, lease_ms, counter_ttl_ms, permits [, HANDOVER]
+-- Reply: {slot, fence}: granted; {slot, fence, 1}: granted, and the
+--   locker's next waiter is registered for the next free slot; an integer:
+--   busy, the ms to wait (-1: unknown); {'permits', n}: the permits are
+--   recorded as n while a slot is held; error WRONGTYPE.
+--
+-- One `MGET` reads the count record, every slot of the count asked for and
+-- the queue's flag; a second one, only when the record is larger, the
+-- slots past it. A token of this locker already in a slot gets that slot
+-- and fence back, with the full lease from this attempt on (a replay, or
+-- the claim of a slot the hand-over granted: handover.lua `claim`).
+-- A permit count other than the recorded one is refused while any slot of
+-- the recorded count is held (the reply `['permits', n]`) and replaces the
+-- record when none is, so lockers that disagree never hold more than one
+-- count's slots at once. With registrations queued, each free slot goes
+-- to the next live registration in turn (`grant_to`), until the caller's
+-- own comes up or the slots or the queue run out. Else the lowest free
+-- slot is taken with the next fence of its own counter, computed as in
+-- `ACQUIRE_LUA` (the §3 floor; `GET`, `TIME`, two `SET`s) and the reply
+-- is `[slot, fence]`, or `[slot, fence, 1]` when the locker's next waiter
+-- (`next` of the hand-over's arguments) is registered and no other slot
+-- is free: that waiter then waits for its grant instead of an attempt
+-- that could only be busy (a take of the last free slot registers it, as
+-- a claim does); with every slot held it is the smallest remaining
+-- time (`-1` when none is known, one `PTTL` per slot) or the claim window
+-- of the grant this attempt made, and a waiting caller registers.
+--
+-- The slot is set with `NX`: `MGET` reads a slot of another type as free,
+-- and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
+
+local handover = #KEYS == 5
+local H = handover and handover_args(4)
+local permits = tonumber(ARGV[4])
+local held, stored, queued = read_slots(permits, handover and KEYS[5])
+local next_registers = H and H.grant ~= '' and H.keep ~= 'd'
+for i = 1, #held do
+  local fence = our_fence(H, held[i])
+  if fence then
+    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5])
+    if next_registers then
+      if H.keep == 'k' then
+        enqueue(H, KEYS[4], KEYS[5], ARGV[1])
+      end
+      for j = 1, permits do
+        if j ~= i and not held[j] then
+          return {i - 1, fence}
+        end
+      end
+      return {i - 1, fence, 1}
+    end
+    return {i - 1, fence}
+  end
+end
+if stored ~= permits then
+  for i = 1, stored do
+    if held[i] then
+      return {'permits', stored}
+    end
+  end
+  redis.call('SET', KEYS[1], permits)
+end
+local free = {}
+for i = 1, permits do
+  if not held[i] then
+    free[#free + 1] = i - 1
+  end
+end
+local granted
+local seen = {}
+while queued and #free > 0 do
+  -- A registration is served once per round: popped, not rotated, or it
+  -- could be handed a second free slot before it claimed the first (its
+  -- claim queues it again).
+  local reg, value = next_registration(KEYS[4], seen, true)
+  if not reg then
+    if reg == nil then
+      redis.call('DEL', KEYS[5])
+      queued = false
+    end
+    break
+  end
+  if reg == H.reg then
+    break
+  end
+  local slot = table.remove(free, 1)
+  local counter = KEYS[3] .. slot
+  granted = grant_to(reg, value, KEYS[2] .. slot, counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message)
+  if not granted then
+    return redis.error_reply(WRONGTYPE)
+  end
+end
+if #free == 0 then
+  if handover then
+    enqueue(H, KEYS[4], KEYS[5], ARGV[1])
+  end
+  if granted then
+    return tonumber(granted)
+  end
+  local least = -1
+  for i = 1, permits do
+    local ttl = redis.call('PTTL', KEYS[2] .. (i - 1))
+    if ttl >= 0 and (least < 0 or ttl < least) then
+      least = ttl
+    end
+  end
+  return least
+end
+local slot = free[1]
+local counter = KEYS[3] .. slot
+local fence = take(KEYS[2] .. slot, counter, redis.call('GET', counter), server_time(), ARGV[3])
+if not fence then
+  return redis.error_reply(WRONGTYPE)
+end
+if next_registers and #free == 1 then
+  enqueue(H, KEYS[4], KEYS[5], ARGV[1])
+  return {slot, fence, 1}
+end
+if queued then
+  settle(H, KEYS[4], KEYS[5])
+end
+return {slot, fence}

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use redis::Value;
+use redlease::Error;
 
 use super::common::{
     config, connect, exists, granted, key_sha, leased, lock_name, namespace, no_wait, polls_off,
@@ -186,4 +187,121 @@ pub(crate) fn killed_registrants_let_no_attempt_jump_a_waiting_locker<F: Front>(
     );
     assert_eq!(e.code(), "LOCK_BUSY", "{e:?}");
     granted(waiting_for.join_within(BOUND), "the waiting locker");
+}
+
+/// Every key the crate writes ends with the leases and registrations that
+/// use it, or is kept on purpose (docs/PROTOCOL.md §2: the fence counters,
+/// the permit-count record, the election's term and log, the key-names
+/// marker). Each kind is held, waited for, handed over and given up on;
+/// a registrant is killed while queued; then, once every window has
+/// passed, only the kept keys are left.
+pub(crate) fn only_the_keys_kept_on_purpose_outlive_the_leases_and_registrations<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("leftovers");
+    let quick = || {
+        config(&ns)
+            .poll_interval(Duration::from_millis(100))
+            .notify_poll_interval(Duration::from_millis(100))
+            .claim_window(Duration::from_millis(200))
+    };
+    let (a, b): (F, F) = (connect(&server, quick()), connect(&server, quick()));
+    let short = || waiting(Duration::from_millis(300));
+    let gave_up = |e: Error| assert_eq!(e.code(), "WAIT_TIMEOUT", "{e:?}");
+
+    let lock = granted(a.acquire("k"), "a lock");
+    gave_up(refused(b.acquire_with("k", short()), "a wait for the lock"));
+    F::release(lock).unwrap();
+    let permit = granted(a.acquire_permit("s", 1, no_wait()), "a permit");
+    gave_up(refused(
+        b.acquire_permit("s", 1, short()),
+        "a wait for a permit",
+    ));
+    F::release_permit(permit).unwrap();
+    let read = granted(a.read_with("r", no_wait()), "a read");
+    gave_up(refused(b.write_with("r", short()), "a wait to write"));
+    F::release_read(read).unwrap();
+    let held = granted(a.acquire("m1"), "one of a set");
+    gave_up(refused(
+        b.acquire_all_with(&["m1", "m2"], short()),
+        "a wait for the set",
+    ));
+    F::release(held).unwrap();
+    let leader = granted(a.campaign("e", b"v", no_wait()), "a leadership");
+    F::resign(leader).unwrap();
+
+    // A hand-over, then a registrant killed while queued: its grant lapses.
+    let b = std::sync::Arc::new(b);
+    let handed = granted(a.acquire("h"), "a lock to hand over");
+    let waiter = {
+        let b = std::sync::Arc::clone(&b);
+        spawn("a waiter served by the hand-over", move || {
+            b.acquire_with("h", waiting(BOUND)).map(F::release)
+        })
+    };
+    let queue = name(&ns, "lock-queue", "h");
+    wait_until(BOUND, "the waiter to register", || {
+        queue_len(&server, &queue) == 1
+    });
+    F::release(handed).unwrap();
+    granted(waiting_for_release(waiter), "the hand-over").unwrap();
+    let dead = granted(a.acquire("d"), "a lock a killed registrant waits for");
+    killed_registrant(&server, &ns, "d");
+    F::release(dead).unwrap();
+
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+    let kept = [
+        ":lock-fence:",
+        ":sem-fence:",
+        ":rw-fence:",
+        ":sem-permits:",
+        ":elect-term:",
+        ":elect-log:",
+    ];
+    let left = || -> Vec<String> {
+        super::common::stored_names(&server, &ns)
+            .into_iter()
+            .filter(|n| !kept.iter().any(|k| n.contains(k)))
+            .collect()
+    };
+    crate::support::polled_until(BOUND, || left().is_empty());
+    assert_eq!(
+        left(),
+        Vec::<String>::new(),
+        "keys left once every window passed"
+    );
+}
+
+fn waiting_for_release<T>(waiter: super::common::Bounded<T>) -> T {
+    waiter.join_within(BOUND)
+}
+
+/// A registration as the lock's acquire script writes it for a waiting
+/// locker (a 300 ms bound), whose process is then killed: it never claims,
+/// renews or deregisters.
+fn killed_registrant(server: &RedisServer, ns: &str, key: &str) {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(super::fences::script_lua("ACQUIRE_LUA"))
+        .arg(4)
+        .arg(lock_name(ns, key))
+        .arg(name(ns, "lock-fence", key))
+        .arg(name(ns, "lock-queue", key))
+        .arg(name(ns, "lock-queued", key))
+        .arg("killed-token")
+        .arg(5000)
+        .arg(0)
+        .arg("killed-reg")
+        .arg(300)
+        .arg(200)
+        .arg(format!("{}:", name(ns, "lock-reg", key)))
+        .arg("PUBLISH")
+        .arg(format!("{ns}:lock-released"))
+        .arg(key_sha(key))
+        .arg("")
+        .arg("d")
+        .arg("killed-grant");
+    assert!(
+        matches!(server.query(&cmd), Value::Int(_)),
+        "registered busy"
+    );
 }

@@ -62,6 +62,7 @@ macro_rules! behaviour_suite {
                 a_read_whose_reply_was_lost_counts_its_lease_from_the_first_send,
                 a_reader_without_the_handover_never_has_a_writer_granted_beside_it,
                 killed_registrants_let_no_attempt_jump_a_waiting_locker,
+                only_the_keys_kept_on_purpose_outlive_the_leases_and_registrations,
             }
             multi {
                 all_keys_are_taken_at_once_each_with_its_own_fence,

@@ -707,13 +707,21 @@ impl Drop for PauseGuard<'_> {
 /// Polls `cond` every 5 ms until it returns true; panics with `what` after
 /// `timeout`. For conditions with no event to await (e.g. "key gone in redis").
 pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    if !polled_until(timeout, &mut cond) {
+        panic!("timed out after {timeout:?} waiting for: {what}");
+    }
+}
+
+/// Polls `cond` every 5 ms until it returns true (`true`) or `timeout`
+/// passed (`false`), for a caller that says itself what was left.
+pub fn polled_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         if cond() {
-            return;
+            return true;
         }
         if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}");
+            return false;
         }
         thread::sleep(Duration::from_millis(5));
     }

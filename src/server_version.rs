@@ -10,78 +10,54 @@ use crate::error::{Error, Failure, Operation};
 /// The oldest Redis every script runs on.
 pub(crate) const NEEDED: (u32, u32) = (7, 0);
 
-/// `EVAL "return redis.REDIS_VERSION" 0`: Redis 7.0 and newer (and Valkey)
-/// give scripts the server's version; an older server answers nil. A
-/// script, which every locker may run, rather than `INFO`, which a
-/// least-privilege user may lack.
-pub(crate) fn script_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg("return redis.REDIS_VERSION").arg(0);
-    cmd
-}
-
-/// `INFO server`, asked only of a server too old to give scripts its
-/// version, so that the error can name it.
+/// `INFO server`, which every least-privilege user the docs describe may
+/// send (lockers and observers have `+info` for the eviction check).
 pub(crate) fn info_cmd() -> redis::Cmd {
     let mut cmd = redis::cmd("INFO");
     cmd.arg("server");
     cmd
 }
 
-/// What the script's reply says: `Ok(true)` when the server is too old to
-/// tell its scripts its version (ask `INFO` which it is), `Ok(false)` when
-/// it is new enough, or a user without `EVAL` (a read-only observer) could
-/// not ask.
+/// Checks the `INFO server` reply: a `redis_version` (Valkey reports its
+/// Redis compatibility there too) older than [`NEEDED`] is refused. A user
+/// refused `INFO`, or a reply without a version, is not checked.
 ///
 /// # Errors
 ///
-/// `InvalidConfig` for a version older than [`NEEDED`]; the connect's
-/// error for a failure to send.
-pub(crate) fn check_script_reply(reply: Result<Value, Failure>) -> Result<bool, Error> {
-    match reply {
-        Ok(Value::Nil) => Ok(true),
-        Ok(Value::BulkString(v)) => match parse(&String::from_utf8_lossy(&v)) {
-            Some(found) if found < NEEDED => Err(too_old(Some(found))),
-            _ => Ok(false),
-        },
-        Ok(_) => Ok(false),
-        Err(Failure::Sent(e)) if is_refused(&e) => Ok(false),
-        Err(Failure::NotSent(e)) => Err(Error::from_connect(e)),
-        Err(Failure::Sent(e)) => Err(Error::from_command(Operation::Connect, e)),
+/// `InvalidConfig` naming the version found and the one needed; the
+/// connect's error for a failure to send.
+pub(crate) fn check_info_reply(reply: Result<Value, Failure>) -> Result<(), Error> {
+    let info = match reply {
+        Ok(value) => redis::from_redis_value::<String>(value).unwrap_or_default(),
+        Err(Failure::Sent(e)) if is_refused(&e) => return Ok(()),
+        Err(Failure::NotSent(e)) => return Err(Error::from_connect(e)),
+        Err(Failure::Sent(e)) => return Err(Error::from_command(Operation::Connect, e)),
+    };
+    match version_in(&info) {
+        Some(found) if found < NEEDED => Err(too_old(found)),
+        _ => Ok(()),
     }
 }
 
-/// The refusal of a server too old to give scripts its version, naming the
-/// version `INFO server` reported, if it did.
-pub(crate) fn refusal_from_info(reply: Result<Value, Failure>) -> Error {
-    let found = reply
-        .ok()
-        .and_then(|v| redis::from_redis_value::<String>(v).ok())
-        .and_then(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("redis_version:"))
-                .and_then(|v| parse(v.trim()))
-        });
-    too_old(found)
-}
-
-/// `major.minor` of a version such as `7.0.15`.
-fn parse(version: &str) -> Option<(u32, u32)> {
-    let mut parts = version.split('.');
-    let major = parts.next()?.trim().parse().ok()?;
-    let minor = parts.next()?.trim().parse().ok()?;
+/// `major.minor` of the `redis_version:` line.
+fn version_in(info: &str) -> Option<(u32, u32)> {
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))?;
+    let mut parts = version.trim().split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
     Some((major, minor))
 }
 
-fn too_old(found: Option<(u32, u32)>) -> Error {
+fn too_old((major, minor): (u32, u32)) -> Error {
     let (needed_major, needed_minor) = NEEDED;
-    let found = match found {
-        Some((major, minor)) => format!("the server is Redis {major}.{minor}"),
-        None => format!("the server is older than Redis {needed_major}.{needed_minor}"),
-    };
     Error::invalid_config(
         "url",
-        format!("{found}; redlease needs Redis {needed_major}.{needed_minor} or newer"),
+        format!(
+            "the server is Redis {major}.{minor}; redlease needs Redis \
+             {needed_major}.{needed_minor} or newer"
+        ),
     )
 }
 
@@ -93,48 +69,36 @@ fn is_refused(e: &redis::RedisError) -> bool {
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Result<Value, Failure> {
-        Ok(Value::BulkString(s.as_bytes().to_vec()))
+    fn info(version: &str) -> Result<Value, Failure> {
+        let text = format!("# Server\r\nredis_version:{version}\r\nredis_mode:standalone\r\n");
+        Ok(Value::BulkString(text.into_bytes()))
     }
 
     #[test]
     fn versions_from_seven_on_pass_and_older_ones_are_refused_by_name() {
-        assert!(!check_script_reply(bulk("7.0.15")).unwrap());
-        assert!(!check_script_reply(bulk("8.2.1")).unwrap());
-        let e = check_script_reply(bulk("6.9.0")).unwrap_err();
+        assert!(check_info_reply(info("7.0.15")).is_ok());
+        assert!(
+            check_info_reply(info("7.2.4")).is_ok(),
+            "Valkey 8 reports 7.2.4"
+        );
+        assert!(check_info_reply(info("8.2.1")).is_ok());
+        let e = check_info_reply(info("6.2.14")).unwrap_err();
         assert_eq!(e.code(), "INVALID_CONFIG");
         let text = e.to_string();
         assert!(
-            text.contains("Redis 6.9") && text.contains("7.0 or newer"),
+            text.contains("the server is Redis 6.2;") && text.contains("7.0 or newer"),
             "{text}"
         );
     }
 
     #[test]
-    fn a_server_too_old_to_tell_its_scripts_is_asked_info_and_named() {
-        assert!(check_script_reply(Ok(Value::Nil)).unwrap());
-        let info = bulk("# Server\r\nredis_version:6.0.9\r\nredis_mode:standalone\r\n");
-        let text = refusal_from_info(info).to_string();
-        assert!(
-            text.contains("Redis 6.0;") && text.contains("7.0 or newer"),
-            "{text}"
-        );
+    fn a_user_without_info_or_a_reply_without_a_version_is_not_refused() {
         let refused = Err(Failure::Sent(redis::RedisError::from((
             redis::ErrorKind::Extension,
             "NOPERM",
             "no info".to_owned(),
         ))));
-        let text = refusal_from_info(refused).to_string();
-        assert!(text.contains("older than Redis 7.0"), "{text}");
-    }
-
-    #[test]
-    fn a_user_without_eval_is_not_refused() {
-        let refused = Err(Failure::Sent(redis::RedisError::from((
-            redis::ErrorKind::Extension,
-            "NOPERM",
-            "no eval".to_owned(),
-        ))));
-        assert!(!check_script_reply(refused).unwrap());
+        assert!(check_info_reply(refused).is_ok());
+        assert!(check_info_reply(Ok(Value::BulkString(b"# Server\r\n".to_vec()))).is_ok());
     }
 }

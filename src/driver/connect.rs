@@ -10,9 +10,9 @@
 //! }
 //! ```
 //!
-//! One server: its version (Redis ≥ 7.0, asked of a script; `INFO
-//! server` names an older one), the eviction policy (`CONFIG GET`, `INFO
-//! memory` where `CONFIG` is refused), then the key-names marker.
+//! One server: its version (Redis ≥ 7.0, `INFO server`), the eviction
+//! policy (`CONFIG GET`, `INFO memory` where `CONFIG` is refused), then
+//! the key-names marker.
 //! Cluster: sharded pub/sub (Redis ≥ 7), the marker (routed to its own
 //! slot), then every primary's eviction policy.
 
@@ -57,7 +57,6 @@ pub(crate) enum Ask {
 #[derive(Debug, Clone, Copy)]
 enum Step {
     ServerVersion,
-    ServerVersionInfo,
     ShardedPubsub,
     EvictionConfig,
     EvictionInfo,
@@ -98,8 +97,7 @@ impl Checks {
         let step = self.steps.pop_front()?;
         self.current = Some(step);
         Some(match step {
-            Step::ServerVersion => Ask::One(server_version::script_cmd()),
-            Step::ServerVersionInfo => Ask::One(server_version::info_cmd()),
+            Step::ServerVersion => Ask::One(server_version::info_cmd()),
             Step::ShardedPubsub => Ask::One(sharded_pubsub_cmd()),
             Step::EvictionConfig => Ask::One(eviction::config_get_cmd()),
             Step::EvictionInfo => Ask::One(eviction::info_cmd()),
@@ -133,10 +131,7 @@ impl Checks {
     /// As [`settle`](Self::settle); says whether it was the first reply.
     fn handle(&mut self, reply: Result<Value, Failure>) -> Result<bool, Error> {
         let then = match self.current.take() {
-            Some(Step::ServerVersion) => {
-                server_version::check_script_reply(reply)?.then_some(Step::ServerVersionInfo)
-            }
-            Some(Step::ServerVersionInfo) => return Err(server_version::refusal_from_info(reply)),
+            Some(Step::ServerVersion) => server_version::check_info_reply(reply).map(|()| None)?,
             Some(Step::ShardedPubsub) => sharded_pubsub_verdict(reply).map(|()| None)?,
             Some(Step::EvictionConfig) => {
                 eviction::check_config_reply(reply)?.then_some(Step::EvictionInfo)
@@ -225,15 +220,13 @@ mod tests {
         );
     }
 
-    const VERSION: &str = "EVAL return redis.REDIS_VERSION";
+    const VERSION: &str = "INFO server";
 
     #[test]
     fn a_server_older_than_seven_is_refused_naming_its_version() {
         let mut checks = Checks::new(false, &Config::new("ns"));
-        assert!(checks.next().is_some());
-        checks.handle(Ok(Value::Nil)).unwrap();
         let Some(Ask::One(info)) = checks.next() else {
-            panic!("INFO is asked next");
+            panic!("the version is asked first");
         };
         assert!(String::from_utf8_lossy(&info.get_packed_command()).contains("INFO"));
         let info = Value::BulkString(b"redis_version:6.2.14\r\n".to_vec());

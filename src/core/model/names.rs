@@ -43,7 +43,7 @@ fn hash_tag(name: &str) -> &str {
 fn masked_text(s: &str) -> String {
     s.chars()
         .map(|c| match c {
-            '{' | '}' => c.to_string(),
+            '{' | '}' | '*' | '?' | '[' | ']' | '\\' => c.to_string(),
             c => "x".repeat(c.len_utf8()),
         })
         .collect()
@@ -75,7 +75,9 @@ pub fn check_names(data: &[u8]) {
 
     // Namespace (and the max_key_bytes option).
     let config = Config::new(namespace.clone()).max_key_bytes(max_key_bytes);
-    let config_ok = !namespace.is_empty() && !namespace.contains(['{', '}']) && max_key_bytes >= 1;
+    let config_ok = !namespace.is_empty()
+        && !namespace.contains(['{', '}', '*', '?', '[', ']', '\\'])
+        && max_key_bytes >= 1;
     match config.validate() {
         Ok(()) => assert!(
             config_ok,
@@ -87,7 +89,7 @@ pub fn check_names(data: &[u8]) {
             let other = Config::new(masked_text(&namespace))
                 .max_key_bytes(max_key_bytes)
                 .validate()
-                .expect_err("masking keeps braces and emptiness");
+                .expect_err("masking keeps braces, glob characters and emptiness");
             assert_eq!(
                 e.to_string(),
                 other.to_string(),

@@ -11,6 +11,7 @@ mod model {
     pub(crate) mod calls;
     mod crosscheck;
     mod declared;
+    mod explore;
     pub(crate) mod emu;
     pub(crate) mod lua;
     pub(crate) mod scenarios;

@@ -11,8 +11,8 @@ mod model {
     pub(crate) mod calls;
     mod crosscheck;
     mod declared;
-    mod explore;
     pub(crate) mod emu;
+    mod explore;
     pub(crate) mod lua;
     pub(crate) mod scenarios;
     mod smoke;

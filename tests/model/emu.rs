@@ -235,7 +235,7 @@ impl Db {
     }
 
     /// The key arguments of a command (for the declared-keys check).
-    pub(crate) fn key_args<'a>(args: &'a [String]) -> Vec<&'a str> {
+    pub(crate) fn key_args(args: &[String]) -> Vec<&str> {
         let Some(name) = args.first() else {
             return Vec::new();
         };
@@ -282,7 +282,7 @@ impl Db {
                 }
                 "SET" => self.set(a),
                 "MSET" => {
-                    if a.is_empty() || a.len() % 2 != 0 {
+                    if a.is_empty() || !a.len().is_multiple_of(2) {
                         return Err(Reply::err(
                             "ERR wrong number of arguments for 'mset' command",
                         ));
@@ -774,7 +774,7 @@ impl Db {
             i += 1;
         }
         let pairs = &a[i..];
-        if pairs.is_empty() || pairs.len() % 2 != 0 {
+        if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
             return Err(Reply::err(SYNTAX));
         }
         if nx && xx {

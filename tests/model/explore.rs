@@ -172,7 +172,9 @@ pub(crate) struct Explorer {
 
 impl std::fmt::Debug for Explorer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Explorer").field("bounds", &self.bounds).finish()
+        f.debug_struct("Explorer")
+            .field("bounds", &self.bounds)
+            .finish()
     }
 }
 
@@ -240,9 +242,7 @@ impl Explorer {
         }
         match &cl.phase {
             Phase::Idle => vec![Op::Acquire],
-            Phase::Waiting
-                if cl.grant_notice || cl.wake || now >= cl.next_poll =>
-            {
+            Phase::Waiting if cl.grant_notice || cl.wake || now >= cl.next_poll => {
                 vec![Op::Acquire]
             }
             Phase::Held {
@@ -314,7 +314,10 @@ impl Explorer {
             }
             if key == &self.names.queue(QKind::Lock) {
                 if let Value::List(l) = &e.value {
-                    times.extend(l.iter().filter_map(|v| v.split('|').nth(1)?.parse::<u64>().ok()));
+                    times.extend(
+                        l.iter()
+                            .filter_map(|v| v.split('|').nth(1)?.parse::<u64>().ok()),
+                    );
                 }
             }
         }
@@ -341,8 +344,7 @@ impl Explorer {
     /// The live queue entries, in order: (registration id, owner).
     fn live_queue(&self, db: &Db) -> Vec<(String, String)> {
         let now = db.now_ms();
-        let Some(Value::List(l)) = db.peek(&self.names.queue(QKind::Lock)).map(|e| &e.value)
-        else {
+        let Some(Value::List(l)) = db.peek(&self.names.queue(QKind::Lock)).map(|e| &e.value) else {
             return Vec::new();
         };
         l.iter()
@@ -367,7 +369,9 @@ impl Explorer {
                 let queue = self.live_queue(&s.db);
                 self.emu.db = n.db;
                 let src = self.sources.get(call.script).to_owned();
-                let reply = self.emu.eval_named(call.script, &src, &call.keys, &call.args);
+                let reply = self
+                    .emu
+                    .eval_named(call.script, &src, &call.keys, &call.args);
                 n.db = std::mem::take(&mut self.emu.db);
                 let after = self.lock_value(&n.db);
                 let t = call.args[0].clone();
@@ -409,9 +413,7 @@ impl Explorer {
                 // 2. Fences strictly increase; 5. FIFO.
                 let f0 = before.as_deref().and_then(fence_of);
                 if let Some(v1) = &after {
-                    let f1 = fence_of(v1);
-                    if f1.is_some() && f1 != f0 {
-                        let f1 = f1.expect("some");
+                    if let Some(f1) = fence_of(v1).filter(|f1| Some(*f1) != f0) {
                         if f1 <= n.max_fence {
                             return Err(format!(
                                 "{label}: new fence {f1} is not above {}",
@@ -435,8 +437,7 @@ impl Explorer {
                     let parts: Vec<&str> = p.message.split(':').collect();
                     if parts.get(1) == Some(&"g") {
                         for (i, cl) in n.clients.iter_mut().enumerate() {
-                            if Some(&entry(i).as_str()) == parts.get(2) && cl.phase != Phase::Dead
-                            {
+                            if Some(&entry(i).as_str()) == parts.get(2) && cl.phase != Phase::Dead {
                                 cl.grant_notice = true;
                             }
                         }
@@ -617,12 +618,13 @@ fn hash(s: &State) -> u64 {
     h.finish()
 }
 
-/// The CI-sized bounds, or a larger depth from `REDLEASE_MODEL_DEPTH`.
+/// The CI-sized bounds (depth 10 for 2 clients, 6 for 3: about 20 s and
+/// 10 s in a debug build), or the depth `REDLEASE_MODEL_DEPTH` for both.
 pub(crate) fn bounds(clients: usize) -> Bounds {
     let depth = std::env::var("REDLEASE_MODEL_DEPTH")
         .ok()
         .and_then(|d| d.parse().ok())
-        .unwrap_or(if clients == 2 { 16 } else { 11 });
+        .unwrap_or(if clients == 2 { 10 } else { 6 });
     Bounds {
         clients,
         rounds: 1,

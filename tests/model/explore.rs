@@ -126,6 +126,10 @@ pub(crate) struct Stats {
     pub(crate) states: usize,
     pub(crate) transitions: usize,
     pub(crate) depth: usize,
+    /// Releases that handed the lock over (reply 3), and claims of a grant
+    /// (an acquire that found its grant token): the hand-over was reached.
+    pub(crate) handovers: usize,
+    pub(crate) claims: usize,
 }
 
 /// A violated invariant and the trace that leads to it.
@@ -168,6 +172,8 @@ pub(crate) struct Explorer {
     emu: Emulator,
     names: Names,
     bounds: Bounds,
+    handovers: usize,
+    claims: usize,
 }
 
 impl std::fmt::Debug for Explorer {
@@ -185,6 +191,8 @@ impl Explorer {
             emu: Emulator::new(Db::default()),
             names: Names::new("ns", 1),
             bounds,
+            handovers: 0,
+            claims: 0,
         }
     }
 
@@ -382,6 +390,15 @@ impl Explorer {
                     before.as_deref().unwrap_or("free"),
                     after.as_deref().unwrap_or("free"),
                 );
+                if matches!(op, Op::Release) && reply == Reply::Int(3) {
+                    self.handovers += 1;
+                }
+                if op == Op::Acquire
+                    && before.as_deref().map(owner_of) == Some(grant(client).as_str())
+                    && matches!(reply, Reply::Bulk(_))
+                {
+                    self.claims += 1;
+                }
                 if let Reply::Error(e) = &reply {
                     return Err(format!("{label}: script error {e}"));
                 }
@@ -608,6 +625,8 @@ impl Explorer {
             states: seen.len(),
             transitions,
             depth,
+            handovers: self.handovers,
+            claims: self.claims,
         })
     }
 }
@@ -644,11 +663,14 @@ fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexam
     let result = Explorer::new(sources, b).run();
     match &result {
         Ok(st) => println!(
-            "{name}: {} clients, depth {}: {} states, {} transitions, {:.1?}",
+            "{name}: {} clients, depth {}: {} states, {} transitions \
+             ({} hand-overs, {} claims), {:.1?}",
             b.clients,
             st.depth,
             st.states,
             st.transitions,
+            st.handovers,
+            st.claims,
             started.elapsed()
         ),
         Err(cx) => println!(
@@ -663,8 +685,12 @@ fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexam
 
 #[test]
 fn lock_protocol_holds_for_two_clients() {
-    if let Err(cx) = explore("lock, real scripts", Sources::real(), bounds(2)) {
-        panic!("{cx}");
+    match explore("lock, real scripts", Sources::real(), bounds(2)) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(
+            st.handovers > 0 && st.claims > 0,
+            "the hand-over was never reached: {st:?}"
+        ),
     }
 }
 

@@ -1,0 +1,19 @@
+//! The crate's real Lua, run in-process on Lua 5.1 (Redis's) against an
+//! emulated Redis key space (`model/emu.rs`, `model/lua.rs`):
+//!
+//! - `crosscheck`: the emulator against a real `redis-server`;
+//! - `declared`: every key a script touches is one of its `KEYS`;
+//! - `explore`: the lock protocol's interleavings explored exhaustively.
+
+mod support;
+
+mod model {
+    pub(crate) mod calls;
+    mod crosscheck;
+    mod declared;
+    pub(crate) mod emu;
+    mod explore;
+    pub(crate) mod lua;
+    pub(crate) mod scenarios;
+    mod smoke;
+}

@@ -1,0 +1,747 @@
+//! An explorer of the lock protocol's interleavings: the real ACQUIRE (with
+//! the hand-over), RELEASE, RENEW and DEREGISTER scripts run on the
+//! emulator, driven by 2–3 clients that mirror the crate's core in outline
+//! (attempt → busy and registered → woken or granted → claim → held →
+//! release), each counting its lease from the send of the answered attempt
+//! or of the first send whose reply was lost.
+//!
+//! Events: a client's script run (atomic; its reply delivered, or lost and
+//! the same call re-sent later), a notification lost, the clock advancing
+//! to the next deadline (a lease, a claim window, a registration, a poll),
+//! a client killed, a waiter giving up (DEREGISTER, then a release by its
+//! grant token), a restart without data (keys gone, the clock 1 ms on).
+//! Faults are bounded (one of each by default), and so is the depth.
+//! Every interleaving is explored breadth-first, visited states memoised by
+//! the hash of the key space, the clock, the clients and the faults left.
+//!
+//! Invariants (docs/PROTOCOL.md §9), checked at every step:
+//! 1. at most one client whose own lease deadline has not passed (not
+//!    claimed after a restart without data: §11 says such a holder may act
+//!    until its deadline, and fences decide);
+//! 2. every new fence written to the lock is above every fence before it;
+//! 3. a release never changes a lease another token holds;
+//! 4. an acquire that finds its own token (or its registered grant token)
+//!    in the lock answers that fence: nothing is granted twice on replay;
+//! 5. FIFO: a new grant with live registrations queued goes to the first
+//!    live one (a take only by the client whose registration that is).
+
+#![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Instant;
+
+use super::calls::{token, Call, Hand, Names, QKind, Sources};
+use super::emu::{Db, Reply, Value};
+use super::lua::Emulator;
+
+const START_MS: u64 = 1_700_000_000_000;
+const LEASE: u64 = 100;
+const CLAIM: u64 = 30;
+const REG: u64 = 90;
+const POLL: u64 = 40;
+
+/// Which call a client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    Acquire,
+    Release,
+    Renew,
+    Deregister,
+    /// The release by grant token that follows a give-up's DEREGISTER.
+    GrantRelease,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    Idle,
+    Waiting,
+    Held {
+        fence: String,
+        deadline: u64,
+        renewed: bool,
+    },
+    Leaving {
+        deregistered: bool,
+    },
+    Done,
+    Dead,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Client {
+    phase: Phase,
+    round: u8,
+    /// Whether its replies said its registration is queued.
+    registered: bool,
+    grant_notice: bool,
+    wake: bool,
+    next_poll: u64,
+    /// A call whose reply was lost, re-sent as it was, and the time of its
+    /// first send.
+    lost: Option<(Op, u64)>,
+}
+
+/// Faults left to inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Faults {
+    pub(crate) lose_reply: u8,
+    pub(crate) lose_notice: u8,
+    pub(crate) kill: u8,
+    pub(crate) restart: u8,
+    pub(crate) give_up: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct State {
+    db: Db,
+    clients: Vec<Client>,
+    faults: Faults,
+    max_fence: u128,
+    restarted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Run { client: usize, op: Op, lose: bool },
+    Advance,
+    LoseNotice(usize),
+    Kill(usize),
+    GiveUp(usize),
+    Restart,
+}
+
+/// What to explore.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    pub(crate) clients: usize,
+    pub(crate) rounds: u8,
+    pub(crate) depth: usize,
+    pub(crate) faults: Faults,
+}
+
+/// The numbers of a run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stats {
+    pub(crate) states: usize,
+    pub(crate) transitions: usize,
+    pub(crate) depth: usize,
+    /// Releases that handed the lock over (reply 3), and claims of a grant
+    /// (an acquire that found its grant token): the hand-over was reached.
+    pub(crate) handovers: usize,
+    pub(crate) claims: usize,
+}
+
+/// A violated invariant and the trace that leads to it.
+#[derive(Debug, Clone)]
+pub(crate) struct Counterexample {
+    pub(crate) invariant: String,
+    pub(crate) trace: Vec<String>,
+}
+
+impl std::fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "violated: {}", self.invariant)?;
+        for (i, step) in self.trace.iter().enumerate() {
+            writeln!(f, "  {:>2}. {step}", i + 1)?;
+        }
+        Ok(())
+    }
+}
+
+fn tok(c: usize, round: u8) -> String {
+    token(0x100 * (c as u64 + 1) + u64::from(round))
+}
+fn grant(c: usize) -> String {
+    token(0x9000 + c as u64)
+}
+fn entry(c: usize) -> String {
+    format!("{:016x}", 0xe0 + c)
+}
+
+fn fence_of(value: &str) -> Option<u128> {
+    value.rsplit_once(':').and_then(|(_, f)| f.parse().ok())
+}
+fn owner_of(value: &str) -> &str {
+    value.split_once(':').map_or(value, |(o, _)| o)
+}
+
+/// The explorer: the scripts (maybe mutated) and the key's names.
+pub(crate) struct Explorer {
+    sources: Sources,
+    emu: Emulator,
+    names: Names,
+    bounds: Bounds,
+    handovers: usize,
+    claims: usize,
+}
+
+impl std::fmt::Debug for Explorer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Explorer")
+            .field("bounds", &self.bounds)
+            .finish()
+    }
+}
+
+impl Explorer {
+    pub(crate) fn new(sources: Sources, bounds: Bounds) -> Explorer {
+        Explorer {
+            sources,
+            emu: Emulator::new(Db::default()),
+            names: Names::new("ns", 1),
+            bounds,
+            handovers: 0,
+            claims: 0,
+        }
+    }
+
+    fn initial(&self) -> State {
+        State {
+            db: Db::at_ms(START_MS),
+            clients: vec![
+                Client {
+                    phase: Phase::Idle,
+                    round: 0,
+                    registered: false,
+                    grant_notice: false,
+                    wake: false,
+                    next_poll: 0,
+                    lost: None,
+                };
+                self.bounds.clients
+            ],
+            faults: self.bounds.faults,
+            max_fence: 0,
+            restarted: false,
+        }
+    }
+
+    fn call(&self, s: &State, c: usize, op: Op) -> Call {
+        let cl = &s.clients[c];
+        let n = &self.names;
+        let t = tok(c, cl.round);
+        match op {
+            Op::Acquire => {
+                let h = Hand {
+                    entry: entry(c),
+                    reg_ms: REG,
+                    claim_ms: CLAIM,
+                    grant: grant(c),
+                    register: true,
+                    registered: cl.registered,
+                    keep: "d",
+                };
+                Call::acquire(n, &t, LEASE, 0, Some(&h))
+            }
+            Op::Release => Call::lock_release(n, &t, 0, None),
+            Op::Renew => Call::renew(&n.lock(), &t, LEASE),
+            Op::Deregister => Call::deregister(n, QKind::Lock, &entry(c)),
+            Op::GrantRelease => Call::lock_release(n, &grant(c), 0, None),
+        }
+    }
+
+    /// The calls client `c` may send now.
+    fn sends(&self, s: &State, c: usize) -> Vec<Op> {
+        let cl = &s.clients[c];
+        let now = s.db.now_ms();
+        if let Some((op, _)) = cl.lost {
+            return vec![op];
+        }
+        match &cl.phase {
+            Phase::Idle => vec![Op::Acquire],
+            Phase::Waiting if cl.grant_notice || cl.wake || now >= cl.next_poll => {
+                vec![Op::Acquire]
+            }
+            Phase::Held {
+                deadline, renewed, ..
+            } => {
+                let mut ops = vec![Op::Release];
+                if !renewed && now < *deadline {
+                    ops.push(Op::Renew);
+                }
+                ops
+            }
+            Phase::Leaving { deregistered } => vec![if *deregistered {
+                Op::GrantRelease
+            } else {
+                Op::Deregister
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    fn actions(&self, s: &State) -> Vec<Action> {
+        let mut out = Vec::new();
+        for c in 0..s.clients.len() {
+            for op in self.sends(s, c) {
+                out.push(Action::Run {
+                    client: c,
+                    op,
+                    lose: false,
+                });
+                if s.faults.lose_reply > 0 {
+                    out.push(Action::Run {
+                        client: c,
+                        op,
+                        lose: true,
+                    });
+                }
+            }
+            let cl = &s.clients[c];
+            if s.faults.lose_notice > 0 && (cl.grant_notice || cl.wake) {
+                out.push(Action::LoseNotice(c));
+            }
+            if s.faults.kill > 0 && !matches!(cl.phase, Phase::Dead | Phase::Done) {
+                out.push(Action::Kill(c));
+            }
+            if s.faults.give_up > 0
+                && cl.phase == Phase::Waiting
+                && cl.registered
+                && cl.lost.is_none()
+            {
+                out.push(Action::GiveUp(c));
+            }
+        }
+        if s.faults.restart > 0 {
+            out.push(Action::Restart);
+        }
+        if self.next_deadline(s).is_some() {
+            out.push(Action::Advance);
+        }
+        out
+    }
+
+    /// The next time anything changes by the clock alone.
+    fn next_deadline(&self, s: &State) -> Option<u64> {
+        let now = s.db.now_ms();
+        let mut times = Vec::new();
+        for (key, e) in &s.db.keys {
+            if let Some(at) = e.expire_at {
+                times.push(at + 1);
+            }
+            if key == &self.names.queue(QKind::Lock) {
+                if let Value::List(l) = &e.value {
+                    times.extend(
+                        l.iter()
+                            .filter_map(|v| v.split('|').nth(1)?.parse::<u64>().ok()),
+                    );
+                }
+            }
+        }
+        for cl in &s.clients {
+            match &cl.phase {
+                Phase::Held { deadline, .. } => times.push(*deadline),
+                Phase::Waiting => times.push(cl.next_poll),
+                _ => {}
+            }
+        }
+        times.into_iter().filter(|t| *t > now).min()
+    }
+
+    fn lock_value(&self, db: &Db) -> Option<String> {
+        match db.peek(&self.names.lock()) {
+            Some(e) => match &e.value {
+                Value::Str(v) => Some(v.clone()),
+                _ => None,
+            },
+            None => None,
+        }
+    }
+
+    /// The live queue entries, in order: (registration id, owner).
+    fn live_queue(&self, db: &Db) -> Vec<(String, String)> {
+        let now = db.now_ms();
+        let Some(Value::List(l)) = db.peek(&self.names.queue(QKind::Lock)).map(|e| &e.value) else {
+            return Vec::new();
+        };
+        l.iter()
+            .filter_map(|v| {
+                let mut parts = v.splitn(3, '|');
+                let reg = parts.next()?;
+                let deadline: u64 = parts.next()?.parse().ok()?;
+                let owner = owner_of(parts.next()?);
+                (deadline > now).then(|| (reg.to_owned(), owner.to_owned()))
+            })
+            .collect()
+    }
+
+    /// Applies `a` to `s`: the next state and a label, or the violation.
+    fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
+        let mut n = s.clone();
+        let now = s.db.now_ms();
+        let label = match a {
+            Action::Run { client, op, lose } => {
+                let call = self.call(s, client, op);
+                let before = self.lock_value(&s.db);
+                let queue = self.live_queue(&s.db);
+                self.emu.db = n.db;
+                let src = self.sources.get(call.script).to_owned();
+                let reply = self
+                    .emu
+                    .eval_named(call.script, &src, &call.keys, &call.args);
+                n.db = std::mem::take(&mut self.emu.db);
+                let after = self.lock_value(&n.db);
+                let t = call.args[0].clone();
+                let label = format!(
+                    "c{client} {op:?} (token …{}) → {reply:?}{}; lock {} → {}",
+                    &t[t.len() - 4..],
+                    if lose { " LOST" } else { "" },
+                    before.as_deref().unwrap_or("free"),
+                    after.as_deref().unwrap_or("free"),
+                );
+                if matches!(op, Op::Release) && reply == Reply::Int(3) {
+                    self.handovers += 1;
+                }
+                if op == Op::Acquire
+                    && before.as_deref().map(owner_of) == Some(grant(client).as_str())
+                    && matches!(reply, Reply::Bulk(_))
+                {
+                    self.claims += 1;
+                }
+                if let Reply::Error(e) = &reply {
+                    return Err(format!("{label}: script error {e}"));
+                }
+                // 3. A release never changes another token's lease.
+                if matches!(op, Op::Release | Op::GrantRelease) {
+                    if let Some(v0) = &before {
+                        if owner_of(v0) != t && after != before {
+                            return Err(format!(
+                                "{label}: a release by another token changed the lease"
+                            ));
+                        }
+                    }
+                }
+                // 4. A replay gets its fence back.
+                if op == Op::Acquire {
+                    if let Some(v0) = &before {
+                        let o = owner_of(v0);
+                        let registered = s.clients[client].registered;
+                        if o == t || (registered && o == grant(client)) {
+                            let f = v0.rsplit_once(':').map(|(_, f)| f.to_owned());
+                            if reply != Reply::Bulk(f.clone().unwrap_or_default()) {
+                                return Err(format!(
+                                    "{label}: an acquire that found its own lease did not get its fence {f:?} back"
+                                ));
+                            }
+                        }
+                    }
+                }
+                // 2. Fences strictly increase; 5. FIFO.
+                let f0 = before.as_deref().and_then(fence_of);
+                if let Some(v1) = &after {
+                    if let Some(f1) = fence_of(v1).filter(|f1| Some(*f1) != f0) {
+                        if f1 <= n.max_fence {
+                            return Err(format!(
+                                "{label}: new fence {f1} is not above {}",
+                                n.max_fence
+                            ));
+                        }
+                        n.max_fence = f1;
+                        if let Some((head_reg, head_owner)) = queue.first() {
+                            let o1 = owner_of(v1);
+                            let own_head = o1 == t && *head_reg == entry(client);
+                            if o1 != head_owner && !own_head {
+                                return Err(format!(
+                                    "{label}: granted to {o1} past the live head registration {head_reg}"
+                                ));
+                            }
+                        }
+                    }
+                }
+                // Notifications.
+                for p in std::mem::take(&mut n.db.published) {
+                    let parts: Vec<&str> = p.message.split(':').collect();
+                    if parts.get(1) == Some(&"g") {
+                        for (i, cl) in n.clients.iter_mut().enumerate() {
+                            if Some(&entry(i).as_str()) == parts.get(2) && cl.phase != Phase::Dead {
+                                cl.grant_notice = true;
+                            }
+                        }
+                    } else {
+                        for cl in &mut n.clients {
+                            if cl.phase == Phase::Waiting {
+                                cl.wake = true;
+                            }
+                        }
+                    }
+                }
+                let cl = &mut n.clients[client];
+                let first = cl.lost.map_or(now, |(_, at)| at);
+                if lose {
+                    n.faults.lose_reply -= 1;
+                    cl.lost = Some((op, first));
+                } else {
+                    cl.lost = None;
+                    self.answer(cl, op, reply, first, now, s.clients.len());
+                }
+                label
+            }
+            Action::Advance => {
+                let t = self.next_deadline(s).expect("a deadline");
+                n.db.advance_ms(t - now);
+                format!("clock +{} ms", t - now)
+            }
+            Action::LoseNotice(c) => {
+                n.faults.lose_notice -= 1;
+                n.clients[c].grant_notice = false;
+                n.clients[c].wake = false;
+                format!("c{c}'s notification lost")
+            }
+            Action::Kill(c) => {
+                n.faults.kill -= 1;
+                n.clients[c].phase = Phase::Dead;
+                n.clients[c].lost = None;
+                format!("c{c} killed")
+            }
+            Action::GiveUp(c) => {
+                n.faults.give_up -= 1;
+                n.clients[c].phase = Phase::Leaving {
+                    deregistered: false,
+                };
+                format!("c{c} gives up")
+            }
+            Action::Restart => {
+                n.faults.restart -= 1;
+                n.db.keys.clear();
+                n.db.advance_ms(1);
+                n.restarted = true;
+                "redis restarts without data (1 ms)".to_owned()
+            }
+        };
+        n.db.purge();
+        // 1. At most one client whose lease is still valid by its clock.
+        let now = n.db.now_ms();
+        let valid: Vec<usize> = (0..n.clients.len())
+            .filter(|c| {
+                // A client that sent its release stops using the lease,
+                // even while it does not know the release's outcome.
+                let cl = &n.clients[*c];
+                matches!(cl.phase, Phase::Held { deadline, .. } if now < deadline)
+                    && !matches!(cl.lost, Some((Op::Release, _)))
+            })
+            .collect();
+        if valid.len() > 1 && !n.restarted {
+            return Err(format!("{label}: clients {valid:?} all hold valid leases"));
+        }
+        Ok((n, label))
+    }
+
+    fn answer(&self, cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64, _n: usize) {
+        let rounds = self.bounds.rounds;
+        let finish = |cl: &mut Client| {
+            cl.round += 1;
+            cl.registered = false;
+            cl.phase = if cl.round < rounds {
+                Phase::Idle
+            } else {
+                Phase::Done
+            };
+        };
+        match op {
+            Op::Acquire => {
+                cl.grant_notice = false;
+                cl.wake = false;
+                match reply {
+                    Reply::Bulk(fence) => {
+                        cl.registered = false;
+                        cl.phase = Phase::Held {
+                            fence,
+                            deadline: first + LEASE,
+                            renewed: false,
+                        };
+                    }
+                    Reply::Int(ms) => {
+                        cl.registered = true;
+                        cl.phase = Phase::Waiting;
+                        cl.next_poll = now + (ms.max(1) as u64).min(POLL);
+                    }
+                    other => panic!("acquire answered {other:?}"),
+                }
+            }
+            Op::Renew => {
+                if let Phase::Held {
+                    deadline, renewed, ..
+                } = &mut cl.phase
+                {
+                    *renewed = true;
+                    if reply == Reply::Int(1) {
+                        *deadline = first + LEASE;
+                    } else {
+                        *deadline = (*deadline).min(now);
+                    }
+                }
+            }
+            Op::Release | Op::GrantRelease => finish(cl),
+            Op::Deregister => {
+                cl.phase = Phase::Leaving { deregistered: true };
+            }
+        }
+    }
+
+    /// Explores every interleaving up to the depth bound.
+    pub(crate) fn run(&mut self) -> Result<Stats, Counterexample> {
+        let init = self.initial();
+        let mut seen: HashSet<u64> = HashSet::new();
+        // (parent, label) of every state met, for the traces.
+        let mut arena: Vec<(usize, String)> = vec![(usize::MAX, "start".to_owned())];
+        let mut frontier: VecDeque<(State, usize)> = VecDeque::new();
+        seen.insert(hash(&init));
+        frontier.push_back((init, 0));
+        let mut transitions = 0;
+        let mut depth = 0;
+        while depth < self.bounds.depth && !frontier.is_empty() {
+            let mut next = VecDeque::new();
+            while let Some((s, at)) = frontier.pop_front() {
+                for a in self.actions(&s) {
+                    transitions += 1;
+                    match self.apply(&s, a) {
+                        Ok((n, label)) => {
+                            if seen.insert(hash(&n)) {
+                                arena.push((at, label));
+                                next.push_back((n, arena.len() - 1));
+                            }
+                        }
+                        Err(violation) => {
+                            let mut trace = vec![violation.clone()];
+                            let mut i = at;
+                            while i != 0 {
+                                trace.push(arena[i].1.clone());
+                                i = arena[i].0;
+                            }
+                            trace.reverse();
+                            return Err(Counterexample {
+                                invariant: violation,
+                                trace,
+                            });
+                        }
+                    }
+                }
+            }
+            frontier = next;
+            depth += 1;
+        }
+        Ok(Stats {
+            states: seen.len(),
+            transitions,
+            depth,
+            handovers: self.handovers,
+            claims: self.claims,
+        })
+    }
+}
+
+fn hash(s: &State) -> u64 {
+    let mut h = DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// The CI-sized bounds (depth 10 for 2 clients, 6 for 3: about 20 s and
+/// 10 s in a debug build), or the depth `REDLEASE_MODEL_DEPTH` for both.
+pub(crate) fn bounds(clients: usize) -> Bounds {
+    let depth = std::env::var("REDLEASE_MODEL_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(if clients == 2 { 10 } else { 6 });
+    Bounds {
+        clients,
+        rounds: 1,
+        depth,
+        faults: Faults {
+            lose_reply: 1,
+            lose_notice: 1,
+            kill: 1,
+            restart: 1,
+            give_up: 1,
+        },
+    }
+}
+
+fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexample> {
+    let started = Instant::now();
+    let result = Explorer::new(sources, b).run();
+    match &result {
+        Ok(st) => println!(
+            "{name}: {} clients, depth {}: {} states, {} transitions \
+             ({} hand-overs, {} claims), {:.1?}",
+            b.clients,
+            st.depth,
+            st.states,
+            st.transitions,
+            st.handovers,
+            st.claims,
+            started.elapsed()
+        ),
+        Err(cx) => println!(
+            "{name}: {} clients, depth bound {}: counterexample after {:.1?}\n{cx}",
+            b.clients,
+            b.depth,
+            started.elapsed()
+        ),
+    }
+    result
+}
+
+#[test]
+fn lock_protocol_holds_for_two_clients() {
+    match explore("lock, real scripts", Sources::real(), bounds(2)) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(
+            st.handovers > 0 && st.claims > 0,
+            "the hand-over was never reached: {st:?}"
+        ),
+    }
+}
+
+#[test]
+fn lock_protocol_holds_for_three_clients() {
+    if let Err(cx) = explore("lock, real scripts", Sources::real(), bounds(3)) {
+        panic!("{cx}");
+    }
+}
+
+fn mutated(name: &str, mutate: impl FnOnce(&mut Sources)) -> Counterexample {
+    let mut sources = Sources::real();
+    mutate(&mut sources);
+    match explore(name, sources, bounds(2)) {
+        Ok(st) => panic!("{name}: not caught in {} states", st.states),
+        Err(cx) => cx,
+    }
+}
+
+#[test]
+fn mutation_release_without_token_check_is_caught() {
+    let cx = mutated("mutation: release without its token check", |s| {
+        s.mutate(
+            "RELEASE_LUA",
+            "if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then",
+            "if false then",
+            1,
+        );
+    });
+    assert!(cx.invariant.contains("release"), "{cx}");
+}
+
+#[test]
+fn mutation_fence_without_time_floor_is_caught() {
+    let cx = mutated("mutation: fence without the TIME floor", |s| {
+        for script in ["ACQUIRE_LUA", "RELEASE_LUA"] {
+            s.mutate(script, "math.max(last + 1, floor)", "last + 1", 1);
+        }
+    });
+    assert!(cx.invariant.contains("fence"), "{cx}");
+}
+
+#[test]
+fn mutation_acquire_without_replay_branch_is_caught() {
+    let cx = mutated("mutation: acquire without the own-token path", |s| {
+        s.mutate(
+            "ACQUIRE_LUA",
+            "return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)",
+            "return H and H.other ~= '' and owner == H.other",
+            1,
+        );
+    });
+    assert!(cx.invariant.contains("own lease"), "{cx}");
+}

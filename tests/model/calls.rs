@@ -233,8 +233,8 @@ impl Call {
     pub(crate) fn deregister(n: &Names, k: QKind, entry: &str) -> Call {
         Call::new(
             "DEREGISTER_LUA",
-            vec![n.queue(k)],
-            vec![format!("{}{entry}", n.reg_prefix(k))],
+            vec![n.queue(k), format!("{}{entry}", n.reg_prefix(k))],
+            vec![],
         )
     }
 

@@ -382,10 +382,16 @@ impl Explorer {
                     .eval_named(call.script, &src, &call.keys, &call.args);
                 n.db = std::mem::take(&mut self.emu.db);
                 let after = self.lock_value(&n.db);
-                let t = call.args[0].clone();
+                // DEREGISTER sends no token: its label shows its registration.
+                let t = call
+                    .args
+                    .first()
+                    .or(call.keys.last())
+                    .cloned()
+                    .unwrap_or_default();
                 let label = format!(
                     "c{client} {op:?} (token …{}) → {reply:?}{}; lock {} → {}",
-                    &t[t.len() - 4..],
+                    &t[t.len().saturating_sub(4)..],
                     if lose { " LOST" } else { "" },
                     before.as_deref().unwrap_or("free"),
                     after.as_deref().unwrap_or("free"),

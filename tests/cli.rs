@@ -414,13 +414,15 @@ fn sigterm_reaches_the_child_and_the_lease_is_released() {
     assert!(lock_keys(&server).is_empty(), "the lease is released");
 }
 
-#[test]
-fn a_signal_while_waiting_ends_the_wait_without_running_the_command() {
-    let server = RedisServer::start();
-    let scratch = Scratch::new();
+/// A `run --wait 30s` of `echo ran` on a key held elsewhere, once it says
+/// it waits; its stderr goes to the returned file.
+fn run_waiting_behind_another_holder(
+    server: &RedisServer,
+    scratch: &Scratch,
+) -> (std::process::Child, std::path::PathBuf) {
     let err_path = scratch.path("stderr");
-    hold_elsewhere(&server, "waited", "someone-else");
-    let child = redlease(&server)
+    hold_elsewhere(server, "waited", "someone-else");
+    let child = redlease(server)
         .args([
             "--verbose",
             "run",
@@ -435,10 +437,18 @@ fn a_signal_while_waiting_ends_the_wait_without_running_the_command() {
         .stderr(fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
-    let pid = child.id();
     wait_until(FILE_TIMEOUT, "redlease to start waiting", || {
         read(&err_path).contains("waiting up to")
     });
+    (child, err_path)
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_without_running_the_command() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new();
+    let (child, _) = run_waiting_behind_another_holder(&server, &scratch);
+    let pid = child.id();
     signal(pid, "TERM");
     let out = finish(child, RUN_TIMEOUT);
     assert_code(&out, 128 + 15);
@@ -1609,27 +1619,8 @@ fn sigusr1_sigusr2_and_sigquit_are_passed_on_to_the_command() {
 fn sigquit_ends_a_wait_and_sigusr1_does_not() {
     let server = RedisServer::start();
     let scratch = Scratch::new();
-    let err_path = scratch.path("stderr");
-    hold_elsewhere(&server, "waited", "someone-else");
-    let child = redlease(&server)
-        .args([
-            "--verbose",
-            "run",
-            "--wait",
-            "30s",
-            "waited",
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ])
-        .stderr(fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap();
+    let (child, err_path) = run_waiting_behind_another_holder(&server, &scratch);
     let pid = child.id();
-    wait_until(FILE_TIMEOUT, "redlease to start waiting", || {
-        read(&err_path).contains("waiting up to")
-    });
     signal(pid, "USR1");
     wait_until(FILE_TIMEOUT, "redlease to note SIGUSR1", || {
         read(&err_path).contains("SIGUSR1")

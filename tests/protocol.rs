@@ -16,7 +16,7 @@ use std::time::Duration;
 use redis::Value;
 use sha2::{Digest, Sha256};
 
-use support::script_source::script_source;
+use support::script_source::{script_names, script_source};
 use support::{wait_until, RedisServer};
 
 const BOUND: Duration = Duration::from_secs(10);
@@ -585,26 +585,9 @@ fn a_replayed_read_behind_an_intent_is_granted_after_the_counter_expired() {
 #[test]
 fn every_script_loads_into_redis() {
     let server = RedisServer::start();
-    for name in [
-        "ACQUIRE_LUA",
-        "RELEASE_LUA",
-        "RENEW_LUA",
-        "DEREGISTER_LUA",
-        "SEM_ACQUIRE_LUA",
-        "SEM_RELEASE_ANY_LUA",
-        "RW_READ_LUA",
-        "RW_WRITE_LUA",
-        "RW_READ_RELEASE_LUA",
-        "RW_READ_RENEW_LUA",
-        "MULTI_ACQUIRE_LUA",
-        "MULTI_RENEW_LUA",
-        "MULTI_RELEASE_LUA",
-        "CAMPAIGN_LUA",
-        "PROCLAIM_LUA",
-        "RESIGN_LUA",
-        "READ_LUA",
-        "FENCED_WRITE_LUA",
-    ] {
+    let names = script_names();
+    assert!(names.len() >= 18, "{names:?}");
+    for name in names {
         let source = script_source(name).unwrap_or_else(|e| panic!("{e}"));
         let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
             .arg("LOAD")

@@ -56,9 +56,8 @@ const ALLOWED: &[(&str, &str)] = &[
     ("SEM_RELEASE_ANY_LUA", "<ns>:sem:{sha}:<i>"),
 ];
 
-/// Every script `script_source` serves (the election's live in
-/// src/core/election.rs, which it does not read: see
-/// `election_scripts_are_out_of_reach`).
+/// The scripts the audit runs: all but the election's (the emulator has no
+/// streams) and the fenced store's.
 pub(crate) const SCRIPTS: &[&str] = &[
     "ACQUIRE_LUA",
     "RELEASE_LUA",

@@ -38,3 +38,19 @@ pub fn script_source(name: &str) -> Result<String, String> {
     }
     Ok(source)
 }
+
+/// The name of every script the crate composes with `lua!`.
+#[allow(dead_code, reason = "the benchmarks include this file and ask by name only")]
+pub fn script_names() -> Vec<&'static str> {
+    SOURCES
+        .iter()
+        .flat_map(|file| {
+            file.match_indices("_LUA: &str =")
+                .map(move |(at, _)| (file, at))
+        })
+        .filter_map(|(file, at)| {
+            let start = file[..at].rfind("const ")? + "const ".len();
+            Some(&file[start..at + "_LUA".len()])
+        })
+        .collect()
+}

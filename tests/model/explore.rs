@@ -23,7 +23,13 @@
 //! 4. an acquire that finds its own token (or its registered grant token)
 //!    in the lock answers that fence: nothing is granted twice on replay;
 //! 5. FIFO: a new grant with live registrations queued goes to the first
-//!    live one (a take only by the client whose registration that is).
+//!    live one (a take only by the client whose registration that is);
+//! 6. a grant is made out only to a registration someone may still claim
+//!    or pass on: its client waits (registered, or with an attempt in
+//!    flight), gave up and has not deregistered yet, or died (its
+//!    registration lapses); never to a client that holds, released or
+//!    deregistered (§4.3: the attempt that gets the lease takes its
+//!    registration out).
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -444,6 +450,22 @@ impl Explorer {
                             ));
                         }
                         n.max_fence = f1;
+                        // 6. A grant only to a registration still waited on.
+                        if let Some(g) = (0..s.clients.len()).find(|g| owner_of(v1) == grant(*g)) {
+                            let cl = &s.clients[g];
+                            let wants = match cl.phase {
+                                Phase::Waiting | Phase::Dead => true,
+                                Phase::Leaving { deregistered } => !deregistered,
+                                Phase::Idle => matches!(cl.lost, Some((Op::Acquire, _))),
+                                Phase::Held { .. } | Phase::Done => false,
+                            };
+                            if !wants {
+                                return Err(format!(
+                                    "{label}: granted to c{g}'s registration, which nobody waits on ({:?})",
+                                    cl.phase
+                                ));
+                            }
+                        }
                         if let Some((head_reg, head_owner)) = queue.first() {
                             let o1 = owner_of(v1);
                             let own_head = o1 == t && *head_reg == entry(client);
@@ -750,4 +772,19 @@ fn mutation_acquire_without_replay_branch_is_caught() {
         );
     });
     assert!(cx.invariant.contains("own lease"), "{cx}");
+}
+
+#[test]
+fn mutation_settle_without_getdel_is_caught() {
+    // The attempt that gets the lease leaves its registration queued:
+    // the next release grants the lock to a locker that no longer waits.
+    let cx = mutated("mutation: settle leaves the registration queued", |s| {
+        s.mutate(
+            "ACQUIRE_LUA",
+            "local entry = redis.call('GETDEL', H.reg_prefix .. H.reg)",
+            "local entry = false",
+            1,
+        );
+    });
+    assert!(cx.invariant.contains("nobody waits on"), "{cx}");
 }

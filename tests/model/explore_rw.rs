@@ -408,8 +408,8 @@ impl Explorer {
                     if role == Role::Reader { "R" } else { "W" },
                     &t[t.len().saturating_sub(4)..],
                     if lose { " LOST" } else { "" },
-                    before.as_deref().map_or("none".to_owned(), |v| short(v)),
-                    after.as_deref().map_or("none".to_owned(), |v| short(v)),
+                    before.as_deref().map_or("none".to_owned(), &short),
+                    after.as_deref().map_or("none".to_owned(), &short),
                     fmt_readers(&readers0),
                     fmt_readers(&readers1),
                 );
@@ -462,12 +462,14 @@ impl Explorer {
                         }
                     }
                 }
-                if op == Op::Attempt && role == Role::Reader && mine(&readers0) {
-                    if !matches!(reply, Reply::Bulk(_)) {
-                        return Err(format!(
-                            "{label}: a read that found its own live reader was not answered an epoch"
-                        ));
-                    }
+                if op == Op::Attempt
+                    && role == Role::Reader
+                    && mine(&readers0)
+                    && !matches!(reply, Reply::Bulk(_))
+                {
+                    return Err(format!(
+                        "{label}: a read that found its own live reader was not answered an epoch"
+                    ));
                 }
                 // 3. Write fences above every fence and epoch; epochs at
                 // least the latest write fence.

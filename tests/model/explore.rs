@@ -30,6 +30,10 @@
 //!    registration lapses); never to a client that holds, released or
 //!    deregistered (§4.3: the attempt that gets the lease takes its
 //!    registration out).
+//!
+//! With `Bounds::liveness` (k), also a bounded "no waiter stranded" (§9.7):
+//! wherever a waiter's registration is live and nobody holds the lock,
+//! some run of at most k fault-free events gives it the lock.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 

@@ -3,7 +3,8 @@
 //!
 //! - `crosscheck`: the emulator against a real `redis-server`;
 //! - `declared`: every key a script touches is one of its `KEYS`;
-//! - `explore`: the lock protocol's interleavings explored exhaustively.
+//! - `explore`: the lock protocol's interleavings explored exhaustively;
+//! - `explore_rw`: the read-write lease's, likewise.
 
 mod support;
 
@@ -13,6 +14,7 @@ mod model {
     mod declared;
     pub(crate) mod emu;
     mod explore;
+    mod explore_rw;
     pub(crate) mod lua;
     pub(crate) mod scenarios;
     mod smoke;

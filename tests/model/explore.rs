@@ -23,7 +23,17 @@
 //! 4. an acquire that finds its own token (or its registered grant token)
 //!    in the lock answers that fence: nothing is granted twice on replay;
 //! 5. FIFO: a new grant with live registrations queued goes to the first
-//!    live one (a take only by the client whose registration that is).
+//!    live one (a take only by the client whose registration that is);
+//! 6. a grant is made out only to a registration someone may still claim
+//!    or pass on: its client waits (registered, or with an attempt in
+//!    flight), gave up and has not deregistered yet, or died (its
+//!    registration lapses); never to a client that holds, released or
+//!    deregistered (§4.3: the attempt that gets the lease takes its
+//!    registration out).
+//!
+//! With `Bounds::liveness` (k), also a bounded "no waiter stranded" (§9.7):
+//! wherever a waiter's registration is live and nobody holds the lock,
+//! some run of at most k fault-free events gives it the lock.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -118,6 +128,11 @@ pub(crate) struct Bounds {
     pub(crate) rounds: u8,
     pub(crate) depth: usize,
     pub(crate) faults: Faults,
+    /// The bounded liveness check: in every state reached where the lock
+    /// is free and a waiting client's registration is live, some run of at
+    /// most this many fault-free events (script runs answered, the clock)
+    /// gives that client the lock.
+    pub(crate) liveness: Option<usize>,
 }
 
 /// The numbers of a run.
@@ -130,6 +145,8 @@ pub(crate) struct Stats {
     /// (an acquire that found its grant token): the hand-over was reached.
     pub(crate) handovers: usize,
     pub(crate) claims: usize,
+    /// States the liveness check searched from (a waiter, nobody holding).
+    pub(crate) live_checks: usize,
 }
 
 /// A violated invariant and the trace that leads to it.
@@ -174,6 +191,7 @@ pub(crate) struct Explorer {
     bounds: Bounds,
     handovers: usize,
     claims: usize,
+    live_checks: usize,
 }
 
 impl std::fmt::Debug for Explorer {
@@ -193,6 +211,7 @@ impl Explorer {
             bounds,
             handovers: 0,
             claims: 0,
+            live_checks: 0,
         }
     }
 
@@ -444,6 +463,22 @@ impl Explorer {
                             ));
                         }
                         n.max_fence = f1;
+                        // 6. A grant only to a registration still waited on.
+                        if let Some(g) = (0..s.clients.len()).find(|g| owner_of(v1) == grant(*g)) {
+                            let cl = &s.clients[g];
+                            let wants = match cl.phase {
+                                Phase::Waiting | Phase::Dead => true,
+                                Phase::Leaving { deregistered } => !deregistered,
+                                Phase::Idle => matches!(cl.lost, Some((Op::Acquire, _))),
+                                Phase::Held { .. } | Phase::Done => false,
+                            };
+                            if !wants {
+                                return Err(format!(
+                                    "{label}: granted to c{g}'s registration, which nobody waits on ({:?})",
+                                    cl.phase
+                                ));
+                            }
+                        }
                         if let Some((head_reg, head_owner)) = queue.first() {
                             let o1 = owner_of(v1);
                             let own_head = o1 == t && *head_reg == entry(client);
@@ -605,6 +640,24 @@ impl Explorer {
                         Ok((n, label)) => {
                             if seen.insert(hash(&n)) {
                                 arena.push((at, label));
+                                let stranded = self.stranded(&n);
+                                if let Some(c) = stranded {
+                                    let mut trace = vec![format!(
+                                        "c{c} waits with a live registration on a lock nobody holds, \
+                                         and no run of {} fault-free events gives it the lock",
+                                        self.bounds.liveness.unwrap_or(0)
+                                    )];
+                                    let mut i = arena.len() - 1;
+                                    while i != 0 {
+                                        trace.push(arena[i].1.clone());
+                                        i = arena[i].0;
+                                    }
+                                    trace.reverse();
+                                    return Err(Counterexample {
+                                        invariant: trace.last().cloned().unwrap_or_default(),
+                                        trace,
+                                    });
+                                }
                                 next.push_back((n, arena.len() - 1));
                             }
                         }
@@ -633,7 +686,69 @@ impl Explorer {
             depth,
             handovers: self.handovers,
             claims: self.claims,
+            live_checks: self.live_checks,
         })
+    }
+}
+
+impl Explorer {
+    /// A client `s` strands: it waits (not given up, not dead) with its
+    /// registration live in the queue while nobody holds the lock (it is
+    /// free, or its value names no client whose lease is valid by its own
+    /// clock: a grant, a lapsed holder's), and no run of at most
+    /// `liveness` fault-free events gives it the lock.
+    fn stranded(&mut self, s: &State) -> Option<usize> {
+        let k = self.bounds.liveness?;
+        let now = s.db.now_ms();
+        if let Some(v) = self.lock_value(&s.db) {
+            let held = (0..s.clients.len()).any(|c| {
+                owner_of(&v) == tok(c, s.clients[c].round)
+                    && matches!(s.clients[c].phase, Phase::Held { deadline, .. } if now < deadline)
+            });
+            if held {
+                return None;
+            }
+        }
+        let queued = self.live_queue(&s.db);
+        let waiting: Vec<usize> = (0..s.clients.len())
+            .filter(|c| {
+                s.clients[*c].phase == Phase::Waiting
+                    && queued.iter().any(|(reg, _)| *reg == entry(*c))
+            })
+            .collect();
+        if waiting.is_empty() {
+            return None;
+        }
+        self.live_checks += 1;
+        // The counts are of the exploration's own transitions.
+        let counts = (self.handovers, self.claims);
+        let mut pending = waiting;
+        let mut seen: HashSet<u64> = HashSet::from([hash(s)]);
+        let mut frontier = vec![s.clone()];
+        for _ in 0..k {
+            let mut next = Vec::new();
+            for st in &frontier {
+                for a in self.actions(st) {
+                    if !matches!(a, Action::Advance | Action::Run { lose: false, .. }) {
+                        continue;
+                    }
+                    let Ok((n, _)) = self.apply(st, a) else {
+                        continue;
+                    };
+                    pending.retain(|c| !matches!(n.clients[*c].phase, Phase::Held { .. }));
+                    if pending.is_empty() {
+                        (self.handovers, self.claims) = counts;
+                        return None;
+                    }
+                    if seen.insert(hash(&n)) {
+                        next.push(n);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        (self.handovers, self.claims) = counts;
+        pending.first().copied()
     }
 }
 
@@ -661,6 +776,7 @@ pub(crate) fn bounds(clients: usize) -> Bounds {
             restart: 1,
             give_up: 1,
         },
+        liveness: None,
     }
 }
 
@@ -670,13 +786,17 @@ fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexam
     match &result {
         Ok(st) => println!(
             "{name}: {} clients, depth {}: {} states, {} transitions \
-             ({} hand-overs, {} claims), {:.1?}",
+             ({} hand-overs, {} claims{}), {:.1?}",
             b.clients,
             st.depth,
             st.states,
             st.transitions,
             st.handovers,
             st.claims,
+            b.liveness.map_or(String::new(), |k| format!(
+                "; {} states with a waiter on a lock nobody holds, each served within {k}",
+                st.live_checks
+            )),
             started.elapsed()
         ),
         Err(cx) => println!(
@@ -750,4 +870,69 @@ fn mutation_acquire_without_replay_branch_is_caught() {
         );
     });
     assert!(cx.invariant.contains("own lease"), "{cx}");
+}
+
+#[test]
+fn mutation_settle_without_getdel_is_caught() {
+    // The attempt that gets the lease leaves its registration queued:
+    // the next release grants the lock to a locker that no longer waits.
+    let cx = mutated("mutation: settle leaves the registration queued", |s| {
+        s.mutate(
+            "ACQUIRE_LUA",
+            "local entry = redis.call('GETDEL', H.reg_prefix .. H.reg)",
+            "local entry = false",
+            1,
+        );
+    });
+    assert!(cx.invariant.contains("nobody waits on"), "{cx}");
+}
+
+/// The liveness bound: every waiter the lock is free for gets it within
+/// this many fault-free events (its grant, its claim; a lapsed head's
+/// deadline and a poll first at worst).
+const LIVENESS: usize = 8;
+
+#[test]
+fn lock_no_waiter_stranded_while_nobody_holds() {
+    let depth = std::env::var("REDLEASE_MODEL_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(8);
+    let b = Bounds {
+        depth,
+        liveness: Some(LIVENESS),
+        ..bounds(2)
+    };
+    match explore("lock liveness, real scripts", Sources::real(), b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(
+            st.live_checks > 0,
+            "no waiter on a lock nobody holds: {st:?}"
+        ),
+    }
+}
+
+#[test]
+fn mutation_grant_without_expiry_is_caught() {
+    // A grant written without its claim window (`PX`): a grant to a locker
+    // that died holds the lock for ever, and the waiters behind it strand.
+    let mut sources = Sources::real();
+    for script in ["ACQUIRE_LUA", "RELEASE_LUA"] {
+        sources.mutate(
+            script,
+            "string.sub(value, 1, sep - 1) .. ':' .. fence, 'PX', claim)",
+            "string.sub(value, 1, sep - 1) .. ':' .. fence)",
+            1,
+        );
+    }
+    let b = Bounds {
+        rounds: 2,
+        depth: 6,
+        liveness: Some(LIVENESS),
+        ..bounds(2)
+    };
+    match explore("mutation: a grant without its claim window", sources, b) {
+        Ok(st) => panic!("not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains("fault-free events"), "{cx}"),
+    }
 }

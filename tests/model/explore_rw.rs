@@ -1,0 +1,835 @@
+//! An explorer of the read-write lease's interleavings (docs/PROTOCOL.md
+//! §5.3), after `explore.rs`: the real RW_READ, RW_WRITE (with an intent),
+//! RELEASE of a writer (with the readers' key and the hand-over),
+//! RW_READ_RELEASE (with the hand-over), RENEW, RW_READ_RENEW and
+//! DEREGISTER run on the emulator, driven by readers and writers that
+//! mirror the crate's core in outline (attempt → busy and registered →
+//! woken or granted → claim → held → release), each counting its lease
+//! from the send of the answered attempt or of the first send whose reply
+//! was lost. A reader may run without the hand-over (no queue keys or
+//! arguments: it neither registers nor serves the queue, §10).
+//!
+//! Events and faults as in `explore.rs`: a script run (its reply
+//! delivered, or lost and the call re-sent), a notification lost, the
+//! clock advancing to the next deadline, a kill, a give-up (DEREGISTER,
+//! then the release of the grant token: a writer's RELEASE, a reader's
+//! RW_READ_RELEASE), a restart without data.
+//!
+//! Invariants, checked at every step:
+//! 1. the server never holds a writer key beside a live reader (§9.1);
+//! 2. no client whose writer lease is valid by its own clock beside one
+//!    whose reader lease is, and at most one valid writer (not claimed
+//!    after a restart without data, §11);
+//! 3. every new write fence is above every fence and every epoch before
+//!    it; every epoch a read answers is at least the latest write fence
+//!    (it equals it, or is a new floor above every earlier one);
+//! 4. replays grant nothing twice: a write that finds its own token (or
+//!    its registered grant token) in the writer key answers that fence, a
+//!    read that finds its own live reader (or its registered grant's)
+//!    answers an epoch, never busy;
+//! 5. a writer's release never changes a lease another token holds;
+//! 6. writers first: a read with the hand-over admits no new reader while
+//!    a live writer's registration heads the queue (a claim of a grant the
+//!    hand-over made, or a replay, is no new reader).
+
+#![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Instant;
+
+use super::calls::{token, Call, Hand, Names, QKind, Sources};
+use super::emu::{Db, Reply, Value};
+use super::explore::{Counterexample, Faults};
+use super::lua::Emulator;
+
+const START_MS: u64 = 1_700_000_000_000;
+const LEASE: u64 = 100;
+const CLAIM: u64 = 30;
+/// The crate's bounds for a locker that polls every 30 ms and safety-polls
+/// every 20 ms while notified: registration 3 × 30, intent 3 × 20. A
+/// registration outlives its intent, so a writer that stops attempting
+/// (paused, given up, dead) stays first in line with no intent.
+const REG: u64 = 90;
+const INTENT: u64 = 60;
+const POLL: u64 = 30;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Role {
+    Reader,
+    Writer,
+}
+
+/// Which call a client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    /// RW_READ or RW_WRITE, by role.
+    Attempt,
+    Release,
+    Renew,
+    Deregister,
+    /// The release by grant token that follows a give-up's DEREGISTER.
+    GrantRelease,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    Idle,
+    Waiting,
+    Held { deadline: u64, renewed: bool },
+    Leaving { deregistered: bool },
+    Done,
+    Dead,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Client {
+    role: Role,
+    /// Whether it takes part in the hand-over.
+    hand: bool,
+    phase: Phase,
+    /// Whether its replies said its registration is queued.
+    registered: bool,
+    grant_notice: bool,
+    wake: bool,
+    next_poll: u64,
+    lost: Option<(Op, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct State {
+    db: Db,
+    clients: Vec<Client>,
+    faults: Faults,
+    max_fence: u128,
+    max_epoch: u128,
+    restarted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Run { client: usize, op: Op, lose: bool },
+    Advance,
+    LoseNotice(usize),
+    Kill(usize),
+    GiveUp(usize),
+    Restart,
+}
+
+/// What to explore: each client's role and whether it has the hand-over.
+#[derive(Debug, Clone)]
+pub(crate) struct Bounds {
+    pub(crate) clients: Vec<(Role, bool)>,
+    pub(crate) depth: usize,
+    pub(crate) faults: Faults,
+    /// Whether invariant 1 (the server's keys) is checked: off, a
+    /// mutation must be caught by the clients' leases alone.
+    pub(crate) server_check: bool,
+}
+
+/// The numbers of a run, and how often the hand-over's paths were taken.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Stats {
+    pub(crate) states: usize,
+    pub(crate) transitions: usize,
+    pub(crate) depth: usize,
+    /// Grants of the writer key to a registration.
+    pub(crate) writer_grants: usize,
+    /// Readers admitted for a registration (a grant token in the set).
+    pub(crate) reader_grants: usize,
+    /// Attempts that claimed a grant (writer or reader).
+    pub(crate) claims: usize,
+}
+
+fn tok(c: usize) -> String {
+    token(0x100 * (c as u64 + 1))
+}
+fn grant(c: usize) -> String {
+    token(0x9000 + c as u64)
+}
+fn entry(c: usize, role: Role) -> String {
+    let kind = if role == Role::Reader { 'r' } else { 'w' };
+    format!("{kind}{:016x}", 0xe0 + c)
+}
+fn fence_of(value: &str) -> Option<u128> {
+    value.rsplit_once(':').and_then(|(_, f)| f.parse().ok())
+}
+fn owner_of(value: &str) -> &str {
+    value.split_once(':').map_or(value, |(o, _)| o)
+}
+
+/// The explorer: the scripts (maybe mutated) and the key's names.
+pub(crate) struct Explorer {
+    sources: Sources,
+    emu: Emulator,
+    names: Names,
+    bounds: Bounds,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Explorer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Explorer")
+            .field("bounds", &self.bounds)
+            .finish()
+    }
+}
+
+impl Explorer {
+    pub(crate) fn new(sources: Sources, bounds: Bounds) -> Explorer {
+        Explorer {
+            sources,
+            emu: Emulator::new(Db::default()),
+            names: Names::new("ns", 1),
+            bounds,
+            stats: Stats::default(),
+        }
+    }
+
+    fn initial(&self) -> State {
+        State {
+            db: Db::at_ms(START_MS),
+            clients: self
+                .bounds
+                .clients
+                .iter()
+                .map(|&(role, hand)| Client {
+                    role,
+                    hand,
+                    phase: Phase::Idle,
+                    registered: false,
+                    grant_notice: false,
+                    wake: false,
+                    next_poll: 0,
+                    lost: None,
+                })
+                .collect(),
+            faults: self.bounds.faults,
+            max_fence: 0,
+            max_epoch: 0,
+            restarted: false,
+        }
+    }
+
+    fn call(&self, s: &State, c: usize, op: Op) -> Call {
+        let cl = &s.clients[c];
+        let n = &self.names;
+        let t = tok(c);
+        let reader = cl.role == Role::Reader;
+        match op {
+            Op::Attempt => {
+                let h = Hand {
+                    entry: entry(c, cl.role),
+                    reg_ms: REG,
+                    claim_ms: CLAIM,
+                    grant: grant(c),
+                    register: true,
+                    registered: cl.registered,
+                    keep: "d",
+                };
+                let intent = (!reader).then_some(INTENT);
+                Call::rw_acquire(n, &t, LEASE, 0, intent, cl.hand.then_some(&h))
+            }
+            Op::Release if reader => Call::read_release(n, &t, cl.hand.then_some(0)),
+            Op::Release => Call::write_release(n, &t, 0),
+            Op::Renew if reader => Call::read_renew(n, &t, LEASE),
+            Op::Renew => Call::renew(&n.rw("write"), &t, LEASE),
+            Op::Deregister => Call::deregister(n, QKind::Rw, &entry(c, cl.role)),
+            Op::GrantRelease if reader => Call::read_release(n, &grant(c), Some(0)),
+            Op::GrantRelease => Call::write_release(n, &grant(c), 0),
+        }
+    }
+
+    /// The calls client `c` may send now.
+    fn sends(&self, s: &State, c: usize) -> Vec<Op> {
+        let cl = &s.clients[c];
+        let now = s.db.now_ms();
+        if let Some((op, _)) = cl.lost {
+            return vec![op];
+        }
+        match &cl.phase {
+            Phase::Idle => vec![Op::Attempt],
+            Phase::Waiting if cl.grant_notice || cl.wake || now >= cl.next_poll => {
+                vec![Op::Attempt]
+            }
+            Phase::Held { deadline, renewed } => {
+                let mut ops = vec![Op::Release];
+                if !renewed && now < *deadline {
+                    ops.push(Op::Renew);
+                }
+                ops
+            }
+            Phase::Leaving { deregistered } => vec![if *deregistered {
+                Op::GrantRelease
+            } else {
+                Op::Deregister
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    fn actions(&self, s: &State) -> Vec<Action> {
+        let mut out = Vec::new();
+        for c in 0..s.clients.len() {
+            for op in self.sends(s, c) {
+                out.push(Action::Run {
+                    client: c,
+                    op,
+                    lose: false,
+                });
+                if s.faults.lose_reply > 0 {
+                    out.push(Action::Run {
+                        client: c,
+                        op,
+                        lose: true,
+                    });
+                }
+            }
+            let cl = &s.clients[c];
+            if s.faults.lose_notice > 0 && (cl.grant_notice || cl.wake) {
+                out.push(Action::LoseNotice(c));
+            }
+            if s.faults.kill > 0 && !matches!(cl.phase, Phase::Dead | Phase::Done) {
+                out.push(Action::Kill(c));
+            }
+            if s.faults.give_up > 0
+                && cl.phase == Phase::Waiting
+                && cl.registered
+                && cl.lost.is_none()
+            {
+                out.push(Action::GiveUp(c));
+            }
+        }
+        if s.faults.restart > 0 {
+            out.push(Action::Restart);
+        }
+        if self.next_deadline(s).is_some() {
+            out.push(Action::Advance);
+        }
+        out
+    }
+
+    /// The next time anything changes by the clock alone.
+    fn next_deadline(&self, s: &State) -> Option<u64> {
+        let now = s.db.now_ms();
+        let mut times = Vec::new();
+        for (key, e) in &s.db.keys {
+            if let Some(at) = e.expire_at {
+                times.push(at + 1);
+            }
+            match &e.value {
+                Value::List(l) if key == &self.names.queue(QKind::Rw) => times.extend(
+                    l.iter()
+                        .filter_map(|v| v.split('|').nth(1)?.parse::<u64>().ok()),
+                ),
+                // A reader is dead from its score on.
+                Value::ZSet(z) => times.extend(z.values().map(|sc| sc.0 as u64)),
+                _ => {}
+            }
+        }
+        for cl in &s.clients {
+            match &cl.phase {
+                Phase::Held { deadline, .. } => times.push(*deadline),
+                Phase::Waiting => times.push(cl.next_poll),
+                _ => {}
+            }
+        }
+        times.into_iter().filter(|t| *t > now).min()
+    }
+
+    fn writer(&self, db: &Db) -> Option<String> {
+        match db.peek(&self.names.rw("write")).map(|e| &e.value) {
+            Some(Value::Str(v)) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// The live readers: token → expiry.
+    fn readers(&self, db: &Db) -> BTreeMap<String, u64> {
+        let now = db.now_ms();
+        match db.peek(&self.names.rw("read")).map(|e| &e.value) {
+            Some(Value::ZSet(z)) => z
+                .iter()
+                .map(|(m, sc)| (m.clone(), sc.0 as u64))
+                .filter(|(_, at)| *at > now)
+                .collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// The live queue entries' ids, in order.
+    fn live_queue(&self, db: &Db) -> Vec<String> {
+        let now = db.now_ms();
+        let Some(Value::List(l)) = db.peek(&self.names.queue(QKind::Rw)).map(|e| &e.value) else {
+            return Vec::new();
+        };
+        l.iter()
+            .filter_map(|v| {
+                let mut parts = v.splitn(3, '|');
+                let reg = parts.next()?;
+                let deadline: u64 = parts.next()?.parse().ok()?;
+                (deadline > now).then(|| reg.to_owned())
+            })
+            .collect()
+    }
+
+    /// Applies `a` to `s`: the next state and a label, or the violation.
+    fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
+        let mut n = s.clone();
+        let now = s.db.now_ms();
+        let label = match a {
+            Action::Run { client, op, lose } => {
+                let call = self.call(s, client, op);
+                let cl0 = &s.clients[client];
+                let role = cl0.role;
+                let before = self.writer(&s.db);
+                let readers0 = self.readers(&s.db);
+                let queue = self.live_queue(&s.db);
+                self.emu.db = n.db;
+                let src = self.sources.get(call.script).to_owned();
+                let reply = self
+                    .emu
+                    .eval_named(call.script, &src, &call.keys, &call.args);
+                n.db = std::mem::take(&mut self.emu.db);
+                let after = self.writer(&n.db);
+                let readers1 = self.readers(&n.db);
+                let t = call
+                    .args
+                    .first()
+                    .or(call.keys.last())
+                    .cloned()
+                    .unwrap_or_default();
+                let short = |v: &str| v.get(28..).unwrap_or(v).to_owned();
+                let fmt_readers = |r: &BTreeMap<String, u64>| {
+                    r.keys().map(|m| short(m)).collect::<Vec<_>>().join(",")
+                };
+                let label = format!(
+                    "c{client}:{} {op:?} (token …{}) → {reply:?}{}; writer {} → {}; readers [{}] → [{}]",
+                    if role == Role::Reader { "R" } else { "W" },
+                    &t[t.len().saturating_sub(4)..],
+                    if lose { " LOST" } else { "" },
+                    before.as_deref().map_or("none".to_owned(), &short),
+                    after.as_deref().map_or("none".to_owned(), &short),
+                    fmt_readers(&readers0),
+                    fmt_readers(&readers1),
+                );
+                if let Reply::Error(e) = &reply {
+                    return Err(format!("{label}: script error {e}"));
+                }
+                let mine = |set: &BTreeMap<String, u64>| {
+                    set.contains_key(&t) || (cl0.registered && set.contains_key(&grant(client)))
+                };
+                // Counts of the hand-over's paths.
+                if let Some(v1) = after.as_deref().filter(|v| Some(*v) != before.as_deref()) {
+                    if (0..s.clients.len()).any(|g| owner_of(v1) == grant(g)) {
+                        self.stats.writer_grants += 1;
+                    }
+                }
+                self.stats.reader_grants += (0..s.clients.len())
+                    .filter(|g| {
+                        readers1.contains_key(&grant(*g)) && !readers0.contains_key(&grant(*g))
+                    })
+                    .count();
+                if op == Op::Attempt && matches!(reply, Reply::Bulk(_)) {
+                    let g = grant(client);
+                    if before.as_deref().map(owner_of) == Some(g.as_str())
+                        || (role == Role::Reader && readers0.contains_key(&g))
+                    {
+                        self.stats.claims += 1;
+                    }
+                }
+                // 5. A writer's release never changes another token's lease.
+                if role == Role::Writer && matches!(op, Op::Release | Op::GrantRelease) {
+                    if let Some(v0) = &before {
+                        if owner_of(v0) != t && after != before {
+                            return Err(format!(
+                                "{label}: a release by another token changed the writer lease"
+                            ));
+                        }
+                    }
+                }
+                // 4. A replay gets its grant back.
+                if op == Op::Attempt && role == Role::Writer {
+                    if let Some(v0) = &before {
+                        let o = owner_of(v0);
+                        if o == t || (cl0.registered && o == grant(client)) {
+                            let f = v0.rsplit_once(':').map(|(_, f)| f.to_owned());
+                            if reply != Reply::Bulk(f.clone().unwrap_or_default()) {
+                                return Err(format!(
+                                    "{label}: a write that found its own lease did not get its fence {f:?} back"
+                                ));
+                            }
+                        }
+                    }
+                }
+                if op == Op::Attempt
+                    && role == Role::Reader
+                    && mine(&readers0)
+                    && !matches!(reply, Reply::Bulk(_))
+                {
+                    return Err(format!(
+                        "{label}: a read that found its own live reader was not answered an epoch"
+                    ));
+                }
+                // 3. Write fences above every fence and epoch; epochs at
+                // least the latest write fence.
+                let f0 = before.as_deref().and_then(fence_of);
+                if let Some(f1) = after
+                    .as_deref()
+                    .and_then(fence_of)
+                    .filter(|f1| Some(*f1) != f0)
+                {
+                    if f1 <= n.max_fence || f1 <= n.max_epoch {
+                        return Err(format!(
+                            "{label}: new write fence {f1} is not above fence {} and epoch {}",
+                            n.max_fence, n.max_epoch
+                        ));
+                    }
+                    n.max_fence = f1;
+                }
+                if op == Op::Attempt && role == Role::Reader {
+                    if let Reply::Bulk(e) = &reply {
+                        let e: u128 = e.parse().map_err(|_| format!("{label}: epoch {e}"))?;
+                        if e < n.max_fence {
+                            return Err(format!(
+                                "{label}: epoch {e} is below the latest write fence {}",
+                                n.max_fence
+                            ));
+                        }
+                        n.max_epoch = n.max_epoch.max(e);
+                        // 6. Writers first.
+                        let head_writer = queue.first().is_some_and(|r| r.starts_with('w'));
+                        if cl0.hand && head_writer && !mine(&readers0) {
+                            return Err(format!(
+                                "{label}: a new reader let in past the writer {} first in line",
+                                queue[0]
+                            ));
+                        }
+                    }
+                }
+                // Notifications: `rw:<sha>` or `rw:<sha>:g:<reg>:…`.
+                for p in std::mem::take(&mut n.db.published) {
+                    let parts: Vec<&str> = p.message.split(':').collect();
+                    if parts.get(2) == Some(&"g") {
+                        for (i, cl) in n.clients.iter_mut().enumerate() {
+                            if Some(&entry(i, cl.role).as_str()) == parts.get(3)
+                                && cl.phase != Phase::Dead
+                            {
+                                cl.grant_notice = true;
+                            }
+                        }
+                    } else {
+                        for cl in &mut n.clients {
+                            if cl.phase == Phase::Waiting {
+                                cl.wake = true;
+                            }
+                        }
+                    }
+                }
+                let cl = &mut n.clients[client];
+                let first = cl.lost.map_or(now, |(_, at)| at);
+                if lose {
+                    n.faults.lose_reply -= 1;
+                    cl.lost = Some((op, first));
+                } else {
+                    cl.lost = None;
+                    answer(cl, op, reply, first, now);
+                }
+                label
+            }
+            Action::Advance => {
+                let t = self.next_deadline(s).expect("a deadline");
+                n.db.advance_ms(t - now);
+                format!("clock +{} ms", t - now)
+            }
+            Action::LoseNotice(c) => {
+                n.faults.lose_notice -= 1;
+                n.clients[c].grant_notice = false;
+                n.clients[c].wake = false;
+                format!("c{c}'s notification lost")
+            }
+            Action::Kill(c) => {
+                n.faults.kill -= 1;
+                n.clients[c].phase = Phase::Dead;
+                n.clients[c].lost = None;
+                format!("c{c} killed")
+            }
+            Action::GiveUp(c) => {
+                n.faults.give_up -= 1;
+                n.clients[c].phase = Phase::Leaving {
+                    deregistered: false,
+                };
+                format!("c{c} gives up")
+            }
+            Action::Restart => {
+                n.faults.restart -= 1;
+                n.db.keys.clear();
+                n.db.advance_ms(1);
+                n.restarted = true;
+                "redis restarts without data (1 ms)".to_owned()
+            }
+        };
+        n.db.purge();
+        // 1. No writer key beside a live reader, on the server.
+        if let Some(w) = self.writer(&n.db).filter(|_| self.bounds.server_check) {
+            let live = self.readers(&n.db);
+            if !live.is_empty() {
+                return Err(format!(
+                    "{label}: the writer key {w} lives beside live readers {:?}",
+                    live.keys().collect::<Vec<_>>()
+                ));
+            }
+        }
+        // 2. Exclusion by the clients' own clocks.
+        let now = n.db.now_ms();
+        let valid = |role: Role| -> Vec<usize> {
+            (0..n.clients.len())
+                .filter(|c| {
+                    let cl = &n.clients[*c];
+                    cl.role == role
+                        && matches!(cl.phase, Phase::Held { deadline, .. } if now < deadline)
+                        && !matches!(cl.lost, Some((Op::Release, _)))
+                })
+                .collect()
+        };
+        let (writers, readers) = (valid(Role::Writer), valid(Role::Reader));
+        if !n.restarted && (writers.len() > 1 || (!writers.is_empty() && !readers.is_empty())) {
+            return Err(format!(
+                "{label}: writers {writers:?} and readers {readers:?} all hold valid leases"
+            ));
+        }
+        Ok((n, label))
+    }
+
+    /// Explores every interleaving up to the depth bound.
+    pub(crate) fn run(&mut self) -> Result<Stats, Counterexample> {
+        let init = self.initial();
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut arena: Vec<(usize, String)> = vec![(usize::MAX, "start".to_owned())];
+        let mut frontier: VecDeque<(State, usize)> = VecDeque::new();
+        seen.insert(hash(&init));
+        frontier.push_back((init, 0));
+        let mut transitions = 0;
+        let mut depth = 0;
+        while depth < self.bounds.depth && !frontier.is_empty() {
+            let mut next = VecDeque::new();
+            while let Some((s, at)) = frontier.pop_front() {
+                for a in self.actions(&s) {
+                    transitions += 1;
+                    match self.apply(&s, a) {
+                        Ok((n, label)) => {
+                            if seen.insert(hash(&n)) {
+                                arena.push((at, label));
+                                next.push_back((n, arena.len() - 1));
+                            }
+                        }
+                        Err(violation) => {
+                            let mut trace = vec![violation.clone()];
+                            let mut i = at;
+                            while i != 0 {
+                                trace.push(arena[i].1.clone());
+                                i = arena[i].0;
+                            }
+                            trace.reverse();
+                            return Err(Counterexample {
+                                invariant: violation,
+                                trace,
+                            });
+                        }
+                    }
+                }
+            }
+            frontier = next;
+            depth += 1;
+        }
+        Ok(Stats {
+            states: seen.len(),
+            transitions,
+            depth,
+            ..self.stats
+        })
+    }
+}
+
+fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
+    match op {
+        Op::Attempt => {
+            cl.grant_notice = false;
+            cl.wake = false;
+            match reply {
+                Reply::Bulk(_) => {
+                    cl.registered = false;
+                    cl.phase = Phase::Held {
+                        deadline: first + LEASE,
+                        renewed: false,
+                    };
+                }
+                Reply::Int(ms) => {
+                    cl.registered = cl.hand;
+                    cl.phase = Phase::Waiting;
+                    cl.next_poll = now + (ms.max(1) as u64).min(POLL);
+                }
+                other => panic!("attempt answered {other:?}"),
+            }
+        }
+        Op::Renew => {
+            if let Phase::Held { deadline, renewed } = &mut cl.phase {
+                *renewed = true;
+                if reply == Reply::Int(1) {
+                    *deadline = first + LEASE;
+                } else {
+                    *deadline = (*deadline).min(now);
+                }
+            }
+        }
+        Op::Release | Op::GrantRelease => {
+            cl.registered = false;
+            cl.phase = Phase::Done;
+        }
+        Op::Deregister => cl.phase = Phase::Leaving { deregistered: true },
+    }
+}
+
+fn hash(s: &State) -> u64 {
+    let mut h = DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// Two readers and a writer, all with the hand-over (`hand_off`: the
+/// second reader without it), at the CI depth or `REDLEASE_MODEL_DEPTH`.
+pub(crate) fn bounds(hand_off: bool) -> Bounds {
+    let depth = std::env::var("REDLEASE_MODEL_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(6);
+    Bounds {
+        clients: vec![
+            (Role::Reader, true),
+            (Role::Writer, true),
+            (Role::Reader, !hand_off),
+        ],
+        depth,
+        faults: Faults {
+            lose_reply: 1,
+            lose_notice: 1,
+            kill: 1,
+            restart: 1,
+            give_up: 1,
+        },
+        server_check: true,
+    }
+}
+
+fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexample> {
+    let started = Instant::now();
+    let roles: Vec<String> = b
+        .clients
+        .iter()
+        .map(|(r, h)| {
+            format!(
+                "{}{}",
+                if *r == Role::Reader { "R" } else { "W" },
+                if *h { "" } else { "(no hand-over)" }
+            )
+        })
+        .collect();
+    let depth = b.depth;
+    let result = Explorer::new(sources, b).run();
+    match &result {
+        Ok(st) => println!(
+            "{name}: clients {}, depth {}: {} states, {} transitions \
+             ({} writer grants, {} reader grants, {} claims), {:.1?}",
+            roles.join(" "),
+            st.depth,
+            st.states,
+            st.transitions,
+            st.writer_grants,
+            st.reader_grants,
+            st.claims,
+            started.elapsed()
+        ),
+        Err(cx) => println!(
+            "{name}: clients {}, depth bound {depth}: counterexample after {:.1?}\n{cx}",
+            roles.join(" "),
+            started.elapsed()
+        ),
+    }
+    result
+}
+
+#[test]
+fn rw_protocol_holds_for_two_readers_and_a_writer() {
+    match explore("rw, real scripts", Sources::real(), bounds(false)) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(
+            st.writer_grants > 0 && st.reader_grants > 0 && st.claims > 0,
+            "the hand-over was not reached both ways: {st:?}"
+        ),
+    }
+}
+
+#[test]
+fn rw_protocol_holds_with_a_reader_without_the_handover() {
+    if let Err(cx) = explore("rw, real scripts", Sources::real(), bounds(true)) {
+        panic!("{cx}");
+    }
+}
+
+fn mutated(name: &str, server_check: bool, mutate: impl Fn(&mut Sources)) -> Counterexample {
+    let mut sources = Sources::real();
+    mutate(&mut sources);
+    let b = Bounds {
+        server_check,
+        ..bounds(false)
+    };
+    match explore(name, sources, b) {
+        Ok(st) => panic!("{name}: not caught in {} states", st.states),
+        Err(cx) => cx,
+    }
+}
+
+#[test]
+fn mutation_read_past_a_queued_writer_is_caught() {
+    // RW_READ forgets to keep new readers behind a writer first in line:
+    // no exclusion is lost (the writer still waits for every live reader),
+    // but readers that keep coming starve it.
+    let cx = mutated("mutation: a new read past the queued writer", true, |s| {
+        s.mutate(
+            "RW_READ_LUA",
+            "if writer_next and not claim then",
+            "if false then",
+            1,
+        );
+    });
+    assert!(cx.invariant.contains("past the writer"), "{cx}");
+}
+
+#[test]
+fn mutation_writer_granted_beside_live_readers_is_caught() {
+    // `rw_hand_over` grants a head writer without checking for live
+    // readers: the server holds a writer key beside a live reader, and
+    // the writer that claims it holds beside the reader.
+    let mutate = |s: &mut Sources| {
+        for script in [
+            "RW_READ_LUA",
+            "RW_WRITE_LUA",
+            "RELEASE_LUA",
+            "RW_READ_RELEASE_LUA",
+        ] {
+            s.mutate(script, "if readers_until(readers) then", "if false then", 1);
+        }
+    };
+    let cx = mutated(
+        "mutation: a writer granted beside live readers",
+        true,
+        mutate,
+    );
+    assert!(cx.invariant.contains("beside live readers"), "{cx}");
+    let cx = mutated(
+        "mutation: a writer granted beside live readers (the clients' view)",
+        false,
+        mutate,
+    );
+    assert!(cx.invariant.contains("all hold valid leases"), "{cx}");
+}

@@ -40,7 +40,10 @@ pub fn script_source(name: &str) -> Result<String, String> {
 }
 
 /// The name of every script the crate composes with `lua!`.
-#[allow(dead_code, reason = "the benchmarks include this file and ask by name only")]
+#[allow(
+    dead_code,
+    reason = "the benchmarks include this file and ask by name only"
+)]
 pub fn script_names() -> Vec<&'static str> {
     SOURCES
         .iter()

@@ -17,5 +17,6 @@ mod model {
     mod explore_rw;
     pub(crate) mod lua;
     pub(crate) mod scenarios;
+    mod search;
     mod smoke;
 }

@@ -34,14 +34,13 @@
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
-use super::explore::{Counterexample, Faults};
 use super::lua::Emulator;
+use super::search::{self, fence_of, owner_of, Counterexample, Faults};
 
 const START_MS: u64 = 1_700_000_000_000;
 const LEASE: u64 = 100;
@@ -62,7 +61,7 @@ pub(crate) enum Role {
 
 /// Which call a client sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Op {
+pub(crate) enum Op {
     /// RW_READ or RW_WRITE, by role.
     Attempt,
     Release,
@@ -97,7 +96,7 @@ struct Client {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct State {
+pub(crate) struct State {
     db: Db,
     clients: Vec<Client>,
     faults: Faults,
@@ -106,15 +105,7 @@ struct State {
     restarted: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Run { client: usize, op: Op, lose: bool },
-    Advance,
-    LoseNotice(usize),
-    Kill(usize),
-    GiveUp(usize),
-    Restart,
-}
+type Action = search::Action<Op>;
 
 /// What to explore: each client's role and whether it has the hand-over.
 #[derive(Debug, Clone)]
@@ -150,12 +141,6 @@ fn grant(c: usize) -> String {
 fn entry(c: usize, role: Role) -> String {
     let kind = if role == Role::Reader { 'r' } else { 'w' };
     format!("{kind}{:016x}", 0xe0 + c)
-}
-fn fence_of(value: &str) -> Option<u128> {
-    value.rsplit_once(':').and_then(|(_, f)| f.parse().ok())
-}
-fn owner_of(value: &str) -> &str {
-    value.split_once(':').map_or(value, |(o, _)| o)
 }
 
 /// The explorer: the scripts (maybe mutated) and the key's names.
@@ -269,44 +254,12 @@ impl Explorer {
     }
 
     fn actions(&self, s: &State) -> Vec<Action> {
-        let mut out = Vec::new();
-        for c in 0..s.clients.len() {
-            for op in self.sends(s, c) {
-                out.push(Action::Run {
-                    client: c,
-                    op,
-                    lose: false,
-                });
-                if s.faults.lose_reply > 0 {
-                    out.push(Action::Run {
-                        client: c,
-                        op,
-                        lose: true,
-                    });
-                }
-            }
-            let cl = &s.clients[c];
-            if s.faults.lose_notice > 0 && (cl.grant_notice || cl.wake) {
-                out.push(Action::LoseNotice(c));
-            }
-            if s.faults.kill > 0 && !matches!(cl.phase, Phase::Dead | Phase::Done) {
-                out.push(Action::Kill(c));
-            }
-            if s.faults.give_up > 0
-                && cl.phase == Phase::Waiting
-                && cl.registered
-                && cl.lost.is_none()
-            {
-                out.push(Action::GiveUp(c));
-            }
-        }
-        if s.faults.restart > 0 {
-            out.push(Action::Restart);
-        }
-        if self.next_deadline(s).is_some() {
-            out.push(Action::Advance);
-        }
-        out
+        search::actions(
+            &s.clients,
+            &s.faults,
+            |c| self.sends(s, c),
+            self.next_deadline(s).is_some(),
+        )
     }
 
     /// The next time anything changes by the clock alone.
@@ -542,32 +495,13 @@ impl Explorer {
                 n.db.advance_ms(t - now);
                 format!("clock +{} ms", t - now)
             }
-            Action::LoseNotice(c) => {
-                n.faults.lose_notice -= 1;
-                n.clients[c].grant_notice = false;
-                n.clients[c].wake = false;
-                format!("c{c}'s notification lost")
-            }
-            Action::Kill(c) => {
-                n.faults.kill -= 1;
-                n.clients[c].phase = Phase::Dead;
-                n.clients[c].lost = None;
-                format!("c{c} killed")
-            }
-            Action::GiveUp(c) => {
-                n.faults.give_up -= 1;
-                n.clients[c].phase = Phase::Leaving {
-                    deregistered: false,
-                };
-                format!("c{c} gives up")
-            }
-            Action::Restart => {
-                n.faults.restart -= 1;
-                n.db.keys.clear();
-                n.db.advance_ms(1);
-                n.restarted = true;
-                "redis restarts without data (1 ms)".to_owned()
-            }
+            fault => search::apply_fault(
+                fault,
+                &mut n.faults,
+                &mut n.clients,
+                &mut n.db,
+                &mut n.restarted,
+            ),
         };
         n.db.purge();
         // 1. No writer key beside a live reader, on the server.
@@ -604,50 +538,54 @@ impl Explorer {
     /// Explores every interleaving up to the depth bound.
     pub(crate) fn run(&mut self) -> Result<Stats, Counterexample> {
         let init = self.initial();
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut arena: Vec<(usize, String)> = vec![(usize::MAX, "start".to_owned())];
-        let mut frontier: VecDeque<(State, usize)> = VecDeque::new();
-        seen.insert(hash(&init));
-        frontier.push_back((init, 0));
-        let mut transitions = 0;
-        let mut depth = 0;
-        while depth < self.bounds.depth && !frontier.is_empty() {
-            let mut next = VecDeque::new();
-            while let Some((s, at)) = frontier.pop_front() {
-                for a in self.actions(&s) {
-                    transitions += 1;
-                    match self.apply(&s, a) {
-                        Ok((n, label)) => {
-                            if seen.insert(hash(&n)) {
-                                arena.push((at, label));
-                                next.push_back((n, arena.len() - 1));
-                            }
-                        }
-                        Err(violation) => {
-                            let mut trace = vec![violation.clone()];
-                            let mut i = at;
-                            while i != 0 {
-                                trace.push(arena[i].1.clone());
-                                i = arena[i].0;
-                            }
-                            trace.reverse();
-                            return Err(Counterexample {
-                                invariant: violation,
-                                trace,
-                            });
-                        }
-                    }
-                }
-            }
-            frontier = next;
-            depth += 1;
-        }
+        let searched = search::breadth_first(self, init, self.bounds.depth)?;
         Ok(Stats {
-            states: seen.len(),
-            transitions,
-            depth,
+            states: searched.states,
+            transitions: searched.transitions,
+            depth: searched.depth,
             ..self.stats
         })
+    }
+}
+
+impl search::Model for Explorer {
+    type State = State;
+    type Op = Op;
+
+    fn actions(&self, s: &State) -> Vec<Action> {
+        self.actions(s)
+    }
+
+    fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
+        self.apply(s, a)
+    }
+}
+
+impl search::Waiter for Client {
+    fn notified(&self) -> bool {
+        self.grant_notice || self.wake
+    }
+
+    fn alive(&self) -> bool {
+        !matches!(self.phase, Phase::Dead | Phase::Done)
+    }
+
+    fn may_give_up(&self) -> bool {
+        self.phase == Phase::Waiting && self.registered && self.lost.is_none()
+    }
+
+    fn lose_notices(&mut self) {
+        (self.grant_notice, self.wake) = (false, false);
+    }
+
+    fn die(&mut self) {
+        (self.phase, self.lost) = (Phase::Dead, None);
+    }
+
+    fn give_up(&mut self) {
+        self.phase = Phase::Leaving {
+            deregistered: false,
+        };
     }
 }
 
@@ -690,12 +628,6 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
     }
 }
 
-fn hash(s: &State) -> u64 {
-    let mut h = DefaultHasher::new();
-    s.hash(&mut h);
-    h.finish()
-}
-
 /// Two readers and a writer, all with the hand-over (`hand_off`: the
 /// second reader without it), at the CI depth or `REDLEASE_MODEL_DEPTH`.
 pub(crate) fn bounds(hand_off: bool) -> Bounds {
@@ -710,13 +642,7 @@ pub(crate) fn bounds(hand_off: bool) -> Bounds {
             (Role::Reader, !hand_off),
         ],
         depth,
-        faults: Faults {
-            lose_reply: 1,
-            lose_notice: 1,
-            kill: 1,
-            restart: 1,
-            give_up: 1,
-        },
+        faults: Faults::one_of_each(),
         server_check: true,
     }
 }

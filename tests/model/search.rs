@@ -1,0 +1,260 @@
+//! What both explorers share: the events of a run (a client's script call
+//! with its reply delivered or lost, the clock, a fault), the faults left
+//! to inject, and the breadth-first search over states, memoised by hash,
+//! that turns a violated invariant into the trace that leads to it.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use super::emu::Db;
+
+/// Faults left to inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Faults {
+    pub(crate) lose_reply: u8,
+    pub(crate) lose_notice: u8,
+    pub(crate) kill: u8,
+    pub(crate) restart: u8,
+    pub(crate) give_up: u8,
+}
+
+impl Faults {
+    /// One fault of each kind.
+    pub(crate) fn one_of_each() -> Self {
+        Faults {
+            lose_reply: 1,
+            lose_notice: 1,
+            kill: 1,
+            restart: 1,
+            give_up: 1,
+        }
+    }
+}
+
+/// One event of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action<Op> {
+    /// Client `client` sends `op`; Redis runs it, and its reply is
+    /// delivered or (`lose`) lost, to be sent again as it was.
+    Run {
+        client: usize,
+        op: Op,
+        lose: bool,
+    },
+    /// The clock moves to the next deadline.
+    Advance,
+    LoseNotice(usize),
+    Kill(usize),
+    GiveUp(usize),
+    Restart,
+}
+
+/// What the fault events need to know of a client.
+pub(crate) trait Waiter {
+    /// A grant notice or a wake-up waits for it.
+    fn notified(&self) -> bool;
+    /// It is neither dead nor done.
+    fn alive(&self) -> bool;
+    /// It waits registered with no reply lost, so it may give up.
+    fn may_give_up(&self) -> bool;
+    /// Its pending notices are lost.
+    fn lose_notices(&mut self);
+    /// It is killed: it sends nothing more.
+    fn die(&mut self);
+    /// Its wait ends: it deregisters, then releases by its grant token.
+    fn give_up(&mut self);
+}
+
+/// Applies a fault event (not a send, not the clock) to the clients, the
+/// faults left and the key space; the step's label. A restart without
+/// data empties the key space and moves the clock 1 ms.
+pub(crate) fn apply_fault<Op, C: Waiter>(
+    fault: Action<Op>,
+    faults: &mut Faults,
+    clients: &mut [C],
+    db: &mut Db,
+    restarted: &mut bool,
+) -> String {
+    match fault {
+        Action::LoseNotice(c) => {
+            faults.lose_notice -= 1;
+            clients[c].lose_notices();
+            format!("c{c}'s notification lost")
+        }
+        Action::Kill(c) => {
+            faults.kill -= 1;
+            clients[c].die();
+            format!("c{c} killed")
+        }
+        Action::GiveUp(c) => {
+            faults.give_up -= 1;
+            clients[c].give_up();
+            format!("c{c} gives up")
+        }
+        Action::Restart => {
+            faults.restart -= 1;
+            db.keys.clear();
+            db.advance_ms(1);
+            *restarted = true;
+            "redis restarts without data (1 ms)".to_owned()
+        }
+        Action::Run { .. } | Action::Advance => {
+            unreachable!("a send or the clock is the model's own step")
+        }
+    }
+}
+
+/// Every event enabled: each client's sends (each also with its reply
+/// lost while that fault is left), the faults left, and the clock when
+/// `clock_moves`.
+pub(crate) fn actions<Op: Copy, C: Waiter>(
+    clients: &[C],
+    faults: &Faults,
+    sends: impl Fn(usize) -> Vec<Op>,
+    clock_moves: bool,
+) -> Vec<Action<Op>> {
+    let mut out = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        for op in sends(c) {
+            out.push(Action::Run {
+                client: c,
+                op,
+                lose: false,
+            });
+            if faults.lose_reply > 0 {
+                out.push(Action::Run {
+                    client: c,
+                    op,
+                    lose: true,
+                });
+            }
+        }
+        if faults.lose_notice > 0 && client.notified() {
+            out.push(Action::LoseNotice(c));
+        }
+        if faults.kill > 0 && client.alive() {
+            out.push(Action::Kill(c));
+        }
+        if faults.give_up > 0 && client.may_give_up() {
+            out.push(Action::GiveUp(c));
+        }
+    }
+    if faults.restart > 0 {
+        out.push(Action::Restart);
+    }
+    if clock_moves {
+        out.push(Action::Advance);
+    }
+    out
+}
+
+/// A violated invariant and the trace that leads to it.
+#[derive(Debug, Clone)]
+pub(crate) struct Counterexample {
+    pub(crate) invariant: String,
+    pub(crate) trace: Vec<String>,
+}
+
+impl std::fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "violated: {}", self.invariant)?;
+        for (i, step) in self.trace.iter().enumerate() {
+            writeln!(f, "  {:>2}. {step}", i + 1)?;
+        }
+        Ok(())
+    }
+}
+
+/// A model the search explores.
+pub(crate) trait Model {
+    type State: Hash;
+    type Op: Copy;
+    /// The events enabled in `s`.
+    fn actions(&self, s: &Self::State) -> Vec<Action<Self::Op>>;
+    /// `s` after `a`, with the step's label; `Err`: an invariant the step
+    /// broke.
+    fn apply(
+        &mut self,
+        s: &Self::State,
+        a: Action<Self::Op>,
+    ) -> Result<(Self::State, String), String>;
+    /// A property of a state met for the first time; `Some`: violated.
+    fn check(&mut self, _s: &Self::State) -> Option<String> {
+        None
+    }
+}
+
+/// How far a search went.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Searched {
+    pub(crate) states: usize,
+    pub(crate) transitions: usize,
+    pub(crate) depth: usize,
+}
+
+/// Explores every interleaving from `init` up to `bound` events deep.
+pub(crate) fn breadth_first<M: Model>(
+    model: &mut M,
+    init: M::State,
+    bound: usize,
+) -> Result<Searched, Counterexample> {
+    let mut seen: HashSet<u64> = HashSet::new();
+    // (parent, label) of every state met, for the traces.
+    let mut arena: Vec<(usize, String)> = vec![(usize::MAX, "start".to_owned())];
+    let trace = |arena: &[(usize, String)], mut i: usize, violation: String| {
+        let mut trace = vec![violation.clone()];
+        while i != 0 {
+            trace.push(arena[i].1.clone());
+            i = arena[i].0;
+        }
+        trace.reverse();
+        Counterexample {
+            invariant: violation,
+            trace,
+        }
+    };
+    let mut frontier: VecDeque<(M::State, usize)> = VecDeque::new();
+    seen.insert(hash(&init));
+    frontier.push_back((init, 0));
+    let (mut transitions, mut depth) = (0, 0);
+    while depth < bound && !frontier.is_empty() {
+        let mut next = VecDeque::new();
+        while let Some((s, at)) = frontier.pop_front() {
+            for a in model.actions(&s) {
+                transitions += 1;
+                let (n, label) = model.apply(&s, a).map_err(|v| trace(&arena, at, v))?;
+                if seen.insert(hash(&n)) {
+                    arena.push((at, label));
+                    if let Some(violation) = model.check(&n) {
+                        return Err(trace(&arena, arena.len() - 1, violation));
+                    }
+                    next.push_back((n, arena.len() - 1));
+                }
+            }
+        }
+        frontier = next;
+        depth += 1;
+    }
+    Ok(Searched {
+        states: seen.len(),
+        transitions,
+        depth,
+    })
+}
+
+/// A state's hash, which memoises the searches.
+pub(crate) fn hash(s: &impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// The fence of a lease value `<owner>:<fence>`.
+pub(crate) fn fence_of(value: &str) -> Option<u128> {
+    value.rsplit_once(':').and_then(|(_, f)| f.parse().ok())
+}
+
+/// The owner of a lease value `<owner>:<fence>`.
+pub(crate) fn owner_of(value: &str) -> &str {
+    value.split_once(':').map_or(value, |(o, _)| o)
+}

@@ -19,9 +19,18 @@ pub(crate) fn cluster_client(
 ) -> Result<(ClusterClient, Option<redis::ConnectionInfo>), Error> {
     let bad = || Error::invalid_config("nodes", "not valid Redis Cluster node URLs");
     let template = infos.first().cloned();
+    // `TRYAGAIN` and the like are waited out within a tenth of the command
+    // timeout over the 16 retries rather than the crate's default of
+    // seconds: a release then still has the time to go again without the
+    // hand-over's keys (a slot migration that split them).
+    let step_ms = u64::try_from(config.command_timeout.as_millis() / 80)
+        .unwrap_or(u64::MAX)
+        .max(2);
     let mut builder = ClusterClient::builder(infos)
         .connection_timeout(config.command_timeout)
-        .response_timeout(config.command_timeout);
+        .response_timeout(config.command_timeout)
+        .min_retry_wait(1)
+        .max_retry_wait(step_ms);
     if let Some(retries) = retries {
         builder = builder.retries(retries);
     }

@@ -758,7 +758,13 @@
 //!   reads the slot map anew): a redirect (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`),
 //!   a refused node after a failover, a pooled node connection the server had
 //!   closed; `ASK` (a slot being migrated) is followed with `ASKING` on the
-//!   named node. If you pass a client with retries, the acquire script is
+//!   named node. Every script declares every key it touches, so during a
+//!   slot migration a script whose keys are not all on one node meets
+//!   `TRYAGAIN`: an acquire waits it out, and a release that still meets it
+//!   when the redirects are spent goes again as a plain release (its lease
+//!   key alone, no hand-over). The async locker's cluster connection waits
+//!   out `TRYAGAIN` within a tenth of the command timeout for the same
+//!   reason. If you pass a client with retries, the acquire script is
 //!   replay-safe: a re-sent acquire finds its own token and returns the same
 //!   fence without spending another.
 //! - A command that times out on a cluster is never re-sent (its outcome is

@@ -62,8 +62,9 @@ impl Names {
         self.of(&format!("{kind}-queued"))
     }
 
-    fn reg_prefix(&self, kind: &str) -> String {
-        format!("{}:", self.of(&format!("{kind}-reg")))
+    /// `<ns>:<kind>-reg:{<sha>}:<reg>`
+    fn reg(&self, kind: &str, reg: &str) -> String {
+        format!("{}:{reg}", self.of(&format!("{kind}-reg")))
     }
 
     fn channel(&self) -> String {
@@ -132,12 +133,11 @@ impl<'s> Scripts<'s> {
     fn handover(&self, kind: &str, message: &str, h: Handover<'_>) -> (Vec<String>, Vec<String>) {
         let n = &self.names;
         (
-            vec![n.queue(kind), n.flag(kind)],
+            vec![n.queue(kind), n.flag(kind), n.reg(kind, h.reg)],
             vec![
                 h.reg.to_owned(),
                 h.reg_ms.to_string(),
                 "2000".to_owned(),
-                n.reg_prefix(kind),
                 "PUBLISH".to_owned(),
                 n.channel(),
                 message.to_owned(),
@@ -164,17 +164,18 @@ impl<'s> Scripts<'s> {
         let n = &self.names;
         self.run(
             "RELEASE_LUA",
-            &[n.of("lock")],
+            &[
+                n.of("lock"),
+                n.of("lock-fence"),
+                n.queue("lock"),
+                n.flag("lock"),
+            ],
             &[
                 token.to_owned(),
                 "PUBLISH".to_owned(),
                 n.channel(),
                 n.sha.clone(),
                 "0".to_owned(),
-                n.reg_prefix("lock"),
-                n.of("lock-fence"),
-                n.queue("lock"),
-                n.flag("lock"),
             ],
         )
     }
@@ -217,29 +218,28 @@ impl<'s> Scripts<'s> {
         let n = &self.names;
         self.run(
             "RELEASE_LUA",
-            &[n.of("rw-write")],
+            &[
+                n.of("rw-write"),
+                n.of("rw-fence"),
+                n.queue("rw"),
+                n.flag("rw"),
+                n.of("rw-read"),
+            ],
             &[
                 token.to_owned(),
                 "PUBLISH".to_owned(),
                 n.channel(),
                 format!("rw:{}", n.sha),
                 "0".to_owned(),
-                n.reg_prefix("rw"),
-                n.of("rw-fence"),
-                n.queue("rw"),
-                n.flag("rw"),
-                n.of("rw-read"),
             ],
         )
     }
 
     fn sem(&self, token: &str, permits: u32, h: Option<Handover<'_>>) -> Value {
         let n = &self.names;
-        let mut keys = vec![
-            n.of("sem-permits"),
-            format!("{}:", n.of("sem")),
-            format!("{}:", n.of("sem-fence")),
-        ];
+        let mut keys = vec![n.of("sem-permits")];
+        keys.extend((0..permits).map(|i| format!("{}:{i}", n.of("sem"))));
+        keys.extend((0..permits).map(|i| format!("{}:{i}", n.of("sem-fence"))));
         let mut args = vec![
             token.to_owned(),
             "10000".to_owned(),
@@ -258,18 +258,18 @@ impl<'s> Scripts<'s> {
         let n = &self.names;
         self.run(
             "RELEASE_LUA",
-            &[format!("{}:{slot}", n.of("sem"))],
+            &[
+                format!("{}:{slot}", n.of("sem")),
+                format!("{}:{slot}", n.of("sem-fence")),
+                n.queue("sem"),
+                n.flag("sem"),
+            ],
             &[
                 token.to_owned(),
                 "PUBLISH".to_owned(),
                 n.channel(),
                 format!("sem:{}", n.sha),
                 "0".to_owned(),
-                n.reg_prefix("sem"),
-                format!("{}:{slot}", n.of("sem-fence")),
-                n.queue("sem"),
-                n.flag("sem"),
-                String::new(),
                 String::new(),
                 "1".to_owned(),
             ],

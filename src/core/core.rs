@@ -179,6 +179,9 @@ pub(crate) enum AttemptSummary {
     Failed,
     /// The waiter was gone or had no attempt in flight.
     Ignored,
+    /// Nothing applied, and the waiter tries again at once (a
+    /// semaphore's attempt declaring more slots).
+    Again,
     /// Redis refused the hand-over's keys (an ACL without them): the
     /// locker waits without the hand-over from now on, and the waiter
     /// tries again at once (log `LOCK_HANDOVER_UNAVAILABLE` once).
@@ -670,9 +673,14 @@ impl Core {
                     Target::Lock(names) => {
                         ScriptCall::acquire(names, w.token, w.lease_ms, ttl, handover)
                     }
-                    Target::Permit { names, permits, .. } => {
-                        ScriptCall::sem_acquire(names, *permits, w.token, w.lease_ms, ttl, handover)
-                    }
+                    Target::Permit {
+                        names,
+                        permits,
+                        slots,
+                        ..
+                    } => ScriptCall::sem_acquire(
+                        names, *permits, *slots, w.token, w.lease_ms, ttl, handover,
+                    ),
                     Target::Read(names) => ScriptCall::rw_acquire(
                         ScriptKind::RwRead,
                         names,
@@ -761,6 +769,16 @@ impl Core {
         }
         let line = self.lines.get_mut(&w.target.line());
         match result {
+            Ok(Attempted::Again { slots: more }) => {
+                if let Target::Permit { slots, .. } = &mut w.target {
+                    *slots = more;
+                }
+                if let Some(line) = line {
+                    line.handle_attempt_done();
+                }
+                self.events.push_back(CoreEvent::Wake(id));
+                AttemptSummary::Again
+            }
             Ok(Attempted::Granted {
                 fence,
                 slot,
@@ -1039,6 +1057,9 @@ enum Attempted {
     Busy(Option<Duration>, Option<u64>, bool),
     /// Settled, and no retry can succeed.
     Refused(Error),
+    /// Nothing applied: a semaphore's record is larger than the slots the
+    /// attempt declared; it goes again at once declaring `slots`.
+    Again { slots: u32 },
 }
 
 impl Attempted {
@@ -1088,6 +1109,7 @@ impl Attempted {
                     next_waits,
                 },
                 PermitReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
+                PermitReply::MoreSlots(n) => Attempted::Again { slots: n },
                 PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
                     "permits",
                     format!(

@@ -20,10 +20,7 @@ use super::line::{Line, WaiterId};
 use super::names::{Kind, Target};
 use crate::config::ResolvedOptions;
 
-use super::names::{
-    lock_prefix, lock_queue_flag, validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken,
-    RegId,
-};
+use super::names::{validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId};
 use super::outcome::Fence;
 use super::script::{lua, parse_fence, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
@@ -219,7 +216,7 @@ pub(crate) fn multi_acquire_call(
     handover: Option<MultiHandover>,
 ) -> ScriptCall {
     let registers = handover.as_ref().is_some_and(|h| h.register.is_some());
-    let mut keys = Vec::with_capacity(names.len() * if registers { 4 } else { 2 });
+    let mut keys = Vec::with_capacity(names.len() * if registers { 5 } else { 2 });
     keys.extend(names.iter().map(|n| n.lock.clone()));
     keys.extend(names.iter().map(|n| n.fence.clone()));
     let mut args = vec![
@@ -232,11 +229,11 @@ pub(crate) fn multi_acquire_call(
     // Without a registration to enter, the script uses nothing of the
     // hand-over: the call leaves its names out (a third of the keys).
     if let Some((reg, reg_ms)) = handover.and_then(|h| Some((h.register?, h.reg_ms))) {
+        let reg = reg.to_hex();
         keys.extend(names.iter().map(|n| n.queue.list.clone()));
         keys.extend(names.iter().map(|n| n.queue.flag.clone()));
-        args.push(reg.to_hex());
-        args.push(reg_ms.to_string());
-        args.extend(names.iter().map(|n| n.queue.reg_prefix.clone()));
+        keys.extend(names.iter().map(|n| n.queue.reg_key(&reg)));
+        args.extend([reg, reg_ms.to_string()]);
     }
     ScriptCall::new(ScriptKind::MultiAcquire, keys, args)
 }
@@ -254,9 +251,7 @@ pub(crate) fn multi_renew_call(locks: Vec<String>, token: OwnerToken, lease_ms: 
 /// each key handed to its queue's head with the hand-over
 /// (`handover_ttl_ms`: the fence counter TTL ms), else deleted and its
 /// release published. `keys`: each key's id and lock name, moved into the
-/// call. The script derives each key's message and, when a key has a
-/// queue, its other names from its lock name and [`lock_prefix`]
-/// ([`MULTI_RELEASE_LUA`]).
+/// call; with the hand-over each key's flag, counter and queue follow.
 pub(crate) fn multi_release_call(
     keys: Vec<(KeyId, String)>,
     token: OwnerToken,
@@ -264,13 +259,11 @@ pub(crate) fn multi_release_call(
     channel: Channel,
     handover_ttl_ms: Option<u64>,
 ) -> ScriptCall {
-    let mut args = Vec::with_capacity(5);
-    args.extend([
+    let mut args = vec![
         token.to_hex(),
         channel.publish_command().to_owned(),
         handover_ttl_ms.map_or_else(String::new, |ttl| ttl.to_string()),
-        lock_prefix(namespace),
-    ]);
+    ];
     // Keys of one channel (every key on one server, the keys of one hash
     // tag on a Cluster) send its name once: the script reads one argument
     // for all of them.
@@ -281,17 +274,17 @@ pub(crate) fn multi_release_call(
         Some((id, _)) if shared => args.push(channel.name(namespace, *id)),
         _ => args.extend(keys.iter().map(|(id, _)| channel.name(namespace, *id))),
     }
-    // The flags are sent rather than built by the script: building a
-    // name in Lua costs Redis more than receiving it.
-    let flags: Vec<String> = match handover_ttl_ms {
+    let others: Vec<LockNames> = match handover_ttl_ms {
         Some(_) => keys
             .iter()
-            .map(|(id, _)| lock_queue_flag(namespace, *id))
+            .map(|(id, _)| LockNames::new(namespace, *id))
             .collect(),
         None => Vec::new(),
     };
     let mut names: Vec<String> = keys.into_iter().map(|(_, lock)| lock).collect();
-    names.extend(flags);
+    names.extend(others.iter().map(|n| n.queue.flag.clone()));
+    names.extend(others.iter().map(|n| n.fence.clone()));
+    names.extend(others.into_iter().map(|n| n.queue.list));
     ScriptCall::new(ScriptKind::MultiRelease, names, args)
 }
 

@@ -229,6 +229,11 @@ impl QueueNames {
         }
     }
 
+    /// The registration key of the queue entry `entry`.
+    pub(crate) fn reg_key(&self, entry: &str) -> String {
+        [&self.reg_prefix, entry].concat()
+    }
+
     /// `<ns>:<kind>-queued:{<sha>}` alone.
     fn flag(namespace: &str, kind: &str, sha: &str) -> String {
         [namespace, ":", kind, "-queued:", sha].concat()
@@ -328,19 +333,6 @@ impl Handover {
 /// `<ns>:lock:{<sha>}` (`braced`: [`KeyId::braced`])
 fn lock_name(namespace: &str, braced: &str) -> String {
     [namespace, ":lock:", braced].concat()
-}
-
-/// The queue flag of key `id`'s lock, `<ns>:lock-queued:{<sha>}`: what a
-/// multi-key release reads of each key's queue.
-pub(crate) fn lock_queue_flag(namespace: &str, id: KeyId) -> String {
-    QueueNames::flag(namespace, "lock", &id.braced())
-}
-
-/// `<ns>:lock`, what every name of a key's lock starts with: the lock is
-/// `<ns>:lock:{<sha>}`, the others `<ns>:lock-<kind>:{<sha>}` (the
-/// multi-key release builds them from it, docs/PROTOCOL.md §6).
-pub(crate) fn lock_prefix(namespace: &str) -> String {
-    [namespace, ":lock"].concat()
 }
 
 /// `<ns>:sem:{<sha>}:`
@@ -497,7 +489,7 @@ pub(crate) fn election_notice(message: &[u8]) -> Option<(KeyId, &[u8])> {
 
 /// The Redis names of one key's semaphore (docs/PROTOCOL.md §5.2). Slot `i` is
 /// `<slot prefix><i>` with its fence counter `<fence prefix><i>`; the
-/// scripts build those names from the prefixes, which share the hash tag.
+/// prefixes share the hash tag.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SemNames {
     pub(crate) id: KeyId,
@@ -521,6 +513,13 @@ impl SemNames {
             fence_prefix: format!("{namespace}:sem-fence:{sha}:"),
             queue: QueueNames::new(namespace, "sem", &sha),
         }
+    }
+
+    /// Slots `0..n`, then their fence counters: what a script that may
+    /// take any of them declares.
+    pub(crate) fn slots_and_counters(&self, n: u32) -> impl Iterator<Item = String> + '_ {
+        let slots = (0..n).map(|i| format!("{}{i}", self.slot_prefix));
+        slots.chain((0..n).map(|i| format!("{}{i}", self.fence_prefix)))
     }
 }
 
@@ -571,10 +570,12 @@ impl fmt::Debug for RwNames {
 pub(crate) enum Target {
     Lock(LockNames),
     /// A semaphore of `permits`; `slot` once a grant named it (an acquire
-    /// whose outcome is unknown holds some slot, or none).
+    /// whose outcome is unknown holds some slot, or none); `slots` its
+    /// attempts declare: `permits`, or a larger recorded count.
     Permit {
         names: SemNames,
         permits: u32,
+        slots: u32,
         slot: Option<u32>,
     },
     /// A reader of a read-write lease.
@@ -603,6 +604,7 @@ impl Target {
             Want::Permit { permits } => Target::Permit {
                 names: SemNames::new(namespace, id),
                 permits,
+                slots: permits,
                 slot: None,
             },
             Want::Read => Target::Read(RwNames::new(namespace, id)),
@@ -1068,27 +1070,13 @@ mod tests {
         assert!(std::mem::size_of::<HeldTarget>() <= 112);
     }
 
-    /// The multi-key release builds a key's counter and queue names and
-    /// its release message from its lock name and `lock_prefix`
-    /// (MULTI_RELEASE_LUA): they must be the names and the message every
-    /// other script uses, with and without a hash tag.
+    /// The multi-key release derives each key's release message from its
+    /// lock name (MULTI_RELEASE_LUA): it must be the message every other
+    /// script uses, with and without a hash tag.
     #[test]
-    fn every_lock_name_is_the_lock_prefix_a_kind_and_the_lock_names_tail() {
+    fn a_lock_name_ends_with_its_release_message() {
         for id in [KeyId::of("k"), KeyId::named("a{tag}b", true)] {
             let names = LockNames::new("my:ns", id);
-            let prefix = lock_prefix("my:ns");
-            let tail = names
-                .lock
-                .strip_prefix(&format!("{prefix}:"))
-                .expect("the lock starts with the prefix");
-            let built = |kind: &str| [prefix.as_str(), kind, tail].concat();
-            assert_eq!(built("-fence:"), names.fence);
-            assert_eq!(built("-queue:"), names.queue.list);
-            assert_eq!(built("-queued:"), names.queue.flag);
-            assert_eq!(lock_queue_flag("my:ns", id), names.queue.flag);
-            assert_eq!(built("-reg:") + ":", names.queue.reg_prefix);
-            // The release message the script derives: the key's digest,
-            // which ends the lock's name, before a closing `}` or last.
             let message = LineKey::lock(id).message();
             let end = names.lock.strip_suffix('}').unwrap_or(&names.lock);
             assert!(end.ends_with(&message), "{} {message}", names.lock);

@@ -21,7 +21,7 @@ use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
 /// A script's text, composed at build time from files of `src/scripts/`:
 /// the fragments it uses (each written once: `fence`, `handover`,
-/// `rw_handover`, `read_slots`, `election`), then its own file, whose
+/// `rw_handover`, `election`), then its own file, whose
 /// header lists its KEYS, ARGV and replies.
 macro_rules! lua {
     ($($file:literal),+ $(,)?) => {
@@ -48,11 +48,11 @@ pub(crate) const DEREGISTER_LUA: &str = lua!("deregister");
 
 /// A semaphore's acquire: a free slot, a replay or a claim, or busy.
 /// Its KEYS, ARGV and replies: `src/scripts/sem_acquire.lua`.
-pub(crate) const SEM_ACQUIRE_LUA: &str = lua!("fence", "handover", "read_slots", "sem_acquire");
+pub(crate) const SEM_ACQUIRE_LUA: &str = lua!("fence", "handover", "sem_acquire");
 
 /// The release of a semaphore token whose slot is unknown.
 /// Its KEYS, ARGV and replies: `src/scripts/sem_release_any.lua`.
-pub(crate) const SEM_RELEASE_ANY_LUA: &str = lua!("read_slots", "sem_release_any");
+pub(crate) const SEM_RELEASE_ANY_LUA: &str = lua!("sem_release_any");
 
 /// A read-write lease's read.
 /// Its KEYS, ARGV and replies: `src/scripts/rw_read.lua`.
@@ -347,12 +347,15 @@ impl ScriptCall {
         let Some(h) = handover else {
             return;
         };
-        self.keys.extend([queue.list.clone(), queue.flag.clone()]);
+        self.keys.extend([
+            queue.list.clone(),
+            queue.flag.clone(),
+            queue.reg_key(&h.entry),
+        ]);
         self.args.extend([
             h.entry,
             h.reg_ms.to_string(),
             h.claim_ms.to_string(),
-            queue.reg_prefix.clone(),
             h.channel.publish_command().to_owned(),
             h.channel_name,
             h.message,
@@ -384,13 +387,9 @@ impl ScriptCall {
         queue: &QueueNames,
         fence_counter_ttl_ms: u64,
     ) -> Self {
-        self.args.extend([
-            fence_counter_ttl_ms.to_string(),
-            queue.reg_prefix.clone(),
-            counter,
-            queue.list.clone(),
-            queue.flag.clone(),
-        ]);
+        self.keys
+            .extend([counter, queue.list.clone(), queue.flag.clone()]);
+        self.args.push(fence_counter_ttl_ms.to_string());
         self
     }
 
@@ -398,7 +397,7 @@ impl ScriptCall {
     /// registration `reg` lingers in the queue (docs/PROTOCOL.md §4.4): the
     /// release never grants the key to it.
     pub(crate) fn skipping(mut self, reg: String) -> Self {
-        self.args.extend([String::new(), reg]);
+        self.args.push(reg);
         self
     }
 
@@ -407,8 +406,7 @@ impl ScriptCall {
     /// the queue until its claim queues it again, so a second slot's
     /// release cannot grant it twice.
     pub(crate) fn serving_once(mut self) -> Self {
-        self.args
-            .extend([String::new(), String::new(), "1".to_owned()]);
+        self.args.extend([String::new(), "1".to_owned()]);
         self
     }
 
@@ -416,7 +414,7 @@ impl ScriptCall {
     /// key (the readers' for a writer's release, the writer's for a
     /// reader's), which a hand-over may grant.
     pub(crate) fn with_rw_key(mut self, key: String) -> Self {
-        self.args.push(key);
+        self.keys.push(key);
         self
     }
 
@@ -424,7 +422,7 @@ impl ScriptCall {
     pub(crate) fn deregister(queue: &QueueNames, reg: String) -> Self {
         ScriptCall {
             kind: ScriptKind::Deregister,
-            keys: vec![queue.list.clone(), format!("{}{reg}", queue.reg_prefix)],
+            keys: vec![queue.list.clone(), queue.reg_key(&reg)],
             args: Vec::new(),
         }
     }
@@ -449,9 +447,14 @@ impl ScriptCall {
         }
     }
 
+    /// A semaphore's acquire of one of `permits` slots, declaring
+    /// `slots` (at least `permits`: as many as a larger recorded count
+    /// the script named, `['slots', n]`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn sem_acquire(
         names: &SemNames,
         permits: u32,
+        slots: u32,
         token: OwnerToken,
         lease_ms: u64,
         fence_counter_ttl_ms: u64,
@@ -459,11 +462,9 @@ impl ScriptCall {
     ) -> Self {
         let mut call = ScriptCall {
             kind: ScriptKind::SemAcquire,
-            keys: vec![
-                names.permits.clone(),
-                names.slot_prefix.clone(),
-                names.fence_prefix.clone(),
-            ],
+            keys: std::iter::once(names.permits.clone())
+                .chain(names.slots_and_counters(slots.max(permits)))
+                .collect(),
             args: vec![
                 token.to_hex(),
                 lease_ms.to_string(),
@@ -486,13 +487,15 @@ impl ScriptCall {
     ) -> Self {
         ScriptCall {
             kind: ScriptKind::SemReleaseAny,
-            keys: vec![names.permits.clone(), names.slot_prefix.clone()],
+            keys: names
+                .slots_and_counters(permits)
+                .take(permits as usize)
+                .collect(),
             args: vec![
                 token.to_hex(),
                 channel.publish_command().to_owned(),
                 channel.name(namespace, line.id),
                 line.message(),
-                permits.to_string(),
             ],
         }
     }
@@ -726,13 +729,17 @@ pub(crate) enum PermitReply {
     Busy(Option<Duration>),
     /// The semaphore is in use with another permit count.
     OtherCount(u32),
+    /// The recorded count is this, more slots than the attempt declared:
+    /// it must be sent again declaring them.
+    MoreSlots(u32),
 }
 
 /// Classifies the semaphore acquire script's reply: `[slot, fence]` or
 /// `[slot, fence, 1]` (the next waiter waits for its grant) with a slot
 /// below the largest permit count and a fence as in [`classify_acquire`];
 /// an integer ≥ -2 or nil means busy;
-/// `['permits', n]` names the count in use.
+/// `['permits', n]` names the count in use, `['slots', n]` the slots to
+/// declare.
 pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> {
     let unexpected = || ReplyError::new(ScriptKind::SemAcquire, value);
     match value {
@@ -751,12 +758,17 @@ pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> 
                     next_waits: !rest.is_empty(),
                 })
             }
-            [Value::BulkString(tag), Value::Int(n)] if tag.as_slice() == b"permits" => {
-                u32::try_from(*n)
+            [Value::BulkString(tag), Value::Int(n)]
+                if matches!(tag.as_slice(), b"permits" | b"slots") =>
+            {
+                let n = u32::try_from(*n)
                     .ok()
                     .filter(|n| (1..=super::names::MAX_PERMITS).contains(n))
-                    .map(PermitReply::OtherCount)
-                    .ok_or_else(unexpected)
+                    .ok_or_else(unexpected)?;
+                Ok(match tag.as_slice() {
+                    b"permits" => PermitReply::OtherCount(n),
+                    _ => PermitReply::MoreSlots(n),
+                })
             }
             _ => Err(unexpected()),
         },
@@ -969,21 +981,34 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_semaphore_calls_name_the_prefixes_and_the_count() {
+    fn the_semaphore_calls_declare_every_slot_they_may_take() {
         use super::super::names::{KeyId, SemNames};
         let names = SemNames::new("ns", KeyId::of("pool"));
         let token = OwnerToken::from_bytes([7; 16]);
-        let call = ScriptCall::sem_acquire(&names, 3, token, 500, 0, None);
+        let call = ScriptCall::sem_acquire(&names, 3, 0, token, 500, 0, None);
+        let slot = |i: u32| format!("{}{i}", names.slot_prefix);
+        let counter = |i: u32| format!("{}{i}", names.fence_prefix);
+        let mut keys = vec![names.permits.clone()];
+        keys.extend((0..3).map(slot));
+        keys.extend((0..3).map(counter));
+        assert_eq!(call.keys, keys);
+        // A larger recorded count the script named: its slots too.
+        let wider = ScriptCall::sem_acquire(&names, 3, 5, token, 500, 0, None);
+        assert_eq!(wider.keys.len(), 11);
+        assert_eq!(wider.keys[5], slot(4));
+        assert_eq!(wider.args[3], "3");
+        assert_eq!(
+            classify_permit(&Value::Array(vec![bulk("slots"), Value::Int(5)])),
+            Ok(PermitReply::MoreSlots(5))
+        );
         let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
         assert!(packed.contains(ScriptKind::SemAcquire.sha1()));
-        for name in [&names.permits, &names.slot_prefix, &names.fence_prefix] {
-            assert!(packed.contains(name.as_str()), "{name}");
-        }
         let line = LineKey {
             kind: super::super::names::Kind::Semaphore,
             id: names.id,
         };
         let any = ScriptCall::sem_release_any(&names, 3, line, token, "ns", Channel::Standalone);
+        assert_eq!(any.keys, (0..3).map(slot).collect::<Vec<_>>());
         let packed = String::from_utf8_lossy(&any.evalsha().get_packed_command()).into_owned();
         assert!(packed.contains(&format!("sem:{}", names.id.to_hex())));
         assert!(ScriptKind::SemAcquire.grants(&Value::Array(vec![Value::Int(0), bulk("9")])));

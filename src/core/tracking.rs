@@ -63,14 +63,26 @@ impl Core {
     /// `ShuttingDown` when shutdown already released it.
     pub(crate) fn release_call(&self, lease: LeaseId) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        Ok(self.release_of(owned))
+        Ok(self.release_of(owned, self.settings.handover.is_some()))
     }
 
-    fn release_of(&self, owned: &Owned) -> ScriptCall {
+    /// The release of `lease` without the hand-over, its lease key alone
+    /// declared: what a release sends again after Redis Cluster answered
+    /// `TRYAGAIN` (a slot migration moved some of the hand-over's keys and
+    /// not the others). Its waiters hear the plain release.
+    ///
+    /// # Errors
+    ///
+    /// `ShuttingDown` when shutdown already released it.
+    pub(crate) fn plain_release_call(&self, lease: LeaseId) -> Result<ScriptCall, Error> {
+        let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
+        Ok(self.release_of(owned, false))
+    }
+
+    fn release_of(&self, owned: &Owned, handover: bool) -> ScriptCall {
         let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
         let line = owned.target.line();
         let ttl = self.settings.fence_counter_ttl_ms;
-        let handover = self.settings.handover.is_some();
         match (owned.target.names(namespace), owned.target.want) {
             (HeldNames::Key(key), Want::Lock) if handover => {
                 let names = LockNames::new(namespace, owned.target.id);
@@ -207,7 +219,7 @@ impl Core {
         let first_orphan = calls.len();
         let mut orphans = Vec::new();
         for orphan in std::mem::take(&mut self.orphans) {
-            let call = self.release_of(&orphan);
+            let call = self.release_of(&orphan, self.settings.handover.is_some());
             if skip(&call) {
                 self.orphans.push(orphan);
             } else {
@@ -261,7 +273,7 @@ impl Core {
             return leaving
                 .iter()
                 .filter(|o| o.target.want == Want::Multi)
-                .map(|o| self.release_of(o))
+                .map(|o| self.release_of(o, self.settings.handover.is_some()))
                 .collect();
         };
         let namespace = &self.settings.namespace;
@@ -279,7 +291,7 @@ impl Core {
                     entry,
                 )),
             }
-            calls.push(self.release_of(owned));
+            calls.push(self.release_of(owned, self.settings.handover.is_some()));
         }
         calls
     }
@@ -305,7 +317,7 @@ impl Core {
             self.leases
                 .drain()
                 .iter()
-                .map(|o| self.release_of(o))
+                .map(|o| self.release_of(o, self.settings.handover.is_some()))
                 .collect::<Vec<_>>(),
         );
         calls.extend(self.take_orphans());

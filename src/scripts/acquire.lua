@@ -1,11 +1,12 @@
 -- acquire.lua: a lock's acquire (docs/PROTOCOL.md §5.1).
--- KEYS: lock, counter [, queue, flag]
+-- KEYS: lock, counter [, queue, flag, reg]
 -- ARGV: token, lease_ms, counter_ttl_ms [, HANDOVER]
 -- Reply: a fence (bulk): granted (a grant, a replay, or the claim of a
 --   grant made out to this locker); an integer: busy, the ms to wait (the
 --   holder's PTTL, or the claim window of the grant this attempt made);
---   error WRONGTYPE. HANDOVER is the hand-over's ten arguments
---   (handover.lua, `handover_args`); `counter_ttl_ms` 0: no TTL.
+--   error WRONGTYPE. HANDOVER is the hand-over's nine arguments
+--   (handover.lua, `handover_args`), `reg` the caller's registration key;
+--   `counter_ttl_ms` 0: no TTL.
 --
 -- The lock's value is `<token>:<fence>`, so an acquire replayed by a client
 -- library after a timeout finds its own token and returns the same fence
@@ -30,9 +31,9 @@
 -- answered with that same `WRONGTYPE` error. The counter is written first,
 -- so an error never leaves a lock whose fence the counter does not cover.
 
-local handover = #KEYS == 4
-local H = handover and handover_args(3)
-local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[#KEYS])
+local handover = #KEYS == 5
+local H = handover and handover_args(3, KEYS[5])
+local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[4] or KEYS[2])
 local queued = handover and got[3]
 local function register(token)
   if handover then

@@ -7,10 +7,12 @@
 -- the token a grant is made out to and the claim window; the
 -- registration's key holds the entry as queued, for its bound (`PX`).
 --
--- - `handover_args(base)`: the hand-over's arguments, which follow the
---   script's own at `ARGV[base + 1]`: registration id (empty: none),
---   registration bound ms, claim window ms, registration key prefix,
---   publish command, channel, the line's release message, the locker's
+-- - `handover_args(base, reg_key)`: the hand-over's arguments, which
+--   follow the script's own at `ARGV[base + 1]`, and `reg_key`, the
+--   caller's registration key (declared in `KEYS`; the only one a script
+--   reads or writes: the queue's entries carry their own bounds):
+--   registration id (empty: none), registration bound ms, claim window
+--   ms, publish command, channel, the line's release message, the locker's
 --   grant token for this line if it is registered (empty otherwise: a
 --   grant can only be made out to a registration), `keep`: `k` when the
 --   locker still has waiters once this attempt holds the lease (its
@@ -31,9 +33,7 @@
 --   `LSET` replaces in its place; a locker not queued is `RPUSH`ed. Every
 --   registration sets the flag, and the queue and the flag live until
 --   the latest entry's bound (`PEXPIRE … GT`), so a queue is never left
---   unflagged and one whose registrants all died goes away. Only a slot
---   migration's refusal of the registration's key is waited out
---   unregistered; any other error (`NOPERM`) is raised.
+--   unflagged and one whose registrants all died goes away.
 -- - `rotate_head(queue, seen, served_once)` moves the head entry to the
 --   tail (`LMOVE`: a registration keeps its place in the round, so the
 --   claim of a grant writes nothing to the queue) and returns its id and
@@ -75,12 +75,12 @@
 --   for the caller with the next fence (`NX`, the lease's `PX`); `nil`
 --   when the key or the counter is of another type (`WRONGTYPE`).
 
-local function handover_args(base)
+local function handover_args(base, reg_key)
   return {
     reg = ARGV[base + 1], reg_ms = ARGV[base + 2], claim = ARGV[base + 3],
-    reg_prefix = ARGV[base + 4], publish = ARGV[base + 5], channel = ARGV[base + 6],
-    message = ARGV[base + 7], other = ARGV[base + 8], keep = ARGV[base + 9],
-    grant = ARGV[base + 10],
+    publish = ARGV[base + 4], channel = ARGV[base + 5], message = ARGV[base + 6],
+    other = ARGV[base + 7], keep = ARGV[base + 8], grant = ARGV[base + 9],
+    reg_key = reg_key,
   }
 end
 local server_t
@@ -102,14 +102,7 @@ local function enqueue(H, queue, flag, owner)
     owner = H.grant
   end
   local entry = H.reg .. '|' .. string.format('%d', now_ms() + tonumber(H.reg_ms)) .. '|' .. owner .. ':' .. H.claim
-  local was = redis.pcall('SET', H.reg_prefix .. H.reg, entry, 'PX', H.reg_ms, 'GET')
-  if type(was) == 'table' and was.err then
-    if string.find(was.err, 'non local key', 1, true) then
-      -- Not local while a slot migration imports the key: wait unregistered.
-      return
-    end
-    error(was)
-  end
+  local was = redis.call('SET', H.reg_key, entry, 'PX', H.reg_ms, 'GET')
   local at = was and redis.call('LPOS', queue, was)
   if at then
     redis.call('LSET', queue, at, entry)
@@ -203,7 +196,7 @@ local function settle(H, queue, flag)
     return
   end
   if H.keep == 'd' then
-    local entry = redis.call('GETDEL', H.reg_prefix .. H.reg)
+    local entry = redis.call('GETDEL', H.reg_key)
     if entry then
       redis.call('LREM', queue, 0, entry)
     end

@@ -1,7 +1,6 @@
 -- multi_acquire.lua: a multi-key lease's acquire (docs/PROTOCOL.md §6).
--- KEYS: lock..., counter... [, queue..., flag...]
--- ARGV: token, lease_ms, counter_ttl_ms, since, reserve_ms [, reg, reg_ms,
---   reg_prefix...]
+-- KEYS: lock..., counter... [, queue..., flag..., reg...]
+-- ARGV: token, lease_ms, counter_ttl_ms, since, reserve_ms [, reg, reg_ms]
 -- Reply: {'ok', fence...}: every key granted; {'busy', ms, since}: some
 --   key held (ms: the least time left, -1 or -2 unknown; since: the
 --   waiter's age for its next attempt); error WRONGTYPE. `name...` is one
@@ -25,7 +24,7 @@
 -- hold.
 
 local handover = #ARGV > 5
-local n = handover and #KEYS / 4 or #KEYS / 2
+local n = handover and #KEYS / 5 or #KEYS / 2
 local token = ARGV[1]
 local got
 if handover then
@@ -41,16 +40,10 @@ else
   got = redis.call('MGET', unpack(KEYS))
 end
 local t = server_time()
--- The waiter's age, computed when a reservation or a busy key needs it.
-local age
-local function waiter_age()
-  if not age then
-    age = tonumber(ARGV[4])
-    if age == 0 then
-      age = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-  end
-  return age
+-- The waiter's age: its first busy reply's server time, in µs.
+local age = tonumber(ARGV[4])
+if age == 0 then
+  age = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local state, all_mine, busy = {}, true, false
 for i = 1, n do
@@ -63,8 +56,7 @@ for i = 1, n do
       s = reserved and 'reserved' or 'mine'
     elseif reserved then
       local other = tonumber(string.sub(v, sep + 2)) or 0
-      local mine = waiter_age()
-      if other > mine or (other == mine and owner > token) then
+      if other > age or (other == age and owner > token) then
         s = 'younger'
       else
         s = 'busy'
@@ -148,14 +140,14 @@ if not busy then
     -- flagged queue can hold one.
     for i = 1, n do
       if got[2 * n + i] then
-        settle({reg = ARGV[6], keep = 'd', reg_prefix = ARGV[7 + i]}, KEYS[2 * n + i])
+        settle({reg = ARGV[6], keep = 'd', reg_key = KEYS[4 * n + i]}, KEYS[2 * n + i])
       end
     end
   end
   return fences
 end
 local res_ms = ARGV[5]
-local age_text = string.format('%d', waiter_age())
+local age_text = string.format('%d', age)
 local wait = nil
 for i = 1, n do
   local s = state[i]
@@ -165,7 +157,7 @@ for i = 1, n do
       wait = ms
     end
     if handover and ARGV[6] ~= '' and res_ms ~= '0' then
-      local H = {reg = ARGV[6], reg_ms = ARGV[7], claim = res_ms, reg_prefix = ARGV[7 + i]}
+      local H = {reg = ARGV[6], reg_ms = ARGV[7], claim = res_ms, reg_key = KEYS[4 * n + i]}
       enqueue(H, KEYS[2 * n + i], KEYS[3 * n + i], 'm' .. age_text .. '.' .. token)
     end
   elseif res_ms == '0' then

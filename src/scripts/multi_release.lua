@@ -1,19 +1,15 @@
 -- multi_release.lua: a multi-key lease's release (docs/PROTOCOL.md §6).
--- KEYS: lock... [, flag...]
--- ARGV: token, publish, counter_ttl_ms, lock_prefix, channel+
+-- KEYS: lock... [, flag..., counter..., queue...]
+-- ARGV: token, publish, counter_ttl_ms, channel+
 -- Reply: 1 released (every key), 0 expired, 2 some key another's.
 --   `counter_ttl_ms` '': no hand-over; `channel+` is the one channel every
 --   key shares, or one per key.
 
 local handover = ARGV[3] ~= ''
-local n = handover and #KEYS / 2 or #KEYS
-local prefix = ARGV[4]
-local each_channel = #ARGV > 5
-local function name_of(i, kind)
-  return prefix .. kind .. string.sub(KEYS[i], #prefix + 2)
-end
+local n = handover and #KEYS / 4 or #KEYS
+local each_channel = #ARGV > 4
 local function channel_of(i)
-  return each_channel and ARGV[4 + i] or ARGV[5]
+  return each_channel and ARGV[3 + i] or ARGV[4]
 end
 -- The key's digest, which ends its lock's name: `…{<sha>}` or `…}:<sha>`.
 local function message_of(i)
@@ -24,7 +20,7 @@ local function message_of(i)
   return string.sub(lock, -64)
 end
 -- One read of the locks and, with the hand-over, their queues' flags.
-local got = redis.call('MGET', unpack(KEYS))
+local got = redis.call('MGET', unpack(KEYS, 1, handover and 2 * n or n))
 -- A token holds or reserves a key whose value starts `<token>:`.
 local owner = ARGV[1] .. ':'
 local mine, present = 0, 0
@@ -37,8 +33,8 @@ for i = 1, n do
       mine = mine + 1
       local handed = false
       if handover and got[n + i] then
-        local counter = name_of(i, '-fence:')
-        local reg, value = next_registration(name_of(i, '-queue:'))
+        local counter = KEYS[2 * n + i]
+        local reg, value = next_registration(KEYS[3 * n + i])
         if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i)) then
           handed = true
         elseif reg == nil then

@@ -22,7 +22,7 @@
 --   live readers); an empty queue's flag is deleted.
 -- - `rw_begin(base)`: what a read or a write starts with: the hand-over's
 --   arguments (after `ARGV[base]`, `H`, or `false` without the queue's
---   `KEYS[5]`, `KEYS[6]`), one `MGET` of the writer, the intent, the
+--   `KEYS[5]`, `KEYS[6]` and the registration's `KEYS[7]`), one `MGET` of the writer, the intent, the
 --   counter and the queue's flag, the flag as `queue.queued`, and
 --   `register(token)`, which registers a waiting caller.
 
@@ -102,12 +102,12 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
   return claim, served, claim ~= nil, writer_next
 end
 local function rw_begin(base)
-  local handover = #KEYS == 6
-  local H = handover and handover_args(base)
+  local handover = #KEYS == 7
+  local H = handover and handover_args(base, KEYS[7])
   if H then
     H.queue, H.flag = KEYS[5], KEYS[6]
   end
-  local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[#KEYS])
+  local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[6] or KEYS[4])
   local queue = {queued = handover and got[4]}
   local function register(token)
     if handover then

@@ -1,5 +1,5 @@
 -- rw_read.lua: a read-write lease's read (docs/PROTOCOL.md §5.3).
--- KEYS: write, readers, intent, counter [, queue, flag]
+-- KEYS: write, readers, intent, counter [, queue, flag, reg]
 -- ARGV: token, lease_ms, counter_ttl_ms [, HANDOVER]
 -- Reply: the epoch (bulk): granted; an integer: busy, the ms to wait.
 --
@@ -19,12 +19,8 @@
 -- handed out. A replay sets the reader's expiry anew from this attempt
 -- on, as every kind's replay does.
 --
--- The set expires with its latest member: `PEXPIREAT ... GT` moves its
--- expiry to the new reader's when that is later, and only a set with no
--- expiry yet (one this `ZADD` created: every script that adds a reader
--- gives the set an expiry in the same run) takes it with `NX`, which
--- leaves nothing to purge; on a set that was there the expired readers are
--- purged.
+-- The set expires with its latest member (`admit`), and a read purges the
+-- expired readers.
 
 local H, got, queue, register = rw_begin(3)
 local epoch = got[3]
@@ -81,16 +77,9 @@ if got[2] or queue.queued then
   end
 end
 -- A replay sets the reader's expiry anew, as every kind's replay does.
-local until_ms = expiry()
-redis.call('ZADD', KEYS[2], until_ms, ARGV[1])
+admit(KEYS[2], ARGV[1], expiry())
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
 epoch = read_epoch(KEYS[4], epoch, server_time(), ARGV[3])
-local fresh = false
-if redis.call('PEXPIREAT', KEYS[2], until_ms, 'GT') == 0 then
-  fresh = redis.call('PEXPIREAT', KEYS[2], until_ms, 'NX') == 1
-end
-if not fresh then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
-end
 if queue.queued then
   settle(H, KEYS[5], KEYS[6])
 end

@@ -1,5 +1,5 @@
 -- rw_write.lua: a read-write lease's write (docs/PROTOCOL.md §5.3).
--- KEYS: write, readers, intent, counter [, queue, flag]
+-- KEYS: write, readers, intent, counter [, queue, flag, reg]
 -- ARGV: token, lease_ms, counter_ttl_ms, intent_ms [, HANDOVER]
 -- Reply: a fence (bulk): granted; an integer: busy, the ms to wait; error
 --   WRONGTYPE. `intent_ms` 0: a try-once write, which leaves no intent.
@@ -31,19 +31,15 @@ if got[1] then
   register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
-local t = server_time()
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-if latest[1] then
-  if tonumber(latest[2]) > now then
-    if ARGV[4] ~= '0' and (not got[2] or got[2] == ARGV[1]) then
-      redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
-    end
-    register(ARGV[1])
-    return tonumber(latest[2]) - now
+local live = readers_until(KEYS[2])
+if live then
+  if ARGV[4] ~= '0' and (not got[2] or got[2] == ARGV[1]) then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
   end
-  redis.call('DEL', KEYS[2])
+  register(ARGV[1])
+  return live - now_ms()
 end
+redis.call('DEL', KEYS[2])
 if queue.queued then
   local claim_ms = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], got[3], ARGV[3], H, H.reg)
   if claim_ms then
@@ -52,7 +48,7 @@ if queue.queued then
   end
   got[3] = redis.call('GET', KEYS[4])
 end
-local fence = take(KEYS[1], KEYS[4], got[3], t, ARGV[3])
+local fence = take(KEYS[1], KEYS[4], got[3], server_time(), ARGV[3])
 if not fence then
   return redis.error_reply(WRONGTYPE)
 end

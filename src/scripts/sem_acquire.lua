@@ -1,14 +1,16 @@
 -- sem_acquire.lua: a semaphore's acquire (docs/PROTOCOL.md §5.2).
--- KEYS: permits, slot_prefix, counter_prefix [, queue, flag]
+-- KEYS: permits, slot..., counter... [, queue, flag, reg]
 -- ARGV: token, lease_ms, counter_ttl_ms, permits [, HANDOVER]
 -- Reply: {slot, fence}: granted; {slot, fence, 1}: granted, and the
 --   locker's next waiter is registered for the next free slot; an integer:
 --   busy, the ms to wait (-1: unknown); {'permits', n}: the permits are
---   recorded as n while a slot is held; error WRONGTYPE.
+--   recorded as n while a slot is held; {'slots', n}: the record is n,
+--   more slots than declared: ask again declaring n; error WRONGTYPE.
+--   `slot...` and `counter...` are slots 0, 1, … and their counters, at
+--   least `permits` of each.
 --
--- One `MGET` reads the count record, every slot of the count asked for and
--- the queue's flag; a second one, only when the record is larger, the
--- slots past it. A token of this locker already in a slot gets that slot
+-- One `MGET` reads the count record, every slot declared and the queue's
+-- flag. A token of this locker already in a slot gets that slot
 -- and fence back, with the full lease from this attempt on (a replay, or
 -- the claim of a slot the hand-over granted: handover.lua `claim`).
 -- A permit count other than the recorded one is refused while any slot of
@@ -30,18 +32,35 @@
 -- The slot is set with `NX`: `MGET` reads a slot of another type as free,
 -- and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
 
-local handover = #KEYS == 5
-local H = handover and handover_args(4)
+local H = #ARGV > 4 and handover_args(4, KEYS[#KEYS])
+local n = (#KEYS - 1 - (H and 3 or 0)) / 2
+local queue, flag = KEYS[2 * n + 2], KEYS[2 * n + 3]
+local function slot_key(i)
+  return KEYS[2 + i]
+end
+local function counter_key(i)
+  return KEYS[2 + n + i]
+end
 local permits = tonumber(ARGV[4])
-local held, stored, queued = read_slots(permits, handover and KEYS[5])
+local names = {KEYS[1], unpack(KEYS, 2, n + 1)}
+names[n + 2] = H and flag or nil
+local got = redis.call('MGET', unpack(names))
+local stored = tonumber(got[1] or '0') or 0
+if stored > n then
+  return {'slots', stored}
+end
+local held, queued = {}, H and got[n + 2]
+for i = 1, n do
+  held[i] = got[i + 1]
+end
 local next_registers = H and H.grant ~= '' and H.keep ~= 'd'
-for i = 1, #held do
+for i = 1, n do
   local fence = our_fence(H, held[i])
   if fence then
-    claim(H, KEYS[2] .. (i - 1), ARGV[1], fence, ARGV[2], KEYS[4], KEYS[5])
+    claim(H, slot_key(i - 1), ARGV[1], fence, ARGV[2], queue, flag)
     if next_registers then
       if H.keep == 'k' then
-        enqueue(H, KEYS[4], KEYS[5], ARGV[1])
+        enqueue(H, queue, flag, ARGV[1])
       end
       for j = 1, permits do
         if j ~= i and not held[j] then
@@ -73,10 +92,10 @@ while queued and #free > 0 do
   -- A registration is served once per round: popped, not rotated, or it
   -- could be handed a second free slot before it claimed the first (its
   -- claim queues it again).
-  local reg, value = next_registration(KEYS[4], seen, true)
+  local reg, value = next_registration(queue, seen, true)
   if not reg then
     if reg == nil then
-      redis.call('DEL', KEYS[5])
+      redis.call('DEL', flag)
       queued = false
     end
     break
@@ -85,22 +104,22 @@ while queued and #free > 0 do
     break
   end
   local slot = table.remove(free, 1)
-  local counter = KEYS[3] .. slot
-  granted = grant_to(reg, value, KEYS[2] .. slot, counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message)
+  local counter = counter_key(slot)
+  granted = grant_to(reg, value, slot_key(slot), counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message)
   if not granted then
     return redis.error_reply(WRONGTYPE)
   end
 end
 if #free == 0 then
-  if handover then
-    enqueue(H, KEYS[4], KEYS[5], ARGV[1])
+  if H then
+    enqueue(H, queue, flag, ARGV[1])
   end
   if granted then
     return tonumber(granted)
   end
   local least = -1
   for i = 1, permits do
-    local ttl = redis.call('PTTL', KEYS[2] .. (i - 1))
+    local ttl = redis.call('PTTL', slot_key(i - 1))
     if ttl >= 0 and (least < 0 or ttl < least) then
       least = ttl
     end
@@ -108,16 +127,16 @@ if #free == 0 then
   return least
 end
 local slot = free[1]
-local counter = KEYS[3] .. slot
-local fence = take(KEYS[2] .. slot, counter, redis.call('GET', counter), server_time(), ARGV[3])
+local counter = counter_key(slot)
+local fence = take(slot_key(slot), counter, redis.call('GET', counter), server_time(), ARGV[3])
 if not fence then
   return redis.error_reply(WRONGTYPE)
 end
 if next_registers and #free == 1 then
-  enqueue(H, KEYS[4], KEYS[5], ARGV[1])
+  enqueue(H, queue, flag, ARGV[1])
   return {slot, fence, 1}
 end
 if queued then
-  settle(H, KEYS[4], KEYS[5])
+  settle(H, queue, flag)
 end
 return {slot, fence}

@@ -484,8 +484,8 @@ pub(crate) fn a_replayed_release_or_claim_grants_nothing_twice<F: Front>() {
     let grantee_token = token_of(&server, &ns, "k");
     monitor.catch_up(&server);
     let lock = lock_name(&ns, "k");
-    let release = last_call_of(&monitor, &lock, 1, &holder_token);
-    let claim = last_call_of(&monitor, &lock, 4, &grantee_token);
+    let release = last_call_of(&monitor, &lock, 4, &holder_token);
+    let claim = last_call_of(&monitor, &lock, 5, &grantee_token);
     let value = get(&server, &lock);
     let counter = get(&server, &fence_name(&ns, "k"));
     assert_eq!(counter, Some(fence.to_string()));

@@ -321,7 +321,8 @@ pub(crate) fn a_released_multi_key_lease_leaves_no_reservation_for_itself<F: Fro
         keys.iter()
             .map(|k| format!("{ns}:lock-queued:{{{}}}", key_sha(k))),
     );
-    let mut args = [
+    names.extend(keys.iter().map(|k| reg_name(&ns, k, "r1")));
+    let args = [
         "0123456789abcdef0123456789abcdef",
         "5000",
         "0",
@@ -332,7 +333,6 @@ pub(crate) fn a_released_multi_key_lease_leaves_no_reservation_for_itself<F: Fro
     ]
     .map(String::from)
     .to_vec();
-    args.extend(keys.iter().map(|k| reg_name(&ns, k, "")));
     server.query(redis::cmd("SET").arg(lock_name(&ns, "b")).arg("other:1"));
     assert_busy(&eval_multi(&server, "MULTI_ACQUIRE_LUA", &names, &args));
     assert_eq!(queued(&server, &ns, "b").len(), 1, "registered behind b");
@@ -502,15 +502,9 @@ pub(crate) fn multi_key_scripts_run_again_with_one_token_answer_as_the_first_run
         assert_eq!(renewed, Value::Int(1), "renewed, also when run again");
     }
     // No hand-over; the one channel every key shares.
-    let release_args = [
-        mine,
-        "PUBLISH",
-        "",
-        &format!("{ns}:lock"),
-        &format!("{ns}:lock-released"),
-    ]
-    .map(String::from)
-    .to_vec();
+    let release_args = [mine, "PUBLISH", "", &format!("{ns}:lock-released")]
+        .map(String::from)
+        .to_vec();
     let release = || eval_multi(&server, "MULTI_RELEASE_LUA", &locks, &release_args);
     assert_eq!(release(), Value::Int(1), "released");
     assert_eq!(release(), Value::Int(0), "run again: expired, nothing held");
@@ -727,9 +721,7 @@ pub(crate) fn the_multi_key_release_publishes_each_keys_digest_on_its_channel<F:
         }
     };
     let release = |channels: &[String]| {
-        let mut args = [token, "PUBLISH", "", &format!("{ns}:lock")]
-            .map(String::from)
-            .to_vec();
+        let mut args = [token, "PUBLISH", ""].map(String::from).to_vec();
         args.extend(channels.iter().cloned());
         eval_multi(&server, "MULTI_RELEASE_LUA", &locks, &args)
     };

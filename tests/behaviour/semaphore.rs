@@ -31,6 +31,24 @@ pub(crate) fn permits_name(ns: &str, key: &str) -> String {
     format!("{ns}:sem-permits:{{{}}}", key_sha(key))
 }
 
+/// `EVAL` of the acquire script on semaphore `key` without the hand-over,
+/// declaring its count record and `slots` slots and their counters (the
+/// script's KEYS); its ARGV follow: token, lease_ms, counter_ttl_ms,
+/// permits.
+fn sem_acquire_cmd(ns: &str, key: &str, slots: u32) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script_lua("SEM_ACQUIRE_LUA"))
+        .arg(1 + 2 * slots)
+        .arg(permits_name(ns, key));
+    for slot in 0..slots {
+        cmd.arg(slot_name(ns, key, slot));
+    }
+    for slot in 0..slots {
+        cmd.arg(slot_fence_name(ns, key, slot));
+    }
+    cmd
+}
+
 /// N permits go to N holders on two lockers, each in a distinct slot with
 /// its own fence counter; the next try is `Busy` with the soonest expiry.
 pub(crate) fn permits_are_granted_up_to_the_count_each_in_a_slot_of_its_own<F: Front>() {
@@ -191,7 +209,8 @@ pub(crate) fn waiters_of_one_locker_take_every_free_permit_at_once<F: Front>() {
 }
 
 /// Another permit count is refused while any permit of the recorded count
-/// is held, and takes over once none is (resize by draining).
+/// is held, and takes over once none is (resize by draining), larger or
+/// smaller.
 pub(crate) fn another_permit_count_is_refused_while_held_and_applies_once_drained<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("sem-resize");
@@ -229,6 +248,14 @@ pub(crate) fn another_permit_count_is_refused_while_held_and_applies_once_draine
     for permit in bigger {
         assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
     }
+    // Drained, the pool shrinks: the attempt that declared 2 slots learns
+    // of the record's 5 and goes again declaring them all.
+    let smaller = granted(a.acquire_permit("pool", 2, no_wait()), "the shrunk pool");
+    assert_eq!(get(&server, &permits_name(&ns, "pool")), Some("2".into()));
+    assert_eq!(
+        F::release_permit(smaller).unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 /// Renew and release report `Renewed`/`Released`, `Expired` after the TTL
@@ -304,12 +331,7 @@ pub(crate) fn a_replayed_permit_acquire_returns_the_same_slot_and_fence<F: Front
 
     let eval = |token: &str| {
         server.query(
-            redis::cmd("EVAL")
-                .arg(script_lua("SEM_ACQUIRE_LUA"))
-                .arg(3)
-                .arg(permits_name(&ns, "p"))
-                .arg(format!("{ns}:sem:{{{}}}:", key_sha("p")))
-                .arg(format!("{ns}:sem-fence:{{{}}}:", key_sha("p")))
+            sem_acquire_cmd(&ns, "p", 3)
                 .arg(token)
                 .arg(5000)
                 .arg(0)
@@ -591,13 +613,12 @@ pub(crate) fn a_permit_cycle_runs_ten_commands_and_a_busy_attempt_one_mget_and_a
                 redis::cmd("EVAL")
                     .arg(script_lua("SEM_RELEASE_ANY_LUA"))
                     .arg(2)
-                    .arg(permits_name(&ns, "pool"))
-                    .arg(&prefix)
+                    .arg(slot_name(&ns, "pool", 0))
+                    .arg(slot_name(&ns, "pool", 1))
                     .arg(token)
                     .arg("PUBLISH")
                     .arg(format!("{ns}:lock-released"))
-                    .arg("sem:x")
-                    .arg(2),
+                    .arg("sem:x"),
             )
         },
     );
@@ -608,8 +629,9 @@ pub(crate) fn a_permit_cycle_runs_ten_commands_and_a_busy_attempt_one_mget_and_a
 
 /// Counts above the recorded one are scanned too (docs/PROTOCOL.md §5.2: a token in a
 /// slot of a larger count is found, and a smaller count is refused while
-/// such a slot is held), with one more `MGET` for the slots past the count
-/// asked for, only when the record is larger.
+/// such a slot is held): when the record is larger than the slots an
+/// attempt declared, the script names it (`['slots', n]`) and the attempt
+/// is sent again declaring the slots past the count asked for.
 pub(crate) fn slots_past_the_count_asked_for_are_still_seen<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("sem-shrink");
@@ -617,20 +639,25 @@ pub(crate) fn slots_past_the_count_asked_for_are_still_seen<F: Front>() {
     let token = "0123456789abcdef0123456789abcdef";
     let other = "fedcba9876543210fedcba9876543210";
     let prefix = format!("{ns}:sem:{{{}}}:", key_sha("p"));
-    let fences = format!("{ns}:sem-fence:{{{}}}:", key_sha("p"));
-    let acquire = |token: &str, permits: u32| {
+    let declaring = |token: &str, permits: u32, slots: u32| {
         server.query(
-            redis::cmd("EVAL")
-                .arg(script_lua("SEM_ACQUIRE_LUA"))
-                .arg(3)
-                .arg(permits_name(&ns, "p"))
-                .arg(&prefix)
-                .arg(&fences)
+            sem_acquire_cmd(&ns, "p", slots)
                 .arg(token)
                 .arg(5000)
                 .arg(0)
                 .arg(permits),
         )
+    };
+    // As the locker does: the slots of the count asked for, then as many
+    // as a larger recorded count the script names.
+    let acquire = |token: &str, permits: u32| match declaring(token, permits, permits) {
+        Value::Array(items) if items.first() == Some(&Value::BulkString(b"slots".to_vec())) => {
+            let Some(&Value::Int(n)) = items.get(1) else {
+                panic!("['slots', n], got {items:?}");
+            };
+            declaring(token, permits, u32::try_from(n).unwrap())
+        }
+        reply => reply,
     };
     server.query(redis::cmd("SET").arg(permits_name(&ns, "p")).arg(4));
     server.query(
@@ -639,6 +666,11 @@ pub(crate) fn slots_past_the_count_asked_for_are_still_seen<F: Front>() {
             .arg(format!("{token}:42"))
             .arg("PX")
             .arg(5000),
+    );
+    assert_eq!(
+        declaring(token, 2, 2),
+        Value::Array(vec![Value::BulkString(b"slots".to_vec()), Value::Int(4)]),
+        "the recorded count's slots past those declared are asked for"
     );
     assert_eq!(
         acquire(token, 2),
@@ -669,12 +701,7 @@ pub(crate) fn a_slots_counter_moves_exactly_and_keeps_or_takes_its_expiry<F: Fro
     let _locker: F = connect(&server, config(&ns));
     let (slot, counter) = (slot_name(&ns, "p", 0), slot_fence_name(&ns, "p", 0));
     let eval = |counter_ttl: u64| -> redis::RedisResult<Value> {
-        redis::cmd("EVAL")
-            .arg(script_lua("SEM_ACQUIRE_LUA"))
-            .arg(3)
-            .arg(permits_name(&ns, "p"))
-            .arg(format!("{ns}:sem:{{{}}}:", key_sha("p")))
-            .arg(format!("{ns}:sem-fence:{{{}}}:", key_sha("p")))
+        sem_acquire_cmd(&ns, "p", 1)
             .arg("0123456789abcdef0123456789abcdef")
             .arg(5000)
             .arg(counter_ttl)

@@ -48,11 +48,12 @@ fn registered_waiter<F: Front>(
     (locker, t)
 }
 
-/// Whether `c` is a lock's release (with the hand-over: one key, nine
-/// arguments) of `lock` by `token`.
+/// Whether `c` is a lock's release (with the hand-over: four keys, the
+/// lock, its counter, queue and flag; five arguments) of `lock` by
+/// `token`.
 fn is_release_by(c: &Monitored, lock: &str, token: &str) -> bool {
     matches!(c.script_call(), Some((keys, args))
-        if keys == [lock] && args.len() == 9 && args[0] == token)
+        if keys.len() == 4 && keys[0] == lock && args.len() == 5 && args[0] == token)
 }
 
 /// A release whose outcome is unknown (Redis SIGSTOPped while it was in
@@ -131,11 +132,11 @@ pub(crate) fn a_release_replayed_after_it_handed_the_lock_over_grants_nothing_tw
     assert_eq!(F::release(next).unwrap(), ReleaseOutcome::Released);
 }
 
-/// Whether `c` is a lock's acquire (with the hand-over: four keys) on
+/// Whether `c` is a lock's acquire (with the hand-over: five keys) on
 /// `lock` that registers, or refreshes, the registration `reg`.
 fn is_acquire_of(c: &Monitored, lock: &str, reg: &str) -> bool {
     matches!(c.script_call(), Some((keys, args))
-        if keys.len() == 4 && keys[0] == lock && args.get(3).map(String::as_str) == Some(reg))
+        if keys.len() == 5 && keys[0] == lock && args.get(3).map(String::as_str) == Some(reg))
 }
 
 /// A claim whose outcome is unknown (Redis SIGSTOPped while it was in

@@ -322,21 +322,21 @@ pub(crate) fn restart_with_data_loss_mid_loop_keeps_fences_increasing_and_holds_
 }
 
 /// Whether `c` is a multi-key acquire (two names a key: lock and counter;
-/// four when it registers in the hand-over queues) of [`KEYS`] in `ns` by
-/// `token`.
+/// five when it registers in the hand-over queues: also the queue, its
+/// flag and the registration) of [`KEYS`] in `ns` by `token`.
 fn is_multi_acquire_by(c: &Monitored, ns: &str, token: &str) -> bool {
     matches!(c.script_call(), Some((keys, args))
-        if (keys.len() == 2 * KEYS.len() || keys.len() == 4 * KEYS.len())
+        if (keys.len() == 2 * KEYS.len() || keys.len() == 5 * KEYS.len())
             && keys[0] == lock_name(ns, KEYS[0]) && args[0] == token)
 }
 
 /// Whether `c` is a multi-key release of [`KEYS`] in `ns` by `token` (with
-/// the hand-over it also names their queues' flags; its second argument
-/// is the publish command, where an acquire's is the lease and a renew
-/// has no more).
+/// the hand-over it also names their queues' flags, their counters and
+/// their queues; its second argument is the publish command, where an
+/// acquire's is the lease and a renew has no more).
 fn is_multi_release_by(c: &Monitored, ns: &str, token: &str) -> bool {
     matches!(c.script_call(), Some((keys, args))
-        if (keys.len() == KEYS.len() || keys.len() == 2 * KEYS.len())
+        if (keys.len() == KEYS.len() || keys.len() == 4 * KEYS.len())
             && keys[0] == lock_name(ns, KEYS[0])
             && args[0] == token && args.len() > 2 && args[1].ends_with("PUBLISH"))
 }

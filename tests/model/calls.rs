@@ -65,8 +65,9 @@ impl Names {
     pub(crate) fn flag(&self, k: QKind) -> String {
         self.name(&format!("{}-queued", k.word()))
     }
-    pub(crate) fn reg_prefix(&self, k: QKind) -> String {
-        format!("{}:", self.name(&format!("{}-reg", k.word())))
+    /// The registration key of queue entry `entry`.
+    pub(crate) fn reg(&self, k: QKind, entry: &str) -> String {
+        format!("{}:{entry}", self.name(&format!("{}-reg", k.word())))
     }
     pub(crate) fn sem_permits(&self) -> String {
         self.name("sem-permits")
@@ -121,7 +122,6 @@ impl Hand {
             self.entry.clone(),
             self.reg_ms.to_string(),
             self.claim_ms.to_string(),
-            n.reg_prefix(k),
             "PUBLISH".to_owned(),
             n.channel(),
             n.message(k),
@@ -147,7 +147,8 @@ impl Call {
 
     fn add_hand(&mut self, n: &Names, k: QKind, hand: Option<&Hand>) {
         if let Some(h) = hand {
-            self.keys.extend([n.queue(k), n.flag(k)]);
+            self.keys
+                .extend([n.queue(k), n.flag(k), n.reg(k, &h.entry)]);
             self.args.extend(h.args(n, k));
         }
     }
@@ -178,32 +179,26 @@ impl Call {
 
     /// `.handing_over(counter, queue, ttl)`.
     pub(crate) fn handing_over(mut self, n: &Names, k: QKind, counter: String, ttl: u64) -> Call {
-        self.args.extend([
-            ttl.to_string(),
-            n.reg_prefix(k),
-            counter,
-            n.queue(k),
-            n.flag(k),
-        ]);
+        self.keys.extend([counter, n.queue(k), n.flag(k)]);
+        self.args.push(ttl.to_string());
         self
     }
 
     /// `.skipping(reg)`: a lingering registration.
     pub(crate) fn skipping(mut self, reg: &str) -> Call {
-        self.args.extend([String::new(), reg.to_owned()]);
+        self.args.push(reg.to_owned());
         self
     }
 
     /// `.serving_once()`: a permit's slot.
     pub(crate) fn serving_once(mut self) -> Call {
-        self.args
-            .extend([String::new(), String::new(), "1".to_owned()]);
+        self.args.extend([String::new(), "1".to_owned()]);
         self
     }
 
     /// `.with_rw_key(key)`.
     pub(crate) fn with_rw_key(mut self, key: String) -> Call {
-        self.args.push(key);
+        self.keys.push(key);
         self
     }
 
@@ -231,11 +226,7 @@ impl Call {
     }
 
     pub(crate) fn deregister(n: &Names, k: QKind, entry: &str) -> Call {
-        Call::new(
-            "DEREGISTER_LUA",
-            vec![n.queue(k), format!("{}{entry}", n.reg_prefix(k))],
-            vec![],
-        )
+        Call::new("DEREGISTER_LUA", vec![n.queue(k), n.reg(k, entry)], vec![])
     }
 
     pub(crate) fn sem_acquire(
@@ -248,7 +239,10 @@ impl Call {
     ) -> Call {
         let mut c = Call::new(
             "SEM_ACQUIRE_LUA",
-            vec![n.sem_permits(), n.sem_slot_prefix(), n.sem_fence_prefix()],
+            std::iter::once(n.sem_permits())
+                .chain((0..permits).map(|i| format!("{}{i}", n.sem_slot_prefix())))
+                .chain((0..permits).map(|i| format!("{}{i}", n.sem_fence_prefix())))
+                .collect(),
             vec![
                 tok.to_owned(),
                 lease.to_string(),
@@ -280,13 +274,14 @@ impl Call {
     pub(crate) fn sem_release_any(n: &Names, permits: u32, tok: &str) -> Call {
         Call::new(
             "SEM_RELEASE_ANY_LUA",
-            vec![n.sem_permits(), n.sem_slot_prefix()],
+            (0..permits)
+                .map(|i| format!("{}{i}", n.sem_slot_prefix()))
+                .collect(),
             vec![
                 tok.to_owned(),
                 "PUBLISH".to_owned(),
                 n.channel(),
                 n.message(QKind::Sem),
-                permits.to_string(),
             ],
         )
     }
@@ -374,9 +369,9 @@ impl Call {
         if let Some((reg, reg_ms)) = register {
             keys.extend(names.iter().map(|n| n.queue(QKind::Lock)));
             keys.extend(names.iter().map(|n| n.flag(QKind::Lock)));
+            keys.extend(names.iter().map(|n| n.reg(QKind::Lock, reg)));
             args.push(reg.to_owned());
             args.push(reg_ms.to_string());
-            args.extend(names.iter().map(|n| n.reg_prefix(QKind::Lock)));
         }
         Call::new("MULTI_ACQUIRE_LUA", keys, args)
     }
@@ -391,10 +386,11 @@ impl Call {
 
     /// `multi_release_call` (standalone: one shared channel).
     pub(crate) fn multi_release(names: &[Names], tok: &str, ttl: Option<u64>) -> Call {
-        let ns = &names[0].ns;
         let mut keys: Vec<String> = names.iter().map(Names::lock).collect();
         if ttl.is_some() {
             keys.extend(names.iter().map(|n| n.flag(QKind::Lock)));
+            keys.extend(names.iter().map(Names::lock_fence));
+            keys.extend(names.iter().map(|n| n.queue(QKind::Lock)));
         }
         Call::new(
             "MULTI_RELEASE_LUA",
@@ -403,7 +399,6 @@ impl Call {
                 tok.to_owned(),
                 "PUBLISH".to_owned(),
                 ttl.map_or_else(String::new, |t| t.to_string()),
-                format!("{ns}:lock"),
                 names[0].channel(),
             ],
         )

@@ -2,13 +2,10 @@
 //! the emulator with every key argument checked against the script's
 //! `KEYS`. Redis requires a script to declare every key it touches (Cluster
 //! routes by them, ACL key patterns check them, and a key not declared is
-//! "undefined behaviour" by the EVAL docs); redlease reaches some by name.
-//!
-//! [`ALLOWED`] lists the (script, key pattern) pairs that are undeclared
-//! today: it is the to-do list. The test fails on any pair not on it (a new
-//! undeclared key) and on any pair on it that no longer occurs (fixed:
-//! strike it off), and prints the complete list either way. The election's
-//! scripts are not covered yet: the emulator has no streams.
+//! "undefined behaviour" by the EVAL docs; Dragonfly and ElastiCache
+//! Serverless refuse it). The audit fails on any key a script reaches by
+//! name, and lists them all. The election's scripts are not covered: the
+//! emulator has no streams (they name only their three declared keys).
 
 use std::collections::BTreeSet;
 
@@ -17,44 +14,6 @@ use super::crosscheck::{step_name, step_script};
 use super::emu::Db;
 use super::lua::{Emulator, KeyCheck, Undeclared};
 use super::scenarios::{self, Step};
-
-/// Today's undeclared (script, key pattern) pairs. `<ns>`: the namespace,
-/// `{sha}`: a key's tail, `<reg>`: a registration id, `<i>`: a slot.
-const ALLOWED: &[(&str, &str)] = &[
-    // ACQUIRE_LUA: the registration key, named by ARGV (reg prefix .. reg id).
-    ("ACQUIRE_LUA", "<ns>:lock-reg:{sha}:<reg>"),
-    // MULTI_ACQUIRE_LUA: each key's registration key, named by ARGV (reg prefix .. reg).
-    ("MULTI_ACQUIRE_LUA", "<ns>:lock-reg:{sha}:<reg>"),
-    // MULTI_RELEASE_LUA: the counter and queue, built from the `<ns>:lock` prefix.
-    ("MULTI_RELEASE_LUA", "<ns>:lock-fence:{sha}"),
-    ("MULTI_RELEASE_LUA", "<ns>:lock-queue:{sha}"),
-    // RELEASE_LUA: counter, queue, flag (and readers) passed in ARGV; only the lease key is declared.
-    ("RELEASE_LUA", "<ns>:lock-fence:{sha}"),
-    ("RELEASE_LUA", "<ns>:lock-queue:{sha}"),
-    ("RELEASE_LUA", "<ns>:lock-queued:{sha}"),
-    ("RELEASE_LUA", "<ns>:rw-fence:{sha}"),
-    ("RELEASE_LUA", "<ns>:rw-queue:{sha}"),
-    ("RELEASE_LUA", "<ns>:rw-queued:{sha}"),
-    ("RELEASE_LUA", "<ns>:rw-read:{sha}"),
-    ("RELEASE_LUA", "<ns>:sem-fence:{sha}:<i>"),
-    ("RELEASE_LUA", "<ns>:sem-queue:{sha}"),
-    ("RELEASE_LUA", "<ns>:sem-queued:{sha}"),
-    // RW_READ_LUA: the registration key, named by ARGV.
-    ("RW_READ_LUA", "<ns>:rw-reg:{sha}:<reg>"),
-    // RW_READ_RELEASE_LUA: counter, queue, flag and writer passed in ARGV.
-    ("RW_READ_RELEASE_LUA", "<ns>:rw-fence:{sha}"),
-    ("RW_READ_RELEASE_LUA", "<ns>:rw-queue:{sha}"),
-    ("RW_READ_RELEASE_LUA", "<ns>:rw-queued:{sha}"),
-    ("RW_READ_RELEASE_LUA", "<ns>:rw-write:{sha}"),
-    // RW_WRITE_LUA: the registration key, named by ARGV.
-    ("RW_WRITE_LUA", "<ns>:rw-reg:{sha}:<reg>"),
-    // SEM_ACQUIRE_LUA: slots, their counters and the registration key: KEYS holds prefixes.
-    ("SEM_ACQUIRE_LUA", "<ns>:sem-fence:{sha}:<i>"),
-    ("SEM_ACQUIRE_LUA", "<ns>:sem-reg:{sha}:<reg>"),
-    ("SEM_ACQUIRE_LUA", "<ns>:sem:{sha}:<i>"),
-    // SEM_RELEASE_ANY_LUA: the slots: KEYS[2] is a prefix.
-    ("SEM_RELEASE_ANY_LUA", "<ns>:sem:{sha}:<i>"),
-];
 
 /// The scripts the audit runs: all but the election's (the emulator has no
 /// streams) and the fenced store's.
@@ -128,7 +87,7 @@ pub(crate) fn audit() -> (Vec<Undeclared>, BTreeSet<&'static str>) {
 }
 
 #[test]
-fn every_script_touches_only_declared_keys_but_the_allow_list() {
+fn every_script_touches_only_declared_keys() {
     let (found, run) = audit();
     let missing: Vec<&&str> = SCRIPTS.iter().filter(|s| !run.contains(**s)).collect();
     assert!(
@@ -146,21 +105,7 @@ fn every_script_touches_only_declared_keys_but_the_allow_list() {
     for (script, key, command) in &pairs {
         println!("  {script:<20} {key:<32} {command}");
     }
-    let seen: BTreeSet<(String, String)> = pairs
-        .iter()
-        .map(|(s, k, _)| (s.clone(), k.clone()))
-        .collect();
-    let allowed: BTreeSet<(String, String)> = ALLOWED
-        .iter()
-        .map(|(s, k)| ((*s).to_owned(), (*k).to_owned()))
-        .collect();
-    let new: Vec<_> = seen.difference(&allowed).collect();
-    let fixed: Vec<_> = allowed.difference(&seen).collect();
-    assert!(
-        new.is_empty() && fixed.is_empty(),
-        "undeclared keys not on the allow-list (declare them): {new:#?}\n\
-         allow-list entries no longer met (strike them off): {fixed:#?}"
-    );
+    assert!(pairs.is_empty(), "undeclared keys: declare them");
 }
 
 #[test]

@@ -768,7 +768,7 @@ fn mutation_settle_without_getdel_is_caught() {
     let cx = mutated("mutation: settle leaves the registration queued", |s| {
         s.mutate(
             "ACQUIRE_LUA",
-            "local entry = redis.call('GETDEL', H.reg_prefix .. H.reg)",
+            "local entry = redis.call('GETDEL', H.reg_key)",
             "local entry = false",
             1,
         );

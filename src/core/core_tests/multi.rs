@@ -183,7 +183,7 @@ fn a_set_waiter_that_gives_up_releases_its_reservations_at_once() {
 }
 
 /// The release sends each key's lock (with the hand-over, and its queue's
-/// flag) and one channel when every key shares it (one server's; on a
+/// flag, counter and queue) and one channel when every key shares it (one server's; on a
 /// Cluster, the keys of one hash tag), else each key's; the script derives
 /// the messages from the lock names.
 #[test]
@@ -198,30 +198,37 @@ fn a_multi_release_sends_a_shared_channel_once() {
         packed(&multi_release_call(keys, token(1), "ns", channel, ttl))
     };
     // EVALSHA, sha, key count, 3 locks (and with the hand-over their
-    // queues' flags), then token, publish, TTL, prefix and the channels.
+    // queues' flags, counters and queues), then token, publish, TTL and
+    // the channels.
     let items = |packed: &str| packed.split("\r\n").next().map(str::to_owned);
     let plain = ["a", "b", "c"].map(KeyId::of);
     let tagged = ["x{t}1", "x{t}2", "x{t}3"].map(|k| KeyId::named(k, true));
 
     let one = release(&plain, Channel::Standalone, Some(90));
-    assert_eq!(items(&one).as_deref(), Some("*14"));
+    assert_eq!(items(&one).as_deref(), Some("*19"));
     assert_eq!(one.matches("ns:lock-released").count(), 1);
     for id in plain {
-        assert!(one.contains(&LockNames::new("ns", id).queue.flag));
+        let names = LockNames::new("ns", id);
+        for name in [names.queue.flag, names.fence, names.queue.list] {
+            assert!(one.contains(&name), "{name}");
+        }
     }
-    assert!(one.contains("\r\n$2\r\n90\r\n$7\r\nns:lock\r\n"), "{one:?}");
+    assert!(
+        one.contains("\r\n$2\r\n90\r\n$16\r\nns:lock-released"),
+        "{one:?}"
+    );
     let off = release(&plain, Channel::Standalone, None);
-    assert_eq!(items(&off).as_deref(), Some("*11"));
+    assert_eq!(items(&off).as_deref(), Some("*10"));
     assert!(!off.contains("lock-queued"), "no hand-over: no flags");
     assert!(
-        off.contains("\r\n$0\r\n\r\n$7\r\nns:lock\r\n"),
+        off.contains("\r\n$0\r\n\r\n$16\r\nns:lock-released"),
         "no hand-over"
     );
 
     let each = release(&plain, Channel::Sharded, None);
-    assert_eq!(items(&each).as_deref(), Some("*13"), "a channel per key");
+    assert_eq!(items(&each).as_deref(), Some("*12"), "a channel per key");
     assert_eq!(each.matches("ns:lock-released:{").count(), 3);
     let shared = release(&tagged, Channel::Sharded, None);
-    assert_eq!(items(&shared).as_deref(), Some("*11"), "one tag's channel");
+    assert_eq!(items(&shared).as_deref(), Some("*10"), "one tag's channel");
     assert_eq!(shared.matches("ns:lock-released:{").count(), 1);
 }

@@ -185,6 +185,13 @@ impl Reply {
         }
     }
 
+    /// Whether Redis Cluster answered `TRYAGAIN`: a multi-key command met
+    /// a slot migration that has moved some of its keys and not the others.
+    fn is_try_again(&self) -> bool {
+        matches!(self, Reply::Script { reply: Err(Failure::Sent(e)), .. }
+            if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain))
+    }
+
     fn into_releases(self, n: usize) -> Result<ReleaseReplies, Failure> {
         match self {
             Reply::Releases(Ok(mut replies)) => {

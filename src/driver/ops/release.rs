@@ -19,6 +19,10 @@ enum Phase {
     Sweeping(Sweep),
     Release,
     Sent,
+    /// Redis Cluster answered `TRYAGAIN`: the release goes again with its
+    /// lease key alone declared (a plain release, no hand-over).
+    Plain,
+    PlainSent,
     Finished(Result<ReleaseOutcome, Error>),
 }
 
@@ -54,11 +58,12 @@ impl Op for Release<'_> {
                     self.phase = Phase::Sweeping(sweep);
                     Io::Send(request)
                 }
-                None => self.next_release(),
+                None => self.next_release(false),
             },
-            Phase::Release => self.next_release(),
+            Phase::Release => self.next_release(false),
+            Phase::Plain => self.next_release(true),
             Phase::Finished(result) => Io::Done(result),
-            phase @ (Phase::Sent | Phase::Sweeping(_)) => {
+            phase @ (Phase::Sent | Phase::PlainSent | Phase::Sweeping(_)) => {
                 self.phase = phase;
                 Io::Wait { until: Some(now) }
             }
@@ -72,7 +77,8 @@ impl Op for Release<'_> {
                 let _ = sweep.finish(self.state, now, reply);
                 Phase::Release
             }
-            Phase::Sent => {
+            Phase::Sent if reply.is_try_again() => Phase::Plain,
+            Phase::Sent | Phase::PlainSent => {
                 let (reply, _) = reply.into_script();
                 self.state.metrics.reply(Operation::Release, &reply);
                 let id = self.held.id;
@@ -99,11 +105,15 @@ impl Release<'_> {
         })
     }
 
-    fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
+    fn next_release(&mut self, plain: bool) -> Io<Result<ReleaseOutcome, Error>> {
         let id = self.held.id;
-        match self.state.with_core(|core| core.release_call(id)) {
+        let call = self.state.with_core(|core| match plain {
+            false => core.release_call(id),
+            true => core.plain_release_call(id),
+        });
+        match call {
             Ok(call) => {
-                self.phase = Phase::Sent;
+                self.phase = if plain { Phase::PlainSent } else { Phase::Sent };
                 Io::Send(Request::Script { call, then: None })
             }
             Err(e) => {

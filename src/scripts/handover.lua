@@ -130,9 +130,8 @@ local function rotate_head(queue, seen, served_once)
   if not entry then
     return nil
   end
-  local a = string.find(entry, '|', 1, true)
-  local b = a and string.find(entry, '|', a + 1, true)
-  local reg = a and string.sub(entry, 1, a - 1) or entry
+  local reg, deadline, value = string.match(entry, '^([^|]*)|([^|]*)|(.*)$')
+  reg = reg or entry
   if seen and seen[reg] then
     if served_once then
       redis.call('LPUSH', queue, entry)
@@ -141,9 +140,7 @@ local function rotate_head(queue, seen, served_once)
     end
     return reg, nil, true
   end
-  local deadline = b and tonumber(string.sub(entry, a + 1, b - 1))
-  local value = b and string.sub(entry, b + 1)
-  if not (deadline and deadline > now_ms() and string.find(value, ':', 1, true)) then
+  if not ((tonumber(deadline or '') or 0) > now_ms() and string.find(value, ':', 1, true)) then
     if not served_once then
       redis.call('RPOP', queue)
     end
@@ -173,21 +170,15 @@ local function next_registration(queue, seen, served_once)
   end
 end
 local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
-  local sep = string.find(value, ':', 1, true)
-  local claim = string.sub(value, sep + 1)
-  if string.sub(value, 1, 1) == 'm' then
-    -- A waiting multi-key lease, m<age>.<token>: the key is reserved for
-    -- it, no fence spent.
-    local dot = string.find(value, '.', 1, true)
-    redis.call('SET', key, string.sub(value, dot + 1, sep - 1) .. ':r' .. string.sub(value, 2, dot - 1), 'PX', claim)
-    redis.pcall(publish, channel, message .. ':g:' .. reg .. ':0:' .. claim)
-    return claim
-  end
-  local fence = next_fence(counter_key, counter, server_time(), ttl_ms)
+  local owner, claim = string.match(value, '^([^:]*):(.*)$')
+  local age, token = string.match(owner, '^m(%d+)%.(.*)$')
+  -- A waiting multi-key lease, m<age>.<token>: the key is reserved for
+  -- it, no fence spent.
+  local fence = age and '0' or next_fence(counter_key, counter, server_time(), ttl_ms)
   if not fence then
     return nil
   end
-  redis.call('SET', key, string.sub(value, 1, sep - 1) .. ':' .. fence, 'PX', claim)
+  redis.call('SET', key, age and (token .. ':r' .. age) or (owner .. ':' .. fence), 'PX', claim)
   redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
 end

@@ -26,19 +26,12 @@
 local handover = #ARGV > 5
 local n = handover and #KEYS / 5 or #KEYS / 2
 local token = ARGV[1]
-local got
-if handover then
-  local read = {}
-  for i = 1, 2 * n do
-    read[i] = KEYS[i]
-  end
-  for i = 1, n do
-    read[2 * n + i] = KEYS[3 * n + i]
-  end
-  got = redis.call('MGET', unpack(read))
-else
-  got = redis.call('MGET', unpack(KEYS))
+-- One read of the locks, the counters and (with the hand-over) the flags.
+local read = {unpack(KEYS, 1, 2 * n)}
+for i = 1, handover and n or 0 do
+  read[2 * n + i] = KEYS[3 * n + i]
 end
+local got = redis.call('MGET', unpack(read))
 local t = server_time()
 -- The waiter's age: its first busy reply's server time, in µs.
 local age = tonumber(ARGV[4])

@@ -809,8 +809,8 @@ fn mutation_grant_without_expiry_is_caught() {
     for script in ["ACQUIRE_LUA", "RELEASE_LUA"] {
         sources.mutate(
             script,
-            "string.sub(value, 1, sep - 1) .. ':' .. fence, 'PX', claim)",
-            "string.sub(value, 1, sep - 1) .. ':' .. fence)",
+            "or (owner .. ':' .. fence), 'PX', claim)",
+            "or (owner .. ':' .. fence))",
             1,
         );
     }

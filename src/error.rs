@@ -281,15 +281,10 @@ impl Transport {
 
     /// `Tls` if any of `infos` is TLS, `Plain` if all are plain TCP.
     pub(crate) fn of_any<'a>(infos: impl IntoIterator<Item = &'a redis::ConnectionInfo>) -> Self {
-        let mut all_plain = true;
-        for info in infos {
-            match Transport::of(info.addr()) {
-                Transport::Tls => return Transport::Tls,
-                Transport::Plain => {}
-                Transport::Unknown => all_plain = false,
-            }
-        }
-        if all_plain {
+        let all: Vec<_> = infos.into_iter().map(|i| Transport::of(i.addr())).collect();
+        if all.contains(&Transport::Tls) {
+            Transport::Tls
+        } else if all.iter().all(|t| *t == Transport::Plain) {
             Transport::Plain
         } else {
             Transport::Unknown
@@ -344,22 +339,11 @@ impl Hint {
 }
 
 /// A connect error with its [`Hint`]; the redis error stays its source.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{}", hint.text())]
 struct Hinted {
     hint: Hint,
     source: redis::RedisError,
-}
-
-impl fmt::Display for Hinted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.hint.text())
-    }
-}
-
-impl std::error::Error for Hinted {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
 }
 
 /// A failed connect over `transport`, with a hint where the scheme may not
@@ -487,22 +471,31 @@ impl Error {
     /// assert_eq!(e.code(), "LOCK_BUSY");
     /// ```
     pub fn code(&self) -> &'static str {
+        self.class().0
+    }
+
+    /// The stable code of each variant, and whether the same call made
+    /// again may succeed (but see [`is_retryable`](Self::is_retryable) for
+    /// `PROVIDER_FAILED`).
+    fn class(&self) -> (&'static str, bool) {
         match self {
-            Error::Busy { .. } => "LOCK_BUSY",
-            Error::WaitTimeout { .. } => "WAIT_TIMEOUT",
-            Error::QueueFull { .. } => "QUEUE_FULL",
-            Error::TooManyLeases { .. } => "TOO_MANY_LEASES",
-            Error::Cancelled => "CANCELLED",
-            Error::ShuttingDown => "SHUTTING_DOWN",
-            Error::ProviderFailed { .. } => "PROVIDER_FAILED",
-            Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. } => "OUTCOME_UNKNOWN",
-            Error::CleanupTimeout { .. } => "CLEANUP_TIMEOUT",
-            Error::CleanupFailed { .. } => "CLEANUP_FAILED",
-            Error::InvalidKey { .. } => "INVALID_KEY",
-            Error::InvalidConfig { .. } => "INVALID_CONFIG",
-            Error::ReplicationFailed { .. } => "REPLICATION_FAILED",
-            Error::LockLost { .. } => "LOCK_LOST",
-            Error::ValueTooLarge { .. } => "VALUE_TOO_LARGE",
+            Error::Busy { .. } => ("LOCK_BUSY", true),
+            Error::WaitTimeout { .. } => ("WAIT_TIMEOUT", true),
+            Error::QueueFull { .. } => ("QUEUE_FULL", true),
+            Error::TooManyLeases { .. } => ("TOO_MANY_LEASES", true),
+            Error::Cancelled => ("CANCELLED", false),
+            Error::ShuttingDown => ("SHUTTING_DOWN", false),
+            Error::ProviderFailed { .. } => ("PROVIDER_FAILED", true),
+            Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. } => {
+                ("OUTCOME_UNKNOWN", true)
+            }
+            Error::CleanupTimeout { .. } => ("CLEANUP_TIMEOUT", false),
+            Error::CleanupFailed { .. } => ("CLEANUP_FAILED", false),
+            Error::InvalidKey { .. } => ("INVALID_KEY", false),
+            Error::InvalidConfig { .. } => ("INVALID_CONFIG", false),
+            Error::ReplicationFailed { .. } => ("REPLICATION_FAILED", true),
+            Error::LockLost { .. } => ("LOCK_LOST", false),
+            Error::ValueTooLarge { .. } => ("VALUE_TOO_LARGE", false),
         }
     }
 
@@ -573,22 +566,8 @@ impl Error {
     /// ```
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Busy { .. }
-            | Error::WaitTimeout { .. }
-            | Error::QueueFull { .. }
-            | Error::TooManyLeases { .. }
-            | Error::ReplicationFailed { .. }
-            | Error::OutcomeUnknown { .. }
-            | Error::UnexpectedReply { .. } => true,
             Error::ProviderFailed { source, .. } => !is_auth_failure(source),
-            Error::Cancelled
-            | Error::ShuttingDown
-            | Error::CleanupTimeout { .. }
-            | Error::CleanupFailed { .. }
-            | Error::InvalidKey { .. }
-            | Error::InvalidConfig { .. }
-            | Error::ValueTooLarge { .. }
-            | Error::LockLost { .. } => false,
+            _ => self.class().1,
         }
     }
 

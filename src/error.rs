@@ -55,7 +55,7 @@ impl fmt::Display for Operation {
 /// `Display` and `Debug` forms never contain a key, an owner token or a
 /// server address; a Redis error stays reachable through
 /// [`std::error::Error::source`].
-#[derive(thiserror::Error)]
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Someone else holds the lock and the acquire was not allowed to wait
@@ -188,7 +188,7 @@ pub enum Error {
 }
 
 /// Why a lease kept alive by `with_lock` was lost.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LostCause {
     /// A renewal found the lock gone.
@@ -204,18 +204,6 @@ pub enum LostCause {
     /// did not answer in time).
     #[error("the lease's deadline passed without a confirmed renewal")]
     DeadlinePassed,
-}
-
-impl LostCause {
-    /// A copy of this cause (the redis error inside is cloned).
-    pub(crate) fn duplicate(&self) -> LostCause {
-        match self {
-            LostCause::Expired => LostCause::Expired,
-            LostCause::Conflict => LostCause::Conflict,
-            LostCause::DeadlinePassed => LostCause::DeadlinePassed,
-            LostCause::RenewFailed(e) => LostCause::RenewFailed(Box::new(e.duplicate())),
-        }
-    }
 }
 
 fn provider_failed_message(op: Operation, source: &redis::RedisError) -> String {
@@ -586,67 +574,6 @@ impl Error {
                 Some(source)
             }
             _ => None,
-        }
-    }
-
-    /// A copy of this error; a redis error inside is cloned.
-    pub(crate) fn duplicate(&self) -> Error {
-        match self {
-            Error::Busy { remaining } => Error::Busy {
-                remaining: *remaining,
-            },
-            Error::WaitTimeout { waited, remaining } => Error::WaitTimeout {
-                waited: *waited,
-                remaining: *remaining,
-            },
-            Error::QueueFull { limit } => Error::QueueFull { limit: *limit },
-            Error::TooManyLeases { limit } => Error::TooManyLeases { limit: *limit },
-            Error::Cancelled => Error::Cancelled,
-            Error::ShuttingDown => Error::ShuttingDown,
-            Error::ProviderFailed { op, source } => Error::ProviderFailed {
-                op: *op,
-                source: source.clone(),
-            },
-            Error::OutcomeUnknown { op, source } => Error::OutcomeUnknown {
-                op: *op,
-                source: source.clone(),
-            },
-            Error::UnexpectedReply { op, source } => Error::UnexpectedReply {
-                op: *op,
-                source: source.clone(),
-            },
-            Error::CleanupTimeout {
-                unconfirmed,
-                timeout,
-            } => Error::CleanupTimeout {
-                unconfirmed: *unconfirmed,
-                timeout: *timeout,
-            },
-            Error::CleanupFailed {
-                unconfirmed,
-                source,
-            } => Error::CleanupFailed {
-                unconfirmed: *unconfirmed,
-                source: source.clone(),
-            },
-            Error::InvalidKey { reason } => Error::InvalidKey {
-                reason: reason.clone(),
-            },
-            Error::InvalidConfig { option, reason } => Error::InvalidConfig {
-                option,
-                reason: reason.clone(),
-            },
-            Error::ReplicationFailed { acked, required } => Error::ReplicationFailed {
-                acked: *acked,
-                required: *required,
-            },
-            Error::LockLost { cause } => Error::LockLost {
-                cause: cause.duplicate(),
-            },
-            Error::ValueTooLarge { len, max } => Error::ValueTooLarge {
-                len: *len,
-                max: *max,
-            },
         }
     }
 

@@ -101,7 +101,7 @@ impl Lost {
         let mut state = self.inner.state.lock();
         state.check(now(), &self.inner.counter);
         state.cause.as_ref().map(|cause| Error::LockLost {
-            cause: cause.duplicate(),
+            cause: cause.clone(),
         })
     }
 
@@ -141,7 +141,7 @@ impl Lost {
                 if state.check(now(), &self.inner.counter) {
                     if let Some(cause) = &state.cause {
                         return Error::LockLost {
-                            cause: cause.duplicate(),
+                            cause: cause.clone(),
                         };
                     }
                 }

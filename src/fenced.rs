@@ -119,17 +119,11 @@ struct Fields {
 }
 
 fn fields(slot: Option<u32>) -> Fields {
-    match slot {
-        None => Fields {
-            fence: "fence".into(),
-            value: "value".into(),
-            derived: "derived".into(),
-        },
-        Some(slot) => Fields {
-            fence: format!("fence:{slot}"),
-            value: format!("value:{slot}"),
-            derived: format!("derived:{slot}"),
-        },
+    let suffix = slot.map(|slot| format!(":{slot}")).unwrap_or_default();
+    Fields {
+        fence: format!("fence{suffix}"),
+        value: format!("value{suffix}"),
+        derived: format!("derived{suffix}"),
     }
 }
 
@@ -349,8 +343,7 @@ impl FencedStore {
         writes: &[(R, Fence, V)],
     ) -> Result<(), WriteError> {
         let invocation = self.invocation_all(writes)?;
-        let reply = invocation.invoke::<Value>(conn);
-        verdict_all(&reply.map_err(WriteError::Redis)?)
+        verdict(invocation.invoke(conn), true)
     }
 
     fn write_as(
@@ -363,11 +356,7 @@ impl FencedStore {
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
         let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
-        verdict(
-            &invocation
-                .invoke::<Value>(conn)
-                .map_err(WriteError::Redis)?,
-        )
+        verdict(invocation.invoke(conn), false)
     }
 
     /// The write script's call for `writes`, each (resource, slot, fence or
@@ -483,8 +472,7 @@ impl FencedStore {
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
         let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
-        let reply = invocation.invoke_async::<Value>(conn).await;
-        verdict(&reply.map_err(WriteError::Redis)?)
+        verdict(invocation.invoke_async(conn).await, false)
     }
 
     /// The async form of [`write_all`](Self::write_all).
@@ -499,8 +487,7 @@ impl FencedStore {
         writes: &[(R, Fence, V)],
     ) -> Result<(), WriteError> {
         let invocation = self.invocation_all(writes)?;
-        let reply = invocation.invoke_async::<Value>(conn).await;
-        verdict_all(&reply.map_err(WriteError::Redis)?)
+        verdict(invocation.invoke_async(conn).await, true)
     }
 
     /// The last accepted fence and value of `resource`, if any.
@@ -546,25 +533,31 @@ impl FencedStore {
     }
 }
 
-/// The script's reply: stored, or the 0-based position of the first stale
-/// write and its resource's stored fence.
-fn stale_at(reply: &Value) -> Result<Option<(usize, StaleFence)>, WriteError> {
-    match reply {
-        Value::Int(1) => Ok(None),
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(i), Value::BulkString(current)] if *i >= 1 => {
-                let current = std::str::from_utf8(current)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .unwrap_or(u64::MAX);
-                let index = usize::try_from(*i - 1).unwrap_or(usize::MAX);
-                let current = Fence::new(current);
-                Ok(Some((index, StaleFence { current })))
-            }
-            _ => Err(unexpected()),
-        },
-        _ => Err(unexpected()),
-    }
+/// The verdict on the script's reply: stored, or the first stale write
+/// (by its 0-based position for a [`FencedStore::write_all`], `all`) and
+/// its resource's stored fence.
+fn verdict(reply: redis::RedisResult<Value>, all: bool) -> Result<(), WriteError> {
+    let items = match reply.map_err(WriteError::Redis)? {
+        Value::Int(1) => return Ok(()),
+        Value::Array(items) => items,
+        _ => return Err(unexpected()),
+    };
+    let [Value::Int(i @ 1..), Value::BulkString(current)] = items.as_slice() else {
+        return Err(unexpected());
+    };
+    let current = std::str::from_utf8(current)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    let stale = StaleFence {
+        current: Fence::new(current),
+    };
+    Err(if all {
+        let index = usize::try_from(*i - 1).unwrap_or(usize::MAX);
+        WriteError::StaleAt { index, stale }
+    } else {
+        WriteError::Stale(stale)
+    })
 }
 
 fn unexpected() -> WriteError {
@@ -572,22 +565,6 @@ fn unexpected() -> WriteError {
         redis::ErrorKind::UnexpectedReturnType,
         "unexpected reply to the fenced write script",
     )))
-}
-
-/// The verdict on one write.
-fn verdict(reply: &Value) -> Result<(), WriteError> {
-    match stale_at(reply)? {
-        None => Ok(()),
-        Some((_, stale)) => Err(WriteError::Stale(stale)),
-    }
-}
-
-/// The verdict on a [`FencedStore::write_all`].
-fn verdict_all(reply: &Value) -> Result<(), WriteError> {
-    match stale_at(reply)? {
-        None => Ok(()),
-        Some((index, stale)) => Err(WriteError::StaleAt { index, stale }),
-    }
 }
 
 #[cfg(test)]
@@ -615,12 +592,12 @@ mod tests {
 
     #[test]
     fn a_stored_higher_fence_makes_the_write_stale() {
-        assert!(verdict(&Value::Int(1)).is_ok());
-        match verdict(&stale(1, "42")) {
+        assert!(verdict(Ok(Value::Int(1)), false).is_ok());
+        match verdict(Ok(stale(1, "42")), false) {
             Err(WriteError::Stale(s)) => assert_eq!(s.current, Fence::new(42)),
             other => panic!("{other:?}"),
         }
-        match verdict_all(&stale(3, "42")) {
+        match verdict(Ok(stale(3, "42")), true) {
             Err(WriteError::StaleAt { index: 2, stale }) => {
                 assert_eq!(stale.current, Fence::new(42));
             }
@@ -628,7 +605,7 @@ mod tests {
         }
         for odd in [Value::Nil, stale(0, "1"), Value::BulkString(b"42".to_vec())] {
             assert!(
-                matches!(verdict(&odd), Err(WriteError::Redis(_))),
+                matches!(verdict(Ok(odd.clone()), false), Err(WriteError::Redis(_))),
                 "{odd:?}"
             );
         }

@@ -14,7 +14,7 @@ use event_listener::EventListener;
 
 use super::election::Election;
 use crate::clock::now;
-use crate::core::election::{ReadReply, Version};
+use crate::core::election::{classify_read, ReadReply, Version};
 use crate::core::names::KeyId;
 use crate::core::observe::Observation;
 use crate::core::reader::{Cursor, ReaderStep};
@@ -119,7 +119,8 @@ impl<F: Front> Watch<F> {
 
     /// The next read (claimed by [`next`](Self::next)).
     pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
-        self.election.read_after(self.reading.flatten())
+        let after = self.reading.flatten();
+        self.election.read(after, classify_read, |read| read)
     }
 
     /// Takes the read's reply: its items, for every observer of the name,

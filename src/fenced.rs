@@ -93,22 +93,11 @@ const FENCED_WRITE_LUA: &str = lua!("fenced_write");
 /// as a multi-key lease holds.
 pub const MAX_WRITES: usize = crate::core::multi::MAX_KEYS;
 
-/// Who writes: a holder with its fence (a lock's, a writer's, a permit's),
-/// or a reader with its epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Holder,
-    Derived,
-}
-
-impl Mode {
-    fn arg(self) -> &'static str {
-        match self {
-            Mode::Holder => "holder",
-            Mode::Derived => "derived",
-        }
-    }
-}
+/// Who writes, the script's first argument: a holder with its fence (a
+/// lock's, a writer's, a permit's), or a reader with its epoch.
+type Mode = &'static str;
+const HOLDER: Mode = "holder";
+const DERIVED: Mode = "derived";
 
 /// The hash fields of one register, a lease's or a slot's: its fence, its
 /// value and the epoch of its last derived write.
@@ -247,7 +236,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, None, Mode::Holder, fence, value)
+        self.write_as(conn, resource, None, HOLDER, fence, value)
     }
 
     /// Stores `value` derived from a read (a cache fill, a materialised
@@ -284,7 +273,7 @@ impl FencedStore {
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
         // epoch ≥ the high-water, whoever wrote at it.
-        self.write_as(conn, resource, None, Mode::Derived, epoch, value)
+        self.write_as(conn, resource, None, DERIVED, epoch, value)
     }
 
     /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
@@ -302,7 +291,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, Some(slot), Mode::Holder, fence, value)
+        self.write_as(conn, resource, Some(slot), HOLDER, fence, value)
     }
 
     /// Stores every write of a multi-key lease, `(resource, fence,
@@ -367,7 +356,7 @@ impl FencedStore {
         writes: impl IntoIterator<Item = (&'a str, Option<u32>, Fence, V)>,
     ) -> redis::ScriptInvocation<'static> {
         let mut invocation = FENCED_WRITE.prepare_invoke();
-        invocation.arg(mode.arg());
+        invocation.arg(mode);
         for (resource, slot, fence, value) in writes {
             let fields = fields(slot);
             invocation
@@ -401,7 +390,7 @@ impl FencedStore {
             });
         }
         Ok(self.invocation(
-            Mode::Holder,
+            HOLDER,
             writes
                 .iter()
                 .map(|(resource, fence, value)| (resource.as_ref(), None, *fence, value)),
@@ -422,7 +411,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, Mode::Holder, fence, value)
+        self.write_as_async(conn, resource, None, HOLDER, fence, value)
             .await
     }
 
@@ -439,7 +428,7 @@ impl FencedStore {
         epoch: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, Mode::Derived, epoch, value)
+        self.write_as_async(conn, resource, None, DERIVED, epoch, value)
             .await
     }
 
@@ -457,7 +446,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, Some(slot), Mode::Holder, fence, value)
+        self.write_as_async(conn, resource, Some(slot), HOLDER, fence, value)
             .await
     }
 

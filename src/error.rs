@@ -684,56 +684,41 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Error");
         d.field("code", &self.code());
-        match self {
-            Error::Busy { remaining } => {
-                d.field("remaining", remaining);
-            }
+        let d = match self {
+            Error::Busy { remaining } => d.field("remaining", remaining),
             Error::WaitTimeout { waited, remaining } => {
-                d.field("waited", waited).field("remaining", remaining);
+                d.field("waited", waited).field("remaining", remaining)
             }
-            Error::QueueFull { limit } | Error::TooManyLeases { limit } => {
-                d.field("limit", limit);
-            }
-            Error::ProviderFailed { op, source } | Error::OutcomeUnknown { op, source } => {
-                d.field("op", op)
-                    .field("redis_kind", &source.kind())
-                    .field("redis_code", &source.code());
-            }
-            Error::UnexpectedReply { op, source } => {
-                d.field("op", op).field("reply", source);
-            }
+            Error::QueueFull { limit } | Error::TooManyLeases { limit } => d.field("limit", limit),
+            Error::ProviderFailed { op, source } | Error::OutcomeUnknown { op, source } => d
+                .field("op", op)
+                .field("redis_kind", &source.kind())
+                .field("redis_code", &source.code()),
+            Error::UnexpectedReply { op, source } => d.field("op", op).field("reply", source),
             Error::CleanupTimeout {
                 unconfirmed,
                 timeout,
-            } => {
-                d.field("unconfirmed", unconfirmed)
-                    .field("timeout", timeout);
-            }
+            } => d
+                .field("unconfirmed", unconfirmed)
+                .field("timeout", timeout),
             Error::CleanupFailed {
                 unconfirmed,
                 source,
-            } => {
-                d.field("unconfirmed", unconfirmed)
-                    .field("redis_kind", &source.as_ref().map(|e| e.kind()))
-                    .field("redis_code", &source.as_ref().and_then(|e| e.code()));
-            }
-            Error::InvalidKey { reason } => {
-                d.field("reason", reason);
-            }
+            } => d
+                .field("unconfirmed", unconfirmed)
+                .field("redis_kind", &source.as_ref().map(|e| e.kind()))
+                .field("redis_code", &source.as_ref().and_then(|e| e.code())),
+            Error::InvalidKey { reason } => d.field("reason", reason),
             Error::InvalidConfig { option, reason } => {
-                d.field("option", option).field("reason", reason);
+                d.field("option", option).field("reason", reason)
             }
             Error::ReplicationFailed { acked, required } => {
-                d.field("acked", acked).field("required", required);
+                d.field("acked", acked).field("required", required)
             }
-            Error::LockLost { cause } => {
-                d.field("cause", cause);
-            }
-            Error::ValueTooLarge { len, max } => {
-                d.field("len", len).field("max", max);
-            }
-            Error::Cancelled | Error::ShuttingDown => {}
-        }
+            Error::LockLost { cause } => d.field("cause", cause),
+            Error::ValueTooLarge { len, max } => d.field("len", len).field("max", max),
+            Error::Cancelled | Error::ShuttingDown => &mut d,
+        };
         d.finish()
     }
 }

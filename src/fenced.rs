@@ -236,7 +236,8 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, None, HOLDER, fence, value)
+        let invocation = self.invocation(HOLDER, [(resource, None, fence, value)]);
+        verdict(invocation.invoke(conn), false)
     }
 
     /// Stores `value` derived from a read (a cache fill, a materialised
@@ -273,7 +274,8 @@ impl FencedStore {
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
         // epoch ≥ the high-water, whoever wrote at it.
-        self.write_as(conn, resource, None, DERIVED, epoch, value)
+        let invocation = self.invocation(DERIVED, [(resource, None, epoch, value)]);
+        verdict(invocation.invoke(conn), false)
     }
 
     /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
@@ -291,7 +293,8 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, Some(slot), HOLDER, fence, value)
+        let invocation = self.invocation(HOLDER, [(resource, Some(slot), fence, value)]);
+        verdict(invocation.invoke(conn), false)
     }
 
     /// Stores every write of a multi-key lease, `(resource, fence,
@@ -333,19 +336,6 @@ impl FencedStore {
     ) -> Result<(), WriteError> {
         let invocation = self.invocation_all(writes)?;
         verdict(invocation.invoke(conn), true)
-    }
-
-    fn write_as(
-        &self,
-        conn: &mut impl redis::ConnectionLike,
-        resource: &str,
-        slot: Option<u32>,
-        mode: Mode,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
-        verdict(invocation.invoke(conn), false)
     }
 
     /// The write script's call for `writes`, each (resource, slot, fence or
@@ -411,8 +401,8 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, HOLDER, fence, value)
-            .await
+        let invocation = self.invocation(HOLDER, [(resource, None, fence, value)]);
+        verdict(invocation.invoke_async(conn).await, false)
     }
 
     /// The async form of [`write_derived`](Self::write_derived).
@@ -428,8 +418,8 @@ impl FencedStore {
         epoch: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, DERIVED, epoch, value)
-            .await
+        let invocation = self.invocation(DERIVED, [(resource, None, epoch, value)]);
+        verdict(invocation.invoke_async(conn).await, false)
     }
 
     /// The async form of [`write_permit`](Self::write_permit).
@@ -446,21 +436,7 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, Some(slot), HOLDER, fence, value)
-            .await
-    }
-
-    #[cfg(feature = "aio")]
-    async fn write_as_async(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        resource: &str,
-        slot: Option<u32>,
-        mode: Mode,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
+        let invocation = self.invocation(HOLDER, [(resource, Some(slot), fence, value)]);
         verdict(invocation.invoke_async(conn).await, false)
     }
 

@@ -10,7 +10,7 @@ use crate::cancel::CancelHandle;
 use crate::error::Error;
 
 /// The longest lease Redis' `PX` accepts here: 15 decimal digits of ms.
-pub(crate) const MAX_LEASE_MS: u128 = 999_999_999_999_999;
+const MAX_LEASE_MS: u128 = 999_999_999_999_999;
 
 /// How a locker talks to Redis and how its acquires behave.
 ///
@@ -288,24 +288,56 @@ impl Config {
     ///
     /// [`Error::InvalidConfig`] naming the first option that is out of bounds.
     pub fn validate(&self) -> Result<(), Error> {
-        validate_namespace(&self.namespace)?;
+        let ns = &self.namespace;
+        ensure(!ns.is_empty(), "namespace", "must not be empty")?;
+        ensure(
+            !ns.contains(['{', '}']),
+            "namespace",
+            "must not contain '{' or '}' (they would change the Redis Cluster hash tag)",
+        )?;
+        // An ACL pattern for the namespace's names (README, "Least privilege")
+        // would read them as wildcards and match other namespaces' names.
+        ensure(
+            !ns.contains(['*', '?', '[', ']', '\\']),
+            "namespace",
+            "must not contain the glob characters '*', '?', '[', ']' or '\\' \
+             (the ACL patterns of the namespace would match other namespaces' names)",
+        )?;
         if let Some(label) = &self.metrics_label {
-            validate_metrics_label(label)?;
+            ensure(!label.is_empty(), "metrics_label", "must not be empty")?;
+            let max = Config::MAX_METRICS_LABEL_BYTES;
+            ensure(
+                label.len() <= max,
+                "metrics_label",
+                format!("must be at most {max} bytes, got {}", label.len()),
+            )?;
+            ensure(
+                !label.chars().any(char::is_control),
+                "metrics_label",
+                "must not contain control characters",
+            )?;
         }
         lease_ms(self.lease, "lease")?;
-        positive(self.poll_interval, "poll_interval")?;
-        positive(self.notify_poll_interval, "notify_poll_interval")?;
-        positive(self.shutdown_timeout, "shutdown_timeout")?;
-        positive(self.command_timeout, "command_timeout")?;
-        at_least_one(self.max_waiters, "max_waiters")?;
-        at_least_one(self.max_tracked_leases, "max_tracked_leases")?;
-        at_least_one(self.max_key_bytes, "max_key_bytes")?;
-        if self.max_value_bytes > MAX_VALUE_BYTES {
-            return Err(Error::invalid_config(
-                "max_value_bytes",
-                format!("must be at most {MAX_VALUE_BYTES} (1 MiB)"),
-            ));
+        for (interval, option) in [
+            (self.poll_interval, "poll_interval"),
+            (self.notify_poll_interval, "notify_poll_interval"),
+            (self.shutdown_timeout, "shutdown_timeout"),
+            (self.command_timeout, "command_timeout"),
+        ] {
+            ensure(!interval.is_zero(), option, "must be greater than zero")?;
         }
+        for (n, option) in [
+            (self.max_waiters, "max_waiters"),
+            (self.max_tracked_leases, "max_tracked_leases"),
+            (self.max_key_bytes, "max_key_bytes"),
+        ] {
+            ensure(n > 0, option, "must be at least 1")?;
+        }
+        ensure(
+            self.max_value_bytes <= MAX_VALUE_BYTES,
+            "max_value_bytes",
+            format!("must be at most {MAX_VALUE_BYTES} (1 MiB)"),
+        )?;
         if let Some(ttl) = self.fence_counter_ttl {
             lease_ms(ttl, "fence_counter_ttl")?;
         }
@@ -313,89 +345,34 @@ impl Config {
             lease_ms(window, "claim_window")?;
         }
         if let Some((n, timeout)) = self.min_replicas {
-            if n == 0 {
-                return Err(Error::invalid_config(
-                    "min_replicas",
-                    "must ask for at least 1 replica",
-                ));
-            }
-            positive(timeout, "min_replicas")?;
-            if timeout >= self.command_timeout {
-                return Err(Error::invalid_config(
-                    "min_replicas",
-                    "the replication timeout must be shorter than command_timeout",
-                ));
-            }
+            let option = "min_replicas";
+            ensure(n > 0, option, "must ask for at least 1 replica")?;
+            ensure(!timeout.is_zero(), option, "must be greater than zero")?;
+            ensure(
+                timeout < self.command_timeout,
+                option,
+                "the replication timeout must be shorter than command_timeout",
+            )?;
             check_lease_covers_replication(self.lease, timeout)?;
         }
         Ok(())
     }
 }
 
-fn validate_namespace(ns: &str) -> Result<(), Error> {
-    if ns.is_empty() {
-        return Err(Error::invalid_config("namespace", "must not be empty"));
+/// `InvalidConfig` for `option` with `reason` unless `ok`.
+fn ensure(ok: bool, option: &'static str, reason: impl Into<String>) -> Result<(), Error> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_config(option, reason))
     }
-    if ns.contains(['{', '}']) {
-        return Err(Error::invalid_config(
-            "namespace",
-            "must not contain '{' or '}' (they would change the Redis Cluster hash tag)",
-        ));
-    }
-    // An ACL pattern for the namespace's names (README, "Least privilege")
-    // would read them as wildcards and match other namespaces' names.
-    if ns.contains(['*', '?', '[', ']', '\\']) {
-        return Err(Error::invalid_config(
-            "namespace",
-            "must not contain the glob characters '*', '?', '[', ']' or '\\' \
-             (the ACL patterns of the namespace would match other namespaces' names)",
-        ));
-    }
-    Ok(())
-}
-
-fn validate_metrics_label(label: &str) -> Result<(), Error> {
-    if label.is_empty() {
-        return Err(Error::invalid_config("metrics_label", "must not be empty"));
-    }
-    if label.len() > Config::MAX_METRICS_LABEL_BYTES {
-        return Err(Error::invalid_config(
-            "metrics_label",
-            format!(
-                "must be at most {} bytes, got {}",
-                Config::MAX_METRICS_LABEL_BYTES,
-                label.len()
-            ),
-        ));
-    }
-    if label.chars().any(char::is_control) {
-        return Err(Error::invalid_config(
-            "metrics_label",
-            "must not contain control characters",
-        ));
-    }
-    Ok(())
-}
-
-fn positive(d: Duration, option: &'static str) -> Result<(), Error> {
-    if d.is_zero() {
-        return Err(Error::invalid_config(option, "must be greater than zero"));
-    }
-    Ok(())
 }
 
 /// The largest `max_value_bytes` (1 MiB).
 const MAX_VALUE_BYTES: usize = 1 << 20;
 
-fn at_least_one(n: usize, option: &'static str) -> Result<(), Error> {
-    if n == 0 {
-        return Err(Error::invalid_config(option, "must be at least 1"));
-    }
-    Ok(())
-}
-
 /// The lease in whole milliseconds, checked against Redis' bounds.
-pub(crate) fn lease_ms(lease: Duration, option: &'static str) -> Result<u64, Error> {
+fn lease_ms(lease: Duration, option: &'static str) -> Result<u64, Error> {
     let ms = lease.as_millis();
     if ms == 0 || ms > MAX_LEASE_MS {
         return Err(Error::invalid_config(
@@ -409,18 +386,13 @@ pub(crate) fn lease_ms(lease: Duration, option: &'static str) -> Result<u64, Err
 
 /// A lease must last at least 1.5 × the replication timeout (the crate docs' "Replication check"), or
 /// the wait for replicas could eat the lease.
-pub(crate) fn check_lease_covers_replication(
-    lease: Duration,
-    timeout: Duration,
-) -> Result<(), Error> {
+fn check_lease_covers_replication(lease: Duration, timeout: Duration) -> Result<(), Error> {
     // In integers: 1.5 in floating point would refuse 300 ms against 200 ms.
-    if lease.as_nanos() * 2 < timeout.as_nanos() * 3 {
-        return Err(Error::invalid_config(
-            "min_replicas",
-            "the lease must be at least 1.5 times the replication timeout",
-        ));
-    }
-    Ok(())
+    ensure(
+        lease.as_nanos() * 2 >= timeout.as_nanos() * 3,
+        "min_replicas",
+        "the lease must be at least 1.5 times the replication timeout",
+    )
 }
 
 /// Per-acquire overrides of the locker's defaults.

@@ -55,7 +55,7 @@ impl fmt::Display for Operation {
 /// `Display` and `Debug` forms never contain a key, an owner token or a
 /// server address; a Redis error stays reachable through
 /// [`std::error::Error::source`].
-#[derive(thiserror::Error)]
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Someone else holds the lock and the acquire was not allowed to wait
@@ -188,7 +188,7 @@ pub enum Error {
 }
 
 /// Why a lease kept alive by `with_lock` was lost.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LostCause {
     /// A renewal found the lock gone.
@@ -204,18 +204,6 @@ pub enum LostCause {
     /// did not answer in time).
     #[error("the lease's deadline passed without a confirmed renewal")]
     DeadlinePassed,
-}
-
-impl LostCause {
-    /// A copy of this cause (the redis error inside is cloned).
-    pub(crate) fn duplicate(&self) -> LostCause {
-        match self {
-            LostCause::Expired => LostCause::Expired,
-            LostCause::Conflict => LostCause::Conflict,
-            LostCause::DeadlinePassed => LostCause::DeadlinePassed,
-            LostCause::RenewFailed(e) => LostCause::RenewFailed(Box::new(e.duplicate())),
-        }
-    }
 }
 
 fn provider_failed_message(op: Operation, source: &redis::RedisError) -> String {
@@ -281,15 +269,10 @@ impl Transport {
 
     /// `Tls` if any of `infos` is TLS, `Plain` if all are plain TCP.
     pub(crate) fn of_any<'a>(infos: impl IntoIterator<Item = &'a redis::ConnectionInfo>) -> Self {
-        let mut all_plain = true;
-        for info in infos {
-            match Transport::of(info.addr()) {
-                Transport::Tls => return Transport::Tls,
-                Transport::Plain => {}
-                Transport::Unknown => all_plain = false,
-            }
-        }
-        if all_plain {
+        let all: Vec<_> = infos.into_iter().map(|i| Transport::of(i.addr())).collect();
+        if all.contains(&Transport::Tls) {
+            Transport::Tls
+        } else if all.iter().all(|t| *t == Transport::Plain) {
             Transport::Plain
         } else {
             Transport::Unknown
@@ -344,22 +327,11 @@ impl Hint {
 }
 
 /// A connect error with its [`Hint`]; the redis error stays its source.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{}", hint.text())]
 struct Hinted {
     hint: Hint,
     source: redis::RedisError,
-}
-
-impl fmt::Display for Hinted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.hint.text())
-    }
-}
-
-impl std::error::Error for Hinted {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
 }
 
 /// A failed connect over `transport`, with a hint where the scheme may not
@@ -487,22 +459,31 @@ impl Error {
     /// assert_eq!(e.code(), "LOCK_BUSY");
     /// ```
     pub fn code(&self) -> &'static str {
+        self.class().0
+    }
+
+    /// The stable code of each variant, and whether the same call made
+    /// again may succeed (but see [`is_retryable`](Self::is_retryable) for
+    /// `PROVIDER_FAILED`).
+    fn class(&self) -> (&'static str, bool) {
         match self {
-            Error::Busy { .. } => "LOCK_BUSY",
-            Error::WaitTimeout { .. } => "WAIT_TIMEOUT",
-            Error::QueueFull { .. } => "QUEUE_FULL",
-            Error::TooManyLeases { .. } => "TOO_MANY_LEASES",
-            Error::Cancelled => "CANCELLED",
-            Error::ShuttingDown => "SHUTTING_DOWN",
-            Error::ProviderFailed { .. } => "PROVIDER_FAILED",
-            Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. } => "OUTCOME_UNKNOWN",
-            Error::CleanupTimeout { .. } => "CLEANUP_TIMEOUT",
-            Error::CleanupFailed { .. } => "CLEANUP_FAILED",
-            Error::InvalidKey { .. } => "INVALID_KEY",
-            Error::InvalidConfig { .. } => "INVALID_CONFIG",
-            Error::ReplicationFailed { .. } => "REPLICATION_FAILED",
-            Error::LockLost { .. } => "LOCK_LOST",
-            Error::ValueTooLarge { .. } => "VALUE_TOO_LARGE",
+            Error::Busy { .. } => ("LOCK_BUSY", true),
+            Error::WaitTimeout { .. } => ("WAIT_TIMEOUT", true),
+            Error::QueueFull { .. } => ("QUEUE_FULL", true),
+            Error::TooManyLeases { .. } => ("TOO_MANY_LEASES", true),
+            Error::Cancelled => ("CANCELLED", false),
+            Error::ShuttingDown => ("SHUTTING_DOWN", false),
+            Error::ProviderFailed { .. } => ("PROVIDER_FAILED", true),
+            Error::OutcomeUnknown { .. } | Error::UnexpectedReply { .. } => {
+                ("OUTCOME_UNKNOWN", true)
+            }
+            Error::CleanupTimeout { .. } => ("CLEANUP_TIMEOUT", false),
+            Error::CleanupFailed { .. } => ("CLEANUP_FAILED", false),
+            Error::InvalidKey { .. } => ("INVALID_KEY", false),
+            Error::InvalidConfig { .. } => ("INVALID_CONFIG", false),
+            Error::ReplicationFailed { .. } => ("REPLICATION_FAILED", true),
+            Error::LockLost { .. } => ("LOCK_LOST", false),
+            Error::ValueTooLarge { .. } => ("VALUE_TOO_LARGE", false),
         }
     }
 
@@ -573,22 +554,8 @@ impl Error {
     /// ```
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Busy { .. }
-            | Error::WaitTimeout { .. }
-            | Error::QueueFull { .. }
-            | Error::TooManyLeases { .. }
-            | Error::ReplicationFailed { .. }
-            | Error::OutcomeUnknown { .. }
-            | Error::UnexpectedReply { .. } => true,
             Error::ProviderFailed { source, .. } => !is_auth_failure(source),
-            Error::Cancelled
-            | Error::ShuttingDown
-            | Error::CleanupTimeout { .. }
-            | Error::CleanupFailed { .. }
-            | Error::InvalidKey { .. }
-            | Error::InvalidConfig { .. }
-            | Error::ValueTooLarge { .. }
-            | Error::LockLost { .. } => false,
+            _ => self.class().1,
         }
     }
 
@@ -607,67 +574,6 @@ impl Error {
                 Some(source)
             }
             _ => None,
-        }
-    }
-
-    /// A copy of this error; a redis error inside is cloned.
-    pub(crate) fn duplicate(&self) -> Error {
-        match self {
-            Error::Busy { remaining } => Error::Busy {
-                remaining: *remaining,
-            },
-            Error::WaitTimeout { waited, remaining } => Error::WaitTimeout {
-                waited: *waited,
-                remaining: *remaining,
-            },
-            Error::QueueFull { limit } => Error::QueueFull { limit: *limit },
-            Error::TooManyLeases { limit } => Error::TooManyLeases { limit: *limit },
-            Error::Cancelled => Error::Cancelled,
-            Error::ShuttingDown => Error::ShuttingDown,
-            Error::ProviderFailed { op, source } => Error::ProviderFailed {
-                op: *op,
-                source: source.clone(),
-            },
-            Error::OutcomeUnknown { op, source } => Error::OutcomeUnknown {
-                op: *op,
-                source: source.clone(),
-            },
-            Error::UnexpectedReply { op, source } => Error::UnexpectedReply {
-                op: *op,
-                source: source.clone(),
-            },
-            Error::CleanupTimeout {
-                unconfirmed,
-                timeout,
-            } => Error::CleanupTimeout {
-                unconfirmed: *unconfirmed,
-                timeout: *timeout,
-            },
-            Error::CleanupFailed {
-                unconfirmed,
-                source,
-            } => Error::CleanupFailed {
-                unconfirmed: *unconfirmed,
-                source: source.clone(),
-            },
-            Error::InvalidKey { reason } => Error::InvalidKey {
-                reason: reason.clone(),
-            },
-            Error::InvalidConfig { option, reason } => Error::InvalidConfig {
-                option,
-                reason: reason.clone(),
-            },
-            Error::ReplicationFailed { acked, required } => Error::ReplicationFailed {
-                acked: *acked,
-                required: *required,
-            },
-            Error::LockLost { cause } => Error::LockLost {
-                cause: cause.duplicate(),
-            },
-            Error::ValueTooLarge { len, max } => Error::ValueTooLarge {
-                len: *len,
-                max: *max,
-            },
         }
     }
 
@@ -778,56 +684,41 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Error");
         d.field("code", &self.code());
-        match self {
-            Error::Busy { remaining } => {
-                d.field("remaining", remaining);
-            }
+        let d = match self {
+            Error::Busy { remaining } => d.field("remaining", remaining),
             Error::WaitTimeout { waited, remaining } => {
-                d.field("waited", waited).field("remaining", remaining);
+                d.field("waited", waited).field("remaining", remaining)
             }
-            Error::QueueFull { limit } | Error::TooManyLeases { limit } => {
-                d.field("limit", limit);
-            }
-            Error::ProviderFailed { op, source } | Error::OutcomeUnknown { op, source } => {
-                d.field("op", op)
-                    .field("redis_kind", &source.kind())
-                    .field("redis_code", &source.code());
-            }
-            Error::UnexpectedReply { op, source } => {
-                d.field("op", op).field("reply", source);
-            }
+            Error::QueueFull { limit } | Error::TooManyLeases { limit } => d.field("limit", limit),
+            Error::ProviderFailed { op, source } | Error::OutcomeUnknown { op, source } => d
+                .field("op", op)
+                .field("redis_kind", &source.kind())
+                .field("redis_code", &source.code()),
+            Error::UnexpectedReply { op, source } => d.field("op", op).field("reply", source),
             Error::CleanupTimeout {
                 unconfirmed,
                 timeout,
-            } => {
-                d.field("unconfirmed", unconfirmed)
-                    .field("timeout", timeout);
-            }
+            } => d
+                .field("unconfirmed", unconfirmed)
+                .field("timeout", timeout),
             Error::CleanupFailed {
                 unconfirmed,
                 source,
-            } => {
-                d.field("unconfirmed", unconfirmed)
-                    .field("redis_kind", &source.as_ref().map(|e| e.kind()))
-                    .field("redis_code", &source.as_ref().and_then(|e| e.code()));
-            }
-            Error::InvalidKey { reason } => {
-                d.field("reason", reason);
-            }
+            } => d
+                .field("unconfirmed", unconfirmed)
+                .field("redis_kind", &source.as_ref().map(|e| e.kind()))
+                .field("redis_code", &source.as_ref().and_then(|e| e.code())),
+            Error::InvalidKey { reason } => d.field("reason", reason),
             Error::InvalidConfig { option, reason } => {
-                d.field("option", option).field("reason", reason);
+                d.field("option", option).field("reason", reason)
             }
             Error::ReplicationFailed { acked, required } => {
-                d.field("acked", acked).field("required", required);
+                d.field("acked", acked).field("required", required)
             }
-            Error::LockLost { cause } => {
-                d.field("cause", cause);
-            }
-            Error::ValueTooLarge { len, max } => {
-                d.field("len", len).field("max", max);
-            }
-            Error::Cancelled | Error::ShuttingDown => {}
-        }
+            Error::LockLost { cause } => d.field("cause", cause),
+            Error::ValueTooLarge { len, max } => d.field("len", len).field("max", max),
+            Error::Cancelled | Error::ShuttingDown => &mut d,
+        };
         d.finish()
     }
 }

@@ -20,33 +20,22 @@ pub(crate) fn info_cmd() -> redis::Cmd {
     cmd
 }
 
-pub(crate) fn policy_from_config(reply: &HashMap<String, String>) -> Option<&str> {
-    reply.get("maxmemory-policy").map(String::as_str)
+/// The policy in a `CONFIG GET maxmemory-policy` reply (RESP2 or RESP3).
+fn policy_from_config_reply(reply: redis::Value) -> Option<String> {
+    redis::from_redis_value::<HashMap<String, String>>(reply)
+        .ok()?
+        .remove("maxmemory-policy")
 }
 
-pub(crate) fn policy_from_info(info: &str) -> Option<&str> {
+fn policy_from_info(info: &str) -> Option<&str> {
     info.lines()
         .find_map(|l| l.strip_prefix("maxmemory_policy:"))
         .map(str::trim)
 }
 
-/// The policy in a `CONFIG GET maxmemory-policy` reply (RESP2 or RESP3).
-pub(crate) fn policy_from_config_reply(reply: redis::Value) -> Option<String> {
-    redis::from_redis_value::<HashMap<String, String>>(reply)
-        .ok()
-        .and_then(|reply| policy_from_config(&reply).map(str::to_owned))
-}
-
-/// The policy in an `INFO memory` reply.
-pub(crate) fn policy_from_info_reply(reply: redis::Value) -> Option<String> {
-    redis::from_redis_value::<String>(reply)
-        .ok()
-        .and_then(|info| policy_from_info(&info).map(str::to_owned))
-}
-
 /// The policies in a `CONFIG GET maxmemory-policy` sent to every primary of
 /// a cluster (a map of node to reply), or in one node's reply.
-pub(crate) fn policies_from_cluster_reply(reply: redis::Value) -> Vec<Option<String>> {
+fn policies_from_cluster_reply(reply: redis::Value) -> Vec<Option<String>> {
     match reply {
         redis::Value::Map(entries) => entries
             .into_iter()
@@ -64,17 +53,13 @@ pub(crate) fn every_primary() -> redis::cluster_routing::RoutingInfo {
 }
 
 /// Logs the verdict on a `CONFIG GET maxmemory-policy` sent to every
-/// primary ([`every_primary`]), or that it was refused.
+/// primary ([`every_primary`]), or that it was refused: the first unsafe
+/// policy, else unchecked if any primary did not say.
 pub(crate) fn report_cluster_reply(reply: Result<redis::Value, Failure>) {
-    match reply {
-        Ok(reply) => report_cluster(&policies_from_cluster_reply(reply)),
-        Err(Failure::NotSent(e) | Failure::Sent(e)) => report_refused(&e),
-    }
-}
-
-/// Logs the verdict on the policies of a cluster's primaries: the first
-/// unsafe one, else unchecked if any did not say.
-fn report_cluster(policies: &[Option<String>]) {
+    let policies = match reply {
+        Ok(reply) => policies_from_cluster_reply(reply),
+        Err(Failure::NotSent(e) | Failure::Sent(e)) => return report_refused(&e),
+    };
     let unsafe_one = policies
         .iter()
         .flatten()
@@ -87,7 +72,7 @@ fn report_cluster(policies: &[Option<String>]) {
 }
 
 /// Logs the verdict on a policy read from the server.
-pub(crate) fn report(policy: Option<&str>) {
+fn report(policy: Option<&str>) {
     match policy {
         Some("noeviction") => {}
         Some(policy) => log::error!(
@@ -102,7 +87,7 @@ pub(crate) fn report(policy: Option<&str>) {
     }
 }
 
-pub(crate) fn report_refused(e: &redis::RedisError) {
+fn report_refused(e: &redis::RedisError) {
     log::debug!(
         target: "redlease",
         "REDIS_EVICTION_UNCHECKED: CONFIG GET maxmemory-policy was refused ({}); trying INFO memory",
@@ -129,7 +114,10 @@ pub(crate) fn check_config_reply(reply: Result<redis::Value, Failure>) -> Result
 
 /// Reports the policy in the reply to [`info_cmd`], or that none came.
 pub(crate) fn report_info_reply(reply: Result<redis::Value, Failure>) {
-    report(reply.ok().and_then(policy_from_info_reply).as_deref());
+    let info = reply
+        .ok()
+        .and_then(|r| redis::from_redis_value::<String>(r).ok());
+    report(info.as_deref().and_then(policy_from_info));
 }
 
 #[cfg(test)]

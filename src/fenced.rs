@@ -93,22 +93,11 @@ const FENCED_WRITE_LUA: &str = lua!("fenced_write");
 /// as a multi-key lease holds.
 pub const MAX_WRITES: usize = crate::core::multi::MAX_KEYS;
 
-/// Who writes: a holder with its fence (a lock's, a writer's, a permit's),
-/// or a reader with its epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Holder,
-    Derived,
-}
-
-impl Mode {
-    fn arg(self) -> &'static str {
-        match self {
-            Mode::Holder => "holder",
-            Mode::Derived => "derived",
-        }
-    }
-}
+/// Who writes, the script's first argument: a holder with its fence (a
+/// lock's, a writer's, a permit's), or a reader with its epoch.
+type Mode = &'static str;
+const HOLDER: Mode = "holder";
+const DERIVED: Mode = "derived";
 
 /// The hash fields of one register, a lease's or a slot's: its fence, its
 /// value and the epoch of its last derived write.
@@ -119,17 +108,11 @@ struct Fields {
 }
 
 fn fields(slot: Option<u32>) -> Fields {
-    match slot {
-        None => Fields {
-            fence: "fence".into(),
-            value: "value".into(),
-            derived: "derived".into(),
-        },
-        Some(slot) => Fields {
-            fence: format!("fence:{slot}"),
-            value: format!("value:{slot}"),
-            derived: format!("derived:{slot}"),
-        },
+    let suffix = slot.map(|slot| format!(":{slot}")).unwrap_or_default();
+    Fields {
+        fence: format!("fence{suffix}"),
+        value: format!("value{suffix}"),
+        derived: format!("derived{suffix}"),
     }
 }
 
@@ -253,7 +236,8 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, None, Mode::Holder, fence, value)
+        let invocation = self.invocation(HOLDER, [(resource, None, fence, value)]);
+        verdict(invocation.invoke(conn), false)
     }
 
     /// Stores `value` derived from a read (a cache fill, a materialised
@@ -290,7 +274,8 @@ impl FencedStore {
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
         // epoch ≥ the high-water, whoever wrote at it.
-        self.write_as(conn, resource, None, Mode::Derived, epoch, value)
+        let invocation = self.invocation(DERIVED, [(resource, None, epoch, value)]);
+        verdict(invocation.invoke(conn), false)
     }
 
     /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
@@ -308,7 +293,8 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as(conn, resource, Some(slot), Mode::Holder, fence, value)
+        let invocation = self.invocation(HOLDER, [(resource, Some(slot), fence, value)]);
+        verdict(invocation.invoke(conn), false)
     }
 
     /// Stores every write of a multi-key lease, `(resource, fence,
@@ -349,25 +335,7 @@ impl FencedStore {
         writes: &[(R, Fence, V)],
     ) -> Result<(), WriteError> {
         let invocation = self.invocation_all(writes)?;
-        let reply = invocation.invoke::<Value>(conn);
-        verdict_all(&reply.map_err(WriteError::Redis)?)
-    }
-
-    fn write_as(
-        &self,
-        conn: &mut impl redis::ConnectionLike,
-        resource: &str,
-        slot: Option<u32>,
-        mode: Mode,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
-        verdict(
-            &invocation
-                .invoke::<Value>(conn)
-                .map_err(WriteError::Redis)?,
-        )
+        verdict(invocation.invoke(conn), true)
     }
 
     /// The write script's call for `writes`, each (resource, slot, fence or
@@ -378,7 +346,7 @@ impl FencedStore {
         writes: impl IntoIterator<Item = (&'a str, Option<u32>, Fence, V)>,
     ) -> redis::ScriptInvocation<'static> {
         let mut invocation = FENCED_WRITE.prepare_invoke();
-        invocation.arg(mode.arg());
+        invocation.arg(mode);
         for (resource, slot, fence, value) in writes {
             let fields = fields(slot);
             invocation
@@ -412,7 +380,7 @@ impl FencedStore {
             });
         }
         Ok(self.invocation(
-            Mode::Holder,
+            HOLDER,
             writes
                 .iter()
                 .map(|(resource, fence, value)| (resource.as_ref(), None, *fence, value)),
@@ -433,8 +401,8 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, Mode::Holder, fence, value)
-            .await
+        let invocation = self.invocation(HOLDER, [(resource, None, fence, value)]);
+        verdict(invocation.invoke_async(conn).await, false)
     }
 
     /// The async form of [`write_derived`](Self::write_derived).
@@ -450,8 +418,8 @@ impl FencedStore {
         epoch: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, None, Mode::Derived, epoch, value)
-            .await
+        let invocation = self.invocation(DERIVED, [(resource, None, epoch, value)]);
+        verdict(invocation.invoke_async(conn).await, false)
     }
 
     /// The async form of [`write_permit`](Self::write_permit).
@@ -468,23 +436,8 @@ impl FencedStore {
         fence: Fence,
         value: impl ToRedisArgs,
     ) -> Result<(), WriteError> {
-        self.write_as_async(conn, resource, Some(slot), Mode::Holder, fence, value)
-            .await
-    }
-
-    #[cfg(feature = "aio")]
-    async fn write_as_async(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        resource: &str,
-        slot: Option<u32>,
-        mode: Mode,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(mode, [(resource, slot, fence, value)]);
-        let reply = invocation.invoke_async::<Value>(conn).await;
-        verdict(&reply.map_err(WriteError::Redis)?)
+        let invocation = self.invocation(HOLDER, [(resource, Some(slot), fence, value)]);
+        verdict(invocation.invoke_async(conn).await, false)
     }
 
     /// The async form of [`write_all`](Self::write_all).
@@ -499,8 +452,7 @@ impl FencedStore {
         writes: &[(R, Fence, V)],
     ) -> Result<(), WriteError> {
         let invocation = self.invocation_all(writes)?;
-        let reply = invocation.invoke_async::<Value>(conn).await;
-        verdict_all(&reply.map_err(WriteError::Redis)?)
+        verdict(invocation.invoke_async(conn).await, true)
     }
 
     /// The last accepted fence and value of `resource`, if any.
@@ -546,25 +498,31 @@ impl FencedStore {
     }
 }
 
-/// The script's reply: stored, or the 0-based position of the first stale
-/// write and its resource's stored fence.
-fn stale_at(reply: &Value) -> Result<Option<(usize, StaleFence)>, WriteError> {
-    match reply {
-        Value::Int(1) => Ok(None),
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(i), Value::BulkString(current)] if *i >= 1 => {
-                let current = std::str::from_utf8(current)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .unwrap_or(u64::MAX);
-                let index = usize::try_from(*i - 1).unwrap_or(usize::MAX);
-                let current = Fence::new(current);
-                Ok(Some((index, StaleFence { current })))
-            }
-            _ => Err(unexpected()),
-        },
-        _ => Err(unexpected()),
-    }
+/// The verdict on the script's reply: stored, or the first stale write
+/// (by its 0-based position for a [`FencedStore::write_all`], `all`) and
+/// its resource's stored fence.
+fn verdict(reply: redis::RedisResult<Value>, all: bool) -> Result<(), WriteError> {
+    let items = match reply.map_err(WriteError::Redis)? {
+        Value::Int(1) => return Ok(()),
+        Value::Array(items) => items,
+        _ => return Err(unexpected()),
+    };
+    let [Value::Int(i @ 1..), Value::BulkString(current)] = items.as_slice() else {
+        return Err(unexpected());
+    };
+    let current = std::str::from_utf8(current)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    let stale = StaleFence {
+        current: Fence::new(current),
+    };
+    Err(if all {
+        let index = usize::try_from(*i - 1).unwrap_or(usize::MAX);
+        WriteError::StaleAt { index, stale }
+    } else {
+        WriteError::Stale(stale)
+    })
 }
 
 fn unexpected() -> WriteError {
@@ -572,22 +530,6 @@ fn unexpected() -> WriteError {
         redis::ErrorKind::UnexpectedReturnType,
         "unexpected reply to the fenced write script",
     )))
-}
-
-/// The verdict on one write.
-fn verdict(reply: &Value) -> Result<(), WriteError> {
-    match stale_at(reply)? {
-        None => Ok(()),
-        Some((_, stale)) => Err(WriteError::Stale(stale)),
-    }
-}
-
-/// The verdict on a [`FencedStore::write_all`].
-fn verdict_all(reply: &Value) -> Result<(), WriteError> {
-    match stale_at(reply)? {
-        None => Ok(()),
-        Some((index, stale)) => Err(WriteError::StaleAt { index, stale }),
-    }
 }
 
 #[cfg(test)]
@@ -615,12 +557,12 @@ mod tests {
 
     #[test]
     fn a_stored_higher_fence_makes_the_write_stale() {
-        assert!(verdict(&Value::Int(1)).is_ok());
-        match verdict(&stale(1, "42")) {
+        assert!(verdict(Ok(Value::Int(1)), false).is_ok());
+        match verdict(Ok(stale(1, "42")), false) {
             Err(WriteError::Stale(s)) => assert_eq!(s.current, Fence::new(42)),
             other => panic!("{other:?}"),
         }
-        match verdict_all(&stale(3, "42")) {
+        match verdict(Ok(stale(3, "42")), true) {
             Err(WriteError::StaleAt { index: 2, stale }) => {
                 assert_eq!(stale.current, Fence::new(42));
             }
@@ -628,7 +570,7 @@ mod tests {
         }
         for odd in [Value::Nil, stale(0, "1"), Value::BulkString(b"42".to_vec())] {
             assert!(
-                matches!(verdict(&odd), Err(WriteError::Redis(_))),
+                matches!(verdict(Ok(odd.clone()), false), Err(WriteError::Redis(_))),
                 "{odd:?}"
             );
         }

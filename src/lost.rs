@@ -68,11 +68,14 @@ impl State {
 
     /// Until when a waiter should sleep before checking the deadline.
     fn wake_at(&self) -> Option<Instant> {
-        if self.armed {
-            self.deadline
-        } else {
-            None
-        }
+        self.deadline.filter(|_| self.armed)
+    }
+
+    /// The loss as [`Error::LockLost`], once lost.
+    fn error(&mut self, counter: &LostCounter) -> Option<Error> {
+        self.check(now(), counter);
+        let cause = self.cause.clone()?;
+        Some(Error::LockLost { cause })
     }
 }
 
@@ -98,11 +101,7 @@ impl Lost {
 
     /// The loss as [`Error::LockLost`] with its cause, once lost.
     pub fn cause(&self) -> Option<Error> {
-        let mut state = self.inner.state.lock();
-        state.check(now(), &self.inner.counter);
-        state.cause.as_ref().map(|cause| Error::LockLost {
-            cause: cause.duplicate(),
-        })
+        self.inner.state.lock().error(&self.inner.counter)
     }
 
     /// Blocks until the lease is lost or `timeout` passes; true if lost.
@@ -115,7 +114,7 @@ impl Lost {
                 if state.check(now(), &self.inner.counter) {
                     return true;
                 }
-                earliest(state.wake_at(), until)
+                state.wake_at().into_iter().chain(until).min()
             };
             if until.is_some_and(|u| now() >= u) {
                 return false;
@@ -138,12 +137,8 @@ impl Lost {
             let listener = self.inner.event.listen();
             let wake_at = {
                 let mut state = self.inner.state.lock();
-                if state.check(now(), &self.inner.counter) {
-                    if let Some(cause) = &state.cause {
-                        return Error::LockLost {
-                            cause: cause.duplicate(),
-                        };
-                    }
+                if let Some(lost) = state.error(&self.inner.counter) {
+                    return lost;
                 }
                 state.wake_at()
             };
@@ -177,13 +172,6 @@ impl Lost {
     pub(crate) fn disarm(&self) {
         self.inner.state.lock().armed = false;
         self.inner.event.notify(usize::MAX);
-    }
-}
-
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 

@@ -3,6 +3,11 @@
 //! Recorded only with the feature `bench-hooks` and after `enable`; in
 //! any other build `mark` is empty. Hidden: not an API.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
 use crate::core::script::ScriptKind;
 use crate::driver::ops::Request;
 
@@ -51,57 +56,49 @@ pub struct Mark {
     pub thread: u64,
 }
 
-#[cfg(feature = "bench-hooks")]
-mod recording {
-    use std::cell::Cell;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
+static THREADS: AtomicU64 = AtomicU64::new(1);
 
-    use parking_lot::Mutex;
+thread_local! {
+    static THREAD: Cell<u64> = const { Cell::new(0) };
+}
 
-    use super::{Mark, Step};
+/// Starts recording; does nothing without the feature `bench-hooks` (the
+/// benchmark still builds, and prints no steps).
+pub fn enable() {
+    ENABLED.store(cfg!(feature = "bench-hooks"), Ordering::Relaxed);
+}
 
-    static ENABLED: AtomicBool = AtomicBool::new(false);
-    static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
-    static THREADS: AtomicU64 = AtomicU64::new(1);
-
-    thread_local! {
-        static THREAD: Cell<u64> = const { Cell::new(0) };
-    }
-
-    pub fn enable() {
-        ENABLED.store(true, Ordering::Relaxed);
-    }
-
-    pub(crate) fn mark(step: Step) {
-        if !ENABLED.load(Ordering::Relaxed) {
-            return;
-        }
-        let unix_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        let thread = THREAD.with(|t| {
-            if t.get() == 0 {
-                t.set(THREADS.fetch_add(1, Ordering::Relaxed));
-            }
-            t.get()
-        });
-        MARKS.lock().push(Mark {
-            step,
-            unix_ns,
-            thread,
-        });
-    }
-
-    pub fn take() -> Vec<Mark> {
-        std::mem::take(&mut *MARKS.lock())
+/// Records `step`, once enabled (never without the feature `bench-hooks`).
+#[inline(always)]
+pub(crate) fn mark(step: Step) {
+    if cfg!(feature = "bench-hooks") && ENABLED.load(Ordering::Relaxed) {
+        record(step);
     }
 }
 
-#[cfg(feature = "bench-hooks")]
-pub use recording::{enable, take};
+fn record(step: Step) {
+    let unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let thread = THREAD.with(|t| {
+        if t.get() == 0 {
+            t.set(THREADS.fetch_add(1, Ordering::Relaxed));
+        }
+        t.get()
+    });
+    MARKS.lock().push(Mark {
+        step,
+        unix_ns,
+        thread,
+    });
+}
 
-#[cfg(feature = "bench-hooks")]
-pub(crate) use recording::mark;
+/// The marks recorded since the last call.
+pub fn take() -> Vec<Mark> {
+    std::mem::take(&mut *MARKS.lock())
+}
 
 /// Marks the send of a request, when it is an acquire or a release script.
 pub(crate) fn sending(request: &Request) {
@@ -126,22 +123,6 @@ fn steps_of(request: &Request) -> Option<(Step, Step)> {
         },
         Request::Releases { .. } => None,
     }
-}
-
-/// Records nothing: the feature `bench-hooks` is off.
-#[cfg(not(feature = "bench-hooks"))]
-#[inline(always)]
-pub(crate) fn mark(_step: Step) {}
-
-/// Does nothing: without the feature `bench-hooks` no step is recorded (the
-/// benchmark still builds, and prints no steps).
-#[cfg(not(feature = "bench-hooks"))]
-pub fn enable() {}
-
-/// No marks: the feature `bench-hooks` is off.
-#[cfg(not(feature = "bench-hooks"))]
-pub fn take() -> Vec<Mark> {
-    Vec::new()
 }
 
 #[cfg(all(test, feature = "bench-hooks"))]

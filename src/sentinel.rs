@@ -127,7 +127,7 @@ impl SentinelOptions {
         self
     }
 
-    fn redis_settings(&self) -> redis::RedisConnectionInfo {
+    fn node(&self) -> SentinelNodeConnectionInfo {
         let mut info = redis::RedisConnectionInfo::default().set_db(self.db);
         if let Some(username) = &self.username {
             info = info.set_username(username);
@@ -135,12 +135,7 @@ impl SentinelOptions {
         if let Some(password) = &self.password {
             info = info.set_password(password);
         }
-        info
-    }
-
-    fn node(&self) -> SentinelNodeConnectionInfo {
-        let node =
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(self.redis_settings());
+        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
         match self.tls {
             Some(mode) => node.set_tls_mode(mode),
             None => node,

@@ -38,51 +38,36 @@ pub struct Stats {
     pub connected: bool,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    acquires: AtomicU64,
-    busy_replies: AtomicU64,
-    wait_timeouts: AtomicU64,
-    notifications: AtomicU64,
-    scripts_sent: AtomicU64,
-    noscript_reloads: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
-impl Counters {
-    pub(crate) fn acquired(&self) {
-        bump(&self.acquires);
-    }
-    pub(crate) fn busy_reply(&self) {
-        bump(&self.busy_replies);
-    }
-    pub(crate) fn wait_timeout(&self) {
-        bump(&self.wait_timeouts);
-    }
-    pub(crate) fn notification(&self) {
-        bump(&self.notifications);
-    }
-    pub(crate) fn script_sent(&self) {
-        bump(&self.scripts_sent);
-    }
-    pub(crate) fn noscript_reload(&self) {
-        bump(&self.noscript_reloads);
-    }
-
-    /// The counters, with the gauges left for the caller to fill in.
-    pub(crate) fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            acquires: get(&self.acquires),
-            busy_replies: get(&self.busy_replies),
-            wait_timeouts: get(&self.wait_timeouts),
-            notifications: get(&self.notifications),
-            scripts_sent: get(&self.scripts_sent),
-            noscript_reloads: get(&self.noscript_reloads),
-            ..Stats::default()
+/// The counters of [`Stats`], each with the method that bumps it: one
+/// list for the struct, the methods and the snapshot.
+macro_rules! counters {
+    ($($field:ident: $bump:ident),* $(,)?) => {
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $($field: AtomicU64,)*
         }
-    }
+
+        impl Counters {
+            $(pub(crate) fn $bump(&self) {
+                self.$field.fetch_add(1, Ordering::Relaxed);
+            })*
+
+            /// The counters, with the gauges left for the caller to fill in.
+            pub(crate) fn snapshot(&self) -> Stats {
+                Stats {
+                    $($field: self.$field.load(Ordering::Relaxed),)*
+                    ..Stats::default()
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    acquires: acquired,
+    busy_replies: busy_reply,
+    wait_timeouts: wait_timeout,
+    notifications: notification,
+    scripts_sent: script_sent,
+    noscript_reloads: noscript_reload,
 }

@@ -119,16 +119,13 @@ impl TestServer {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(match e.kind() {
-                    io::ErrorKind::NotFound => StartError::NotFound,
-                    _ => StartError::Io(e),
-                });
+        let mut child = spawned.map_err(|e| {
+            let _ = std::fs::remove_dir_all(&dir);
+            match e.kind() {
+                io::ErrorKind::NotFound => StartError::NotFound,
+                _ => StartError::Io(e),
             }
-        };
+        })?;
         // Each line the server logs (the last one at start is "Ready to
         // accept connections") is a moment to try PING; the reader also
         // keeps the pipe drained for as long as the server runs.
@@ -175,13 +172,10 @@ impl TestServer {
     }
 
     fn answers_ping(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.url.as_str()) else {
-            return false;
-        };
-        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_secs(1)) else {
-            return false;
-        };
-        redis::cmd("PING").query::<String>(&mut conn).is_ok()
+        redis::Client::open(self.url.as_str())
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
+            .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
+            .is_ok()
     }
 
     /// The server's URL, `redis://127.0.0.1:<port>/0`.

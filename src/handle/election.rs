@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use redis::Value;
 
 use super::keeper::Keeper;
 use super::keeper_threads;
@@ -18,12 +19,13 @@ use super::observer::Observer;
 use crate::clock::now;
 use crate::config::AcquireOptions;
 use crate::core::election::{
-    classify_current, classify_proclaim, classify_read, read_call, ElectNames, Leader, LeaderValue,
-    ProclaimReply, ReadReply, Version,
+    classify_current, classify_proclaim, read_call, ElectNames, Leader, LeaderValue, ProclaimReply,
+    Version,
 };
 use crate::core::lease::RenewResult;
 use crate::core::names::{validate_key, KeyId, Want};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
+use crate::core::script::ReplyError;
 use crate::driver::ops::{Acquire, Single};
 use crate::error::{Error, LostCause, Operation};
 use crate::front::{Call, Front};
@@ -203,17 +205,21 @@ impl<F: Front> Election<F> {
     /// # Ok(()) }
     /// ```
     pub fn leader(&self) -> Call<'_, F, Result<Option<Leader>, Error>> {
+        self.read(None, classify_current, |current| current.leader)
+    }
+
+    /// One read of the state and of the log's entries after `after`, its
+    /// reply sorted by `classify` and handed to `then`.
+    pub(crate) fn read<R: Send + 'static, T: Send + 'static>(
+        &self,
+        after: Option<Version>,
+        classify: fn(&Value) -> Result<R, ReplyError>,
+        then: fn(R) -> T,
+    ) -> Call<'_, F, Result<T, Error>> {
         let shared = self.locker.shared();
-        let call = read_call(&self.names, None);
-        let start = move || {
-            Ok(Single::new(
-                &shared.state,
-                Operation::Read,
-                call,
-                classify_current,
-            ))
-        };
-        F::run(shared, None, start, |current| current.map(|c| c.leader))
+        let call = read_call(&self.names, after);
+        let start = move || Ok(Single::new(&shared.state, Operation::Read, call, classify));
+        F::run(shared, None, start, move |read| read.map(then))
     }
 }
 
@@ -250,24 +256,6 @@ impl<F: Front> Election<F> {
     /// ```
     pub fn observe(&self) -> Observer<F> {
         Observer::new(self.clone(), self.names.id)
-    }
-
-    /// One read of the state and of the log's entries after `after`.
-    pub(crate) fn read_after(
-        &self,
-        after: Option<Version>,
-    ) -> Call<'_, F, Result<ReadReply, Error>> {
-        let shared = self.locker.shared();
-        let call = read_call(&self.names, after);
-        let start = move || {
-            Ok(Single::new(
-                &shared.state,
-                Operation::Read,
-                call,
-                classify_read,
-            ))
-        };
-        F::run(shared, None, start, |read| read)
     }
 
     pub(crate) fn locker(&self) -> &Locker<F> {

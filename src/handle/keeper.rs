@@ -47,7 +47,7 @@ impl<F: Front> Keeper<F> {
                 gone: false,
             }),
         });
-        let (shared, held) = (lease.shared().clone(), lease.held_shared().clone());
+        let (shared, held) = (lease.shared().clone(), lease.held().clone());
         let (for_lost, for_thread) = (lost.clone(), keeper.clone());
         let started = keeper_threads::run(Box::new(move || {
             let renewer = Renewer::new(&shared.state, &held, &for_lost, &for_thread.stop);

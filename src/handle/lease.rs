@@ -161,18 +161,14 @@ impl<F: Front, K: Kind> Lease<F, K> {
         F::release(self.state)
     }
 
-    pub(crate) fn held(&self) -> &Held {
+    /// The bookkeeping, shared with a thread that renews the lease (an
+    /// election's keeper).
+    pub(crate) fn held(&self) -> &Arc<Held> {
         &self.state.held
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared<F::Commands>> {
         &self.state.shared
-    }
-
-    /// The bookkeeping, for a thread that renews the lease (an election's
-    /// keeper).
-    pub(crate) fn held_shared(&self) -> &Arc<Held> {
-        &self.state.held
     }
 
     /// The lock that serialises this lease's calls (an election's

@@ -14,7 +14,7 @@ use event_listener::EventListener;
 
 use super::election::Election;
 use crate::clock::now;
-use crate::core::election::{ReadReply, Version};
+use crate::core::election::{classify_read, ReadReply, Version};
 use crate::core::names::KeyId;
 use crate::core::observe::Observation;
 use crate::core::reader::{Cursor, ReaderStep};
@@ -38,13 +38,15 @@ pub struct Observer<F: Front> {
 
 impl<F: Front> Observer<F> {
     pub(crate) fn new(election: Election<F>, id: KeyId) -> Self {
-        let (interest, cursor) = Interest::new(election.locker().shared().state.clone(), id);
+        let state = election.locker().shared().state.clone();
+        let cursor = state.with_core(|core| core.handle_observer_started(now(), id));
         Observer {
             watch: Some(Watch {
                 election,
                 cursor,
                 reading: None,
-                interest,
+                state,
+                id,
             }),
             step: None,
         }
@@ -53,14 +55,17 @@ impl<F: Front> Observer<F> {
 
 /// One observer's reading loop: where it stands in the items of the
 /// name's reader, which the locker's observers of that name share
-/// (`core/reader.rs`), and whether the read in flight is its own.
+/// (`core/reader.rs`), and whether the read in flight is its own. While it
+/// lives, the locker's core knows of its interest in the election `id`,
+/// which keeps the notification subscription wanted.
 pub(crate) struct Watch<F: Front> {
     election: Election<F>,
     cursor: Cursor,
     /// This observer claimed the read in flight, which reads after this
     /// version: it must answer it, or give it back when dropped.
     reading: Option<Option<Version>>,
-    interest: Interest,
+    state: Arc<LockerState>,
+    id: KeyId,
 }
 
 /// What an observer's reading loop does next.
@@ -81,8 +86,7 @@ pub(crate) enum Next {
 impl<F: Front> Watch<F> {
     /// What to do next, at this instant.
     pub(crate) fn next(&mut self) -> Next {
-        let state = self.interest.state.clone();
-        let id = self.interest.id;
+        let (state, id) = (&self.state, self.id);
         loop {
             // Registered before the checks: a change in between still wakes.
             let listener = state.listen_changed();
@@ -119,16 +123,17 @@ impl<F: Front> Watch<F> {
 
     /// The next read (claimed by [`next`](Self::next)).
     pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
-        self.election.read_after(self.reading.flatten())
+        let after = self.reading.flatten();
+        self.election.read(after, classify_read, |read| read)
     }
 
     /// Takes the read's reply: its items, for every observer of the name,
     /// and when to read next.
     pub(crate) fn handle(&mut self, reply: Result<ReadReply, Error>) {
         self.reading = None;
-        let (id, now) = (self.interest.id, now());
+        let (id, now) = (self.id, now());
         let poll = self.election.locker().config().notify_poll_interval;
-        self.interest.state.with_core(|core| {
+        self.state.with_core(|core| {
             core.handle_observer_read(id, now, reply.as_ref().ok(), poll);
         });
     }
@@ -136,34 +141,12 @@ impl<F: Front> Watch<F> {
 
 impl<F: Front> Drop for Watch<F> {
     fn drop(&mut self) {
+        let id = self.id;
         // Dropped with its read in flight (an async step dropped): another
         // observer of the name reads.
         if self.reading.is_some() {
-            let id = self.interest.id;
-            self.interest
-                .state
-                .with_core(|core| core.abandon_observer_read(id));
+            self.state.with_core(|core| core.abandon_observer_read(id));
         }
-    }
-}
-
-/// An observer's interest in its election, told to the locker's core
-/// while it lives: it keeps the notification subscription wanted.
-struct Interest {
-    state: Arc<LockerState>,
-    id: KeyId,
-}
-
-impl Interest {
-    fn new(state: Arc<LockerState>, id: KeyId) -> (Self, Cursor) {
-        let cursor = state.with_core(|core| core.handle_observer_started(now(), id));
-        (Interest { state, id }, cursor)
-    }
-}
-
-impl Drop for Interest {
-    fn drop(&mut self) {
-        let id = self.id;
         self.state
             .with_core(|core| core.handle_observer_stopped(now(), id));
     }

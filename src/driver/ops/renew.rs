@@ -72,7 +72,7 @@ impl Op for Renew<'_> {
                         then: self.state.replication.map(|r| r.wait_cmd()),
                     }),
                     Err(e) => {
-                        self.held.handle_release(&Err(e.duplicate()));
+                        self.held.handle_release(&Err(e.clone()));
                         Io::Done(Err(e))
                     }
                 }

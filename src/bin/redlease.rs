@@ -133,18 +133,6 @@ pub(crate) struct Target {
     pub(crate) namespace: String,
 }
 
-/// The stored names of one key.
-#[derive(Debug)]
-pub(crate) struct Names {
-    /// `<ns>:lock:{<sha>}`
-    pub(crate) lock: String,
-    /// `<ns>:lock-fence:{<sha>}`
-    pub(crate) fence: String,
-    /// `<ns>:lock-holder:{<sha>}`: who holds it, as `run` records it
-    /// (never the owner token; see `holder.rs`).
-    pub(crate) holder: String,
-}
-
 impl Target {
     /// Where the user pointed the tool, as `host:port` (or the socket
     /// path): what error messages may show. Never the user or password.
@@ -220,73 +208,24 @@ impl Target {
         })
     }
 
-    /// The stored names of `key` (SHA-256 of the key inside a hash tag).
-    pub(crate) fn names(&self, key: &str) -> Names {
-        let sha = sha_hex(key);
-        let ns = &self.namespace;
-        Names {
-            lock: format!("{ns}:lock:{{{sha}}}"),
-            fence: format!("{ns}:lock-fence:{{{sha}}}"),
-            holder: format!("{ns}:lock-holder:{{{sha}}}"),
-        }
+    /// `<ns>:<kind>:{<sha>}`, the name `kind` of `key` (SHA-256 of the key
+    /// inside a hash tag): its `lock`, `lock-fence` counter, `lock-holder`
+    /// record (who holds it, as `run` records it, never the owner token;
+    /// see `holder.rs`), the `elect` lease of its election or its
+    /// semaphore's `sem-permits` count (docs/PROTOCOL.md §5.2).
+    pub(crate) fn name(&self, kind: &str, key: &str) -> String {
+        let sha: String = Sha256::digest(key.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{}:{kind}:{{{sha}}}", self.namespace)
     }
 
-    /// `<ns>:elect:{<sha>}`: the lease of `name`'s election's leader.
-    pub(crate) fn elect_lease(&self, name: &str) -> String {
-        format!("{}:elect:{{{}}}", self.namespace, sha_hex(name))
-    }
-
-    /// The stored names of `key`'s semaphore (docs/PROTOCOL.md §5.2), and of the holder
-    /// records `run --permits` writes beside its slots.
-    pub(crate) fn sem_names(&self, key: &str) -> SemNames {
-        let sha = sha_hex(key);
-        let ns = &self.namespace;
-        SemNames {
-            permits: format!("{ns}:sem-permits:{{{sha}}}"),
-            slot_prefix: format!("{ns}:sem:{{{sha}}}:"),
-            fence_prefix: format!("{ns}:sem-fence:{{{sha}}}:"),
-            holder_prefix: format!("{ns}:sem-holder:{{{sha}}}:"),
-        }
-    }
-}
-
-/// The lowercase hex SHA-256 of `key`.
-fn sha_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// The stored names of one key's semaphore. Slot `i` is `<slot_prefix><i>`
-/// with its fence counter at `<fence_prefix><i>`; all share the hash tag.
-#[derive(Debug)]
-pub(crate) struct SemNames {
-    /// `<ns>:sem-permits:{<sha>}`: the permit count in use.
-    pub(crate) permits: String,
-    /// `<ns>:sem:{<sha>}:`
-    slot_prefix: String,
-    /// `<ns>:sem-fence:{<sha>}:`
-    fence_prefix: String,
-    /// `<ns>:sem-holder:{<sha>}:`: who holds each slot, as `run` records
-    /// it (never the owner token; see `holder.rs`).
-    holder_prefix: String,
-}
-
-impl SemNames {
-    /// `<ns>:sem:{<sha>}:<slot>`: the slot's lease.
-    pub(crate) fn slot(&self, slot: u32) -> String {
-        format!("{}{slot}", self.slot_prefix)
-    }
-
-    /// `<ns>:sem-fence:{<sha>}:<slot>`: the slot's fence counter.
-    pub(crate) fn fence(&self, slot: u32) -> String {
-        format!("{}{slot}", self.fence_prefix)
-    }
-
-    /// `<ns>:sem-holder:{<sha>}:<slot>`: the slot's holder record.
-    pub(crate) fn holder(&self, slot: u32) -> String {
-        format!("{}{slot}", self.holder_prefix)
+    /// `<ns>:<kind>:{<sha>}:<slot>`: a slot of `key`'s semaphore, as its
+    /// lease (`sem`), fence counter (`sem-fence`) or holder record
+    /// (`sem-holder`); all share the hash tag.
+    pub(crate) fn slot_name(&self, kind: &str, key: &str, slot: u32) -> String {
+        format!("{}:{slot}", self.name(kind, key))
     }
 }
 
@@ -348,15 +287,31 @@ mod tests {
             client: redis::Client::open("redis://127.0.0.1:1/0").unwrap(),
             namespace: "ns".to_owned(),
         };
-        let names = target.names("abc");
         let sha = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-        assert_eq!(names.lock, format!("ns:lock:{{{sha}}}"));
-        assert_eq!(names.fence, format!("ns:lock-fence:{{{sha}}}"));
-        assert_eq!(names.holder, format!("ns:lock-holder:{{{sha}}}"));
-        let sem = target.sem_names("abc");
-        assert_eq!(sem.permits, format!("ns:sem-permits:{{{sha}}}"));
-        assert_eq!(sem.slot(3), format!("ns:sem:{{{sha}}}:3"));
-        assert_eq!(sem.fence(0), format!("ns:sem-fence:{{{sha}}}:0"));
-        assert_eq!(sem.holder(1023), format!("ns:sem-holder:{{{sha}}}:1023"));
+        assert_eq!(target.name("lock", "abc"), format!("ns:lock:{{{sha}}}"));
+        assert_eq!(
+            target.name("lock-fence", "abc"),
+            format!("ns:lock-fence:{{{sha}}}")
+        );
+        assert_eq!(
+            target.name("lock-holder", "abc"),
+            format!("ns:lock-holder:{{{sha}}}")
+        );
+        assert_eq!(
+            target.name("sem-permits", "abc"),
+            format!("ns:sem-permits:{{{sha}}}")
+        );
+        assert_eq!(
+            target.slot_name("sem", "abc", 3),
+            format!("ns:sem:{{{sha}}}:3")
+        );
+        assert_eq!(
+            target.slot_name("sem-fence", "abc", 0),
+            format!("ns:sem-fence:{{{sha}}}:0")
+        );
+        assert_eq!(
+            target.slot_name("sem-holder", "abc", 1023),
+            format!("ns:sem-holder:{{{sha}}}:1023")
+        );
     }
 }

@@ -16,6 +16,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::cli::{exit, ElectArgs, LeaderArgs};
+use crate::connect::open;
 use crate::duration::human;
 use crate::holder::json_string;
 use crate::output::Out;
@@ -164,7 +165,7 @@ impl Probe {
 fn ping(client: &redis::Client, conn: &mut Option<redis::Connection>) -> Result<(), String> {
     let mut c = match conn.take() {
         Some(c) => c,
-        None => open(client).map_err(|e| describe_redis(&e))?,
+        None => open(client, TIMEOUT).map_err(|e| describe_redis(&e))?,
     };
     match redis::cmd("PING").query::<redis::Value>(&mut c) {
         Err(e) if e.code().is_none() || is_auth_failure(&e) => Err(describe_redis(&e)),
@@ -173,13 +174,6 @@ fn ping(client: &redis::Client, conn: &mut Option<redis::Connection>) -> Result<
             Ok(())
         }
     }
-}
-
-fn open(client: &redis::Client) -> redis::RedisResult<redis::Connection> {
-    let c = client.get_connection_with_timeout(TIMEOUT)?;
-    c.set_read_timeout(Some(TIMEOUT))?;
-    c.set_write_timeout(Some(TIMEOUT))?;
-    Ok(c)
 }
 
 /// The largest value `elect` campaigns with (the library's default

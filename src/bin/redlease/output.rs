@@ -153,41 +153,36 @@ impl Wanted {
     /// Why the acquire found it busy; `remaining` is the holder's time
     /// left (for a semaphore, the soonest permit's).
     pub(crate) fn busy(self, remaining: Option<Duration>) -> String {
-        match self {
-            Wanted::Lock => format!(
-                "the lock is held by someone else{}",
-                remaining.map_or_else(String::new, |d| format!(
-                    " (its lease has {} left)",
-                    human(d)
-                ))
-            ),
-            Wanted::Permit(n) => format!(
-                "{} held by someone else{}",
-                if n == 1 {
-                    "the only permit is".to_owned()
-                } else {
-                    format!("all {n} permits are")
-                },
-                remaining.map_or_else(String::new, |d| format!(
-                    " (the first to end has {} left)",
-                    human(d)
-                ))
-            ),
-            Wanted::Leadership => format!(
-                "someone else leads{}",
-                remaining.map_or_else(String::new, |d| format!(
-                    " (its lease has {} left)",
-                    human(d)
-                ))
-            ),
-            Wanted::Keys(n) => format!(
-                "of the {n} keys, some are held by someone else{}",
-                remaining.map_or_else(String::new, |d| format!(
-                    " (the first to end has {} left)",
-                    human(d)
-                ))
-            ),
-        }
+        let busy = match self {
+            Wanted::Lock => "the lock is held by someone else".to_owned(),
+            Wanted::Permit(1) => "the only permit is held by someone else".to_owned(),
+            Wanted::Permit(n) => format!("all {n} permits are held by someone else"),
+            Wanted::Leadership => "someone else leads".to_owned(),
+            Wanted::Keys(n) => format!("of the {n} keys, some are held by someone else"),
+        };
+        format!("{busy}{}", self.holder(Said::Busy, remaining))
+    }
+
+    /// The words for the holder's time left, if known, where `said`.
+    pub(crate) fn holder(self, said: Said, remaining: Option<Duration>) -> String {
+        let whose = match self {
+            Wanted::Lock => ["its lease", "its lease", "the holder's lease"],
+            Wanted::Permit(_) => [
+                "the first to end",
+                "the first permit to end",
+                "the first permit to end",
+            ],
+            Wanted::Leadership => ["its lease", "the leader's lease", "the leader's lease"],
+            Wanted::Keys(_) => [
+                "the first to end",
+                "the first held key to end",
+                "the last held key to end",
+            ],
+        }[said as usize];
+        remaining.map_or_else(String::new, |d| match said {
+            Said::Progress => format!("; {whose} has {} left unless renewed", human(d)),
+            _ => format!(" ({whose} has {} left)", human(d)),
+        })
     }
 
     /// Whether the holders' time left is the longest of the probed names'
@@ -195,44 +190,17 @@ impl Wanted {
     pub(crate) fn waits_for_all(self) -> bool {
         matches!(self, Wanted::Keys(_))
     }
-
-    /// The progress line's words for the holder's time left.
-    fn holder_left(self, left: Duration) -> String {
-        match self {
-            Wanted::Lock => format!(
-                "; the holder's lease has {} left unless renewed",
-                human(left)
-            ),
-            Wanted::Permit(_) => format!(
-                "; the first permit to end has {} left unless renewed",
-                human(left)
-            ),
-            Wanted::Leadership => format!(
-                "; the leader's lease has {} left unless renewed",
-                human(left)
-            ),
-            Wanted::Keys(_) => format!(
-                "; the last held key to end has {} left unless renewed",
-                human(left)
-            ),
-        }
-    }
 }
 
-/// What the progress line knows about the holder.
+/// Where the holder's time left is said.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HolderTime {
-    /// The holder's remaining lease time when last measured.
-    pub(crate) remaining: Duration,
-    /// When it was measured.
-    pub(crate) at: Instant,
-}
-
-impl HolderTime {
-    fn left(&self, now: Instant) -> Duration {
-        self.remaining
-            .saturating_sub(now.saturating_duration_since(self.at))
-    }
+pub(crate) enum Said {
+    /// After [`Wanted::busy`].
+    Busy,
+    /// After "gave up waiting".
+    GaveUp,
+    /// On the progress line.
+    Progress,
 }
 
 /// How often the progress line is redrawn, and how often it asks Redis for
@@ -250,19 +218,18 @@ pub(crate) struct Progress {
 impl Progress {
     /// Starts redrawing `redlease: waited 3.4s of 1m00s for the lock;
     /// the holder's lease has 26.6s left unless renewed` (or `for a
-    /// permit`) on standard error. `pttl` asks Redis for the holder's
-    /// remaining time (`None` when unknown); it is called from the
-    /// progress thread about once a second.
+    /// permit`) on standard error. `ends` is when the holder's lease
+    /// ends unless renewed (`None` when unknown); `pttl` asks Redis for its
+    /// remaining time, from the progress thread about once a second.
     pub(crate) fn start(
         wanted: Wanted,
         started: Instant,
         wait: Duration,
-        holder: Option<HolderTime>,
+        mut ends: Option<Instant>,
         mut pttl: impl FnMut() -> Option<Duration> + Send + 'static,
     ) -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = thread::spawn(move || {
-            let mut holder = holder;
             let mut refreshed = now();
             let limit = if wait == Duration::MAX {
                 " (no deadline)".to_owned()
@@ -273,9 +240,10 @@ impl Progress {
                 let t = now();
                 if t.saturating_duration_since(refreshed) >= REFRESH_HOLDER {
                     refreshed = t;
-                    holder = pttl().map(|remaining| HolderTime { remaining, at: t });
+                    ends = pttl().and_then(|remaining| t.checked_add(remaining));
                 }
-                let held = holder.map_or_else(String::new, |h| wanted.holder_left(h.left(t)));
+                let left = ends.map(|ends| ends.saturating_duration_since(t));
+                let held = wanted.holder(Said::Progress, left);
                 let elapsed = human(t.saturating_duration_since(started));
                 let mut err = std::io::stderr().lock();
                 let _ = write!(

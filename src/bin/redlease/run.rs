@@ -17,10 +17,11 @@ use redlease::{AcquireOptions, CancelHandle, Config, Error, Lost, LostCause, Rel
 
 use crate::child;
 use crate::cli::{exit, OnLost, RunArgs};
+use crate::connect::open;
 use crate::duration::human;
 use crate::held::Held;
 use crate::holder::Holder;
-use crate::output::{HolderTime, Out, Progress, Wanted};
+use crate::output::{Out, Progress, Said, Wanted};
 use crate::signals::{self, Event, Forwarded, SignalWatch};
 use crate::{describe_error, describe_invalid, now, usage_error, Target};
 
@@ -82,17 +83,21 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
     // What the waiting line watches for the holder's time left: the lock,
     // or every slot of the semaphore.
     let (wanted, probed) = match (args.permits, &args.elect) {
-        (_, Some(_)) => (Wanted::Leadership, vec![target.elect_lease(&args.key)]),
+        (_, Some(_)) => (Wanted::Leadership, vec![target.name("elect", &args.key)]),
         (Some(n), None) => {
-            let sem = target.sem_names(&args.key);
-            (Wanted::Permit(n), (0..n).map(|i| sem.slot(i)).collect())
+            let slots = (0..n).map(|i| target.slot_name("sem", &args.key, i));
+            (Wanted::Permit(n), slots.collect())
         }
-        (None, None) if !args.also.is_empty() => {
+        (None, None) => {
             let keys = args.keys();
-            let locks = keys.iter().map(|k| target.names(k).lock).collect();
-            (Wanted::Keys(keys.len()), locks)
+            let locks = keys.iter().map(|k| target.name("lock", k)).collect();
+            let wanted = if keys.len() > 1 {
+                Wanted::Keys(keys.len())
+            } else {
+                Wanted::Lock
+            };
+            (wanted, locks)
         }
-        (None, None) => (Wanted::Lock, vec![target.names(&args.key).lock]),
     };
     let run = Run {
         target: &target,
@@ -129,39 +134,28 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> u8 {
-        let key = &self.args.key;
-        if let Some(value) = &self.args.elect {
-            let election = match locker.election(key) {
-                Ok(election) => election,
-                Err(e) => return self.cannot_acquire(&e),
-            };
-            self.hold_and_run(
-                self.acquire(cancel, |options| election.campaign_with(value, options)),
-            )
-        } else if let Some(permits) = self.args.permits {
-            let semaphore = match locker.semaphore(key, permits) {
-                Ok(semaphore) => semaphore,
-                Err(e) => return self.cannot_acquire(&e),
-            };
-            self.hold_and_run(self.acquire(cancel, |options| semaphore.acquire_with(options)))
-        } else if self.args.shared || self.args.exclusive {
-            let rw = match locker.rw_lock(key) {
-                Ok(rw) => rw,
-                Err(e) => return self.cannot_acquire(&e),
-            };
-            if self.args.shared {
-                self.hold_and_run(self.acquire(cancel, |options| rw.read_with(options)))
+        let (key, args) = (&self.args.key, self.args);
+        let acquired = || -> Result<u8, Error> {
+            Ok(if let Some(value) = &args.elect {
+                let election = locker.election(key)?;
+                self.hold_and_run(self.acquire(cancel, |o| election.campaign_with(value, o)))
+            } else if let Some(permits) = args.permits {
+                let semaphore = locker.semaphore(key, permits)?;
+                self.hold_and_run(self.acquire(cancel, |o| semaphore.acquire_with(o)))
+            } else if args.shared {
+                let rw = locker.rw_lock(key)?;
+                self.hold_and_run(self.acquire(cancel, |o| rw.read_with(o)))
+            } else if args.exclusive {
+                let rw = locker.rw_lock(key)?;
+                self.hold_and_run(self.acquire(cancel, |o| rw.write_with(o)))
+            } else if !args.also.is_empty() {
+                let keys = args.keys();
+                self.hold_and_run(self.acquire(cancel, |o| locker.acquire_all_with(&keys, o)))
             } else {
-                self.hold_and_run(self.acquire(cancel, |options| rw.write_with(options)))
-            }
-        } else if !self.args.also.is_empty() {
-            let keys = self.args.keys();
-            self.hold_and_run(
-                self.acquire(cancel, |options| locker.acquire_all_with(&keys, options)),
-            )
-        } else {
-            self.hold_and_run(self.acquire(cancel, |options| locker.acquire_with(key, options)))
-        }
+                self.hold_and_run(self.acquire(cancel, |o| locker.acquire_with(key, o)))
+            })
+        };
+        acquired().unwrap_or_else(|e| self.cannot_acquire(&e))
     }
 
     /// Runs the command under the lease `acquired` holds (or returns the
@@ -302,7 +296,7 @@ impl Run<'_> {
                     "gave up waiting for {} after {}{}; the command did not run",
                     self.wanted.thing(),
                     human(waited),
-                    holder_suffix(self.wanted, remaining)
+                    self.wanted.holder(Said::GaveUp, remaining)
                 ));
                 Err(args.conflict_exit_code)
             }
@@ -370,11 +364,8 @@ impl Run<'_> {
             }
         ));
         let progress = out.live_progress().then(|| {
-            let holder = remaining.map(|remaining| HolderTime {
-                remaining,
-                at: now(),
-            });
-            Progress::start(self.wanted, started, wait, holder, self.pttl_probe())
+            let ends = remaining.and_then(|remaining| now().checked_add(remaining));
+            Progress::start(self.wanted, started, wait, ends, self.pttl_probe())
         });
         let result = get(options);
         if let Some(progress) = progress {
@@ -396,13 +387,7 @@ impl Run<'_> {
         let mut conn: Option<redis::Connection> = None;
         move || {
             if conn.is_none() {
-                conn = client
-                    .get_connection_with_timeout(PROGRESS_QUERY_TIMEOUT)
-                    .ok()
-                    .filter(|c| {
-                        c.set_read_timeout(Some(PROGRESS_QUERY_TIMEOUT)).is_ok()
-                            && c.set_write_timeout(Some(PROGRESS_QUERY_TIMEOUT)).is_ok()
-                    });
+                conn = open(&client, PROGRESS_QUERY_TIMEOUT).ok();
             }
             let c = conn.as_mut()?;
             match probe.query::<Vec<i64>>(c) {
@@ -702,14 +687,7 @@ struct HolderRecord {
 impl HolderRecord {
     fn write(&mut self) {
         if self.conn.is_none() {
-            self.conn = self
-                .client
-                .get_connection_with_timeout(self.timeout)
-                .ok()
-                .filter(|c| {
-                    c.set_read_timeout(Some(self.timeout)).is_ok()
-                        && c.set_write_timeout(Some(self.timeout)).is_ok()
-                });
+            self.conn = open(&self.client, self.timeout).ok();
         }
         let Some(conn) = self.conn.as_mut() else {
             self.out
@@ -743,15 +721,6 @@ fn wait_left(wait: Duration, started: Instant) -> Duration {
         return wait;
     }
     wait.saturating_sub(now().saturating_duration_since(started))
-}
-
-fn holder_suffix(wanted: Wanted, remaining: Option<Duration>) -> String {
-    remaining.map_or_else(String::new, |d| match wanted {
-        Wanted::Lock => format!(" (its lease has {} left)", human(d)),
-        Wanted::Permit(_) => format!(" (the first permit to end has {} left)", human(d)),
-        Wanted::Leadership => format!(" (the leader's lease has {} left)", human(d)),
-        Wanted::Keys(_) => format!(" (the first held key to end has {} left)", human(d)),
-    })
 }
 
 /// The exit code for a library error that stopped the command from running.

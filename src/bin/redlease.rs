@@ -59,26 +59,21 @@ fn main() -> ExitCode {
     let cli = parse().unwrap_or_else(|e| with_hints(e).exit());
     let out = Out::new(cli.global.quiet, cli.global.verbose);
     out.install_logger();
-    let resolve = |sub, keys: &[&str]| Target::resolve(&cli.global, sub, keys, out);
-    let code = match &cli.command {
-        Command::Run(args) => match resolve("run", &args.keys()) {
-            Ok(target) => run::run(target, args, out),
-            Err(code) => code,
-        },
-        Command::Status(args) => match resolve("status", &[&args.key]) {
-            Ok(target) => status::status(target, args, out),
-            Err(code) => code,
-        },
-        Command::Leader(args) => match resolve("leader", &[&args.name]) {
-            Ok(target) => leader::leader(target, args, out),
-            Err(code) => code,
-        },
-        Command::Elect(args) => match resolve("elect", &[&args.name]) {
-            Ok(target) => match leader::value_of(args) {
-                Ok(value) => run::run(target, &args.to_run(value), out),
-                Err(why) => usage_error("elect", why),
-            },
-            Err(code) => code,
+    let (sub, keys) = match &cli.command {
+        Command::Run(args) => ("run", args.keys()),
+        Command::Status(args) => ("status", vec![args.key.as_str()]),
+        Command::Leader(args) => ("leader", vec![args.name.as_str()]),
+        Command::Elect(args) => ("elect", vec![args.name.as_str()]),
+    };
+    let target = Target::resolve(&cli.global, &keys, out).map_err(|why| usage_error(sub, why));
+    let code = match (target, &cli.command) {
+        (Err(code), _) => code,
+        (Ok(target), Command::Run(args)) => run::run(target, args, out),
+        (Ok(target), Command::Status(args)) => status::status(target, args, out),
+        (Ok(target), Command::Leader(args)) => leader::leader(target, args, out),
+        (Ok(target), Command::Elect(args)) => match leader::value_of(args) {
+            Ok(value) => run::run(target, &args.to_run(value), out),
+            Err(why) => usage_error(sub, why),
         },
     };
     ExitCode::from(code)
@@ -145,30 +140,26 @@ impl Target {
     }
 
     /// Checks the URL, namespace and keys (KEY, then `run`'s `--also`
-    /// keys) without any network traffic; a problem is a usage error (exit
-    /// 2). A key set's size and repeats are the library's to check.
-    fn resolve(global: &Global, sub: &str, keys: &[&str], out: Out) -> Result<Self, u8> {
-        let (url, url_from) = match connect::url(global) {
-            Ok(Some(url)) => url,
-            Ok(None) => {
-                return Err(usage_error(
-                    sub,
-                    "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); there \
-                     is no default",
-                ))
-            }
-            Err(why) => return Err(usage_error(sub, why)),
+    /// keys) without any network traffic; `Err` is a usage error's words.
+    /// A key set's size and repeats are the library's to check.
+    fn resolve(global: &Global, keys: &[&str], out: Out) -> Result<Self, String> {
+        let Some((url, url_from)) = connect::url(global)? else {
+            return Err(
+                "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); \
+                        there is no default"
+                    .to_owned(),
+            );
         };
         let Some(namespace) = global.namespace.as_deref() else {
-            return Err(usage_error(
-                sub,
+            return Err(
                 "no namespace: pass --namespace NAMESPACE or set REDLEASE_NAMESPACE \
-                 (there is no default)",
-            ));
+                        (there is no default)"
+                    .to_owned(),
+            );
         };
-        if let Err(e) = redlease::Config::new(namespace).validate() {
-            return Err(usage_error(sub, describe_invalid(&e)));
-        }
+        redlease::Config::new(namespace)
+            .validate()
+            .map_err(|e| describe_invalid(&e))?;
         for (i, key) in keys.iter().enumerate() {
             // KEY alone is "key"; with --also keys each is named by position.
             let which = if keys.len() == 1 {
@@ -177,24 +168,17 @@ impl Target {
                 format!("key {}", i + 1)
             };
             if key.is_empty() {
-                return Err(usage_error(
-                    sub,
-                    format_args!("invalid {which}: must not be empty"),
-                ));
+                return Err(format!("invalid {which}: must not be empty"));
             }
             if key.len() > MAX_KEY_BYTES {
-                return Err(usage_error(
-                    sub,
-                    format_args!(
-                        "invalid {which}: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
-                        key.len()
-                    ),
+                return Err(format!(
+                    "invalid {which}: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
+                    key.len()
                 ));
             }
         }
         // Parsing does not connect.
-        let (client, note) =
-            connect::client(global, &url, url_from).map_err(|why| usage_error(sub, why))?;
+        let (client, note) = connect::client(global, &url, url_from)?;
         if let Some(note) = note {
             if global.tls_ca_cert_from_env {
                 out.detail(note);

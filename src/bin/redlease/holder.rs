@@ -87,6 +87,11 @@ fn clean(s: &str) -> String {
     out
 }
 
+/// `n` in JSON: `null` for `None`.
+pub(crate) fn json_opt(n: Option<impl std::fmt::Display>) -> String {
+    n.map_or_else(|| "null".to_owned(), |n| n.to_string())
+}
+
 /// `s` as a JSON string literal.
 pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

@@ -81,6 +81,14 @@ impl Out {
     }
 }
 
+/// Writes `parts` on standard output: a closed one (`| head -0`) is not
+/// worth a panic.
+pub(crate) fn print(parts: &[&[u8]]) {
+    let mut stdout = std::io::stdout().lock();
+    let written = parts.iter().try_for_each(|part| stdout.write_all(part));
+    let _ = written.and_then(|()| stdout.flush());
+}
+
 /// A Redis that may evict keys can drop a held lock and let a second
 /// holder in: the user must hear of it without `-v`. The library checks at
 /// every connect (each pooled connection), so it is said once per run.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use redlease::blocking::Locker;
 use redlease::{AcquireOptions, CancelHandle, Config, Error, Lost, LostCause, ReleaseOutcome};
+use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
 
 use crate::child;
 use crate::cli::{exit, OnLost, RunArgs};
@@ -313,10 +314,7 @@ impl Run<'_> {
                 Err(args.conflict_exit_code)
             }
             Err(Error::Cancelled) => {
-                let sig = self
-                    .signals
-                    .first_stop()
-                    .unwrap_or(signal_hook::consts::SIGINT);
+                let sig = self.signals.first_stop().unwrap_or(SIGINT);
                 out.notice(format_args!(
                     "got {} while waiting for {}; the command did not run",
                     signals::name(sig),
@@ -481,7 +479,7 @@ impl Run<'_> {
                 out.fatal(format_args!(
                     "the command is still running {} after {}; sending SIGKILL",
                     human(self.args.kill_after),
-                    signals::name(stop_signal.unwrap_or(signal_hook::consts::SIGTERM))
+                    signals::name(stop_signal.unwrap_or(SIGTERM))
                 ));
                 let _ = child.kill();
             }
@@ -495,7 +493,7 @@ impl Run<'_> {
                 }
             }
             match self.events.recv_timeout(next.saturating_duration_since(t)) {
-                Ok(Event::Signal(received)) if signals::is_child_event(received.sig) => {}
+                Ok(Event::Signal(received)) if received.sig == SIGCHLD => {}
                 Ok(Event::Signal(received)) => match signals::forward(&child, received) {
                     Forwarded::Sent => {
                         out.detail(format_args!(
@@ -543,7 +541,7 @@ impl Run<'_> {
                      (SIGKILL in {})",
                     human(args.kill_after)
                 ));
-                if let Err(e) = signals::terminate(child) {
+                if let Err(e) = signals::send(child, SIGTERM) {
                     out.fatal(format_args!("could not send SIGTERM: {e}; sending SIGKILL"));
                     let _ = child.kill();
                     return None;

@@ -134,11 +134,6 @@ impl Drop for SignalWatch {
     }
 }
 
-/// Whether `sig` means the child changed state.
-pub(crate) fn is_child_event(sig: i32) -> bool {
-    sig == SIGCHLD
-}
-
 /// Whether `sig` asks redlease (and so the command) to stop: the command
 /// still running --kill-after after it is sent SIGKILL.
 pub(crate) fn is_stop(sig: i32) -> bool {
@@ -182,12 +177,8 @@ pub(crate) fn forward(child: &Child, received: Received) -> Forwarded {
     }
 }
 
-/// Sends SIGTERM to the child.
-pub(crate) fn terminate(child: &Child) -> Result<(), String> {
-    send(child, SIGTERM)
-}
-
-fn send(child: &Child, sig: i32) -> Result<(), String> {
+/// Sends `sig` to the child.
+pub(crate) fn send(child: &Child, sig: i32) -> Result<(), String> {
     let pid = i32::try_from(child.id()).map_err(|_| "pid out of range".to_owned())?;
     let signal = Signal::try_from(sig).map_err(|e| e.to_string())?;
     kill(Pid::from_raw(pid), signal).map_err(|e| e.to_string())

@@ -9,14 +9,13 @@
 //! semaphore, and the permit count it is in use with. The slots' values
 //! (owner tokens) are never read either.
 
-use std::io::Write;
 use std::time::Duration;
 
 use crate::cli::{exit, StatusArgs, MAX_PERMITS};
 use crate::connect::open;
 use crate::duration::human;
-use crate::holder::{json_string, Holder};
-use crate::output::Out;
+use crate::holder::{json_opt, json_string, Holder};
+use crate::output::{print, Out};
 use crate::{describe_redis, Target};
 
 /// Connect, read and write timeout of the status query.
@@ -148,11 +147,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
             (report, s.held() > 0)
         }
     };
-    // A closed stdout (`| head -0`) is not worth a panic.
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout
-        .write_all(report.as_bytes())
-        .and_then(|()| stdout.flush());
+    print(&[report.as_bytes()]);
     if held {
         0
     } else {
@@ -254,10 +249,6 @@ fn reserved_status(pttl: i64, fence: Option<u64>) -> Status {
     }
 }
 
-fn opt(n: Option<u64>) -> String {
-    n.map_or_else(|| "null".to_owned(), |n| n.to_string())
-}
-
 /// A lease's time left, `ms` (`None`: no expiry), with `suffix` after a
 /// time.
 fn left(ms: Option<u64>, suffix: &str) -> String {
@@ -281,13 +272,16 @@ fn json(s: &Status) -> String {
     // Only a reserved key has the field, so every other report stays as
     // it was.
     let reserved = s.reservation.as_ref().map_or_else(String::new, |r| {
-        format!(",\"reserved\":{{\"remaining_ms\":{}}}", opt(r.remaining_ms))
+        format!(
+            ",\"reserved\":{{\"remaining_ms\":{}}}",
+            json_opt(r.remaining_ms)
+        )
     });
     format!(
         "{{\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{holder}{reserved}}}",
         s.held,
-        opt(s.remaining_ms),
-        opt(s.fence)
+        json_opt(s.remaining_ms),
+        json_opt(s.fence)
     )
 }
 
@@ -303,7 +297,7 @@ fn permits_json(s: &PermitsStatus) -> String {
         "{{\"held\":{},\"permits\":{},\"permits_in_use\":{},\"held_permits\":{},\"slots\":[{}]}}",
         s.held() > 0,
         s.permits,
-        opt(s.in_use.map(u64::from)),
+        json_opt(s.in_use.map(u64::from)),
         s.held(),
         slots.join(",")
     )

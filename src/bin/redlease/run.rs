@@ -4,7 +4,6 @@
 //! the child under renewals, forward signals, act on a lost lease, release,
 //! and pick the exit code.
 
-use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,31 +80,17 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
             return exit_code_of(&e);
         }
     };
-    // What the waiting line watches for the holder's time left: the lock,
-    // or every slot of the semaphore.
-    let (wanted, probed) = match (args.permits, &args.elect) {
-        (_, Some(_)) => (Wanted::Leadership, vec![target.name("elect", &args.key)]),
-        (Some(n), None) => {
-            let slots = (0..n).map(|i| target.slot_name("sem", &args.key, i));
-            (Wanted::Permit(n), slots.collect())
-        }
-        (None, None) => {
-            let keys = args.keys();
-            let locks = keys.iter().map(|k| target.name("lock", k)).collect();
-            let wanted = if keys.len() > 1 {
-                Wanted::Keys(keys.len())
-            } else {
-                Wanted::Lock
-            };
-            (wanted, locks)
-        }
+    let wanted = match (args.permits, &args.elect) {
+        (_, Some(_)) => Wanted::Leadership,
+        (Some(n), None) => Wanted::Permit(n),
+        (None, None) if args.also.is_empty() => Wanted::Lock,
+        (None, None) => Wanted::Keys(args.also.len() + 1),
     };
     let run = Run {
         target: &target,
         args,
         out,
         wanted,
-        probed,
         signals: &signals,
         events_tx,
         events,
@@ -125,8 +110,6 @@ struct Run<'a> {
     out: Out,
     /// What the acquire waits for, in messages.
     wanted: Wanted,
-    /// The names whose `PTTL` the waiting line shows (the least of them).
-    probed: Vec<String>,
     signals: &'a SignalWatch,
     events_tx: Sender<Event>,
     events: Receiver<Event>,
@@ -183,25 +166,8 @@ impl Run<'_> {
             return signal_exit(sig);
         }
 
-        // The holder records name the lock's holder (each key's) or the
-        // permit's; readers share.
-        let program = &self.args.command[0];
-        let records: Vec<(String, String)> = lease
-            .records(self.target, &self.args.keys())
-            .into_iter()
-            .map(|(name, fence)| (name, Holder::this_process(fence.get(), program).encode()))
-            .collect();
-        let mut record = (!records.is_empty()).then(|| HolderRecord {
-            client: self.target.client.clone(),
-            records,
-            lease: self.args.lease,
-            timeout: self.command_timeout,
-            conn: None,
-            out: self.out,
-        });
-        if let Some(record) = &mut record {
-            record.write();
-        }
+        let mut record = self.holder_record(&lease);
+        record();
         let child = match self.spawn(&lease) {
             Ok(child) => child,
             Err(code) => {
@@ -373,12 +339,20 @@ impl Run<'_> {
     }
 
     /// Asks Redis for the holder's remaining time (a semaphore's: the
-    /// least of its slots') on a connection of its own (opened lazily,
-    /// dropped on error), for the progress line.
+    /// least of its slots'; with --also, the most of the held keys') on a
+    /// connection of its own (opened lazily, dropped on error), for the
+    /// progress line.
     fn pttl_probe(&self) -> impl FnMut() -> Option<Duration> + Send + 'static {
-        let client = self.target.client.clone();
+        let (target, keys) = (self.target, self.args.keys());
+        let key = keys[0];
+        let names: Vec<String> = match self.wanted {
+            Wanted::Leadership => vec![target.name("elect", key)],
+            Wanted::Permit(n) => (0..n).map(|i| target.slot_name("sem", key, i)).collect(),
+            Wanted::Lock | Wanted::Keys(_) => keys.iter().map(|k| target.name("lock", k)).collect(),
+        };
+        let client = target.client.clone();
         let mut probe = redis::pipe();
-        for name in &self.probed {
+        for name in names {
             probe.cmd("PTTL").arg(name);
         }
         let all = self.wanted.waits_for_all();
@@ -432,17 +406,7 @@ impl Run<'_> {
                     Err(e)
                 }
             });
-        spawned.map_err(|e| {
-            self.out.fatal(format_args!(
-                "cannot run {}: {e}",
-                program.to_string_lossy()
-            ));
-            if e.kind() == ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::CANNOT_EXECUTE
-            }
-        })
+        spawned.map_err(|e| child::cannot_run(program, &e))
     }
 
     /// Waits for the child while forwarding signals, watching the lease and
@@ -564,6 +528,41 @@ impl Run<'_> {
         }
     }
 
+    /// Writes the records of who holds `lease` beside its locks or its
+    /// permit's slot (best effort: a refusal, e.g. an ACL without
+    /// `~<ns>:lock-holder:*`, only costs `status` the "who"), with the
+    /// lease's expiry, on a connection of its own; again at each call.
+    /// Nothing for a read-write lease: readers share.
+    fn holder_record<H: Held>(&self, lease: &H) -> impl FnMut() + Send + 'static {
+        let program = &self.args.command[0];
+        let px = u64::try_from(self.args.lease.as_millis()).unwrap_or(u64::MAX);
+        let mut pipe = redis::pipe();
+        for (name, fence) in lease.records(self.target, &self.args.keys()) {
+            let value = Holder::this_process(fence.get(), program).encode();
+            pipe.cmd("SET").arg((name, value, "PX", px)).ignore();
+        }
+        let none = pipe.cmd_iter().next().is_none();
+        let (client, timeout, out) = (self.target.client.clone(), self.command_timeout, self.out);
+        let mut conn = None;
+        move || {
+            if none {
+                return;
+            }
+            if conn.is_none() {
+                conn = open(&client, timeout).ok();
+            }
+            let Some(c) = conn.as_mut() else {
+                out.detail("could not record the holder: no connection");
+                return;
+            };
+            if let Err(e) = pipe.query::<()>(c) {
+                let why = crate::describe_redis(&e);
+                out.detail(format_args!("could not record the holder: {why}"));
+                conn = None;
+            }
+        }
+    }
+
     /// Releases the lease; returns whether it was lost (already known, or
     /// found ended by the release).
     fn release<H: Held>(&self, lease: H, lost: bool) -> bool {
@@ -618,7 +617,7 @@ fn watch<H: Held>(
     done: &AtomicBool,
     events: Sender<Event>,
     out: Out,
-    mut record: Option<HolderRecord>,
+    mut record: impl FnMut(),
 ) {
     let until = |lease: &H| now().checked_add(lease.remaining());
     let mut last = until(lease);
@@ -643,9 +642,7 @@ fn watch<H: Held>(
                 "renewed the lease ({} left)",
                 human(lease.remaining())
             ));
-            if let Some(record) = &mut record {
-                record.write();
-            }
+            record();
         }
     }
 }
@@ -666,50 +663,6 @@ fn loss_reason(loss: &Lost) -> String {
             _ => time_ran_out.to_owned(),
         },
         _ => time_ran_out.to_owned(),
-    }
-}
-
-/// Writes the holder records beside the locks (best effort: a refusal, e.g.
-/// an ACL without `~<ns>:lock-holder:*`, only costs `status` the "who"),
-/// with the lease's expiry, on a connection of its own.
-struct HolderRecord {
-    client: redis::Client,
-    /// Each record's name and value.
-    records: Vec<(String, String)>,
-    lease: Duration,
-    timeout: Duration,
-    conn: Option<redis::Connection>,
-    out: Out,
-}
-
-impl HolderRecord {
-    fn write(&mut self) {
-        if self.conn.is_none() {
-            self.conn = open(&self.client, self.timeout).ok();
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            self.out
-                .detail("could not record the holder: no connection");
-            return;
-        };
-        let px = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
-        let mut pipe = redis::pipe();
-        for (name, value) in &self.records {
-            pipe.cmd("SET")
-                .arg(name)
-                .arg(value)
-                .arg("PX")
-                .arg(px)
-                .ignore();
-        }
-        let written: redis::RedisResult<()> = pipe.query(conn);
-        if let Err(e) = written {
-            self.out.detail(format_args!(
-                "could not record the holder: {}",
-                crate::describe_redis(&e)
-            ));
-            self.conn = None;
-        }
     }
 }
 

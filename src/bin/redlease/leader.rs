@@ -150,10 +150,7 @@ impl Probe {
                     }
                     _ => {}
                 }
-                if !matches!(
-                    stopped.recv_timeout(PROBE_EVERY),
-                    Err(RecvTimeoutError::Timeout)
-                ) {
+                if stopped.recv_timeout(PROBE_EVERY) != Err(RecvTimeoutError::Timeout) {
                     return;
                 }
             }

@@ -253,22 +253,14 @@ impl Progress {
                 let left = ends.map(|ends| ends.saturating_duration_since(t));
                 let held = wanted.holder(Said::Progress, left);
                 let elapsed = human(t.saturating_duration_since(started));
-                let mut err = std::io::stderr().lock();
-                let _ = write!(
-                    err,
-                    "\r\x1b[Kredlease: waited {elapsed}{limit} for {}{held}",
-                    wanted.thing()
-                );
-                let _ = err.flush();
-                drop(err);
-                match stopped.recv_timeout(REDRAW) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => break,
+                let thing = wanted.thing();
+                let line = format!("waited {elapsed}{limit} for {thing}{held}");
+                let _ = write!(std::io::stderr(), "\r\x1b[Kredlease: {line}");
+                if stopped.recv_timeout(REDRAW) != Err(RecvTimeoutError::Timeout) {
+                    break;
                 }
             }
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[K");
-            let _ = err.flush();
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
         });
         Progress { stop, thread }
     }

@@ -22,7 +22,7 @@ use crate::duration::human;
 use crate::held::Held;
 use crate::holder::Holder;
 use crate::output::{Out, Progress, Said, Wanted};
-use crate::signals::{self, Event, Forwarded, SignalWatch};
+use crate::signals::{self, Event, SignalWatch};
 use crate::{describe_error, describe_invalid, now, usage_error, Target};
 
 /// Upper bound of the per-command timeout (connect and each command).
@@ -458,12 +458,19 @@ impl Run<'_> {
             }
             match self.events.recv_timeout(next.saturating_duration_since(t)) {
                 Ok(Event::Signal(received)) if received.sig == SIGCHLD => {}
-                Ok(Event::Signal(received)) => match signals::forward(&child, received) {
-                    Forwarded::Sent => {
+                // The child is not reaped yet (this loop owns its `Child`
+                // and only reaps through it), so its pid cannot have been
+                // reused.
+                Ok(Event::Signal(received)) => {
+                    let sig = signals::name(received.sig);
+                    if signals::terminal_sent_it(received) {
                         out.detail(format_args!(
-                            "passed {} on to the command",
-                            signals::name(received.sig)
+                            "{sig} came from the terminal, which sent it to the command too"
                         ));
+                    } else if let Err(e) = signals::send(&child, received.sig) {
+                        out.notice(format_args!("could not pass {sig} on to the command: {e}"));
+                    } else {
+                        out.detail(format_args!("passed {sig} on to the command"));
                         // A command that ignores a stop request is killed
                         // after --kill-after, as after a lost lease.
                         if kill_at.is_none() && signals::is_stop(received.sig) {
@@ -471,15 +478,7 @@ impl Run<'_> {
                             stop_signal = Some(received.sig);
                         }
                     }
-                    Forwarded::FromTerminal => out.detail(format_args!(
-                        "{} came from the terminal, which sent it to the command too",
-                        signals::name(received.sig)
-                    )),
-                    Forwarded::Failed(e) => out.notice(format_args!(
-                        "could not pass {} on to the command: {e}",
-                        signals::name(received.sig)
-                    )),
-                },
+                }
                 Ok(Event::Lost(reason)) => {
                     if !lost {
                         lost = true;

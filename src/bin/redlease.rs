@@ -246,18 +246,16 @@ pub(crate) fn is_auth_failure(e: &redis::RedisError) -> bool {
 
 /// A Redis error's kind in words, without its detail.
 pub(crate) fn describe_redis(e: &redis::RedisError) -> String {
-    if e.is_connection_refusal() {
-        "connection refused".to_owned()
-    } else if is_auth_failure(e) {
-        "authentication failed".to_owned()
-    } else if e.is_timeout() {
-        "timed out".to_owned()
-    } else if e.is_connection_dropped() {
-        "connection dropped".to_owned()
-    } else if let Some(code) = e.code() {
-        format!("server error {code}")
-    } else {
-        format!("{:?}", e.kind())
+    let kinds = [
+        (e.is_connection_refusal(), "connection refused"),
+        (is_auth_failure(e), "authentication failed"),
+        (e.is_timeout(), "timed out"),
+        (e.is_connection_dropped(), "connection dropped"),
+    ];
+    match (kinds.iter().find(|(is, _)| *is), e.code()) {
+        (Some((_, words)), _) => (*words).to_owned(),
+        (None, Some(code)) => format!("server error {code}"),
+        (None, None) => format!("{:?}", e.kind()),
     }
 }
 

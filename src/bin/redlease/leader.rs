@@ -17,7 +17,7 @@ use signal_hook::iterator::Signals;
 use crate::cli::{exit, ElectArgs, LeaderArgs};
 use crate::connect::open;
 use crate::duration::human;
-use crate::holder::{json_opt, json_string};
+use crate::holder::{hostname, json_opt, json_string};
 use crate::output::{print, Out};
 use crate::{describe_error, describe_redis, is_auth_failure, Target};
 
@@ -187,12 +187,7 @@ pub(crate) fn value_of(args: &ElectArgs) -> Result<Vec<u8>, String> {
         (Some(text), _) => text.clone().into_bytes(),
         (None, Some(path)) => std::fs::read(path)
             .map_err(|e| format!("cannot read --value-file {}: {e}", path.display()))?,
-        (None, None) => {
-            let host = nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            format!("{host}:{}", std::process::id()).into_bytes()
-        }
+        (None, None) => format!("{}:{}", hostname(), std::process::id()).into_bytes(),
     };
     if value.len() > MAX_VALUE_BYTES {
         return Err(format!(

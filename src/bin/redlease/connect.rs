@@ -13,9 +13,6 @@ use rustls::pki_types::CertificateDer;
 
 use crate::cli::Global;
 
-/// The variable redis-cli reads its password from.
-const REDISCLI_AUTH: &str = "REDISCLI_AUTH";
-
 /// The URL: `--url`, else REDLEASE_URL (both through clap), else
 /// REDIS_URL, which other programs may use for a server of their own.
 /// An empty value counts as unset. `Ok(None)`: none; else the URL and
@@ -29,11 +26,16 @@ pub(crate) fn url(global: &Global) -> Result<Option<(String, &'static str)>, Str
         };
         return Ok(Some((url.to_owned(), from)));
     }
-    match std::env::var_os("REDIS_URL") {
-        Some(url) if !url.is_empty() => url
+    Ok(var("REDIS_URL")?.map(|url| (url, "REDIS_URL")))
+}
+
+/// The variable `name`, unset when empty; `Err` when it is not UTF-8.
+fn var(name: &str) -> Result<Option<String>, String> {
+    match std::env::var_os(name) {
+        Some(value) if !value.is_empty() => value
             .into_string()
-            .map(|url| Some((url, "REDIS_URL")))
-            .map_err(|_| "invalid REDIS_URL: not valid UTF-8".to_owned()),
+            .map(Some)
+            .map_err(|_| format!("invalid {name}: not valid UTF-8")),
         _ => Ok(None),
     }
 }
@@ -144,13 +146,7 @@ fn password(global: &Global, url_has_one: bool) -> Result<Option<String>, String
     if url_has_one {
         return Ok(None);
     }
-    match std::env::var_os(REDISCLI_AUTH) {
-        Some(password) if !password.is_empty() => password
-            .into_string()
-            .map(Some)
-            .map_err(|_| format!("invalid {REDISCLI_AUTH}: not valid UTF-8")),
-        _ => Ok(None),
-    }
+    var("REDISCLI_AUTH")
 }
 
 /// The CA file's contents, once checked to hold PEM certificates that

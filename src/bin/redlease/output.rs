@@ -74,8 +74,7 @@ impl Out {
         } else {
             log::LevelFilter::Error
         };
-        LOGGER.all.store(self.verbose, Ordering::Relaxed);
-        if log::set_logger(&LOGGER).is_ok() {
+        if log::set_logger(&StderrLogger).is_ok() {
             log::set_max_level(level);
         }
     }
@@ -94,19 +93,11 @@ pub(crate) fn print(parts: &[&[u8]]) {
 /// every connect (each pooled connection), so it is said once per run.
 const SHOWN_BY_DEFAULT: &str = "REDIS_EVICTION_UNSAFE";
 
-static LOGGER: StderrLogger = StderrLogger {
-    all: AtomicBool::new(false),
-    shown: AtomicBool::new(false),
-};
+/// [`SHOWN_BY_DEFAULT`] was said.
+static SHOWN: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug)]
-struct StderrLogger {
-    /// Every record up to the level (`--verbose`), not only
-    /// [`SHOWN_BY_DEFAULT`].
-    all: AtomicBool,
-    /// [`SHOWN_BY_DEFAULT`] was said.
-    shown: AtomicBool,
-}
+struct StderrLogger;
 
 impl log::Log for StderrLogger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
@@ -118,11 +109,13 @@ impl log::Log for StderrLogger {
             return;
         }
         let text = record.args().to_string();
+        // Every record up to the level with `--verbose` (the only debug
+        // level), else only SHOWN_BY_DEFAULT.
         if text.starts_with(SHOWN_BY_DEFAULT) {
-            if self.shown.swap(true, Ordering::Relaxed) {
+            if SHOWN.swap(true, Ordering::Relaxed) {
                 return;
             }
-        } else if !self.all.load(Ordering::Relaxed) {
+        } else if log::max_level() < log::LevelFilter::Debug {
             return;
         }
         let level = record.level().as_str().to_ascii_lowercase();

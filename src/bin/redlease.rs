@@ -59,26 +59,21 @@ fn main() -> ExitCode {
     let cli = parse().unwrap_or_else(|e| with_hints(e).exit());
     let out = Out::new(cli.global.quiet, cli.global.verbose);
     out.install_logger();
-    let resolve = |sub, keys: &[&str]| Target::resolve(&cli.global, sub, keys, out);
-    let code = match &cli.command {
-        Command::Run(args) => match resolve("run", &args.keys()) {
-            Ok(target) => run::run(target, args, out),
-            Err(code) => code,
-        },
-        Command::Status(args) => match resolve("status", &[&args.key]) {
-            Ok(target) => status::status(target, args, out),
-            Err(code) => code,
-        },
-        Command::Leader(args) => match resolve("leader", &[&args.name]) {
-            Ok(target) => leader::leader(target, args, out),
-            Err(code) => code,
-        },
-        Command::Elect(args) => match resolve("elect", &[&args.name]) {
-            Ok(target) => match leader::value_of(args) {
-                Ok(value) => run::run(target, &args.to_run(value), out),
-                Err(why) => usage_error("elect", why),
-            },
-            Err(code) => code,
+    let (sub, keys) = match &cli.command {
+        Command::Run(args) => ("run", args.keys()),
+        Command::Status(args) => ("status", vec![args.key.as_str()]),
+        Command::Leader(args) => ("leader", vec![args.name.as_str()]),
+        Command::Elect(args) => ("elect", vec![args.name.as_str()]),
+    };
+    let target = Target::resolve(&cli.global, &keys, out).map_err(|why| usage_error(sub, why));
+    let code = match (target, &cli.command) {
+        (Err(code), _) => code,
+        (Ok(target), Command::Run(args)) => run::run(target, args, out),
+        (Ok(target), Command::Status(args)) => status::status(target, args, out),
+        (Ok(target), Command::Leader(args)) => leader::leader(target, args, out),
+        (Ok(target), Command::Elect(args)) => match leader::value_of(args) {
+            Ok(value) => run::run(target, &args.to_run(value), out),
+            Err(why) => usage_error(sub, why),
         },
     };
     ExitCode::from(code)
@@ -133,18 +128,6 @@ pub(crate) struct Target {
     pub(crate) namespace: String,
 }
 
-/// The stored names of one key.
-#[derive(Debug)]
-pub(crate) struct Names {
-    /// `<ns>:lock:{<sha>}`
-    pub(crate) lock: String,
-    /// `<ns>:lock-fence:{<sha>}`
-    pub(crate) fence: String,
-    /// `<ns>:lock-holder:{<sha>}`: who holds it, as `run` records it
-    /// (never the owner token; see `holder.rs`).
-    pub(crate) holder: String,
-}
-
 impl Target {
     /// Where the user pointed the tool, as `host:port` (or the socket
     /// path): what error messages may show. Never the user or password.
@@ -157,30 +140,26 @@ impl Target {
     }
 
     /// Checks the URL, namespace and keys (KEY, then `run`'s `--also`
-    /// keys) without any network traffic; a problem is a usage error (exit
-    /// 2). A key set's size and repeats are the library's to check.
-    fn resolve(global: &Global, sub: &str, keys: &[&str], out: Out) -> Result<Self, u8> {
-        let (url, url_from) = match connect::url(global) {
-            Ok(Some(url)) => url,
-            Ok(None) => {
-                return Err(usage_error(
-                    sub,
-                    "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); there \
-                     is no default",
-                ))
-            }
-            Err(why) => return Err(usage_error(sub, why)),
+    /// keys) without any network traffic; `Err` is a usage error's words.
+    /// A key set's size and repeats are the library's to check.
+    fn resolve(global: &Global, keys: &[&str], out: Out) -> Result<Self, String> {
+        let Some((url, url_from)) = connect::url(global)? else {
+            return Err(
+                "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); \
+                        there is no default"
+                    .to_owned(),
+            );
         };
         let Some(namespace) = global.namespace.as_deref() else {
-            return Err(usage_error(
-                sub,
+            return Err(
                 "no namespace: pass --namespace NAMESPACE or set REDLEASE_NAMESPACE \
-                 (there is no default)",
-            ));
+                        (there is no default)"
+                    .to_owned(),
+            );
         };
-        if let Err(e) = redlease::Config::new(namespace).validate() {
-            return Err(usage_error(sub, describe_invalid(&e)));
-        }
+        redlease::Config::new(namespace)
+            .validate()
+            .map_err(|e| describe_invalid(&e))?;
         for (i, key) in keys.iter().enumerate() {
             // KEY alone is "key"; with --also keys each is named by position.
             let which = if keys.len() == 1 {
@@ -189,24 +168,17 @@ impl Target {
                 format!("key {}", i + 1)
             };
             if key.is_empty() {
-                return Err(usage_error(
-                    sub,
-                    format_args!("invalid {which}: must not be empty"),
-                ));
+                return Err(format!("invalid {which}: must not be empty"));
             }
             if key.len() > MAX_KEY_BYTES {
-                return Err(usage_error(
-                    sub,
-                    format_args!(
-                        "invalid {which}: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
-                        key.len()
-                    ),
+                return Err(format!(
+                    "invalid {which}: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
+                    key.len()
                 ));
             }
         }
         // Parsing does not connect.
-        let (client, note) =
-            connect::client(global, &url, url_from).map_err(|why| usage_error(sub, why))?;
+        let (client, note) = connect::client(global, &url, url_from)?;
         if let Some(note) = note {
             if global.tls_ca_cert_from_env {
                 out.detail(note);
@@ -220,73 +192,24 @@ impl Target {
         })
     }
 
-    /// The stored names of `key` (SHA-256 of the key inside a hash tag).
-    pub(crate) fn names(&self, key: &str) -> Names {
-        let sha = sha_hex(key);
-        let ns = &self.namespace;
-        Names {
-            lock: format!("{ns}:lock:{{{sha}}}"),
-            fence: format!("{ns}:lock-fence:{{{sha}}}"),
-            holder: format!("{ns}:lock-holder:{{{sha}}}"),
-        }
+    /// `<ns>:<kind>:{<sha>}`, the name `kind` of `key` (SHA-256 of the key
+    /// inside a hash tag): its `lock`, `lock-fence` counter, `lock-holder`
+    /// record (who holds it, as `run` records it, never the owner token;
+    /// see `holder.rs`), the `elect` lease of its election or its
+    /// semaphore's `sem-permits` count (docs/PROTOCOL.md §5.2).
+    pub(crate) fn name(&self, kind: &str, key: &str) -> String {
+        let sha: String = Sha256::digest(key.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{}:{kind}:{{{sha}}}", self.namespace)
     }
 
-    /// `<ns>:elect:{<sha>}`: the lease of `name`'s election's leader.
-    pub(crate) fn elect_lease(&self, name: &str) -> String {
-        format!("{}:elect:{{{}}}", self.namespace, sha_hex(name))
-    }
-
-    /// The stored names of `key`'s semaphore (docs/PROTOCOL.md §5.2), and of the holder
-    /// records `run --permits` writes beside its slots.
-    pub(crate) fn sem_names(&self, key: &str) -> SemNames {
-        let sha = sha_hex(key);
-        let ns = &self.namespace;
-        SemNames {
-            permits: format!("{ns}:sem-permits:{{{sha}}}"),
-            slot_prefix: format!("{ns}:sem:{{{sha}}}:"),
-            fence_prefix: format!("{ns}:sem-fence:{{{sha}}}:"),
-            holder_prefix: format!("{ns}:sem-holder:{{{sha}}}:"),
-        }
-    }
-}
-
-/// The lowercase hex SHA-256 of `key`.
-fn sha_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// The stored names of one key's semaphore. Slot `i` is `<slot_prefix><i>`
-/// with its fence counter at `<fence_prefix><i>`; all share the hash tag.
-#[derive(Debug)]
-pub(crate) struct SemNames {
-    /// `<ns>:sem-permits:{<sha>}`: the permit count in use.
-    pub(crate) permits: String,
-    /// `<ns>:sem:{<sha>}:`
-    slot_prefix: String,
-    /// `<ns>:sem-fence:{<sha>}:`
-    fence_prefix: String,
-    /// `<ns>:sem-holder:{<sha>}:`: who holds each slot, as `run` records
-    /// it (never the owner token; see `holder.rs`).
-    holder_prefix: String,
-}
-
-impl SemNames {
-    /// `<ns>:sem:{<sha>}:<slot>`: the slot's lease.
-    pub(crate) fn slot(&self, slot: u32) -> String {
-        format!("{}{slot}", self.slot_prefix)
-    }
-
-    /// `<ns>:sem-fence:{<sha>}:<slot>`: the slot's fence counter.
-    pub(crate) fn fence(&self, slot: u32) -> String {
-        format!("{}{slot}", self.fence_prefix)
-    }
-
-    /// `<ns>:sem-holder:{<sha>}:<slot>`: the slot's holder record.
-    pub(crate) fn holder(&self, slot: u32) -> String {
-        format!("{}{slot}", self.holder_prefix)
+    /// `<ns>:<kind>:{<sha>}:<slot>`: a slot of `key`'s semaphore, as its
+    /// lease (`sem`), fence counter (`sem-fence`) or holder record
+    /// (`sem-holder`); all share the hash tag.
+    pub(crate) fn slot_name(&self, kind: &str, key: &str, slot: u32) -> String {
+        format!("{}:{slot}", self.name(kind, key))
     }
 }
 
@@ -323,18 +246,16 @@ pub(crate) fn is_auth_failure(e: &redis::RedisError) -> bool {
 
 /// A Redis error's kind in words, without its detail.
 pub(crate) fn describe_redis(e: &redis::RedisError) -> String {
-    if e.is_connection_refusal() {
-        "connection refused".to_owned()
-    } else if is_auth_failure(e) {
-        "authentication failed".to_owned()
-    } else if e.is_timeout() {
-        "timed out".to_owned()
-    } else if e.is_connection_dropped() {
-        "connection dropped".to_owned()
-    } else if let Some(code) = e.code() {
-        format!("server error {code}")
-    } else {
-        format!("{:?}", e.kind())
+    let kinds = [
+        (e.is_connection_refusal(), "connection refused"),
+        (is_auth_failure(e), "authentication failed"),
+        (e.is_timeout(), "timed out"),
+        (e.is_connection_dropped(), "connection dropped"),
+    ];
+    match (kinds.iter().find(|(is, _)| *is), e.code()) {
+        (Some((_, words)), _) => (*words).to_owned(),
+        (None, Some(code)) => format!("server error {code}"),
+        (None, None) => format!("{:?}", e.kind()),
     }
 }
 
@@ -348,15 +269,31 @@ mod tests {
             client: redis::Client::open("redis://127.0.0.1:1/0").unwrap(),
             namespace: "ns".to_owned(),
         };
-        let names = target.names("abc");
         let sha = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-        assert_eq!(names.lock, format!("ns:lock:{{{sha}}}"));
-        assert_eq!(names.fence, format!("ns:lock-fence:{{{sha}}}"));
-        assert_eq!(names.holder, format!("ns:lock-holder:{{{sha}}}"));
-        let sem = target.sem_names("abc");
-        assert_eq!(sem.permits, format!("ns:sem-permits:{{{sha}}}"));
-        assert_eq!(sem.slot(3), format!("ns:sem:{{{sha}}}:3"));
-        assert_eq!(sem.fence(0), format!("ns:sem-fence:{{{sha}}}:0"));
-        assert_eq!(sem.holder(1023), format!("ns:sem-holder:{{{sha}}}:1023"));
+        assert_eq!(target.name("lock", "abc"), format!("ns:lock:{{{sha}}}"));
+        assert_eq!(
+            target.name("lock-fence", "abc"),
+            format!("ns:lock-fence:{{{sha}}}")
+        );
+        assert_eq!(
+            target.name("lock-holder", "abc"),
+            format!("ns:lock-holder:{{{sha}}}")
+        );
+        assert_eq!(
+            target.name("sem-permits", "abc"),
+            format!("ns:sem-permits:{{{sha}}}")
+        );
+        assert_eq!(
+            target.slot_name("sem", "abc", 3),
+            format!("ns:sem:{{{sha}}}:3")
+        );
+        assert_eq!(
+            target.slot_name("sem-fence", "abc", 0),
+            format!("ns:sem-fence:{{{sha}}}:0")
+        );
+        assert_eq!(
+            target.slot_name("sem-holder", "abc", 1023),
+            format!("ns:sem-holder:{{{sha}}}:1023")
+        );
     }
 }

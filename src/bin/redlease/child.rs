@@ -19,6 +19,8 @@
 use std::ffi::{OsStr, OsString};
 use std::process::Command;
 
+use crate::cli::exit;
+
 /// The hidden first argument of the exec mode:
 /// `redlease __redlease-exec-child PARENT_PID PROGRAM [ARGS...]`.
 pub(crate) const EXEC_MODE: &str = "__redlease-exec-child";
@@ -72,8 +74,6 @@ fn exec(mut args: impl Iterator<Item = OsString>) -> u8 {
     use nix::sys::signal::Signal;
     use nix::unistd::getppid;
 
-    use crate::cli::exit;
-
     let parent: Option<i32> = args.next().and_then(|a| a.to_str()?.parse().ok());
     let Some(program) = args.next() else {
         eprintln!("redlease: internal error: exec mode without a command");
@@ -88,9 +88,13 @@ fn exec(mut args: impl Iterator<Item = OsString>) -> u8 {
     if parent != Some(getppid().as_raw()) {
         return exit::SOFTWARE;
     }
-    let err = Command::new(&program).args(args).exec();
-    eprintln!("redlease: cannot run {}: {err}", program.to_string_lossy());
-    if err.kind() == std::io::ErrorKind::NotFound {
+    cannot_run(&program, &Command::new(&program).args(args).exec())
+}
+
+/// Reports that `program` could not be started; the exit code.
+pub(crate) fn cannot_run(program: &OsStr, e: &std::io::Error) -> u8 {
+    eprintln!("redlease: cannot run {}: {e}", program.to_string_lossy());
+    if e.kind() == std::io::ErrorKind::NotFound {
         exit::NOT_FOUND
     } else {
         exit::CANNOT_EXECUTE
@@ -100,5 +104,5 @@ fn exec(mut args: impl Iterator<Item = OsString>) -> u8 {
 #[cfg(not(target_os = "linux"))]
 fn exec(_args: impl Iterator<Item = OsString>) -> u8 {
     eprintln!("redlease: internal error: exec mode is for Linux only");
-    crate::cli::exit::SOFTWARE
+    exit::SOFTWARE
 }

@@ -200,7 +200,7 @@ PTTL on the lock's (or the semaphore's) names (no MULTI/EXEC).";
     arg_required_else_help = true
 )]
 pub(crate) struct Cli {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Redis")]
     pub(crate) global: Global,
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -218,8 +218,7 @@ pub(crate) struct Global {
         env = "REDLEASE_URL",
         hide_env_values = true,
         global = true,
-        value_name = "URL",
-        help_heading = "Redis"
+        value_name = "URL"
     )]
     pub(crate) url: Option<String>,
 
@@ -231,21 +230,14 @@ pub(crate) struct Global {
         long,
         env = "REDLEASE_PASSWORD_FILE",
         global = true,
-        value_name = "FILE",
-        help_heading = "Redis"
+        value_name = "FILE"
     )]
     pub(crate) password_file: Option<std::path::PathBuf>,
 
     /// PEM file of the certificate authority that signed the server's TLS
     /// certificate, for rediss:// URLs (default: the system's trusted
     /// roots); not used with another URL
-    #[arg(
-        long,
-        env = "REDLEASE_TLS_CA_CERT",
-        global = true,
-        value_name = "FILE",
-        help_heading = "Redis"
-    )]
+    #[arg(long, env = "REDLEASE_TLS_CA_CERT", global = true, value_name = "FILE")]
     pub(crate) tls_ca_cert: Option<std::path::PathBuf>,
 
     /// The URL came from REDLEASE_URL, not --url (set from clap's matches).
@@ -264,8 +256,7 @@ pub(crate) struct Global {
         env = "REDLEASE_NAMESPACE",
         hide_env_values = true,
         global = true,
-        value_name = "NAMESPACE",
-        help_heading = "Redis"
+        value_name = "NAMESPACE"
     )]
     pub(crate) namespace: Option<String>,
 
@@ -334,7 +325,6 @@ Examples:
 #[derive(Debug, Args)]
 pub(crate) struct ElectArgs {
     /// The election's name: any non-empty UTF-8 string up to 1024 bytes
-    #[arg(value_name = "NAME")]
     pub(crate) name: String,
 
     /// The leader's value others read (`redlease leader`), at most 4 KiB;
@@ -401,13 +391,7 @@ pub(crate) struct ElectArgs {
     pub(crate) conflict_exit_code: u8,
 
     /// The command to run and its arguments (`--` before it is optional)
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        num_args = 1..,
-        value_name = "COMMAND",
-        value_parser = clap::value_parser!(OsString)
-    )]
+    #[arg(required = true, trailing_var_arg = true)]
     pub(crate) command: Vec<OsString>,
 }
 
@@ -458,7 +442,6 @@ also without it).";
 #[derive(Debug, Args)]
 pub(crate) struct LeaderArgs {
     /// The election's name
-    #[arg(value_name = "NAME")]
     pub(crate) name: String,
 
     /// Print JSON: {"leader": bool, "term": int|null, "version": "T.S",
@@ -489,7 +472,6 @@ pub(crate) enum OnLost {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The key to lock: any non-empty UTF-8 string up to 1024 bytes
-    #[arg(value_name = "KEY")]
     pub(crate) key: String,
 
     /// How long to wait for a lock held by someone else (like `flock -w`):
@@ -588,13 +570,7 @@ pub(crate) struct RunArgs {
     pub(crate) conflict_exit_code: u8,
 
     /// The command to run and its arguments (`--` before it is optional)
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        num_args = 1..,
-        value_name = "COMMAND",
-        value_parser = clap::value_parser!(OsString)
-    )]
+    #[arg(required = true, trailing_var_arg = true)]
     pub(crate) command: Vec<OsString>,
 
     /// `redlease elect`: campaign with this value instead of locking.
@@ -624,7 +600,6 @@ impl RunArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// The key to look at
-    #[arg(value_name = "KEY")]
     pub(crate) key: String,
 
     /// Print one JSON object: {"held": bool, "remaining_ms": int|null,

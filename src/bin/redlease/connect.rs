@@ -1,9 +1,11 @@
 //! From what the user gave (a URL, a CA file, a password file or
-//! REDISCLI_AUTH) to a `redis::Client`, not yet connected. Messages name
-//! the option, variable or file at fault but never echo the URL (it may
-//! carry a password) or a password.
+//! REDISCLI_AUTH) to a `redis::Client`, not yet connected, and the plain
+//! connections the tool opens itself. Messages name the option, variable
+//! or file at fault but never echo the URL (it may carry a password) or a
+//! password.
 
 use std::path::Path;
+use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use rustls::pki_types::pem::PemObject;
@@ -11,44 +13,29 @@ use rustls::pki_types::CertificateDer;
 
 use crate::cli::Global;
 
-/// The variable redis-cli reads its password from.
-const REDISCLI_AUTH: &str = "REDISCLI_AUTH";
-
-/// Where the URL came from, as messages name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum UrlFrom {
-    Option,
-    RedleaseUrl,
-    RedisUrl,
-}
-
-impl UrlFrom {
-    fn name(self) -> &'static str {
-        match self {
-            UrlFrom::Option => "--url",
-            UrlFrom::RedleaseUrl => "REDLEASE_URL",
-            UrlFrom::RedisUrl => "REDIS_URL",
-        }
-    }
-}
-
 /// The URL: `--url`, else REDLEASE_URL (both through clap), else
 /// REDIS_URL, which other programs may use for a server of their own.
-/// An empty value counts as unset. `Ok(None)`: none.
-pub(crate) fn url(global: &Global) -> Result<Option<(String, UrlFrom)>, String> {
+/// An empty value counts as unset. `Ok(None)`: none; else the URL and
+/// where it came from, as messages name it.
+pub(crate) fn url(global: &Global) -> Result<Option<(String, &'static str)>, String> {
     if let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) {
         let from = if global.url_from_env {
-            UrlFrom::RedleaseUrl
+            "REDLEASE_URL"
         } else {
-            UrlFrom::Option
+            "--url"
         };
         return Ok(Some((url.to_owned(), from)));
     }
-    match std::env::var_os("REDIS_URL") {
-        Some(url) if !url.is_empty() => url
+    Ok(var("REDIS_URL")?.map(|url| (url, "REDIS_URL")))
+}
+
+/// The variable `name`, unset when empty; `Err` when it is not UTF-8.
+fn var(name: &str) -> Result<Option<String>, String> {
+    match std::env::var_os(name) {
+        Some(value) if !value.is_empty() => value
             .into_string()
-            .map(|url| Some((url, UrlFrom::RedisUrl)))
-            .map_err(|_| "invalid REDIS_URL: not valid UTF-8".to_owned()),
+            .map(Some)
+            .map_err(|_| format!("invalid {name}: not valid UTF-8")),
         _ => Ok(None),
     }
 }
@@ -59,7 +46,7 @@ pub(crate) fn url(global: &Global) -> Result<Option<(String, UrlFrom)>, String> 
 pub(crate) fn client(
     global: &Global,
     url: &str,
-    from: UrlFrom,
+    from: &str,
 ) -> Result<(redis::Client, Option<String>), String> {
     let mut info = connection_info(url, from)?;
     if let Some(password) = password(global, info.redis_settings().password().is_some())? {
@@ -78,29 +65,37 @@ pub(crate) fn client(
             Ok((client, None))
         }
         ca => {
-            let note = ca.as_ref().map(|_| {
-                format!(
-                    "--tls-ca-cert is not used: {} is not a rediss:// (TLS) URL",
-                    from.name()
-                )
-            });
+            let note = ca
+                .as_ref()
+                .map(|_| format!("--tls-ca-cert is not used: {from} is not a rediss:// (TLS) URL"));
             let client = redis::Client::open(info).map_err(|_| invalid(from, "not a Redis URL"))?;
             Ok((client, note))
         }
     }
 }
 
-fn invalid(from: UrlFrom, why: &str) -> String {
+fn invalid(from: &str, why: &str) -> String {
     format!(
-        "invalid {}: {why}; a Redis URL looks like redis://HOST:PORT/DB, \
-         rediss://HOST:PORT/DB (TLS) or unix:///PATH",
-        from.name()
+        "invalid {from}: {why}; a Redis URL looks like redis://HOST:PORT/DB, \
+         rediss://HOST:PORT/DB (TLS) or unix:///PATH"
     )
+}
+
+/// A connection of its own to `client`'s server, with `timeout` for the
+/// connect and for each read and write.
+pub(crate) fn open(
+    client: &redis::Client,
+    timeout: Duration,
+) -> redis::RedisResult<redis::Connection> {
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
 }
 
 /// The URL's connection info, or what is wrong with it in words that
 /// quote no part of it but the scheme.
-fn connection_info(url: &str, from: UrlFrom) -> Result<ConnectionInfo, String> {
+fn connection_info(url: &str, from: &str) -> Result<ConnectionInfo, String> {
     let parsed = url::Url::parse(url).map_err(|_| invalid(from, "not a URL"))?;
     let scheme = parsed.scheme();
     let tls = matches!(scheme, "rediss" | "valkeys");
@@ -113,10 +108,9 @@ fn connection_info(url: &str, from: UrlFrom) -> Result<ConnectionInfo, String> {
     parsed.into_connection_info().map_err(|e| {
         if tls && e.to_string().contains("TLS") {
             format!(
-                "{} is a rediss:// (TLS) URL, and this redlease was built without TLS \
+                "{from} is a rediss:// (TLS) URL, and this redlease was built without TLS \
                  support: install it with `cargo install redlease --features cli`, \
-                 which includes it",
-                from.name()
+                 which includes it"
             )
         } else {
             // The redis crate's reasons are fixed texts ("Missing hostname",
@@ -152,13 +146,7 @@ fn password(global: &Global, url_has_one: bool) -> Result<Option<String>, String
     if url_has_one {
         return Ok(None);
     }
-    match std::env::var_os(REDISCLI_AUTH) {
-        Some(password) if !password.is_empty() => password
-            .into_string()
-            .map(Some)
-            .map_err(|_| format!("invalid {REDISCLI_AUTH}: not valid UTF-8")),
-        _ => Ok(None),
-    }
+    var("REDISCLI_AUTH")
 }
 
 /// The CA file's contents, once checked to hold PEM certificates that
@@ -208,12 +196,12 @@ mod tests {
                 "cannot connect to a wildcard address",
             ),
         ] {
-            let e = connection_info(url, UrlFrom::RedisUrl).unwrap_err();
+            let e = connection_info(url, "REDIS_URL").unwrap_err();
             assert!(e.starts_with("invalid REDIS_URL: "), "{e}");
             assert!(e.contains(why), "{url}: {e}");
             assert!(!e.contains("s3cret"), "{e}");
         }
-        assert!(connection_info("rediss://h:1/0", UrlFrom::Option).is_ok());
-        assert!(connection_info("unix:///tmp/redis.sock", UrlFrom::Option).is_ok());
+        assert!(connection_info("rediss://h:1/0", "--url").is_ok());
+        assert!(connection_info("unix:///tmp/redis.sock", "--url").is_ok());
     }
 }

@@ -20,8 +20,9 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     if trimmed.is_empty() {
         return Err("an empty duration: write e.g. 10s, 1.5s, 1m30s or 5 (seconds)".to_owned());
     }
+    let too_large = || format!("'{trimmed}' is too large");
     let mut rest = trimmed;
-    let mut total = Duration::ZERO;
+    let mut total: u128 = 0;
     let mut parts = 0;
     while !rest.is_empty() {
         let number_len = rest
@@ -61,17 +62,12 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         };
         let nanos = scaled(number, nanos_per_unit)
             .ok_or_else(|| format!("'{trimmed}' is not a duration: '{number}' is not a number"))?;
-        let part = u64::try_from(nanos / 1_000_000_000)
-            .ok()
-            .map(|secs| Duration::new(secs, (nanos % 1_000_000_000) as u32))
-            .ok_or_else(|| format!("'{trimmed}' is too large"))?;
-        total = total
-            .checked_add(part)
-            .ok_or_else(|| format!("'{trimmed}' is too large"))?;
+        total = total.checked_add(nanos).ok_or_else(too_large)?;
         parts += 1;
         rest = after.trim_start();
     }
-    Ok(total)
+    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| too_large())?;
+    Ok(Duration::new(secs, (total % 1_000_000_000) as u32))
 }
 
 /// `number` (digits, at most one `.`) times `per_unit` nanoseconds,

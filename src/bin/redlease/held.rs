@@ -8,14 +8,62 @@
 use std::time::Duration;
 
 use redlease::blocking::{Leadership, Lease, MultiLease, Permit, ReadLease, WriteLease};
+use redlease::front::Blocking;
+use redlease::kind::Kind;
 use redlease::{Error, Fence, Lost, ReleaseOutcome};
 
 use crate::Target;
 
-/// A lease of either kind, as `run` uses it.
-pub(crate) trait Held: Sync {
+/// A lease's life, the same for every kind but the leadership.
+pub(crate) trait Lasting: Sync {
+    fn is_valid(&self) -> bool;
+    fn remaining(&self) -> Duration;
+    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T;
+    fn release(self) -> Result<ReleaseOutcome, Error>;
+}
+
+impl<K: Kind> Lasting for redlease::Lease<Blocking, K> {
+    fn is_valid(&self) -> bool {
+        Self::is_valid(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        Self::remaining(self)
+    }
+
+    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+        Self::keep_alive(self, f)
+    }
+
+    fn release(self) -> Result<ReleaseOutcome, Error> {
+        Self::release(self)
+    }
+}
+
+/// `elect`'s leadership: its keeper renews it, so keeping it alive is
+/// only watching its loss signal.
+impl Lasting for Leadership {
+    fn is_valid(&self) -> bool {
+        Self::is_valid(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        Self::remaining(self)
+    }
+
+    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
+        f(self.lost())
+    }
+
+    fn release(self) -> Result<ReleaseOutcome, Error> {
+        self.resign()
+    }
+}
+
+/// A lease of any kind, as `run` uses it.
+pub(crate) trait Held: Lasting {
     /// The variable that hands [`number`](Self::number) to the command.
-    const VARIABLE: &'static str;
+    const VARIABLE: &'static str = "REDLEASE_FENCE";
     /// What it is called in messages.
     const NAME: &'static str;
     /// The lease's fence, or a read lease's epoch.
@@ -33,15 +81,12 @@ pub(crate) trait Held: Sync {
     /// each with the fence the record names: beside the lock (each key's,
     /// `keys` being KEY and the `--also` keys) or the permit's slot; none
     /// when `status` cannot show it (read-write leases: readers share).
-    fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)>;
-    fn is_valid(&self) -> bool;
-    fn remaining(&self) -> Duration;
-    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T;
-    fn release(self) -> Result<ReleaseOutcome, Error>;
+    fn records(&self, _target: &Target, _keys: &[&str]) -> Vec<(String, Fence)> {
+        Vec::new()
+    }
 }
 
 impl Held for Lease {
-    const VARIABLE: &'static str = "REDLEASE_FENCE";
     const NAME: &'static str = "lease";
 
     fn number(&self) -> Fence {
@@ -49,26 +94,7 @@ impl Held for Lease {
     }
 
     fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)> {
-        keys.iter()
-            .take(1)
-            .map(|key| (target.names(key).holder, self.fence()))
-            .collect()
-    }
-
-    fn is_valid(&self) -> bool {
-        Lease::is_valid(self)
-    }
-
-    fn remaining(&self) -> Duration {
-        Lease::remaining(self)
-    }
-
-    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-        Lease::keep_alive(self, f)
-    }
-
-    fn release(self) -> Result<ReleaseOutcome, Error> {
-        Lease::release(self)
+        vec![(target.name("lock-holder", keys[0]), self.fence())]
     }
 }
 
@@ -79,59 +105,17 @@ impl Held for ReadLease {
     fn number(&self) -> Fence {
         self.epoch()
     }
-
-    fn records(&self, _: &Target, _: &[&str]) -> Vec<(String, Fence)> {
-        Vec::new()
-    }
-
-    fn is_valid(&self) -> bool {
-        ReadLease::is_valid(self)
-    }
-
-    fn remaining(&self) -> Duration {
-        ReadLease::remaining(self)
-    }
-
-    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-        ReadLease::keep_alive(self, f)
-    }
-
-    fn release(self) -> Result<ReleaseOutcome, Error> {
-        ReadLease::release(self)
-    }
 }
 
 impl Held for WriteLease {
-    const VARIABLE: &'static str = "REDLEASE_FENCE";
     const NAME: &'static str = "exclusive lease";
 
     fn number(&self) -> Fence {
         self.fence()
     }
-
-    fn records(&self, _: &Target, _: &[&str]) -> Vec<(String, Fence)> {
-        Vec::new()
-    }
-
-    fn is_valid(&self) -> bool {
-        WriteLease::is_valid(self)
-    }
-
-    fn remaining(&self) -> Duration {
-        WriteLease::remaining(self)
-    }
-
-    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-        WriteLease::keep_alive(self, f)
-    }
-
-    fn release(self) -> Result<ReleaseOutcome, Error> {
-        WriteLease::release(self)
-    }
 }
 
 impl Held for Permit {
-    const VARIABLE: &'static str = "REDLEASE_FENCE";
     const NAME: &'static str = "permit";
 
     /// The slot's fence (fences count per slot).
@@ -144,38 +128,13 @@ impl Held for Permit {
     }
 
     fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)> {
-        keys.iter()
-            .take(1)
-            .map(|key| {
-                (
-                    target.sem_names(key).holder(Permit::slot(self)),
-                    self.fence(),
-                )
-            })
-            .collect()
-    }
-
-    fn is_valid(&self) -> bool {
-        Permit::is_valid(self)
-    }
-
-    fn remaining(&self) -> Duration {
-        Permit::remaining(self)
-    }
-
-    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-        Permit::keep_alive(self, f)
-    }
-
-    fn release(self) -> Result<ReleaseOutcome, Error> {
-        Permit::release(self)
+        let name = target.slot_name("sem-holder", keys[0], Permit::slot(self));
+        vec![(name, self.fence())]
     }
 }
 
-/// `elect`'s leadership: its term is its fence; its keeper renews it, so
-/// keeping it alive is only watching its loss signal.
+/// `elect`'s leadership: its term is its fence.
 impl Held for Leadership {
-    const VARIABLE: &'static str = "REDLEASE_FENCE";
     const NAME: &'static str = "leadership";
 
     fn number(&self) -> Fence {
@@ -188,32 +147,11 @@ impl Held for Leadership {
             ("REDLEASE_ELECTION", key.to_owned()),
         ]
     }
-
-    fn records(&self, _: &Target, _: &[&str]) -> Vec<(String, Fence)> {
-        Vec::new()
-    }
-
-    fn is_valid(&self) -> bool {
-        Leadership::is_valid(self)
-    }
-
-    fn remaining(&self) -> Duration {
-        Leadership::remaining(self)
-    }
-
-    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-        f(self.lost())
-    }
-
-    fn release(self) -> Result<ReleaseOutcome, Error> {
-        Leadership::resign(self)
-    }
 }
 
 /// `--also`: KEY's lock and every `--also` key's, as one multi-key lease.
 /// Its number is KEY's fence; every key's comes as REDLEASE_FENCES.
 impl Held for MultiLease {
-    const VARIABLE: &'static str = "REDLEASE_FENCE";
     const NAME: &'static str = "multi-key lease";
 
     /// KEY's fence: the first key's (a multi-key lease has at least one).
@@ -229,23 +167,7 @@ impl Held for MultiLease {
     fn records(&self, target: &Target, keys: &[&str]) -> Vec<(String, Fence)> {
         keys.iter()
             .zip(self.fences())
-            .map(|(key, fence)| (target.names(key).holder, *fence))
+            .map(|(key, fence)| (target.name("lock-holder", key), *fence))
             .collect()
-    }
-
-    fn is_valid(&self) -> bool {
-        MultiLease::is_valid(self)
-    }
-
-    fn remaining(&self) -> Duration {
-        MultiLease::remaining(self)
-    }
-
-    fn keep_alive<T>(&self, f: impl FnOnce(&Lost) -> T) -> T {
-        MultiLease::keep_alive(self, f)
-    }
-
-    fn release(self) -> Result<ReleaseOutcome, Error> {
-        MultiLease::release(self)
     }
 }

@@ -29,16 +29,13 @@ pub(crate) struct Holder {
 impl Holder {
     /// This process, running `program`, for the grant `fence`.
     pub(crate) fn this_process(fence: u64, program: &OsStr) -> Self {
-        let host = nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_default();
         let name = Path::new(program)
             .file_name()
             .unwrap_or(program)
             .to_string_lossy();
         Holder {
             fence,
-            host: clean(&host),
+            host: clean(&hostname()),
             pid: std::process::id(),
             command: clean(&name),
         }
@@ -71,6 +68,13 @@ impl Holder {
     }
 }
 
+/// This machine's name, or "" when unknown.
+pub(crate) fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// Printable, one line, bounded.
 fn clean(s: &str) -> String {
     let mut out: String = s
@@ -85,6 +89,11 @@ fn clean(s: &str) -> String {
         out.truncate(end);
     }
     out
+}
+
+/// `n` in JSON: `null` for `None`.
+pub(crate) fn json_opt(n: Option<impl std::fmt::Display>) -> String {
+    n.map_or_else(|| "null".to_owned(), |n| n.to_string())
 }
 
 /// `s` as a JSON string literal.

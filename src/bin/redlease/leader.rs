@@ -4,7 +4,6 @@
 //! `--watch` every change through its observer, until SIGINT or SIGTERM.
 //! Also the value `redlease elect` campaigns with.
 
-use std::io::Write;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread;
@@ -16,9 +15,10 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::cli::{exit, ElectArgs, LeaderArgs};
+use crate::connect::open;
 use crate::duration::human;
-use crate::holder::json_string;
-use crate::output::Out;
+use crate::holder::{hostname, json_opt, json_string};
+use crate::output::{print, Out};
 use crate::{describe_error, describe_redis, is_auth_failure, Target};
 
 /// Connect and command timeout.
@@ -69,7 +69,7 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
             },
             Err(e) => return unavailable(&e),
         };
-        print_line(&line(leader.as_ref(), version, None, args.json));
+        print(&[&line(leader.as_ref(), version, None, args.json), b"\n"]);
         return if leader.is_some() { 0 } else { VACANT };
     }
     // Until SIGINT or SIGTERM: the locker's shutdown ends the observer.
@@ -87,14 +87,17 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
         }
     });
     let _probe = Probe::start(target.client.clone(), target.address(), out);
-    for change in election.observe() {
-        let Observation {
-            version,
-            leader,
-            resync,
-            ..
-        } = change;
-        print_line(&line(leader.as_ref(), version, Some(resync), args.json));
+    for Observation {
+        version,
+        leader,
+        resync,
+        ..
+    } in election.observe()
+    {
+        print(&[
+            &line(leader.as_ref(), version, Some(resync), args.json),
+            b"\n",
+        ]);
     }
     0
 }
@@ -147,10 +150,7 @@ impl Probe {
                     }
                     _ => {}
                 }
-                if !matches!(
-                    stopped.recv_timeout(PROBE_EVERY),
-                    Err(RecvTimeoutError::Timeout)
-                ) {
+                if stopped.recv_timeout(PROBE_EVERY) != Err(RecvTimeoutError::Timeout) {
                     return;
                 }
             }
@@ -164,7 +164,7 @@ impl Probe {
 fn ping(client: &redis::Client, conn: &mut Option<redis::Connection>) -> Result<(), String> {
     let mut c = match conn.take() {
         Some(c) => c,
-        None => open(client).map_err(|e| describe_redis(&e))?,
+        None => open(client, TIMEOUT).map_err(|e| describe_redis(&e))?,
     };
     match redis::cmd("PING").query::<redis::Value>(&mut c) {
         Err(e) if e.code().is_none() || is_auth_failure(&e) => Err(describe_redis(&e)),
@@ -173,13 +173,6 @@ fn ping(client: &redis::Client, conn: &mut Option<redis::Connection>) -> Result<
             Ok(())
         }
     }
-}
-
-fn open(client: &redis::Client) -> redis::RedisResult<redis::Connection> {
-    let c = client.get_connection_with_timeout(TIMEOUT)?;
-    c.set_read_timeout(Some(TIMEOUT))?;
-    c.set_write_timeout(Some(TIMEOUT))?;
-    Ok(c)
 }
 
 /// The largest value `elect` campaigns with (the library's default
@@ -194,12 +187,7 @@ pub(crate) fn value_of(args: &ElectArgs) -> Result<Vec<u8>, String> {
         (Some(text), _) => text.clone().into_bytes(),
         (None, Some(path)) => std::fs::read(path)
             .map_err(|e| format!("cannot read --value-file {}: {e}", path.display()))?,
-        (None, None) => {
-            let host = nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            format!("{host}:{}", std::process::id()).into_bytes()
-        }
+        (None, None) => format!("{}:{}", hostname(), std::process::id()).into_bytes(),
     };
     if value.len() > MAX_VALUE_BYTES {
         return Err(format!(
@@ -208,13 +196,6 @@ pub(crate) fn value_of(args: &ElectArgs) -> Result<Vec<u8>, String> {
         ));
     }
     Ok(value)
-}
-
-fn print_line(line: &[u8]) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(line);
-    let _ = stdout.write_all(b"\n");
-    let _ = stdout.flush();
 }
 
 /// One state as a line: text (`leader term T, version T.S, 4.2s left:
@@ -246,32 +227,18 @@ fn line(leader: Option<&Leader>, version: Version, resync: Option<bool>, json: b
 }
 
 fn json_line(leader: Option<&Leader>, version: Version, resync: Option<bool>) -> String {
-    let mut fields = vec![
-        format!("\"leader\":{}", leader.is_some()),
-        format!(
-            "\"term\":{}",
-            leader.map_or_else(|| "null".to_owned(), |l| l.term.to_string())
-        ),
-        format!("\"version\":\"{version}\""),
-        format!(
-            "\"remaining_ms\":{}",
-            leader
-                .and_then(|l| l.remaining)
-                .map_or_else(|| "null".to_owned(), |r| r.as_millis().to_string())
-        ),
-    ];
-    fields.push(match leader.map(|l| std::str::from_utf8(&l.value)) {
+    let value = match leader.map(|l| (std::str::from_utf8(&l.value), &l.value)) {
         None => "\"value\":null".to_owned(),
-        Some(Ok(text)) => format!("\"value\":{}", json_string(text)),
-        Some(Err(_)) => format!(
-            "\"value_base64\":\"{}\"",
-            base64(leader.map(|l| l.value.as_slice()).unwrap_or_default())
-        ),
-    });
-    if let Some(resync) = resync {
-        fields.push(format!("\"resync\":{resync}"));
-    }
-    format!("{{{}}}", fields.join(","))
+        Some((Ok(text), _)) => format!("\"value\":{}", json_string(text)),
+        Some((Err(_), raw)) => format!("\"value_base64\":\"{}\"", base64(raw)),
+    };
+    let resync = resync.map_or_else(String::new, |resync| format!(",\"resync\":{resync}"));
+    format!(
+        "{{\"leader\":{},\"term\":{},\"version\":\"{version}\",\"remaining_ms\":{},{value}{resync}}}",
+        leader.is_some(),
+        json_opt(leader.map(|l| l.term)),
+        json_opt(leader.and_then(|l| l.remaining).map(|r| r.as_millis()))
+    )
 }
 
 /// Standard base64 with padding (RFC 4648).

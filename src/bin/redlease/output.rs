@@ -74,11 +74,18 @@ impl Out {
         } else {
             log::LevelFilter::Error
         };
-        LOGGER.all.store(self.verbose, Ordering::Relaxed);
-        if log::set_logger(&LOGGER).is_ok() {
+        if log::set_logger(&StderrLogger).is_ok() {
             log::set_max_level(level);
         }
     }
+}
+
+/// Writes `parts` on standard output: a closed one (`| head -0`) is not
+/// worth a panic.
+pub(crate) fn print(parts: &[&[u8]]) {
+    let mut stdout = std::io::stdout().lock();
+    let written = parts.iter().try_for_each(|part| stdout.write_all(part));
+    let _ = written.and_then(|()| stdout.flush());
 }
 
 /// A Redis that may evict keys can drop a held lock and let a second
@@ -86,19 +93,11 @@ impl Out {
 /// every connect (each pooled connection), so it is said once per run.
 const SHOWN_BY_DEFAULT: &str = "REDIS_EVICTION_UNSAFE";
 
-static LOGGER: StderrLogger = StderrLogger {
-    all: AtomicBool::new(false),
-    shown: AtomicBool::new(false),
-};
+/// [`SHOWN_BY_DEFAULT`] was said.
+static SHOWN: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug)]
-struct StderrLogger {
-    /// Every record up to the level (`--verbose`), not only
-    /// [`SHOWN_BY_DEFAULT`].
-    all: AtomicBool,
-    /// [`SHOWN_BY_DEFAULT`] was said.
-    shown: AtomicBool,
-}
+struct StderrLogger;
 
 impl log::Log for StderrLogger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
@@ -110,11 +109,13 @@ impl log::Log for StderrLogger {
             return;
         }
         let text = record.args().to_string();
+        // Every record up to the level with `--verbose` (the only debug
+        // level), else only SHOWN_BY_DEFAULT.
         if text.starts_with(SHOWN_BY_DEFAULT) {
-            if self.shown.swap(true, Ordering::Relaxed) {
+            if SHOWN.swap(true, Ordering::Relaxed) {
                 return;
             }
-        } else if !self.all.load(Ordering::Relaxed) {
+        } else if log::max_level() < log::LevelFilter::Debug {
             return;
         }
         let level = record.level().as_str().to_ascii_lowercase();
@@ -153,41 +154,36 @@ impl Wanted {
     /// Why the acquire found it busy; `remaining` is the holder's time
     /// left (for a semaphore, the soonest permit's).
     pub(crate) fn busy(self, remaining: Option<Duration>) -> String {
-        match self {
-            Wanted::Lock => format!(
-                "the lock is held by someone else{}",
-                remaining.map_or_else(String::new, |d| format!(
-                    " (its lease has {} left)",
-                    human(d)
-                ))
-            ),
-            Wanted::Permit(n) => format!(
-                "{} held by someone else{}",
-                if n == 1 {
-                    "the only permit is".to_owned()
-                } else {
-                    format!("all {n} permits are")
-                },
-                remaining.map_or_else(String::new, |d| format!(
-                    " (the first to end has {} left)",
-                    human(d)
-                ))
-            ),
-            Wanted::Leadership => format!(
-                "someone else leads{}",
-                remaining.map_or_else(String::new, |d| format!(
-                    " (its lease has {} left)",
-                    human(d)
-                ))
-            ),
-            Wanted::Keys(n) => format!(
-                "of the {n} keys, some are held by someone else{}",
-                remaining.map_or_else(String::new, |d| format!(
-                    " (the first to end has {} left)",
-                    human(d)
-                ))
-            ),
-        }
+        let busy = match self {
+            Wanted::Lock => "the lock is held by someone else".to_owned(),
+            Wanted::Permit(1) => "the only permit is held by someone else".to_owned(),
+            Wanted::Permit(n) => format!("all {n} permits are held by someone else"),
+            Wanted::Leadership => "someone else leads".to_owned(),
+            Wanted::Keys(n) => format!("of the {n} keys, some are held by someone else"),
+        };
+        format!("{busy}{}", self.holder(Said::Busy, remaining))
+    }
+
+    /// The words for the holder's time left, if known, where `said`.
+    pub(crate) fn holder(self, said: Said, remaining: Option<Duration>) -> String {
+        let whose = match self {
+            Wanted::Lock => ["its lease", "its lease", "the holder's lease"],
+            Wanted::Permit(_) => [
+                "the first to end",
+                "the first permit to end",
+                "the first permit to end",
+            ],
+            Wanted::Leadership => ["its lease", "the leader's lease", "the leader's lease"],
+            Wanted::Keys(_) => [
+                "the first to end",
+                "the first held key to end",
+                "the last held key to end",
+            ],
+        }[said as usize];
+        remaining.map_or_else(String::new, |d| match said {
+            Said::Progress => format!("; {whose} has {} left unless renewed", human(d)),
+            _ => format!(" ({whose} has {} left)", human(d)),
+        })
     }
 
     /// Whether the holders' time left is the longest of the probed names'
@@ -195,44 +191,17 @@ impl Wanted {
     pub(crate) fn waits_for_all(self) -> bool {
         matches!(self, Wanted::Keys(_))
     }
-
-    /// The progress line's words for the holder's time left.
-    fn holder_left(self, left: Duration) -> String {
-        match self {
-            Wanted::Lock => format!(
-                "; the holder's lease has {} left unless renewed",
-                human(left)
-            ),
-            Wanted::Permit(_) => format!(
-                "; the first permit to end has {} left unless renewed",
-                human(left)
-            ),
-            Wanted::Leadership => format!(
-                "; the leader's lease has {} left unless renewed",
-                human(left)
-            ),
-            Wanted::Keys(_) => format!(
-                "; the last held key to end has {} left unless renewed",
-                human(left)
-            ),
-        }
-    }
 }
 
-/// What the progress line knows about the holder.
+/// Where the holder's time left is said.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HolderTime {
-    /// The holder's remaining lease time when last measured.
-    pub(crate) remaining: Duration,
-    /// When it was measured.
-    pub(crate) at: Instant,
-}
-
-impl HolderTime {
-    fn left(&self, now: Instant) -> Duration {
-        self.remaining
-            .saturating_sub(now.saturating_duration_since(self.at))
-    }
+pub(crate) enum Said {
+    /// After [`Wanted::busy`].
+    Busy,
+    /// After "gave up waiting".
+    GaveUp,
+    /// On the progress line.
+    Progress,
 }
 
 /// How often the progress line is redrawn, and how often it asks Redis for
@@ -250,19 +219,18 @@ pub(crate) struct Progress {
 impl Progress {
     /// Starts redrawing `redlease: waited 3.4s of 1m00s for the lock;
     /// the holder's lease has 26.6s left unless renewed` (or `for a
-    /// permit`) on standard error. `pttl` asks Redis for the holder's
-    /// remaining time (`None` when unknown); it is called from the
-    /// progress thread about once a second.
+    /// permit`) on standard error. `ends` is when the holder's lease
+    /// ends unless renewed (`None` when unknown); `pttl` asks Redis for its
+    /// remaining time, from the progress thread about once a second.
     pub(crate) fn start(
         wanted: Wanted,
         started: Instant,
         wait: Duration,
-        holder: Option<HolderTime>,
+        mut ends: Option<Instant>,
         mut pttl: impl FnMut() -> Option<Duration> + Send + 'static,
     ) -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = thread::spawn(move || {
-            let mut holder = holder;
             let mut refreshed = now();
             let limit = if wait == Duration::MAX {
                 " (no deadline)".to_owned()
@@ -273,26 +241,19 @@ impl Progress {
                 let t = now();
                 if t.saturating_duration_since(refreshed) >= REFRESH_HOLDER {
                     refreshed = t;
-                    holder = pttl().map(|remaining| HolderTime { remaining, at: t });
+                    ends = pttl().and_then(|remaining| t.checked_add(remaining));
                 }
-                let held = holder.map_or_else(String::new, |h| wanted.holder_left(h.left(t)));
+                let left = ends.map(|ends| ends.saturating_duration_since(t));
+                let held = wanted.holder(Said::Progress, left);
                 let elapsed = human(t.saturating_duration_since(started));
-                let mut err = std::io::stderr().lock();
-                let _ = write!(
-                    err,
-                    "\r\x1b[Kredlease: waited {elapsed}{limit} for {}{held}",
-                    wanted.thing()
-                );
-                let _ = err.flush();
-                drop(err);
-                match stopped.recv_timeout(REDRAW) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => break,
+                let thing = wanted.thing();
+                let line = format!("waited {elapsed}{limit} for {thing}{held}");
+                let _ = write!(std::io::stderr(), "\r\x1b[Kredlease: {line}");
+                if stopped.recv_timeout(REDRAW) != Err(RecvTimeoutError::Timeout) {
+                    break;
                 }
             }
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[K");
-            let _ = err.flush();
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
         });
         Progress { stop, thread }
     }

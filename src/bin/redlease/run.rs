@@ -4,7 +4,6 @@
 //! the child under renewals, forward signals, act on a lost lease, release,
 //! and pick the exit code.
 
-use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,14 +13,16 @@ use std::time::{Duration, Instant};
 
 use redlease::blocking::Locker;
 use redlease::{AcquireOptions, CancelHandle, Config, Error, Lost, LostCause, ReleaseOutcome};
+use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
 
 use crate::child;
 use crate::cli::{exit, OnLost, RunArgs};
+use crate::connect::open;
 use crate::duration::human;
 use crate::held::Held;
 use crate::holder::Holder;
-use crate::output::{HolderTime, Out, Progress, Wanted};
-use crate::signals::{self, Event, Forwarded, SignalWatch};
+use crate::output::{Out, Progress, Said, Wanted};
+use crate::signals::{self, Event, SignalWatch};
 use crate::{describe_error, describe_invalid, now, usage_error, Target};
 
 /// Upper bound of the per-command timeout (connect and each command).
@@ -79,27 +80,17 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
             return exit_code_of(&e);
         }
     };
-    // What the waiting line watches for the holder's time left: the lock,
-    // or every slot of the semaphore.
-    let (wanted, probed) = match (args.permits, &args.elect) {
-        (_, Some(_)) => (Wanted::Leadership, vec![target.elect_lease(&args.key)]),
-        (Some(n), None) => {
-            let sem = target.sem_names(&args.key);
-            (Wanted::Permit(n), (0..n).map(|i| sem.slot(i)).collect())
-        }
-        (None, None) if !args.also.is_empty() => {
-            let keys = args.keys();
-            let locks = keys.iter().map(|k| target.names(k).lock).collect();
-            (Wanted::Keys(keys.len()), locks)
-        }
-        (None, None) => (Wanted::Lock, vec![target.names(&args.key).lock]),
+    let wanted = match (args.permits, &args.elect) {
+        (_, Some(_)) => Wanted::Leadership,
+        (Some(n), None) => Wanted::Permit(n),
+        (None, None) if args.also.is_empty() => Wanted::Lock,
+        (None, None) => Wanted::Keys(args.also.len() + 1),
     };
     let run = Run {
         target: &target,
         args,
         out,
         wanted,
-        probed,
         signals: &signals,
         events_tx,
         events,
@@ -119,8 +110,6 @@ struct Run<'a> {
     out: Out,
     /// What the acquire waits for, in messages.
     wanted: Wanted,
-    /// The names whose `PTTL` the waiting line shows (the least of them).
-    probed: Vec<String>,
     signals: &'a SignalWatch,
     events_tx: Sender<Event>,
     events: Receiver<Event>,
@@ -129,39 +118,28 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> u8 {
-        let key = &self.args.key;
-        if let Some(value) = &self.args.elect {
-            let election = match locker.election(key) {
-                Ok(election) => election,
-                Err(e) => return self.cannot_acquire(&e),
-            };
-            self.hold_and_run(
-                self.acquire(cancel, |options| election.campaign_with(value, options)),
-            )
-        } else if let Some(permits) = self.args.permits {
-            let semaphore = match locker.semaphore(key, permits) {
-                Ok(semaphore) => semaphore,
-                Err(e) => return self.cannot_acquire(&e),
-            };
-            self.hold_and_run(self.acquire(cancel, |options| semaphore.acquire_with(options)))
-        } else if self.args.shared || self.args.exclusive {
-            let rw = match locker.rw_lock(key) {
-                Ok(rw) => rw,
-                Err(e) => return self.cannot_acquire(&e),
-            };
-            if self.args.shared {
-                self.hold_and_run(self.acquire(cancel, |options| rw.read_with(options)))
+        let (key, args) = (&self.args.key, self.args);
+        let acquired = || -> Result<u8, Error> {
+            Ok(if let Some(value) = &args.elect {
+                let election = locker.election(key)?;
+                self.hold_and_run(self.acquire(cancel, |o| election.campaign_with(value, o)))
+            } else if let Some(permits) = args.permits {
+                let semaphore = locker.semaphore(key, permits)?;
+                self.hold_and_run(self.acquire(cancel, |o| semaphore.acquire_with(o)))
+            } else if args.shared {
+                let rw = locker.rw_lock(key)?;
+                self.hold_and_run(self.acquire(cancel, |o| rw.read_with(o)))
+            } else if args.exclusive {
+                let rw = locker.rw_lock(key)?;
+                self.hold_and_run(self.acquire(cancel, |o| rw.write_with(o)))
+            } else if !args.also.is_empty() {
+                let keys = args.keys();
+                self.hold_and_run(self.acquire(cancel, |o| locker.acquire_all_with(&keys, o)))
             } else {
-                self.hold_and_run(self.acquire(cancel, |options| rw.write_with(options)))
-            }
-        } else if !self.args.also.is_empty() {
-            let keys = self.args.keys();
-            self.hold_and_run(
-                self.acquire(cancel, |options| locker.acquire_all_with(&keys, options)),
-            )
-        } else {
-            self.hold_and_run(self.acquire(cancel, |options| locker.acquire_with(key, options)))
-        }
+                self.hold_and_run(self.acquire(cancel, |o| locker.acquire_with(key, o)))
+            })
+        };
+        acquired().unwrap_or_else(|e| self.cannot_acquire(&e))
     }
 
     /// Runs the command under the lease `acquired` holds (or returns the
@@ -188,25 +166,8 @@ impl Run<'_> {
             return signal_exit(sig);
         }
 
-        // The holder records name the lock's holder (each key's) or the
-        // permit's; readers share.
-        let program = &self.args.command[0];
-        let records: Vec<(String, String)> = lease
-            .records(self.target, &self.args.keys())
-            .into_iter()
-            .map(|(name, fence)| (name, Holder::this_process(fence.get(), program).encode()))
-            .collect();
-        let mut record = (!records.is_empty()).then(|| HolderRecord {
-            client: self.target.client.clone(),
-            records,
-            lease: self.args.lease,
-            timeout: self.command_timeout,
-            conn: None,
-            out: self.out,
-        });
-        if let Some(record) = &mut record {
-            record.write();
-        }
+        let mut record = self.holder_record(&lease);
+        record();
         let child = match self.spawn(&lease) {
             Ok(child) => child,
             Err(code) => {
@@ -302,7 +263,7 @@ impl Run<'_> {
                     "gave up waiting for {} after {}{}; the command did not run",
                     self.wanted.thing(),
                     human(waited),
-                    holder_suffix(self.wanted, remaining)
+                    self.wanted.holder(Said::GaveUp, remaining)
                 ));
                 Err(args.conflict_exit_code)
             }
@@ -319,10 +280,7 @@ impl Run<'_> {
                 Err(args.conflict_exit_code)
             }
             Err(Error::Cancelled) => {
-                let sig = self
-                    .signals
-                    .first_stop()
-                    .unwrap_or(signal_hook::consts::SIGINT);
+                let sig = self.signals.first_stop().unwrap_or(SIGINT);
                 out.notice(format_args!(
                     "got {} while waiting for {}; the command did not run",
                     signals::name(sig),
@@ -370,11 +328,8 @@ impl Run<'_> {
             }
         ));
         let progress = out.live_progress().then(|| {
-            let holder = remaining.map(|remaining| HolderTime {
-                remaining,
-                at: now(),
-            });
-            Progress::start(self.wanted, started, wait, holder, self.pttl_probe())
+            let ends = remaining.and_then(|remaining| now().checked_add(remaining));
+            Progress::start(self.wanted, started, wait, ends, self.pttl_probe())
         });
         let result = get(options);
         if let Some(progress) = progress {
@@ -384,25 +339,27 @@ impl Run<'_> {
     }
 
     /// Asks Redis for the holder's remaining time (a semaphore's: the
-    /// least of its slots') on a connection of its own (opened lazily,
-    /// dropped on error), for the progress line.
+    /// least of its slots'; with --also, the most of the held keys') on a
+    /// connection of its own (opened lazily, dropped on error), for the
+    /// progress line.
     fn pttl_probe(&self) -> impl FnMut() -> Option<Duration> + Send + 'static {
-        let client = self.target.client.clone();
+        let (target, keys) = (self.target, self.args.keys());
+        let key = keys[0];
+        let names: Vec<String> = match self.wanted {
+            Wanted::Leadership => vec![target.name("elect", key)],
+            Wanted::Permit(n) => (0..n).map(|i| target.slot_name("sem", key, i)).collect(),
+            Wanted::Lock | Wanted::Keys(_) => keys.iter().map(|k| target.name("lock", k)).collect(),
+        };
+        let client = target.client.clone();
         let mut probe = redis::pipe();
-        for name in &self.probed {
+        for name in names {
             probe.cmd("PTTL").arg(name);
         }
         let all = self.wanted.waits_for_all();
         let mut conn: Option<redis::Connection> = None;
         move || {
             if conn.is_none() {
-                conn = client
-                    .get_connection_with_timeout(PROGRESS_QUERY_TIMEOUT)
-                    .ok()
-                    .filter(|c| {
-                        c.set_read_timeout(Some(PROGRESS_QUERY_TIMEOUT)).is_ok()
-                            && c.set_write_timeout(Some(PROGRESS_QUERY_TIMEOUT)).is_ok()
-                    });
+                conn = open(&client, PROGRESS_QUERY_TIMEOUT).ok();
             }
             let c = conn.as_mut()?;
             match probe.query::<Vec<i64>>(c) {
@@ -449,17 +406,7 @@ impl Run<'_> {
                     Err(e)
                 }
             });
-        spawned.map_err(|e| {
-            self.out.fatal(format_args!(
-                "cannot run {}: {e}",
-                program.to_string_lossy()
-            ));
-            if e.kind() == ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::CANNOT_EXECUTE
-            }
-        })
+        spawned.map_err(|e| child::cannot_run(program, &e))
     }
 
     /// Waits for the child while forwarding signals, watching the lease and
@@ -496,7 +443,7 @@ impl Run<'_> {
                 out.fatal(format_args!(
                     "the command is still running {} after {}; sending SIGKILL",
                     human(self.args.kill_after),
-                    signals::name(stop_signal.unwrap_or(signal_hook::consts::SIGTERM))
+                    signals::name(stop_signal.unwrap_or(SIGTERM))
                 ));
                 let _ = child.kill();
             }
@@ -510,13 +457,20 @@ impl Run<'_> {
                 }
             }
             match self.events.recv_timeout(next.saturating_duration_since(t)) {
-                Ok(Event::Signal(received)) if signals::is_child_event(received.sig) => {}
-                Ok(Event::Signal(received)) => match signals::forward(&child, received) {
-                    Forwarded::Sent => {
+                Ok(Event::Signal(received)) if received.sig == SIGCHLD => {}
+                // The child is not reaped yet (this loop owns its `Child`
+                // and only reaps through it), so its pid cannot have been
+                // reused.
+                Ok(Event::Signal(received)) => {
+                    let sig = signals::name(received.sig);
+                    if signals::terminal_sent_it(received) {
                         out.detail(format_args!(
-                            "passed {} on to the command",
-                            signals::name(received.sig)
+                            "{sig} came from the terminal, which sent it to the command too"
                         ));
+                    } else if let Err(e) = signals::send(&child, received.sig) {
+                        out.notice(format_args!("could not pass {sig} on to the command: {e}"));
+                    } else {
+                        out.detail(format_args!("passed {sig} on to the command"));
                         // A command that ignores a stop request is killed
                         // after --kill-after, as after a lost lease.
                         if kill_at.is_none() && signals::is_stop(received.sig) {
@@ -524,15 +478,7 @@ impl Run<'_> {
                             stop_signal = Some(received.sig);
                         }
                     }
-                    Forwarded::FromTerminal => out.detail(format_args!(
-                        "{} came from the terminal, which sent it to the command too",
-                        signals::name(received.sig)
-                    )),
-                    Forwarded::Failed(e) => out.notice(format_args!(
-                        "could not pass {} on to the command: {e}",
-                        signals::name(received.sig)
-                    )),
-                },
+                }
                 Ok(Event::Lost(reason)) => {
                     if !lost {
                         lost = true;
@@ -558,7 +504,7 @@ impl Run<'_> {
                      (SIGKILL in {})",
                     human(args.kill_after)
                 ));
-                if let Err(e) = signals::terminate(child) {
+                if let Err(e) = signals::send(child, SIGTERM) {
                     out.fatal(format_args!("could not send SIGTERM: {e}; sending SIGKILL"));
                     let _ = child.kill();
                     return None;
@@ -577,6 +523,41 @@ impl Run<'_> {
                     "lost the lease: {reason}; letting the command finish (--on-lost ignore)"
                 ));
                 None
+            }
+        }
+    }
+
+    /// Writes the records of who holds `lease` beside its locks or its
+    /// permit's slot (best effort: a refusal, e.g. an ACL without
+    /// `~<ns>:lock-holder:*`, only costs `status` the "who"), with the
+    /// lease's expiry, on a connection of its own; again at each call.
+    /// Nothing for a read-write lease: readers share.
+    fn holder_record<H: Held>(&self, lease: &H) -> impl FnMut() + Send + 'static {
+        let program = &self.args.command[0];
+        let px = u64::try_from(self.args.lease.as_millis()).unwrap_or(u64::MAX);
+        let mut pipe = redis::pipe();
+        for (name, fence) in lease.records(self.target, &self.args.keys()) {
+            let value = Holder::this_process(fence.get(), program).encode();
+            pipe.cmd("SET").arg((name, value, "PX", px)).ignore();
+        }
+        let none = pipe.cmd_iter().next().is_none();
+        let (client, timeout, out) = (self.target.client.clone(), self.command_timeout, self.out);
+        let mut conn = None;
+        move || {
+            if none {
+                return;
+            }
+            if conn.is_none() {
+                conn = open(&client, timeout).ok();
+            }
+            let Some(c) = conn.as_mut() else {
+                out.detail("could not record the holder: no connection");
+                return;
+            };
+            if let Err(e) = pipe.query::<()>(c) {
+                let why = crate::describe_redis(&e);
+                out.detail(format_args!("could not record the holder: {why}"));
+                conn = None;
             }
         }
     }
@@ -635,7 +616,7 @@ fn watch<H: Held>(
     done: &AtomicBool,
     events: Sender<Event>,
     out: Out,
-    mut record: Option<HolderRecord>,
+    mut record: impl FnMut(),
 ) {
     let until = |lease: &H| now().checked_add(lease.remaining());
     let mut last = until(lease);
@@ -660,9 +641,7 @@ fn watch<H: Held>(
                 "renewed the lease ({} left)",
                 human(lease.remaining())
             ));
-            if let Some(record) = &mut record {
-                record.write();
-            }
+            record();
         }
     }
 }
@@ -686,72 +665,12 @@ fn loss_reason(loss: &Lost) -> String {
     }
 }
 
-/// Writes the holder records beside the locks (best effort: a refusal, e.g.
-/// an ACL without `~<ns>:lock-holder:*`, only costs `status` the "who"),
-/// with the lease's expiry, on a connection of its own.
-struct HolderRecord {
-    client: redis::Client,
-    /// Each record's name and value.
-    records: Vec<(String, String)>,
-    lease: Duration,
-    timeout: Duration,
-    conn: Option<redis::Connection>,
-    out: Out,
-}
-
-impl HolderRecord {
-    fn write(&mut self) {
-        if self.conn.is_none() {
-            self.conn = self
-                .client
-                .get_connection_with_timeout(self.timeout)
-                .ok()
-                .filter(|c| {
-                    c.set_read_timeout(Some(self.timeout)).is_ok()
-                        && c.set_write_timeout(Some(self.timeout)).is_ok()
-                });
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            self.out
-                .detail("could not record the holder: no connection");
-            return;
-        };
-        let px = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
-        let mut pipe = redis::pipe();
-        for (name, value) in &self.records {
-            pipe.cmd("SET")
-                .arg(name)
-                .arg(value)
-                .arg("PX")
-                .arg(px)
-                .ignore();
-        }
-        let written: redis::RedisResult<()> = pipe.query(conn);
-        if let Err(e) = written {
-            self.out.detail(format_args!(
-                "could not record the holder: {}",
-                crate::describe_redis(&e)
-            ));
-            self.conn = None;
-        }
-    }
-}
-
 /// What is left of `wait` after the time since `started`.
 fn wait_left(wait: Duration, started: Instant) -> Duration {
     if wait == Duration::MAX {
         return wait;
     }
     wait.saturating_sub(now().saturating_duration_since(started))
-}
-
-fn holder_suffix(wanted: Wanted, remaining: Option<Duration>) -> String {
-    remaining.map_or_else(String::new, |d| match wanted {
-        Wanted::Lock => format!(" (its lease has {} left)", human(d)),
-        Wanted::Permit(_) => format!(" (the first permit to end has {} left)", human(d)),
-        Wanted::Leadership => format!(" (the leader's lease has {} left)", human(d)),
-        Wanted::Keys(_) => format!(" (the first held key to end has {} left)", human(d)),
-    })
 }
 
 /// The exit code for a library error that stopped the command from running.

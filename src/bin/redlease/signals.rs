@@ -16,7 +16,7 @@ use redlease::CancelHandle;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::exfiltrator::origin::WithOrigin;
 use signal_hook::iterator::{Handle, SignalsInfo};
-use signal_hook::low_level::siginfo::{Cause, Origin};
+use signal_hook::low_level::siginfo::Cause;
 
 use crate::output::Out;
 
@@ -44,15 +44,6 @@ pub(crate) struct Received {
     /// the terminal driver, which signals the whole foreground process
     /// group (the child included).
     pub(crate) by_kernel: bool,
-}
-
-impl Received {
-    fn of(origin: &Origin) -> Self {
-        Received {
-            sig: origin.signal,
-            by_kernel: origin.cause == Cause::Kernel && origin.process.is_none(),
-        }
-    }
 }
 
 /// The signal thread. The first stop request ([`is_stop`]) also cancels
@@ -88,8 +79,9 @@ impl SignalWatch {
             .name("redlease-signals".to_owned())
             .spawn(move || {
                 for origin in signals.forever() {
-                    let received = Received::of(&origin);
-                    let sig = received.sig;
+                    let sig = origin.signal;
+                    let by_kernel = origin.cause == Cause::Kernel && origin.process.is_none();
+                    let received = Received { sig, by_kernel };
                     if is_stop(sig) {
                         let _ = first.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
                         cancel.cancel();
@@ -121,10 +113,7 @@ impl SignalWatch {
 
     /// The first stop request received, if any.
     pub(crate) fn first_stop(&self) -> Option<i32> {
-        match self.first_stop.load(Ordering::SeqCst) {
-            0 => None,
-            sig => Some(sig),
-        }
+        Some(self.first_stop.load(Ordering::SeqCst)).filter(|&sig| sig != 0)
     }
 }
 
@@ -132,11 +121,6 @@ impl Drop for SignalWatch {
     fn drop(&mut self) {
         self.handle.close();
     }
-}
-
-/// Whether `sig` means the child changed state.
-pub(crate) fn is_child_event(sig: i32) -> bool {
-    sig == SIGCHLD
 }
 
 /// Whether `sig` asks redlease (and so the command) to stop: the command
@@ -160,34 +144,8 @@ pub(crate) fn terminal_sent_it(received: Received) -> bool {
     received.by_kernel && [SIGINT, SIGQUIT, SIGHUP].contains(&received.sig)
 }
 
-/// How forwarding a signal went.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Forwarded {
-    Sent,
-    /// The terminal already sent it to the child's process group.
-    FromTerminal,
-    Failed(String),
-}
-
-/// Passes `sig` on to the child. The child is not reaped yet (the caller
-/// owns its `Child` and only reaps through it), so its pid cannot have been
-/// reused.
-pub(crate) fn forward(child: &Child, received: Received) -> Forwarded {
-    if terminal_sent_it(received) {
-        return Forwarded::FromTerminal;
-    }
-    match send(child, received.sig) {
-        Ok(()) => Forwarded::Sent,
-        Err(e) => Forwarded::Failed(e),
-    }
-}
-
-/// Sends SIGTERM to the child.
-pub(crate) fn terminate(child: &Child) -> Result<(), String> {
-    send(child, SIGTERM)
-}
-
-fn send(child: &Child, sig: i32) -> Result<(), String> {
+/// Sends `sig` to the child.
+pub(crate) fn send(child: &Child, sig: i32) -> Result<(), String> {
     let pid = i32::try_from(child.id()).map_err(|_| "pid out of range".to_owned())?;
     let signal = Signal::try_from(sig).map_err(|e| e.to_string())?;
     kill(Pid::from_raw(pid), signal).map_err(|e| e.to_string())

@@ -1,28 +1,29 @@
 //! `redlease status KEY`: the lock's remaining time, the fence counter and
-//! the holder record, read with plain `PTTL` and `GET` on the stored names
-//! (no MULTI/EXEC, so the README's least-privilege ACL is enough). The
-//! lock's value is read only to tell a waiting multi-key lease's
-//! reservation (`<token>:r<age>`, docs/PROTOCOL.md) from a hold; the
-//! owner token in it is neither kept nor shown.
+//! the holder record, read with plain `PTTL`, `GET` and `MGET` on the
+//! stored names (no MULTI/EXEC, so the README's least-privilege ACL is
+//! enough). The lock's value is read only to tell a waiting multi-key
+//! lease's reservation (`<token>:r<age>`, docs/PROTOCOL.md) from a hold;
+//! the owner token in it is neither kept nor shown.
 //!
 //! `redlease status --permits N KEY`: the same for each slot of KEY's
-//! semaphore (`PTTL` of each slot, `MGET` of the fence counters and of the
-//! holder records), and the permit count it is in use with. The slots'
-//! values (owner tokens) are never read either.
+//! semaphore, and the permit count it is in use with. The slots' values
+//! (owner tokens) are never read either.
 
-use std::io::Write;
 use std::time::Duration;
 
 use crate::cli::{exit, StatusArgs, MAX_PERMITS};
+use crate::connect::open;
 use crate::duration::human;
-use crate::holder::{json_string, Holder};
-use crate::output::Out;
-use crate::Target;
+use crate::holder::{json_opt, json_string, Holder};
+use crate::output::{print, Out};
+use crate::{describe_redis, Target};
 
 /// Connect, read and write timeout of the status query.
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// Exit code of `status` for a free key (0 is held).
 const FREE: u8 = 1;
+/// A lease's time left when it has no expiry.
+const NO_EXPIRY: &str = "no expiry (not set by redlease)";
 
 /// What `status` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,88 +49,6 @@ struct Reservation {
     remaining_ms: Option<u64>,
 }
 
-pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
-    if let Some(permits) = args.permits {
-        return permits_status(&target, args, permits, out);
-    }
-    let names = target.names(&args.key);
-    let query = || -> redis::RedisResult<(i64, Option<String>, bool, Option<String>)> {
-        let mut conn = target.client.get_connection_with_timeout(TIMEOUT)?;
-        conn.set_read_timeout(Some(TIMEOUT))?;
-        conn.set_write_timeout(Some(TIMEOUT))?;
-        // Two commands in one round trip, not a transaction: the lock can
-        // change in between, which the fence check below tolerates.
-        let (pttl, fence): (i64, Option<String>) = redis::pipe()
-            .cmd("PTTL")
-            .arg(&names.lock)
-            .cmd("GET")
-            .arg(&names.fence)
-            .query(&mut conn)?;
-        if pttl == -2 {
-            return Ok((pttl, fence, false, None));
-        }
-        // Apart from the pipeline, so that an error here (a value of
-        // another type, which no locker writes) leaves the key "held", as
-        // before reservations were told apart.
-        let reserved = redis::cmd("GET")
-            .arg(&names.lock)
-            .query::<Option<Vec<u8>>>(&mut conn)
-            .is_ok_and(|value| value.as_deref().is_some_and(is_reservation));
-        // The record is optional: a user whose ACL lacks its name still
-        // gets the rest.
-        let holder = redis::cmd("GET")
-            .arg(&names.holder)
-            .query::<Option<String>>(&mut conn)
-            .ok()
-            .flatten();
-        Ok((pttl, fence, reserved, holder))
-    };
-    let (pttl, fence, reserved, holder) = match query() {
-        Ok(reply) => reply,
-        Err(e) => {
-            out.fatal(format_args!(
-                "cannot read the lock's status from Redis at {}: {}",
-                target.address(),
-                crate::describe_redis(&e)
-            ));
-            return exit::UNAVAILABLE;
-        }
-    };
-    let fence = match fence.map(|f| f.parse::<u64>()) {
-        None => None,
-        Some(Ok(f)) => Some(f),
-        Some(Err(_)) => {
-            out.fatal("the fence counter in Redis is not a decimal integer");
-            return exit::UNAVAILABLE;
-        }
-    };
-    let status = if reserved {
-        reserved_status(pttl, fence)
-    } else {
-        slot_status(pttl, fence, holder.as_deref())
-    };
-    let report = if args.json {
-        json(&status) + "\n"
-    } else {
-        text(&status)
-    };
-    print_and_exit(&report, status.held)
-}
-
-/// Prints the report; the exit code for `held`.
-fn print_and_exit(report: &str, held: bool) -> u8 {
-    // A closed stdout (`| head -0`) is not worth a panic.
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout
-        .write_all(report.as_bytes())
-        .and_then(|()| stdout.flush());
-    if held {
-        0
-    } else {
-        FREE
-    }
-}
-
 /// What `status --permits` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PermitsStatus {
@@ -148,71 +67,49 @@ impl PermitsStatus {
     }
 }
 
-/// One slot's reply: `PTTL`, fence counter, holder record.
+/// One lease's reply: `PTTL`, fence counter, holder record.
 type SlotReply = (i64, Option<String>, Option<String>);
 
-fn permits_status(target: &Target, args: &StatusArgs, permits: u32, out: Out) -> u8 {
-    let names = target.sem_names(&args.key);
-    let query = || -> redis::RedisResult<(Option<String>, Vec<SlotReply>)> {
-        let mut conn = target.client.get_connection_with_timeout(TIMEOUT)?;
-        conn.set_read_timeout(Some(TIMEOUT))?;
-        conn.set_write_timeout(Some(TIMEOUT))?;
-        let stored: Option<String> = redis::cmd("GET").arg(&names.permits).query(&mut conn)?;
+pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
+    let key = args.key.as_str();
+    // The stored permit count, the replies, and whether the lock is only
+    // reserved.
+    let read = || -> redis::RedisResult<(Option<String>, Vec<SlotReply>, bool)> {
+        let mut conn = open(&target.client, TIMEOUT)?;
+        let Some(permits) = args.permits else {
+            let names = ["lock", "lock-fence", "lock-holder"].map(|kind| target.name(kind, key));
+            let replies = read_slots(&mut conn, std::slice::from_ref(&names))?;
+            // Apart from the pipeline, so that an error here (a value of
+            // another type, which no locker writes) leaves the key "held",
+            // as before reservations were told apart.
+            let reserved = replies[0].0 != -2
+                && redis::cmd("GET")
+                    .arg(&names[0])
+                    .query::<Option<Vec<u8>>>(&mut conn)
+                    .is_ok_and(|value| value.as_deref().is_some_and(is_reservation));
+            return Ok((None, replies, reserved));
+        };
+        let stored: Option<String> = redis::cmd("GET")
+            .arg(target.name("sem-permits", key))
+            .query(&mut conn)?;
         // A larger count in use may hold slots past `permits`.
         let in_use = stored.as_deref().and_then(parse_permits).unwrap_or(0);
-        let count = permits.max(in_use);
-        // One round trip, not a transaction: a slot can change in between,
-        // which the fence check below tolerates.
-        let mut pipe = redis::pipe();
-        for slot in 0..count {
-            pipe.cmd("PTTL").arg(names.slot(slot));
-        }
-        pipe.cmd("MGET");
-        for slot in 0..count {
-            pipe.arg(names.fence(slot));
-        }
-        let (mut reply, fences): (Vec<i64>, Vec<Option<String>>) = {
-            let mut values: Vec<redis::Value> = pipe.query(&mut conn)?;
-            let fences = values
-                .pop()
-                .map_or_else(|| Ok(Vec::new()), redis::from_redis_value)?;
-            let pttls = values
-                .into_iter()
-                .map(redis::from_redis_value)
-                .collect::<Result<Vec<i64>, _>>()?;
-            (pttls, fences)
-        };
-        reply.resize(count as usize, -2);
-        // The records are optional: a user whose ACL lacks their names
-        // still gets the rest.
-        let held: Vec<u32> = (0..count).filter(|&i| reply[i as usize] != -2).collect();
-        let mut holders: Vec<Option<String>> = vec![None; count as usize];
-        if !held.is_empty() {
-            let mut mget = redis::cmd("MGET");
-            for &slot in &held {
-                mget.arg(names.holder(slot));
-            }
-            if let Ok(records) = mget.query::<Vec<Option<String>>>(&mut conn) {
-                for (&slot, record) in held.iter().zip(records) {
-                    holders[slot as usize] = record;
-                }
-            }
-        }
-        let slots = reply
-            .into_iter()
-            .zip(fences.into_iter().chain(std::iter::repeat(None)))
-            .zip(holders)
-            .map(|((pttl, fence), holder)| (pttl, fence, holder))
+        let names: Vec<_> = (0..permits.max(in_use))
+            .map(|i| ["sem", "sem-fence", "sem-holder"].map(|kind| target.slot_name(kind, key, i)))
             .collect();
-        Ok((stored, slots))
+        Ok((stored, read_slots(&mut conn, &names)?, false))
     };
-    let (stored, replies) = match query() {
+    let (what, fence_counter) = match args.permits {
+        Some(_) => ("semaphore", "a slot's fence counter"),
+        None => ("lock", "the fence counter"),
+    };
+    let (stored, replies, reserved) = match read() {
         Ok(reply) => reply,
         Err(e) => {
             out.fatal(format_args!(
-                "cannot read the semaphore's status from Redis at {}: {}",
+                "cannot read the {what}'s status from Redis at {}: {}",
                 target.address(),
-                crate::describe_redis(&e)
+                describe_redis(&e)
             ));
             return exit::UNAVAILABLE;
         }
@@ -220,22 +117,88 @@ fn permits_status(target: &Target, args: &StatusArgs, permits: u32, out: Out) ->
     let mut slots = Vec::with_capacity(replies.len());
     for (pttl, fence, holder) in replies {
         let Ok(fence) = fence.map(|f| f.parse::<u64>()).transpose() else {
-            out.fatal("a slot's fence counter in Redis is not a decimal integer");
+            out.fatal(format_args!(
+                "{fence_counter} in Redis is not a decimal integer"
+            ));
             return exit::UNAVAILABLE;
         };
-        slots.push(slot_status(pttl, fence, holder.as_deref()));
+        slots.push(if reserved {
+            reserved_status(pttl, fence)
+        } else {
+            slot_status(pttl, fence, holder.as_deref())
+        });
     }
-    let status = PermitsStatus {
-        permits,
-        in_use: stored.as_deref().and_then(parse_permits),
-        slots,
+    let (report, held) = match args.permits {
+        None => {
+            let s = &slots[0];
+            (if args.json { json(s) + "\n" } else { text(s) }, s.held)
+        }
+        Some(permits) => {
+            let s = PermitsStatus {
+                permits,
+                in_use: stored.as_deref().and_then(parse_permits),
+                slots,
+            };
+            let report = if args.json {
+                permits_json(&s) + "\n"
+            } else {
+                permits_text(&s)
+            };
+            (report, s.held() > 0)
+        }
     };
-    let report = if args.json {
-        permits_json(&status) + "\n"
+    print(&[report.as_bytes()]);
+    if held {
+        0
     } else {
-        permits_text(&status)
-    };
-    print_and_exit(&report, status.held() > 0)
+        FREE
+    }
+}
+
+/// The `PTTL` of each lease of `names` (`[lease, fence counter, holder
+/// record]`) and its fence counter in one round trip, not a transaction (a
+/// lease can change in between, which the holder record's fence check
+/// tolerates), then the holder records of the held ones. The records are
+/// optional: a user whose ACL lacks their names still gets the rest.
+fn read_slots(
+    conn: &mut redis::Connection,
+    names: &[[String; 3]],
+) -> redis::RedisResult<Vec<SlotReply>> {
+    let mut pipe = redis::pipe();
+    for [lease, _, _] in names {
+        pipe.cmd("PTTL").arg(lease);
+    }
+    pipe.cmd("MGET");
+    for [_, fence, _] in names {
+        pipe.arg(fence);
+    }
+    let mut values: Vec<redis::Value> = pipe.query(conn)?;
+    let fences: Vec<Option<String>> = values
+        .pop()
+        .map_or_else(|| Ok(Vec::new()), redis::from_redis_value)?;
+    let pttls = values
+        .into_iter()
+        .map(redis::from_redis_value)
+        .collect::<Result<Vec<i64>, _>>()?;
+    let held: Vec<usize> = (0..pttls.len()).filter(|&i| pttls[i] != -2).collect();
+    let mut holders: Vec<Option<String>> = vec![None; pttls.len()];
+    if !held.is_empty() {
+        let mut mget = redis::cmd("MGET");
+        for &i in &held {
+            mget.arg(&names[i][2]);
+        }
+        if let Ok(records) = mget.query::<Vec<Option<String>>>(conn) {
+            for (&i, record) in held.iter().zip(records) {
+                holders[i] = record;
+            }
+        }
+    }
+    Ok(pttls
+        .into_iter()
+        .zip(fences.into_iter().chain(std::iter::repeat(None)))
+        .zip(holders)
+        .map(|((pttl, fence), holder)| (pttl, fence, holder))
+        .collect())
 }
 
 /// A stored permit count, when it is one the library could have written.
@@ -286,59 +249,55 @@ fn reserved_status(pttl: i64, fence: Option<u64>) -> Status {
     }
 }
 
-fn opt(n: Option<u64>) -> String {
-    n.map_or_else(|| "null".to_owned(), |n| n.to_string())
-}
-
-fn holder_json(holder: Option<&Holder>) -> String {
-    holder.map_or_else(
-        || "null".to_owned(),
-        |h| {
-            format!(
-                "{{\"host\":{},\"pid\":{},\"command\":{}}}",
-                json_string(&h.host),
-                h.pid,
-                json_string(&h.command)
-            )
-        },
+/// A lease's time left, `ms` (`None`: no expiry), with `suffix` after a
+/// time.
+fn left(ms: Option<u64>, suffix: &str) -> String {
+    ms.map_or_else(
+        || NO_EXPIRY.to_owned(),
+        |ms| format!("{}{suffix}", human(Duration::from_millis(ms))),
     )
 }
 
 fn json(s: &Status) -> String {
-    let holder = holder_json(s.holder.as_ref());
+    let holder = s.holder.as_ref().map_or_else(
+        || "null".to_owned(),
+        |h| {
+            let (host, command) = (json_string(&h.host), json_string(&h.command));
+            format!(
+                "{{\"host\":{host},\"pid\":{},\"command\":{command}}}",
+                h.pid
+            )
+        },
+    );
     // Only a reserved key has the field, so every other report stays as
     // it was.
     let reserved = s.reservation.as_ref().map_or_else(String::new, |r| {
-        format!(",\"reserved\":{{\"remaining_ms\":{}}}", opt(r.remaining_ms))
+        format!(
+            ",\"reserved\":{{\"remaining_ms\":{}}}",
+            json_opt(r.remaining_ms)
+        )
     });
     format!(
         "{{\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{holder}{reserved}}}",
         s.held,
-        opt(s.remaining_ms),
-        opt(s.fence)
+        json_opt(s.remaining_ms),
+        json_opt(s.fence)
     )
 }
 
 fn permits_json(s: &PermitsStatus) -> String {
+    // A slot is never reserved: its object is a lock's, after its number.
     let slots: Vec<String> = s
         .slots
         .iter()
         .enumerate()
-        .map(|(i, slot)| {
-            format!(
-                "{{\"slot\":{i},\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{}}}",
-                slot.held,
-                opt(slot.remaining_ms),
-                opt(slot.fence),
-                holder_json(slot.holder.as_ref())
-            )
-        })
+        .map(|(i, slot)| format!("{{\"slot\":{i},{}", &json(slot)[1..]))
         .collect();
     format!(
         "{{\"held\":{},\"permits\":{},\"permits_in_use\":{},\"held_permits\":{},\"slots\":[{}]}}",
         s.held() > 0,
         s.permits,
-        opt(s.in_use.map(u64::from)),
+        json_opt(s.in_use.map(u64::from)),
         s.held(),
         slots.join(",")
     )
@@ -366,10 +325,7 @@ fn permits_text(s: &PermitsStatus) -> String {
         ));
     }
     for (i, slot) in s.slots.iter().enumerate().filter(|(_, slot)| slot.held) {
-        let remaining = slot.remaining_ms.map_or_else(
-            || "no expiry (not set by redlease)".to_owned(),
-            |ms| format!("{} left", human(Duration::from_millis(ms))),
-        );
+        let remaining = left(slot.remaining_ms, " left");
         let fence = slot
             .fence
             .map_or_else(|| "none".to_owned(), |f| f.to_string());
@@ -387,27 +343,18 @@ fn permits_text(s: &PermitsStatus) -> String {
 
 fn text(s: &Status) -> String {
     let held = if s.held { "yes" } else { "no" };
-    let remaining = match (s.held, s.remaining_ms) {
-        (false, _) => "-".to_owned(),
-        (true, Some(ms)) => human(Duration::from_millis(ms)),
-        (true, None) => "no expiry (not set by redlease)".to_owned(),
+    let remaining = if s.held {
+        left(s.remaining_ms, "")
+    } else {
+        "-".to_owned()
     };
-    let fence = match s.fence {
-        Some(f) => f.to_string(),
-        None => "none (never locked)".to_owned(),
-    };
-    let reserved = match &s.reservation {
-        None => String::new(),
-        Some(Reservation {
-            remaining_ms: Some(ms),
-        }) => format!(
-            "reserved:  by a waiting multi-key lease, {} left unless renewed\n",
-            human(Duration::from_millis(*ms))
-        ),
-        Some(Reservation { remaining_ms: None }) => {
-            "reserved:  by a waiting multi-key lease, no expiry (not set by redlease)\n".to_owned()
-        }
-    };
+    let fence = s
+        .fence
+        .map_or_else(|| "none (never locked)".to_owned(), |f| f.to_string());
+    let reserved = s.reservation.as_ref().map_or_else(String::new, |r| {
+        let left = left(r.remaining_ms, " left unless renewed");
+        format!("reserved:  by a waiting multi-key lease, {left}\n")
+    });
     let mut report =
         format!("held:      {held}\n{reserved}remaining: {remaining}\nfence:     {fence}\n");
     match (&s.holder, s.held) {

@@ -9,15 +9,18 @@
 //! the same call re-sent later), a notification lost, the clock advancing
 //! to the next deadline (a lease, a claim window, a registration, a poll),
 //! a client killed, a waiter giving up (DEREGISTER, then a release by its
-//! grant token), a restart without data (keys gone, the clock 1 ms on).
+//! grant token), a restart without data (keys gone, the clock 1 ms on), a
+//! failover to a replica that missed the last script run(s) (their writes
+//! gone, the clock 1 ms on).
 //! Faults are bounded (one of each by default), and so is the depth.
 //! Every interleaving is explored breadth-first, visited states memoised by
 //! the hash of the key space, the clock, the clients and the faults left.
 //!
 //! Invariants (docs/PROTOCOL.md §9), checked at every step:
-//! 1. at most one client whose own lease deadline has not passed (not
-//!    claimed after a restart without data: §11 says such a holder may act
-//!    until its deadline, and fences decide);
+//! 1. at most one client whose own lease deadline has not passed, leaving
+//!    out a holder whose hold a restart or failover lost (the key gone, or
+//!    put back with an earlier expiry than its client counts): §11 says a
+//!    lost grant's holder may act until its deadline, and fences decide;
 //! 2. every new fence written to the lock is above every fence before it;
 //! 3. a release never changes a lease another token holds;
 //! 4. an acquire that finds its own token (or its registered grant token)
@@ -29,7 +32,9 @@
 //!    flight), gave up and has not deregistered yet, or died (its
 //!    registration lapses); never to a client that holds, released or
 //!    deregistered (§4.3: the attempt that gets the lease takes its
-//!    registration out).
+//!    registration out), unless a failover brought that registration back
+//!    (the run that took it out was lost): that is a DEREGISTER that never
+//!    arrived, and §4.4 lets such a grant lapse at its claim window.
 //!
 //! With `Bounds::liveness` (k), also a bounded "no waiter stranded" (§9.7):
 //! wherever a waiter's registration is live and nobody holds the lock,
@@ -42,8 +47,7 @@ use std::time::Instant;
 
 use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
-use super::lua::Emulator;
-use super::search::{self, fence_of, hash, owner_of, Counterexample, Faults};
+use super::search::{self, fence_of, hash, owner_of, Counterexample, Faults, Keys, Scripts};
 
 const START_MS: u64 = 1_700_000_000_000;
 const LEASE: u64 = 100;
@@ -90,6 +94,10 @@ struct Client {
     /// A call whose reply was lost, re-sent as it was, and the time of its
     /// first send.
     lost: Option<(Op, u64)>,
+    /// Its hold rests on a write a restart or failover lost.
+    orphaned: bool,
+    /// A failover brought back its registration after it was taken out.
+    revived: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -98,7 +106,8 @@ pub(crate) struct State {
     clients: Vec<Client>,
     faults: Faults,
     max_fence: u128,
-    restarted: bool,
+    /// The key spaces before the last runs, while a failover is left.
+    unreplicated: Vec<Keys>,
 }
 
 type Action = search::Action<Op>;
@@ -143,8 +152,7 @@ fn entry(c: usize) -> String {
 
 /// The explorer: the scripts (maybe mutated) and the key's names.
 pub(crate) struct Explorer {
-    sources: Sources,
-    emu: Emulator,
+    scripts: Scripts,
     names: Names,
     bounds: Bounds,
     handovers: usize,
@@ -163,8 +171,7 @@ impl std::fmt::Debug for Explorer {
 impl Explorer {
     pub(crate) fn new(sources: Sources, bounds: Bounds) -> Explorer {
         Explorer {
-            sources,
-            emu: Emulator::new(Db::default()),
+            scripts: Scripts::new(sources),
             names: Names::new("ns", 1),
             bounds,
             handovers: 0,
@@ -185,12 +192,14 @@ impl Explorer {
                     wake: false,
                     next_poll: 0,
                     lost: None,
+                    orphaned: false,
+                    revived: false,
                 };
                 self.bounds.clients
             ],
             faults: self.bounds.faults,
             max_fence: 0,
-            restarted: false,
+            unreplicated: Vec::new(),
         }
     }
 
@@ -252,6 +261,7 @@ impl Explorer {
         search::actions(
             &s.clients,
             &s.faults,
+            &s.unreplicated,
             |c| self.sends(s, c),
             self.next_deadline(s).is_some(),
         )
@@ -320,12 +330,9 @@ impl Explorer {
                 let call = self.call(s, client, op);
                 let before = self.lock_value(&s.db);
                 let queue = self.live_queue(&s.db);
-                self.emu.db = n.db;
-                let src = self.sources.get(call.script).to_owned();
-                let reply = self
-                    .emu
-                    .eval_named(call.script, &src, &call.keys, &call.args);
-                n.db = std::mem::take(&mut self.emu.db);
+                search::record_run(&mut n.unreplicated, &s.db, &s.faults);
+                let reply;
+                (reply, n.db) = self.scripts.run(&call, n.db);
                 let after = self.lock_value(&n.db);
                 // DEREGISTER sends no token: its label shows its registration.
                 let t = call
@@ -398,7 +405,7 @@ impl Explorer {
                                 Phase::Idle => matches!(cl.lost, Some((Op::Acquire, _))),
                                 Phase::Held { .. } | Phase::Done => false,
                             };
-                            if !wants {
+                            if !wants && !cl.revived {
                                 return Err(format!(
                                     "{label}: granted to c{g}'s registration, which nobody waits on ({:?})",
                                     cl.phase
@@ -449,13 +456,21 @@ impl Explorer {
                 n.db.advance_ms(t - now);
                 format!("clock +{} ms", t - now)
             }
-            fault => search::apply_fault(
-                fault,
-                &mut n.faults,
-                &mut n.clients,
-                &mut n.db,
-                &mut n.restarted,
-            ),
+            fault => {
+                let label = search::apply_fault(
+                    fault,
+                    &mut n.faults,
+                    &mut n.clients,
+                    &mut n.db,
+                    &mut n.unreplicated,
+                );
+                self.orphan(&mut n);
+                for (c, cl) in n.clients.iter_mut().enumerate() {
+                    let reg = self.names.reg(QKind::Lock, &entry(c));
+                    cl.revived |= s.db.peek(&reg).is_none() && n.db.peek(&reg).is_some();
+                }
+                label
+            }
         };
         n.db.purge();
         // 1. At most one client whose lease is still valid by its clock.
@@ -467,18 +482,39 @@ impl Explorer {
                 let cl = &n.clients[*c];
                 matches!(cl.phase, Phase::Held { deadline, .. } if now < deadline)
                     && !matches!(cl.lost, Some((Op::Release, _)))
+                    && !cl.orphaned
             })
             .collect();
-        if valid.len() > 1 && !n.restarted {
+        if valid.len() > 1 {
             return Err(format!("{label}: clients {valid:?} all hold valid leases"));
         }
         Ok((n, label))
+    }
+
+    /// Marks every holder whose hold the key space no longer backs for as
+    /// long as its client counts (its value gone or replaced, or put back
+    /// with an earlier expiry): a restart or failover lost it.
+    fn orphan(&self, n: &mut State) {
+        let entry = n.db.peek(&self.names.lock()).cloned();
+        for (c, cl) in n.clients.iter_mut().enumerate() {
+            if let Phase::Held {
+                fence, deadline, ..
+            } = &cl.phase
+            {
+                let ours = format!("{}:{fence}", tok(c, cl.round));
+                let backed = entry.as_ref().is_some_and(|e| {
+                    e.value == Value::Str(ours) && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
+                });
+                cl.orphaned |= !backed;
+            }
+        }
     }
 
     fn answer(&self, cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64, _n: usize) {
         let rounds = self.bounds.rounds;
         let finish = |cl: &mut Client| {
             cl.round += 1;
+            cl.orphaned = false;
             cl.registered = false;
             cl.phase = if cl.round < rounds {
                 Phase::Idle
@@ -493,6 +529,7 @@ impl Explorer {
                 match reply {
                     Reply::Bulk(fence) => {
                         cl.registered = false;
+                        cl.orphaned = false;
                         cl.phase = Phase::Held {
                             fence,
                             deadline: first + LEASE,
@@ -514,6 +551,9 @@ impl Explorer {
                 {
                     *renewed = true;
                     if reply == Reply::Int(1) {
+                        // The server's expiry is set from this run on: the
+                        // hold is backed again.
+                        cl.orphaned = false;
                         *deadline = first + LEASE;
                     } else {
                         *deadline = (*deadline).min(now);
@@ -653,13 +693,13 @@ impl Explorer {
     }
 }
 
-/// The CI-sized bounds (depth 10 for 2 clients, 6 for 3: about 20 s and
-/// 10 s in a debug build), or the depth `REDLEASE_MODEL_DEPTH` for both.
+/// The CI-sized bounds, every fault once (depth 8 for 2 clients, 5 for 3),
+/// or the depth `REDLEASE_MODEL_DEPTH` for both.
 pub(crate) fn bounds(clients: usize) -> Bounds {
     let depth = std::env::var("REDLEASE_MODEL_DEPTH")
         .ok()
         .and_then(|d| d.parse().ok())
-        .unwrap_or(if clients == 2 { 10 } else { 6 });
+        .unwrap_or(if clients == 2 { 8 } else { 5 });
     Bounds {
         clients,
         rounds: 1,
@@ -786,7 +826,7 @@ fn lock_no_waiter_stranded_while_nobody_holds() {
     let depth = std::env::var("REDLEASE_MODEL_DEPTH")
         .ok()
         .and_then(|d| d.parse().ok())
-        .unwrap_or(8);
+        .unwrap_or(7);
     let b = Bounds {
         depth,
         liveness: Some(LIVENESS),

@@ -13,13 +13,15 @@
 //! delivered, or lost and the call re-sent), a notification lost, the
 //! clock advancing to the next deadline, a kill, a give-up (DEREGISTER,
 //! then the release of the grant token: a writer's RELEASE, a reader's
-//! RW_READ_RELEASE), a restart without data.
+//! RW_READ_RELEASE), a restart without data, a failover to a replica that
+//! missed the last script run(s).
 //!
 //! Invariants, checked at every step:
 //! 1. the server never holds a writer key beside a live reader (§9.1);
 //! 2. no client whose writer lease is valid by its own clock beside one
-//!    whose reader lease is, and at most one valid writer (not claimed
-//!    after a restart without data, §11);
+//!    whose reader lease is, and at most one valid writer, leaving out a
+//!    holder whose hold a restart or failover lost (§11: it may act until
+//!    its deadline, and fences decide);
 //! 3. every new write fence is above every fence and every epoch before
 //!    it; every epoch a read answers is at least the latest write fence
 //!    (it equals it, or is a new floor above every earlier one);
@@ -39,8 +41,7 @@ use std::time::Instant;
 
 use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
-use super::lua::Emulator;
-use super::search::{self, fence_of, owner_of, Counterexample, Faults};
+use super::search::{self, fence_of, owner_of, Counterexample, Faults, Keys, Scripts};
 
 const START_MS: u64 = 1_700_000_000_000;
 const LEASE: u64 = 100;
@@ -93,6 +94,8 @@ struct Client {
     wake: bool,
     next_poll: u64,
     lost: Option<(Op, u64)>,
+    /// Its hold rests on a write a restart or failover lost.
+    orphaned: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -102,7 +105,8 @@ pub(crate) struct State {
     faults: Faults,
     max_fence: u128,
     max_epoch: u128,
-    restarted: bool,
+    /// The key spaces before the last runs, while a failover is left.
+    unreplicated: Vec<Keys>,
 }
 
 type Action = search::Action<Op>;
@@ -145,8 +149,7 @@ fn entry(c: usize, role: Role) -> String {
 
 /// The explorer: the scripts (maybe mutated) and the key's names.
 pub(crate) struct Explorer {
-    sources: Sources,
-    emu: Emulator,
+    scripts: Scripts,
     names: Names,
     bounds: Bounds,
     stats: Stats,
@@ -163,8 +166,7 @@ impl std::fmt::Debug for Explorer {
 impl Explorer {
     pub(crate) fn new(sources: Sources, bounds: Bounds) -> Explorer {
         Explorer {
-            sources,
-            emu: Emulator::new(Db::default()),
+            scripts: Scripts::new(sources),
             names: Names::new("ns", 1),
             bounds,
             stats: Stats::default(),
@@ -187,12 +189,13 @@ impl Explorer {
                     wake: false,
                     next_poll: 0,
                     lost: None,
+                    orphaned: false,
                 })
                 .collect(),
             faults: self.bounds.faults,
             max_fence: 0,
             max_epoch: 0,
-            restarted: false,
+            unreplicated: Vec::new(),
         }
     }
 
@@ -257,6 +260,7 @@ impl Explorer {
         search::actions(
             &s.clients,
             &s.faults,
+            &s.unreplicated,
             |c| self.sends(s, c),
             self.next_deadline(s).is_some(),
         )
@@ -338,12 +342,9 @@ impl Explorer {
                 let before = self.writer(&s.db);
                 let readers0 = self.readers(&s.db);
                 let queue = self.live_queue(&s.db);
-                self.emu.db = n.db;
-                let src = self.sources.get(call.script).to_owned();
-                let reply = self
-                    .emu
-                    .eval_named(call.script, &src, &call.keys, &call.args);
-                n.db = std::mem::take(&mut self.emu.db);
+                search::record_run(&mut n.unreplicated, &s.db, &s.faults);
+                let reply;
+                (reply, n.db) = self.scripts.run(&call, n.db);
                 let after = self.writer(&n.db);
                 let readers1 = self.readers(&n.db);
                 let t = call
@@ -495,13 +496,17 @@ impl Explorer {
                 n.db.advance_ms(t - now);
                 format!("clock +{} ms", t - now)
             }
-            fault => search::apply_fault(
-                fault,
-                &mut n.faults,
-                &mut n.clients,
-                &mut n.db,
-                &mut n.restarted,
-            ),
+            fault => {
+                let label = search::apply_fault(
+                    fault,
+                    &mut n.faults,
+                    &mut n.clients,
+                    &mut n.db,
+                    &mut n.unreplicated,
+                );
+                self.orphan(&mut n);
+                label
+            }
         };
         n.db.purge();
         // 1. No writer key beside a live reader, on the server.
@@ -523,16 +528,42 @@ impl Explorer {
                     cl.role == role
                         && matches!(cl.phase, Phase::Held { deadline, .. } if now < deadline)
                         && !matches!(cl.lost, Some((Op::Release, _)))
+                        && !cl.orphaned
                 })
                 .collect()
         };
         let (writers, readers) = (valid(Role::Writer), valid(Role::Reader));
-        if !n.restarted && (writers.len() > 1 || (!writers.is_empty() && !readers.is_empty())) {
+        if writers.len() > 1 || (!writers.is_empty() && !readers.is_empty()) {
             return Err(format!(
                 "{label}: writers {writers:?} and readers {readers:?} all hold valid leases"
             ));
         }
         Ok((n, label))
+    }
+
+    /// Marks every holder whose hold the key space no longer backs for as
+    /// long as its client counts (its writer value or reader gone, or put
+    /// back with an earlier expiry): a restart or failover lost it.
+    fn orphan(&self, n: &mut State) {
+        let writer = n.db.peek(&self.names.rw("write")).cloned();
+        let set = n.db.peek(&self.names.rw("read")).cloned();
+        for (c, cl) in n.clients.iter_mut().enumerate() {
+            let Phase::Held { deadline, .. } = cl.phase else {
+                continue;
+            };
+            let t = tok(c);
+            let lasts = |e: &super::emu::Entry| e.expire_at.is_none_or(|at| at + 1 >= deadline);
+            let backed = match cl.role {
+                Role::Writer => writer.as_ref().is_some_and(|e| {
+                    matches!(&e.value, Value::Str(v) if owner_of(v) == t) && lasts(e)
+                }),
+                Role::Reader => set.as_ref().is_some_and(|e| {
+                    matches!(&e.value, Value::ZSet(z) if z.get(&t).is_some_and(|sc| sc.0 as u64 >= deadline))
+                        && lasts(e)
+                }),
+            };
+            cl.orphaned |= !backed;
+        }
     }
 
     /// Explores every interleaving up to the depth bound.
@@ -597,6 +628,7 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
             match reply {
                 Reply::Bulk(_) => {
                     cl.registered = false;
+                    cl.orphaned = false;
                     cl.phase = Phase::Held {
                         deadline: first + LEASE,
                         renewed: false,
@@ -614,6 +646,9 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
             if let Phase::Held { deadline, renewed } = &mut cl.phase {
                 *renewed = true;
                 if reply == Reply::Int(1) {
+                    // The server's expiry is set from this run on: the
+                    // hold is backed again.
+                    cl.orphaned = false;
                     *deadline = first + LEASE;
                 } else {
                     *deadline = (*deadline).min(now);
@@ -629,7 +664,8 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
 }
 
 /// Two readers and a writer, all with the hand-over (`hand_off`: the
-/// second reader without it), at the CI depth or `REDLEASE_MODEL_DEPTH`.
+/// second reader without it), at the CI depth or `REDLEASE_MODEL_DEPTH`,
+/// every fault but the failover (see `rw_epochs_survive_a_failover`).
 pub(crate) fn bounds(hand_off: bool) -> Bounds {
     let depth = std::env::var("REDLEASE_MODEL_DEPTH")
         .ok()
@@ -642,7 +678,7 @@ pub(crate) fn bounds(hand_off: bool) -> Bounds {
             (Role::Reader, !hand_off),
         ],
         depth,
-        faults: Faults::one_of_each(),
+        faults: Faults::without_failover(),
         server_check: true,
     }
 }
@@ -698,6 +734,25 @@ fn rw_protocol_holds_for_two_readers_and_a_writer() {
 #[test]
 fn rw_protocol_holds_with_a_reader_without_the_handover() {
     if let Err(cx) = explore("rw, real scripts", Sources::real(), bounds(true)) {
+        panic!("{cx}");
+    }
+}
+
+/// A failover that loses a writer's grant puts `rw-fence` back to the
+/// fence before it, and the next read answers that as its epoch: below the
+/// lost writer's fence, whose holder may still act until its deadline
+/// (§11). §3 says the floor keeps fences and epochs increasing after such
+/// a failover; an epoch is floored only when the counter is missing, so
+/// the scripts do not keep that promise. Ignored until they do: run with
+/// `--ignored` for the trace.
+#[test]
+#[ignore = "RW_READ answers an epoch below a fence a failover lost (§3)"]
+fn rw_epochs_survive_a_failover() {
+    let b = Bounds {
+        faults: Faults::one_of_each(),
+        ..bounds(false)
+    };
+    if let Err(cx) = explore("rw with a failover, real scripts", Sources::real(), b) {
         panic!("{cx}");
     }
 }

@@ -2,20 +2,35 @@
 //! with its reply delivered or lost, the clock, a fault), the faults left
 //! to inject, and the breadth-first search over states, memoised by hash,
 //! that turns a violated invariant into the trace that leads to it.
+//!
+//! A failover to a replica that missed the last writes is modelled by the
+//! key spaces before each of the last few script runs (kept only while that
+//! fault is left, so states that differ in nothing else still merge): the
+//! fault puts one of them back.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use super::emu::Db;
+use super::calls::{Call, Sources};
+use super::emu::{Db, Entry, Reply};
+use super::lua::Emulator;
+
+/// A key space without its clock.
+pub(crate) type Keys = BTreeMap<String, Entry>;
 
 /// Faults left to inject.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Faults {
     pub(crate) lose_reply: u8,
     pub(crate) lose_notice: u8,
     pub(crate) kill: u8,
     pub(crate) restart: u8,
     pub(crate) give_up: u8,
+    /// Failovers to a replica that missed the last writes.
+    pub(crate) failover: u8,
+    /// How many of the last script runs a failover may lose (a bound, not
+    /// a count left).
+    pub(crate) unreplicated: u8,
 }
 
 impl Faults {
@@ -27,7 +42,30 @@ impl Faults {
             kill: 1,
             restart: 1,
             give_up: 1,
+            failover: 1,
+            unreplicated: 1,
         }
+    }
+
+    /// Those faults without the failover.
+    pub(crate) fn without_failover() -> Self {
+        Faults {
+            failover: 0,
+            ..Faults::one_of_each()
+        }
+    }
+}
+
+/// Records the key space a script run is about to change, while a
+/// failover is left that could lose the run.
+pub(crate) fn record_run(unreplicated: &mut Vec<Keys>, db: &Db, faults: &Faults) {
+    if faults.failover == 0 || faults.unreplicated == 0 {
+        return;
+    }
+    unreplicated.push(db.keys.clone());
+    let keep = usize::from(faults.unreplicated);
+    if unreplicated.len() > keep {
+        unreplicated.remove(0);
     }
 }
 
@@ -47,6 +85,8 @@ pub(crate) enum Action<Op> {
     Kill(usize),
     GiveUp(usize),
     Restart,
+    /// A failover to a replica that missed the last `n` script runs.
+    Failover(u8),
 }
 
 /// What the fault events need to know of a client.
@@ -67,13 +107,16 @@ pub(crate) trait Waiter {
 
 /// Applies a fault event (not a send, not the clock) to the clients, the
 /// faults left and the key space; the step's label. A restart without
-/// data empties the key space and moves the clock 1 ms.
+/// data empties the key space, a failover puts back the key space before
+/// the last runs it lost; either moves the clock 1 ms (§3 assumes a loss
+/// takes over a millisecond) and keeps it otherwise: the new primary's
+/// clock agrees with the old one's.
 pub(crate) fn apply_fault<Op, C: Waiter>(
     fault: Action<Op>,
     faults: &mut Faults,
     clients: &mut [C],
     db: &mut Db,
-    restarted: &mut bool,
+    unreplicated: &mut Vec<Keys>,
 ) -> String {
     match fault {
         Action::LoseNotice(c) => {
@@ -95,8 +138,15 @@ pub(crate) fn apply_fault<Op, C: Waiter>(
             faults.restart -= 1;
             db.keys.clear();
             db.advance_ms(1);
-            *restarted = true;
             "redis restarts without data (1 ms)".to_owned()
+        }
+        Action::Failover(lost) => {
+            faults.failover -= 1;
+            let at = unreplicated.len() - usize::from(lost);
+            db.keys = unreplicated.swap_remove(at);
+            unreplicated.clear();
+            db.advance_ms(1);
+            format!("failover to a replica without the last {lost} run(s) (1 ms)")
         }
         Action::Run { .. } | Action::Advance => {
             unreachable!("a send or the clock is the model's own step")
@@ -110,6 +160,7 @@ pub(crate) fn apply_fault<Op, C: Waiter>(
 pub(crate) fn actions<Op: Copy, C: Waiter>(
     clients: &[C],
     faults: &Faults,
+    unreplicated: &[Keys],
     sends: impl Fn(usize) -> Vec<Op>,
     clock_moves: bool,
 ) -> Vec<Action<Op>> {
@@ -142,10 +193,56 @@ pub(crate) fn actions<Op: Copy, C: Waiter>(
     if faults.restart > 0 {
         out.push(Action::Restart);
     }
+    if faults.failover > 0 {
+        for lost in 1..=unreplicated.len() {
+            out.push(Action::Failover(lost as u8));
+        }
+    }
     if clock_moves {
         out.push(Action::Advance);
     }
     out
+}
+
+/// The scripts (maybe mutated) run on the emulator, memoised: a call on a
+/// key space (with its clock) always gives the same reply and key space,
+/// and a search meets the same pair from many clients' states.
+pub(crate) struct Scripts {
+    sources: Sources,
+    emu: Emulator,
+    memo: HashMap<u64, (Reply, Db)>,
+}
+
+/// Runs remembered before the memo starts again (its memory is bounded).
+const MEMO: usize = 40_000;
+
+impl Scripts {
+    pub(crate) fn new(sources: Sources) -> Scripts {
+        Scripts {
+            sources,
+            emu: Emulator::new(Db::default()),
+            memo: HashMap::new(),
+        }
+    }
+
+    /// Runs `call` on `db`: the reply and the key space after.
+    pub(crate) fn run(&mut self, call: &Call, db: Db) -> (Reply, Db) {
+        let key = hash(&(call, &db));
+        if let Some((reply, after)) = self.memo.get(&key) {
+            return (reply.clone(), after.clone());
+        }
+        self.emu.db = db;
+        let src = self.sources.get(call.script).to_owned();
+        let reply = self
+            .emu
+            .eval_named(call.script, &src, &call.keys, &call.args);
+        let after = std::mem::take(&mut self.emu.db);
+        if self.memo.len() >= MEMO {
+            self.memo.clear();
+        }
+        self.memo.insert(key, (reply.clone(), after.clone()));
+        (reply, after)
+    }
 }
 
 /// A violated invariant and the trace that leads to it.

@@ -4,7 +4,8 @@
 //! - `crosscheck`: the emulator against a real `redis-server`;
 //! - `declared`: every key a script touches is one of its `KEYS`;
 //! - `explore`: the lock protocol's interleavings explored exhaustively;
-//! - `explore_rw`: the read-write lease's, likewise.
+//! - `explore_rw`: the read-write lease's, likewise;
+//! - `explore_sem`: the semaphore's, likewise.
 
 mod support;
 
@@ -15,6 +16,7 @@ mod model {
     pub(crate) mod emu;
     mod explore;
     mod explore_rw;
+    mod explore_sem;
     pub(crate) mod lua;
     pub(crate) mod scenarios;
     mod search;

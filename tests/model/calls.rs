@@ -1,7 +1,7 @@
 //! The scripts' `KEYS` and `ARGV` built as the crate builds them
 //! (`ScriptCall` in src/core/script.rs, src/core/tracking.rs,
-//! src/core/multi.rs; names from src/core/names.rs), for a standalone
-//! server (`PUBLISH` on `<ns>:lock-released`).
+//! src/core/multi.rs, src/core/election.rs; names from src/core/names.rs),
+//! for a standalone server (`PUBLISH` on `<ns>:lock-released`).
 
 use std::collections::HashMap;
 
@@ -80,6 +80,16 @@ impl Names {
     }
     pub(crate) fn rw(&self, what: &str) -> String {
         self.name(&format!("rw-{what}"))
+    }
+    /// An election's lease, term counter and log.
+    pub(crate) fn elect(&self) -> String {
+        self.name("elect")
+    }
+    pub(crate) fn elect_term(&self) -> String {
+        self.name("elect-term")
+    }
+    pub(crate) fn elect_log(&self) -> String {
+        self.name("elect-log")
     }
     pub(crate) fn channel(&self) -> String {
         format!("{}:lock-released", self.ns)
@@ -374,6 +384,46 @@ impl Call {
             args.push(reg_ms.to_string());
         }
         Call::new("MULTI_ACQUIRE_LUA", keys, args)
+    }
+
+    /// The publish arguments of the election scripts: command, channel and
+    /// the name's digest.
+    fn elect_publish(n: &Names) -> [String; 3] {
+        ["PUBLISH".to_owned(), n.channel(), n.sha.clone()]
+    }
+
+    /// `campaign_call` of `tok` with the value `value_hex`.
+    pub(crate) fn campaign(n: &Names, tok: &str, lease: u64, value_hex: &str) -> Call {
+        let mut args = vec![tok.to_owned(), lease.to_string(), value_hex.to_owned()];
+        args.extend(Call::elect_publish(n));
+        Call::new(
+            "CAMPAIGN_LUA",
+            vec![n.elect(), n.elect_term(), n.elect_log()],
+            args,
+        )
+    }
+
+    /// `proclaim_call` of `value_hex` by `tok`, whose last entry is `last`.
+    pub(crate) fn proclaim(n: &Names, tok: &str, value_hex: &str, last: &str) -> Call {
+        let mut args = vec![tok.to_owned(), value_hex.to_owned(), last.to_owned()];
+        args.extend(Call::elect_publish(n));
+        Call::new("PROCLAIM_LUA", vec![n.elect(), n.elect_log()], args)
+    }
+
+    /// `resign_call` of `tok`.
+    pub(crate) fn resign(n: &Names, tok: &str) -> Call {
+        let mut args = vec![tok.to_owned()];
+        args.extend(Call::elect_publish(n));
+        Call::new("RESIGN_LUA", vec![n.elect(), n.elect_log()], args)
+    }
+
+    /// `read_call`, listing the entries after `after` (`''`: none).
+    pub(crate) fn elect_read(n: &Names, after: &str) -> Call {
+        Call::new(
+            "READ_LUA",
+            vec![n.elect(), n.elect_log()],
+            vec![after.to_owned()],
+        )
     }
 
     pub(crate) fn multi_renew(names: &[Names], tok: &str, lease: u64) -> Call {

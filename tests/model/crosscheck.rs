@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::calls::Sources;
-use super::emu::{Db, Reply};
+use super::emu::{stream_item, Db, Reply};
 use super::lua::Emulator;
 use super::scenarios::{self, Step, RAW};
 use crate::support::RedisServer;
@@ -135,6 +135,36 @@ fn real_dump(conn: &mut redis::Connection) -> Dump {
                     .expect("ZRANGE");
                 flat.chunks(2)
                     .map(|p| format!("{}={}", p[0], p[1]))
+                    .collect()
+            }
+            "stream" => {
+                let v: redis::Value = redis::cmd("XRANGE")
+                    .arg(&k)
+                    .arg("-")
+                    .arg("+")
+                    .query(conn)
+                    .expect("XRANGE");
+                let Reply::Array(entries) = from_redis(v) else {
+                    panic!("XRANGE answered no array");
+                };
+                entries
+                    .iter()
+                    .map(|e| match e {
+                        Reply::Array(pair) => match (&pair[0], &pair[1]) {
+                            (Reply::Bulk(id), Reply::Array(flat)) => {
+                                let fields: Vec<(String, String)> = flat
+                                    .chunks(2)
+                                    .map(|p| match (&p[0], &p[1]) {
+                                        (Reply::Bulk(f), Reply::Bulk(v)) => (f.clone(), v.clone()),
+                                        other => panic!("a stream field {other:?}"),
+                                    })
+                                    .collect();
+                                stream_item(id, &fields)
+                            }
+                            other => panic!("a stream entry {other:?}"),
+                        },
+                        other => panic!("a stream entry {other:?}"),
+                    })
                     .collect()
             }
             "none" => continue,

@@ -4,8 +4,7 @@
 //! routes by them, ACL key patterns check them, and a key not declared is
 //! "undefined behaviour" by the EVAL docs; Dragonfly and ElastiCache
 //! Serverless refuse it). The audit fails on any key a script reaches by
-//! name, and lists them all. The election's scripts are not covered: the
-//! emulator has no streams (they name only their three declared keys).
+//! name, and lists them all.
 
 use std::collections::BTreeSet;
 
@@ -15,8 +14,7 @@ use super::emu::Db;
 use super::lua::{Emulator, KeyCheck, Undeclared};
 use super::scenarios::{self, Step};
 
-/// The scripts the audit runs: all but the election's (the emulator has no
-/// streams) and the fenced store's.
+/// The scripts the audit runs: all but the fenced store's.
 pub(crate) const SCRIPTS: &[&str] = &[
     "ACQUIRE_LUA",
     "RELEASE_LUA",
@@ -31,6 +29,10 @@ pub(crate) const SCRIPTS: &[&str] = &[
     "MULTI_ACQUIRE_LUA",
     "MULTI_RENEW_LUA",
     "MULTI_RELEASE_LUA",
+    "CAMPAIGN_LUA",
+    "PROCLAIM_LUA",
+    "RESIGN_LUA",
+    "READ_LUA",
 ];
 
 /// A key as a pattern: the namespace, tails, registration ids and slot

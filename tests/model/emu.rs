@@ -1,12 +1,18 @@
-//! An emulated Redis 7.0 key space: strings, lists and sorted sets with
-//! per-key expiry in ms against a clock the test moves, and exactly the
-//! commands the crate's scripts call, with the options they use.
+//! An emulated Redis 7.0 key space: strings, lists, sorted sets and
+//! streams with per-key expiry in ms against a clock the test moves, and
+//! exactly the commands the crate's scripts call, with the options they
+//! use.
 //!
 //! Semantics follow Redis 7.0: a key expires once the clock is past its
 //! expiry (`now > at`, so `PX L` lasts L to L + 1 ms); a list or sorted set
 //! emptied is deleted with its expiry; `PEXPIRE … GT` treats a key without
 //! an expiry as infinite (it fails), `NX` sets only where none is; a
-//! command on a key of another type answers `WRONGTYPE`.
+//! command on a key of another type answers `WRONGTYPE`. A stream takes
+//! explicit ids only (`<ms>-<seq>`, each above the last one it ever took),
+//! and `MAXLEN ~ n` trims nothing below n + 100 entries (Redis trims whole
+//! nodes only, of at most `stream-node-max-entries`, 100 by default); past
+//! that it drops 100-entry nodes from the head, where Redis's nodes may be
+//! smaller by their byte bound: runs that compare stay below it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -58,6 +64,80 @@ pub(crate) enum Value {
     List(VecDeque<String>),
     /// Member → score; ordered by (score, member) on demand.
     ZSet(BTreeMap<String, Score>),
+    Stream(Stream),
+}
+
+/// A stream entry's id.
+pub(crate) type StreamId = (u64, u64);
+
+/// A stream: its entries by id, and the last id it took (trimming never
+/// lowers it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Stream {
+    pub(crate) entries: BTreeMap<StreamId, Vec<(String, String)>>,
+    pub(crate) last: StreamId,
+}
+
+/// The entries of a stream node (Redis's `stream-node-max-entries`).
+const STREAM_NODE: usize = 100;
+
+fn format_id(id: StreamId) -> String {
+    format!("{}-{}", id.0, id.1)
+}
+
+/// A full id `<ms>-<seq>`, or `<ms>` with `seq` for its missing part.
+fn parse_id(s: &str, seq: u64) -> Option<StreamId> {
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    match s.split_once('-') {
+        Some((ms, sq)) if digits(ms) && digits(sq) => Some((ms.parse().ok()?, sq.parse().ok()?)),
+        None if digits(s) => Some((s.parse().ok()?, seq)),
+        _ => None,
+    }
+}
+
+/// A range bound of `XRANGE`: `-`, `+`, an id, or `(` and an id
+/// (exclusive), as the first id of the range (`start`) or its last.
+fn range_bound(s: &str, start: bool) -> Result<Option<StreamId>, Reply> {
+    let bad = || Reply::err("ERR Invalid stream ID specified as stream command argument");
+    match s {
+        "-" => return Ok(Some((0, 0))),
+        "+" => return Ok(Some((u64::MAX, u64::MAX))),
+        _ => {}
+    }
+    let (exclusive, id) = match s.strip_prefix('(') {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    let id = parse_id(id, if start { 0 } else { u64::MAX }).ok_or_else(bad)?;
+    if !exclusive {
+        return Ok(Some(id));
+    }
+    // An exclusive bound past the last id (or before the first) is empty.
+    Ok(if start {
+        match id {
+            (u64::MAX, u64::MAX) => None,
+            (ms, u64::MAX) => Some((ms + 1, 0)),
+            (ms, seq) => Some((ms, seq + 1)),
+        }
+    } else {
+        match id {
+            (0, 0) => None,
+            (ms, 0) => Some((ms - 1, u64::MAX)),
+            (ms, seq) => Some((ms, seq - 1)),
+        }
+    })
+}
+
+fn entry_reply(id: StreamId, fields: &[(String, String)]) -> Reply {
+    Reply::Array(vec![
+        Reply::Bulk(format_id(id)),
+        Reply::Array(
+            fields
+                .iter()
+                .flat_map(|(f, v)| [Reply::Bulk(f.clone()), Reply::Bulk(v.clone())])
+                .collect(),
+        ),
+    ])
 }
 
 impl Value {
@@ -66,6 +146,7 @@ impl Value {
             Value::Str(_) => "string",
             Value::List(_) => "list",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 }
@@ -605,6 +686,54 @@ impl Db {
                             .collect(),
                     ))
                 }
+                "XADD" => self.xadd(a),
+                "XRANGE" | "XREVRANGE" => {
+                    arity(3)?;
+                    let rev = name == "XREVRANGE";
+                    // XREVRANGE takes the end first.
+                    let (lo, hi) = if rev { (&a[2], &a[1]) } else { (&a[1], &a[2]) };
+                    let (lo, hi) = (range_bound(lo, true)?, range_bound(hi, false)?);
+                    let count = match a.get(3) {
+                        None => None,
+                        Some(w) if w.eq_ignore_ascii_case("COUNT") && a.len() == 5 => {
+                            let n = parse_i64(&a[4]).ok_or_else(|| Reply::err(NOT_INT))?;
+                            Some(usize::try_from(n).unwrap_or(0))
+                        }
+                        Some(_) => return Err(Reply::err(SYNTAX)),
+                    };
+                    if count == Some(0) {
+                        // Redis answers a null array to `COUNT 0` (or less).
+                        return Ok(Reply::Nil);
+                    }
+                    let stream = match self.live(&a[0]) {
+                        None => return Ok(Reply::Array(Vec::new())),
+                        Some(Entry {
+                            value: Value::Stream(st),
+                            ..
+                        }) => st,
+                        Some(_) => return Err(Reply::err(WRONGTYPE)),
+                    };
+                    let (Some(lo), Some(hi)) = (lo, hi) else {
+                        return Ok(Reply::Array(Vec::new()));
+                    };
+                    if lo > hi {
+                        return Ok(Reply::Array(Vec::new()));
+                    }
+                    let range = stream.entries.range(lo..=hi);
+                    let items: Vec<Reply> = if rev {
+                        range
+                            .rev()
+                            .take(count.unwrap_or(usize::MAX))
+                            .map(|(id, f)| entry_reply(*id, f))
+                            .collect()
+                    } else {
+                        range
+                            .take(count.unwrap_or(usize::MAX))
+                            .map(|(id, f)| entry_reply(*id, f))
+                            .collect()
+                    };
+                    Ok(Reply::Array(items))
+                }
                 "ZADD" => self.zadd(a),
                 "ZSCORE" => {
                     arity(2)?;
@@ -678,6 +807,98 @@ impl Db {
             }
         })();
         result.unwrap_or_else(|e| e)
+    }
+
+    /// `XADD key [MAXLEN [~|=] n] id field value [field value …]`, an
+    /// explicit id only.
+    fn xadd(&mut self, a: &[String]) -> Result<Reply, Reply> {
+        let arity = || Reply::err("ERR wrong number of arguments for 'xadd' command");
+        if a.len() < 4 {
+            return Err(arity());
+        }
+        let mut i = 1;
+        let mut maxlen: Option<(usize, bool)> = None;
+        if a[i].eq_ignore_ascii_case("MAXLEN") {
+            i += 1;
+            let approx = match a.get(i).map(String::as_str) {
+                Some("~") => true,
+                Some("=") => false,
+                Some(_) => {
+                    i -= 1;
+                    false
+                }
+                None => return Err(arity()),
+            };
+            i += 1;
+            let n = a
+                .get(i)
+                .and_then(|w| parse_i64(w))
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| Reply::err("ERR The MAXLEN argument must be >= 0."))?;
+            maxlen = Some((n as usize, approx));
+            i += 1;
+        }
+        let fields = a.get(i + 1..).unwrap_or_default();
+        if fields.is_empty() || !fields.len().is_multiple_of(2) {
+            return Err(arity());
+        }
+        let id = parse_id(&a[i], 0).ok_or_else(|| {
+            Reply::err("ERR Invalid stream ID specified as stream command argument")
+        })?;
+        if id == (0, 0) {
+            return Err(Reply::err(
+                "ERR The ID specified in XADD must be greater than 0-0",
+            ));
+        }
+        let key = &a[0];
+        let stream = match self.live(key) {
+            None => {
+                self.keys.insert(
+                    key.clone(),
+                    Entry {
+                        value: Value::Stream(Stream::default()),
+                        expire_at: None,
+                    },
+                );
+                match self.keys.get_mut(key).map(|e| &mut e.value) {
+                    Some(Value::Stream(st)) => st,
+                    _ => unreachable!("just inserted"),
+                }
+            }
+            Some(Entry {
+                value: Value::Stream(st),
+                ..
+            }) => st,
+            Some(_) => return Err(Reply::err(WRONGTYPE)),
+        };
+        if id <= stream.last {
+            return Err(Reply::err(
+                "ERR The ID specified in XADD is equal or smaller than the target stream top item",
+            ));
+        }
+        stream.last = id;
+        stream.entries.insert(
+            id,
+            fields
+                .chunks(2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect(),
+        );
+        if let Some((n, approx)) = maxlen {
+            if approx {
+                // Whole nodes only, and never below n.
+                while stream.entries.len() >= n + STREAM_NODE {
+                    for _ in 0..STREAM_NODE {
+                        stream.entries.pop_first();
+                    }
+                }
+            } else {
+                while stream.entries.len() > n {
+                    stream.entries.pop_first();
+                }
+            }
+        }
+        Ok(Reply::Bulk(format_id(id)))
     }
 
     fn set(&mut self, a: &[String]) -> Result<Reply, Reply> {
@@ -842,12 +1063,26 @@ impl Db {
                         .into_iter()
                         .map(|(s, m)| format!("{m}={}", format_score(s)))
                         .collect(),
+                    Value::Stream(st) => st
+                        .entries
+                        .iter()
+                        .map(|(id, f)| stream_item(&format_id(*id), f))
+                        .collect(),
                 };
                 let ttl = e.expire_at.map_or(-1, |at| (at - now) as i64);
                 (k.clone(), (e.value.type_name().to_owned(), items, ttl))
             })
             .collect()
     }
+}
+
+/// A stream entry in a dump: `<id> f1=v1 f2=v2 …`.
+pub(crate) fn stream_item(id: &str, fields: &[(String, String)]) -> String {
+    let mut out = id.to_owned();
+    for (f, v) in fields {
+        out.push_str(&format!(" {f}={v}"));
+    }
+    out
 }
 
 fn sorted(z: &BTreeMap<String, Score>) -> Vec<(f64, String)> {

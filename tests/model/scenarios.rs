@@ -358,7 +358,100 @@ pub(crate) fn multi() -> Scenario {
     }
 }
 
+/// The stream commands the election scripts use, raw: explicit ids, the
+/// top id rule, `MAXLEN ~`, ranges with `COUNT` and exclusive starts.
+pub(crate) fn stream_semantics() -> Scenario {
+    let steps = vec![
+        raw("XRANGE s - +"),
+        raw("XREVRANGE s + - COUNT 1"),
+        raw("XADD s MAXLEN ~ 64 5-0 prev 0-0 leader 1 value a"),
+        raw("XADD s MAXLEN ~ 64 5-1 prev 5-0 leader 1 value b"),
+        raw("XADD s MAXLEN ~ 64 5-1 prev 5-0 leader 1 value c"),
+        raw("XADD s MAXLEN ~ 64 4-9 prev 5-1 leader 0"),
+        raw("XADD s MAXLEN ~ 64 5-2 prev 5-1 leader 0"),
+        raw("XADD s MAXLEN ~ 64 1700000000000000-0 prev 5-2 leader 1 value d"),
+        raw("XADD s 0-0 a 1"),
+        raw("XADD t 7 a 1"),
+        raw("XADD s MAXLEN 2 1700000000000000-1 a 1"),
+        raw("XRANGE s - +"),
+        raw("XRANGE s (5-2 + COUNT 64"),
+        raw("XRANGE s (1700000000000000-0 + COUNT 64"),
+        raw("XRANGE s (1700000000000000-1 +"),
+        raw("XRANGE s 5 5"),
+        raw("XREVRANGE s + - COUNT 1"),
+        raw("XREVRANGE s + - COUNT 5"),
+        raw("XREVRANGE s (1700000000000000-1 -"),
+        raw("XRANGE s - + COUNT 0"),
+        raw("XRANGE s x +"),
+        raw("SET str 1"),
+        raw("XADD str 1-0 a 1"),
+        raw("XRANGE str - +"),
+    ];
+    Scenario {
+        name: "stream semantics",
+        steps,
+    }
+}
+
+/// An election: a campaign, its replay, a rival's busy campaign, proclaims
+/// (new, replayed, stale), a resign, a campaign after the vacancy, a
+/// leader that lapses and the next campaign logging its vacancy, reads, a
+/// counter of another type. The term counter starts above the clock's
+/// floor, so terms and ids do not depend on the clock.
+pub(crate) fn election() -> Scenario {
+    let n = Names::new("ns", 6);
+    let (a, b) = (token(0xa), token(0xb));
+    let read = |after: &str| Step::Eval(Call::elect_read(&n, after));
+    let t1 = "8000000000000001";
+    let steps = vec![
+        read(""),
+        Step::Raw(vec![
+            "SET".into(),
+            n.elect_term(),
+            "8000000000000000".into(),
+        ]),
+        Step::Eval(Call::campaign(&n, &a, LEASE, "6161")),
+        Step::Eval(Call::campaign(&n, &a, LEASE, "6161")),
+        Step::Eval(Call::campaign(&n, &b, LEASE, "6262")),
+        Step::Eval(Call::proclaim(&n, &a, "6162", &format!("{t1}-0"))),
+        Step::Eval(Call::proclaim(&n, &a, "6162", &format!("{t1}-0"))),
+        Step::Eval(Call::proclaim(&n, &a, "6163", "0-0")),
+        Step::Eval(Call::proclaim(&n, &b, "6262", &format!("{t1}-1"))),
+        read(&format!("{t1}-0")),
+        Step::Eval(Call::resign(&n, &b)),
+        Step::Eval(Call::resign(&n, &a)),
+        Step::Eval(Call::resign(&n, &a)),
+        Step::Eval(Call::proclaim(&n, &a, "6164", &format!("{t1}-2"))),
+        Step::Eval(Call::campaign(&n, &b, SHORT, "6262")),
+        Step::Sleep(PAST),
+        read(""),
+        Step::Eval(Call::campaign(&n, &a, LEASE, "6161")),
+        Step::Eval(Call::renew(&n.elect(), &a, LEASE)),
+        Step::Eval(Call::renew(&n.elect(), &b, LEASE)),
+        read("0-0"),
+        Step::Eval(Call::resign(&n, &a)),
+        Step::Raw(vec!["DEL".into(), n.elect_term()]),
+        Step::Eval(Call::campaign(&n, &b, LEASE, "6262")),
+        Step::Eval(Call::resign(&n, &b)),
+        Step::Raw(vec!["DEL".into(), n.elect_term()]),
+        Step::Raw(vec!["RPUSH".into(), n.elect_term(), "x".into()]),
+        Step::Eval(Call::campaign(&n, &b, LEASE, "6262")),
+    ];
+    Scenario {
+        name: "election",
+        steps,
+    }
+}
+
 /// Every scenario.
 pub(crate) fn all() -> Vec<Scenario> {
-    vec![raw_semantics(), lock(), semaphore(), read_write(), multi()]
+    vec![
+        raw_semantics(),
+        lock(),
+        semaphore(),
+        read_write(),
+        multi(),
+        stream_semantics(),
+        election(),
+    ]
 }

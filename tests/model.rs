@@ -5,7 +5,8 @@
 //! - `declared`: every key a script touches is one of its `KEYS`;
 //! - `explore`: the lock protocol's interleavings explored exhaustively;
 //! - `explore_rw`: the read-write lease's, likewise;
-//! - `explore_sem`: the semaphore's, likewise.
+//! - `explore_sem`: the semaphore's, likewise;
+//! - `explore_elect`: the leader election's, likewise.
 
 mod support;
 
@@ -15,6 +16,7 @@ mod model {
     mod declared;
     pub(crate) mod emu;
     mod explore;
+    mod explore_elect;
     mod explore_rw;
     mod explore_sem;
     pub(crate) mod lua;

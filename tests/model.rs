@@ -6,7 +6,8 @@
 //! - `explore`: the lock protocol's interleavings explored exhaustively;
 //! - `explore_rw`: the read-write lease's, likewise;
 //! - `explore_sem`: the semaphore's, likewise;
-//! - `explore_elect`: the leader election's, likewise.
+//! - `explore_elect`: the leader election's, likewise;
+//! - `explore_multi`: the multi-key lease's, likewise.
 
 mod support;
 
@@ -17,6 +18,7 @@ mod model {
     pub(crate) mod emu;
     mod explore;
     mod explore_elect;
+    mod explore_multi;
     mod explore_rw;
     mod explore_sem;
     pub(crate) mod lua;

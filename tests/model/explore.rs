@@ -756,6 +756,23 @@ fn lock_protocol_holds_for_three_clients() {
     }
 }
 
+#[test]
+fn lock_protocol_holds_with_a_failover_losing_two_runs() {
+    // A replica further behind: the failover may lose the last two runs.
+    let ci = bounds(2);
+    let b = Bounds {
+        depth: std::env::var("REDLEASE_MODEL_DEPTH").map_or(7, |_| ci.depth),
+        faults: Faults {
+            unreplicated: 2,
+            ..ci.faults
+        },
+        ..ci
+    };
+    if let Err(cx) = explore("lock, failover losing 2 runs", Sources::real(), b) {
+        panic!("{cx}");
+    }
+}
+
 fn mutated(name: &str, mutate: impl FnOnce(&mut Sources)) -> Counterexample {
     let mut sources = Sources::real();
     mutate(&mut sources);

@@ -14,7 +14,8 @@
 //! clock advancing to the next deadline, a kill, a give-up (DEREGISTER,
 //! then the release of the grant token: a writer's RELEASE, a reader's
 //! RW_READ_RELEASE), a restart without data, a failover to a replica that
-//! missed the last script run(s).
+//! missed the last script run(s) (in its own run, ignored while it finds
+//! an epoch below a lost fence: `rw_epochs_survive_a_failover`).
 //!
 //! Invariants, checked at every step:
 //! 1. the server never holds a writer key beside a live reader (§9.1);

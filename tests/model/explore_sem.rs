@@ -11,7 +11,9 @@
 //! Events and faults as in `explore.rs`: a script run (its reply
 //! delivered, or lost and the call re-sent), a notification lost, the clock
 //! advancing to the next deadline, a kill, a give-up, a restart without
-//! data, a failover to a replica that missed the last script run(s).
+//! data, a failover to a replica that missed the last script run(s). The
+//! 3-client runs leave lost replies out while they make the scripts grant
+//! one registration two slots (`semaphore_grants_a_registration_once`).
 //!
 //! Invariants, checked at every step:
 //! 1. per slot, at most one client whose lease of it is valid by its own

@@ -1,7 +1,9 @@
-//! What both explorers share: the events of a run (a client's script call
+//! What the explorers share: the events of a run (a client's script call
 //! with its reply delivered or lost, the clock, a fault), the faults left
-//! to inject, and the breadth-first search over states, memoised by hash,
-//! that turns a violated invariant into the trace that leads to it.
+//! to inject, the script runs (memoised: a search meets the same call on
+//! the same key space from many clients' states), and the breadth-first
+//! search over states, memoised by hash, that turns a violated invariant
+//! into the trace that leads to it.
 //!
 //! A failover to a replica that missed the last writes is modelled by the
 //! key spaces before each of the last few script runs (kept only while that

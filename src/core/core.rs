@@ -767,7 +767,7 @@ impl Core {
             self.events.push_back(CoreEvent::Wake(id));
             return AttemptSummary::HandoverRefused;
         }
-        let line = self.lines.get_mut(&w.target.line());
+        let mut line = self.lines.get_mut(&w.target.line());
         match result {
             Ok(Attempted::Again { slots: more }) => {
                 if let Target::Permit { slots, .. } = &mut w.target {
@@ -867,6 +867,16 @@ impl Core {
                     Some((_, Some(since))) => Some(since),
                     _ => e.is_outcome_unknown().then_some(submitted),
                 };
+                // An attempt whose outcome is unknown may have registered
+                // the locker: the next one names the grant token as its
+                // own, or a grant made out to it meanwhile reads as
+                // another's and the locker registers beside it (a
+                // semaphore then grants that registration a second slot).
+                if registers && e.is_outcome_unknown() {
+                    if let Some(line) = line.as_mut() {
+                        line.handle_registered(submitted);
+                    }
+                }
                 let keeps_waiting = !w.try_once
                     && !w.cancelled
                     && !self.shutting_down

@@ -444,6 +444,10 @@ impl Explorer {
                 let first = cl.lost.map_or(now, |(_, at)| at);
                 if lose {
                     n.faults.lose_reply -= 1;
+                    // As the locker does: an attempt whose outcome is
+                    // unknown may have registered it, so the next one
+                    // names its grant token as its own.
+                    cl.registered |= op == Op::Acquire;
                     cl.lost = Some((op, first));
                 } else {
                     cl.lost = None;

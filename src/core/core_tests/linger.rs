@@ -41,17 +41,44 @@ fn our_grant(key: &str) -> String {
     )
 }
 
-/// An acquire's `keep` argument (`handover_args`: `k` keeps the
-/// registration queued, `r` also refreshes it, `d` takes it out).
-fn keep_of(call: &ScriptCall) -> String {
-    // EVALSHA, sha, 4 (lock, counter, queue, flag), the keys, then the
-    // script's own three arguments and the hand-over's.
+/// A lock acquire's hand-over argument `i` (`handover_args`, from 0: the
+/// entry, its bound, the claim window, publish, channel, message, the
+/// grant token it names as its own, keep, the grant token it registers).
+fn handover_arg(call: &ScriptCall, i: usize) -> String {
+    // EVALSHA, sha, 5 (lock, counter, queue, flag, registration), the
+    // keys, then the script's own three arguments and the hand-over's.
     let words: Vec<String> = packed(call)
         .split("\r\n")
         .filter(|w| !w.starts_with(['$', '*']))
         .map(str::to_owned)
         .collect();
-    words[3 + 4 + 3 + 8].clone()
+    words[3 + 5 + 3 + i].clone()
+}
+
+/// An acquire's `keep` argument (`handover_args`: `k` keeps the
+/// registration queued, `r` also refreshes it, `d` takes it out).
+fn keep_of(call: &ScriptCall) -> String {
+    handover_arg(call, 7)
+}
+
+/// An attempt that registers and whose outcome is unknown may have
+/// registered: the next attempt names the grant token as its own, so a
+/// grant made out to it meanwhile is claimed, not taken for another's
+/// (a semaphore would grant that registration a second slot).
+#[test]
+fn an_attempt_sent_again_after_an_unknown_outcome_claims_a_grant_it_may_have() {
+    let now = t0();
+    let mut core = handover_core(now);
+    let id = join(&mut core, now, "k", 1, secs(10));
+    let first = attempt(&mut core, now, id);
+    let grant = handover_arg(&first, 8);
+    assert!(!grant.is_empty(), "it registers");
+    assert_eq!(handover_arg(&first, 6), "", "not registered yet");
+    core.handle_acquire_reply(now, id, timed_out());
+    drain(&mut core);
+    let later = now + secs(1);
+    let again = attempt(&mut core, later, id);
+    assert_eq!(handover_arg(&again, 6), grant, "its grant is its own");
 }
 
 /// A waiter that registered with a busy attempt, then was granted the key

@@ -13,6 +13,7 @@ use super::cell::{CoreCell, StartSubscriber};
 use super::metrics::LockerMetrics;
 use super::quiet::QuietSlots;
 use super::subscriber;
+use super::target::Source;
 use crate::clock::now;
 use crate::config::Config;
 use crate::core::core::{Core, CoreSettings};
@@ -32,17 +33,16 @@ pub(crate) struct LockerState {
     /// while (a silent node).
     pub(crate) quiet: Option<Mutex<QuietSlots>>,
     cell: CoreCell,
-    notifications: subscriber::Source,
+    notifications: Source,
     subscribers_running: AtomicUsize,
 }
 
 impl LockerState {
-    pub(crate) fn new(config: Config, notifications: subscriber::Source) -> Arc<Self> {
-        let channel = match notifications {
-            subscriber::Source::Standalone(_) | subscriber::Source::Sentinel(_) => {
-                Channel::Standalone
-            }
-            subscriber::Source::Cluster { .. } => Channel::Sharded,
+    pub(crate) fn new(config: Config, notifications: Source) -> Arc<Self> {
+        let channel = if notifications.is_cluster() {
+            Channel::Sharded
+        } else {
+            Channel::Standalone
         };
         let settings = CoreSettings::new(&config, channel).with_registration(fresh_reg());
         // Any key: the standalone channel name does not depend on it.
@@ -65,7 +65,7 @@ impl LockerState {
         &self.cell
     }
 
-    pub(crate) fn notifications(&self) -> &subscriber::Source {
+    pub(crate) fn notifications(&self) -> &Source {
         &self.notifications
     }
 
@@ -130,7 +130,7 @@ pub(crate) struct Shared<C> {
 }
 
 impl<C> Shared<C> {
-    pub(crate) fn new(commands: C, notifications: subscriber::Source, config: Config) -> Arc<Self> {
+    pub(crate) fn new(commands: C, notifications: Source, config: Config) -> Arc<Self> {
         Arc::new(Shared {
             state: LockerState::new(config, notifications),
             commands,

@@ -192,7 +192,7 @@ mod tests {
     use super::*;
     use crate::config::{AcquireOptions, Config};
     use crate::driver::ops::{Acquire, Request};
-    use crate::driver::subscriber::Source;
+    use crate::driver::target::Source;
     use crate::error::Failure;
 
     const LEASE: Duration = Duration::from_millis(1000);

@@ -19,35 +19,10 @@ use crate::core::lease::deadline_after;
 use crate::core::names::KeyId;
 use crate::core::notice::{decode, Notice};
 use crate::driver::state::LockerState;
+use crate::driver::target::Source;
 
 mod cluster;
 mod standalone;
-
-/// Where the subscriber connects.
-#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
-pub(crate) enum Source {
-    /// One server: a dedicated RESP3 connection from this client's info.
-    Standalone(redis::Client),
-    /// A Redis Cluster: the slot map comes through `slots` (a sync
-    /// connection of it), the per-node connections use `template`'s
-    /// credentials when known.
-    Cluster {
-        slots: redis::cluster::ClusterClient,
-        template: Option<redis::ConnectionInfo>,
-    },
-    /// One server, the primary Sentinel names at every (re)connect.
-    Sentinel(crate::sentinel::Resolver),
-}
-
-impl std::fmt::Debug for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Source::Standalone(_) => "Standalone",
-            Source::Cluster { .. } => "Cluster",
-            Source::Sentinel(_) => "Sentinel",
-        })
-    }
-}
 
 /// Starts the thread; the caller already counted it as running.
 pub(crate) fn spawn(state: Arc<LockerState>) {
@@ -64,7 +39,7 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
                         .primary(for_thread.config.command_timeout)
                         .map(|c| c.get_connection_info().clone())
                 }),
-                Source::Cluster { slots, template } => {
+                Source::Cluster(slots, template) => {
                     cluster::run(&for_thread, slots, template.as_ref())
                 }
             }

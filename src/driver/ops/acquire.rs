@@ -141,7 +141,7 @@ impl Acquire {
         if let Some(cancel) = &options.cancel {
             cancel.register(&wake);
         }
-        state.cell().set_waker(id, wake.clone());
+        state.cell.set_waker(id, wake.clone());
         Ok(Acquire {
             state: state.clone(),
             id,
@@ -237,7 +237,7 @@ impl Acquire {
         // At shutdown nobody else may come to release late grants. Else
         // the next operation does: sweeping now could race this waiter's
         // own unanswered attempt on another connection.
-        if self.state.read(|core| core.is_shutting_down()) {
+        if self.state.cell.read(|core| core.is_shutting_down()) {
             if let Some(sweep) = self.sweep(now, None) {
                 return sweep;
             }
@@ -365,7 +365,7 @@ impl Op for Acquire {
 impl Drop for Acquire {
     fn drop(&mut self) {
         self.timer.abandoned();
-        self.state.cell().remove_waker(self.id);
+        self.state.cell.remove_waker(self.id);
         if let Some(Ok(granted)) = self.result.take() {
             // Dropped during its last sweep: the lease nobody took.
             let lease = granted.grant.lease;

@@ -34,19 +34,12 @@ pub(crate) struct Renew<'a> {
 }
 
 impl<'a> Renew<'a> {
-    pub(crate) fn new(state: &'a Arc<LockerState>, held: &'a Held) -> Self {
+    pub(crate) fn new(state: &'a Arc<LockerState>, held: &'a Held, retrying: bool) -> Self {
         Renew {
             state,
             held,
-            retrying: false,
+            retrying,
             phase: Phase::Start,
-        }
-    }
-
-    pub(crate) fn retrying(state: &'a Arc<LockerState>, held: &'a Held) -> Self {
-        Renew {
-            retrying: true,
-            ..Renew::new(state, held)
         }
     }
 }

@@ -164,7 +164,7 @@ impl Op for Renewer<'_> {
                 None => deadline.and_then(|d| d.checked_sub(half)),
             };
             if due.is_some_and(|at| now >= at) {
-                self.renew = Some(Renew::retrying(self.state, self.held));
+                self.renew = Some(Renew::new(self.state, self.held, true));
                 continue;
             }
             return Io::Wait {

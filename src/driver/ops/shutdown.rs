@@ -109,7 +109,7 @@ impl Op for Shutdown {
     type Output = Result<(), Error>;
 
     fn listener(&self) -> Option<EventListener> {
-        Some(self.state.listen_changed())
+        Some(self.state.cell.listen_changed())
     }
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
@@ -128,7 +128,7 @@ impl Op for Shutdown {
                     self.phase = Phase::Draining;
                 }
                 Phase::Draining => {
-                    let in_flight = self.state.read(|core| core.attempts_in_flight());
+                    let in_flight = self.state.cell.read(|core| core.attempts_in_flight());
                     if in_flight > 0 && !self.past_deadline(now) {
                         return Io::Wait {
                             until: self.deadline,

@@ -383,7 +383,7 @@ impl Subscriber<'_> {
     /// Reads what the nodes pushed, sharing one slice among them.
     fn read_pushes(&mut self) -> redis::RedisResult<()> {
         if self.nodes.is_empty() {
-            let listener = self.state.listen_changed();
+            let listener = self.state.cell.listen_changed();
             if let Some(until) = deadline_after(now(), SLICE) {
                 listener.wait_deadline(until);
             }

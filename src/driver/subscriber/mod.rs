@@ -30,7 +30,7 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
     let spawned = std::thread::Builder::new()
         .name("redlease-subscriber".into())
         .spawn(move || {
-            match for_thread.notifications() {
+            match &for_thread.notifications {
                 Source::Standalone(client) => {
                     standalone::run(&for_thread, || Ok(client.get_connection_info().clone()))
                 }
@@ -97,7 +97,7 @@ fn handle_push(
 fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8])) {
     // Looked at read-only first: this runs after every push, and a call
     // that changes the core wakes everyone listening for changes.
-    if !state.read(|core| core.has_pass_ons()) {
+    if !state.cell.read(|core| core.has_pass_ons()) {
         return;
     }
     for (key, calls) in state.with_core(|core| core.take_pass_ons()) {
@@ -134,7 +134,7 @@ fn pause_while_wanted(state: &Arc<LockerState>, pause: Duration) -> bool {
         return false;
     };
     loop {
-        let listener = state.listen_changed();
+        let listener = state.cell.listen_changed();
         if listen_slice(state, pause).is_none() {
             return false;
         }

@@ -140,7 +140,8 @@ impl Op for Renewer<'_> {
                             return Io::Done(());
                         }
                     }
-                    other => return other.map_done(|_| ()),
+                    Io::Send(request) => return Io::Send(request),
+                    Io::Wait { until } => return Io::Wait { until },
                 }
             }
             if self.stop.is_stopped() {

@@ -177,38 +177,28 @@ impl Acquire {
     /// The grant's replication verdict: the lease, or its release first.
     fn after_grant(&mut self, now: Instant, grant: Grant) -> Io<Result<Granted, Error>> {
         let hold = self.timer.hold(now);
-        let Some(replication) = self.state.replication else {
-            return self.hold_back(
-                now,
-                Ok(Granted {
-                    grant,
-                    replicas: None,
-                    hold,
-                }),
-            );
-        };
         let acks = self.acks.take().unwrap_or(Ok(redis::Value::Int(0)));
-        match replication.verdict(acks) {
-            Ok(acked) => self.hold_back(
-                now,
-                Ok(Granted {
-                    grant,
-                    replicas: Some(acked),
-                    hold,
-                }),
-            ),
-            Err(e) => {
+        let replicas = match self.state.replication.map(|r| r.verdict(acks)) {
+            None => None,
+            Some(Ok(acked)) => Some(acked),
+            Some(Err(e)) => {
                 // Not replicated enough to count as held: release it first.
                 let lease = grant.lease;
-                match self.state.with_core(|core| core.release_call(lease)) {
+                return match self.state.with_core(|core| core.release_call(lease)) {
                     Ok(call) => {
                         self.pending = Pending::Unreplicated(e, lease);
                         Io::Send(Request::Script { call, then: None })
                     }
                     Err(_) => self.hold_back(now, Err(e)),
-                }
+                };
             }
-        }
+        };
+        let granted = Granted {
+            grant,
+            replicas,
+            hold,
+        };
+        self.hold_back(now, Ok(granted))
     }
 
     /// Ends with `result`, after a last sweep of late grants at shutdown.
@@ -231,6 +221,16 @@ impl Acquire {
         let (sweep, request) = Sweep::start(&self.state, now, own)?;
         self.pending = Pending::Sweep(sweep);
         Some(Io::Send(request))
+    }
+
+    /// Sends the acquire script `call`, with the replication `WAIT`.
+    fn attempt(&mut self, call: ScriptCall) -> Io<Result<Granted, Error>> {
+        self.pending = Pending::Attempt;
+        self.timer.attempt_sent();
+        Io::Send(Request::Script {
+            call,
+            then: self.then.clone(),
+        })
     }
 
     fn next_held_back(&mut self, now: Instant) -> Io<Result<Granted, Error>> {
@@ -274,12 +274,7 @@ impl Op for Acquire {
             return self.next_held_back(now);
         }
         if let Some(call) = self.deferred.take() {
-            self.pending = Pending::Attempt;
-            self.timer.attempt_sent();
-            return Io::Send(Request::Script {
-                call,
-                then: self.then.clone(),
-            });
+            return self.attempt(call);
         }
         let (id, cancelled) = (
             self.id,
@@ -298,12 +293,7 @@ impl Op for Acquire {
                     self.deferred = Some(call);
                     return sweep;
                 }
-                self.pending = Pending::Attempt;
-                self.timer.attempt_sent();
-                Io::Send(Request::Script {
-                    call,
-                    then: self.then.clone(),
-                })
+                self.attempt(call)
             }
             // Woken by a lease dropped while this waiter waits for its key:
             // release it now, within one round trip.

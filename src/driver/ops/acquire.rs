@@ -276,15 +276,12 @@ impl Op for Acquire {
         if let Some(call) = self.deferred.take() {
             return self.attempt(call);
         }
-        let (id, cancelled) = (
-            self.id,
-            self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled),
-        );
+        let cancelled = self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled);
         let step = self.state.with_core(|core| {
             if cancelled {
-                core.cancel(id);
+                core.cancel(self.id);
             }
-            core.poll_waiter(now, id)
+            core.poll_waiter(now, self.id)
         });
         match step {
             WaiterStep::Attempt(call) => {
@@ -316,10 +313,9 @@ impl Op for Acquire {
                 let (reply, then) = reply.into_script();
                 self.state.metrics.reply(Operation::Acquire, &reply);
                 self.acks = then;
-                let id = self.id;
                 let summary = self
                     .state
-                    .with_core(|core| core.handle_acquire_reply(now, id, reply));
+                    .with_core(|core| core.handle_acquire_reply(now, self.id, reply));
                 if summary.is_busy() {
                     self.state.counters.busy_reply();
                 }
@@ -358,13 +354,12 @@ impl Drop for Acquire {
         self.state.cell.remove_waker(self.id);
         if let Some(Ok(granted)) = self.result.take() {
             // Dropped during its last sweep: the lease nobody took.
-            let lease = granted.grant.lease;
-            self.state.with_core(|core| core.abandon_lease(lease));
+            self.state
+                .with_core(|core| core.abandon_lease(granted.grant.lease));
         }
         if !self.finished {
-            let id = self.id;
             self.state
-                .with_core(|core| core.abandon(crate::clock::now(), id));
+                .with_core(|core| core.abandon(crate::clock::now(), self.id));
         }
     }
 }

@@ -100,8 +100,7 @@ impl Release<'_> {
     }
 
     fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
-        let id = self.held.id;
-        match self.state.with_core(|core| core.release_call(id)) {
+        match self.state.with_core(|core| core.release_call(self.held.id)) {
             Ok(call) => {
                 self.phase = Phase::Sent;
                 Io::Send(Request::Script { call, then: None })

@@ -71,8 +71,7 @@ impl Op for Renew<'_> {
                 }
             }
             Phase::Unreplicated(e) => {
-                let id = self.held.id;
-                match self.state.with_core(|core| core.release_call(id)) {
+                match self.state.with_core(|core| core.release_call(self.held.id)) {
                     Ok(call) => {
                         self.phase = Phase::Releasing(e);
                         Io::Send(Request::Script { call, then: None })

@@ -81,8 +81,7 @@ fn handle_push(
         }
         Notice::Subscribed(None) => state.with_core(|core| core.handle_subscribed()),
         Notice::Subscribed(Some(key)) => {
-            let key = *key;
-            state.with_core(|core| core.handle_channel_subscribed(key));
+            state.with_core(|core| core.handle_channel_subscribed(*key))
         }
         Notice::Unsubscribed(_) => {}
     }

@@ -278,10 +278,7 @@ impl Commands {
     /// `conn` with the command timeout: on one server, bounded here; the
     /// cluster connection has its own (`crate::cluster`).
     fn timed(&self, conn: AnyConnection) -> Timed {
-        let timeout = match conn {
-            AnyConnection::Driven(_) | AnyConnection::Standalone(_) => Some(self.timeout),
-            AnyConnection::Cluster(_) => None,
-        };
+        let timeout = (!matches!(conn, AnyConnection::Cluster(_))).then_some(self.timeout);
         TimedConnection {
             conn,
             deadlines: self.deadlines.clone(),

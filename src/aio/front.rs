@@ -14,7 +14,7 @@ use futures::future::{select, Either};
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::ops::{answer, turn, Op, Turn};
+use crate::driver::ops::{answer, turn, Io, Op};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
@@ -101,15 +101,15 @@ impl Front for Async {
 pub(crate) async fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
     loop {
         match turn(&mut op) {
-            Turn::Send(request) => {
+            (Io::Send(request), _) => {
                 let reply = shared.commands.send(&request, &shared.state.counters).await;
                 answer(&mut op, &request, reply);
             }
-            Turn::Wait(listener, until) => {
+            (Io::Wait { until }, listener) => {
                 wait(listener, until).await;
                 probe::mark(Step::WaiterWoken);
             }
-            Turn::Done(output) => return output,
+            (Io::Done(output), _) => return output,
         }
     }
 }

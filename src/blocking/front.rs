@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Op, Turn};
+use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Io, Op};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
 use crate::error::Error;
@@ -80,15 +80,15 @@ fn release(lease: &LeaseState<Blocking>) -> Result<ReleaseOutcome, Error> {
 pub(crate) fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
     loop {
         match turn(&mut op) {
-            Turn::Send(request) => {
+            (Io::Send(request), _) => {
                 let reply = shared.commands.send(&request, &shared.state.counters);
                 answer(&mut op, &request, reply);
             }
-            Turn::Wait(listener, until) => {
+            (Io::Wait { until }, listener) => {
                 wait(listener, until);
                 probe::mark(Step::WaiterWoken);
             }
-            Turn::Done(output) => return output,
+            (Io::Done(output), _) => return output,
         }
     }
 }

@@ -40,10 +40,10 @@ pub(crate) fn prepare<C>(
     retries: Option<u32>,
     commands: impl FnOnce(Source, Duration) -> C,
 ) -> Result<(Arc<Shared<C>>, Checks), Error> {
-    let (source, notifications) = target.sources(&config, retries)?;
+    let source = target.source(&config, retries)?;
     let checks = Checks::new(source.is_cluster(), &config);
-    let commands = commands(source, config.command_timeout);
-    Ok((Shared::new(commands, notifications, config), checks))
+    let commands = commands(source.clone(), config.command_timeout);
+    Ok((Shared::new(commands, source, config), checks))
 }
 
 /// A command to send for the checks.

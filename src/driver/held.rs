@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::clock::now;
-use crate::core::core::{Grant, LeaseId};
+use crate::core::core::LeaseId;
 use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
 use crate::core::multi::KeyFences;
 use crate::core::names::KeyId;
@@ -35,21 +35,18 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    fn new(grant: Grant, hold: HoldTimer) -> Self {
-        Held {
+    /// A lease as an acquire handed it out, with its replication count.
+    pub(crate) fn granted(granted: Granted) -> Self {
+        let grant = granted.grant;
+        let held = Held {
             id: grant.lease,
             fence: grant.fence,
             slot: grant.slot,
             multi: grant.multi,
             clock: Mutex::new(grant.clock),
             replicas: AtomicU32::new(NO_REPLICAS),
-            hold,
-        }
-    }
-
-    /// A lease as an acquire handed it out, with its replication count.
-    pub(crate) fn granted(granted: Granted) -> Self {
-        let held = Held::new(granted.grant, granted.hold);
+            hold: granted.hold,
+        };
         if let Some(n) = granted.replicas {
             held.set_replicas(n);
         }

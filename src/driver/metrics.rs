@@ -286,13 +286,9 @@ mod on {
     }
 
     impl HoldTimer {
-        fn end(&self, end: End) {
-            self.0.end(end);
-        }
-
         /// A release ended it (a failed one leaves it to its TTL).
         pub(crate) fn released(&self, result: &Result<ReleaseOutcome, Error>) {
-            self.end(match result {
+            self.0.end(match result {
                 Ok(ReleaseOutcome::Released) => End::Released,
                 Ok(ReleaseOutcome::Conflict) => End::Conflict,
                 Ok(ReleaseOutcome::Expired) | Err(_) => End::Expired,
@@ -303,8 +299,8 @@ mod on {
         pub(crate) fn renewed(&self, outcome: RenewOutcome) {
             match outcome {
                 RenewOutcome::Renewed => {}
-                RenewOutcome::Expired => self.end(End::Expired),
-                RenewOutcome::Conflict => self.end(End::Conflict),
+                RenewOutcome::Expired => self.0.end(End::Expired),
+                RenewOutcome::Conflict => self.0.end(End::Conflict),
             }
         }
 
@@ -313,7 +309,8 @@ mod on {
         pub(crate) fn dropped(&self, expired_at: impl FnOnce(Instant) -> bool) {
             if !self.0.ended.load(Ordering::Relaxed) {
                 let expired = expired_at(now());
-                self.end(if expired { End::Expired } else { End::Dropped });
+                self.0
+                    .end(if expired { End::Expired } else { End::Dropped });
             }
         }
 
@@ -369,7 +366,8 @@ mod on {
 
 #[cfg(not(feature = "metrics"))]
 mod off {
-    //! The same API, empty: every call compiles to nothing.
+    //! The same API, empty: one type stands for every metric type, and
+    //! every call compiles to nothing.
 
     use std::time::Instant;
 
@@ -380,41 +378,35 @@ mod off {
     use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
     use crate::error::{Error, Failure, LostCause, Operation};
 
-    #[derive(Debug)]
-    pub(crate) struct LockerMetrics;
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct Off;
 
-    impl LockerMetrics {
+    pub(crate) type LockerMetrics = Off;
+    pub(crate) type CellMetrics = Off;
+    pub(crate) type AcquireTimer = Off;
+    pub(crate) type HoldTimer = Off;
+    pub(crate) type LostCounter = Off;
+
+    impl Off {
         #[inline(always)]
         pub(crate) fn new(_locker: &str) -> Self {
-            LockerMetrics
+            Off
         }
         #[inline(always)]
-        pub(crate) fn cell(&self) -> CellMetrics {
-            CellMetrics
+        pub(crate) fn cell(&self) -> Off {
+            Off
         }
         #[inline(always)]
-        pub(crate) fn acquire(&self, _kind: Kind, _now: Instant) -> AcquireTimer {
-            AcquireTimer
+        pub(crate) fn acquire(&self, _kind: Kind, _now: Instant) -> Off {
+            Off
         }
         #[inline(always)]
         pub(crate) fn reply(&self, _op: Operation, _reply: &Result<Value, Failure>) {}
-    }
-
-    #[derive(Debug, Clone)]
-    pub(crate) struct CellMetrics;
-
-    impl CellMetrics {
         /// Only drains the core's wake-ups (a few words).
         #[inline(always)]
         pub(crate) fn update(&self, core: &mut Core) {
             let _ = core.poll_wakeups();
         }
-    }
-
-    #[derive(Debug)]
-    pub(crate) struct AcquireTimer;
-
-    impl AcquireTimer {
         #[inline(always)]
         pub(crate) fn attempt_sent(&self) {}
         #[inline(always)]
@@ -422,15 +414,9 @@ mod off {
         #[inline(always)]
         pub(crate) fn abandoned(&mut self) {}
         #[inline(always)]
-        pub(crate) fn hold(&self, _now: Instant) -> HoldTimer {
-            HoldTimer
+        pub(crate) fn hold(&self, _now: Instant) -> Off {
+            Off
         }
-    }
-
-    #[derive(Debug)]
-    pub(crate) struct HoldTimer;
-
-    impl HoldTimer {
         #[inline(always)]
         pub(crate) fn released(&self, _result: &Result<ReleaseOutcome, Error>) {}
         #[inline(always)]
@@ -438,15 +424,9 @@ mod off {
         #[inline(always)]
         pub(crate) fn dropped(&self, _expired_at: impl FnOnce(Instant) -> bool) {}
         #[inline(always)]
-        pub(crate) fn lost_counter(&self) -> LostCounter {
-            LostCounter
+        pub(crate) fn lost_counter(&self) -> Off {
+            Off
         }
-    }
-
-    #[derive(Debug, Clone, Default)]
-    pub(crate) struct LostCounter;
-
-    impl LostCounter {
         #[inline(always)]
         pub(crate) fn fired(&self, _cause: &LostCause) {}
     }

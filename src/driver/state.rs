@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use event_listener::EventListener;
 use parking_lot::Mutex;
 
 use super::cell::{CoreCell, StartSubscriber};
 use super::metrics::LockerMetrics;
 use super::quiet::QuietSlots;
 use super::subscriber;
+use super::target::Source;
 use crate::clock::now;
 use crate::config::Config;
 use crate::core::core::{Core, CoreSettings};
@@ -31,18 +31,17 @@ pub(crate) struct LockerState {
     /// On a cluster: the slots whose orphans other operations leave for a
     /// while (a silent node).
     pub(crate) quiet: Option<Mutex<QuietSlots>>,
-    cell: CoreCell,
-    notifications: subscriber::Source,
+    pub(crate) cell: CoreCell,
+    pub(crate) notifications: Source,
     subscribers_running: AtomicUsize,
 }
 
 impl LockerState {
-    pub(crate) fn new(config: Config, notifications: subscriber::Source) -> Arc<Self> {
-        let channel = match notifications {
-            subscriber::Source::Standalone(_) | subscriber::Source::Sentinel(_) => {
-                Channel::Standalone
-            }
-            subscriber::Source::Cluster { .. } => Channel::Sharded,
+    pub(crate) fn new(config: Config, notifications: Source) -> Arc<Self> {
+        let channel = if notifications.is_cluster() {
+            Channel::Sharded
+        } else {
+            Channel::Standalone
         };
         let settings = CoreSettings::new(&config, channel).with_registration(fresh_reg());
         // Any key: the standalone channel name does not depend on it.
@@ -61,14 +60,6 @@ impl LockerState {
         })
     }
 
-    pub(crate) fn cell(&self) -> &CoreCell {
-        &self.cell
-    }
-
-    pub(crate) fn notifications(&self) -> &subscriber::Source {
-        &self.notifications
-    }
-
     /// Runs `f` on the core, wakes the waiters it named, and starts the
     /// subscriber thread when the core asked for it.
     pub(crate) fn with_core<R>(self: &Arc<Self>, f: impl FnOnce(&mut Core) -> R) -> R {
@@ -78,15 +69,6 @@ impl LockerState {
             subscriber::spawn(self.clone());
         }
         result
-    }
-
-    /// Reads the core.
-    pub(crate) fn read<R>(&self, f: impl FnOnce(&Core) -> R) -> R {
-        self.cell.read(f)
-    }
-
-    pub(crate) fn listen_changed(&self) -> EventListener {
-        self.cell.listen_changed()
     }
 
     pub(crate) fn subscriber_exited(&self) {
@@ -100,7 +82,7 @@ impl LockerState {
 
     /// The counters plus the core's gauges.
     pub(crate) fn stats(&self, connected: bool) -> Stats {
-        let (counts, subscribed) = self.read(|core| (core.counts(), core.is_subscribed()));
+        let (counts, subscribed) = self.cell.read(|core| (core.counts(), core.is_subscribed()));
         Stats {
             waiters: counts.waiters,
             tracked_leases: counts.tracked_leases,
@@ -130,7 +112,7 @@ pub(crate) struct Shared<C> {
 }
 
 impl<C> Shared<C> {
-    pub(crate) fn new(commands: C, notifications: subscriber::Source, config: Config) -> Arc<Self> {
+    pub(crate) fn new(commands: C, notifications: Source, config: Config) -> Arc<Self> {
         Arc::new(Shared {
             state: LockerState::new(config, notifications),
             commands,
@@ -143,7 +125,7 @@ impl<C> Shared<C> {
     /// window.
     pub(crate) fn connected(&self) {
         let took = now().saturating_duration_since(self.created);
-        let _ = self.state.cell().with(|core| core.handle_connected(took));
+        let _ = self.state.cell.with(|core| core.handle_connected(took));
     }
 }
 

@@ -3,7 +3,6 @@
 
 use redis::cluster::ClusterClient;
 
-use super::subscriber;
 use crate::cluster::cluster_client;
 use crate::config::Config;
 use crate::error::{Error, Transport};
@@ -24,7 +23,8 @@ pub(crate) enum Target {
     Cluster(ClusterClient),
 }
 
-/// Where a front end's command connections come from.
+/// Where a locker's command connections and its subscriber's come from.
+#[derive(Clone)]
 #[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
 pub(crate) enum Source {
     Standalone(redis::Client),
@@ -36,32 +36,19 @@ pub(crate) enum Source {
 }
 
 impl Target {
-    /// The sources of the command connections and of the notifications; a
-    /// cluster client built here gets `retries` when given (the blocking
-    /// front end's `0`, so that a timed-out write is never re-sent behind
-    /// the locker's back).
-    pub(crate) fn sources(
-        self,
-        config: &Config,
-        retries: Option<u32>,
-    ) -> Result<(Source, subscriber::Source), Error> {
-        let (client, template) = match self {
-            Target::Standalone(client) => {
-                let notifications = subscriber::Source::Standalone(client.clone());
-                return Ok((Source::Standalone(client), notifications));
+    /// Where the connections come from; a cluster client built here gets
+    /// `retries` when given (the blocking front end's `0`, so that a
+    /// timed-out write is never re-sent behind the locker's back).
+    pub(crate) fn source(self, config: &Config, retries: Option<u32>) -> Result<Source, Error> {
+        Ok(match self {
+            Target::Standalone(client) => Source::Standalone(client),
+            Target::Sentinel(resolver) => Source::Sentinel(resolver),
+            Target::ClusterNodes(nodes) => {
+                let (client, template) = cluster_client(nodes, config, retries)?;
+                Source::Cluster(client, template)
             }
-            Target::Sentinel(resolver) => {
-                let notifications = subscriber::Source::Sentinel(resolver.clone());
-                return Ok((Source::Sentinel(resolver), notifications));
-            }
-            Target::ClusterNodes(nodes) => cluster_client(nodes, config, retries)?,
-            Target::Cluster(client) => (client, None),
-        };
-        let notifications = subscriber::Source::Cluster {
-            slots: client.clone(),
-            template: template.clone(),
-        };
-        Ok((Source::Cluster(client, template), notifications))
+            Target::Cluster(client) => Source::Cluster(client, None),
+        })
     }
 }
 

@@ -13,74 +13,32 @@
 //! stream is not public); so does a build without the `aio` feature, which
 //! lacks the redis crate's async set-up that [`Wire::connect`] reuses.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::time::Duration;
 
 use redis::{ConnectionInfo, RedisResult, Value};
 
 /// The socket, TCP or unix.
-enum Socket {
-    Tcp(std::net::TcpStream),
-    #[cfg(unix)]
-    Unix(std::os::unix::net::UnixStream),
+type Socket = socket2::Socket;
+
+/// Peeks at what came in, without waiting: `Ok(0)` at the end of the
+/// stream, `WouldBlock` when nothing came.
+#[cfg(unix)]
+fn peek_now(socket: &Socket) -> io::Result<usize> {
+    let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
+    socket.recv_with_flags(&mut [std::mem::MaybeUninit::uninit()], flags)
 }
 
-impl Socket {
-    /// Peeks at what came in, without waiting: `Ok(0)` at the end of the
-    /// stream, `WouldBlock` when nothing came.
-    #[cfg(unix)]
-    fn peek_now(&self) -> io::Result<usize> {
-        let socket = match self {
-            Socket::Tcp(s) => socket2::SockRef::from(s),
-            Socket::Unix(s) => socket2::SockRef::from(s),
-        };
-        let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
-        socket.recv_with_flags(&mut [std::mem::MaybeUninit::uninit()], flags)
-    }
-
-    #[cfg(not(unix))]
-    fn peek_now(&self) -> io::Result<usize> {
-        let Socket::Tcp(s) = self;
-        s.set_nonblocking(true)?;
-        let peeked = s.peek(&mut [0]);
-        s.set_nonblocking(false).and(peeked)
-    }
-
-    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s
-                .set_read_timeout(timeout)
-                .and(s.set_write_timeout(timeout)),
-            #[cfg(unix)]
-            Socket::Unix(s) => s
-                .set_read_timeout(timeout)
-                .and(s.set_write_timeout(timeout)),
-        }
-    }
+#[cfg(not(unix))]
+fn peek_now(socket: &Socket) -> io::Result<usize> {
+    socket.set_nonblocking(true)?;
+    let peeked = socket.peek(&mut [std::mem::MaybeUninit::uninit()]);
+    socket.set_nonblocking(false).and(peeked)
 }
 
-impl Read for &Socket {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => (&*s).read(buf),
-            #[cfg(unix)]
-            Socket::Unix(s) => (&*s).read(buf),
-        }
-    }
-}
-
-impl Write for &Socket {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => (&*s).write(buf),
-            #[cfg(unix)]
-            Socket::Unix(s) => (&*s).write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+fn set_timeouts(socket: &Socket, timeout: Option<Duration>) -> io::Result<()> {
+    socket.set_read_timeout(timeout)?;
+    socket.set_write_timeout(timeout)
 }
 
 /// One blocking connection. Any I/O or protocol error ends it
@@ -115,11 +73,11 @@ impl Wire {
                 redis::ConnectionAddr::Tcp(host, port) => connect_tcp(host, *port, timeout)
                     .and_then(|tcp| {
                         tcp.set_nodelay(info.tcp_settings().nodelay())?;
-                        Ok(Socket::Tcp(tcp))
+                        Ok(Socket::from(tcp))
                     }),
                 #[cfg(unix)]
                 redis::ConnectionAddr::Unix(path) => {
-                    std::os::unix::net::UnixStream::connect(path).map(Socket::Unix)
+                    std::os::unix::net::UnixStream::connect(path).map(Socket::from)
                 }
                 _ => return None,
             };
@@ -129,10 +87,10 @@ impl Wire {
                 let spent = crate::clock::now().saturating_duration_since(started);
                 let left = timeout.checked_sub(spent).filter(|left| !left.is_zero());
                 let left = left.ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
-                socket.set_timeouts(Some(left))?;
+                set_timeouts(&socket, Some(left))?;
                 let settings = info.redis_settings();
                 setup::complete(set_up(settings, setup::Blocking(socket.try_clone()?)))?;
-                socket.set_timeouts(Some(timeout))?;
+                set_timeouts(&socket, Some(timeout))?;
                 Ok(Wire::new(socket, settings.db()))
             }))
         }
@@ -194,7 +152,7 @@ impl OneServer for Wire {
     /// on an idle connection, so a byte, the end of the stream or an error
     /// all end it; only "nothing came" keeps it.
     fn closed_while_idle(&self) -> bool {
-        !matches!(self.socket.peek_now(), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        !matches!(peek_now(&self.socket), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     fn needs_probe(&self) -> bool {
@@ -202,7 +160,7 @@ impl OneServer for Wire {
     }
 
     fn set_timeout(&self, timeout: Duration) -> RedisResult<()> {
-        Ok(self.socket.set_timeouts(Some(timeout))?)
+        Ok(set_timeouts(&self.socket, Some(timeout))?)
     }
 
     fn send_packed_command(&mut self, bytes: &[u8]) -> RedisResult<()> {
@@ -311,16 +269,6 @@ mod setup {
     /// read and write completes (or times out) before it returns.
     pub(super) struct Blocking(pub(super) Socket);
 
-    impl Socket {
-        pub(super) fn try_clone(&self) -> io::Result<Socket> {
-            Ok(match self {
-                Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
-                #[cfg(unix)]
-                Socket::Unix(s) => Socket::Unix(s.try_clone()?),
-            })
-        }
-    }
-
     impl futures::io::AsyncRead for Blocking {
         fn poll_read(
             self: Pin<&mut Self>,
@@ -391,7 +339,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
-        let wire = Wire::new(Socket::Tcp(client), 0);
+        let wire = Wire::new(Socket::from(client), 0);
         wire.set_timeout(Duration::from_secs(10)).unwrap();
         (wire, server)
     }

@@ -130,7 +130,7 @@ impl<F: Front, K: Kind> Lease<F, K> {
     /// released), `ShuttingDown` after the locker released it at shutdown.
     pub fn renew(&self) -> Call<'_, F, Result<RenewOutcome, Error>> {
         let state = &self.state;
-        let renew = move || Ok(Renew::new(&state.shared.state, &state.held));
+        let renew = move || Ok(Renew::new(&state.shared.state, &state.held, false));
         F::run(&state.shared, Some(&state.serial), renew, |outcome| outcome)
     }
 

@@ -89,10 +89,10 @@ impl<F: Front> Watch<F> {
         let (state, id) = (&self.state, self.id);
         loop {
             // Registered before the checks: a change in between still wakes.
-            let listener = state.listen_changed();
+            let listener = state.cell.listen_changed();
             let now = now();
             // Read-only: an observer that only looks wakes nobody.
-            let step = state.read(|core| {
+            let step = state.cell.read(|core| {
                 (!core.is_shutting_down())
                     .then(|| core.observer_step(id, self.cursor, now))
                     .flatten()

@@ -141,7 +141,7 @@ impl Acquire {
         if let Some(cancel) = &options.cancel {
             cancel.register(&wake);
         }
-        state.cell().set_waker(id, wake.clone());
+        state.cell.set_waker(id, wake.clone());
         Ok(Acquire {
             state: state.clone(),
             id,
@@ -177,38 +177,28 @@ impl Acquire {
     /// The grant's replication verdict: the lease, or its release first.
     fn after_grant(&mut self, now: Instant, grant: Grant) -> Io<Result<Granted, Error>> {
         let hold = self.timer.hold(now);
-        let Some(replication) = self.state.replication else {
-            return self.hold_back(
-                now,
-                Ok(Granted {
-                    grant,
-                    replicas: None,
-                    hold,
-                }),
-            );
-        };
         let acks = self.acks.take().unwrap_or(Ok(redis::Value::Int(0)));
-        match replication.verdict(acks) {
-            Ok(acked) => self.hold_back(
-                now,
-                Ok(Granted {
-                    grant,
-                    replicas: Some(acked),
-                    hold,
-                }),
-            ),
-            Err(e) => {
+        let replicas = match self.state.replication.map(|r| r.verdict(acks)) {
+            None => None,
+            Some(Ok(acked)) => Some(acked),
+            Some(Err(e)) => {
                 // Not replicated enough to count as held: release it first.
                 let lease = grant.lease;
-                match self.state.with_core(|core| core.release_call(lease)) {
+                return match self.state.with_core(|core| core.release_call(lease)) {
                     Ok(call) => {
                         self.pending = Pending::Unreplicated(e, lease);
                         Io::Send(Request::Script { call, then: None })
                     }
                     Err(_) => self.hold_back(now, Err(e)),
-                }
+                };
             }
-        }
+        };
+        let granted = Granted {
+            grant,
+            replicas,
+            hold,
+        };
+        self.hold_back(now, Ok(granted))
     }
 
     /// Ends with `result`, after a last sweep of late grants at shutdown.
@@ -233,11 +223,21 @@ impl Acquire {
         Some(Io::Send(request))
     }
 
+    /// Sends the acquire script `call`, with the replication `WAIT`.
+    fn attempt(&mut self, call: ScriptCall) -> Io<Result<Granted, Error>> {
+        self.pending = Pending::Attempt;
+        self.timer.attempt_sent();
+        Io::Send(Request::Script {
+            call,
+            then: self.then.clone(),
+        })
+    }
+
     fn next_held_back(&mut self, now: Instant) -> Io<Result<Granted, Error>> {
         // At shutdown nobody else may come to release late grants. Else
         // the next operation does: sweeping now could race this waiter's
         // own unanswered attempt on another connection.
-        if self.state.read(|core| core.is_shutting_down()) {
+        if self.state.cell.read(|core| core.is_shutting_down()) {
             if let Some(sweep) = self.sweep(now, None) {
                 return sweep;
             }
@@ -274,22 +274,14 @@ impl Op for Acquire {
             return self.next_held_back(now);
         }
         if let Some(call) = self.deferred.take() {
-            self.pending = Pending::Attempt;
-            self.timer.attempt_sent();
-            return Io::Send(Request::Script {
-                call,
-                then: self.then.clone(),
-            });
+            return self.attempt(call);
         }
-        let (id, cancelled) = (
-            self.id,
-            self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled),
-        );
+        let cancelled = self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled);
         let step = self.state.with_core(|core| {
             if cancelled {
-                core.cancel(id);
+                core.cancel(self.id);
             }
-            core.poll_waiter(now, id)
+            core.poll_waiter(now, self.id)
         });
         match step {
             WaiterStep::Attempt(call) => {
@@ -298,12 +290,7 @@ impl Op for Acquire {
                     self.deferred = Some(call);
                     return sweep;
                 }
-                self.pending = Pending::Attempt;
-                self.timer.attempt_sent();
-                Io::Send(Request::Script {
-                    call,
-                    then: self.then.clone(),
-                })
+                self.attempt(call)
             }
             // Woken by a lease dropped while this waiter waits for its key:
             // release it now, within one round trip.
@@ -326,10 +313,9 @@ impl Op for Acquire {
                 let (reply, then) = reply.into_script();
                 self.state.metrics.reply(Operation::Acquire, &reply);
                 self.acks = then;
-                let id = self.id;
                 let summary = self
                     .state
-                    .with_core(|core| core.handle_acquire_reply(now, id, reply));
+                    .with_core(|core| core.handle_acquire_reply(now, self.id, reply));
                 if summary.is_busy() {
                     self.state.counters.busy_reply();
                 }
@@ -365,16 +351,15 @@ impl Op for Acquire {
 impl Drop for Acquire {
     fn drop(&mut self) {
         self.timer.abandoned();
-        self.state.cell().remove_waker(self.id);
+        self.state.cell.remove_waker(self.id);
         if let Some(Ok(granted)) = self.result.take() {
             // Dropped during its last sweep: the lease nobody took.
-            let lease = granted.grant.lease;
-            self.state.with_core(|core| core.abandon_lease(lease));
+            self.state
+                .with_core(|core| core.abandon_lease(granted.grant.lease));
         }
         if !self.finished {
-            let id = self.id;
             self.state
-                .with_core(|core| core.abandon(crate::clock::now(), id));
+                .with_core(|core| core.abandon(crate::clock::now(), self.id));
         }
     }
 }

@@ -60,42 +60,17 @@ pub(crate) enum Io<T> {
     Done(T),
 }
 
-impl<T> Io<T> {
-    /// The same step with `Done`'s output mapped.
-    pub(crate) fn map_done<U>(self, f: impl FnOnce(T) -> U) -> Io<U> {
-        match self {
-            Io::Send(request) => Io::Send(request),
-            Io::Wait { until } => Io::Wait { until },
-            Io::Done(output) => Io::Done(f(output)),
-        }
-    }
-}
-
-/// One turn of a front end's loop: a request to send, a wait, or the end.
-#[derive(Debug)]
-pub(crate) enum Turn<T> {
-    /// Send this, then report the reply with `handle_reply`.
-    Send(Request),
-    /// Wait for the listener (registered before the step was taken, so no
-    /// wake-up is lost) or until the instant.
-    Wait(Option<EventListener>, Option<Instant>),
-    /// The operation is over.
-    Done(T),
-}
-
-/// Takes `op`'s next step now, with the listener of a wait registered
-/// before it; each front end's loop sends or waits on what this returns,
-/// and hands a reply back through [`answer`].
-pub(crate) fn turn<O: Op>(op: &mut O) -> Turn<O::Output> {
+/// Takes `op`'s next step now, and the listener a wait waits for,
+/// registered before the step was taken (no wake-up is lost); each front
+/// end's loop sends or waits on what this returns, and hands a reply back
+/// through [`answer`].
+pub(crate) fn turn<O: Op>(op: &mut O) -> (Io<O::Output>, Option<EventListener>) {
     let listener = op.listener();
-    match op.next(now()) {
-        Io::Send(request) => {
-            probe::sending(&request);
-            Turn::Send(request)
-        }
-        Io::Wait { until } => Turn::Wait(listener, until),
-        Io::Done(output) => Turn::Done(output),
+    let step = op.next(now());
+    if let Io::Send(request) = &step {
+        probe::sending(request);
     }
+    (step, listener)
 }
 
 /// Hands the reply to `request` to `op`.

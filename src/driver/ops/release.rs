@@ -99,7 +99,7 @@ impl Release<'_> {
     /// sweep before it (none on one server).
     fn own_slot(&self) -> Option<u16> {
         self.state.quiet.as_ref()?;
-        self.state.read(|core| {
+        self.state.cell.read(|core| {
             let orphans = core.counts().orphans > 0;
             orphans.then(|| core.release_call(self.held.id).ok()?.slot())?
         })
@@ -117,7 +117,7 @@ impl Release<'_> {
                 Io::Send(Request::Script { call, then: None })
             }
             Err(e) => {
-                let shutting_down = self.state.read(|core| core.is_shutting_down());
+                let shutting_down = self.state.cell.read(|core| core.is_shutting_down());
                 let result = self.held.already_released(e, shutting_down);
                 self.held.handle_release(&result);
                 Io::Done(result)

@@ -34,19 +34,12 @@ pub(crate) struct Renew<'a> {
 }
 
 impl<'a> Renew<'a> {
-    pub(crate) fn new(state: &'a Arc<LockerState>, held: &'a Held) -> Self {
+    pub(crate) fn new(state: &'a Arc<LockerState>, held: &'a Held, retrying: bool) -> Self {
         Renew {
             state,
             held,
-            retrying: false,
+            retrying,
             phase: Phase::Start,
-        }
-    }
-
-    pub(crate) fn retrying(state: &'a Arc<LockerState>, held: &'a Held) -> Self {
-        Renew {
-            retrying: true,
-            ..Renew::new(state, held)
         }
     }
 }
@@ -78,8 +71,7 @@ impl Op for Renew<'_> {
                 }
             }
             Phase::Unreplicated(e) => {
-                let id = self.held.id;
-                match self.state.with_core(|core| core.release_call(id)) {
+                match self.state.with_core(|core| core.release_call(self.held.id)) {
                     Ok(call) => {
                         self.phase = Phase::Releasing(e);
                         Io::Send(Request::Script { call, then: None })

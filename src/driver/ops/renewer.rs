@@ -140,7 +140,8 @@ impl Op for Renewer<'_> {
                             return Io::Done(());
                         }
                     }
-                    other => return other.map_done(|_| ()),
+                    Io::Send(request) => return Io::Send(request),
+                    Io::Wait { until } => return Io::Wait { until },
                 }
             }
             if self.stop.is_stopped() {
@@ -164,7 +165,7 @@ impl Op for Renewer<'_> {
                 None => deadline.and_then(|d| d.checked_sub(half)),
             };
             if due.is_some_and(|at| now >= at) {
-                self.renew = Some(Renew::retrying(self.state, self.held));
+                self.renew = Some(Renew::new(self.state, self.held, true));
                 continue;
             }
             return Io::Wait {
@@ -192,7 +193,7 @@ mod tests {
     use super::*;
     use crate::config::{AcquireOptions, Config};
     use crate::driver::ops::{Acquire, Request};
-    use crate::driver::subscriber::Source;
+    use crate::driver::target::Source;
     use crate::error::Failure;
 
     const LEASE: Duration = Duration::from_millis(1000);

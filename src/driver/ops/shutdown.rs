@@ -3,7 +3,7 @@
 //! the subscriber to stop, all within `shutdown_timeout` (`Locker::shutdown`'s docs).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use event_listener::EventListener;
 
@@ -26,7 +26,6 @@ enum Phase {
 /// What the cleanup found.
 #[derive(Debug, Default)]
 struct Tally {
-    confirmed: usize,
     /// Not answered in time (attempts in flight, releases without reply).
     timed_out: usize,
     /// Answered with a failure, or of unknown outcome.
@@ -41,7 +40,6 @@ struct Tally {
 #[derive(Debug)]
 pub(crate) struct Shutdown {
     state: Arc<LockerState>,
-    timeout: Duration,
     deadline: Option<Instant>,
     phase: Phase,
     tally: Tally,
@@ -55,7 +53,6 @@ impl Shutdown {
     pub(crate) fn new(state: &Arc<LockerState>) -> Self {
         Shutdown {
             state: state.clone(),
-            timeout: state.config.shutdown_timeout,
             deadline: None,
             phase: Phase::Begin,
             tally: Tally::default(),
@@ -99,7 +96,7 @@ impl Shutdown {
             }),
             None => Err(Error::CleanupTimeout {
                 unconfirmed,
-                timeout: self.timeout,
+                timeout: self.state.config.shutdown_timeout,
             }),
         }
     }
@@ -109,14 +106,14 @@ impl Op for Shutdown {
     type Output = Result<(), Error>;
 
     fn listener(&self) -> Option<EventListener> {
-        Some(self.state.listen_changed())
+        Some(self.state.cell.listen_changed())
     }
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
         loop {
             match self.phase {
                 Phase::Begin => {
-                    self.deadline = deadline_after(now, self.timeout);
+                    self.deadline = deadline_after(now, self.state.config.shutdown_timeout);
                     self.first = self.state.with_core(|core| {
                         let first = !core.is_shutting_down();
                         core.begin_shutdown();
@@ -128,7 +125,7 @@ impl Op for Shutdown {
                     self.phase = Phase::Draining;
                 }
                 Phase::Draining => {
-                    let in_flight = self.state.read(|core| core.attempts_in_flight());
+                    let in_flight = self.state.cell.read(|core| core.attempts_in_flight());
                     if in_flight > 0 && !self.past_deadline(now) {
                         return Io::Wait {
                             until: self.deadline,
@@ -171,9 +168,7 @@ impl Op for Shutdown {
             Ok(replies) => {
                 for reply in replies {
                     match reply {
-                        Some(Ok(value)) if classify_release(&value).is_ok() => {
-                            self.tally.confirmed += 1;
-                        }
+                        Some(Ok(value)) if classify_release(&value).is_ok() => {}
                         Some(Ok(_)) => self.tally.failed += 1,
                         Some(Err(f)) => {
                             self.tally.failed += 1;

@@ -164,13 +164,8 @@ impl Subscriber<'_> {
     fn poll_slots(&mut self) -> redis::RedisResult<bool> {
         if let Some((read, rx)) = &self.refreshing {
             let read = *read;
-            let taken = match rx.try_recv() {
-                Err(TryRecvError::Empty) => return Ok(false),
-                Ok(taken) => taken,
-                Err(TryRecvError::Disconnected) => Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "the slot map reader stopped",
-                ))),
+            let Some(taken) = helper_result(rx) else {
+                return Ok(false);
             };
             self.refreshing = None;
             return match taken {
@@ -223,48 +218,57 @@ impl Subscriber<'_> {
     /// owner; their heads check at once, since a release may have gone
     /// unseen.
     fn move_to_new_owners(&mut self) {
-        let stale: Vec<(KeyId, NodeAddr)> = self
-            .channels
-            .iter()
-            .filter(|(key, ch)| {
-                let owner = self.slots.owner(slot_of(&self.channel(**key)));
-                owner.is_some_and(|owner| *owner != ch.node)
-            })
-            .map(|(key, ch)| (*key, ch.node.clone()))
-            .collect();
-        for (key, node) in stale {
-            self.channels.remove(&key);
+        let stale = self.keys_where(|key, ch| {
+            let owner = self.slots.owner(slot_of(&self.channel(key)));
+            owner.is_some_and(|owner| *owner != ch.node)
+        });
+        self.forget(stale, true);
+    }
+
+    /// The keys of the channels `pick` chooses.
+    fn keys_where(&self, pick: impl Fn(KeyId, &Subscribed) -> bool) -> Vec<KeyId> {
+        let picked = self.channels.iter().filter(|(key, ch)| pick(**key, ch));
+        picked.map(|(key, _)| *key).collect()
+    }
+
+    /// Forgets the channels of `keys`, unsubscribing them on their node if
+    /// it is still connected (best effort: a lost unsubscribe only costs a
+    /// message); when `lost`, their heads check at once (a release may
+    /// have gone unseen).
+    fn forget(&mut self, keys: Vec<KeyId>, lost: bool) {
+        for key in keys {
+            let Some(ch) = self.channels.remove(&key) else {
+                continue;
+            };
             let channel = self.channel(key);
-            if let Some(conn) = self.nodes.get_mut(&node) {
-                // Best effort: a lost unsubscribe only costs a message.
+            if let Some(conn) = self.nodes.get_mut(&ch.node) {
                 let _ = redis::cmd("SUNSUBSCRIBE")
                     .arg(&channel)
                     .set_no_response(true)
                     .exec(conn);
             }
-            self.state.with_core(|core| core.handle_channel_lost(key));
+            if lost {
+                self.state.with_core(|core| core.handle_channel_lost(key));
+            }
         }
     }
 
     /// Takes the node connections that were opened meanwhile.
     fn poll_connects(&mut self, now: Instant) -> redis::RedisResult<()> {
-        let mut done = Vec::new();
-        for (node, rx) in &self.connecting {
-            match rx.try_recv() {
-                Err(TryRecvError::Empty) => {}
-                Ok(result) => done.push((node.clone(), Some(result))),
-                Err(TryRecvError::Disconnected) => done.push((node.clone(), None)),
-            }
-        }
+        let done: Vec<_> = self
+            .connecting
+            .iter()
+            .filter_map(|(node, rx)| Some((node.clone(), helper_result(rx)?)))
+            .collect();
         for (node, result) in done {
             self.connecting.remove(&node);
             match result {
-                Some(Ok(conn)) => {
+                Ok(conn) => {
                     self.down.remove(&node);
                     self.nodes.insert(node, conn);
                 }
-                Some(Err(e)) if is_refusal(&e) => return Err(e),
-                _ => self.mark_down(now, &node),
+                Err(e) if is_refusal(&e) => return Err(e),
+                Err(_) => self.mark_down(now, &node),
             }
         }
         Ok(())
@@ -320,23 +324,8 @@ impl Subscriber<'_> {
     }
 
     fn unsubscribe_unwanted(&mut self, wanted: &HashSet<KeyId>) {
-        let stale: Vec<(KeyId, NodeAddr)> = self
-            .channels
-            .iter()
-            .filter(|(key, _)| !wanted.contains(key))
-            .map(|(key, ch)| (*key, ch.node.clone()))
-            .collect();
-        for (key, node) in stale {
-            self.channels.remove(&key);
-            let channel = self.channel(key);
-            if let Some(conn) = self.nodes.get_mut(&node) {
-                // Best effort: a lost unsubscribe only costs a message.
-                let _ = redis::cmd("SUNSUBSCRIBE")
-                    .arg(&channel)
-                    .set_no_response(true)
-                    .exec(conn);
-            }
-        }
+        let unwanted = self.keys_where(|key, _| !wanted.contains(&key));
+        self.forget(unwanted, false);
     }
 
     /// Closes the connections of nodes no channel is subscribed on.
@@ -375,16 +364,8 @@ impl Subscriber<'_> {
     /// release may have gone unseen) and the keys are subscribed again.
     fn drop_node(&mut self, node: &NodeAddr) {
         self.nodes.remove(node);
-        let keys: Vec<KeyId> = self
-            .channels
-            .iter()
-            .filter(|(_, ch)| ch.node == *node)
-            .map(|(key, _)| *key)
-            .collect();
-        for key in keys {
-            self.channels.remove(&key);
-            self.state.with_core(|core| core.handle_channel_lost(key));
-        }
+        let keys = self.keys_where(|_, ch| ch.node == *node);
+        self.forget(keys, true);
     }
 
     /// Sends what the core passes on (`core/linger.rs`) on the connection
@@ -402,7 +383,7 @@ impl Subscriber<'_> {
     /// Reads what the nodes pushed, sharing one slice among them.
     fn read_pushes(&mut self) -> redis::RedisResult<()> {
         if self.nodes.is_empty() {
-            let listener = self.state.listen_changed();
+            let listener = self.state.cell.listen_changed();
             if let Some(until) = deadline_after(now(), SLICE) {
                 listener.wait_deadline(until);
             }
@@ -412,7 +393,6 @@ impl Subscriber<'_> {
         let per_node = (SLICE / self.nodes.len() as u32).max(Duration::from_millis(1));
         let mut lost = Vec::new();
         let mut moved = Vec::new();
-        let mut confirmed = Vec::new();
         let addrs: Vec<NodeAddr> = self.nodes.keys().cloned().collect();
         for node in addrs {
             let mut timeout = per_node;
@@ -424,7 +404,11 @@ impl Subscriber<'_> {
                 match conn.recv_response() {
                     Ok(Value::Push { kind, data }) => {
                         match handle_push(self.state, &kind, &data) {
-                            Some(Notice::Subscribed(Some(key))) => confirmed.push(key),
+                            Some(Notice::Subscribed(Some(key))) => {
+                                if let Some(ch) = self.channels.get_mut(&key) {
+                                    ch.confirmed = true;
+                                }
+                            }
                             Some(Notice::Unsubscribed(key)) => moved.push((key, node.clone())),
                             _ => {}
                         }
@@ -441,11 +425,6 @@ impl Subscriber<'_> {
                         break;
                     }
                 }
-            }
-        }
-        for key in confirmed {
-            if let Some(ch) = self.channels.get_mut(&key) {
-                ch.confirmed = true;
             }
         }
         for (key, ended_by) in moved {
@@ -478,21 +457,27 @@ impl Subscriber<'_> {
 }
 
 /// Runs `work` on a short-lived thread and hands back where its result
-/// will arrive (at once, as an error, if no thread can be started).
+/// will arrive ([`helper_result`]).
 fn on_helper_thread<T: Send + 'static>(
     work: impl FnOnce() -> redis::RedisResult<T> + Send + 'static,
 ) -> Receiver<redis::RedisResult<T>> {
     let (tx, rx) = channel();
-    let for_thread = tx.clone();
-    let spawned = std::thread::Builder::new()
-        .name("redlease-subscriber-io".into())
-        // The subscriber may have stopped meanwhile: nobody to tell.
-        .spawn(move || drop(for_thread.send(work())));
-    if spawned.is_err() {
-        let _ = tx.send(Err(redis::RedisError::from((
-            redis::ErrorKind::Io,
-            "could not start a thread",
-        ))));
-    }
+    // The subscriber may have stopped meanwhile: nobody to tell. Without a
+    // thread, `tx` is dropped with `work`.
+    let spawned = std::thread::Builder::new().name("redlease-subscriber-io".into());
+    let _ = spawned.spawn(move || drop(tx.send(work())));
     rx
+}
+
+/// A helper thread's result once it came; a thread that could not start,
+/// or died, is an I/O error.
+fn helper_result<T>(rx: &Receiver<redis::RedisResult<T>>) -> Option<redis::RedisResult<T>> {
+    match rx.try_recv() {
+        Err(TryRecvError::Empty) => None,
+        Ok(result) => Some(result),
+        Err(TryRecvError::Disconnected) => Some(Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "a helper thread stopped",
+        )))),
+    }
 }

@@ -19,35 +19,10 @@ use crate::core::lease::deadline_after;
 use crate::core::names::KeyId;
 use crate::core::notice::{decode, Notice};
 use crate::driver::state::LockerState;
+use crate::driver::target::Source;
 
 mod cluster;
 mod standalone;
-
-/// Where the subscriber connects.
-#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
-pub(crate) enum Source {
-    /// One server: a dedicated RESP3 connection from this client's info.
-    Standalone(redis::Client),
-    /// A Redis Cluster: the slot map comes through `slots` (a sync
-    /// connection of it), the per-node connections use `template`'s
-    /// credentials when known.
-    Cluster {
-        slots: redis::cluster::ClusterClient,
-        template: Option<redis::ConnectionInfo>,
-    },
-    /// One server, the primary Sentinel names at every (re)connect.
-    Sentinel(crate::sentinel::Resolver),
-}
-
-impl std::fmt::Debug for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Source::Standalone(_) => "Standalone",
-            Source::Cluster { .. } => "Cluster",
-            Source::Sentinel(_) => "Sentinel",
-        })
-    }
-}
 
 /// Starts the thread; the caller already counted it as running.
 pub(crate) fn spawn(state: Arc<LockerState>) {
@@ -55,7 +30,7 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
     let spawned = std::thread::Builder::new()
         .name("redlease-subscriber".into())
         .spawn(move || {
-            match for_thread.notifications() {
+            match &for_thread.notifications {
                 Source::Standalone(client) => {
                     standalone::run(&for_thread, || Ok(client.get_connection_info().clone()))
                 }
@@ -64,7 +39,7 @@ pub(crate) fn spawn(state: Arc<LockerState>) {
                         .primary(for_thread.config.command_timeout)
                         .map(|c| c.get_connection_info().clone())
                 }),
-                Source::Cluster { slots, template } => {
+                Source::Cluster(slots, template) => {
                     cluster::run(&for_thread, slots, template.as_ref())
                 }
             }
@@ -106,8 +81,7 @@ fn handle_push(
         }
         Notice::Subscribed(None) => state.with_core(|core| core.handle_subscribed()),
         Notice::Subscribed(Some(key)) => {
-            let key = *key;
-            state.with_core(|core| core.handle_channel_subscribed(key));
+            state.with_core(|core| core.handle_channel_subscribed(*key))
         }
         Notice::Unsubscribed(_) => {}
     }
@@ -122,7 +96,7 @@ fn handle_push(
 fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8])) {
     // Looked at read-only first: this runs after every push, and a call
     // that changes the core wakes everyone listening for changes.
-    if !state.read(|core| core.has_pass_ons()) {
+    if !state.cell.read(|core| core.has_pass_ons()) {
         return;
     }
     for (key, calls) in state.with_core(|core| core.take_pass_ons()) {
@@ -159,7 +133,7 @@ fn pause_while_wanted(state: &Arc<LockerState>, pause: Duration) -> bool {
         return false;
     };
     loop {
-        let listener = state.listen_changed();
+        let listener = state.cell.listen_changed();
         if listen_slice(state, pause).is_none() {
             return false;
         }

@@ -8,8 +8,11 @@
 --   gets, the latest writer fence; a missing counter is set to the §3
 --   floor first, so that the next writer's fence is above every epoch.
 -- - `admit(readers, token, expiry)`: adds a reader; the set expires with
---   its latest member.
--- - `readers_until(readers)`: the latest live reader's expiry, or `nil`.
+--   its latest member. `true` when the set is new (it took its first
+--   expiry: every script that adds a reader gives the set one in the same
+--   run), so it holds no expired reader to purge.
+-- - `readers_until(readers)`: the latest live reader's expiry, or `nil`
+--   and whether the set holds expired readers only.
 -- - `rw_hand_over(write, readers, counter_key, counter, ttl_ms, H,
 --   self_entry)`: hands the free lease to the head live entry: a writer
 --   gets the write lease (`grant_to`) unless a reader is live, and then
@@ -43,9 +46,8 @@ local function read_epoch(counter_key, counter, t, ttl_ms)
 end
 local function admit(readers, token, expiry)
   redis.call('ZADD', readers, expiry, token)
-  if redis.call('PEXPIREAT', readers, expiry, 'GT') == 0 then
-    redis.call('PEXPIREAT', readers, expiry, 'NX')
-  end
+  return redis.call('PEXPIREAT', readers, expiry, 'GT') == 0
+    and redis.call('PEXPIREAT', readers, expiry, 'NX') == 1
 end
 local function readers_until(readers)
   local latest = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
@@ -53,6 +55,7 @@ local function readers_until(readers)
   if expiry and expiry > now_ms() then
     return expiry
   end
+  return nil, expiry ~= nil
 end
 local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, self_entry)
   local reg, value = next_registration(H.queue)

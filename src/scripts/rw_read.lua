@@ -19,8 +19,8 @@
 -- handed out. A replay sets the reader's expiry anew from this attempt
 -- on, as every kind's replay does.
 --
--- The set expires with its latest member (`admit`), and a read purges the
--- expired readers.
+-- The set expires with its latest member (`admit`), and a read into a set
+-- that was there purges the expired readers.
 
 local H, got, queue, register = rw_begin(3)
 local epoch = got[3]
@@ -77,8 +77,9 @@ if got[2] or queue.queued then
   end
 end
 -- A replay sets the reader's expiry anew, as every kind's replay does.
-admit(KEYS[2], ARGV[1], expiry())
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
+if not admit(KEYS[2], ARGV[1], expiry()) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
+end
 epoch = read_epoch(KEYS[4], epoch, server_time(), ARGV[3])
 if queue.queued then
   settle(H, KEYS[5], KEYS[6])

@@ -31,7 +31,7 @@ if got[1] then
   register(ARGV[1])
   return redis.call('PTTL', KEYS[1])
 end
-local live = readers_until(KEYS[2])
+local live, stale = readers_until(KEYS[2])
 if live then
   if ARGV[4] ~= '0' and (not got[2] or got[2] == ARGV[1]) then
     redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
@@ -39,7 +39,9 @@ if live then
   register(ARGV[1])
   return live - now_ms()
 end
-redis.call('DEL', KEYS[2])
+if stale then
+  redis.call('DEL', KEYS[2])
+end
 if queue.queued then
   local claim_ms = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], got[3], ARGV[3], H, H.reg)
   if claim_ms then

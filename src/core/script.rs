@@ -95,28 +95,43 @@ pub(crate) enum ScriptKind {
     MultiRelease,
 }
 
-static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_LUA));
-static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_LUA));
-static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_LUA));
-static SEM_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SEM_ACQUIRE_LUA));
-static SEM_RELEASE_ANY: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(SEM_RELEASE_ANY_LUA));
-static RW_READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RW_READ_LUA));
-static RW_WRITE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RW_WRITE_LUA));
-static RW_READ_RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(RW_READ_RELEASE_LUA));
-static RW_READ_RENEW: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(RW_READ_RENEW_LUA));
-static CAMPAIGN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CAMPAIGN_LUA));
-static PROCLAIM: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROCLAIM_LUA));
-static RESIGN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESIGN_LUA));
-static ELECT_READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(READ_LUA));
-static DEREGISTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEREGISTER_LUA));
-static MULTI_ACQUIRE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(MULTI_ACQUIRE_LUA));
-static MULTI_RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(MULTI_RENEW_LUA));
-static MULTI_RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(MULTI_RELEASE_LUA));
+/// Every script's text and its name in errors, in the order of
+/// [`ScriptKind`]'s variants (`kind as usize` indexes it; a test checks).
+const SCRIPTS: [(ScriptKind, &str, &str); 17] = [
+    (ScriptKind::Acquire, ACQUIRE_LUA, "acquire"),
+    (ScriptKind::Release, RELEASE_LUA, "release"),
+    (ScriptKind::Renew, RENEW_LUA, "renew"),
+    (ScriptKind::SemAcquire, SEM_ACQUIRE_LUA, "semaphore acquire"),
+    (
+        ScriptKind::SemReleaseAny,
+        SEM_RELEASE_ANY_LUA,
+        "semaphore release",
+    ),
+    (ScriptKind::RwRead, RW_READ_LUA, "read"),
+    (ScriptKind::RwWrite, RW_WRITE_LUA, "write"),
+    (
+        ScriptKind::RwReadRelease,
+        RW_READ_RELEASE_LUA,
+        "read release",
+    ),
+    (ScriptKind::RwReadRenew, RW_READ_RENEW_LUA, "read renew"),
+    (ScriptKind::Campaign, CAMPAIGN_LUA, "campaign"),
+    (ScriptKind::Proclaim, PROCLAIM_LUA, "proclaim"),
+    (ScriptKind::Resign, RESIGN_LUA, "resign"),
+    (ScriptKind::ElectRead, READ_LUA, "leader read"),
+    (ScriptKind::Deregister, DEREGISTER_LUA, "deregister"),
+    (
+        ScriptKind::MultiAcquire,
+        MULTI_ACQUIRE_LUA,
+        "multi-key acquire",
+    ),
+    (ScriptKind::MultiRenew, MULTI_RENEW_LUA, "multi-key renew"),
+    (
+        ScriptKind::MultiRelease,
+        MULTI_RELEASE_LUA,
+        "multi-key release",
+    ),
+];
 
 impl ScriptKind {
     /// Every script.
@@ -142,48 +157,18 @@ impl ScriptKind {
     ];
 
     pub(crate) fn source(self) -> &'static str {
-        match self {
-            ScriptKind::Acquire => ACQUIRE_LUA,
-            ScriptKind::Release => RELEASE_LUA,
-            ScriptKind::Renew => RENEW_LUA,
-            ScriptKind::SemAcquire => SEM_ACQUIRE_LUA,
-            ScriptKind::SemReleaseAny => SEM_RELEASE_ANY_LUA,
-            ScriptKind::RwRead => RW_READ_LUA,
-            ScriptKind::RwWrite => RW_WRITE_LUA,
-            ScriptKind::RwReadRelease => RW_READ_RELEASE_LUA,
-            ScriptKind::RwReadRenew => RW_READ_RENEW_LUA,
-            ScriptKind::Campaign => CAMPAIGN_LUA,
-            ScriptKind::Proclaim => PROCLAIM_LUA,
-            ScriptKind::Resign => RESIGN_LUA,
-            ScriptKind::ElectRead => READ_LUA,
-            ScriptKind::Deregister => DEREGISTER_LUA,
-            ScriptKind::MultiAcquire => MULTI_ACQUIRE_LUA,
-            ScriptKind::MultiRenew => MULTI_RENEW_LUA,
-            ScriptKind::MultiRelease => MULTI_RELEASE_LUA,
-        }
+        SCRIPTS[self as usize].1
     }
 
     /// The SHA-1 digest EVALSHA needs (computed by `redis::Script`).
     pub(crate) fn sha1(self) -> &'static str {
-        match self {
-            ScriptKind::Acquire => ACQUIRE.get_hash(),
-            ScriptKind::Release => RELEASE.get_hash(),
-            ScriptKind::Renew => RENEW.get_hash(),
-            ScriptKind::SemAcquire => SEM_ACQUIRE.get_hash(),
-            ScriptKind::SemReleaseAny => SEM_RELEASE_ANY.get_hash(),
-            ScriptKind::RwRead => RW_READ.get_hash(),
-            ScriptKind::RwWrite => RW_WRITE.get_hash(),
-            ScriptKind::RwReadRelease => RW_READ_RELEASE.get_hash(),
-            ScriptKind::RwReadRenew => RW_READ_RENEW.get_hash(),
-            ScriptKind::Campaign => CAMPAIGN.get_hash(),
-            ScriptKind::Proclaim => PROCLAIM.get_hash(),
-            ScriptKind::Resign => RESIGN.get_hash(),
-            ScriptKind::ElectRead => ELECT_READ.get_hash(),
-            ScriptKind::Deregister => DEREGISTER.get_hash(),
-            ScriptKind::MultiAcquire => MULTI_ACQUIRE.get_hash(),
-            ScriptKind::MultiRenew => MULTI_RENEW.get_hash(),
-            ScriptKind::MultiRelease => MULTI_RELEASE.get_hash(),
-        }
+        static LOADED: LazyLock<Vec<redis::Script>> =
+            LazyLock::new(|| SCRIPTS.iter().map(|s| redis::Script::new(s.1)).collect());
+        LOADED[self as usize].get_hash()
+    }
+
+    fn name(self) -> &'static str {
+        SCRIPTS[self as usize].2
     }
 
     /// Whether a reply to this script granted (acquire) or extended
@@ -214,28 +199,6 @@ impl ScriptKind {
             | ScriptKind::ElectRead
             | ScriptKind::Deregister
             | ScriptKind::MultiRelease => false,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            ScriptKind::Acquire => "acquire",
-            ScriptKind::Release => "release",
-            ScriptKind::Renew => "renew",
-            ScriptKind::SemAcquire => "semaphore acquire",
-            ScriptKind::SemReleaseAny => "semaphore release",
-            ScriptKind::RwRead => "read",
-            ScriptKind::RwWrite => "write",
-            ScriptKind::RwReadRelease => "read release",
-            ScriptKind::RwReadRenew => "read renew",
-            ScriptKind::Campaign => "campaign",
-            ScriptKind::Proclaim => "proclaim",
-            ScriptKind::Resign => "resign",
-            ScriptKind::ElectRead => "leader read",
-            ScriptKind::Deregister => "deregister",
-            ScriptKind::MultiAcquire => "multi-key acquire",
-            ScriptKind::MultiRenew => "multi-key renew",
-            ScriptKind::MultiRelease => "multi-key release",
         }
     }
 }
@@ -905,6 +868,13 @@ pub(crate) mod tests {
         assert_eq!(classify_renew(&Value::Int(0)), Ok(RenewOutcome::Expired));
         assert_eq!(classify_renew(&Value::Int(2)), Ok(RenewOutcome::Conflict));
         assert!(classify_renew(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn the_script_table_follows_the_kinds_order() {
+        for (i, kind) in ScriptKind::ALL.into_iter().enumerate() {
+            assert_eq!((SCRIPTS[i].0, kind as usize), (kind, i));
+        }
     }
 
     #[test]

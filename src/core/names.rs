@@ -518,8 +518,13 @@ impl SemNames {
     /// Slots `0..n`, then their fence counters: what a script that may
     /// take any of them declares.
     pub(crate) fn slots_and_counters(&self, n: u32) -> impl Iterator<Item = String> + '_ {
-        let slots = (0..n).map(|i| format!("{}{i}", self.slot_prefix));
-        slots.chain((0..n).map(|i| format!("{}{i}", self.fence_prefix)))
+        let counters = (0..n).map(|i| format!("{}{i}", self.fence_prefix));
+        self.slots(n).chain(counters)
+    }
+
+    /// Slots `0..n`: what the release of a token in any of them declares.
+    pub(crate) fn slots(&self, n: u32) -> impl Iterator<Item = String> + '_ {
+        (0..n).map(|i| format!("{}{i}", self.slot_prefix))
     }
 }
 

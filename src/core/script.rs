@@ -390,24 +390,24 @@ impl ScriptCall {
         }
     }
 
-    /// Release of the lease key `key` by token, notifying `line`'s waiters.
+    /// The release by token of `keys` with script `kind` (a lease key's
+    /// release, a reader's, a semaphore token's in whichever of the slots
+    /// `keys` holds it), notifying `line`'s waiters.
     pub(crate) fn release(
-        key: &str,
+        kind: ScriptKind,
+        keys: Vec<String>,
         line: LineKey,
         token: OwnerToken,
         namespace: &str,
         channel: Channel,
     ) -> Self {
-        ScriptCall {
-            kind: ScriptKind::Release,
-            keys: vec![key.to_owned()],
-            args: vec![
-                token.to_hex(),
-                channel.publish_command().to_owned(),
-                channel.name(namespace, line.id),
-                line.message(),
-            ],
-        }
+        let args = vec![
+            token.to_hex(),
+            channel.publish_command().to_owned(),
+            channel.name(namespace, line.id),
+            line.message(),
+        ];
+        ScriptCall { kind, keys, args }
     }
 
     /// A semaphore's acquire of one of `permits` slots, declaring
@@ -439,36 +439,14 @@ impl ScriptCall {
         call
     }
 
-    /// Release of a semaphore token in whichever slot holds it.
-    pub(crate) fn sem_release_any(
-        names: &SemNames,
-        permits: u32,
-        line: LineKey,
-        token: OwnerToken,
-        namespace: &str,
-        channel: Channel,
-    ) -> Self {
+    /// The renew by token of the lease key `key` (a lock's, a permit's
+    /// slot, a writer's: `Renew`; a reader's: `RwReadRenew`).
+    pub(crate) fn renew(kind: ScriptKind, key: String, token: OwnerToken, lease_ms: u64) -> Self {
+        let args = vec![token.to_hex(), lease_ms.to_string()];
         ScriptCall {
-            kind: ScriptKind::SemReleaseAny,
-            keys: names
-                .slots_and_counters(permits)
-                .take(permits as usize)
-                .collect(),
-            args: vec![
-                token.to_hex(),
-                channel.publish_command().to_owned(),
-                channel.name(namespace, line.id),
-                line.message(),
-            ],
-        }
-    }
-
-    /// Renew of the lease key `key` by token.
-    pub(crate) fn renew(key: &str, token: OwnerToken, lease_ms: u64) -> Self {
-        ScriptCall {
-            kind: ScriptKind::Renew,
-            keys: vec![key.to_owned()],
-            args: vec![token.to_hex(), lease_ms.to_string()],
+            kind,
+            keys: vec![key],
+            args,
         }
     }
 
@@ -502,35 +480,6 @@ impl ScriptCall {
         };
         call.add_handover(&names.queue, handover);
         call
-    }
-
-    /// Release of a reader, notifying `line`'s waiters when it was the last.
-    pub(crate) fn rw_read_release(
-        names: &RwNames,
-        line: LineKey,
-        token: OwnerToken,
-        namespace: &str,
-        channel: Channel,
-    ) -> Self {
-        ScriptCall {
-            kind: ScriptKind::RwReadRelease,
-            keys: vec![names.read.clone()],
-            args: vec![
-                token.to_hex(),
-                channel.publish_command().to_owned(),
-                channel.name(namespace, line.id),
-                line.message(),
-            ],
-        }
-    }
-
-    /// Renew of a reader.
-    pub(crate) fn rw_read_renew(names: &RwNames, token: OwnerToken, lease_ms: u64) -> Self {
-        ScriptCall {
-            kind: ScriptKind::RwReadRenew,
-            keys: vec![names.read.clone()],
-            args: vec![token.to_hex(), lease_ms.to_string()],
-        }
     }
 
     /// `EVALSHA <sha1> <numkeys> keys.. args..`
@@ -977,7 +926,14 @@ pub(crate) mod tests {
             kind: super::super::names::Kind::Semaphore,
             id: names.id,
         };
-        let any = ScriptCall::sem_release_any(&names, 3, line, token, "ns", Channel::Standalone);
+        let any = ScriptCall::release(
+            ScriptKind::SemReleaseAny,
+            names.slots(3).collect(),
+            line,
+            token,
+            "ns",
+            Channel::Standalone,
+        );
         assert_eq!(any.keys, (0..3).map(slot).collect::<Vec<_>>());
         let packed = String::from_utf8_lossy(&any.evalsha().get_packed_command()).into_owned();
         assert!(packed.contains(&format!("sem:{}", names.id.to_hex())));

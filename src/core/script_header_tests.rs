@@ -142,14 +142,20 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
     let elect = ElectNames::new(ns, id);
     let line = |kind| LineKey { kind, id };
     let chan = Channel::Standalone;
-    let release = |key: &str, kind| ScriptCall::release(key, line(kind), token, ns, chan);
+    let release_by =
+        |script, keys, kind| ScriptCall::release(script, keys, line(kind), token, ns, chan);
+    let release = |key: &str, kind| release_by(ScriptKind::Release, vec![key.to_owned()], kind);
     let mut calls = vec![
         (
             "acquire",
             ScriptCall::acquire(&lock, token, 5000, 0, None),
             1,
         ),
-        ("renew", ScriptCall::renew(&lock.lock, token, 5000), 1),
+        (
+            "renew",
+            ScriptCall::renew(ScriptKind::Renew, lock.lock.clone(), token, 5000),
+            1,
+        ),
         (
             "deregister",
             ScriptCall::deregister(&lock.queue, "0123".to_owned()),
@@ -189,24 +195,28 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
         ),
         (
             "sem_release_any",
-            ScriptCall::sem_release_any(&sem, 3, line(Kind::Semaphore), token, ns, chan),
+            release_by(
+                ScriptKind::SemReleaseAny,
+                sem.slots(3).collect(),
+                Kind::Semaphore,
+            ),
             3,
         ),
         (
             "rw_read_release",
-            ScriptCall::rw_read_release(&rw, line(Kind::Read), token, ns, chan),
+            release_by(ScriptKind::RwReadRelease, vec![rw.read.clone()], Kind::Read),
             1,
         ),
         (
             "rw_read_release",
-            ScriptCall::rw_read_release(&rw, line(Kind::Read), token, ns, chan)
+            release_by(ScriptKind::RwReadRelease, vec![rw.read.clone()], Kind::Read)
                 .handing_over(rw.fence.clone(), &rw.queue, 0)
                 .with_rw_key(rw.write.clone()),
             1,
         ),
         (
             "rw_read_renew",
-            ScriptCall::rw_read_renew(&rw, token, 5000),
+            ScriptCall::renew(ScriptKind::RwReadRenew, rw.read.clone(), token, 5000),
             1,
         ),
         (

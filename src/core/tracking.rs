@@ -15,7 +15,7 @@ use super::names::{
     HeldNames, HeldTarget, LockNames, OwnerToken, QueueNames, RwNames, SemNames, Want,
 };
 use super::outcome::{ReleaseOutcome, RenewOutcome};
-use super::script::{classify_release, classify_renew, ReplyError, ScriptCall};
+use super::script::{classify_release, classify_renew, ReplyError, ScriptCall, ScriptKind};
 use super::slots::SlotId;
 use crate::error::{Error, Failure, Operation};
 
@@ -81,53 +81,49 @@ impl Core {
 
     fn release_of(&self, owned: &Owned, handover: bool) -> ScriptCall {
         let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
-        let line = owned.target.line();
+        let (line, token, id) = (owned.target.line(), owned.token, owned.target.id);
         let ttl = self.settings.fence_counter_ttl_ms;
+        let release = |kind, keys| ScriptCall::release(kind, keys, line, token, namespace, channel);
         match (owned.target.names(namespace), owned.target.want) {
             (HeldNames::Key(key), Want::Lock) if handover => {
-                let names = LockNames::new(namespace, owned.target.id);
-                let call = ScriptCall::release(&key, line, owned.token, namespace, channel)
-                    .handing_over(names.fence, &names.queue, ttl);
+                let names = LockNames::new(namespace, id);
+                let call = release(ScriptKind::Release, vec![key]).handing_over(
+                    names.fence,
+                    &names.queue,
+                    ttl,
+                );
                 match self.lingering_registration(line) {
                     Some(reg) => call.skipping(reg),
                     None => call,
                 }
             }
             (HeldNames::Key(key), Want::Permit { .. }) if handover => {
-                let names = SemNames::new(namespace, owned.target.id);
+                let names = SemNames::new(namespace, id);
                 let slot = owned.target.slot.unwrap_or_default();
-                ScriptCall::release(&key, line, owned.token, namespace, channel)
+                release(ScriptKind::Release, vec![key])
                     .handing_over(format!("{}{slot}", names.fence_prefix), &names.queue, ttl)
                     .serving_once()
             }
             (HeldNames::Key(key), Want::Write) if handover => {
-                let names = RwNames::new(namespace, owned.target.id);
-                ScriptCall::release(&key, line, owned.token, namespace, channel)
+                let names = RwNames::new(namespace, id);
+                release(ScriptKind::Release, vec![key])
                     .handing_over(names.fence, &names.queue, ttl)
                     .with_rw_key(names.read)
             }
-            (HeldNames::Key(key), _) => {
-                ScriptCall::release(&key, line, owned.token, namespace, channel)
-            }
+            (HeldNames::Key(key), _) => release(ScriptKind::Release, vec![key]),
             (HeldNames::Reader(names), _) if handover => {
-                ScriptCall::rw_read_release(&names, line, owned.token, namespace, channel)
+                release(ScriptKind::RwReadRelease, vec![names.read.clone()])
                     .handing_over(names.fence.clone(), &names.queue, ttl)
                     .with_rw_key(names.write)
             }
+            (HeldNames::Reader(names), _) => release(ScriptKind::RwReadRelease, vec![names.read]),
             (HeldNames::AnySlot(names, permits), _) => {
-                ScriptCall::sem_release_any(&names, permits, line, owned.token, namespace, channel)
+                release(ScriptKind::SemReleaseAny, names.slots(permits).collect())
             }
-            (HeldNames::Reader(names), _) => {
-                ScriptCall::rw_read_release(&names, line, owned.token, namespace, channel)
+            (HeldNames::Election(names), _) => resign_call(&names, token, namespace, channel),
+            (HeldNames::Multi(names), _) => {
+                multi_release_call(names, token, namespace, channel, handover.then_some(ttl))
             }
-            (HeldNames::Election(names), _) => resign_call(&names, owned.token, namespace, channel),
-            (HeldNames::Multi(names), _) => multi_release_call(
-                names,
-                owned.token,
-                namespace,
-                channel,
-                handover.then_some(ttl),
-            ),
         }
     }
 
@@ -146,21 +142,19 @@ impl Core {
     /// The renew command of a tracked lease.
     pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        let key = match owned.target.names(&self.settings.namespace) {
-            HeldNames::Reader(names) => {
-                return Ok(ScriptCall::rw_read_renew(&names, owned.token, lease_ms));
-            }
+        let (kind, key) = match owned.target.names(&self.settings.namespace) {
+            HeldNames::Reader(names) => (ScriptKind::RwReadRenew, names.read),
             HeldNames::Multi(names) => {
                 let locks = names.into_iter().map(|(_, lock)| lock).collect();
                 return Ok(multi_renew_call(locks, owned.token, lease_ms));
             }
-            names => match names.lease_key() {
-                Some(key) => key,
-                // Only grants are tracked, and a permit's grant names its slot.
-                None => return Err(Error::ShuttingDown),
-            },
+            // Only grants are tracked, and a permit's grant names its slot.
+            names => (
+                ScriptKind::Renew,
+                names.lease_key().ok_or(Error::ShuttingDown)?,
+            ),
         };
-        Ok(ScriptCall::renew(&key, owned.token, lease_ms))
+        Ok(ScriptCall::renew(kind, key, owned.token, lease_ms))
     }
 
     /// Reports a renew's reply. The lease stays tracked whatever the

@@ -23,7 +23,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::core::{Core, LeaseId};
-use super::names::{hex, Channel, KeyId};
+use super::names::{hex, opaque_debug, Channel, KeyId};
 use super::outcome::{Fence, RenewOutcome};
 use super::script::{lua, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
@@ -58,11 +58,7 @@ fn elect_lease_name(namespace: &str, braced: &str) -> String {
     format!("{namespace}:elect:{braced}")
 }
 
-impl fmt::Debug for ElectNames {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ElectNames(..)")
-    }
-}
+opaque_debug!(ElectNames);
 
 /// A leader's value: bytes the leader publishes (an address, an id). Never
 /// shown: its `Debug` is its length.

@@ -86,6 +86,7 @@ impl KeySet {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn line(&self) -> LineKey {
         LineKey::multi(self.set)
     }

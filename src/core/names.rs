@@ -2,7 +2,6 @@
 //! lowercase hex SHA-256 of the key inside a hash tag, so the lock, its fence
 //! counter and (in cluster mode) its release channel share one slot.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,12 +128,20 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
-// The digest identifies a key to anyone who can guess it, so Debug keeps it out.
-impl fmt::Debug for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("KeyId(..)")
-    }
+/// `Debug` as the type's name alone: a key's digest identifies it to
+/// anyone who can guess it, names carry the digest, tokens are secret.
+macro_rules! opaque_debug {
+    ($($t:ty),+) => {$(
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(concat!(stringify!($t), "(..)"))
+            }
+        }
+    )+};
 }
+pub(crate) use opaque_debug;
+
+opaque_debug!(KeyId, LockNames, QueueNames, SemNames, RwNames, OwnerToken);
 
 fn nibble(c: u8) -> Option<u8> {
     match c {
@@ -224,7 +231,7 @@ impl QueueNames {
     fn new(namespace: &str, kind: &str, sha: &str) -> Self {
         QueueNames {
             list: [namespace, ":", kind, "-queue:", sha].concat(),
-            flag: Self::flag(namespace, kind, sha),
+            flag: [namespace, ":", kind, "-queued:", sha].concat(),
             reg_prefix: [namespace, ":", kind, "-reg:", sha, ":"].concat(),
         }
     }
@@ -232,11 +239,6 @@ impl QueueNames {
     /// The registration key of the queue entry `entry`.
     pub(crate) fn reg_key(&self, entry: &str) -> String {
         [&self.reg_prefix, entry].concat()
-    }
-
-    /// `<ns>:<kind>-queued:{<sha>}` alone.
-    fn flag(namespace: &str, kind: &str, sha: &str) -> String {
-        [namespace, ":", kind, "-queued:", sha].concat()
     }
 
     /// The queue `line` waits in.
@@ -251,12 +253,6 @@ impl QueueNames {
             Kind::Multi => "lock",
         };
         QueueNames::new(namespace, kind, &line.id.braced())
-    }
-}
-
-impl fmt::Debug for QueueNames {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("QueueNames(..)")
     }
 }
 
@@ -294,13 +290,7 @@ impl Handover {
     /// The line and what happened, for a hand-over payload; `None` for any
     /// other payload (a plain release is the bare message).
     pub(crate) fn parse(message: &[u8]) -> Option<(LineKey, Handover)> {
-        let (mut kind, message) = if let Some(rest) = message.strip_prefix(b"sem:") {
-            (Kind::Semaphore, rest)
-        } else if let Some(rest) = message.strip_prefix(b"rw:") {
-            (Kind::Write, rest)
-        } else {
-            (Kind::Lock, message)
-        };
+        let (mut kind, message) = message_kind(message);
         let mut parts = message.split(|b| *b == b':');
         let id = KeyId::from_hex(parts.next()?)?;
         let notice = match parts.next()? {
@@ -345,12 +335,6 @@ fn rw_write_name(namespace: &str, braced: &str) -> String {
     format!("{namespace}:rw-write:{braced}")
 }
 
-impl fmt::Debug for LockNames {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("LockNames(..)")
-    }
-}
-
 /// What a line of waiters is for. A lock and a semaphore of the same key
 /// are unrelated: each has its own line, names and notifications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -387,6 +371,7 @@ impl Kind {
 }
 
 impl LineKey {
+    #[cfg(test)]
     pub(crate) fn lock(id: KeyId) -> Self {
         LineKey {
             kind: Kind::Lock,
@@ -448,15 +433,18 @@ impl LineKey {
     /// lease's release may let in readers and writers alike.
     pub(crate) fn from_message(message: &[u8]) -> Vec<Self> {
         if message.starts_with(b"e:") {
-            return Self::from_election_message(message).into_iter().collect();
+            // Only a vacancy (`r`) lets a candidate in; a new leader (`l`)
+            // or value (`v`) does not.
+            return election_notice(message)
+                .filter(|(_, what)| *what == b"r")
+                .map(|(id, _)| LineKey {
+                    kind: Kind::Leader,
+                    id,
+                })
+                .into_iter()
+                .collect();
         }
-        let (kind, hex) = if let Some(hex) = message.strip_prefix(b"sem:") {
-            (Kind::Semaphore, hex)
-        } else if let Some(hex) = message.strip_prefix(b"rw:") {
-            (Kind::Read, hex)
-        } else {
-            (Kind::Lock, message)
-        };
+        let (kind, hex) = message_kind(message);
         match KeyId::from_hex(hex) {
             Some(id) => LineKey { kind, id }.freed_by_release().collect(),
             None => Vec::new(),
@@ -464,15 +452,16 @@ impl LineKey {
     }
 }
 
-impl LineKey {
-    /// An election's notification: only a vacancy (`r`) lets a candidate
-    /// in; a new leader (`l`) or value (`v`) does not.
-    fn from_election_message(message: &[u8]) -> Option<Self> {
-        let (id, what) = election_notice(message)?;
-        (what == b"r").then_some(LineKey {
-            kind: Kind::Leader,
-            id,
-        })
+/// The kind of line a release or hand-over message names by its prefix
+/// (`sem:`, `rw:`: the writers', standing for both sides; none for a
+/// lock), and the rest of it.
+fn message_kind(message: &[u8]) -> (Kind, &[u8]) {
+    if let Some(rest) = message.strip_prefix(b"sem:") {
+        (Kind::Semaphore, rest)
+    } else if let Some(rest) = message.strip_prefix(b"rw:") {
+        (Kind::Write, rest)
+    } else {
+        (Kind::Lock, message)
     }
 }
 
@@ -528,12 +517,6 @@ impl SemNames {
     }
 }
 
-impl fmt::Debug for SemNames {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SemNames(..)")
-    }
-}
-
 /// The Redis names of one key's read-write lease (docs/PROTOCOL.md §5.3).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct RwNames {
@@ -561,12 +544,6 @@ impl RwNames {
             fence: format!("{namespace}:rw-fence:{sha}"),
             queue: QueueNames::new(namespace, "rw", &sha),
         }
-    }
-}
-
-impl fmt::Debug for RwNames {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RwNames(..)")
     }
 }
 
@@ -641,52 +618,40 @@ impl Target {
         self
     }
 
+    /// What it acquires, and the id of its line.
+    fn want(&self) -> (Want, KeyId) {
+        match self {
+            Target::Lock(names) => (Want::Lock, names.id),
+            Target::Permit { names, permits, .. } => (Want::Permit { permits: *permits }, names.id),
+            Target::Read(names) => (Want::Read, names.id),
+            Target::Write(names) => (Want::Write, names.id),
+            Target::Leader { names, .. } => (Want::Leader, names.id),
+            Target::Multi { keys, .. } => (Want::Multi, keys.set),
+        }
+    }
+
     /// What a token that holds (or may hold) this keeps: the key's digest
     /// and kind, without the names.
     pub(crate) fn held(&self) -> HeldTarget {
-        let (want, slot) = match self {
-            Target::Lock(_) => (Want::Lock, None),
-            Target::Permit { permits, slot, .. } => (Want::Permit { permits: *permits }, *slot),
-            Target::Read(_) => (Want::Read, None),
-            Target::Write(_) => (Want::Write, None),
-            Target::Leader { .. } => (Want::Leader, None),
-            Target::Multi { keys, .. } => {
-                return HeldTarget {
-                    id: keys.set,
-                    want: Want::Multi,
-                    slot: None,
-                    members: Some(keys.members.clone()),
-                }
-            }
+        let (want, id) = self.want();
+        let (slot, members) = match self {
+            Target::Permit { slot, .. } => (*slot, None),
+            Target::Multi { keys, .. } => (None, Some(keys.members.clone())),
+            _ => (None, None),
         };
         HeldTarget {
-            id: self.line().id,
+            id,
             want,
             slot,
-            members: None,
+            members,
         }
     }
 
     pub(crate) fn line(&self) -> LineKey {
-        match self {
-            Target::Lock(names) => LineKey::lock(names.id),
-            Target::Permit { names, .. } => LineKey {
-                kind: Kind::Semaphore,
-                id: names.id,
-            },
-            Target::Read(names) => LineKey {
-                kind: Kind::Read,
-                id: names.id,
-            },
-            Target::Write(names) => LineKey {
-                kind: Kind::Write,
-                id: names.id,
-            },
-            Target::Leader { names, .. } => LineKey {
-                kind: Kind::Leader,
-                id: names.id,
-            },
-            Target::Multi { keys, .. } => keys.line(),
+        let (want, id) = self.want();
+        LineKey {
+            kind: want.kind(),
+            id,
         }
     }
 }
@@ -870,12 +835,6 @@ impl OwnerToken {
         let mut bytes = [0u8; 16];
         bytes.copy_from_slice(&digest[..16]);
         OwnerToken(bytes)
-    }
-}
-
-impl fmt::Debug for OwnerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("OwnerToken(..)")
     }
 }
 

@@ -483,10 +483,7 @@ impl Core {
         for id in self.channel_keys(line_key) {
             self.subscription.handle_key_wanted(id.channel_id());
         }
-        self.lines
-            .entry(line_key)
-            .or_insert_with(Line::new)
-            .join(waiter_id);
+        self.lines.entry(line_key).or_default().join(waiter_id);
         self.handle_rejoin(now, line_key, deadline_after(now, options.wait), try_once);
         Ok(waiter_id)
     }
@@ -569,44 +566,31 @@ impl Core {
             && w.deadline.is_some_and(|d| now >= d)
             // A wait of any length makes at least one attempt (the crate docs' "How it works").
             && (w.attempts > 0 || !is_head);
-        let ended = if w.cancelled {
-            Some(Error::Cancelled)
-        } else if self.shutting_down {
-            Some(Error::ShuttingDown)
-        } else if timed_out {
-            Some(match w.failure.take() {
-                // The wait ends on a failure: it is the result (the crate docs' "How it works").
-                Some((e, unsettled)) => {
-                    if unsettled.is_some() {
-                        let owned = w.owned();
-                        self.orphans.push(owned);
-                    }
-                    e
-                }
-                None => Error::WaitTimeout {
-                    waited: now.saturating_duration_since(w.started),
-                    remaining: self
-                        .lines
-                        .get(&line_key)
-                        .and_then(|l| l.holder_remaining(now)),
-                },
-            })
-        } else {
-            None
-        };
-        if let Some(err) = ended {
-            if let Some(w) = self.waiters.get_mut(id.0) {
-                if let Some((_, Some(_))) = w.failure.take() {
-                    let owned = w.owned();
-                    self.orphans.push(owned);
-                }
+        if w.cancelled || self.shutting_down || timed_out {
+            let failure = w.failure.take();
+            if let Some((_, Some(_))) = failure {
+                self.orphans.push(w.owned());
             }
+            let err = if w.cancelled {
+                Error::Cancelled
+            } else if self.shutting_down {
+                Error::ShuttingDown
+            } else {
+                match failure {
+                    // The wait ends on a failure: it is the result (the crate docs' "How it works").
+                    Some((e, _)) => e,
+                    None => Error::WaitTimeout {
+                        waited: now.saturating_duration_since(w.started),
+                        remaining: self
+                            .lines
+                            .get(&line_key)
+                            .and_then(|l| l.holder_remaining(now)),
+                    },
+                }
+            };
             self.finish(now, id, Leaving::Ended);
             return WaiterStep::Done(Err(err));
         }
-        let Some(w) = self.waiters.get_mut(id.0) else {
-            return WaiterStep::Done(Err(Error::Cancelled));
-        };
         let deadline = w.deadline;
         let Some(line) = self.lines.get_mut(&line_key) else {
             return WaiterStep::Done(Err(Error::Cancelled));
@@ -621,104 +605,64 @@ impl Core {
                 w.phase = Phase::Attempting { submitted: now };
                 w.attempts += 1;
                 self.attempts_in_flight += 1;
-                let ttl = self.settings.fence_counter_ttl_ms;
                 let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
                 let second = line.second();
-                // Candidates of an election wait without the hand-over
-                // (docs/PROTOCOL.md §7).
-                let elects = matches!(w.target, Target::Leader { .. });
-                if let Target::Multi { .. } = &w.target {
-                    return self.multi_attempt(id, line_key, try_once);
+                let settings = &self.settings;
+                match &w.target {
+                    Target::Multi { .. } => return self.multi_attempt(id, line_key, try_once),
+                    // Candidates of an election wait without the hand-over
+                    // (docs/PROTOCOL.md §7).
+                    Target::Leader { names, value } => {
+                        let (namespace, channel) = (&settings.namespace, settings.channel);
+                        let call = campaign_call(names, value, token, lease_ms, namespace, channel);
+                        return WaiterStep::Attempt(call);
+                    }
+                    _ => {}
                 }
-                let lingers = self.may_linger(line_key, try_once);
-                let handover = match self.settings.handover {
-                    Some(h) if !elects => {
-                        // The registration stays queued for the locker's
-                        // next waiter (docs/PROTOCOL.md §4.3), or lingers
-                        // for one that comes back (§13).
-                        let keep = second.is_some() || lingers;
-                        let Some(line) = self.lines.get_mut(&line_key) else {
-                            return WaiterStep::Done(Err(Error::Cancelled));
-                        };
+                // The registration stays queued for the locker's next
+                // waiter (docs/PROTOCOL.md §4.3), or lingers for one that
+                // comes back (§13).
+                let keep = second.is_some() || self.may_linger(line_key, try_once);
+                let register = !try_once && self.hears_grants(line_key.id);
+                let settings = &self.settings;
+                let handover = match (settings.handover, self.lines.get_mut(&line_key)) {
+                    (Some(h), Some(line)) => {
                         // Half the bound: a waiter that is not served
                         // meanwhile refreshes by its busy attempt, at least
                         // every safety interval (a third of the bound).
                         let refresh =
                             keep && line.refresh_due(now, Duration::from_millis(h.reg_ms / 2));
                         line.attempt_registers(keep, refresh);
-                        let grant_token = line.grant_token(token);
-                        let registered = line.is_registered();
-                        let key = line_key.id;
-                        let register = !try_once && self.hears_grants(key);
                         Some(AcquireHandover {
                             entry: line_key.queue_entry(h.reg),
                             register,
                             reg_ms: h.reg_ms,
                             claim_ms: h.claim_ms.min(lease_ms),
-                            channel: self.settings.channel,
-                            channel_name: self.settings.channel.name(&self.settings.namespace, key),
+                            channel: settings.channel,
+                            channel_name: settings.channel.name(&settings.namespace, line_key.id),
                             message: line_key.message(),
-                            grant_token,
-                            registered,
+                            grant_token: line.grant_token(token),
+                            registered: line.is_registered(),
                             keep,
                             refresh,
                         })
                     }
                     _ => None,
                 };
-                let Some(w) = self.waiters.get_mut(id.0) else {
-                    return WaiterStep::Done(Err(Error::Cancelled));
+                // Only a writer that will wait keeps readers out
+                // (docs/PROTOCOL.md §5.3); its intent outlives a few safety polls.
+                let intent = if try_once {
+                    0
+                } else {
+                    intent_ms(settings.notify_poll_interval)
                 };
-                WaiterStep::Attempt(match &w.target {
-                    Target::Lock(names) => {
-                        ScriptCall::acquire(names, w.token, w.lease_ms, ttl, handover)
-                    }
-                    Target::Permit {
-                        names,
-                        permits,
-                        slots,
-                        ..
-                    } => ScriptCall::sem_acquire(
-                        names, *permits, *slots, w.token, w.lease_ms, ttl, handover,
-                    ),
-                    Target::Read(names) => ScriptCall::rw_acquire(
-                        ScriptKind::RwRead,
-                        names,
-                        w.token,
-                        w.lease_ms,
-                        ttl,
-                        0,
-                        handover,
-                    ),
-                    Target::Write(names) => {
-                        // Only a writer that will wait keeps readers out
-                        // (docs/PROTOCOL.md §5.3); its intent outlives a few safety polls.
-                        let intent = if w.try_once {
-                            0
-                        } else {
-                            intent_ms(self.settings.notify_poll_interval)
-                        };
-                        ScriptCall::rw_acquire(
-                            ScriptKind::RwWrite,
-                            names,
-                            w.token,
-                            w.lease_ms,
-                            ttl,
-                            intent,
-                            handover,
-                        )
-                    }
-                    Target::Leader { names, value } => campaign_call(
-                        names,
-                        value,
-                        w.token,
-                        w.lease_ms,
-                        &self.settings.namespace,
-                        self.settings.channel,
-                    ),
-                    // Sent above.
-                    Target::Multi { .. } => return WaiterStep::Wait(None),
-                })
+                let ttl = settings.fence_counter_ttl_ms;
+                self.waiters
+                    .get(id.0)
+                    .and_then(|w| {
+                        ScriptCall::acquire(&w.target, token, lease_ms, ttl, intent, handover)
+                    })
+                    .map_or(WaiterStep::Wait(None), WaiterStep::Attempt)
             }
             // A head past its deadline that has not attempted yet (its line
             // settles) waits for its first attempt, not for the past.

@@ -37,9 +37,10 @@ const CLAIM_MARGIN: Duration = Duration::from_millis(2);
 pub(crate) struct WaiterId(pub(crate) SlotId);
 
 /// The head's relation to Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum HeadState {
     /// Should send an attempt now.
+    #[default]
     Ready,
     /// An attempt is in flight; `notified` records a release notification
     /// that arrived meanwhile, so a busy reply is retried at once.
@@ -60,7 +61,7 @@ pub(crate) enum LineStep {
     WaitUntil(Option<Instant>),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Line {
     queue: VecDeque<WaiterId>,
     head: HeadState,
@@ -109,22 +110,6 @@ pub(crate) enum Linger {
 }
 
 impl Line {
-    pub(crate) fn new() -> Self {
-        Line {
-            queue: VecDeque::new(),
-            head: HeadState::Ready,
-            holder_until: None,
-            grant: None,
-            registered: false,
-            keeps: false,
-            refreshing: false,
-            refreshed: None,
-            scheduled: None,
-            next_waits: false,
-            lingering: None,
-        }
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
@@ -426,21 +411,17 @@ impl Line {
             return LineStep::WaitUntil(None);
         }
         match self.head {
-            HeadState::Ready => {
-                self.head = HeadState::Attempting { notified: false };
-                LineStep::Attempt
-            }
-            HeadState::Backoff { retry_at } if retry_at.is_some_and(|at| at <= now) => {
-                self.head = HeadState::Attempting { notified: false };
-                LineStep::Attempt
-            }
-            HeadState::Backoff { retry_at } => LineStep::WaitUntil(retry_at),
-            HeadState::Settling { until } if until.is_some_and(|at| at <= now) => {
-                self.head = HeadState::Attempting { notified: false };
-                LineStep::Attempt
-            }
-            HeadState::Settling { until } => LineStep::WaitUntil(until),
             HeadState::Attempting { .. } => LineStep::WaitUntil(None),
+            HeadState::Backoff { retry_at: at } | HeadState::Settling { until: at }
+                if at.is_none_or(|at| now < at) =>
+            {
+                LineStep::WaitUntil(at)
+            }
+            // Ready, or its instant came.
+            _ => {
+                self.head = HeadState::Attempting { notified: false };
+                LineStep::Attempt
+            }
         }
     }
 
@@ -539,7 +520,7 @@ mod tests {
     fn only_the_head_attempts() {
         let now = Instant::now();
         let w = ids(2);
-        let mut line = Line::new();
+        let mut line = Line::default();
         assert!(line.join(w[0]));
         assert!(!line.join(w[1]));
         assert_eq!(line.poll(w[1], now), LineStep::WaitUntil(None));
@@ -555,7 +536,7 @@ mod tests {
     fn busy_head_retries_after_the_smaller_of_remaining_and_safety() {
         let now = Instant::now();
         let w = ids(1);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.poll(w[0], now);
         line.handle_busy(now, Some(Duration::from_millis(40)), None, SAFETY);
@@ -571,7 +552,7 @@ mod tests {
     fn head_retries_at_once_when_release_notification_arrives() {
         let now = Instant::now();
         let w = ids(1);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.poll(w[0], now);
         line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
@@ -583,7 +564,7 @@ mod tests {
     fn a_notification_during_the_attempt_makes_a_busy_reply_retry_at_once() {
         let now = Instant::now();
         let w = ids(1);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.poll(w[0], now);
         assert_eq!(line.handle_wake(), None);
@@ -595,7 +576,7 @@ mod tests {
     fn leaving_from_the_middle_does_not_disturb_the_head() {
         let now = Instant::now();
         let w = ids(3);
-        let mut line = Line::new();
+        let mut line = Line::default();
         for id in &w {
             line.join(*id);
         }
@@ -616,7 +597,7 @@ mod tests {
     fn clamping_brings_a_long_retry_forward_only() {
         let now = Instant::now();
         let w = ids(1);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.poll(w[0], now);
         line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
@@ -630,7 +611,7 @@ mod tests {
     fn a_head_abandoned_mid_attempt_makes_the_next_head_wait_until_the_line_settles() {
         let now = Instant::now();
         let w = ids(2);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.join(w[1]);
         assert_eq!(line.poll(w[0], now), LineStep::Attempt);
@@ -650,7 +631,7 @@ mod tests {
     fn a_settling_line_lets_the_next_head_attempt_once_the_reply_can_no_longer_come() {
         let now = Instant::now();
         let w = ids(2);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.join(w[1]);
         line.poll(w[0], now);
@@ -663,7 +644,7 @@ mod tests {
     fn a_failed_attempt_backs_off_and_keeps_the_head() {
         let now = Instant::now();
         let w = ids(1);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.poll(w[0], now);
         line.handle_failed(now, Duration::from_millis(10));
@@ -677,7 +658,7 @@ mod tests {
     ) {
         let now = Instant::now();
         let w = ids(1);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.join(w[0]);
         line.poll(w[0], now);
         line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
@@ -726,7 +707,7 @@ mod tests {
             OwnerToken::from_bytes([1; 16]),
             OwnerToken::from_bytes([2; 16]),
         );
-        let mut line = Line::new();
+        let mut line = Line::default();
         let grant = line.grant_token(first);
         assert_ne!(grant, first, "never a waiter's own token");
         assert_eq!(grant, first.grant_token());
@@ -755,7 +736,7 @@ mod tests {
     fn a_claim_keeps_or_drops_the_registration_and_refreshes_it_when_due() {
         let now = Instant::now();
         let half = Duration::from_millis(375);
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.grant_token(OwnerToken::from_bytes([3; 16]));
         assert!(
             !line.refresh_due(now, half),
@@ -786,7 +767,7 @@ mod tests {
         assert_eq!(line.take_registration(), None);
 
         // A permit's take of the last free slot registers the next waiter.
-        let mut line = Line::new();
+        let mut line = Line::default();
         line.attempt_registers(true, false);
         line.handle_granted(now, true);
         assert!(line.is_registered());

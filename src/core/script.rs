@@ -16,7 +16,7 @@ use redis::Value;
 
 use super::election::{CAMPAIGN_LUA, PROCLAIM_LUA, READ_LUA, RESIGN_LUA};
 use super::multi::{MULTI_ACQUIRE_LUA, MULTI_RELEASE_LUA, MULTI_RENEW_LUA};
-use super::names::{Channel, LineKey, LockNames, OwnerToken, QueueNames, RwNames, SemNames};
+use super::names::{Channel, LineKey, OwnerToken, QueueNames, Target};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
 /// A script's text, composed at build time from files of `src/scripts/`:
@@ -284,24 +284,58 @@ impl ScriptCall {
         }
     }
 
+    /// The acquire of a lock, a permit (declaring the larger of its
+    /// permits and its `slots`, a larger recorded count the script named,
+    /// `['slots', n]`) or a side of a read-write lease (`intent_ms`: how
+    /// long a waiting writer keeps readers out, 0 for none). `None` for a
+    /// candidate or a multi-key lease: `core/election.rs` and
+    /// `core/multi.rs` build theirs.
     pub(crate) fn acquire(
-        names: &LockNames,
+        target: &Target,
         token: OwnerToken,
         lease_ms: u64,
         fence_counter_ttl_ms: u64,
+        intent_ms: u64,
         handover: Option<AcquireHandover>,
-    ) -> Self {
-        let mut call = ScriptCall {
-            kind: ScriptKind::Acquire,
-            keys: vec![names.lock.clone(), names.fence.clone()],
-            args: vec![
-                token.to_hex(),
-                lease_ms.to_string(),
-                fence_counter_ttl_ms.to_string(),
-            ],
+    ) -> Option<Self> {
+        let mut args = vec![
+            token.to_hex(),
+            lease_ms.to_string(),
+            fence_counter_ttl_ms.to_string(),
+        ];
+        let (kind, keys, queue) = match target {
+            Target::Lock(names) => (
+                ScriptKind::Acquire,
+                vec![names.lock.clone(), names.fence.clone()],
+                &names.queue,
+            ),
+            Target::Permit {
+                names,
+                permits,
+                slots,
+                ..
+            } => {
+                args.push(permits.to_string());
+                let slots = names.slots_and_counters(*slots.max(permits));
+                let keys = std::iter::once(names.permits.clone()).chain(slots);
+                (ScriptKind::SemAcquire, keys.collect(), &names.queue)
+            }
+            Target::Read(names) | Target::Write(names) => {
+                let kind = if let Target::Write(_) = target {
+                    args.push(intent_ms.to_string());
+                    ScriptKind::RwWrite
+                } else {
+                    ScriptKind::RwRead
+                };
+                let (write, read) = (names.write.clone(), names.read.clone());
+                let keys = vec![write, read, names.intent.clone(), names.fence.clone()];
+                (kind, keys, &names.queue)
+            }
+            Target::Leader { .. } | Target::Multi { .. } => return None,
         };
-        call.add_handover(&names.queue, handover);
-        call
+        let mut call = ScriptCall { kind, keys, args };
+        call.add_handover(queue, handover);
+        Some(call)
     }
 
     /// Appends the hand-over's keys and arguments ([`handover_lua`]'s
@@ -410,35 +444,6 @@ impl ScriptCall {
         ScriptCall { kind, keys, args }
     }
 
-    /// A semaphore's acquire of one of `permits` slots, declaring
-    /// `slots` (at least `permits`: as many as a larger recorded count
-    /// the script named, `['slots', n]`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn sem_acquire(
-        names: &SemNames,
-        permits: u32,
-        slots: u32,
-        token: OwnerToken,
-        lease_ms: u64,
-        fence_counter_ttl_ms: u64,
-        handover: Option<AcquireHandover>,
-    ) -> Self {
-        let mut call = ScriptCall {
-            kind: ScriptKind::SemAcquire,
-            keys: std::iter::once(names.permits.clone())
-                .chain(names.slots_and_counters(slots.max(permits)))
-                .collect(),
-            args: vec![
-                token.to_hex(),
-                lease_ms.to_string(),
-                fence_counter_ttl_ms.to_string(),
-                permits.to_string(),
-            ],
-        };
-        call.add_handover(&names.queue, handover);
-        call
-    }
-
     /// The renew by token of the lease key `key` (a lock's, a permit's
     /// slot, a writer's: `Renew`; a reader's: `RwReadRenew`).
     pub(crate) fn renew(kind: ScriptKind, key: String, token: OwnerToken, lease_ms: u64) -> Self {
@@ -448,38 +453,6 @@ impl ScriptCall {
             keys: vec![key],
             args,
         }
-    }
-
-    /// A read (`intent_ms` unused) or a write of a read-write lease.
-    pub(crate) fn rw_acquire(
-        kind: ScriptKind,
-        names: &RwNames,
-        token: OwnerToken,
-        lease_ms: u64,
-        fence_counter_ttl_ms: u64,
-        intent_ms: u64,
-        handover: Option<AcquireHandover>,
-    ) -> Self {
-        let mut args = vec![
-            token.to_hex(),
-            lease_ms.to_string(),
-            fence_counter_ttl_ms.to_string(),
-        ];
-        if kind == ScriptKind::RwWrite {
-            args.push(intent_ms.to_string());
-        }
-        let mut call = ScriptCall {
-            kind,
-            keys: vec![
-                names.write.clone(),
-                names.read.clone(),
-                names.intent.clone(),
-                names.fence.clone(),
-            ],
-            args,
-        };
-        call.add_handover(&names.queue, handover);
-        call
     }
 
     /// `EVALSHA <sha1> <numkeys> keys.. args..`
@@ -836,8 +809,11 @@ pub(crate) mod tests {
 
     #[test]
     fn the_evalsha_command_carries_the_sha1_and_both_keys() {
-        let names = LockNames::new("ns", super::super::names::KeyId::of("k"));
-        let call = ScriptCall::acquire(&names, OwnerToken::from_bytes([1; 16]), 500, 0, None);
+        use super::super::names::{KeyId, LockNames, Want};
+        let names = LockNames::new("ns", KeyId::of("k"));
+        let target = Target::new("ns", Want::Lock, KeyId::of("k"));
+        let token = OwnerToken::from_bytes([1; 16]);
+        let call = ScriptCall::acquire(&target, token, 500, 0, 0, None).unwrap();
         let packed = String::from_utf8_lossy(&call.evalsha().get_packed_command()).into_owned();
         assert!(packed.contains(ScriptKind::Acquire.sha1()));
         assert!(packed.contains(&names.lock));
@@ -901,10 +877,23 @@ pub(crate) mod tests {
 
     #[test]
     fn the_semaphore_calls_declare_every_slot_they_may_take() {
-        use super::super::names::{KeyId, SemNames};
+        use super::super::names::{KeyId, SemNames, Want};
         let names = SemNames::new("ns", KeyId::of("pool"));
         let token = OwnerToken::from_bytes([7; 16]);
-        let call = ScriptCall::sem_acquire(&names, 3, 0, token, 500, 0, None);
+        let permit = |slots| Target::Permit {
+            names: names.clone(),
+            permits: 3,
+            slots,
+            slot: None,
+        };
+        let call = ScriptCall::acquire(&permit(0), token, 500, 0, 0, None).unwrap();
+        let new = Target::new("ns", Want::Permit { permits: 3 }, KeyId::of("pool"));
+        assert_eq!(
+            ScriptCall::acquire(&new, token, 500, 0, 0, None)
+                .unwrap()
+                .keys,
+            call.keys
+        );
         let slot = |i: u32| format!("{}{i}", names.slot_prefix);
         let counter = |i: u32| format!("{}{i}", names.fence_prefix);
         let mut keys = vec![names.permits.clone()];
@@ -912,7 +901,7 @@ pub(crate) mod tests {
         keys.extend((0..3).map(counter));
         assert_eq!(call.keys, keys);
         // A larger recorded count the script named: its slots too.
-        let wider = ScriptCall::sem_acquire(&names, 3, 5, token, 500, 0, None);
+        let wider = ScriptCall::acquire(&permit(5), token, 500, 0, 0, None).unwrap();
         assert_eq!(wider.keys.len(), 11);
         assert_eq!(wider.keys[5], slot(4));
         assert_eq!(wider.args[3], "3");

@@ -12,7 +12,7 @@ use super::election::{
 };
 use super::multi::{multi_acquire_call, multi_release_call, multi_renew_call, MultiHandover};
 use super::names::{
-    Channel, KeyId, Kind, LineKey, LockNames, OwnerToken, RegId, RwNames, SemNames,
+    Channel, KeyId, Kind, LineKey, LockNames, OwnerToken, RegId, RwNames, SemNames, Target, Want,
 };
 use super::script::{AcquireHandover, ScriptCall, ScriptKind};
 
@@ -145,12 +145,12 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
     let release_by =
         |script, keys, kind| ScriptCall::release(script, keys, line(kind), token, ns, chan);
     let release = |key: &str, kind| release_by(ScriptKind::Release, vec![key.to_owned()], kind);
+    let acquire = |want, h| {
+        let target = Target::new(ns, want, id);
+        ScriptCall::acquire(&target, token, 5000, 0, 300, h).expect("an acquire of its own")
+    };
     let mut calls = vec![
-        (
-            "acquire",
-            ScriptCall::acquire(&lock, token, 5000, 0, None),
-            1,
-        ),
+        ("acquire", acquire(Want::Lock, None), 1),
         (
             "renew",
             ScriptCall::renew(ScriptKind::Renew, lock.lock.clone(), token, 5000),
@@ -188,11 +188,7 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
                 .with_rw_key(rw.read.clone()),
             1,
         ),
-        (
-            "sem_acquire",
-            ScriptCall::sem_acquire(&sem, 3, 3, token, 5000, 0, None),
-            3,
-        ),
+        ("sem_acquire", acquire(Want::Permit { permits: 3 }, None), 3),
         (
             "sem_release_any",
             release_by(
@@ -245,30 +241,11 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
         (true, true, false),
     ] {
         let h = || Some(handover(keep, refresh, register));
-        calls.push((
-            "acquire",
-            ScriptCall::acquire(&lock, token, 5000, 0, h()),
-            1,
-        ));
-        calls.push((
-            "sem_acquire",
-            ScriptCall::sem_acquire(&sem, 3, 3, token, 5000, 0, h()),
-            3,
-        ));
-        for (file, kind) in [
-            ("rw_read", ScriptKind::RwRead),
-            ("rw_write", ScriptKind::RwWrite),
-        ] {
-            calls.push((
-                file,
-                ScriptCall::rw_acquire(kind, &rw, token, 5000, 0, 300, h()),
-                1,
-            ));
-            calls.push((
-                file,
-                ScriptCall::rw_acquire(kind, &rw, token, 5000, 0, 300, None),
-                1,
-            ));
+        calls.push(("acquire", acquire(Want::Lock, h()), 1));
+        calls.push(("sem_acquire", acquire(Want::Permit { permits: 3 }, h()), 3));
+        for (file, want) in [("rw_read", Want::Read), ("rw_write", Want::Write)] {
+            calls.push((file, acquire(want, h()), 1));
+            calls.push((file, acquire(want, None), 1));
         }
     }
     for n in [1, 3] {

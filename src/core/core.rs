@@ -1090,12 +1090,9 @@ enum Leaving {
 /// Whether Redis refused an attempt for want of rights (`NOPERM`): with
 /// the hand-over on, the queue's keys or commands an older ACL lacks.
 fn is_refusal_of_handover(e: &Error) -> bool {
-    match e {
-        Error::ProviderFailed { .. } => e
-            .redis_error()
-            .is_some_and(|r| r.code() == Some("NOPERM") || r.to_string().contains("NOPERM")),
-        _ => false,
-    }
+    matches!(e, Error::ProviderFailed { .. })
+        && e.redis_error()
+            .is_some_and(|r| r.code() == Some("NOPERM") || r.to_string().contains("NOPERM"))
 }
 
 /// Whether a failed attempt may be sent again while the wait lasts: every

@@ -8,10 +8,9 @@
 //!              └─▶ a gap (trimmed, restart, failover) ──▶ current state (resync)
 //! ```
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::core::FAILURE_BACKOFF;
+use super::core::{earliest_of, FAILURE_BACKOFF};
 use super::election::{Current, Leader, ReadReply, Version, READ_BATCH};
 use super::lease::deadline_after;
 
@@ -23,7 +22,7 @@ use super::lease::deadline_after;
 /// than 64 changes between two reads, or a log that lost entries: Redis
 /// restarted without data, a failover). A leader that lapsed without
 /// resigning is followed by its vacancy. Its `Debug` never shows a value.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Observation {
     /// The version of this state.
@@ -32,16 +31,6 @@ pub struct Observation {
     pub leader: Option<Leader>,
     /// Whether changes before this one may have been skipped.
     pub resync: bool,
-}
-
-impl fmt::Debug for Observation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Observation")
-            .field("version", &self.version)
-            .field("leader", &self.leader)
-            .field("resync", &self.resync)
-            .finish()
-    }
 }
 
 /// An observer's reading state: the last version it yielded, and when to
@@ -80,11 +69,7 @@ impl ObserveState {
                 .as_ref()
                 .and_then(|l| l.remaining)
                 .and_then(|r| deadline_after(now, r + Duration::from_millis(1)));
-            let poll = deadline_after(now, poll);
-            match (expiry, poll) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
+            earliest_of(expiry, deadline_after(now, poll))
         };
         (items, next)
     }

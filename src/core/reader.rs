@@ -92,23 +92,18 @@ impl Reader {
     /// the changes announced so far. Changes nothing: a `Read` is claimed
     /// with [`claim`](Self::claim).
     pub(crate) fn step(&self, cursor: Cursor, changes: u64, now: Instant) -> ReaderStep {
-        match cursor {
-            Cursor::Starting(reads) if self.reads > reads => {
-                if let Some(step) = self.resync() {
-                    return step;
-                }
-            }
-            Cursor::Starting(_) => {}
-            Cursor::At(n) if n < self.first => {
-                if let Some(step) = self.resync() {
-                    return step;
-                }
-            }
-            Cursor::At(n) if n < self.end() => {
+        let behind = match cursor {
+            Cursor::Starting(reads) => self.reads > reads,
+            Cursor::At(n) if n >= self.first && n < self.end() => {
                 let item = self.items[(n - self.first) as usize].clone();
                 return ReaderStep::Yield(item, Cursor::At(n + 1));
             }
-            Cursor::At(_) => {}
+            Cursor::At(n) => n < self.first,
+        };
+        if behind {
+            if let Some(step) = self.resync() {
+                return step;
+            }
         }
         if self.reading {
             return ReaderStep::Wait(None);

@@ -275,15 +275,6 @@ impl ScriptCall {
         self.keys.first().map(|key| crate::cluster::slot_of(key))
     }
 
-    /// The verbs that run it: `EVALSHA`/`EVAL`, or their read-only forms
-    /// for a script that writes nothing (a read-only user can run it).
-    fn verbs(&self) -> (&'static str, &'static str) {
-        match self.kind {
-            ScriptKind::ElectRead => ("EVALSHA_RO", "EVAL_RO"),
-            _ => ("EVALSHA", "EVAL"),
-        }
-    }
-
     /// The acquire of a lock, a permit (declaring the larger of its
     /// permits and its `slots`, a larger recorded count the script named,
     /// `['slots', n]`) or a side of a read-write lease (`intent_ms`: how
@@ -457,12 +448,7 @@ impl ScriptCall {
 
     /// `EVALSHA <sha1> <numkeys> keys.. args..`
     pub(crate) fn evalsha(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd(self.verbs().0);
-        cmd.arg(self.kind.sha1())
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
-        cmd
+        self.command("EVALSHA", self.kind.sha1())
     }
 
     /// `EVAL <source> <numkeys> keys.. args..`, sent after a `NOSCRIPT`
@@ -471,8 +457,17 @@ impl ScriptCall {
     /// `SCRIPT LOAD` has no key, so a cluster client would send it to every
     /// primary and wait for all of them.
     pub(crate) fn eval(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd(self.verbs().1);
-        cmd.arg(self.kind.source())
+        self.command("EVAL", self.kind.source())
+    }
+
+    /// `<verb> <script> <numkeys> keys.. args..`, the verb in its read-only
+    /// form for a script that writes nothing (a read-only user can run it).
+    fn command(&self, verb: &str, script: &str) -> redis::Cmd {
+        let mut cmd = match self.kind {
+            ScriptKind::ElectRead => redis::cmd(&format!("{verb}_RO")),
+            _ => redis::cmd(verb),
+        };
+        cmd.arg(script)
             .arg(self.keys.len())
             .arg(&self.keys)
             .arg(&self.args);

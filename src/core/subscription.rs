@@ -149,29 +149,24 @@ impl Core {
                     self.pass_on_grant(now, line);
                 }
             }
-            // A key reserved for one of our multi-key lines: its head
-            // attempts at once (docs/PROTOCOL.md §6).
-            Handover::Granted { reg, .. }
-                if line.kind == Kind::Lock
-                    && ours.is_some_and(|h| {
-                        self.set_lines_with(line.id)
-                            .any(|set| multi_reg(h, set.id) == reg)
-                    }) =>
-            {
-                let sets: Vec<LineKey> = self
-                    .set_lines_with(line.id)
-                    .filter(|set| ours.is_some_and(|h| multi_reg(h, set.id) == reg))
-                    .collect();
-                for set in sets {
-                    if self.wake_head_of(set, Line::handle_wake) {
+            Handover::Granted { reg, claim } => {
+                // A key reserved for one of our multi-key lines: its head
+                // attempts at once (docs/PROTOCOL.md §6).
+                let sets: Vec<LineKey> = match (line.kind, ours) {
+                    (Kind::Lock, Some(h)) => self
+                        .set_lines_with(line.id)
+                        .filter(|set| multi_reg(h, set.id) == reg)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                for set in &sets {
+                    if self.wake_head_of(*set, Line::handle_wake) {
                         self.wakeups.notification += 1;
                     }
                 }
-            }
-            // A read-write lease's grant or claim concerns its readers and
-            // its writers alike.
-            Handover::Granted { claim, .. } => {
-                for line in line.freed_by_release() {
+                // A read-write lease's grant or claim concerns its readers
+                // and its writers alike.
+                for line in line.freed_by_release().filter(|_| sets.is_empty()) {
                     self.wake_head_of(line, |line| line.handle_grant_elsewhere(now, claim));
                 }
             }
@@ -347,10 +342,7 @@ impl Core {
             .lines
             .iter()
             .filter(|(_, line)| !line.is_empty())
-            .flat_map(|(key, _)| match key.kind {
-                Kind::Multi => self.sets.get(&key.id).map_or(Vec::new(), |m| m.to_vec()),
-                _ => vec![key.id],
-            })
+            .flat_map(|(key, _)| self.channel_keys(*key))
             .map(KeyId::channel_id)
             .collect();
         // Lingering registrations hear their grants there.

@@ -234,6 +234,12 @@ impl Waiter {
             token: self.token,
         }
     }
+
+    /// Whether its attempts may have left reservations: a multi-key
+    /// waiter's that waits.
+    fn reserves(&self) -> bool {
+        self.target.line().kind == Kind::Multi && self.attempts > 0 && !self.try_once
+    }
 }
 
 /// Counters a front end can show as statistics.
@@ -359,12 +365,8 @@ impl Core {
     /// At shutdown this happens as waiting ends, not when the waiter's own
     /// thread or task ends: that may be after the cleanup was taken.
     pub(super) fn release_reservations_of(&mut self, id: WaiterId) {
-        let Some(w) = self.waiters.get(id.0) else {
-            return;
-        };
-        let reserved = w.target.line().kind == Kind::Multi && w.attempts > 0 && !w.try_once;
-        if reserved && !self.deregistrations.iter().any(|d| d.token == w.token) {
-            self.deregistrations.push(w.owned());
+        if let Some(w) = self.waiters.get(id.0).filter(|w| w.reserves()) {
+            deregister_once(&mut self.deregistrations, w.owned());
         }
     }
 
@@ -712,7 +714,7 @@ impl Core {
             return AttemptSummary::HandoverRefused;
         }
         let mut line = self.lines.get_mut(&w.target.line());
-        match result {
+        let (e, unsettled) = match result {
             Ok(Attempted::Again { slots: more }) => {
                 if let Target::Permit { slots, .. } = &mut w.target {
                     *slots = more;
@@ -721,7 +723,7 @@ impl Core {
                     line.handle_attempt_done();
                 }
                 self.events.push_back(CoreEvent::Wake(id));
-                AttemptSummary::Again
+                return AttemptSummary::Again;
             }
             Ok(Attempted::Granted {
                 fence,
@@ -765,7 +767,7 @@ impl Core {
                     })
                 };
                 w.phase = Phase::Finished(outcome);
-                AttemptSummary::Acquired
+                return AttemptSummary::Acquired;
             }
             Ok(Attempted::Busy(remaining, age, precise)) => {
                 if let (Target::Multi { since, .. }, Some(age)) = (&mut w.target, age) {
@@ -793,17 +795,10 @@ impl Core {
                 } else {
                     self.subscription_wanted_by_waiter();
                 }
-                AttemptSummary::Busy
+                return AttemptSummary::Busy;
             }
-            Ok(Attempted::Refused(e)) => {
-                // Settled: Redis applied nothing, and waiting cannot help.
-                if let Some(line) = line {
-                    line.handle_attempt_done();
-                }
-                w.failure = None;
-                w.phase = Phase::Finished(Err(e));
-                AttemptSummary::Failed
-            }
+            // Settled: Redis applied nothing, and waiting cannot help.
+            Ok(Attempted::Refused(e)) => (e, None),
             Err(e) => {
                 // Sticky until a settled reply: an earlier attempt of this
                 // token whose outcome is unknown may hold the key.
@@ -835,17 +830,18 @@ impl Core {
                     }
                     return AttemptSummary::Retrying;
                 }
-                if let Some(line) = line {
-                    line.handle_attempt_done();
-                }
-                if unsettled.is_some() {
-                    self.orphans.push(w.owned());
-                }
-                w.failure = None;
-                w.phase = Phase::Finished(Err(e));
-                AttemptSummary::Failed
+                (e, unsettled)
             }
+        };
+        if let Some(line) = self.lines.get_mut(&w.target.line()) {
+            line.handle_attempt_done();
         }
+        if unsettled.is_some() {
+            self.orphans.push(w.owned());
+        }
+        w.failure = None;
+        w.phase = Phase::Finished(Err(e));
+        AttemptSummary::Failed
     }
 
     /// Removes a finished waiter and hands its line to the next one.
@@ -863,7 +859,7 @@ impl Core {
         let key = w.target.line();
         let may_linger =
             matches!(leaving, Leaving::Acquired(_)) && self.may_linger(key, w.try_once);
-        let mut deferred = false;
+        let (mut deferred, mut idle) = (false, Vec::new());
         if let Some(line) = self.lines.get_mut(&key) {
             let in_flight_until = match leaving {
                 Leaving::Abandoned { in_flight_until } => in_flight_until,
@@ -902,24 +898,14 @@ impl Core {
             }
             // A multi-key waiter's reservations stop blocking others as it
             // leaves, not at their expiry (docs/PROTOCOL.md §6).
-            let reserved = key.kind == Kind::Multi && w.attempts > 0 && !w.try_once;
-            if reserved
-                && !matches!(leaving, Leaving::Acquired(_))
-                && !self.deregistrations.iter().any(|d| d.token == w.token)
-                && !self.shutting_down
-            {
-                self.deregistrations.push(w.owned());
+            if w.reserves() && !matches!(leaving, Leaving::Acquired(_)) && !self.shutting_down {
+                deregister_once(&mut self.deregistrations, w.owned());
             }
             if line.is_empty() && !lingers {
                 if !line.is_settling(now) {
                     self.forget_line(key);
                 }
-                for id in self.channel_keys(key) {
-                    let channel = id.channel_id();
-                    if !self.is_channel_wanted(channel) {
-                        self.subscription.handle_key_idle(now, channel);
-                    }
-                }
+                idle = self.channel_keys(key);
             }
         }
         if deferred {
@@ -928,9 +914,7 @@ impl Core {
             // notification can wake it before its safety poll.
             self.subscription_wanted_by_waiter();
         }
-        if !self.has_listeners() {
-            self.subscription.handle_last_waiter_left(now);
-        }
+        self.handle_listeners_left(now, idle);
     }
 
     /// Whether any line of `id` (of any kind) has waiters, or an election
@@ -1085,6 +1069,13 @@ enum Leaving {
     Ended,
     /// Its caller went away; an attempt may still be in flight until then.
     Abandoned { in_flight_until: Option<Instant> },
+}
+
+/// Queues `owned`'s removal from the queues, unless it is queued.
+fn deregister_once(deregistrations: &mut Vec<Owned>, owned: Owned) {
+    if !deregistrations.iter().any(|d| d.token == owned.token) {
+        deregistrations.push(owned);
+    }
 }
 
 /// Whether Redis refused an attempt for want of rights (`NOPERM`): with

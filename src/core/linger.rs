@@ -185,12 +185,7 @@ impl Core {
                 self.pass_ons.push(owned);
             }
         }
-        if !self.is_channel_wanted(key.id.channel_id()) {
-            self.subscription.handle_key_idle(now, key.id.channel_id());
-        }
-        if !self.has_listeners() {
-            self.subscription.handle_last_waiter_left(now);
-        }
+        self.handle_listeners_left(now, [key.id]);
     }
 
     /// Forgets a lingering line; returns its registration to take out.

@@ -268,20 +268,19 @@ pub(crate) fn multi_release_call(
     // Keys of one channel (every key on one server, the keys of one hash
     // tag on a Cluster) send its name once: the script reads one argument
     // for all of them.
-    let first = keys.first().map(|(id, _)| id.channel_id());
-    let shared =
-        channel == Channel::Standalone || keys.iter().all(|(id, _)| Some(id.channel_id()) == first);
-    match keys.first() {
-        Some((id, _)) if shared => args.push(channel.name(namespace, *id)),
-        _ => args.extend(keys.iter().map(|(id, _)| channel.name(namespace, *id))),
+    let mut channels: Vec<String> = keys
+        .iter()
+        .map(|(id, _)| channel.name(namespace, *id))
+        .collect();
+    if channels.windows(2).all(|pair| pair[0] == pair[1]) {
+        channels.truncate(1);
     }
-    let others: Vec<LockNames> = match handover_ttl_ms {
-        Some(_) => keys
-            .iter()
-            .map(|(id, _)| LockNames::new(namespace, *id))
-            .collect(),
-        None => Vec::new(),
-    };
+    args.extend(channels);
+    let others: Vec<LockNames> = keys
+        .iter()
+        .filter(|_| handover_ttl_ms.is_some())
+        .map(|(id, _)| LockNames::new(namespace, *id))
+        .collect();
     let mut names: Vec<String> = keys.into_iter().map(|(_, lock)| lock).collect();
     names.extend(others.iter().map(|n| n.queue.flag.clone()));
     names.extend(others.iter().map(|n| n.fence.clone()));

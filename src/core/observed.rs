@@ -95,13 +95,7 @@ impl Core {
                 observed.get_mut().observers = left;
             }
         }
-        let channel = id.channel_id();
-        if !self.is_channel_wanted(channel) {
-            self.subscription.handle_key_idle(now, channel);
-        }
-        if !self.has_listeners() {
-            self.subscription.handle_last_waiter_left(now);
-        }
+        self.handle_listeners_left(now, [id]);
     }
 
     /// How many possible changes of `id` were announced so far: an

@@ -196,6 +196,25 @@ impl Core {
         }
     }
 
+    /// Listeners of the keys `ids` left at `now`: a channel nobody listens
+    /// on any more lingers, and so does the subscription once nobody
+    /// listens at all.
+    pub(super) fn handle_listeners_left(
+        &mut self,
+        now: Instant,
+        ids: impl IntoIterator<Item = KeyId>,
+    ) {
+        for id in ids {
+            let channel = id.channel_id();
+            if !self.is_channel_wanted(channel) {
+                self.subscription.handle_key_idle(now, channel);
+            }
+        }
+        if !self.has_listeners() {
+            self.subscription.handle_last_waiter_left(now);
+        }
+    }
+
     /// Whether a line with waiters listens on the channel of id `channel`
     /// ([`KeyId::channel_id`]): a key's own, or with hash tags its tag's.
     pub(super) fn is_channel_wanted(&self, channel: KeyId) -> bool {

@@ -725,12 +725,7 @@ impl Core {
                 self.events.push_back(CoreEvent::Wake(id));
                 return AttemptSummary::Again;
             }
-            Ok(Attempted::Granted {
-                fence,
-                slot,
-                fences,
-                next_waits,
-            }) => {
+            Ok(Attempted::Granted(fence, slot, fences, next_waits)) => {
                 if let Some(line) = line {
                     line.handle_attempt_done();
                     line.handle_granted(submitted, next_waits);
@@ -752,9 +747,7 @@ impl Core {
                     })
                 } else {
                     let mut owned = w.owned();
-                    if let Want::Permit { .. } = owned.target.want {
-                        owned.target.slot = slot;
-                    }
+                    owned.target.slot = slot;
                     let multi = owned.target.members.clone().zip(fences);
                     let lease = LeaseId(self.leases.insert(owned));
                     let lease_len = Duration::from_millis(w.lease_ms);
@@ -981,15 +974,11 @@ impl Core {
 /// An acquire reply of either kind, as the waiter acts on it.
 #[derive(Debug)]
 enum Attempted {
-    Granted {
-        fence: Fence,
-        slot: Option<u32>,
-        /// A multi-key lease's fences, in its keys' order.
-        fences: Option<Box<[Fence]>>,
-        /// The next waiter is registered and nothing else is free: it waits
-        /// for its grant (a permit's reply says so).
-        next_waits: bool,
-    },
+    /// The fence, a permit's slot, a multi-key lease's fences (in its
+    /// keys' order), and whether the next waiter is registered with
+    /// nothing else free, so it waits for its grant (a permit's reply
+    /// says so).
+    Granted(Fence, Option<u32>, Option<Box<[Fence]>>, bool),
     /// Held: the holder's remaining time if known (to the microsecond:
     /// `true`), and for a multi-key lease the waiter's age.
     Busy(Option<Duration>, Option<u64>, bool),
@@ -1001,61 +990,50 @@ enum Attempted {
 }
 
 impl Attempted {
-    fn classify(target: &Target, value: &Value) -> Result<Self, super::script::ReplyError> {
-        Ok(match target {
-            Target::Lock(_) | Target::Read(_) | Target::Write(_) | Target::Leader { .. } => {
-                let classified = match target {
-                    Target::Leader { .. } => classify_campaign(value),
-                    _ => classify_acquire(value),
-                };
-                match classified? {
-                    AcquireReply::Acquired(fence) => Attempted::Granted {
-                        fence,
-                        slot: None,
-                        fences: None,
-                        next_waits: false,
-                    },
-                    AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
-                    AcquireReply::BusyFor(remaining) => {
-                        Attempted::Busy(Some(remaining), None, true)
+    fn classify(target: &Target, value: &Value) -> Result<Self, ReplyError> {
+        let acquire = match target {
+            Target::Leader { .. } => classify_campaign(value)?,
+            Target::Multi { names, .. } => {
+                return Ok(match classify_multi(value, names.len())? {
+                    MultiReply::Acquired(fences) => {
+                        let first = fences.first().copied();
+                        let unexpected = || ReplyError::new(ScriptKind::MultiAcquire, value);
+                        Attempted::Granted(
+                            first.ok_or_else(unexpected)?,
+                            None,
+                            Some(fences.into()),
+                            false,
+                        )
                     }
-                }
+                    MultiReply::Busy { remaining, since } => {
+                        Attempted::Busy(remaining, Some(since), false)
+                    }
+                })
             }
-            Target::Multi { names, .. } => match classify_multi(value, names.len())? {
-                MultiReply::Acquired(fences) => Attempted::Granted {
-                    fence: fences
-                        .first()
-                        .copied()
-                        .ok_or_else(|| ReplyError::new(ScriptKind::MultiAcquire, value))?,
-                    slot: None,
-                    fences: Some(fences.into()),
-                    next_waits: false,
-                },
-                MultiReply::Busy { remaining, since } => {
-                    Attempted::Busy(remaining, Some(since), false)
-                }
-            },
-            Target::Permit { permits, .. } => match classify_permit(value)? {
-                PermitReply::Acquired {
-                    slot,
-                    fence,
-                    next_waits,
-                } => Attempted::Granted {
-                    fence,
-                    slot: Some(slot),
-                    fences: None,
-                    next_waits,
-                },
-                PermitReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
-                PermitReply::MoreSlots(n) => Attempted::Again { slots: n },
-                PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
-                    "permits",
-                    format!(
-                        "the semaphore is in use with {stored} permits, not {permits}; \
-                         a new count applies once every permit is released"
-                    ),
-                )),
-            },
+            Target::Permit { permits, .. } => {
+                return Ok(match classify_permit(value)? {
+                    PermitReply::Acquired {
+                        slot,
+                        fence,
+                        next_waits,
+                    } => Attempted::Granted(fence, Some(slot), None, next_waits),
+                    PermitReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
+                    PermitReply::MoreSlots(n) => Attempted::Again { slots: n },
+                    PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
+                        "permits",
+                        format!(
+                            "the semaphore is in use with {stored} permits, not {permits}; \
+                             a new count applies once every permit is released"
+                        ),
+                    )),
+                })
+            }
+            _ => classify_acquire(value)?,
+        };
+        Ok(match acquire {
+            AcquireReply::Acquired(fence) => Attempted::Granted(fence, None, None, false),
+            AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
+            AcquireReply::BusyFor(remaining) => Attempted::Busy(Some(remaining), None, true),
         })
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::core::{Core, LeaseId};
-use super::names::{hex, opaque_debug, Channel, KeyId};
+use super::names::{hex, opaque_debug, Channel, KeyId, OwnerToken};
 use super::outcome::{Fence, RenewOutcome};
 use super::script::{lua, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
@@ -221,64 +221,67 @@ pub(crate) const RESIGN_LUA: &str = lua!("election", "resign");
 /// Its KEYS, ARGV and replies: `src/scripts/elect_read.lua`.
 pub(crate) const READ_LUA: &str = lua!("elect_read");
 
-/// Where an election script publishes: the command, the channel, the sha.
-fn publish_args(names: &ElectNames, namespace: &str, channel: Channel) -> [String; 3] {
-    [
+/// A call of election script `kind` on `keys`: its own `args`, then where
+/// it publishes (the command, the channel, the sha).
+fn elect_call(
+    kind: ScriptKind,
+    names: &ElectNames,
+    keys: Vec<String>,
+    mut args: Vec<String>,
+    namespace: &str,
+    channel: Channel,
+) -> ScriptCall {
+    args.extend([
         channel.publish_command().to_owned(),
         channel.name(namespace, names.id),
         names.id.to_hex(),
-    ]
+    ]);
+    ScriptCall::new(kind, keys, args)
 }
 
 /// The campaign of `token` with `value` for a lease of `lease_ms`.
 pub(crate) fn campaign_call(
     names: &ElectNames,
     value: &LeaderValue,
-    token: super::names::OwnerToken,
+    token: OwnerToken,
     lease_ms: u64,
     namespace: &str,
     channel: Channel,
 ) -> ScriptCall {
-    let mut args = vec![token.to_hex(), lease_ms.to_string(), value.to_hex()];
-    args.extend(publish_args(names, namespace, channel));
-    ScriptCall::new(
-        ScriptKind::Campaign,
-        vec![names.lease.clone(), names.term.clone(), names.log.clone()],
-        args,
-    )
+    let keys = vec![names.lease.clone(), names.term.clone(), names.log.clone()];
+    let args = vec![token.to_hex(), lease_ms.to_string(), value.to_hex()];
+    elect_call(ScriptKind::Campaign, names, keys, args, namespace, channel)
 }
 
 /// The proclaim of `value` by `token`, whose last entry is `last`.
 pub(super) fn proclaim_call(
     names: &ElectNames,
     value: &LeaderValue,
-    token: super::names::OwnerToken,
+    token: OwnerToken,
     last: Version,
     namespace: &str,
     channel: Channel,
 ) -> ScriptCall {
-    let mut args = vec![token.to_hex(), value.to_hex(), last.to_id()];
-    args.extend(publish_args(names, namespace, channel));
-    ScriptCall::new(
-        ScriptKind::Proclaim,
-        vec![names.lease.clone(), names.log.clone()],
-        args,
-    )
+    let keys = vec![names.lease.clone(), names.log.clone()];
+    let args = vec![token.to_hex(), value.to_hex(), last.to_id()];
+    elect_call(ScriptKind::Proclaim, names, keys, args, namespace, channel)
 }
 
 /// The resign (the release) of `token`.
 pub(crate) fn resign_call(
     names: &ElectNames,
-    token: super::names::OwnerToken,
+    token: OwnerToken,
     namespace: &str,
     channel: Channel,
 ) -> ScriptCall {
-    let mut args = vec![token.to_hex()];
-    args.extend(publish_args(names, namespace, channel));
-    ScriptCall::new(
+    let keys = vec![names.lease.clone(), names.log.clone()];
+    elect_call(
         ScriptKind::Resign,
-        vec![names.lease.clone(), names.log.clone()],
-        args,
+        names,
+        keys,
+        vec![token.to_hex()],
+        namespace,
+        channel,
     )
 }
 
@@ -377,18 +380,16 @@ impl ReadReply {
                 leader: None,
             };
         };
+        let live = self.lease_term == Some(top.version.term);
+        let remaining = u64::try_from(self.pttl).ok().map(Duration::from_millis);
         match &top.value {
-            Some(_) if self.lease_term == Some(top.version.term) => Current {
-                version: top.version,
-                leader: Some(top.leader(u64::try_from(self.pttl).ok().map(Duration::from_millis))),
-            },
-            Some(_) => Current {
+            Some(_) if !live => Current {
                 version: top.version.next(),
                 leader: None,
             },
-            None => Current {
+            value => Current {
                 version: top.version,
-                leader: None,
+                leader: value.as_ref().map(|_| top.leader(remaining)),
             },
         }
     }
@@ -484,11 +485,7 @@ fn parse_entry(entry: &[Value]) -> Option<Entry> {
     Some(Entry {
         version,
         prev,
-        value: if leader {
-            Some(value.unwrap_or_default())
-        } else {
-            None
-        },
+        value: leader.then(|| value.unwrap_or_default()),
     })
 }
 

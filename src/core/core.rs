@@ -950,6 +950,15 @@ impl Core {
         woken
     }
 
+    /// Wakes the head of each of `lines` that should check at once (a
+    /// notification, a reason to check); returns how many.
+    pub(super) fn wake_lines(&mut self, lines: Vec<LineKey>) -> u64 {
+        let woken = lines
+            .into_iter()
+            .filter(|key| self.wake_head_of(*key, Line::handle_wake));
+        woken.count() as u64
+    }
+
     /// Wakes the head of `key`'s line if `wake` says so; returns whether.
     pub(super) fn wake_head_of(
         &mut self,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::core::{intent_ms, Core, WaiterStep};
-use super::line::{Line, WaiterId};
+use super::line::WaiterId;
 use super::names::{Kind, Target};
 use crate::config::ResolvedOptions;
 
@@ -357,9 +357,7 @@ impl Core {
     /// release or a reservation for one of them); returns how many.
     pub(super) fn wake_sets_of(&mut self, id: KeyId) -> u64 {
         let sets: Vec<LineKey> = self.set_lines_with(id).collect();
-        sets.into_iter()
-            .map(|set| u64::from(self.wake_head_of(set, Line::handle_wake)))
-            .sum()
+        self.wake_lines(sets)
     }
 }
 

@@ -159,14 +159,11 @@ impl Core {
                         .collect(),
                     _ => Vec::new(),
                 };
-                for set in &sets {
-                    if self.wake_head_of(*set, Line::handle_wake) {
-                        self.wakeups.notification += 1;
-                    }
-                }
+                let for_sets = !sets.is_empty();
+                self.wakeups.notification += self.wake_lines(sets);
                 // A read-write lease's grant or claim concerns its readers
                 // and its writers alike.
-                for line in line.freed_by_release().filter(|_| sets.is_empty()) {
+                for line in line.freed_by_release().filter(|_| !for_sets) {
                     self.wake_head_of(line, |line| line.handle_grant_elsewhere(now, claim));
                 }
             }
@@ -246,25 +243,16 @@ impl Core {
     /// Wakes the head of every line on the channel of id `id` (with hash
     /// tags, every line of every key of the tag); returns how many.
     fn wake_lines_of(&mut self, id: KeyId) -> u64 {
-        if self.settings.key_hash_tags {
-            let lines: Vec<LineKey> = self
-                .lines
-                .keys()
-                .copied()
-                .filter(|key| self.listens_on(*key, id))
-                .collect();
-            return lines
-                .into_iter()
-                .map(|key| u64::from(self.wake_head_of(key, Line::handle_wake)))
-                .sum();
-        }
-        // One lookup per kind: on a cluster this runs for every channel
-        // confirmed, so a scan of every line would grow with the keys.
-        let lines: u64 = Kind::ALL
-            .iter()
-            .map(|&kind| u64::from(self.wake_head_of(LineKey { kind, id }, Line::handle_wake)))
-            .sum();
-        lines + self.wake_sets_of(id)
+        let lines: Vec<LineKey> = if self.settings.key_hash_tags {
+            let lines = self.lines.keys().copied();
+            lines.filter(|key| self.listens_on(*key, id)).collect()
+        } else {
+            // One lookup per kind: on a cluster this runs for every channel
+            // confirmed, so a scan of every line would grow with the keys.
+            let own = Kind::ALL.iter().map(|&kind| LineKey { kind, id });
+            own.chain(self.set_lines_with(id)).collect()
+        };
+        self.wake_lines(lines)
     }
 
     /// The subscription is confirmed (first time or after a reconnect): a

@@ -46,16 +46,11 @@ impl ElectNames {
         let sha = id.braced();
         ElectNames {
             id,
-            lease: elect_lease_name(namespace, &sha),
+            lease: format!("{namespace}:elect:{sha}"),
             term: format!("{namespace}:elect-term:{sha}"),
             log: format!("{namespace}:elect-log:{sha}"),
         }
     }
-}
-
-/// `<ns>:elect:{<sha>}` (`braced`: [`KeyId::braced`])
-fn elect_lease_name(namespace: &str, braced: &str) -> String {
-    format!("{namespace}:elect:{braced}")
 }
 
 opaque_debug!(ElectNames);

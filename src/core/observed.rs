@@ -9,7 +9,6 @@
 //!  last observer dropped ──▶ the subscription lingers, then stops (no waiter left)
 //! ```
 
-use std::collections::hash_map::Entry;
 use std::time::{Duration, Instant};
 
 use super::core::Core;
@@ -87,12 +86,10 @@ impl Core {
 
     /// An observer of `id` is dropped.
     pub(crate) fn handle_observer_stopped(&mut self, now: Instant, id: KeyId) {
-        if let Entry::Occupied(mut observed) = self.observed.entry(id) {
-            let left = observed.get().observers.saturating_sub(1);
-            if left == 0 {
-                observed.remove();
-            } else {
-                observed.get_mut().observers = left;
+        if let Some(observed) = self.observed.get_mut(&id) {
+            observed.observers = observed.observers.saturating_sub(1);
+            if observed.observers == 0 {
+                self.observed.remove(&id);
             }
         }
         self.handle_listeners_left(now, [id]);

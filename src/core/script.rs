@@ -335,6 +335,13 @@ impl ScriptCall {
         let Some(h) = handover else {
             return;
         };
+        let grant = |named: bool| {
+            if named {
+                h.grant_token.to_hex()
+            } else {
+                String::new()
+            }
+        };
         self.keys.extend([
             queue.list.clone(),
             queue.flag.clone(),
@@ -347,22 +354,14 @@ impl ScriptCall {
             h.channel.publish_command().to_owned(),
             h.channel_name,
             h.message,
-            if h.registered {
-                h.grant_token.to_hex()
-            } else {
-                String::new()
-            },
+            grant(h.registered),
             match (h.keep, h.refresh) {
                 (false, _) => "d",
                 (true, false) => "k",
                 (true, true) => "r",
             }
             .to_owned(),
-            if h.register {
-                h.grant_token.to_hex()
-            } else {
-                String::new()
-            },
+            grant(h.register),
         ]);
     }
 

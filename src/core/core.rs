@@ -351,8 +351,10 @@ impl Core {
             .map(|w| (w.token, w.lease_ms, &w.target))
     }
 
-    pub(super) fn waiter_count(&self) -> usize {
-        self.waiters.len()
+    /// Whether anyone listens for notifications: a waiter, an observer or
+    /// a lingering registration.
+    pub(super) fn has_listeners(&self) -> bool {
+        self.waiters.len() > 0 || !self.observed.is_empty() || !self.lingering.is_empty()
     }
 
     /// The ids of every waiter, for shutdown's wake-up.

@@ -125,9 +125,4 @@ impl Core {
             observed.changes += 1;
         }
     }
-
-    /// Whether anyone listens for notifications: a waiter or an observer.
-    pub(super) fn has_listeners(&self) -> bool {
-        self.waiter_count() > 0 || !self.observed.is_empty() || !self.lingering.is_empty()
-    }
 }

@@ -57,17 +57,18 @@ impl<T> Slots<T> {
 
     pub(crate) fn get(&self, id: SlotId) -> Option<&T> {
         let entry = self.entries.get(id.index as usize)?;
-        (entry.generation == id.generation)
-            .then_some(entry.value.as_ref())
-            .flatten()
+        entry
+            .value
+            .as_ref()
+            .filter(|_| entry.generation == id.generation)
     }
 
     pub(crate) fn get_mut(&mut self, id: SlotId) -> Option<&mut T> {
         let entry = self.entries.get_mut(id.index as usize)?;
-        if entry.generation != id.generation {
-            return None;
-        }
-        entry.value.as_mut()
+        entry
+            .value
+            .as_mut()
+            .filter(|_| entry.generation == id.generation)
     }
 
     pub(crate) fn remove(&mut self, id: SlotId) -> Option<T> {
@@ -100,16 +101,12 @@ impl<T> Slots<T> {
     }
 
     pub(crate) fn drain(&mut self) -> Vec<T> {
-        self.free.clear();
         self.len = 0;
-        let mut out = Vec::new();
-        for (i, e) in self.entries.iter_mut().enumerate() {
-            if let Some(v) = e.value.take() {
-                out.push(v);
-            }
-            self.free.push(i as u32);
-        }
-        out
+        self.free = (0..self.entries.len() as u32).collect();
+        self.entries
+            .iter_mut()
+            .filter_map(|e| e.value.take())
+            .collect()
     }
 }
 

@@ -420,7 +420,11 @@ impl Core {
             validate_permits(permits)?;
         }
         let id = KeyId::named(key, self.settings.key_hash_tags);
-        let target = Target::new(&self.settings.namespace, want, id).with_value(value);
+        let mut target = Target::new(&self.settings.namespace, want, id);
+        // A candidate campaigns with its value; other targets carry none.
+        if let (Target::Leader { value: slot, .. }, Some(value)) = (&mut target, value) {
+            *slot = value;
+        }
         self.join(now, target, token, options)
     }
 

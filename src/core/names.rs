@@ -609,15 +609,6 @@ impl Target {
         }
     }
 
-    /// The same target campaigning with `value` (an election's candidate;
-    /// other targets carry no value).
-    pub(crate) fn with_value(mut self, value: Option<LeaderValue>) -> Self {
-        if let (Target::Leader { value: slot, .. }, Some(value)) = (&mut self, value) {
-            *slot = value;
-        }
-        self
-    }
-
     /// What it acquires, and the id of its line.
     fn want(&self) -> (Want, KeyId) {
         match self {

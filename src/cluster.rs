@@ -193,7 +193,8 @@ impl SlotMap {
     }
 
     /// A slot served by a primary other than `node`: where to ask about
-    /// `node`'s slots without asking `node`.
+    /// `node`'s slots without asking `node` (the async locker does).
+    #[cfg(any(feature = "aio", test))]
     pub(crate) fn slot_away_from(&self, node: &NodeAddr) -> Option<u16> {
         self.ranges
             .iter()

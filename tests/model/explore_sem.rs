@@ -680,33 +680,7 @@ impl search::Model for Explorer {
     }
 }
 
-impl search::Waiter for Client {
-    fn notified(&self) -> bool {
-        self.grant_notice || self.wake
-    }
-
-    fn alive(&self) -> bool {
-        !matches!(self.phase, Phase::Dead | Phase::Done)
-    }
-
-    fn may_give_up(&self) -> bool {
-        self.phase == Phase::Waiting && self.registered && self.lost.is_none()
-    }
-
-    fn lose_notices(&mut self) {
-        (self.grant_notice, self.wake) = (false, false);
-    }
-
-    fn die(&mut self) {
-        (self.phase, self.lost) = (Phase::Dead, None);
-    }
-
-    fn give_up(&mut self) {
-        self.phase = Phase::Leaving {
-            deregistered: false,
-        };
-    }
-}
+search::registering_waiter!(Client);
 
 fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
     match op {

@@ -107,6 +107,45 @@ pub(crate) trait Waiter {
     fn give_up(&mut self);
 }
 
+/// [`Waiter`] for an explorer's `Client` of a kind that registers: it is
+/// notified by a grant notice or a wake-up, may give up while waiting
+/// registered with no reply lost, and gives up by deregistering first.
+/// The client has `grant_notice`, `wake`, `registered`, `lost` and a
+/// `phase` of its module's `Phase` with `Waiting`, `Dead`, `Done` and
+/// `Leaving { deregistered }`.
+macro_rules! registering_waiter {
+    ($client:ty) => {
+        impl search::Waiter for $client {
+            fn notified(&self) -> bool {
+                self.grant_notice || self.wake
+            }
+
+            fn alive(&self) -> bool {
+                !matches!(self.phase, Phase::Dead | Phase::Done)
+            }
+
+            fn may_give_up(&self) -> bool {
+                self.phase == Phase::Waiting && self.registered && self.lost.is_none()
+            }
+
+            fn lose_notices(&mut self) {
+                (self.grant_notice, self.wake) = (false, false);
+            }
+
+            fn die(&mut self) {
+                (self.phase, self.lost) = (Phase::Dead, None);
+            }
+
+            fn give_up(&mut self) {
+                self.phase = Phase::Leaving {
+                    deregistered: false,
+                };
+            }
+        }
+    };
+}
+pub(crate) use registering_waiter;
+
 /// Applies a fault event (not a send, not the clock) to the clients, the
 /// faults left and the key space; the step's label. A restart without
 /// data empties the key space, a failover puts back the key space before

@@ -189,6 +189,72 @@ pub(crate) fn killed_registrants_let_no_attempt_jump_a_waiting_locker<F: Front>(
     granted(waiting_for.join_within(BOUND), "the waiting locker");
 }
 
+/// A queued registration always has the queue's flag beside it, so a
+/// release hands over to it: a locker with two waiters, stopped while a
+/// grant to it lapsed, takes the free lock for one waiter when it comes
+/// back and stays queued, flagged, for the other; that waiter then has
+/// the lock from the release, before any outsider.
+pub(crate) fn a_locker_queued_again_for_its_next_waiter_keeps_the_queue_flagged<F: Front>() {
+    let server = RedisServer::start();
+    let proxy = ReplyHoldProxy::start(server.port());
+    let ns = namespace("flagged");
+    let lock = lock_name(&ns, "k");
+    let (queue, flag) = (name(&ns, "lock-queue", "k"), name(&ns, "lock-queued", "k"));
+    let holder: F = connect(&server, config(&ns));
+    let held = granted(holder.acquire("k"), "the first holder");
+    let locker = std::sync::Arc::new(
+        F::connect(
+            &proxy.url(),
+            polls_off(&ns).claim_window(Duration::from_millis(200)),
+        )
+        .unwrap_or_else(|e| panic!("connect through the proxy: {e}")),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (locker, tx) = (std::sync::Arc::clone(&locker), tx.clone());
+            spawn("a waiter", move || {
+                let _ = tx.send(locker.acquire_with("k", waiting(BOUND)));
+            })
+        })
+        .collect();
+    wait_until(BOUND, "both waiters to wait, registered once", || {
+        locker.stats().waiters == 2 && queue_len(&server, &queue) == 1
+    });
+
+    // The locker stops hearing Redis: the grant's notice waits, and the
+    // grant lapses unclaimed.
+    proxy.hold();
+    F::release(held).unwrap();
+    wait_until(BOUND, "the unclaimed grant to lapse", || {
+        !exists(&server, &lock)
+    });
+    proxy.release();
+
+    let first = granted(
+        rx.recv_timeout(BOUND).expect("a waiter within the bound"),
+        "the first waiter",
+    );
+    assert_eq!(queue_len(&server, &queue), 1, "queued for the second");
+    assert!(
+        exists(&server, &flag),
+        "a registration is queued without the queue's flag"
+    );
+    F::release(first).unwrap();
+    let outsider: F = connect(&server, config(&ns));
+    let e = refused(
+        outsider.acquire_with("k", no_wait()),
+        "an outsider after the release to a queued waiter",
+    );
+    assert_eq!(e.code(), "LOCK_BUSY", "{e:?}");
+    let second = granted(
+        rx.recv_timeout(BOUND)
+            .expect("the second waiter within the bound"),
+        "the second waiter",
+    );
+    F::release(second).unwrap();
+}
+
 /// Every key the crate writes ends with the leases and registrations that
 /// use it, or is kept on purpose (docs/PROTOCOL.md §2: the fence counters,
 /// the permit-count record, the election's term and log, the key-names

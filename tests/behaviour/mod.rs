@@ -61,6 +61,7 @@ macro_rules! behaviour_suite {
             invariants {
                 a_read_whose_reply_was_lost_counts_its_lease_from_the_first_send,
                 a_reader_without_the_handover_never_has_a_writer_granted_beside_it,
+                a_locker_queued_again_for_its_next_waiter_keeps_the_queue_flagged,
                 killed_registrants_let_no_attempt_jump_a_waiting_locker,
                 only_the_keys_kept_on_purpose_outlive_the_leases_and_registrations,
             }

@@ -1,7 +1,9 @@
 //! A TCP proxy in front of a test server whose replies can be held back:
 //! commands reach Redis at once and run, while their replies wait until
 //! released, as on a network that stalls in one direction. A client then
-//! times out on commands Redis did run, and sends them again.
+//! times out on commands Redis did run, and sends them again. Holding
+//! both ways stands for a client stopped (SIGSTOP) and then continued:
+//! what it sent meanwhile reaches Redis late, in order.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -9,25 +11,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
-/// Whether replies are held, and the streams to shut when the proxy goes.
+/// What is held (replies; commands too), and the streams to shut when the
+/// proxy goes.
 #[derive(Default)]
 struct Shared {
-    held: Mutex<bool>,
+    held: Mutex<Held>,
     released: Condvar,
     stopped: AtomicBool,
     streams: Mutex<Vec<TcpStream>>,
 }
 
+#[derive(Default, Clone, Copy)]
+struct Held {
+    replies: bool,
+    commands: bool,
+}
+
 impl Shared {
-    /// Blocks while replies are held.
-    fn wait_released(&self) {
+    /// Blocks while this direction (`commands` or replies) is held.
+    fn wait_released(&self, commands: bool) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        while *held && !self.stopped.load(Ordering::SeqCst) {
+        while (if commands {
+            held.commands
+        } else {
+            held.replies
+        }) && !self.stopped.load(Ordering::SeqCst)
+        {
             held = self.released.wait(held).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    fn set_held(&self, value: bool) {
+    fn set_held(&self, value: Held) {
         *self.held.lock().unwrap_or_else(|e| e.into_inner()) = value;
         self.released.notify_all();
     }
@@ -68,19 +82,30 @@ impl ReplyHoldProxy {
 
     /// From now on, replies wait (commands still go through).
     pub fn hold(&self) {
-        self.shared.set_held(true);
+        self.shared.set_held(Held {
+            replies: true,
+            commands: false,
+        });
     }
 
-    /// Replies held so far are delivered, in order, and the rest flow.
+    /// From now on, nothing passes either way: the client is stopped.
+    pub fn stop(&self) {
+        self.shared.set_held(Held {
+            replies: true,
+            commands: true,
+        });
+    }
+
+    /// What was held so far is delivered, in order, and the rest flows.
     pub fn release(&self) {
-        self.shared.set_held(false);
+        self.shared.set_held(Held::default());
     }
 }
 
 impl Drop for ReplyHoldProxy {
     fn drop(&mut self) {
         self.shared.stopped.store(true, Ordering::SeqCst);
-        self.shared.set_held(false);
+        self.shared.set_held(Held::default());
         for stream in self
             .shared
             .streams
@@ -111,27 +136,27 @@ fn forward(client: TcpStream, server: TcpStream, shared: &Arc<Shared>) {
         let _ = b.shutdown(Shutdown::Both);
     };
     let (c, s) = (client_in, server);
+    let shared_in = Arc::clone(shared);
     thread::spawn(move || {
-        copy(&c, &s, None);
+        copy(&c, &s, &shared_in, true);
         both(&c, &s);
     });
     let shared = Arc::clone(shared);
     thread::spawn(move || {
-        copy(&server_in, &client, Some(&shared));
+        copy(&server_in, &client, &shared, false);
         both(&server_in, &client);
     });
 }
 
-fn copy(mut from: &TcpStream, mut to: &TcpStream, hold: Option<&Shared>) {
+/// Copies `from` to `to`, waiting while its direction is held.
+fn copy(mut from: &TcpStream, mut to: &TcpStream, shared: &Shared, commands: bool) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if let Some(shared) = hold {
-            shared.wait_released();
-        }
+        shared.wait_released(commands);
         if to.write_all(&buf[..n]).is_err() {
             return;
         }

@@ -64,6 +64,14 @@ pub(crate) enum Op {
     Deregister,
     /// The release by grant token that follows a give-up's DEREGISTER.
     GrantRelease,
+    /// Without the claim round trip: the client takes the grant its
+    /// notice named as held from the grant's server time on, for the
+    /// claim window (no script: a step of its own).
+    TakeGrant,
+    /// Without the claim round trip: the claim, sent after the client
+    /// returned the lease, extends it to the full lease (the acquire
+    /// script's own-token path, as the claim).
+    Extend,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -74,6 +82,9 @@ enum Phase {
         fence: String,
         deadline: u64,
         renewed: bool,
+        /// Held under the grant token, from a grant taken without its
+        /// claim (not extended yet).
+        by_grant: bool,
     },
     Leaving {
         deregistered: bool,
@@ -89,6 +100,9 @@ struct Client {
     /// Whether its replies said its registration is queued.
     registered: bool,
     grant_notice: bool,
+    /// The grant the last grant notice named: the server's time of the
+    /// grant (which the notice carries) and its fence.
+    granted: Option<(u64, String)>,
     wake: bool,
     next_poll: u64,
     /// A call whose reply was lost, re-sent as it was, and the time of its
@@ -124,6 +138,13 @@ pub(crate) struct Bounds {
     /// most this many fault-free events (script runs answered, the clock)
     /// gives that client the lock.
     pub(crate) liveness: Option<usize>,
+    /// The hand-over without the claim round trip: a client takes a grant
+    /// from its notice, held until the grant's server time plus the claim
+    /// window, and extends it (the claim) off the critical path.
+    pub(crate) claimless: bool,
+    /// A deliberate client bug for the claimless mutation test: the grant
+    /// held from the notice's arrival, not from the grant's server time.
+    pub(crate) counts_from_notice: bool,
 }
 
 /// The numbers of a run.
@@ -148,6 +169,21 @@ fn grant(c: usize) -> String {
 }
 fn entry(c: usize) -> String {
     format!("{:016x}", 0xe0 + c)
+}
+/// The fence of a holder's lease.
+fn cl_fence(cl: &Client) -> &str {
+    match &cl.phase {
+        Phase::Held { fence, .. } => fence,
+        _ => "",
+    }
+}
+/// The token client `c`'s hold is under: its grant token while it holds a
+/// grant it has not claimed.
+fn holder_token(c: usize, cl: &Client) -> String {
+    match cl.phase {
+        Phase::Held { by_grant: true, .. } => grant(c),
+        _ => tok(c, cl.round),
+    }
 }
 
 /// The explorer: the scripts (maybe mutated) and the key's names.
@@ -189,6 +225,7 @@ impl Explorer {
                     round: 0,
                     registered: false,
                     grant_notice: false,
+                    granted: None,
                     wake: false,
                     next_poll: 0,
                     lost: None,
@@ -220,7 +257,14 @@ impl Explorer {
                 };
                 Call::acquire(n, &t, LEASE, 0, Some(&h))
             }
+            Op::Extend => self.call(s, c, Op::Acquire),
+            // A grant's holder never has it granted again: its release
+            // skips its registration, which it then takes out.
+            Op::Release if self.by_grant(cl) => {
+                Call::lock_release(n, &grant(c), 0, Some(&entry(c)))
+            }
             Op::Release => Call::lock_release(n, &t, 0, None),
+            Op::TakeGrant => unreachable!("taking a grant sends nothing"),
             Op::Renew => Call::renew(&n.lock(), &t, LEASE),
             Op::Deregister => Call::deregister(n, QKind::Lock, &entry(c)),
             Op::GrantRelease => Call::lock_release(n, &grant(c), 0, None),
@@ -236,15 +280,25 @@ impl Explorer {
         }
         match &cl.phase {
             Phase::Idle => vec![Op::Acquire],
+            Phase::Waiting
+                if self.bounds.claimless
+                    && cl.grant_notice
+                    && cl.granted.as_ref().is_some_and(|(at, _)| now < at + CLAIM) =>
+            {
+                vec![Op::TakeGrant]
+            }
             Phase::Waiting if cl.grant_notice || cl.wake || now >= cl.next_poll => {
                 vec![Op::Acquire]
             }
             Phase::Held {
-                deadline, renewed, ..
+                deadline,
+                renewed,
+                by_grant,
+                ..
             } => {
                 let mut ops = vec![Op::Release];
                 if !renewed && now < *deadline {
-                    ops.push(Op::Renew);
+                    ops.push(if *by_grant { Op::Extend } else { Op::Renew });
                 }
                 ops
             }
@@ -290,6 +344,12 @@ impl Explorer {
                 Phase::Waiting => times.push(cl.next_poll),
                 _ => {}
             }
+            // A grant's notice may arrive late: halfway through the window.
+            if let (true, true, Some((at, _))) =
+                (self.bounds.claimless, cl.grant_notice, &cl.granted)
+            {
+                times.push(at + CLAIM / 2);
+            }
         }
         times.into_iter().filter(|t| *t > now).min()
     }
@@ -326,10 +386,46 @@ impl Explorer {
         let mut n = s.clone();
         let now = s.db.now_ms();
         let label = match a {
+            Action::Run {
+                client,
+                op: Op::TakeGrant,
+                ..
+            } => {
+                let cl = &mut n.clients[client];
+                let (at, fence) = cl.granted.take().expect("a grant notice");
+                let at = if self.bounds.counts_from_notice {
+                    now
+                } else {
+                    at
+                };
+                cl.grant_notice = false;
+                cl.wake = false;
+                cl.phase = Phase::Held {
+                    fence,
+                    deadline: at + CLAIM,
+                    renewed: false,
+                    by_grant: true,
+                };
+                // A grant a restart or failover lost after its notice was
+                // published: held by its client's clock, backed by nothing
+                // (docs/PROTOCOL.md §11: fences decide). A grant still in
+                // Redis backs the hold only as long as its expiry does:
+                // that is what the invariant checks.
+                let ours = format!("{}:{}", grant(client), cl_fence(&n.clients[client]));
+                n.clients[client].orphaned = self.lock_value(&n.db) != Some(ours);
+                format!(
+                    "c{client} takes its grant until {} (no claim sent)",
+                    at + CLAIM
+                )
+            }
             Action::Run { client, op, lose } => {
                 let call = self.call(s, client, op);
                 let before = self.lock_value(&s.db);
-                let queue = self.live_queue(&s.db);
+                let mut queue = self.live_queue(&s.db);
+                if op == Op::Release && self.by_grant(&s.clients[client]) {
+                    // Its release skips its own registration by design.
+                    queue.retain(|(reg, _)| *reg != entry(client));
+                }
                 search::record_run(&mut n.unreplicated, &s.db, &s.faults);
                 let reply;
                 (reply, n.db) = self.scripts.run(&call, n.db);
@@ -351,7 +447,7 @@ impl Explorer {
                 if matches!(op, Op::Release) && reply == Reply::Int(3) {
                     self.handovers += 1;
                 }
-                if op == Op::Acquire
+                if matches!(op, Op::Acquire | Op::Extend)
                     && before.as_deref().map(owner_of) == Some(grant(client).as_str())
                     && matches!(reply, Reply::Bulk(_))
                 {
@@ -371,7 +467,7 @@ impl Explorer {
                     }
                 }
                 // 4. A replay gets its fence back.
-                if op == Op::Acquire {
+                if matches!(op, Op::Acquire | Op::Extend) {
                     if let Some(v0) = &before {
                         let o = owner_of(v0);
                         let registered = s.clients[client].registered;
@@ -403,7 +499,10 @@ impl Explorer {
                                 Phase::Waiting | Phase::Dead => true,
                                 Phase::Leaving { deregistered } => !deregistered,
                                 Phase::Idle => matches!(cl.lost, Some((Op::Acquire, _))),
-                                Phase::Held { .. } | Phase::Done => false,
+                                // Its registration stays queued until its
+                                // claim or its release takes it out.
+                                Phase::Held { by_grant, .. } => by_grant,
+                                Phase::Done => false,
                             };
                             if !wants && !cl.revived {
                                 return Err(format!(
@@ -430,6 +529,8 @@ impl Explorer {
                         for (i, cl) in n.clients.iter_mut().enumerate() {
                             if Some(&entry(i).as_str()) == parts.get(2) && cl.phase != Phase::Dead {
                                 cl.grant_notice = true;
+                                let fence = parts.get(3).map(|f| (*f).to_owned());
+                                cl.granted = fence.map(|f| (now, f));
                             }
                         }
                     } else {
@@ -505,13 +606,17 @@ impl Explorer {
                 fence, deadline, ..
             } = &cl.phase
             {
-                let ours = format!("{}:{fence}", tok(c, cl.round));
+                let ours = format!("{}:{fence}", holder_token(c, cl));
                 let backed = entry.as_ref().is_some_and(|e| {
                     e.value == Value::Str(ours) && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
                 });
                 cl.orphaned |= !backed;
             }
         }
+    }
+
+    fn by_grant(&self, cl: &Client) -> bool {
+        matches!(cl.phase, Phase::Held { by_grant: true, .. })
     }
 
     fn answer(&self, cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64, _n: usize) {
@@ -529,6 +634,7 @@ impl Explorer {
         match op {
             Op::Acquire => {
                 cl.grant_notice = false;
+                cl.granted = None;
                 cl.wake = false;
                 match reply {
                     Reply::Bulk(fence) => {
@@ -538,6 +644,7 @@ impl Explorer {
                             fence,
                             deadline: first + LEASE,
                             renewed: false,
+                            by_grant: false,
                         };
                     }
                     Reply::Int(ms) => {
@@ -564,7 +671,34 @@ impl Explorer {
                     }
                 }
             }
+            Op::Extend => {
+                if let Phase::Held {
+                    deadline,
+                    renewed,
+                    by_grant,
+                    ..
+                } = &mut cl.phase
+                {
+                    *renewed = true;
+                    if let Reply::Bulk(_) = reply {
+                        // Claimed: its own token's lease, from the send on.
+                        (*by_grant, cl.registered, cl.orphaned) = (false, false, false);
+                        *deadline = first + LEASE;
+                    } else {
+                        // The grant lapsed: the lease is lost.
+                        *deadline = (*deadline).min(now);
+                    }
+                }
+            }
+            // A grant's holder then takes its registration out, and passes
+            // on any grant made to it meanwhile.
+            Op::Release if self.by_grant(cl) => {
+                cl.phase = Phase::Leaving {
+                    deregistered: false,
+                }
+            }
             Op::Release | Op::GrantRelease => finish(cl),
+            Op::TakeGrant => unreachable!("taking a grant sends nothing"),
             Op::Deregister => {
                 cl.phase = Phase::Leaving { deregistered: true };
             }
@@ -621,7 +755,7 @@ impl Explorer {
         let now = s.db.now_ms();
         if let Some(v) = self.lock_value(&s.db) {
             let held = (0..s.clients.len()).any(|c| {
-                owner_of(&v) == tok(c, s.clients[c].round)
+                owner_of(&v) == holder_token(c, &s.clients[c])
                     && matches!(s.clients[c].phase, Phase::Held { deadline, .. } if now < deadline)
             });
             if held {
@@ -684,6 +818,8 @@ pub(crate) fn bounds(clients: usize) -> Bounds {
         depth,
         faults: Faults::one_of_each(),
         liveness: None,
+        claimless: false,
+        counts_from_notice: false,
     }
 }
 
@@ -858,5 +994,80 @@ fn mutation_grant_without_expiry_is_caught() {
     match explore("mutation: a grant without its claim window", sources, b) {
         Ok(st) => panic!("not caught in {} states", st.states),
         Err(cx) => assert!(cx.invariant.contains("fault-free events"), "{cx}"),
+    }
+}
+
+/// The hand-over without the claim round trip, as designed: a grantee
+/// holds from its notice until the grant's server time plus the claim
+/// window, then extends (claims) off the critical path; its release by the
+/// grant token skips its own registration, which it then takes out.
+#[test]
+fn lock_claimless_handover_holds_for_two_clients() {
+    let b = Bounds {
+        claimless: true,
+        ..bounds(2)
+    };
+    match explore("lock without the claim, real scripts", Sources::real(), b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(st.handovers > 0, "the hand-over was never reached: {st:?}"),
+    }
+}
+
+#[test]
+fn lock_claimless_handover_holds_over_two_rounds() {
+    let ci = bounds(2);
+    let b = Bounds {
+        claimless: true,
+        rounds: 2,
+        depth: std::env::var("REDLEASE_MODEL_DEPTH").map_or(7, |_| ci.depth),
+        ..ci
+    };
+    if let Err(cx) = explore("lock without the claim, 2 rounds", Sources::real(), b) {
+        panic!("{cx}");
+    }
+}
+
+#[test]
+fn lock_claimless_handover_holds_for_three_clients() {
+    let b = Bounds {
+        claimless: true,
+        ..bounds(3)
+    };
+    if let Err(cx) = explore("lock without the claim, 3 clients", Sources::real(), b) {
+        panic!("{cx}");
+    }
+}
+
+#[test]
+fn lock_claimless_no_waiter_stranded_while_nobody_holds() {
+    let ci = bounds(2);
+    let b = Bounds {
+        claimless: true,
+        depth: std::env::var("REDLEASE_MODEL_DEPTH").map_or(7, |_| ci.depth),
+        liveness: Some(LIVENESS),
+        ..ci
+    };
+    match explore("lock without the claim, liveness", Sources::real(), b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(st.live_checks > 0, "no waiter on a free lock: {st:?}"),
+    }
+}
+
+#[test]
+fn mutation_claimless_counting_from_the_notice_is_caught() {
+    // A grantee that counts its hold from the notice's arrival: a notice
+    // that arrives late has it hold past the grant's expiry in Redis.
+    // Three clients, no faults: the one behind the grantee takes the lock
+    // once the grant lapsed in Redis.
+    let b = Bounds {
+        claimless: true,
+        counts_from_notice: true,
+        depth: 9,
+        faults: Faults::default(),
+        ..bounds(3)
+    };
+    match explore("mutation: a grant held from its notice", Sources::real(), b) {
+        Ok(st) => panic!("not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains("valid leases"), "{cx}"),
     }
 }

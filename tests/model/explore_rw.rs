@@ -34,7 +34,15 @@
 //! 5. a writer's release never changes a lease another token holds;
 //! 6. writers first: a read with the hand-over admits no new reader while
 //!    a live writer's registration heads the queue (a claim of a grant the
-//!    hand-over made, or a replay, is no new reader).
+//!    hand-over made, or a replay, is no new reader);
+//! 7. FIFO across the queue's mixed entries: the hand-over grants a writer
+//!    only as the head live registration, and admits a reader only with no
+//!    writer's live registration ahead of it.
+//!
+//! With `Bounds::liveness` (k), also a bounded "no waiter stranded": while
+//! nobody holds a lease valid by its own clock, every client waiting with
+//! a live registration is served by some run of at most k fault-free
+//! events.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -126,6 +134,10 @@ pub(crate) struct Bounds {
     /// Whether invariant 1 (the server's keys) is checked: off, a
     /// mutation must be caught by the clients' leases alone.
     pub(crate) server_check: bool,
+    /// The bounded liveness check: in every state reached where nobody
+    /// holds a valid lease and a client waits with its registration live,
+    /// some run of at most this many fault-free events serves it.
+    pub(crate) liveness: Option<usize>,
 }
 
 /// The numbers of a run, and how often the hand-over's paths were taken.
@@ -140,6 +152,8 @@ pub(crate) struct Stats {
     pub(crate) reader_grants: usize,
     /// Attempts that claimed a grant (writer or reader).
     pub(crate) claims: usize,
+    /// States the liveness check searched from.
+    pub(crate) live_checks: usize,
 }
 
 fn tok(c: usize) -> String {
@@ -380,17 +394,32 @@ impl Explorer {
                 let mine = |set: &BTreeMap<String, u64>| {
                     set.contains_key(&t) || (cl0.registered && set.contains_key(&grant(client)))
                 };
-                // Counts of the hand-over's paths.
+                // Counts of the hand-over's paths; 7. FIFO: a writer is
+                // granted only as the head live registration, a reader only
+                // with no writer's registration ahead of it.
                 if let Some(v1) = after.as_deref().filter(|v| Some(*v) != before.as_deref()) {
-                    if (0..s.clients.len()).any(|g| owner_of(v1) == grant(g)) {
+                    if let Some(g) = (0..s.clients.len()).find(|g| owner_of(v1) == grant(*g)) {
                         self.stats.writer_grants += 1;
+                        if queue.first() != Some(&entry(g, Role::Writer)) {
+                            return Err(format!(
+                                "{label}: writer c{g} granted past the head registration {:?}",
+                                queue.first()
+                            ));
+                        }
                     }
                 }
-                self.stats.reader_grants += (0..s.clients.len())
-                    .filter(|g| {
-                        readers1.contains_key(&grant(*g)) && !readers0.contains_key(&grant(*g))
-                    })
-                    .count();
+                for g in 0..s.clients.len() {
+                    if readers1.contains_key(&grant(g)) && !readers0.contains_key(&grant(g)) {
+                        self.stats.reader_grants += 1;
+                        let own = entry(g, Role::Reader);
+                        let ahead = queue.iter().take_while(|e| **e != own);
+                        if let Some(w) = ahead.clone().find(|e| e.starts_with('w')) {
+                            return Err(format!(
+                                "{label}: reader c{g} admitted past the writer's registration {w}"
+                            ));
+                        }
+                    }
+                }
                 if op == Op::Attempt && matches!(reply, Reply::Bulk(_)) {
                     let g = grant(client);
                     if before.as_deref().map(owner_of) == Some(g.as_str())
@@ -609,6 +638,50 @@ impl search::Model for Explorer {
     fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
         self.apply(s, a)
     }
+
+    fn check(&mut self, s: &State) -> Option<String> {
+        let c = self.stranded(s)?;
+        Some(format!(
+            "c{c} waits with a live registration while nobody holds, \
+             and no run of {} fault-free events serves it",
+            self.bounds.liveness.unwrap_or(0)
+        ))
+    }
+}
+
+impl Explorer {
+    /// A client `s` strands: nobody holds a lease valid by its own clock,
+    /// it waits with its registration live in the queue, and no run of at
+    /// most `liveness` fault-free events gives it its lease.
+    fn stranded(&mut self, s: &State) -> Option<usize> {
+        let k = self.bounds.liveness?;
+        let now = s.db.now_ms();
+        let holds =
+            |cl: &Client| matches!(cl.phase, Phase::Held { deadline, .. } if now < deadline);
+        if s.clients.iter().any(holds) {
+            return None;
+        }
+        let queued = self.live_queue(&s.db);
+        let waiting: Vec<usize> = (0..s.clients.len())
+            .filter(|c| {
+                let cl = &s.clients[*c];
+                cl.phase == Phase::Waiting && queued.contains(&entry(*c, cl.role))
+            })
+            .collect();
+        if waiting.is_empty() {
+            return None;
+        }
+        // The counts are of the exploration's own transitions.
+        let stats = self.stats;
+        let unserved = search::unserved_within(self, s, k, waiting, |n: &State, c| {
+            matches!(n.clients[c].phase, Phase::Held { .. })
+        });
+        self.stats = Stats {
+            live_checks: stats.live_checks + 1,
+            ..stats
+        };
+        unserved
+    }
 }
 
 search::registering_waiter!(Client);
@@ -673,6 +746,7 @@ pub(crate) fn bounds(hand_off: bool) -> Bounds {
         depth,
         faults: Faults::without_failover(),
         server_check: true,
+        liveness: None,
     }
 }
 
@@ -694,7 +768,7 @@ fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexam
     match &result {
         Ok(st) => println!(
             "{name}: clients {}, depth {}: {} states, {} transitions \
-             ({} writer grants, {} reader grants, {} claims), {:.1?}",
+             ({} writer grants, {} reader grants, {} claims; {} liveness checks), {:.1?}",
             roles.join(" "),
             st.depth,
             st.states,
@@ -702,6 +776,7 @@ fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexam
             st.writer_grants,
             st.reader_grants,
             st.claims,
+            st.live_checks,
             started.elapsed()
         ),
         Err(cx) => println!(
@@ -801,4 +876,102 @@ fn mutation_writer_granted_beside_live_readers_is_caught() {
         mutate,
     );
     assert!(cx.invariant.contains("all hold valid leases"), "{cx}");
+}
+
+/// The liveness bound: a waiter served within this many fault-free
+/// events once nobody holds (a lapsed head's deadline, a poll, the grant,
+/// the claim, and a holder's release ahead of it at worst).
+const LIVENESS: usize = 10;
+
+#[test]
+fn rw_no_waiter_stranded_while_nobody_holds() {
+    let ci = bounds(false);
+    let b = Bounds {
+        depth: std::env::var("REDLEASE_MODEL_DEPTH").map_or(6, |_| ci.depth),
+        liveness: Some(LIVENESS),
+        ..ci
+    };
+    match explore("rw liveness, real scripts", Sources::real(), b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(st.live_checks > 0, "no waiter while nobody holds: {st:?}"),
+    }
+}
+
+#[test]
+fn mutation_rw_grant_without_expiry_is_caught() {
+    // A writer's grant written without its claim window (`PX`): a grant to
+    // a writer that died holds the lease for ever, and the waiters behind
+    // it strand.
+    let mut sources = Sources::real();
+    for script in [
+        "RW_READ_LUA",
+        "RW_WRITE_LUA",
+        "RELEASE_LUA",
+        "RW_READ_RELEASE_LUA",
+    ] {
+        sources.mutate(
+            script,
+            "or (owner .. ':' .. fence), 'PX', claim)",
+            "or (owner .. ':' .. fence))",
+            1,
+        );
+    }
+    let ci = bounds(false);
+    let b = Bounds {
+        depth: 6,
+        liveness: Some(LIVENESS),
+        ..ci
+    };
+    match explore("mutation: a writer's grant without its window", sources, b) {
+        Ok(st) => panic!("not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains("fault-free events"), "{cx}"),
+    }
+}
+
+/// Two writers and two readers: entries of both kinds queue behind a
+/// holder in every order, the ground for FIFO across mixed entries.
+fn mixed() -> Bounds {
+    Bounds {
+        clients: vec![
+            (Role::Writer, true),
+            (Role::Reader, true),
+            (Role::Writer, true),
+            (Role::Reader, true),
+        ],
+        depth: std::env::var("REDLEASE_MODEL_DEPTH").map_or(6, |d| d.parse().unwrap_or(6)),
+        faults: Faults::default(),
+        ..bounds(false)
+    }
+}
+
+#[test]
+fn rw_fifo_holds_across_mixed_entries() {
+    match explore("rw mixed entries, real scripts", Sources::real(), mixed()) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(st.reader_grants > 0 && st.writer_grants > 0, "{st:?}"),
+    }
+}
+
+#[test]
+fn mutation_readers_admitted_past_a_queued_writer_are_caught() {
+    // The hand-over's batch of readers goes on past a writer's entry: a
+    // reader queued behind the writer is let in ahead of it.
+    let mut sources = Sources::real();
+    for script in [
+        "RW_READ_LUA",
+        "RW_WRITE_LUA",
+        "RELEASE_LUA",
+        "RW_READ_RELEASE_LUA",
+    ] {
+        sources.mutate(
+            script,
+            "if not (head and string.sub(head, 1, 1) == 'r') then",
+            "if not head then",
+            1,
+        );
+    }
+    match explore("mutation: a reader batch past the writer", sources, mixed()) {
+        Ok(st) => panic!("not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains("past the writer"), "{cx}"),
+    }
 }

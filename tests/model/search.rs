@@ -380,6 +380,46 @@ pub(crate) fn breadth_first<M: Model>(
     })
 }
 
+/// The bounded liveness check: the first of `pending` (clients waiting
+/// while nobody holds) that no run of at most `k` fault-free events from
+/// `s` (script runs answered, the clock) serves, as `served` says of a
+/// state; `None`: each is served by some such run.
+pub(crate) fn unserved_within<M: Model>(
+    model: &mut M,
+    s: &M::State,
+    k: usize,
+    mut pending: Vec<usize>,
+    served: impl Fn(&M::State, usize) -> bool,
+) -> Option<usize>
+where
+    M::State: Clone,
+{
+    let mut seen: HashSet<u64> = HashSet::from([hash(s)]);
+    let mut frontier = vec![s.clone()];
+    for _ in 0..k {
+        let mut next = Vec::new();
+        for st in &frontier {
+            for a in model.actions(st) {
+                if !matches!(a, Action::Advance | Action::Run { lose: false, .. }) {
+                    continue;
+                }
+                let Ok((n, _)) = model.apply(st, a) else {
+                    continue;
+                };
+                pending.retain(|c| !served(&n, *c));
+                if pending.is_empty() {
+                    return None;
+                }
+                if seen.insert(hash(&n)) {
+                    next.push(n);
+                }
+            }
+        }
+        frontier = next;
+    }
+    pending.first().copied()
+}
+
 /// A state's hash, which memoises the searches.
 pub(crate) fn hash(s: &impl Hash) -> u64 {
     let mut h = DefaultHasher::new();

@@ -36,12 +36,11 @@
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
-use super::search::{self, fence_of, hash, owner_of, Counterexample, Faults, Keys, Scripts};
+use super::search::{self, fence_of, owner_of, Counterexample, Faults, Keys, Scripts};
 
 const START_MS: u64 = 1_700_000_000_000;
 const LEASE: u64 = 100;
@@ -628,33 +627,11 @@ impl Explorer {
         self.stats.live_checks += 1;
         // The counts are of the exploration's own transitions.
         let counts = self.stats;
-        let mut pending = waiting;
-        let mut seen: HashSet<u64> = HashSet::from([hash(s)]);
-        let mut frontier = vec![s.clone()];
-        for _ in 0..k {
-            let mut next = Vec::new();
-            for st in &frontier {
-                for a in self.actions(st) {
-                    if !matches!(a, Action::Advance | Action::Run { lose: false, .. }) {
-                        continue;
-                    }
-                    let Ok((n, _)) = self.apply(st, a) else {
-                        continue;
-                    };
-                    pending.retain(|c| !matches!(n.clients[*c].phase, Phase::Held { .. }));
-                    if pending.is_empty() {
-                        self.stats = counts;
-                        return None;
-                    }
-                    if seen.insert(hash(&n)) {
-                        next.push(n);
-                    }
-                }
-            }
-            frontier = next;
-        }
+        let unserved = search::unserved_within(self, s, k, waiting, |n: &State, c| {
+            matches!(n.clients[c].phase, Phase::Held { .. })
+        });
         self.stats = counts;
-        pending.first().copied()
+        unserved
     }
 }
 

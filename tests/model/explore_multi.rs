@@ -8,9 +8,11 @@
 //! lease from the send of the answered attempt or of the first send whose
 //! reply was lost.
 //!
-//! Events and faults as in `explore.rs`, without the give-up: a script run
-//! (its reply delivered, or lost and the call re-sent), a notification
-//! lost, the clock advancing to the next deadline, a kill, a restart
+//! Events and faults as in `explore.rs`: a script run (its reply
+//! delivered, or lost and the call re-sent), a notification lost, the
+//! clock advancing to the next deadline, a kill, a multi-key waiter giving
+//! up (as the crate's core leaves: DEREGISTER in each key's queue, then
+//! MULTI_RELEASE of its token, which frees what it reserved), a restart
 //! without data, a failover to a replica that missed the last script
 //! run(s).
 //!
@@ -23,6 +25,11 @@
 //! 3. every new fence written to a key is above every fence it had before;
 //! 4. a multi-key attempt that finds every key its own answers those
 //!    fences (a replay grants nothing twice).
+//!
+//! With `Bounds::liveness` (k), also a bounded "no waiter stranded": while
+//! no client holds a lease valid by its own clock, every multi-key client
+//! waiting with a live registration is served by some run of at most k
+//! fault-free events.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -55,6 +62,8 @@ pub(crate) enum Op {
     Acquire,
     Renew,
     Release,
+    /// A give-up's DEREGISTER in key `i`'s queue.
+    Deregister(u8),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -65,6 +74,10 @@ enum Phase {
         fences: Vec<String>,
         deadline: u64,
         renewed: bool,
+    },
+    /// It gave up: it deregisters from key `next` on, then releases.
+    Leaving {
+        next: u8,
     },
     Done,
     Dead,
@@ -102,6 +115,8 @@ pub(crate) struct Bounds {
     pub(crate) clients: Vec<Role>,
     pub(crate) depth: usize,
     pub(crate) faults: Faults,
+    /// The bounded liveness check (module docs).
+    pub(crate) liveness: Option<usize>,
 }
 
 /// The numbers of a run.
@@ -113,6 +128,8 @@ pub(crate) struct Stats {
     /// Keys a release handed over as a reservation, and multi-key grants.
     pub(crate) handed: usize,
     pub(crate) grants: usize,
+    /// States the liveness check searched from.
+    pub(crate) live_checks: usize,
 }
 
 fn tok(c: usize) -> String {
@@ -183,6 +200,12 @@ impl Explorer {
             }
             (Role::Multi, Op::Renew) => Call::multi_renew(n, &t, LEASE),
             (Role::Multi, Op::Release) => Call::multi_release(n, &t, Some(0)),
+            (Role::Multi, Op::Deregister(i)) => {
+                Call::deregister(&n[usize::from(i)], QKind::Lock, &entry(c))
+            }
+            (Role::Single, Op::Deregister(_)) => {
+                unreachable!("a single-key locker never registers")
+            }
             (Role::Single, Op::Acquire) => Call::acquire(&n[0], &t, LEASE, 0, None),
             (Role::Single, Op::Renew) => Call::renew(&n[0].lock(), &t, LEASE),
             (Role::Single, Op::Release) => Call::release(&n[0], &n[0].lock(), QKind::Lock, &t),
@@ -208,6 +231,8 @@ impl Explorer {
                 }
                 ops
             }
+            Phase::Leaving { next } if usize::from(*next) < KEYS => vec![Op::Deregister(*next)],
+            Phase::Leaving { .. } => vec![Op::Release],
             _ => Vec::new(),
         }
     }
@@ -511,6 +536,7 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
             cl.orphaned = false;
             cl.phase = Phase::Done;
         }
+        Op::Deregister(i) => cl.phase = Phase::Leaving { next: i + 1 },
     }
 }
 
@@ -525,6 +551,63 @@ impl search::Model for Explorer {
     fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
         self.apply(s, a)
     }
+
+    fn check(&mut self, s: &State) -> Option<String> {
+        let c = self.stranded(s)?;
+        Some(format!(
+            "c{c} waits with a live registration while nobody holds, \
+             and no run of {} fault-free events serves it",
+            self.bounds.liveness.unwrap_or(0)
+        ))
+    }
+}
+
+impl Explorer {
+    /// A multi-key client `s` strands: no client holds a lease valid by
+    /// its own clock, it waits with its registration live in a key's
+    /// queue, and no run of at most `liveness` fault-free events gives it
+    /// both keys.
+    fn stranded(&mut self, s: &State) -> Option<usize> {
+        let k = self.bounds.liveness?;
+        let now = s.db.now_ms();
+        let holds =
+            |cl: &Client| matches!(cl.phase, Phase::Held { deadline, .. } if now < deadline);
+        if s.clients.iter().any(holds) {
+            return None;
+        }
+        let queued = |c: usize| {
+            self.names.iter().any(|n| {
+                let Some(Value::List(l)) = s.db.peek(&n.queue(QKind::Lock)).map(|e| &e.value)
+                else {
+                    return false;
+                };
+                l.iter().any(|v| {
+                    let mut parts = v.splitn(3, '|');
+                    parts.next() == Some(entry(c).as_str())
+                        && parts
+                            .next()
+                            .and_then(|d| d.parse::<u64>().ok())
+                            .is_some_and(|d| d > now)
+                })
+            })
+        };
+        let waiting: Vec<usize> = (0..s.clients.len())
+            .filter(|c| s.clients[*c].phase == Phase::Waiting && queued(*c))
+            .collect();
+        if waiting.is_empty() {
+            return None;
+        }
+        // The counts are of the exploration's own transitions.
+        let stats = self.stats;
+        let unserved = search::unserved_within(self, s, k, waiting, |n: &State, c| {
+            matches!(n.clients[c].phase, Phase::Held { .. })
+        });
+        self.stats = Stats {
+            live_checks: stats.live_checks + 1,
+            ..stats
+        };
+        unserved
+    }
 }
 
 impl search::Waiter for Client {
@@ -537,8 +620,7 @@ impl search::Waiter for Client {
     }
 
     fn may_give_up(&self) -> bool {
-        // A give-up is its release and deregistration: not modelled.
-        false
+        self.role == Role::Multi && self.phase == Phase::Waiting && self.lost.is_none()
     }
 
     fn lose_notices(&mut self) {
@@ -550,12 +632,12 @@ impl search::Waiter for Client {
     }
 
     fn give_up(&mut self) {
-        unreachable!("no give-up is modelled")
+        self.phase = Phase::Leaving { next: 0 };
     }
 }
 
 /// Two multi-key clients and a single-key locker of the first key, every
-/// fault but the give-up once, at depth `ci` or `REDLEASE_MODEL_DEPTH`.
+/// fault once, at depth `ci` or `REDLEASE_MODEL_DEPTH`.
 pub(crate) fn bounds(ci: usize) -> Bounds {
     Bounds {
         clients: vec![Role::Multi, Role::Multi, Role::Single],
@@ -563,10 +645,8 @@ pub(crate) fn bounds(ci: usize) -> Bounds {
             .ok()
             .and_then(|d| d.parse().ok())
             .unwrap_or(ci),
-        faults: Faults {
-            give_up: 0,
-            ..Faults::one_of_each()
-        },
+        faults: Faults::one_of_each(),
+        liveness: None,
     }
 }
 
@@ -577,12 +657,14 @@ fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexam
     match &result {
         Ok(st) => println!(
             "{name}: M M S, depth {}: {} states, {} transitions \
-             ({} multi-key grants, {} keys handed over as reservations), {:.1?}",
+             ({} multi-key grants, {} keys handed over as reservations; \
+             {} liveness checks), {:.1?}",
             st.depth,
             st.states,
             st.transitions,
             st.grants,
             st.handed,
+            st.live_checks,
             started.elapsed()
         ),
         Err(cx) => println!(
@@ -642,5 +724,39 @@ fn mutation_reservation_written_as_a_hold_is_caught() {
     ) {
         Ok(st) => panic!("not caught in {} states", st.states),
         Err(cx) => assert!(cx.invariant.contains("of its 2 keys"), "{cx}"),
+    }
+}
+
+#[test]
+fn multi_key_no_waiter_stranded_while_nobody_holds() {
+    let b = Bounds {
+        liveness: Some(10),
+        ..bounds(5)
+    };
+    match explore("multi-key liveness, real scripts", Sources::real(), b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(st.live_checks > 0, "no waiter while nobody holds: {st:?}"),
+    }
+}
+
+#[test]
+fn mutation_multi_reservation_without_expiry_is_caught() {
+    // A waiter's reservation written without its window: a waiter killed
+    // while waiting keeps the key reserved for ever, and the other
+    // waiter, younger, strands behind it.
+    let mut sources = Sources::real();
+    sources.mutate(
+        "MULTI_ACQUIRE_LUA",
+        "token .. ':r' .. age_text, 'PX', res_ms)",
+        "token .. ':r' .. age_text)",
+        1,
+    );
+    let b = Bounds {
+        liveness: Some(10),
+        ..bounds(5)
+    };
+    match explore("mutation: a reservation without its window", sources, b) {
+        Ok(st) => panic!("not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains("fault-free events"), "{cx}"),
     }
 }

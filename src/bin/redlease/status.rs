@@ -11,11 +11,13 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::cli::{exit, StatusArgs, MAX_PERMITS};
 use crate::connect::open;
 use crate::duration::human;
-use crate::holder::{json_opt, json_string, Holder};
-use crate::output::{print, Out};
+use crate::holder::Holder;
+use crate::output::{json, print, Out};
 use crate::{describe_redis, Target};
 
 /// Connect, read and write timeout of the status query.
@@ -25,8 +27,8 @@ const FREE: u8 = 1;
 /// A lease's time left when it has no expiry.
 const NO_EXPIRY: &str = "no expiry (not set by redlease)";
 
-/// What `status` found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `status` found; its JSON object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct Status {
     held: bool,
     /// `None` when not held, or held without an expiry.
@@ -37,12 +39,14 @@ struct Status {
     holder: Option<Holder>,
     /// The reservation of a waiting multi-key lease, when the lock's value
     /// is one (then `held` is false: a reservation has no fence, and no
-    /// store accepts it).
+    /// store accepts it). Only a reserved key has the JSON field, so every
+    /// other report stays as it was.
+    #[serde(rename = "reserved", skip_serializing_if = "Option::is_none")]
     reservation: Option<Reservation>,
 }
 
 /// A key reserved by a waiting multi-key lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct Reservation {
     /// `None` without an expiry (a reservation always has one; a value
     /// written by hand may not).
@@ -258,33 +262,6 @@ fn left(ms: Option<u64>, suffix: &str) -> String {
     )
 }
 
-fn json(s: &Status) -> String {
-    let holder = s.holder.as_ref().map_or_else(
-        || "null".to_owned(),
-        |h| {
-            let (host, command) = (json_string(&h.host), json_string(&h.command));
-            format!(
-                "{{\"host\":{host},\"pid\":{},\"command\":{command}}}",
-                h.pid
-            )
-        },
-    );
-    // Only a reserved key has the field, so every other report stays as
-    // it was.
-    let reserved = s.reservation.as_ref().map_or_else(String::new, |r| {
-        format!(
-            ",\"reserved\":{{\"remaining_ms\":{}}}",
-            json_opt(r.remaining_ms)
-        )
-    });
-    format!(
-        "{{\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{holder}{reserved}}}",
-        s.held,
-        json_opt(s.remaining_ms),
-        json_opt(s.fence)
-    )
-}
-
 fn permits_json(s: &PermitsStatus) -> String {
     // A slot is never reserved: its object is a lock's, after its number.
     let slots: Vec<String> = s
@@ -297,7 +274,7 @@ fn permits_json(s: &PermitsStatus) -> String {
         "{{\"held\":{},\"permits\":{},\"permits_in_use\":{},\"held_permits\":{},\"slots\":[{}]}}",
         s.held() > 0,
         s.permits,
-        json_opt(s.in_use.map(u64::from)),
+        json(&s.in_use),
         s.held(),
         slots.join(",")
     )

@@ -160,47 +160,40 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
 }
 
 /// The `PTTL` of each lease of `names` (`[lease, fence counter, holder
-/// record]`) and its fence counter in one round trip, not a transaction (a
-/// lease can change in between, which the holder record's fence check
-/// tolerates), then the holder records of the held ones. The records are
-/// optional: a user whose ACL lacks their names still gets the rest.
+/// record]`), its fence counter and its holder record in one round trip,
+/// not a transaction (a lease can change in between, which the holder
+/// record's fence check tolerates). The records are optional: a user
+/// whose ACL lacks their names still gets the rest (the pipeline's errors
+/// come one a command). A free lease's record is read too, and not shown.
 fn read_slots(
     conn: &mut redis::Connection,
     names: &[[String; 3]],
 ) -> redis::RedisResult<Vec<SlotReply>> {
     let mut pipe = redis::pipe();
+    pipe.ignore_errors();
     for [lease, _, _] in names {
         pipe.cmd("PTTL").arg(lease);
     }
-    pipe.cmd("MGET");
-    for [_, fence, _] in names {
-        pipe.arg(fence);
-    }
-    let mut values: Vec<redis::Value> = pipe.query(conn)?;
-    let fences: Vec<Option<String>> = values
-        .pop()
-        .map_or_else(|| Ok(Vec::new()), redis::from_redis_value)?;
-    let pttls = values
+    let [fences, records] = [1, 2].map(|i| names.iter().map(|n| &n[i]).collect::<Vec<_>>());
+    pipe.cmd("MGET").arg(fences).cmd("MGET").arg(records);
+    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query(conn)?;
+    let holders: Vec<Option<String>> = match replies.pop() {
+        Some(Ok(records)) => redis::from_redis_value(records).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let fences: Vec<Option<String>> = match replies.pop() {
+        Some(fences) => redis::from_redis_value(fences?)?,
+        None => Vec::new(),
+    };
+    let pttls = replies
         .into_iter()
-        .map(redis::from_redis_value)
-        .collect::<Result<Vec<i64>, _>>()?;
-    let held: Vec<usize> = (0..pttls.len()).filter(|&i| pttls[i] != -2).collect();
-    let mut holders: Vec<Option<String>> = vec![None; pttls.len()];
-    if !held.is_empty() {
-        let mut mget = redis::cmd("MGET");
-        for &i in &held {
-            mget.arg(&names[i][2]);
-        }
-        if let Ok(records) = mget.query::<Vec<Option<String>>>(conn) {
-            for (&i, record) in held.iter().zip(records) {
-                holders[i] = record;
-            }
-        }
-    }
+        .map(|pttl| Ok(redis::from_redis_value(pttl?)?))
+        .collect::<redis::RedisResult<Vec<i64>>>()?;
+    let none = || std::iter::repeat(None);
     Ok(pttls
         .into_iter()
-        .zip(fences.into_iter().chain(std::iter::repeat(None)))
-        .zip(holders)
+        .zip(fences.into_iter().chain(none()))
+        .zip(holders.into_iter().chain(none()))
         .map(|((pttl, fence), holder)| (pttl, fence, holder))
         .collect())
 }

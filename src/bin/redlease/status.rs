@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::{exit, StatusArgs, MAX_PERMITS};
+use crate::cli::{self, exit, StatusArgs};
 use crate::connect::open;
 use crate::duration::human;
 use crate::holder::Holder;
@@ -76,9 +76,9 @@ type SlotReply = (i64, Option<String>, Option<String>);
 
 pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
     let key = args.key.as_str();
-    // The stored permit count, the replies, and whether the lock is only
+    // The permit count in use, the replies, and whether the lock is only
     // reserved.
-    let read = || -> redis::RedisResult<(Option<String>, Vec<SlotReply>, bool)> {
+    let read = || -> redis::RedisResult<(Option<u32>, Vec<SlotReply>, bool)> {
         let mut conn = open(&target.client, TIMEOUT)?;
         let Some(permits) = args.permits else {
             let names = ["lock", "lock-fence", "lock-holder"].map(|kind| target.name(kind, key));
@@ -96,18 +96,19 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         let stored: Option<String> = redis::cmd("GET")
             .arg(target.name("sem-permits", key))
             .query(&mut conn)?;
-        // A larger count in use may hold slots past `permits`.
-        let in_use = stored.as_deref().and_then(parse_permits).unwrap_or(0);
-        let names: Vec<_> = (0..permits.max(in_use))
+        // A count the library could have written; a larger one in use may
+        // hold slots past `permits`.
+        let in_use = stored.as_deref().and_then(|n| cli::permits(n).ok());
+        let names: Vec<_> = (0..permits.max(in_use.unwrap_or(0)))
             .map(|i| ["sem", "sem-fence", "sem-holder"].map(|kind| target.slot_name(kind, key, i)))
             .collect();
-        Ok((stored, read_slots(&mut conn, &names)?, false))
+        Ok((in_use, read_slots(&mut conn, &names)?, false))
     };
     let (what, fence_counter) = match args.permits {
         Some(_) => ("semaphore", "a slot's fence counter"),
         None => ("lock", "the fence counter"),
     };
-    let (stored, replies, reserved) = match read() {
+    let (in_use, replies, reserved) = match read() {
         Ok(reply) => reply,
         Err(e) => {
             out.fatal(format_args!(
@@ -140,7 +141,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         Some(permits) => {
             let s = PermitsStatus {
                 permits,
-                in_use: stored.as_deref().and_then(parse_permits),
+                in_use,
                 slots,
             };
             let report = if args.json {
@@ -196,14 +197,6 @@ fn read_slots(
         .zip(holders.into_iter().chain(none()))
         .map(|((pttl, fence), holder)| (pttl, fence, holder))
         .collect())
-}
-
-/// A stored permit count, when it is one the library could have written.
-fn parse_permits(stored: &str) -> Option<u32> {
-    stored
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=MAX_PERMITS).contains(n))
 }
 
 /// A lock's (or a slot's) status from its `PTTL`, its fence counter and
@@ -510,9 +503,9 @@ mod tests {
 
     #[test]
     fn a_stored_count_counts_only_within_the_librarys_bounds() {
-        assert_eq!(parse_permits("3"), Some(3));
+        assert_eq!(cli::permits("3"), Ok(3));
         for bad in ["0", "1025", "-1", "x", ""] {
-            assert_eq!(parse_permits(bad), None, "{bad:?}");
+            assert!(cli::permits(bad).is_err(), "{bad:?}");
         }
     }
 }

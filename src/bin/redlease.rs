@@ -198,11 +198,8 @@ impl Target {
     /// see `holder.rs`), the `elect` lease of its election or its
     /// semaphore's `sem-permits` count (docs/PROTOCOL.md §5.2).
     pub(crate) fn name(&self, kind: &str, key: &str) -> String {
-        let sha: String = Sha256::digest(key.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!("{}:{kind}:{{{sha}}}", self.namespace)
+        let sha = Sha256::digest(key.as_bytes());
+        format!("{}:{kind}:{{{sha:x}}}", self.namespace)
     }
 
     /// `<ns>:<kind>:{<sha>}:<slot>`: a slot of `key`'s semaphore, as its

@@ -621,10 +621,11 @@ pub(crate) struct StatusArgs {
 }
 
 /// The largest permit count (the library's bound).
-pub(crate) const MAX_PERMITS: u32 = 1024;
+const MAX_PERMITS: u32 = 1024;
 
-/// Parses `--permits`: a whole number from 1 to [`MAX_PERMITS`].
-fn permits(s: &str) -> Result<u32, String> {
+/// Parses `--permits` (and the count a semaphore is in use with, as
+/// `status` reads it): a whole number from 1 to [`MAX_PERMITS`].
+pub(crate) fn permits(s: &str) -> Result<u32, String> {
     let bad = || format!("must be a whole number from 1 to {MAX_PERMITS}");
     let n: u64 = s.trim().parse().map_err(|_| bad())?;
     u32::try_from(n)

@@ -12,14 +12,18 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
+use serde::Serialize;
+
 /// Longest host or command name kept.
 const MAX_FIELD: usize = 200;
 /// First line of the record: its format.
 const VERSION: &str = "redlease-holder-v1";
 
-/// Who holds a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who holds a key; its JSON object (`status --json`) leaves the fence
+/// out, which the status shows beside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Holder {
+    #[serde(skip)]
     pub(crate) fence: u64,
     pub(crate) host: String,
     pub(crate) pid: u32,
@@ -91,27 +95,6 @@ fn clean(s: &str) -> String {
     out
 }
 
-/// `n` in JSON: `null` for `None`.
-pub(crate) fn json_opt(n: Option<impl std::fmt::Display>) -> String {
-    n.map_or_else(|| "null".to_owned(), |n| n.to_string())
-}
-
-/// `s` as a JSON string literal.
-pub(crate) fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,11 +106,6 @@ mod tests {
         assert_eq!(h.command, "pg_dump");
         assert_eq!(h.pid, std::process::id());
         assert_eq!(Holder::decode(&h.encode()), Some(h));
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\c\nd"), r#""a\"b\\c\u000ad""#);
     }
 
     proptest! {

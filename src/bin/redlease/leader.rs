@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use redlease::blocking::{Election, Locker};
 use redlease::{Config, Leader, Observation, Version};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -17,8 +19,8 @@ use signal_hook::iterator::Signals;
 use crate::cli::{exit, ElectArgs, LeaderArgs};
 use crate::connect::open;
 use crate::duration::human;
-use crate::holder::{hostname, json_opt, json_string};
-use crate::output::{print, Out};
+use crate::holder::hostname;
+use crate::output::{json, print, Out};
 use crate::{describe_error, describe_redis, is_auth_failure, Target};
 
 /// Connect and command timeout.
@@ -229,38 +231,16 @@ fn line(leader: Option<&Leader>, version: Version, resync: Option<bool>, json: b
 fn json_line(leader: Option<&Leader>, version: Version, resync: Option<bool>) -> String {
     let value = match leader.map(|l| (std::str::from_utf8(&l.value), &l.value)) {
         None => "\"value\":null".to_owned(),
-        Some((Ok(text), _)) => format!("\"value\":{}", json_string(text)),
-        Some((Err(_), raw)) => format!("\"value_base64\":\"{}\"", base64(raw)),
+        Some((Ok(text), _)) => format!("\"value\":{}", json(text)),
+        Some((Err(_), raw)) => format!("\"value_base64\":\"{}\"", STANDARD.encode(raw)),
     };
     let resync = resync.map_or_else(String::new, |resync| format!(",\"resync\":{resync}"));
     format!(
         "{{\"leader\":{},\"term\":{},\"version\":\"{version}\",\"remaining_ms\":{},{value}{resync}}}",
         leader.is_some(),
-        json_opt(leader.map(|l| l.term)),
-        json_opt(leader.and_then(|l| l.remaining).map(|r| r.as_millis()))
+        json(&leader.map(|l| l.term.get())),
+        json(&leader.and_then(|l| l.remaining).map(|r| r.as_millis()))
     )
-}
-
-/// Standard base64 with padding (RFC 4648).
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -279,9 +259,9 @@ mod tests {
             ("fooba", "Zm9vYmE="),
             ("foobar", "Zm9vYmFy"),
         ] {
-            assert_eq!(base64(raw.as_bytes()), encoded);
+            assert_eq!(STANDARD.encode(raw.as_bytes()), encoded);
         }
-        assert_eq!(base64(&[0xff, 0xfe]), "//4=");
+        assert_eq!(STANDARD.encode([0xff, 0xfe]), "//4=");
     }
 
     #[test]
@@ -300,6 +280,9 @@ mod tests {
         leader.value = vec![0xff];
         let json = String::from_utf8(line(Some(&leader), leader.version, None, true)).unwrap();
         assert!(json.contains(r#""value_base64":"/w==""#), "{json}");
+        leader.value = b"a\nb\x01".to_vec();
+        let json = String::from_utf8(line(Some(&leader), leader.version, None, true)).unwrap();
+        assert!(json.contains(r#""value":"a\nb\u0001""#), "{json}");
     }
 
     /// A leader of term `term` at version `term.1`, 4.2 s left.

@@ -88,6 +88,12 @@ pub(crate) fn print(parts: &[&[u8]]) {
     let _ = written.and_then(|()| stdout.flush());
 }
 
+/// `value` as one line of JSON (the tool's types have nothing that could
+/// fail to serialize).
+pub(crate) fn json(value: &(impl serde::Serialize + ?Sized)) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 /// A Redis that may evict keys can drop a held lock and let a second
 /// holder in: the user must hear of it without `-v`. The library checks at
 /// every connect (each pooled connection), so it is said once per run.

@@ -11,11 +11,13 @@
 
 use std::time::Duration;
 
-use crate::cli::{exit, StatusArgs, MAX_PERMITS};
+use serde::Serialize;
+
+use crate::cli::{self, exit, StatusArgs};
 use crate::connect::open;
 use crate::duration::human;
-use crate::holder::{json_opt, json_string, Holder};
-use crate::output::{print, Out};
+use crate::holder::Holder;
+use crate::output::{json, print, Out};
 use crate::{describe_redis, Target};
 
 /// Connect, read and write timeout of the status query.
@@ -25,8 +27,8 @@ const FREE: u8 = 1;
 /// A lease's time left when it has no expiry.
 const NO_EXPIRY: &str = "no expiry (not set by redlease)";
 
-/// What `status` found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `status` found; its JSON object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct Status {
     held: bool,
     /// `None` when not held, or held without an expiry.
@@ -37,12 +39,14 @@ struct Status {
     holder: Option<Holder>,
     /// The reservation of a waiting multi-key lease, when the lock's value
     /// is one (then `held` is false: a reservation has no fence, and no
-    /// store accepts it).
+    /// store accepts it). Only a reserved key has the JSON field, so every
+    /// other report stays as it was.
+    #[serde(rename = "reserved", skip_serializing_if = "Option::is_none")]
     reservation: Option<Reservation>,
 }
 
 /// A key reserved by a waiting multi-key lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct Reservation {
     /// `None` without an expiry (a reservation always has one; a value
     /// written by hand may not).
@@ -72,9 +76,9 @@ type SlotReply = (i64, Option<String>, Option<String>);
 
 pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
     let key = args.key.as_str();
-    // The stored permit count, the replies, and whether the lock is only
+    // The permit count in use, the replies, and whether the lock is only
     // reserved.
-    let read = || -> redis::RedisResult<(Option<String>, Vec<SlotReply>, bool)> {
+    let read = || -> redis::RedisResult<(Option<u32>, Vec<SlotReply>, bool)> {
         let mut conn = open(&target.client, TIMEOUT)?;
         let Some(permits) = args.permits else {
             let names = ["lock", "lock-fence", "lock-holder"].map(|kind| target.name(kind, key));
@@ -92,18 +96,19 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         let stored: Option<String> = redis::cmd("GET")
             .arg(target.name("sem-permits", key))
             .query(&mut conn)?;
-        // A larger count in use may hold slots past `permits`.
-        let in_use = stored.as_deref().and_then(parse_permits).unwrap_or(0);
-        let names: Vec<_> = (0..permits.max(in_use))
+        // A count the library could have written; a larger one in use may
+        // hold slots past `permits`.
+        let in_use = stored.as_deref().and_then(|n| cli::permits(n).ok());
+        let names: Vec<_> = (0..permits.max(in_use.unwrap_or(0)))
             .map(|i| ["sem", "sem-fence", "sem-holder"].map(|kind| target.slot_name(kind, key, i)))
             .collect();
-        Ok((stored, read_slots(&mut conn, &names)?, false))
+        Ok((in_use, read_slots(&mut conn, &names)?, false))
     };
     let (what, fence_counter) = match args.permits {
         Some(_) => ("semaphore", "a slot's fence counter"),
         None => ("lock", "the fence counter"),
     };
-    let (stored, replies, reserved) = match read() {
+    let (in_use, replies, reserved) = match read() {
         Ok(reply) => reply,
         Err(e) => {
             out.fatal(format_args!(
@@ -136,7 +141,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         Some(permits) => {
             let s = PermitsStatus {
                 permits,
-                in_use: stored.as_deref().and_then(parse_permits),
+                in_use,
                 slots,
             };
             let report = if args.json {
@@ -156,57 +161,42 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
 }
 
 /// The `PTTL` of each lease of `names` (`[lease, fence counter, holder
-/// record]`) and its fence counter in one round trip, not a transaction (a
-/// lease can change in between, which the holder record's fence check
-/// tolerates), then the holder records of the held ones. The records are
-/// optional: a user whose ACL lacks their names still gets the rest.
+/// record]`), its fence counter and its holder record in one round trip,
+/// not a transaction (a lease can change in between, which the holder
+/// record's fence check tolerates). The records are optional: a user
+/// whose ACL lacks their names still gets the rest (the pipeline's errors
+/// come one a command). A free lease's record is read too, and not shown.
 fn read_slots(
     conn: &mut redis::Connection,
     names: &[[String; 3]],
 ) -> redis::RedisResult<Vec<SlotReply>> {
     let mut pipe = redis::pipe();
+    pipe.ignore_errors();
     for [lease, _, _] in names {
         pipe.cmd("PTTL").arg(lease);
     }
-    pipe.cmd("MGET");
-    for [_, fence, _] in names {
-        pipe.arg(fence);
-    }
-    let mut values: Vec<redis::Value> = pipe.query(conn)?;
-    let fences: Vec<Option<String>> = values
-        .pop()
-        .map_or_else(|| Ok(Vec::new()), redis::from_redis_value)?;
-    let pttls = values
+    let [fences, records] = [1, 2].map(|i| names.iter().map(|n| &n[i]).collect::<Vec<_>>());
+    pipe.cmd("MGET").arg(fences).cmd("MGET").arg(records);
+    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query(conn)?;
+    let holders: Vec<Option<String>> = match replies.pop() {
+        Some(Ok(records)) => redis::from_redis_value(records).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let fences: Vec<Option<String>> = match replies.pop() {
+        Some(fences) => redis::from_redis_value(fences?)?,
+        None => Vec::new(),
+    };
+    let pttls = replies
         .into_iter()
-        .map(redis::from_redis_value)
-        .collect::<Result<Vec<i64>, _>>()?;
-    let held: Vec<usize> = (0..pttls.len()).filter(|&i| pttls[i] != -2).collect();
-    let mut holders: Vec<Option<String>> = vec![None; pttls.len()];
-    if !held.is_empty() {
-        let mut mget = redis::cmd("MGET");
-        for &i in &held {
-            mget.arg(&names[i][2]);
-        }
-        if let Ok(records) = mget.query::<Vec<Option<String>>>(conn) {
-            for (&i, record) in held.iter().zip(records) {
-                holders[i] = record;
-            }
-        }
-    }
+        .map(|pttl| Ok(redis::from_redis_value(pttl?)?))
+        .collect::<redis::RedisResult<Vec<i64>>>()?;
+    let none = || std::iter::repeat(None);
     Ok(pttls
         .into_iter()
-        .zip(fences.into_iter().chain(std::iter::repeat(None)))
-        .zip(holders)
+        .zip(fences.into_iter().chain(none()))
+        .zip(holders.into_iter().chain(none()))
         .map(|((pttl, fence), holder)| (pttl, fence, holder))
         .collect())
-}
-
-/// A stored permit count, when it is one the library could have written.
-fn parse_permits(stored: &str) -> Option<u32> {
-    stored
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=MAX_PERMITS).contains(n))
 }
 
 /// A lock's (or a slot's) status from its `PTTL`, its fence counter and
@@ -258,33 +248,6 @@ fn left(ms: Option<u64>, suffix: &str) -> String {
     )
 }
 
-fn json(s: &Status) -> String {
-    let holder = s.holder.as_ref().map_or_else(
-        || "null".to_owned(),
-        |h| {
-            let (host, command) = (json_string(&h.host), json_string(&h.command));
-            format!(
-                "{{\"host\":{host},\"pid\":{},\"command\":{command}}}",
-                h.pid
-            )
-        },
-    );
-    // Only a reserved key has the field, so every other report stays as
-    // it was.
-    let reserved = s.reservation.as_ref().map_or_else(String::new, |r| {
-        format!(
-            ",\"reserved\":{{\"remaining_ms\":{}}}",
-            json_opt(r.remaining_ms)
-        )
-    });
-    format!(
-        "{{\"held\":{},\"remaining_ms\":{},\"fence\":{},\"holder\":{holder}{reserved}}}",
-        s.held,
-        json_opt(s.remaining_ms),
-        json_opt(s.fence)
-    )
-}
-
 fn permits_json(s: &PermitsStatus) -> String {
     // A slot is never reserved: its object is a lock's, after its number.
     let slots: Vec<String> = s
@@ -297,7 +260,7 @@ fn permits_json(s: &PermitsStatus) -> String {
         "{{\"held\":{},\"permits\":{},\"permits_in_use\":{},\"held_permits\":{},\"slots\":[{}]}}",
         s.held() > 0,
         s.permits,
-        json_opt(s.in_use.map(u64::from)),
+        json(&s.in_use),
         s.held(),
         slots.join(",")
     )
@@ -540,9 +503,9 @@ mod tests {
 
     #[test]
     fn a_stored_count_counts_only_within_the_librarys_bounds() {
-        assert_eq!(parse_permits("3"), Some(3));
+        assert_eq!(cli::permits("3"), Ok(3));
         for bad in ["0", "1025", "-1", "x", ""] {
-            assert_eq!(parse_permits(bad), None, "{bad:?}");
+            assert!(cli::permits(bad).is_err(), "{bad:?}");
         }
     }
 }

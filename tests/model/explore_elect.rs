@@ -25,7 +25,11 @@
 //!    (`prev`, `0-0` first), a term's entries are `t-0` (its grant,
 //!    leader `1`), then `t-1`, `t-2`, … with at most one vacancy (leader
 //!    `0`), its last, and every term but the newest ends with its vacancy
-//!    (a lapsed leader's is logged by the next grant).
+//!    (a lapsed leader's is logged by the next grant);
+//! 5. an observer's READ, run in every state reached, writes nothing and
+//!    tells the state as it is: the lease's term (empty when vacant), its
+//!    `PTTL`, the log's newest entry, and the entries after a given id
+//!    (the first entry's), in order.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -580,6 +584,87 @@ impl search::Model for Explorer {
     fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
         self.apply(s, a)
     }
+
+    fn check(&mut self, s: &State) -> Option<String> {
+        self.check_read(s).err()
+    }
+}
+
+impl Explorer {
+    /// Invariant 5: READ, after nothing and after the log's first entry.
+    fn check_read(&mut self, s: &State) -> Result<(), String> {
+        let log = self.log(&s.db);
+        let term = self
+            .lease(&s.db)
+            .and_then(|v| v.split_once(':').map(|(_, t)| t.to_owned()))
+            .unwrap_or_default();
+        let now = s.db.now_ms();
+        let pttl = match s.db.peek(&self.names.elect()) {
+            None => -2,
+            Some(e) => e.expire_at.map_or(-1, |at| (at - now) as i64),
+        };
+        let entry = |e: &LogEntry| {
+            let mut fields = vec![Reply::Bulk("prev".to_owned()), Reply::Bulk(e.prev.clone())];
+            fields.extend([
+                Reply::Bulk("leader".to_owned()),
+                Reply::Bulk(if e.leader { "1" } else { "0" }.to_owned()),
+            ]);
+            if let Some(v) = &e.value {
+                fields.extend([Reply::Bulk("value".to_owned()), Reply::Bulk(v.clone())]);
+            }
+            (e.id(), fields)
+        };
+        let afters = std::iter::once(String::new()).chain(log.first().map(LogEntry::id));
+        for after in afters {
+            let call = Call::elect_read(&self.names, &after);
+            let (reply, db) = self.scripts.run(&call, s.db.clone());
+            if db != s.db {
+                return Err(format!("READ after {after:?} wrote to the key space"));
+            }
+            let Reply::Array(r) = &reply else {
+                return Err(format!("READ answered {reply:?}"));
+            };
+            let top_ok = match (r.get(2), log.last()) {
+                (Some(Reply::Nil), None) => true,
+                (Some(Reply::Array(t)), Some(last)) => {
+                    let (id, fields) = entry(last);
+                    *t == [Reply::Bulk(id), Reply::Array(fields)]
+                }
+                _ => false,
+            };
+            let ids: Vec<Reply> = match r.get(3) {
+                Some(Reply::Array(es)) => es
+                    .iter()
+                    .filter_map(|e| match e {
+                        Reply::Array(e) => e.first().cloned(),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => return Err(format!("READ's entries: {reply:?}")),
+            };
+            let want: Vec<Reply> = if after.is_empty() {
+                Vec::new()
+            } else {
+                log.iter()
+                    .skip(1)
+                    .take(64)
+                    .map(|e| Reply::Bulk(e.id()))
+                    .collect()
+            };
+            if r.first() != Some(&Reply::Bulk(term.clone()))
+                || r.get(1) != Some(&Reply::Int(pttl))
+                || !top_ok
+                || ids != want
+            {
+                return Err(format!(
+                    "READ after {after:?} answered {reply:?}: term {term:?}, pttl {pttl}, \
+                     log {:?}",
+                    log.iter().map(LogEntry::id).collect::<Vec<_>>()
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl search::Waiter for Client {
@@ -710,4 +795,14 @@ fn mutation_proclaim_without_replay_branch_is_caught() {
         );
     });
     assert!(cx.invariant.contains("its id"), "{cx}");
+}
+
+#[test]
+fn mutation_read_including_its_after_entry_is_caught() {
+    // READ's range starts at the entry it was given, not after it: an
+    // observer would see that entry twice.
+    let cx = mutated("mutation: a read from its after entry on", |s| {
+        s.mutate("READ_LUA", "'(' .. ARGV[1]", "ARGV[1]", 1);
+    });
+    assert!(cx.invariant.contains("READ after"), "{cx}");
 }

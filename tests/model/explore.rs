@@ -26,7 +26,8 @@
 //! 4. an acquire that finds its own token (or its registered grant token)
 //!    in the lock answers that fence: nothing is granted twice on replay;
 //! 5. FIFO: a new grant with live registrations queued goes to the first
-//!    live one (a take only by the client whose registration that is);
+//!    live one (a take only by the client whose registration that is), and
+//!    with none queued there is no grant, only a take;
 //! 6. a grant is made out only to a registration someone may still claim
 //!    or pass on: its client waits (registered, or with an attempt in
 //!    flight), gave up and has not deregistered yet, or died (its
@@ -510,14 +511,23 @@ impl Explorer {
                                 ));
                             }
                         }
-                        if let Some((head_reg, head_owner)) = queue.first() {
-                            let o1 = owner_of(v1);
-                            let own_head = o1 == t && *head_reg == entry(client);
-                            if o1 != head_owner && !own_head {
+                        let o1 = owner_of(v1);
+                        match queue.first() {
+                            Some((head_reg, head_owner)) => {
+                                let own_head = o1 == t && *head_reg == entry(client);
+                                if o1 != head_owner && !own_head {
+                                    return Err(format!(
+                                        "{label}: granted to {o1} past the live head registration {head_reg}"
+                                    ));
+                                }
+                            }
+                            // With no live registration, only a take.
+                            None if o1 != t => {
                                 return Err(format!(
-                                    "{label}: granted to {o1} past the live head registration {head_reg}"
+                                    "{label}: granted to {o1}, whose registration is past its deadline"
                                 ));
                             }
+                            None => {}
                         }
                     }
                 }
@@ -922,6 +932,23 @@ fn mutation_settle_without_getdel_is_caught() {
         );
     });
     assert!(cx.invariant.contains("nobody waits on"), "{cx}");
+}
+
+#[test]
+fn mutation_dead_head_served_is_caught() {
+    // `rotate_head` no longer tells a dead entry by its deadline: a grant
+    // goes to a registration whose locker gave up or died.
+    let cx = mutated("mutation: a dead registration served", |s| {
+        for script in ["ACQUIRE_LUA", "RELEASE_LUA"] {
+            s.mutate(
+                script,
+                "(tonumber(deadline or '') or 0) > now_ms()",
+                "true",
+                1,
+            );
+        }
+    });
+    assert!(cx.invariant.contains("past its deadline"), "{cx}");
 }
 
 /// The liveness bound: every waiter the lock is free for gets it within

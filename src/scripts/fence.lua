@@ -58,17 +58,11 @@ local function next_fence(key, counter, now, ttl_ms)
     end
     return redis.call('GET', key)
   end
-  local set
-  if counter and ttl then
-    set = redis.call('SET', key, fence, 'PX', ttl_ms)
-  elseif counter then
-    set = redis.call('SET', key, fence, 'KEEPTTL')
-  elseif ttl then
-    set = redis.call('SET', key, fence, 'NX', 'PX', ttl_ms)
-  else
-    set = redis.call('SET', key, fence, 'NX')
+  local opts = ttl and {'PX', ttl_ms} or {counter and 'KEEPTTL' or nil}
+  if not counter then
+    table.insert(opts, 1, 'NX')
   end
-  if set then
+  if redis.call('SET', key, fence, unpack(opts)) then
     return fence
   end
 end

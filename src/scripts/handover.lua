@@ -7,11 +7,11 @@
 -- the token a grant is made out to and the claim window; the
 -- registration's key holds the entry as queued, for its bound (`PX`).
 --
--- - `handover_args(base, reg_key)`: the hand-over's arguments, which
---   follow the script's own at `ARGV[base + 1]`, and `reg_key`, the
---   caller's registration key (declared in `KEYS`; the only one a script
---   reads or writes: the queue's entries carry their own bounds):
---   registration id (empty: none), registration bound ms, claim window
+-- - `handover_args(base, q)`: the hand-over's arguments, which follow
+--   the script's own at `ARGV[base + 1]`, and its keys from `KEYS[q]`:
+--   `queue`, `flag` and `reg_key`, the caller's registration key (the
+--   only one a script reads or writes: the queue's entries carry their
+--   own bounds). The arguments: registration id (empty: none), registration bound ms, claim window
 --   ms, publish command, channel, the line's release message, the locker's
 --   grant token for this line if it is registered (empty otherwise: a
 --   grant can only be made out to a registration), `keep`: `k` when the
@@ -26,7 +26,7 @@
 --   tries once or hears no grants).
 -- - `server_time()`, `now_ms()`: the script's one `TIME`, read at most
 --   once, and its milliseconds.
--- - `enqueue(H, queue, flag, owner)`: registers the locker for its
+-- - `enqueue(H, owner)`: registers the locker for its
 --   grant token (`owner` when the arguments carry none: a multi-key
 --   lease's), or refreshes its registration: the new entry's bound starts
 --   now; `SET … GET` returns the entry as queued, which `LPOS` finds and
@@ -34,14 +34,19 @@
 --   registration sets the flag, and the queue and the flag live until
 --   the latest entry's bound (`PEXPIRE … GT`), so a queue is never left
 --   unflagged and one whose registrants all died goes away.
+-- - `begin(base, q, ...)`: what an acquire starts with: `H` (`false`
+--   unless the queue, the flag and the registration key are declared
+--   from `KEYS[q]`), one `MGET` of the keys `...` and the flag, the flag
+--   (whether registrations may be queued), and `busy(ms)`, the reply of
+--   a busy attempt, which registers a waiting caller.
 -- - `rotate_head(queue, seen, served_once)` moves the head entry to the
 --   tail (`LMOVE`: a registration keeps its place in the round, so the
 --   claim of a grant writes nothing to the queue) and returns its id and
---   its `<owner>:<claim_ms>`, or `false` for an entry past its bound,
---   which is dropped (`RPOP`). A registration `seen` (a table, or `nil`)
---   already holds goes back to the head, and the third value is `true`:
---   a script that grants several times stops after a full round, with the
---   queue as it was. With `served_once` (a semaphore's, which its caller
+--   its `<owner>:<claim_ms>` (`false` for an entry past its bound, which
+--   is dropped: `RPOP`), or `nil` for an empty queue. A registration
+--   `seen` (a table, or `nil`) already holds goes back to the head, and it
+--   returns `false`: a script that grants several times stops after a
+--   full round, with the queue as it was. With `served_once` (a semaphore's, which its caller
 --   says) the head is popped (`LPOP`) rather than rotated: a semaphore's
 --   registration could otherwise get a second free slot before it claimed
 --   the first (its claim queues it again). A multi-key lease's entry
@@ -58,13 +63,14 @@
 --   for a waiting multi-key lease's registration (value
 --   `m<age>.<token>:<res_ms>`, docs/PROTOCOL.md §6) it reserves the key
 --   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
--- - `settle(H, queue, flag)`: the caller got the lease; with no
+-- - `settle(H)`: the caller got the lease; with no
 --   waiter left behind it (`keep` is `d`) its registration is taken out
 --   (`GETDEL` gives the entry as queued, `LREM` removes it), with `r` it
 --   is refreshed (`enqueue`).
--- - `claim(H, key, token, fence, lease_ms, queue, flag)`: a caller found its
---   own token or its grant token (a replay, or a grant to it): the lease
---   runs its full length from this attempt on, under the caller's token.
+-- - `claim(H, key, fence)`: a caller found its own token or its grant
+--   token (a replay, or a grant to it): the lease runs its full length
+--   (`ARGV[2]`) from this attempt on, under the caller's token; returns
+--   `fence`.
 --   No claim notice is published (the other lockers learn that a grant
 --   was settled from the next grant's notice, docs/PROTOCOL.md §4 "As
 --   built"), so a claim wakes no subscriber.
@@ -75,13 +81,12 @@
 --   for the caller with the next fence (`NX`, the lease's `PX`); `nil`
 --   when the key or the counter is of another type (`WRONGTYPE`).
 
-local function handover_args(base, reg_key)
-  return {
-    reg = ARGV[base + 1], reg_ms = ARGV[base + 2], claim = ARGV[base + 3],
-    publish = ARGV[base + 4], channel = ARGV[base + 5], message = ARGV[base + 6],
-    other = ARGV[base + 7], keep = ARGV[base + 8], grant = ARGV[base + 9],
-    reg_key = reg_key,
-  }
+local function handover_args(base, q)
+  local H = {queue = KEYS[q], flag = KEYS[q + 1], reg_key = KEYS[q + 2]}
+  for i, name in ipairs({'reg', 'reg_ms', 'claim', 'publish', 'channel', 'message', 'other', 'keep', 'grant'}) do
+    H[name] = ARGV[base + i]
+  end
+  return H
 end
 local server_t
 local function server_time()
@@ -94,31 +99,42 @@ local function now_ms()
   local t = server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function enqueue(H, queue, flag, owner)
+local function enqueue(H, owner)
   if H.reg == '' or H.grant == '' then
     return
   end
-  if H.grant then
-    owner = H.grant
-  end
+  owner = H.grant or owner
   local entry = H.reg .. '|' .. string.format('%d', now_ms() + tonumber(H.reg_ms)) .. '|' .. owner .. ':' .. H.claim
   local was = redis.call('SET', H.reg_key, entry, 'PX', H.reg_ms, 'GET')
-  local at = was and redis.call('LPOS', queue, was)
+  local at = was and redis.call('LPOS', H.queue, was)
   if at then
-    redis.call('LSET', queue, at, entry)
+    redis.call('LSET', H.queue, at, entry)
   else
-    redis.call('RPUSH', queue, entry)
+    redis.call('RPUSH', H.queue, entry)
   end
   -- The queue and its flag live as long as their latest registration,
   -- and no longer (a queue of lockers that all died goes away).
-  if redis.call('PEXPIRE', queue, H.reg_ms, 'GT') == 0 then
-    redis.call('PEXPIRE', queue, H.reg_ms, 'NX')
+  if redis.call('PEXPIRE', H.queue, H.reg_ms, 'GT') == 0 then
+    redis.call('PEXPIRE', H.queue, H.reg_ms, 'NX')
   end
-  if redis.call('PEXPIRE', flag, H.reg_ms, 'GT') == 0
-      and not redis.call('SET', flag, '1', 'NX', 'PX', H.reg_ms) then
+  if redis.call('PEXPIRE', H.flag, H.reg_ms, 'GT') == 0
+      and not redis.call('SET', H.flag, '1', 'NX', 'PX', H.reg_ms) then
     -- A flag without an expiry, left by an older version.
-    redis.call('PEXPIRE', flag, H.reg_ms, 'NX')
+    redis.call('PEXPIRE', H.flag, H.reg_ms, 'NX')
   end
+end
+local function begin(base, q, ...)
+  local H = #KEYS == q + 2 and handover_args(base, q)
+  local names = {...}
+  names[#names + 1] = H and H.flag or nil
+  local got = redis.call('MGET', unpack(names))
+  local function busy(ms)
+    if H then
+      enqueue(H, ARGV[1])
+    end
+    return ms
+  end
+  return H, got, H and got[#names], busy
 end
 local function rotate_head(queue, seen, served_once)
   local entry
@@ -138,17 +154,16 @@ local function rotate_head(queue, seen, served_once)
     else
       redis.call('LMOVE', queue, queue, 'RIGHT', 'LEFT')
     end
-    return reg, nil, true
+    return false
   end
-  if not ((tonumber(deadline or '') or 0) > now_ms() and string.find(value, ':', 1, true)) then
-    if not served_once then
-      redis.call('RPOP', queue)
-    end
-    return reg, false
-  end
-  -- A multi-key lease's registration registers again at its next attempt.
-  if string.sub(value, 1, 1) == 'm' and not served_once then
+  local live = (tonumber(deadline or '') or 0) > now_ms() and string.find(value, ':', 1, true)
+  -- A dead entry is dropped; a multi-key lease's is taken out as it is
+  -- served (it registers again at its next attempt).
+  if not (served_once or live and string.sub(value, 1, 1) ~= 'm') then
     redis.call('RPOP', queue)
+  end
+  if not live then
+    return reg, false
   end
   if seen then
     seen[reg] = true
@@ -156,18 +171,11 @@ local function rotate_head(queue, seen, served_once)
   return reg, value
 end
 local function next_registration(queue, seen, served_once)
-  while true do
-    local reg, value, cycled = rotate_head(queue, seen, served_once)
-    if not reg then
-      return nil
-    end
-    if cycled then
-      return false
-    end
-    if value then
-      return reg, value
-    end
-  end
+  local reg, value
+  repeat
+    reg, value = rotate_head(queue, seen, served_once)
+  until not reg or value
+  return reg, value
 end
 local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
   local owner, claim = string.match(value, '^([^:]*):(.*)$')
@@ -182,22 +190,23 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
   redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
 end
-local function settle(H, queue, flag)
+local function settle(H)
   if not H or H.reg == '' then
     return
   end
   if H.keep == 'd' then
     local entry = redis.call('GETDEL', H.reg_key)
     if entry then
-      redis.call('LREM', queue, 0, entry)
+      redis.call('LREM', H.queue, 0, entry)
     end
   elseif H.keep == 'r' then
-    enqueue(H, queue, flag, H.grant)
+    enqueue(H, H.grant)
   end
 end
-local function claim(H, key, token, fence, lease_ms, queue, flag)
-  redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
-  settle(H, queue, flag)
+local function claim(H, key, fence)
+  redis.call('SET', key, ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+  settle(H)
+  return fence
 end
 local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)

@@ -13,11 +13,7 @@ local function channel_of(i)
 end
 -- The key's digest, which ends its lock's name: `…{<sha>}` or `…}:<sha>`.
 local function message_of(i)
-  local lock = KEYS[i]
-  if string.byte(lock, -1) == 125 then
-    return string.sub(lock, -65, -2)
-  end
-  return string.sub(lock, -64)
+  return string.match(KEYS[i], '(%x+)}?$')
 end
 -- One read of the locks and, with the hand-over, their queues' flags.
 local got = redis.call('MGET', unpack(KEYS, 1, handover and 2 * n or n))
@@ -31,17 +27,15 @@ for i = 1, n do
     present = present + 1
     if string.sub(v, 1, #owner) == owner then
       mine = mine + 1
-      local handed = false
+      local reg, value
       if handover and got[n + i] then
-        local counter = KEYS[2 * n + i]
-        local reg, value = next_registration(KEYS[3 * n + i])
-        if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i)) then
-          handed = true
-        elseif reg == nil then
+        reg, value = next_registration(KEYS[3 * n + i])
+        if reg == nil then
           redis.call('DEL', KEYS[n + i])
         end
       end
-      if not handed then
+      local counter = KEYS[2 * n + i]
+      if not (reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i))) then
         freed[#freed + 1] = KEYS[i]
         published[#published + 1] = i
       end

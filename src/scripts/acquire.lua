@@ -40,24 +40,11 @@ if got[1] then
   return busy(redis.call('PTTL', KEYS[1]))
 end
 if queued then
-  local reg, value = next_registration(KEYS[3])
+  local reg, value = next_registration(KEYS[3], nil, false, KEYS[4])
   if reg and reg ~= H.reg then
     local claim_ms = grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[3], H.publish, H.channel, H.message)
-    if not claim_ms then
-      return redis.error_reply(WRONGTYPE)
-    end
-    return busy(tonumber(claim_ms))
-  end
-  if reg == nil then
-    redis.call('DEL', KEYS[4])
+    return claim_ms and busy(tonumber(claim_ms)) or redis.error_reply(WRONGTYPE)
   end
 end
-local fence = take(KEYS[1], KEYS[2], got[2], server_time(), ARGV[3])
-if not fence then
-  return redis.error_reply(WRONGTYPE)
-end
-if queued then
-  -- The caller's own registration was the head, or the queue was empty.
-  settle(H)
-end
-return fence
+-- The caller's own registration was the head, or the queue was empty.
+return take(KEYS[1], KEYS[2], got[2], ARGV[3], queued and H) or redis.error_reply(WRONGTYPE)

@@ -13,18 +13,6 @@
 local function unhex(s)
   return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
 end
--- The holder's time left in microseconds from this read, as `{us}`:
--- Redis keeps a key while its millisecond clock is at most the expiry, so
--- it ends at the start of millisecond PTTL + 1 counted from TIME's
--- millisecond. A plain PTTL (negative: no expiry, or gone) otherwise.
-local function expires_in_us(key)
-  local now = redis.call('TIME')
-  local ms = redis.call('PTTL', key)
-  if ms < 0 then
-    return ms
-  end
-  return {(ms + 1) * 1000 - tonumber(now[2]) % 1000}
-end
 local function our_term(held)
   local sep = held and string.find(held, ':', 1, true)
   if sep and string.sub(held, 1, sep - 1) == ARGV[1] then

@@ -33,15 +33,9 @@ local function fence_floor(now)
   return tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
 end
 local function fence_after(counter, floor)
-  local last = 0
-  if counter then
-    if #counter > 16 or not string.find(counter, '^[1-9]%d*$') then
-      return nil
-    end
-    last = tonumber(counter)
-    if last >= 9007199254740991 then
-      return nil
-    end
+  local last = tonumber(counter or '0')
+  if counter and not (#counter <= 16 and string.find(counter, '^[1-9]%d*$') and last < 9007199254740991) then
+    return nil
   end
   return string.format('%d', math.max(last + 1, floor))
 end

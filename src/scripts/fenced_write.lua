@@ -30,11 +30,8 @@ for i = 1, #KEYS do
 end
 for i = 1, #KEYS do
   local a = (i - 1) * 5 + 1
-  if derived then
-    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2],
-      ARGV[a + 5], ARGV[a + 1])
-  else
-    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2])
-  end
+  -- A derived write also records its epoch in the derived field.
+  local derived_field = derived and {ARGV[a + 5], ARGV[a + 1]} or {}
+  redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2], unpack(derived_field))
 end
 return 1

@@ -75,13 +75,10 @@ if not busy then
   local seen, seen_fence
   for i = 1, n do
     local counter = floor and got[n + i]
-    local fence
-    if counter then
-      if counter ~= seen then
-        seen, seen_fence = counter, fence_after(counter, floor)
-      end
-      fence = seen_fence
+    if counter and counter ~= seen then
+      seen, seen_fence = counter, fence_after(counter, floor)
     end
+    local fence = counter and seen_fence
     if fence then
       fences[i + 1] = fence
       batch[#batch + 1] = KEYS[n + i]
@@ -94,11 +91,10 @@ if not busy then
     redis.call('MSET', unpack(batch))
   end
   for _, i in ipairs(rest) do
-    local fence = next_fence(KEYS[n + i], got[n + i], t, ARGV[3])
-    if not fence then
+    fences[i + 1] = next_fence(KEYS[n + i], got[n + i], t, ARGV[3])
+    if not fences[i + 1] then
       return redis.error_reply(WRONGTYPE)
     end
-    fences[i + 1] = fence
   end
   -- Keys of one fence share one value (the floor's, as a rule).
   -- A free key is set with NX: one of another type is refused.
@@ -116,16 +112,14 @@ if not busy then
       return redis.error_reply(WRONGTYPE)
     end
   end
-  if handover and ARGV[6] ~= '' then
-    -- Registrations left in queues a key was not handed over by (it came
-    -- free by expiry), also by an earlier attempt whose reply was lost:
-    -- out of the queue too, or a release of this very lease would reserve
-    -- the key for it, as an entry looks live until its deadline. Only a
-    -- flagged queue can hold one.
-    for i = 1, n do
-      if got[2 * n + i] then
-        settle({reg = ARGV[6], keep = 'd', queue = KEYS[2 * n + i], reg_key = KEYS[4 * n + i]})
-      end
+  -- Registrations left in queues a key was not handed over by (it came
+  -- free by expiry), also by an earlier attempt whose reply was lost: out
+  -- of the queue too, or a release of this very lease would reserve the
+  -- key for it, as an entry looks live until its deadline. Only a flagged
+  -- queue can hold one.
+  for i = 1, (handover and ARGV[6] ~= '') and n or 0 do
+    if got[2 * n + i] then
+      settle({reg = ARGV[6], keep = 'd', queue = KEYS[2 * n + i], reg_key = KEYS[4 * n + i]})
     end
   end
   return fences

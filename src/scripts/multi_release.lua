@@ -7,9 +7,8 @@
 
 local handover = ARGV[3] ~= ''
 local n = handover and #KEYS / 4 or #KEYS
-local each_channel = #ARGV > 4
 local function channel_of(i)
-  return each_channel and ARGV[3 + i] or ARGV[4]
+  return #ARGV > 4 and ARGV[3 + i] or ARGV[4]
 end
 -- The key's digest, which ends its lock's name: `…{<sha>}` or `…}:<sha>`.
 local function message_of(i)
@@ -29,10 +28,7 @@ for i = 1, n do
       mine = mine + 1
       local reg, value
       if handover and got[n + i] then
-        reg, value = next_registration(KEYS[3 * n + i])
-        if reg == nil then
-          redis.call('DEL', KEYS[n + i])
-        end
+        reg, value = next_registration(KEYS[3 * n + i], nil, false, KEYS[n + i])
       end
       local counter = KEYS[2 * n + i]
       if not (reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i))) then
@@ -52,16 +48,10 @@ local nobody = {}
 for _, i in ipairs(published) do
   local channel = channel_of(i)
   if not nobody[channel] then
-    local heard = redis.pcall(ARGV[2], channel, message_of(i))
-    if heard == 0 and ARGV[2] == 'PUBLISH' then
-      nobody[channel] = true
-    end
+    nobody[channel] = redis.pcall(ARGV[2], channel, message_of(i)) == 0 and ARGV[2] == 'PUBLISH'
   end
 end
 if mine == n then
   return 1
 end
-if present == mine then
-  return 0
-end
-return 2
+return present == mine and 0 or 2

@@ -48,11 +48,8 @@ local function readers_until(readers)
   return nil, expiry ~= nil
 end
 local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, self_entry)
-  local reg, value = next_registration(H.queue)
+  local reg, value = next_registration(H.queue, nil, false, H.flag)
   if not reg then
-    if reg == nil then
-      redis.call('DEL', H.flag)
-    end
     return nil, false
   end
   if string.sub(reg, 1, 1) ~= 'r' then
@@ -66,15 +63,14 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     end
     return grant_to(reg, value, write, counter_key, counter, ttl_ms, H.publish, H.channel, H.message), false, false, false
   end
-  local now = now_ms()
   local epoch = read_epoch(counter_key, counter, ttl_ms)
   local claim, served, writer_next = nil, false, false
   local seen = {[reg] = true}
-  while true do
+  repeat
     if value then
       local sep = string.find(value, ':', 1, true)
       claim = string.sub(value, sep + 1)
-      admit(readers, string.sub(value, 1, sep - 1), string.format('%.0f', now + tonumber(claim)))
+      admit(readers, string.sub(value, 1, sep - 1), string.format('%.0f', now_ms() + tonumber(claim)))
       redis.pcall(H.publish, H.channel, H.message .. ':g:' .. reg .. ':' .. epoch .. ':' .. claim)
       served = served or reg == self_entry
     end
@@ -86,9 +82,6 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     -- Each reader's registration keeps its place in the round, as
     -- next_registration does; a full round stops at the first one again.
     reg, value = rotate_head(H.queue, seen)
-    if not reg then
-      break
-    end
-  end
+  until not reg
   return claim, served, claim ~= nil, writer_next
 end

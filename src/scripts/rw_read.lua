@@ -74,8 +74,5 @@ end
 if not admit(KEYS[2], ARGV[1], expiry()) then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
 end
-epoch = read_epoch(KEYS[4], epoch, ARGV[3])
-if queued then
-  settle(H)
-end
-return epoch
+settle(queued and H)
+return read_epoch(KEYS[4], epoch, ARGV[3])

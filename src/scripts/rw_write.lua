@@ -46,14 +46,8 @@ if queued then
   end
   got[3] = redis.call('GET', KEYS[4])
 end
-local fence = take(KEYS[1], KEYS[4], got[3], server_time(), ARGV[3])
-if not fence then
-  return redis.error_reply(WRONGTYPE)
-end
-if got[2] == ARGV[1] then
+local fence = take(KEYS[1], KEYS[4], got[3], ARGV[3], queued and H)
+if fence and got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
-if queued then
-  settle(H)
-end
-return fence
+return fence or redis.error_reply(WRONGTYPE)

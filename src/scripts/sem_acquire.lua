@@ -55,10 +55,8 @@ for i = 1, n do
     if next_registers and H.keep == 'k' then
       enqueue(H, ARGV[1])
     end
-    if next_registers and #free == 0 then
-      return {i - 1, fence, 1}
-    end
-    return {i - 1, fence}
+    -- The third value 1: the waiter registered, and no slot is free.
+    return {i - 1, fence, (next_registers and #free == 0) and 1 or nil}
   end
 end
 if stored ~= permits then
@@ -105,15 +103,14 @@ if #free == 0 then
 end
 local slot = free[1]
 local counter = KEYS[2 + n + slot]
-local fence = take(KEYS[2 + slot], counter, redis.call('GET', counter), server_time(), ARGV[3])
+-- The take of the last free slot registers the next waiter, as a claim
+-- does: it waits for its grant.
+local last = next_registers and #free == 1
+local fence = take(KEYS[2 + slot], counter, redis.call('GET', counter), ARGV[3], queued and not last and H)
 if not fence then
   return redis.error_reply(WRONGTYPE)
 end
-if next_registers and #free == 1 then
+if last then
   enqueue(H, ARGV[1])
-  return {slot, fence, 1}
 end
-if queued then
-  settle(H)
-end
-return {slot, fence}
+return {slot, fence, last and 1 or nil}

@@ -17,7 +17,8 @@
 --   registration sets the flag, and the queue and the flag live until
 --   the latest entry's bound (`PEXPIRE … GT`), so a queue is never left
 --   unflagged and one whose registrants all died goes away.
--- - `begin(base, q, ...)`: what an acquire starts with. `H`, the
+-- - `handover_args`, the names of the hand-over's arguments, and
+--   `begin(base, q, ...)`: what an acquire starts with. `H`, the
 --   hand-over's keys and arguments, or `false` unless its keys are
 --   declared from `KEYS[q]`: `queue`, `flag` and `reg_key`, the caller's
 --   registration key (the only one a script reads or writes: the queue's
@@ -113,9 +114,10 @@ local function enqueue(H, owner)
     redis.call('PEXPIRE', H.flag, H.reg_ms, 'NX')
   end
 end
+local handover_args = {'reg', 'reg_ms', 'claim', 'publish', 'channel', 'message', 'other', 'keep', 'grant'}
 local function begin(base, q, ...)
   local H = #KEYS == q + 2 and {queue = KEYS[q], flag = KEYS[q + 1], reg_key = KEYS[q + 2]}
-  for i, name in ipairs(H and {'reg', 'reg_ms', 'claim', 'publish', 'channel', 'message', 'other', 'keep', 'grant'} or {}) do
+  for i, name in ipairs(H and handover_args or {}) do
     H[name] = ARGV[base + i]
   end
   local names = {...}

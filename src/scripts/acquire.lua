@@ -31,44 +31,20 @@
 -- answered with that same `WRONGTYPE` error. The counter is written first,
 -- so an error never leaves a lock whose fence the counter does not cover.
 
-local handover = #KEYS == 5
-local H = handover and handover_args(3, KEYS[5])
-local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[4] or KEYS[2])
-local queued = handover and got[3]
-local function register(token)
-  if handover then
-    enqueue(H, KEYS[3], KEYS[4], token)
-  end
-end
+local H, got, queued, busy = begin(3, 3, KEYS[1], KEYS[2])
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[3], KEYS[4])
-    return fence
+    return claim(H, KEYS[1], fence)
   end
-  register(ARGV[1])
-  return redis.call('PTTL', KEYS[1])
+  return busy(redis.call('PTTL', KEYS[1]))
 end
 if queued then
-  local reg, value = next_registration(KEYS[3])
+  local reg, value = next_registration(KEYS[3], nil, false, KEYS[4])
   if reg and reg ~= H.reg then
     local claim_ms = grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[3], H.publish, H.channel, H.message)
-    if not claim_ms then
-      return redis.error_reply(WRONGTYPE)
-    end
-    register(ARGV[1])
-    return tonumber(claim_ms)
-  end
-  if reg == nil then
-    redis.call('DEL', KEYS[4])
+    return claim_ms and busy(tonumber(claim_ms)) or redis.error_reply(WRONGTYPE)
   end
 end
-local fence = take(KEYS[1], KEYS[2], got[2], server_time(), ARGV[3])
-if not fence then
-  return redis.error_reply(WRONGTYPE)
-end
-if queued then
-  -- The caller's own registration was the head, or the queue was empty.
-  settle(H, KEYS[3], KEYS[4])
-end
-return fence
+-- The caller's own registration was the head, or the queue was empty.
+return take(KEYS[1], KEYS[2], got[2], ARGV[3], queued and H) or redis.error_reply(WRONGTYPE)

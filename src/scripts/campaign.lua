@@ -12,15 +12,20 @@
 -- grant is logged (after the vacancy of a lapsed leader) and published.
 
 local got = redis.call('MGET', KEYS[1], KEYS[2])
-local held = got[1]
-if held then
-  local t = our_term(held)
+if got[1] then
+  local t = our_term(got[1])
   if t then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     log_leader(KEYS[3], top_of(KEYS[3]), t, unhex(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
     return t
   end
-  return expires_in_us(KEYS[1])
+  -- The holder's time left in microseconds from this read: Redis keeps a
+  -- key while its millisecond clock is at most the expiry, so it ends at
+  -- the start of millisecond PTTL + 1 counted from TIME's millisecond. A
+  -- plain PTTL (negative: no expiry, or gone) otherwise.
+  local now = redis.call('TIME')
+  local ms = redis.call('PTTL', KEYS[1])
+  return ms < 0 and ms or {(ms + 1) * 1000 - tonumber(now[2]) % 1000}
 end
 local top = top_of(KEYS[3])
 local t = next_fence(KEYS[2], got[2], redis.call('TIME'), '0')

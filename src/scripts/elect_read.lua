@@ -7,15 +7,6 @@
 local held = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-local term = ''
-if held then
-  local sep = string.find(held, ':', 1, true)
-  if sep then
-    term = string.sub(held, sep + 1)
-  end
-end
-local entries = {}
-if ARGV[1] ~= '' then
-  entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 64)
-end
+local term = held and string.match(held, ':(.*)$') or ''
+local entries = ARGV[1] ~= '' and redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', 64) or {}
 return {term, pttl, top or false, entries}

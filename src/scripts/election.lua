@@ -2,7 +2,8 @@
 --
 -- The Lua the election scripts share: `unhex(s)` (values travel as hex);
 -- `our_term(held)`, the term of a lease value `<token>:<term>` of the
--- caller's token (`ARGV[1]`), else `nil`;
+-- caller's token (`ARGV[1]`), else `nil` and the reply that refuses the
+-- caller: `0` for no lease, `2` for another's;
 -- `top_of(log)`, the log's newest entry as `{id, term, seq, leader,
 -- prev, value}` (`nil` for an empty log; `term` a decimal string);
 -- `log_leader(log, top, t, value, publish, channel, sha)`, which logs
@@ -12,23 +13,12 @@
 local function unhex(s)
   return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
 end
--- The holder's time left in microseconds from this read, as `{us}`:
--- Redis keeps a key while its millisecond clock is at most the expiry, so
--- it ends at the start of millisecond PTTL + 1 counted from TIME's
--- millisecond. A plain PTTL (negative: no expiry, or gone) otherwise.
-local function expires_in_us(key)
-  local now = redis.call('TIME')
-  local ms = redis.call('PTTL', key)
-  if ms < 0 then
-    return ms
-  end
-  return {(ms + 1) * 1000 - tonumber(now[2]) % 1000}
-end
 local function our_term(held)
   local sep = held and string.find(held, ':', 1, true)
   if sep and string.sub(held, 1, sep - 1) == ARGV[1] then
     return string.sub(held, sep + 1)
   end
+  return nil, held and 2 or 0
 end
 local function top_of(log)
   local entry = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
@@ -36,19 +26,11 @@ local function top_of(log)
     return nil
   end
   local term, seq = string.match(entry[1], '^(%d+)-(%d+)$')
-  local top = {id = entry[1], term = term, seq = tonumber(seq), leader = false}
-  local fields = entry[2]
+  local f, fields = {}, entry[2]
   for i = 1, #fields, 2 do
-    local name, v = fields[i], fields[i + 1]
-    if name == 'leader' then
-      top.leader = v == '1'
-    elseif name == 'prev' then
-      top.prev = v
-    elseif name == 'value' then
-      top.value = v
-    end
+    f[fields[i]] = fields[i + 1]
   end
-  return top
+  return {id = entry[1], term = term, seq = tonumber(seq), leader = f.leader == '1', prev = f.prev, value = f.value}
 end
 local function log_leader(log, top, t, value, publish, channel, sha)
   if top and tonumber(top.term) >= tonumber(t) then

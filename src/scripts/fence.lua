@@ -33,15 +33,9 @@ local function fence_floor(now)
   return tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000
 end
 local function fence_after(counter, floor)
-  local last = 0
-  if counter then
-    if #counter > 16 or not string.find(counter, '^[1-9]%d*$') then
-      return nil
-    end
-    last = tonumber(counter)
-    if last >= 9007199254740991 then
-      return nil
-    end
+  local last = tonumber(counter or '0')
+  if counter and not (#counter <= 16 and string.find(counter, '^[1-9]%d*$') and last < 9007199254740991) then
+    return nil
   end
   return string.format('%d', math.max(last + 1, floor))
 end
@@ -58,17 +52,11 @@ local function next_fence(key, counter, now, ttl_ms)
     end
     return redis.call('GET', key)
   end
-  local set
-  if counter and ttl then
-    set = redis.call('SET', key, fence, 'PX', ttl_ms)
-  elseif counter then
-    set = redis.call('SET', key, fence, 'KEEPTTL')
-  elseif ttl then
-    set = redis.call('SET', key, fence, 'NX', 'PX', ttl_ms)
-  else
-    set = redis.call('SET', key, fence, 'NX')
+  local opts = ttl and {'PX', ttl_ms} or {counter and 'KEEPTTL' or nil}
+  if not counter then
+    table.insert(opts, 1, 'NX')
   end
-  if set then
+  if redis.call('SET', key, fence, unpack(opts)) then
     return fence
   end
 end

@@ -21,22 +21,17 @@ for i = 1, #KEYS do
   local fence = ARGV[a + 1]
   local got = redis.call('HMGET', KEYS[i], ARGV[a + 3], ARGV[a + 5])
   local last = got[1]
-  if last then
-    if #last > #fence or (#last == #fence and last > fence) then
-      return {i, last}
-    end
-    if not derived and last == fence and got[2] == last then
-      return {i, last}
-    end
+  -- Stale: below the stored fence, or a holder's write at a fence a
+  -- derived write already used.
+  if last and (#last > #fence or (#last == #fence and last > fence)
+      or (not derived and last == fence and got[2] == last)) then
+    return {i, last}
   end
 end
 for i = 1, #KEYS do
   local a = (i - 1) * 5 + 1
-  if derived then
-    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2],
-      ARGV[a + 5], ARGV[a + 1])
-  else
-    redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2])
-  end
+  -- A derived write also records its epoch in the derived field.
+  local derived_field = derived and {ARGV[a + 5], ARGV[a + 1]} or {}
+  redis.call('HSET', KEYS[i], ARGV[a + 3], ARGV[a + 1], ARGV[a + 4], ARGV[a + 2], unpack(derived_field))
 end
 return 1

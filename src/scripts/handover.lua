@@ -7,120 +7,132 @@
 -- the token a grant is made out to and the claim window; the
 -- registration's key holds the entry as queued, for its bound (`PX`).
 --
--- - `handover_args(base, reg_key)`: the hand-over's arguments, which
---   follow the script's own at `ARGV[base + 1]`, and `reg_key`, the
---   caller's registration key (declared in `KEYS`; the only one a script
---   reads or writes: the queue's entries carry their own bounds):
---   registration id (empty: none), registration bound ms, claim window
---   ms, publish command, channel, the line's release message, the locker's
---   grant token for this line if it is registered (empty otherwise: a
---   grant can only be made out to a registration), `keep`: `k` when the
---   locker still has waiters once this attempt holds the lease (its
---   registration stays queued), `r` as `k` and the attempt that gets the
---   lease also refreshes the registration's bound (a locker served by
---   grants makes no busy attempt that would), `d` when it has none (the
---   attempt that gets the lease takes the registration out), and the
---   grant token a
---   registration this attempt makes names (the owner a grant is made out
---   to, never a holder's token; empty: this attempt does not register, it
---   tries once or hears no grants).
 -- - `server_time()`, `now_ms()`: the script's one `TIME`, read at most
 --   once, and its milliseconds.
--- - `enqueue(H, queue, flag, owner)`: registers the locker for its
---   grant token (`owner` when the arguments carry none: a multi-key
---   lease's), or refreshes its registration: the new entry's bound starts
---   now; `SET … GET` returns the entry as queued, which `LPOS` finds and
---   `LSET` replaces in its place; a locker not queued is `RPUSH`ed. Every
+-- - `enqueue(H, owner)`: registers the locker for its grant token
+--   (`owner` when the arguments carry none: a multi-key lease's), or
+--   refreshes its registration: the new entry's bound starts now; `SET …
+--   GET` returns the entry as queued, which `LPOS` finds and `LSET`
+--   replaces in its place; a locker not queued is `RPUSH`ed. Every
 --   registration sets the flag, and the queue and the flag live until
 --   the latest entry's bound (`PEXPIRE … GT`), so a queue is never left
 --   unflagged and one whose registrants all died goes away.
+-- - `handover_args`, the names of the hand-over's arguments, and
+--   `begin(base, q, ...)`: what an acquire starts with. `H`, the
+--   hand-over's keys and arguments, or `false` unless its keys are
+--   declared from `KEYS[q]`: `queue`, `flag` and `reg_key`, the caller's
+--   registration key (the only one a script reads or writes: the queue's
+--   entries carry their own bounds); its arguments follow the script's
+--   own at `ARGV[base + 1]`: registration id (empty: none), registration
+--   bound ms, claim window ms, publish command, channel, the line's
+--   release message, the locker's grant token for this line if it is
+--   registered (empty otherwise: a grant can only be made out to a
+--   registration), `keep`: `k` when the locker still has waiters once
+--   this attempt holds the lease (its registration stays queued), `r` as
+--   `k` and the attempt that gets the lease also refreshes the
+--   registration's bound (a locker served by grants makes no busy attempt
+--   that would), `d` when it has none (the attempt that gets the lease
+--   takes the registration out), and the grant token a registration this
+--   attempt makes names (the owner a grant is made out to, never a
+--   holder's token; empty: this attempt does not register, it tries once
+--   or hears no grants). Then one `MGET` of the keys `...` and the flag,
+--   the flag (whether registrations may be queued), and `busy(ms)`, the
+--   reply of a busy attempt, which registers a waiting caller.
 -- - `rotate_head(queue, seen, served_once)` moves the head entry to the
 --   tail (`LMOVE`: a registration keeps its place in the round, so the
 --   claim of a grant writes nothing to the queue) and returns its id and
---   its `<owner>:<claim_ms>`, or `false` for an entry past its bound,
---   which is dropped (`RPOP`). A registration `seen` (a table, or `nil`)
---   already holds goes back to the head, and the third value is `true`:
---   a script that grants several times stops after a full round, with the
---   queue as it was. With `served_once` (a semaphore's, which its caller
---   says) the head is popped (`LPOP`) rather than rotated: a semaphore's
---   registration could otherwise get a second free slot before it claimed
---   the first (its claim queues it again). A multi-key lease's entry
---   (value `m<age>.<token>:<res_ms>`) is taken out as it is served; it
---   registers again at its next attempt.
--- - `next_registration(queue, seen, served_once)`: `rotate_head` until a
---   live entry: its id and value, `nil` for an empty queue, or `false`
---   when the round is complete. Each dead entry it meets is dropped, so
---   no attempt gets past a live registration however many died before
---   it, and each is dropped once.
+--   its `<owner>:<claim_ms>` (`false` for an entry past its bound, which
+--   is dropped: `RPOP`), or `nil` for an empty queue. A registration
+--   `seen` (a table, or `nil`) already holds goes back to the head, and
+--   it returns `false`: a script that grants several times stops after a
+--   full round, with the queue as it was. With `served_once` (a
+--   semaphore's, which its caller says) the head is popped (`LPOP`)
+--   rather than rotated: a semaphore's registration could otherwise get a
+--   second free slot before it claimed the first (its claim queues it
+--   again). A multi-key lease's entry (value `m<age>.<token>:<res_ms>`)
+--   is taken out as it is served; it registers again at its next attempt.
+-- - `next_registration(queue, seen, served_once, flag)`: `rotate_head`
+--   until a live entry: its id and value, `nil` for an empty queue (whose
+--   `flag`, when given, it deletes), or `false` when the round is
+--   complete. Each dead entry it meets is dropped, so no attempt gets
+--   past a live registration however many died before it, and each is
+--   dropped once.
 -- - `grant_to(...)` writes the lease key for that registration's owner
 --   with the next fence of its counter (docs/PROTOCOL.md §3, `next_fence`) for its
 --   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`;
 --   for a waiting multi-key lease's registration (value
 --   `m<age>.<token>:<res_ms>`, docs/PROTOCOL.md §6) it reserves the key
 --   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
--- - `settle(H, queue, flag)`: the caller got the lease; with no
---   waiter left behind it (`keep` is `d`) its registration is taken out
---   (`GETDEL` gives the entry as queued, `LREM` removes it), with `r` it
---   is refreshed (`enqueue`).
--- - `claim(H, key, token, fence, lease_ms, queue, flag)`: a caller found its
---   own token or its grant token (a replay, or a grant to it): the lease
---   runs its full length from this attempt on, under the caller's token.
---   No claim notice is published (the other lockers learn that a grant
+-- - `settle(H)`: the caller got the lease (`H` `false`: nothing to
+--   do); with no waiter left behind it (`keep` is `d`) its registration
+--   is taken out (`GETDEL` gives the entry as queued, `LREM` removes it),
+--   with `r` it is refreshed (`enqueue`).
+-- - `claim(H, key, fence)`: a caller found its own token or its grant
+--   token (a replay, or a grant to it): the lease runs its full length
+--   (`ARGV[2]`) from this attempt on, under the caller's token; returns
+--   `fence`. No claim notice is published (the other lockers learn that a grant
 --   was settled from the next grant's notice, docs/PROTOCOL.md §4 "As
 --   built"), so a claim wakes no subscriber.
 -- - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
 --   locker's (the caller's, or its grant token), and the fence of a lease
 --   value `<token>:<fence>` that is.
--- - `take(key, counter_key, counter, t, ttl_ms)`: sets the free lease key
---   for the caller with the next fence (`NX`, the lease's `PX`); `nil`
---   when the key or the counter is of another type (`WRONGTYPE`).
+-- - `take(key, counter_key, counter, ttl_ms, H)`: sets the free lease key
+--   for the caller with the next fence (`NX`, the lease's `PX`), then
+--   settles `H` (`false`: nothing to settle); `nil` when the key or the
+--   counter is of another type (`WRONGTYPE`).
 
-local function handover_args(base, reg_key)
-  return {
-    reg = ARGV[base + 1], reg_ms = ARGV[base + 2], claim = ARGV[base + 3],
-    publish = ARGV[base + 4], channel = ARGV[base + 5], message = ARGV[base + 6],
-    other = ARGV[base + 7], keep = ARGV[base + 8], grant = ARGV[base + 9],
-    reg_key = reg_key,
-  }
-end
 local server_t
 local function server_time()
-  if not server_t then
-    server_t = redis.call('TIME')
-  end
+  server_t = server_t or redis.call('TIME')
   return server_t
 end
 local function now_ms()
   local t = server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function enqueue(H, queue, flag, owner)
+local function enqueue(H, owner)
   if H.reg == '' or H.grant == '' then
     return
   end
-  if H.grant then
-    owner = H.grant
-  end
+  owner = H.grant or owner
   local entry = H.reg .. '|' .. string.format('%d', now_ms() + tonumber(H.reg_ms)) .. '|' .. owner .. ':' .. H.claim
   local was = redis.call('SET', H.reg_key, entry, 'PX', H.reg_ms, 'GET')
-  local at = was and redis.call('LPOS', queue, was)
+  local at = was and redis.call('LPOS', H.queue, was)
   if at then
-    redis.call('LSET', queue, at, entry)
+    redis.call('LSET', H.queue, at, entry)
   else
-    redis.call('RPUSH', queue, entry)
+    redis.call('RPUSH', H.queue, entry)
   end
   -- The queue and its flag live as long as their latest registration,
   -- and no longer (a queue of lockers that all died goes away).
-  if redis.call('PEXPIRE', queue, H.reg_ms, 'GT') == 0 then
-    redis.call('PEXPIRE', queue, H.reg_ms, 'NX')
+  if redis.call('PEXPIRE', H.queue, H.reg_ms, 'GT') == 0 then
+    redis.call('PEXPIRE', H.queue, H.reg_ms, 'NX')
   end
-  if redis.call('PEXPIRE', flag, H.reg_ms, 'GT') == 0
-      and not redis.call('SET', flag, '1', 'NX', 'PX', H.reg_ms) then
+  if redis.call('PEXPIRE', H.flag, H.reg_ms, 'GT') == 0
+      and not redis.call('SET', H.flag, '1', 'NX', 'PX', H.reg_ms) then
     -- A flag without an expiry, left by an older version.
-    redis.call('PEXPIRE', flag, H.reg_ms, 'NX')
+    redis.call('PEXPIRE', H.flag, H.reg_ms, 'NX')
   end
 end
+local handover_args = {'reg', 'reg_ms', 'claim', 'publish', 'channel', 'message', 'other', 'keep', 'grant'}
+local function begin(base, q, ...)
+  local H = #KEYS == q + 2 and {queue = KEYS[q], flag = KEYS[q + 1], reg_key = KEYS[q + 2]}
+  for i, name in ipairs(H and handover_args or {}) do
+    H[name] = ARGV[base + i]
+  end
+  local names = {...}
+  names[#names + 1] = H and H.flag or nil
+  local got = redis.call('MGET', unpack(names))
+  local function busy(ms)
+    if H then
+      enqueue(H, ARGV[1])
+    end
+    return ms
+  end
+  return H, got, H and got[#names], busy
+end
 local function rotate_head(queue, seen, served_once)
+  seen = seen or {}
   local entry
   if served_once then
     entry = redis.call('LPOP', queue)
@@ -132,42 +144,34 @@ local function rotate_head(queue, seen, served_once)
   end
   local reg, deadline, value = string.match(entry, '^([^|]*)|([^|]*)|(.*)$')
   reg = reg or entry
-  if seen and seen[reg] then
+  if seen[reg] then
     if served_once then
       redis.call('LPUSH', queue, entry)
     else
       redis.call('LMOVE', queue, queue, 'RIGHT', 'LEFT')
     end
-    return reg, nil, true
+    return false
   end
-  if not ((tonumber(deadline or '') or 0) > now_ms() and string.find(value, ':', 1, true)) then
-    if not served_once then
-      redis.call('RPOP', queue)
-    end
-    return reg, false
-  end
-  -- A multi-key lease's registration registers again at its next attempt.
-  if string.sub(value, 1, 1) == 'm' and not served_once then
+  local live = (tonumber(deadline or '') or 0) > now_ms() and string.find(value, ':', 1, true)
+  -- A dead entry is dropped; a multi-key lease's is taken out as it is
+  -- served (it registers again at its next attempt).
+  if not (served_once or live and string.sub(value, 1, 1) ~= 'm') then
     redis.call('RPOP', queue)
   end
-  if seen then
+  if live then
     seen[reg] = true
   end
-  return reg, value
+  return reg, live and value
 end
-local function next_registration(queue, seen, served_once)
-  while true do
-    local reg, value, cycled = rotate_head(queue, seen, served_once)
-    if not reg then
-      return nil
-    end
-    if cycled then
-      return false
-    end
-    if value then
-      return reg, value
-    end
+local function next_registration(queue, seen, served_once, flag)
+  local reg, value
+  repeat
+    reg, value = rotate_head(queue, seen, served_once)
+  until not reg or value
+  if reg == nil and flag then
+    redis.call('DEL', flag)
   end
+  return reg, value
 end
 local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
   local owner, claim = string.match(value, '^([^:]*):(.*)$')
@@ -182,22 +186,23 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
   redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
 end
-local function settle(H, queue, flag)
+local function settle(H)
   if not H or H.reg == '' then
     return
   end
   if H.keep == 'd' then
     local entry = redis.call('GETDEL', H.reg_key)
     if entry then
-      redis.call('LREM', queue, 0, entry)
+      redis.call('LREM', H.queue, 0, entry)
     end
   elseif H.keep == 'r' then
-    enqueue(H, queue, flag, H.grant)
+    enqueue(H, H.grant)
   end
 end
-local function claim(H, key, token, fence, lease_ms, queue, flag)
-  redis.call('SET', key, token .. ':' .. fence, 'PX', lease_ms)
-  settle(H, queue, flag)
+local function claim(H, key, fence)
+  redis.call('SET', key, ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
+  settle(H)
+  return fence
 end
 local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
@@ -208,9 +213,10 @@ local function our_fence(H, value)
     return string.sub(value, sep + 1)
   end
 end
-local function take(key, counter_key, counter, t, ttl_ms)
-  local fence = next_fence(counter_key, counter, t, ttl_ms)
+local function take(key, counter_key, counter, ttl_ms, H)
+  local fence = next_fence(counter_key, counter, server_time(), ttl_ms)
   if fence and redis.call('SET', key, ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
+    settle(H)
     return fence
   end
 end

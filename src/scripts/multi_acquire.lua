@@ -40,20 +40,15 @@ if age == 0 then
 end
 local state, all_mine, busy = {}, true, false
 for i = 1, n do
-  local v, s = got[i], 'free'
-  if v then
-    local sep = string.find(v, ':', 1, true)
-    local owner = sep and string.sub(v, 1, sep - 1) or ''
-    local reserved = sep and string.sub(v, sep + 1, sep + 1) == 'r'
+  local s = 'free'
+  if got[i] then
+    -- `<owner>:<fence>`, or a reservation `<owner>:r<age>`.
+    local owner, r, other = string.match(got[i], '^([^:]*):(r?)(.*)$')
     if owner == token then
-      s = reserved and 'reserved' or 'mine'
-    elseif reserved then
-      local other = tonumber(string.sub(v, sep + 2)) or 0
-      if other > age or (other == age and owner > token) then
-        s = 'younger'
-      else
-        s = 'busy'
-      end
+      s = r == 'r' and 'reserved' or 'mine'
+    elseif r == 'r' then
+      other = tonumber(other) or 0
+      s = (other > age or (other == age and owner > token)) and 'younger' or 'busy'
     else
       s = 'busy'
     end
@@ -80,13 +75,10 @@ if not busy then
   local seen, seen_fence
   for i = 1, n do
     local counter = floor and got[n + i]
-    local fence
-    if counter then
-      if counter ~= seen then
-        seen, seen_fence = counter, fence_after(counter, floor)
-      end
-      fence = seen_fence
+    if counter and counter ~= seen then
+      seen, seen_fence = counter, fence_after(counter, floor)
     end
+    local fence = counter and seen_fence
     if fence then
       fences[i + 1] = fence
       batch[#batch + 1] = KEYS[n + i]
@@ -99,42 +91,35 @@ if not busy then
     redis.call('MSET', unpack(batch))
   end
   for _, i in ipairs(rest) do
-    local fence = next_fence(KEYS[n + i], got[n + i], t, ARGV[3])
-    if not fence then
+    fences[i + 1] = next_fence(KEYS[n + i], got[n + i], t, ARGV[3])
+    if not fences[i + 1] then
       return redis.error_reply(WRONGTYPE)
     end
-    fences[i + 1] = fence
   end
   -- Keys of one fence share one value (the floor's, as a rule).
+  -- A free key is set with NX: one of another type is refused.
   local owner, value, value_fence = token .. ':'
+  local nx, px = {'NX', 'PX', ARGV[2]}, {'PX', ARGV[2]}
   for i = 1, n do
     local fence = fences[i + 1]
     if fence ~= value_fence then
       value, value_fence = owner .. fence, fence
     end
-    local set
-    if state[i] == 'free' then
-      set = redis.call('SET', KEYS[i], value, 'NX', 'PX', ARGV[2])
-    else
-      set = redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
-    end
-    if not set then
+    if not redis.call('SET', KEYS[i], value, unpack(state[i] == 'free' and nx or px)) then
       for j = 1, i - 1 do
         redis.call('DEL', KEYS[j])
       end
       return redis.error_reply(WRONGTYPE)
     end
   end
-  if handover and ARGV[6] ~= '' then
-    -- Registrations left in queues a key was not handed over by (it came
-    -- free by expiry), also by an earlier attempt whose reply was lost:
-    -- out of the queue too, or a release of this very lease would reserve
-    -- the key for it, as an entry looks live until its deadline. Only a
-    -- flagged queue can hold one.
-    for i = 1, n do
-      if got[2 * n + i] then
-        settle({reg = ARGV[6], keep = 'd', reg_key = KEYS[4 * n + i]}, KEYS[2 * n + i])
-      end
+  -- Registrations left in queues a key was not handed over by (it came
+  -- free by expiry), also by an earlier attempt whose reply was lost: out
+  -- of the queue too, or a release of this very lease would reserve the
+  -- key for it, as an entry looks live until its deadline. Only a flagged
+  -- queue can hold one.
+  for i = 1, (handover and ARGV[6] ~= '') and n or 0 do
+    if got[2 * n + i] then
+      settle({reg = ARGV[6], keep = 'd', queue = KEYS[2 * n + i], reg_key = KEYS[4 * n + i]})
     end
   end
   return fences
@@ -150,8 +135,8 @@ for i = 1, n do
       wait = ms
     end
     if handover and ARGV[6] ~= '' and res_ms ~= '0' then
-      local H = {reg = ARGV[6], reg_ms = ARGV[7], claim = res_ms, reg_key = KEYS[4 * n + i]}
-      enqueue(H, KEYS[2 * n + i], KEYS[3 * n + i], 'm' .. age_text .. '.' .. token)
+      enqueue({reg = ARGV[6], reg_ms = ARGV[7], claim = res_ms, queue = KEYS[2 * n + i], flag = KEYS[3 * n + i], reg_key = KEYS[4 * n + i]},
+        'm' .. age_text .. '.' .. token)
     end
   elseif res_ms == '0' then
     if s == 'mine' or s == 'reserved' then

@@ -7,17 +7,12 @@
 
 local handover = ARGV[3] ~= ''
 local n = handover and #KEYS / 4 or #KEYS
-local each_channel = #ARGV > 4
 local function channel_of(i)
-  return each_channel and ARGV[3 + i] or ARGV[4]
+  return #ARGV > 4 and ARGV[3 + i] or ARGV[4]
 end
 -- The key's digest, which ends its lock's name: `…{<sha>}` or `…}:<sha>`.
 local function message_of(i)
-  local lock = KEYS[i]
-  if string.byte(lock, -1) == 125 then
-    return string.sub(lock, -65, -2)
-  end
-  return string.sub(lock, -64)
+  return string.match(KEYS[i], '(%x+)}?$')
 end
 -- One read of the locks and, with the hand-over, their queues' flags.
 local got = redis.call('MGET', unpack(KEYS, 1, handover and 2 * n or n))
@@ -31,17 +26,12 @@ for i = 1, n do
     present = present + 1
     if string.sub(v, 1, #owner) == owner then
       mine = mine + 1
-      local handed = false
+      local reg, value
       if handover and got[n + i] then
-        local counter = KEYS[2 * n + i]
-        local reg, value = next_registration(KEYS[3 * n + i])
-        if reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i)) then
-          handed = true
-        elseif reg == nil then
-          redis.call('DEL', KEYS[n + i])
-        end
+        reg, value = next_registration(KEYS[3 * n + i], nil, false, KEYS[n + i])
       end
-      if not handed then
+      local counter = KEYS[2 * n + i]
+      if not (reg and grant_to(reg, value, KEYS[i], counter, redis.call('MGET', counter)[1], ARGV[3], ARGV[2], channel_of(i), message_of(i))) then
         freed[#freed + 1] = KEYS[i]
         published[#published + 1] = i
       end
@@ -58,16 +48,10 @@ local nobody = {}
 for _, i in ipairs(published) do
   local channel = channel_of(i)
   if not nobody[channel] then
-    local heard = redis.pcall(ARGV[2], channel, message_of(i))
-    if heard == 0 and ARGV[2] == 'PUBLISH' then
-      nobody[channel] = true
-    end
+    nobody[channel] = redis.pcall(ARGV[2], channel, message_of(i)) == 0 and ARGV[2] == 'PUBLISH'
   end
 end
 if mine == n then
   return 1
 end
-if present == mine then
-  return 0
-end
-return 2
+return present == mine and 0 or 2

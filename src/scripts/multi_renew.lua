@@ -25,7 +25,4 @@ end
 if #mine > 0 then
   redis.call('DEL', unpack(mine))
 end
-if present == #mine then
-  return 0
-end
-return 2
+return present == #mine and 0 or 2

@@ -10,13 +10,9 @@
 -- returns the new id; when the top already is this very proclaim (same
 -- predecessor, same value: a replay), returns its id and logs nothing.
 
-local held = redis.call('GET', KEYS[1])
-if not held then
-  return 0
-end
-local t = our_term(held)
+local t, refused = our_term(redis.call('GET', KEYS[1]))
 if not t then
-  return 2
+  return refused
 end
 local top = top_of(KEYS[2])
 if not top or top.term ~= t then

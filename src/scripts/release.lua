@@ -23,10 +23,7 @@ local handover = #KEYS >= 4
 local got = redis.call('MGET', unpack(KEYS, 1, handover and 4 or 1))
 local held = got[1]
 if not held then
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply(WRONGTYPE)
-  end
-  return 0
+  return redis.call('EXISTS', KEYS[1]) == 1 and redis.error_reply(WRONGTYPE) or 0
 end
 local sep = string.find(held, ':', 1, true)
 if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
@@ -43,17 +40,14 @@ if handover and got[4] and KEYS[5] then
   end
 elseif handover and got[4] then
   local own, once = ARGV[6], ARGV[7] == '1'
-  local reg, value = next_registration(KEYS[3], nil, once)
+  local reg, value = next_registration(KEYS[3], nil, once, KEYS[4])
   if reg and reg == own then
     -- The releaser's own registration, lingering for its next waiter
     -- (docs/PROTOCOL.md §4.4): the next one's turn, if there is one.
-    reg, value = next_registration(KEYS[3], {[own] = true}, once)
+    reg, value = next_registration(KEYS[3], {[own] = true}, once, KEYS[4])
   end
   if reg and grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4]) then
     return 3
-  end
-  if reg == nil then
-    redis.call('DEL', KEYS[4])
   end
 end
 redis.call('DEL', KEYS[1])

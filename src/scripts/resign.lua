@@ -3,13 +3,9 @@
 -- ARGV: token, publish, channel, sha
 -- Reply: 1 released, 0 expired, 2 conflict.
 
-local held = redis.call('GET', KEYS[1])
-if not held then
-  return 0
-end
-local t = our_term(held)
+local t, refused = our_term(redis.call('GET', KEYS[1]))
 if not t then
-  return 2
+  return refused
 end
 local top = top_of(KEYS[2])
 local id = t .. '-0'

@@ -4,7 +4,7 @@
 -- after next_fence.lua and handover.lua. Queue entries are
 -- `w<reg>` (a locker's writers) and `r<reg>` (its readers).
 --
--- - `read_epoch(counter_key, counter, t, ttl_ms)`: the epoch a reader
+-- - `read_epoch(counter_key, counter, ttl_ms)`: the epoch a reader
 --   gets, the latest writer fence; a missing counter is set to the §3
 --   floor first, so that the next writer's fence is above every epoch.
 -- - `admit(readers, token, expiry)`: adds a reader; the set expires with
@@ -23,26 +23,16 @@
 --   readers admitted, whether readers were admitted, and whether a
 --   writer's entry is next in the queue (after them, or kept first by
 --   live readers); an empty queue's flag is deleted.
--- - `rw_begin(base)`: what a read or a write starts with: the hand-over's
---   arguments (after `ARGV[base]`, `H`, or `false` without the queue's
---   `KEYS[5]`, `KEYS[6]` and the registration's `KEYS[7]`), one `MGET` of the writer, the intent, the
---   counter and the queue's flag, the flag as `queue.queued`, and
---   `register(token)`, which registers a waiting caller.
 
-local function read_epoch(counter_key, counter, t, ttl_ms)
-  if counter then
-    if ttl_ms ~= '0' then
-      redis.call('PEXPIRE', counter_key, ttl_ms)
-    end
-    return counter
+local function read_epoch(counter_key, counter, ttl_ms)
+  local ttl = ttl_ms ~= '0'
+  if counter and ttl then
+    redis.call('PEXPIRE', counter_key, ttl_ms)
+  elseif not counter then
+    counter = string.format('%.0f', fence_floor(server_time()))
+    redis.call('SET', counter_key, counter, unpack(ttl and {'PX', ttl_ms} or {}))
   end
-  local epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000)
-  if ttl_ms ~= '0' then
-    redis.call('SET', counter_key, epoch, 'PX', ttl_ms)
-  else
-    redis.call('SET', counter_key, epoch)
-  end
-  return epoch
+  return counter
 end
 local function admit(readers, token, expiry)
   redis.call('ZADD', readers, expiry, token)
@@ -58,11 +48,8 @@ local function readers_until(readers)
   return nil, expiry ~= nil
 end
 local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, self_entry)
-  local reg, value = next_registration(H.queue)
+  local reg, value = next_registration(H.queue, nil, false, H.flag)
   if not reg then
-    if reg == nil then
-      redis.call('DEL', H.flag)
-    end
     return nil, false
   end
   if string.sub(reg, 1, 1) ~= 'r' then
@@ -76,16 +63,14 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     end
     return grant_to(reg, value, write, counter_key, counter, ttl_ms, H.publish, H.channel, H.message), false, false, false
   end
-  local t = server_time()
-  local now = now_ms()
-  local epoch = read_epoch(counter_key, counter, t, ttl_ms)
+  local epoch = read_epoch(counter_key, counter, ttl_ms)
   local claim, served, writer_next = nil, false, false
   local seen = {[reg] = true}
-  while true do
+  repeat
     if value then
       local sep = string.find(value, ':', 1, true)
       claim = string.sub(value, sep + 1)
-      admit(readers, string.sub(value, 1, sep - 1), string.format('%.0f', now + tonumber(claim)))
+      admit(readers, string.sub(value, 1, sep - 1), string.format('%.0f', now_ms() + tonumber(claim)))
       redis.pcall(H.publish, H.channel, H.message .. ':g:' .. reg .. ':' .. epoch .. ':' .. claim)
       served = served or reg == self_entry
     end
@@ -96,26 +81,7 @@ local function rw_hand_over(write, readers, counter_key, counter, ttl_ms, H, sel
     end
     -- Each reader's registration keeps its place in the round, as
     -- next_registration does; a full round stops at the first one again.
-    local cycled
-    reg, value, cycled = rotate_head(H.queue, seen)
-    if cycled or not reg then
-      break
-    end
-  end
+    reg, value = rotate_head(H.queue, seen)
+  until not reg
   return claim, served, claim ~= nil, writer_next
-end
-local function rw_begin(base)
-  local handover = #KEYS == 7
-  local H = handover and handover_args(base, KEYS[7])
-  if H then
-    H.queue, H.flag = KEYS[5], KEYS[6]
-  end
-  local got = redis.call('MGET', KEYS[1], KEYS[3], KEYS[4], KEYS[6] or KEYS[4])
-  local queue = {queued = handover and got[4]}
-  local function register(token)
-    if handover then
-      enqueue(H, KEYS[5], KEYS[6], token)
-    end
-  end
-  return H, got, queue, register
 end

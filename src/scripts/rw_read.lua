@@ -22,12 +22,11 @@
 -- The set expires with its latest member (`admit`), and a read into a set
 -- that was there purges the expired readers.
 
-local H, got, queue, register = rw_begin(3)
+local H, got, queued, busy = begin(3, 5, KEYS[1], KEYS[3], KEYS[4])
 local epoch = got[3]
 if got[1] then
   -- No reader lives beside a writer.
-  register(ARGV[1])
-  return redis.call('PTTL', KEYS[1])
+  return busy(redis.call('PTTL', KEYS[1]))
 end
 local function expiry()
   return string.format('%.0f', now_ms() + tonumber(ARGV[2]))
@@ -42,46 +41,38 @@ local function claimed()
         redis.call('ZREM', KEYS[2], token)
       end
       admit(KEYS[2], ARGV[1], expiry())
-      settle(H, KEYS[5], KEYS[6])
-      return read_epoch(KEYS[4], epoch, server_time(), ARGV[3])
+      settle(H)
+      return read_epoch(KEYS[4], epoch, ARGV[3])
     end
   end
 end
-if got[2] or queue.queued then
+if got[2] or queued then
   local mine = claimed()
   if mine then
     return mine
   end
   if got[2] then
-    register(ARGV[1])
-    return redis.call('PTTL', KEYS[3])
+    return busy(redis.call('PTTL', KEYS[3]))
   end
   local claim, served, readers_in, writer_next = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], epoch, ARGV[3], H, H.reg)
   epoch = redis.call('GET', KEYS[4])
-  if served then
-    mine = claimed()
-    if mine then
-      return mine
-    end
+  mine = served and claimed()
+  if mine then
+    return mine
   end
   if writer_next and not claim then
     -- A writer first in line waits for the live readers; new ones wait
     -- behind it.
-    register(ARGV[1])
-    return readers_until(KEYS[2]) - now_ms()
+    return busy(readers_until(KEYS[2]) - now_ms())
   end
   -- Readers let in with no writer queued next: this one joins them.
   if claim and not (readers_in and not writer_next) then
-    register(ARGV[1])
-    return tonumber(claim)
+    return busy(tonumber(claim))
   end
 end
 -- A replay sets the reader's expiry anew, as every kind's replay does.
 if not admit(KEYS[2], ARGV[1], expiry()) then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
 end
-epoch = read_epoch(KEYS[4], epoch, server_time(), ARGV[3])
-if queue.queued then
-  settle(H, KEYS[5], KEYS[6])
-end
-return epoch
+settle(queued and H)
+return read_epoch(KEYS[4], epoch, ARGV[3])

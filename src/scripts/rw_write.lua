@@ -18,46 +18,36 @@
 -- As in `ACQUIRE_LUA`, a writer key or counter `MGET` read as missing is
 -- written with `NX`, so one of another type is refused with `WRONGTYPE`.
 
-local H, got, queue, register = rw_begin(4)
+local H, got, queued, busy = begin(4, 5, KEYS[1], KEYS[3], KEYS[4])
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then
-    claim(H, KEYS[1], ARGV[1], fence, ARGV[2], KEYS[5], KEYS[6])
     if got[2] and is_ours(H, got[2]) then
       redis.call('DEL', KEYS[3])
     end
-    return fence
+    return claim(H, KEYS[1], fence)
   end
-  register(ARGV[1])
-  return redis.call('PTTL', KEYS[1])
+  return busy(redis.call('PTTL', KEYS[1]))
 end
 local live, stale = readers_until(KEYS[2])
 if live then
   if ARGV[4] ~= '0' and (not got[2] or got[2] == ARGV[1]) then
     redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[4])
   end
-  register(ARGV[1])
-  return live - now_ms()
+  return busy(live - now_ms())
 end
 if stale then
   redis.call('DEL', KEYS[2])
 end
-if queue.queued then
+if queued then
   local claim_ms = rw_hand_over(KEYS[1], KEYS[2], KEYS[4], got[3], ARGV[3], H, H.reg)
   if claim_ms then
-    register(ARGV[1])
-    return tonumber(claim_ms)
+    return busy(tonumber(claim_ms))
   end
   got[3] = redis.call('GET', KEYS[4])
 end
-local fence = take(KEYS[1], KEYS[4], got[3], server_time(), ARGV[3])
-if not fence then
-  return redis.error_reply(WRONGTYPE)
-end
-if got[2] == ARGV[1] then
+local fence = take(KEYS[1], KEYS[4], got[3], ARGV[3], queued and H)
+if fence and got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
-if queue.queued then
-  settle(H, KEYS[5], KEYS[6])
-end
-return fence
+return fence or redis.error_reply(WRONGTYPE)

@@ -32,44 +32,31 @@
 -- The slot is set with `NX`: `MGET` reads a slot of another type as free,
 -- and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
 
-local H = #ARGV > 4 and handover_args(4, KEYS[#KEYS])
-local n = (#KEYS - 1 - (H and 3 or 0)) / 2
-local queue, flag = KEYS[2 * n + 2], KEYS[2 * n + 3]
-local function slot_key(i)
-  return KEYS[2 + i]
-end
-local function counter_key(i)
-  return KEYS[2 + n + i]
-end
+local n = (#KEYS - (#ARGV > 4 and 4 or 1)) / 2
+local H, got, queued, busy = begin(4, 2 * n + 2, unpack(KEYS, 1, n + 1))
+local queue = H and H.queue
 local permits = tonumber(ARGV[4])
-local names = {KEYS[1], unpack(KEYS, 2, n + 1)}
-names[n + 2] = H and flag or nil
-local got = redis.call('MGET', unpack(names))
 local stored = tonumber(got[1] or '0') or 0
 if stored > n then
   return {'slots', stored}
 end
-local held, queued = {}, H and got[n + 2]
-for i = 1, n do
-  held[i] = got[i + 1]
+-- Slot i (from 0) is KEYS[2 + i], its counter KEYS[2 + n + i].
+local held, free = {unpack(got, 2, n + 1)}, {}
+for i = 1, permits do
+  if not held[i] then
+    free[#free + 1] = i - 1
+  end
 end
 local next_registers = H and H.grant ~= '' and H.keep ~= 'd'
 for i = 1, n do
   local fence = our_fence(H, held[i])
   if fence then
-    claim(H, slot_key(i - 1), ARGV[1], fence, ARGV[2], queue, flag)
-    if next_registers then
-      if H.keep == 'k' then
-        enqueue(H, queue, flag, ARGV[1])
-      end
-      for j = 1, permits do
-        if j ~= i and not held[j] then
-          return {i - 1, fence}
-        end
-      end
-      return {i - 1, fence, 1}
+    claim(H, KEYS[1 + i], fence)
+    if next_registers and H.keep == 'k' then
+      enqueue(H, ARGV[1])
     end
-    return {i - 1, fence}
+    -- The third value 1: the waiter registered, and no slot is free.
+    return {i - 1, fence, (next_registers and #free == 0) and 1 or nil}
   end
 end
 if stored ~= permits then
@@ -80,12 +67,6 @@ if stored ~= permits then
   end
   redis.call('SET', KEYS[1], permits)
 end
-local free = {}
-for i = 1, permits do
-  if not held[i] then
-    free[#free + 1] = i - 1
-  end
-end
 local granted
 local seen = {}
 while queued and #free > 0 do
@@ -93,50 +74,43 @@ while queued and #free > 0 do
   -- could be handed a second free slot before it claimed the first (its
   -- claim queues it again).
   local reg, value = next_registration(queue, seen, true)
-  if not reg then
+  if not reg or reg == H.reg then
     if reg == nil then
-      redis.call('DEL', flag)
+      redis.call('DEL', H.flag)
       queued = false
     end
     break
   end
-  if reg == H.reg then
-    break
-  end
   local slot = table.remove(free, 1)
-  local counter = counter_key(slot)
-  granted = grant_to(reg, value, slot_key(slot), counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message)
+  local counter = KEYS[2 + n + slot]
+  granted = grant_to(reg, value, KEYS[2 + slot], counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message)
   if not granted then
     return redis.error_reply(WRONGTYPE)
   end
 end
 if #free == 0 then
-  if H then
-    enqueue(H, queue, flag, ARGV[1])
-  end
   if granted then
-    return tonumber(granted)
+    return busy(tonumber(granted))
   end
   local least = -1
   for i = 1, permits do
-    local ttl = redis.call('PTTL', slot_key(i - 1))
+    local ttl = redis.call('PTTL', KEYS[1 + i])
     if ttl >= 0 and (least < 0 or ttl < least) then
       least = ttl
     end
   end
-  return least
+  return busy(least)
 end
 local slot = free[1]
-local counter = counter_key(slot)
-local fence = take(slot_key(slot), counter, redis.call('GET', counter), server_time(), ARGV[3])
+local counter = KEYS[2 + n + slot]
+-- The take of the last free slot registers the next waiter, as a claim
+-- does: it waits for its grant.
+local last = next_registers and #free == 1
+local fence = take(KEYS[2 + slot], counter, redis.call('GET', counter), ARGV[3], queued and not last and H)
 if not fence then
   return redis.error_reply(WRONGTYPE)
 end
-if next_registers and #free == 1 then
-  enqueue(H, queue, flag, ARGV[1])
-  return {slot, fence, 1}
+if last then
+  enqueue(H, ARGV[1])
 end
-if queued then
-  settle(H, queue, flag)
-end
-return {slot, fence}
+return {slot, fence, last and 1 or nil}

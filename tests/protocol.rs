@@ -495,6 +495,24 @@ fn a_registration_is_never_queued_without_the_flag() {
     assert!(is_busy(&s.lock("c", 10_000, Some(outsider))));
 }
 
+/// An attempt that gets the lease and refreshes its locker's registration
+/// for the next waiter (`r`) registers it again where the queue lapsed
+/// (the locker was stopped past its registration's bound): the locker
+/// believes it registered, and its next waiter is served by the release.
+#[test]
+fn a_refreshing_attempt_registers_again_where_the_queue_lapsed() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-refresh", "k");
+    let refresh = Handover {
+        keep: "r",
+        ..Handover::waiting("L", "grant-l")
+    };
+    assert!(is_fence(&s.lock("l1", 10_000, Some(refresh))));
+    assert_eq!(s.queued("lock"), ["L"], "the registration asked for");
+    assert_eq!(s.get(&s.names.flag("lock")).as_deref(), Some("1"));
+    assert_eq!(s.unlock("l1"), Value::Int(3), "released and handed over");
+}
+
 /// FIFO (read-write): a writer's release admits every reader queued at the
 /// head, however many, and leaves the writer behind them first in line.
 #[test]

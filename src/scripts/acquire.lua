@@ -47,4 +47,4 @@ if queued then
   end
 end
 -- The caller's own registration was the head, or the queue was empty.
-return take(KEYS[1], KEYS[2], got[2], ARGV[3], queued and H) or redis.error_reply(WRONGTYPE)
+return take(KEYS[1], KEYS[2], got[2], ARGV[3], H, queued) or redis.error_reply(WRONGTYPE)

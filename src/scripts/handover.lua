@@ -63,10 +63,11 @@
 --   for a waiting multi-key lease's registration (value
 --   `m<age>.<token>:<res_ms>`, docs/PROTOCOL.md §6) it reserves the key
 --   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
--- - `settle(H)`: the caller got the lease (`H` `false`: nothing to
---   do); with no waiter left behind it (`keep` is `d`) its registration
---   is taken out (`GETDEL` gives the entry as queued, `LREM` removes it),
---   with `r` it is refreshed (`enqueue`).
+-- - `settle(H, queued)`: the caller got the lease (`H` `false`: nothing
+--   to do); with no waiter left behind it (`keep` is `d`) its
+--   registration, if the queue is flagged (`queued`), is taken out
+--   (`GETDEL` gives the entry as queued, `LREM` removes it); with `r` it
+--   is refreshed (`enqueue`), queued again if the queue lapsed.
 -- - `claim(H, key, fence)`: a caller found its own token or its grant
 --   token (a replay, or a grant to it): the lease runs its full length
 --   (`ARGV[2]`) from this attempt on, under the caller's token; returns
@@ -76,9 +77,9 @@
 -- - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
 --   locker's (the caller's, or its grant token), and the fence of a lease
 --   value `<token>:<fence>` that is.
--- - `take(key, counter_key, counter, ttl_ms, H)`: sets the free lease key
---   for the caller with the next fence (`NX`, the lease's `PX`), then
---   settles `H` (`false`: nothing to settle); `nil` when the key or the
+-- - `take(key, counter_key, counter, ttl_ms, H, queued)`: sets the free
+--   lease key for the caller with the next fence (`NX`, the lease's `PX`),
+--   then settles `H` (`false`: nothing to settle); `nil` when the key or the
 --   counter is of another type (`WRONGTYPE`).
 
 local server_t
@@ -186,11 +187,11 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
   redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
   return claim
 end
-local function settle(H)
+local function settle(H, queued)
   if not H or H.reg == '' then
     return
   end
-  if H.keep == 'd' then
+  if H.keep == 'd' and queued then
     local entry = redis.call('GETDEL', H.reg_key)
     if entry then
       redis.call('LREM', H.queue, 0, entry)
@@ -201,7 +202,7 @@ local function settle(H)
 end
 local function claim(H, key, fence)
   redis.call('SET', key, ARGV[1] .. ':' .. fence, 'PX', ARGV[2])
-  settle(H)
+  settle(H, true)
   return fence
 end
 local function is_ours(H, owner)
@@ -213,10 +214,10 @@ local function our_fence(H, value)
     return string.sub(value, sep + 1)
   end
 end
-local function take(key, counter_key, counter, ttl_ms, H)
+local function take(key, counter_key, counter, ttl_ms, H, queued)
   local fence = next_fence(counter_key, counter, server_time(), ttl_ms)
   if fence and redis.call('SET', key, ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2]) then
-    settle(H)
+    settle(H, queued)
     return fence
   end
 end

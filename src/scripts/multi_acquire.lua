@@ -119,7 +119,7 @@ if not busy then
   -- queue can hold one.
   for i = 1, (handover and ARGV[6] ~= '') and n or 0 do
     if got[2 * n + i] then
-      settle({reg = ARGV[6], keep = 'd', queue = KEYS[2 * n + i], reg_key = KEYS[4 * n + i]})
+      settle({reg = ARGV[6], keep = 'd', queue = KEYS[2 * n + i], reg_key = KEYS[4 * n + i]}, true)
     end
   end
   return fences

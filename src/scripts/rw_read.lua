@@ -41,7 +41,7 @@ local function claimed()
         redis.call('ZREM', KEYS[2], token)
       end
       admit(KEYS[2], ARGV[1], expiry())
-      settle(H)
+      settle(H, true)
       return read_epoch(KEYS[4], epoch, ARGV[3])
     end
   end
@@ -74,5 +74,5 @@ end
 if not admit(KEYS[2], ARGV[1], expiry()) then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms())
 end
-settle(queued and H)
+settle(H, queued)
 return read_epoch(KEYS[4], epoch, ARGV[3])

@@ -46,7 +46,7 @@ if queued then
   end
   got[3] = redis.call('GET', KEYS[4])
 end
-local fence = take(KEYS[1], KEYS[4], got[3], ARGV[3], queued and H)
+local fence = take(KEYS[1], KEYS[4], got[3], ARGV[3], H, queued)
 if fence and got[2] == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end

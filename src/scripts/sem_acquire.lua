@@ -106,7 +106,7 @@ local counter = KEYS[2 + n + slot]
 -- The take of the last free slot registers the next waiter, as a claim
 -- does: it waits for its grant.
 local last = next_registers and #free == 1
-local fence = take(KEYS[2 + slot], counter, redis.call('GET', counter), ARGV[3], queued and not last and H)
+local fence = take(KEYS[2 + slot], counter, redis.call('GET', counter), ARGV[3], not last and H, queued)
 if not fence then
   return redis.error_reply(WRONGTYPE)
 end

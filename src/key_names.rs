@@ -66,17 +66,18 @@ impl Marker {
 
     /// `GET <ns>:key-names`: what the namespace's lockers recorded.
     pub(crate) fn get_cmd(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&self.name);
-        cmd
+        redis::cmd("GET").arg(&self.name).take()
     }
 
     /// `SET <ns>:key-names <scheme> NX GET`: records this locker's scheme
     /// unless another locker did first, and answers what was there.
     pub(crate) fn set_cmd(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(&self.name).arg(self.ours()).arg("NX").arg("GET");
-        cmd
+        redis::cmd("SET")
+            .arg(&self.name)
+            .arg(self.ours())
+            .arg("NX")
+            .arg("GET")
+            .take()
     }
 
     /// The verdict on the reply to [`get_cmd`](Self::get_cmd).

@@ -13,9 +13,7 @@ pub(crate) const NEEDED: (u32, u32) = (7, 0);
 /// `INFO server`, which every least-privilege user the docs describe may
 /// send (lockers and observers have `+info` for the eviction check).
 pub(crate) fn info_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("server");
-    cmd
+    redis::cmd("INFO").arg("server").take()
 }
 
 /// Checks the `INFO server` reply: a `redis_version` (Valkey reports its

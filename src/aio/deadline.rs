@@ -24,6 +24,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 
 use crate::clock::now;
+use crate::error::timed_out;
 
 /// How often the watchdog looks at the deadlines while commands are in
 /// flight: the most a command's timeout can be overrun.
@@ -172,10 +173,6 @@ pub(crate) struct TimedConnection<C> {
     pub(crate) conn: C,
     pub(crate) deadlines: Deadlines,
     pub(crate) timeout: Option<Duration>,
-}
-
-fn timed_out() -> redis::RedisError {
-    std::io::Error::from(std::io::ErrorKind::TimedOut).into()
 }
 
 impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for TimedConnection<C> {

@@ -114,8 +114,7 @@ pub(crate) fn sharded_pubsub_verdict(reply: Result<Value, Failure>) -> Result<()
             "nodes",
             "the cluster has no sharded pub/sub (SPUBLISH); redlease needs Redis 7 or newer",
         )),
-        Err(Failure::NotSent(e)) => Err(Error::from_connect(e)),
-        Err(Failure::Sent(e)) => Err(Error::from_command(Operation::Connect, e)),
+        Err(failure) => Err(failure.into_error(Operation::Connect)),
     }
 }
 

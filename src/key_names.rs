@@ -111,10 +111,9 @@ impl Marker {
                  know (written by a newer redlease, or not by redlease); every locker of a \
                  namespace must name its keys alike",
             )),
-            Err(Failure::NotSent(e)) => Err(Error::from_connect(e)),
             Err(Failure::Sent(e)) if is_auth_failure(&e) => Err(Error::from_connect(e)),
             Err(Failure::Sent(e)) if is_server_reply(&e) => self.unchecked(&e).map(|()| false),
-            Err(Failure::Sent(e)) => Err(Error::from_command(Operation::Connect, e)),
+            Err(failure) => Err(failure.into_error(Operation::Connect)),
         }
     }
 

@@ -409,9 +409,7 @@ impl Commands {
                 .route_command(cmd, crate::eviction::every_primary())
                 .await
                 .map_err(Failure::Sent),
-            AnyConnection::Standalone(_) | AnyConnection::Driven(_) => {
-                Err(Failure::not_a_cluster())
-            }
+            _ => Err(Failure::not_a_cluster()),
         }
     }
 

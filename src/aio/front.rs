@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use event_listener::EventListener;
-use futures::future::{select, Either};
+use futures::future::{select, Either, OptionFuture};
 
 use super::connection::Commands;
 use crate::config::Config;
@@ -44,10 +44,7 @@ impl Front for Async {
         T: 'a,
     {
         Box::pin(async move {
-            let _serial = match serial {
-                Some(serial) => Some(serial.lock().await),
-                None => None,
-            };
+            let _serial = OptionFuture::from(serial.map(Self::Serial::lock)).await;
             let output = match start() {
                 Ok(op) => drive(shared, op).await,
                 Err(output) => output,

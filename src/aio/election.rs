@@ -99,7 +99,7 @@ impl futures::Stream for Observer {
             };
             this.step = Some(Box::pin(async move {
                 if let Next::Sleep(listener, at) = next {
-                    let _ = select(listener, async_io::Timer::at(at)).await;
+                    super::wait(Some(listener), Some(at)).await;
                 } else {
                     let reply = watch.read().await;
                     watch.handle(reply);

@@ -103,9 +103,7 @@ pub(crate) fn ask_node_info(
 
 /// `COMMAND INFO SPUBLISH`: whether the cluster has sharded pub/sub.
 pub(crate) fn sharded_pubsub_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("COMMAND");
-    cmd.arg("INFO").arg("SPUBLISH");
-    cmd
+    redis::cmd("COMMAND").arg("INFO").arg("SPUBLISH").take()
 }
 
 /// The verdict on [`sharded_pubsub_cmd`]'s reply: Redis 7 or newer.
@@ -116,8 +114,7 @@ pub(crate) fn sharded_pubsub_verdict(reply: Result<Value, Failure>) -> Result<()
             "nodes",
             "the cluster has no sharded pub/sub (SPUBLISH); redlease needs Redis 7 or newer",
         )),
-        Err(Failure::NotSent(e)) => Err(Error::from_connect(e)),
-        Err(Failure::Sent(e)) => Err(Error::from_command(Operation::Connect, e)),
+        Err(failure) => Err(failure.into_error(Operation::Connect)),
     }
 }
 
@@ -205,9 +202,7 @@ impl SlotMap {
 
 /// `CLUSTER SLOTS`: which primary serves which slots.
 pub(crate) fn slots_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("CLUSTER");
-    cmd.arg("SLOTS");
-    cmd
+    redis::cmd("CLUSTER").arg("SLOTS").take()
 }
 
 fn parse_range(entry: &Value) -> Option<(u16, u16, NodeAddr)> {

@@ -9,6 +9,20 @@ use std::time::Duration;
 use crate::cancel::CancelHandle;
 use crate::error::Error;
 
+/// Builder methods that each set one field, written
+/// `name(arg: Type) => field = value;` under the method's own docs: every
+/// such method takes `self` and returns it with the field set.
+macro_rules! setters {
+    ($($(#[$attr:meta])* $name:ident($($arg:ident: $ty:ty),+) => $($field:ident).+ = $value:expr;)*) => {$(
+        $(#[$attr])*
+        pub fn $name(mut self, $($arg: $ty),+) -> Self {
+            self.$($field).+ = $value;
+            self
+        }
+    )*};
+}
+pub(crate) use setters;
+
 /// The longest lease Redis' `PX` accepts here: 15 decimal digits of ms.
 const MAX_LEASE_MS: u128 = 999_999_999_999_999;
 
@@ -79,193 +93,147 @@ impl Config {
         }
     }
 
-    /// Whether a waiting locker registers in the key's queue in Redis, so
-    /// that a release hands the lock to the next waiting process in arrival
-    /// order (docs/PROTOCOL.md §4). Default on; off: every waiting locker tries
-    /// again after a release notification, and whoever lands first wins
-    /// (the path of 0.1). Every kind: a freed permit's slot goes to the
-    /// next waiting process, and a read-write lease goes to the writer
-    /// first in its queue or lets the readers at its head in together; an
-    /// election's candidates do not use it yet (they race as with it off). A
-    /// locker whose ACL does not allow the queues' keys
-    /// (`~<ns>:lock-queue*`, `~<ns>:lock-reg:*` and the `sem-` twins)
-    /// turns it off by itself at its first refusal (logged once as
-    /// `LOCK_HANDOVER_UNAVAILABLE`).
-    pub fn handover(mut self, on: bool) -> Self {
-        self.handover = on;
-        self
-    }
+    setters! {
+        /// Whether a waiting locker registers in the key's queue in Redis, so
+        /// that a release hands the lock to the next waiting process in arrival
+        /// order (docs/PROTOCOL.md §4). Default on; off: every waiting locker tries
+        /// again after a release notification, and whoever lands first wins
+        /// (the path of 0.1). Every kind: a freed permit's slot goes to the
+        /// next waiting process, and a read-write lease goes to the writer
+        /// first in its queue or lets the readers at its head in together; an
+        /// election's candidates do not use it yet (they race as with it off). A
+        /// locker whose ACL does not allow the queues' keys
+        /// (`~<ns>:lock-queue*`, `~<ns>:lock-reg:*` and the `sem-` twins)
+        /// turns it off by itself at its first refusal (logged once as
+        /// `LOCK_HANDOVER_UNAVAILABLE`).
+        handover(on: bool) => handover = on;
 
-    /// Whether a key's Redis hash tag decides where its names are stored
-    /// (docs/PROTOCOL.md §2). Default off: every name of a key is hashed by
-    /// the key's own digest, `<ns>:lock:{<sha(key)>}`, so keys spread over
-    /// a Redis Cluster's slots. On: a key with a hash tag (the text between
-    /// its first `{` and the next `}`, when not empty, as Redis defines it)
-    /// is stored as `<ns>:lock:{<sha(tag)>}:<sha(key)>` (and likewise for
-    /// every kind), so keys of one tag share a slot, and on Redis Cluster
-    /// a multi-key lease of them runs as one script
-    /// ([`Locker::acquire_all`](crate::Locker::acquire_all)); they also
-    /// share a release channel. Keys without a tag are named as with it off.
-    ///
-    /// It renames tagged keys: every locker of a namespace must use the
-    /// same setting, or two of them would lock one tagged key under two
-    /// names. So at connect a locker reads the setting the namespace's
-    /// lockers recorded in `<ns>:key-names` (one `GET`; the first locker
-    /// records it with `SET ... NX GET`) and refuses to connect on a
-    /// mismatch. After Redis lost its data the next locker to connect
-    /// records it again; lockers already connected do not check again, so
-    /// switch the setting with every locker of the namespace stopped.
-    /// Lockers of versions before the check neither record nor check it.
-    /// `connect` fails with `InvalidConfig` (option `key_hash_tags`) when
-    /// the namespace's lockers recorded the other setting, or, with this
-    /// on, when Redis refuses the marker (an ACL without
-    /// `~<ns>:key-names`; with it off the locker logs `KEY_NAMES_UNCHECKED`
-    /// and connects).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let config = redlease::Config::new("billing").key_hash_tags(true);
-    /// // "acct:{7}:in" and "acct:{7}:out" now share a slot.
-    /// # let _ = config;
-    /// ```
-    pub fn key_hash_tags(mut self, on: bool) -> Self {
-        self.key_hash_tags = on;
-        self
-    }
+        /// Whether a key's Redis hash tag decides where its names are stored
+        /// (docs/PROTOCOL.md §2). Default off: every name of a key is hashed by
+        /// the key's own digest, `<ns>:lock:{<sha(key)>}`, so keys spread over
+        /// a Redis Cluster's slots. On: a key with a hash tag (the text between
+        /// its first `{` and the next `}`, when not empty, as Redis defines it)
+        /// is stored as `<ns>:lock:{<sha(tag)>}:<sha(key)>` (and likewise for
+        /// every kind), so keys of one tag share a slot, and on Redis Cluster
+        /// a multi-key lease of them runs as one script
+        /// ([`Locker::acquire_all`](crate::Locker::acquire_all)); they also
+        /// share a release channel. Keys without a tag are named as with it off.
+        ///
+        /// It renames tagged keys: every locker of a namespace must use the
+        /// same setting, or two of them would lock one tagged key under two
+        /// names. So at connect a locker reads the setting the namespace's
+        /// lockers recorded in `<ns>:key-names` (one `GET`; the first locker
+        /// records it with `SET ... NX GET`) and refuses to connect on a
+        /// mismatch. After Redis lost its data the next locker to connect
+        /// records it again; lockers already connected do not check again, so
+        /// switch the setting with every locker of the namespace stopped.
+        /// Lockers of versions before the check neither record nor check it.
+        /// `connect` fails with `InvalidConfig` (option `key_hash_tags`) when
+        /// the namespace's lockers recorded the other setting, or, with this
+        /// on, when Redis refuses the marker (an ACL without
+        /// `~<ns>:key-names`; with it off the locker logs `KEY_NAMES_UNCHECKED`
+        /// and connects).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let config = redlease::Config::new("billing").key_hash_tags(true);
+        /// // "acct:{7}:in" and "acct:{7}:out" now share a slot.
+        /// # let _ = config;
+        /// ```
+        key_hash_tags(on: bool) => key_hash_tags = on;
 
-    /// How long a lease handed over to this locker waits for its claim
-    /// (one round trip) before the next waiting process may have it, at
-    /// most the lease. It must cover the release notification's delivery
-    /// and one round trip; a paused or dead grantee costs the others this
-    /// long. Default: four times what the locker's first command took at
-    /// connect (a connect and a round trip), and at least 100 ms.
-    pub fn claim_window(mut self, window: Duration) -> Self {
-        self.claim_window = Some(window);
-        self
-    }
+        /// How long a lease handed over to this locker waits for its claim
+        /// (one round trip) before the next waiting process may have it, at
+        /// most the lease. It must cover the release notification's delivery
+        /// and one round trip; a paused or dead grantee costs the others this
+        /// long. Default: four times what the locker's first command took at
+        /// connect (a connect and a round trip), and at least 100 ms.
+        claim_window(window: Duration) => claim_window = Some(window);
 
-    /// Default lease length for acquires: 1 ms to 999 999 999 999 999 ms,
-    /// counted in whole milliseconds (any sub-millisecond part is dropped).
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
+        /// Default lease length for acquires: 1 ms to 999 999 999 999 999 ms,
+        /// counted in whole milliseconds (any sub-millisecond part is dropped).
+        lease(lease: Duration) => lease = lease;
 
-    /// Default time an acquire waits for a busy lock. `Duration::ZERO` tries
-    /// once; `Duration::MAX` waits without a deadline.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
+        /// Default time an acquire waits for a busy lock. `Duration::ZERO` tries
+        /// once; `Duration::MAX` waits without a deadline.
+        wait(wait: Duration) => wait = wait;
 
-    /// Safety poll interval while release notifications are unavailable.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
+        /// Safety poll interval while release notifications are unavailable.
+        poll_interval(interval: Duration) => poll_interval = interval;
 
-    /// Safety poll interval while release notifications are subscribed; it
-    /// covers notifications lost in transit.
-    pub fn notify_poll_interval(mut self, interval: Duration) -> Self {
-        self.notify_poll_interval = interval;
-        self
-    }
+        /// Safety poll interval while release notifications are subscribed; it
+        /// covers notifications lost in transit.
+        notify_poll_interval(interval: Duration) => notify_poll_interval = interval;
 
-    /// Most acquires in progress at once on one locker (waiting or trying).
-    pub fn max_waiters(mut self, max: usize) -> Self {
-        self.max_waiters = max;
-        self
-    }
+        /// Most acquires in progress at once on one locker (waiting or trying).
+        max_waiters(max: usize) => max_waiters = max;
 
-    /// Most leases one locker tracks for cleanup at shutdown.
-    pub fn max_tracked_leases(mut self, max: usize) -> Self {
-        self.max_tracked_leases = max;
-        self
-    }
+        /// Most leases one locker tracks for cleanup at shutdown.
+        max_tracked_leases(max: usize) => max_tracked_leases = max;
 
-    /// Bound on the whole of [`shutdown`](crate::blocking::Locker::shutdown).
-    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
-        self
-    }
+        /// Bound on the whole of [`shutdown`](crate::blocking::Locker::shutdown).
+        shutdown_timeout(timeout: Duration) => shutdown_timeout = timeout;
 
-    /// Longest key accepted, in UTF-8 bytes.
-    pub fn max_key_bytes(mut self, max: usize) -> Self {
-        self.max_key_bytes = max;
-        self
-    }
+        /// Longest key accepted, in UTF-8 bytes.
+        max_key_bytes(max: usize) => max_key_bytes = max;
 
-    /// Longest leader value accepted by an election's `campaign` and
-    /// `proclaim`, in bytes: default 4 KiB, at most 1 MiB. A larger value
-    /// is refused with [`Error::ValueTooLarge`] before anything is sent.
-    ///
-    /// ```
-    /// let config = redlease::Config::new("my-service").max_value_bytes(512);
-    /// assert!(config.validate().is_ok());
-    /// assert!(redlease::Config::new("s").max_value_bytes(2 << 20).validate().is_err());
-    /// ```
-    pub fn max_value_bytes(mut self, max: usize) -> Self {
-        self.max_value_bytes = max;
-        self
-    }
+        /// Longest leader value accepted by an election's `campaign` and
+        /// `proclaim`, in bytes: default 4 KiB, at most 1 MiB. A larger value
+        /// is refused with [`Error::ValueTooLarge`] before anything is sent.
+        ///
+        /// ```
+        /// let config = redlease::Config::new("my-service").max_value_bytes(512);
+        /// assert!(config.validate().is_ok());
+        /// assert!(redlease::Config::new("s").max_value_bytes(2 << 20).validate().is_err());
+        /// ```
+        max_value_bytes(max: usize) => max_value_bytes = max;
 
-    /// Bound on connecting and on each command; past it the command's outcome
-    /// is unknown.
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
-        self
-    }
+        /// Bound on connecting and on each command; past it the command's outcome
+        /// is unknown.
+        command_timeout(timeout: Duration) => command_timeout = timeout;
 
-    /// After every acquire and renew, waits (`WAIT n timeout`) until `n`
-    /// replicas acknowledged the write. Fewer acknowledgements release the
-    /// lease and fail with [`Error::ReplicationFailed`]. Every lease must be at
-    /// least 1.5 × `timeout`. The wait holds the connection it runs on, so
-    /// keep `timeout` short.
-    pub fn min_replicas(mut self, n: u32, timeout: Duration) -> Self {
-        self.min_replicas = Some((n, timeout));
-        self
-    }
+        /// After every acquire and renew, waits (`WAIT n timeout`) until `n`
+        /// replicas acknowledged the write. Fewer acknowledgements release the
+        /// lease and fail with [`Error::ReplicationFailed`]. Every lease must be at
+        /// least 1.5 × `timeout`. The wait holds the connection it runs on, so
+        /// keep `timeout` short.
+        min_replicas(n: u32, timeout: Duration) => min_replicas = Some((n, timeout));
 
-    /// Lets a key's fence counter expire after it was unused for `ttl`
-    /// (default: counters never expire, one stays per key ever locked).
-    ///
-    /// This stays safe because a missing counter is seeded from Redis `TIME`
-    /// in ms × 1000: a re-created counter starts above every fence handed out
-    /// before, as long as the key averaged fewer than 1000 acquires per
-    /// millisecond since its counter was first seeded and the server clock
-    /// never went back. It would not be safe on a server whose clock can be
-    /// set backwards by more than `ttl`.
-    pub fn fence_counter_ttl(mut self, ttl: Duration) -> Self {
-        self.fence_counter_ttl = Some(ttl);
-        self
-    }
+        /// Lets a key's fence counter expire after it was unused for `ttl`
+        /// (default: counters never expire, one stays per key ever locked).
+        ///
+        /// This stays safe because a missing counter is seeded from Redis `TIME`
+        /// in ms × 1000: a re-created counter starts above every fence handed out
+        /// before, as long as the key averaged fewer than 1000 acquires per
+        /// millisecond since its counter was first seeded and the server clock
+        /// never went back. It would not be safe on a server whose clock can be
+        /// set backwards by more than `ttl`.
+        fence_counter_ttl(ttl: Duration) => fence_counter_ttl = Some(ttl);
 
-    /// The value of the `locker` label on every metric this locker records
-    /// with feature `metrics` (default: the namespace), so that several
-    /// lockers of one process can be told apart. Without the feature it is
-    /// validated and otherwise unused.
-    ///
-    /// The label is shown to whoever reads the metrics: never put a key or
-    /// a secret in it. Keys never appear in a metric's name or labels.
-    ///
-    /// # Errors
-    ///
-    /// [`validate`](Self::validate) (and so `connect`) fails with
-    /// [`Error::InvalidConfig`] for an empty label, one longer than
-    /// [`MAX_METRICS_LABEL_BYTES`](Self::MAX_METRICS_LABEL_BYTES) bytes, or
-    /// one with a control character.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let config = redlease::Config::new("billing").metrics_label("billing-eu");
-    /// assert_eq!(config.metrics_label_value(), "billing-eu");
-    /// # config.validate().unwrap();
-    /// ```
-    pub fn metrics_label(mut self, label: impl Into<String>) -> Self {
-        self.metrics_label = Some(label.into());
-        self
+        /// The value of the `locker` label on every metric this locker records
+        /// with feature `metrics` (default: the namespace), so that several
+        /// lockers of one process can be told apart. Without the feature it is
+        /// validated and otherwise unused.
+        ///
+        /// The label is shown to whoever reads the metrics: never put a key or
+        /// a secret in it. Keys never appear in a metric's name or labels.
+        ///
+        /// # Errors
+        ///
+        /// [`validate`](Self::validate) (and so `connect`) fails with
+        /// [`Error::InvalidConfig`] for an empty label, one longer than
+        /// [`MAX_METRICS_LABEL_BYTES`](Self::MAX_METRICS_LABEL_BYTES) bytes, or
+        /// one with a control character.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let config = redlease::Config::new("billing").metrics_label("billing-eu");
+        /// assert_eq!(config.metrics_label_value(), "billing-eu");
+        /// # config.validate().unwrap();
+        /// ```
+        metrics_label(label: impl Into<String>) => metrics_label = Some(label.into());
     }
 
     /// The longest [`metrics_label`](Self::metrics_label), in bytes.
@@ -417,23 +385,16 @@ impl AcquireOptions {
         Self::default()
     }
 
-    /// How long this acquire may wait; `Duration::ZERO` tries once.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
+    setters! {
+        /// How long this acquire may wait; `Duration::ZERO` tries once.
+        wait(wait: Duration) => wait = Some(wait);
 
-    /// The lease length of this acquire.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
+        /// The lease length of this acquire.
+        lease(lease: Duration) => lease = Some(lease);
 
-    /// Lets another thread end this acquire's wait with
-    /// [`Error::Cancelled`].
-    pub fn cancel(mut self, handle: CancelHandle) -> Self {
-        self.cancel = Some(handle);
-        self
+        /// Lets another thread end this acquire's wait with
+        /// [`Error::Cancelled`].
+        cancel(handle: CancelHandle) => cancel = Some(handle);
     }
 
     /// Fills in the locker's defaults and checks the lease.
@@ -480,30 +441,20 @@ impl WithLock {
         Self::default()
     }
 
-    /// How long to wait for the lock; `Duration::ZERO` tries once.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.acquire = self.acquire.wait(wait);
-        self
-    }
+    setters! {
+        /// How long to wait for the lock; `Duration::ZERO` tries once.
+        wait(wait: Duration) => acquire.wait = Some(wait);
 
-    /// The lease length.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.acquire = self.acquire.lease(lease);
-        self
-    }
+        /// The lease length.
+        lease(lease: Duration) => acquire.lease = Some(lease);
 
-    /// Renew the lease to its full length every lease/2 while the closure
-    /// runs, and signal [`LockLost`](crate::Error::LockLost) through the
-    /// closure's loss signal if a renewal fails or the lease runs out.
-    pub fn extend(mut self, extend: bool) -> Self {
-        self.extend = extend;
-        self
-    }
+        /// Renew the lease to its full length every lease/2 while the closure
+        /// runs, and signal [`LockLost`](crate::Error::LockLost) through the
+        /// closure's loss signal if a renewal fails or the lease runs out.
+        extend(extend: bool) => extend = extend;
 
-    /// Lets another thread cancel the wait (blocking front end).
-    pub fn cancel(mut self, handle: CancelHandle) -> Self {
-        self.acquire = self.acquire.cancel(handle);
-        self
+        /// Lets another thread cancel the wait (blocking front end).
+        cancel(handle: CancelHandle) => acquire.cancel = Some(handle);
     }
 }
 

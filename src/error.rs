@@ -670,6 +670,12 @@ pub(crate) fn is_server_reply(e: &redis::RedisError) -> bool {
     ) || (e.code().is_some() && !e.is_io_error())
 }
 
+/// The error of a command or lookup that got no answer within its bound,
+/// like the redis crate's own timeout (`is_timeout()`).
+pub(crate) fn timed_out() -> redis::RedisError {
+    std::io::Error::from(std::io::ErrorKind::TimedOut).into()
+}
+
 /// Whether the error is Redis saying it does not have the script cached.
 pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
     matches!(

@@ -8,16 +8,15 @@ use crate::error::{describe, is_auth_failure, Error, Failure};
 
 /// `CONFIG GET maxmemory-policy`, decodable from RESP2 and RESP3 alike.
 pub(crate) fn config_get_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("GET").arg("maxmemory-policy");
-    cmd
+    redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .take()
 }
 
 /// `INFO memory`, the fallback where `CONFIG` is disabled.
 pub(crate) fn info_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("memory");
-    cmd
+    redis::cmd("INFO").arg("memory").take()
 }
 
 /// The policy in a `CONFIG GET maxmemory-policy` reply (RESP2 or RESP3).

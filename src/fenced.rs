@@ -101,19 +101,9 @@ const DERIVED: Mode = "derived";
 
 /// The hash fields of one register, a lease's or a slot's: its fence, its
 /// value and the epoch of its last derived write.
-struct Fields {
-    fence: String,
-    value: String,
-    derived: String,
-}
-
-fn fields(slot: Option<u32>) -> Fields {
+fn fields(slot: Option<u32>) -> [String; 3] {
     let suffix = slot.map(|slot| format!(":{slot}")).unwrap_or_default();
-    Fields {
-        fence: format!("fence{suffix}"),
-        value: format!("value{suffix}"),
-        derived: format!("derived{suffix}"),
-    }
+    ["fence", "value", "derived"].map(|field| format!("{field}{suffix}"))
 }
 
 static FENCED_WRITE: LazyLock<redis::Script> =
@@ -348,14 +338,11 @@ impl FencedStore {
         let mut invocation = FENCED_WRITE.prepare_invoke();
         invocation.arg(mode);
         for (resource, slot, fence, value) in writes {
-            let fields = fields(slot);
             invocation
                 .key(self.name(resource))
                 .arg(fence.get())
                 .arg(value)
-                .arg(fields.fence)
-                .arg(fields.value)
-                .arg(fields.derived);
+                .arg(&fields(slot));
         }
         invocation
     }
@@ -488,11 +475,9 @@ impl FencedStore {
         resource: &str,
         slot: Option<u32>,
     ) -> redis::RedisResult<Option<(Fence, Vec<u8>)>> {
-        let fields = fields(slot);
         let (fence, value): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
             .arg(self.name(resource))
-            .arg(fields.fence)
-            .arg(fields.value)
+            .arg(&fields(slot)[..2])
             .query(conn)?;
         Ok(fence.zip(value).map(|(f, v)| (Fence::new(f), v)))
     }

@@ -66,17 +66,18 @@ impl Marker {
 
     /// `GET <ns>:key-names`: what the namespace's lockers recorded.
     pub(crate) fn get_cmd(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&self.name);
-        cmd
+        redis::cmd("GET").arg(&self.name).take()
     }
 
     /// `SET <ns>:key-names <scheme> NX GET`: records this locker's scheme
     /// unless another locker did first, and answers what was there.
     pub(crate) fn set_cmd(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(&self.name).arg(self.ours()).arg("NX").arg("GET");
-        cmd
+        redis::cmd("SET")
+            .arg(&self.name)
+            .arg(self.ours())
+            .arg("NX")
+            .arg("GET")
+            .take()
     }
 
     /// The verdict on the reply to [`get_cmd`](Self::get_cmd).
@@ -110,10 +111,9 @@ impl Marker {
                  know (written by a newer redlease, or not by redlease); every locker of a \
                  namespace must name its keys alike",
             )),
-            Err(Failure::NotSent(e)) => Err(Error::from_connect(e)),
             Err(Failure::Sent(e)) if is_auth_failure(&e) => Err(Error::from_connect(e)),
             Err(Failure::Sent(e)) if is_server_reply(&e) => self.unchecked(&e).map(|()| false),
-            Err(Failure::Sent(e)) => Err(Error::from_command(Operation::Connect, e)),
+            Err(failure) => Err(failure.into_error(Operation::Connect)),
         }
     }
 

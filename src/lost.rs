@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use event_listener::{Event, Listener};
+use event_listener::{Event, EventListener};
 use parking_lot::Mutex;
 
 use crate::clock::now;
@@ -108,23 +108,13 @@ impl Lost {
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
         let until = now().checked_add(timeout);
         loop {
-            let listener = self.inner.event.listen();
-            let wake_at = {
-                let mut state = self.inner.state.lock();
-                if state.check(now(), &self.inner.counter) {
-                    return true;
-                }
-                state.wake_at().into_iter().chain(until).min()
+            let Ok((listener, wake_at)) = self.listen() else {
+                return true;
             };
             if until.is_some_and(|u| now() >= u) {
                 return false;
             }
-            match wake_at {
-                Some(at) => {
-                    listener.wait_deadline(at);
-                }
-                None => listener.wait(),
-            }
+            crate::blocking::wait(Some(listener), wake_at.into_iter().chain(until).min());
         }
     }
 
@@ -134,21 +124,22 @@ impl Lost {
     #[cfg_attr(docsrs, doc(cfg(feature = "aio")))]
     pub async fn wait(&self) -> Error {
         loop {
-            let listener = self.inner.event.listen();
-            let wake_at = {
-                let mut state = self.inner.state.lock();
-                if let Some(lost) = state.error(&self.inner.counter) {
-                    return lost;
-                }
-                state.wake_at()
-            };
-            match wake_at {
-                Some(at) => {
-                    let timer = async_io::Timer::at(at);
-                    futures::future::select(listener, timer).await;
-                }
-                None => listener.await,
+            match self.listen() {
+                Ok((listener, wake_at)) => crate::aio::wait(Some(listener), wake_at).await,
+                Err(lost) => return lost,
             }
+        }
+    }
+
+    /// A listener for the next change, registered before the check, and
+    /// the instant the deadline passes (while armed); or, once lost, the
+    /// loss as [`Error::LockLost`].
+    fn listen(&self) -> Result<(EventListener, Option<Instant>), Error> {
+        let listener = self.inner.event.listen();
+        let mut state = self.inner.state.lock();
+        match state.error(&self.inner.counter) {
+            Some(lost) => Err(lost),
+            None => Ok((listener, state.wake_at())),
         }
     }
 

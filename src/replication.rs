@@ -25,10 +25,10 @@ impl Replication {
     /// `WAIT n timeout-ms`. Never blocks longer than the timeout, which the
     /// config keeps below `command_timeout`.
     pub(crate) fn wait_cmd(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.required)
-            .arg(self.timeout.as_millis().max(1) as u64);
-        cmd
+        redis::cmd("WAIT")
+            .arg(self.required)
+            .arg(self.timeout.as_millis().max(1) as u64)
+            .take()
     }
 
     /// How many replicas acknowledged, or why that is not enough.

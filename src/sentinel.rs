@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::IntoConnectionInfo;
 
-use crate::error::{connect_failed, url_error, Error, Transport};
+use crate::error::{connect_failed, timed_out, url_error, Error, Transport};
 
 /// How a locker behind Redis Sentinel connects to the primary, and which
 /// certificates it trusts: the options of
@@ -86,45 +86,32 @@ impl SentinelOptions {
         Self::default()
     }
 
-    /// The username the primary (and, after a failover, the replica that
-    /// replaces it) wants (ACL users); see
-    /// [`primary_password`](Self::primary_password).
-    pub fn primary_username(mut self, username: impl Into<String>) -> Self {
-        self.username = Some(username.into());
-        self
-    }
+    crate::config::setters! {
+        /// The username the primary (and, after a failover, the replica that
+        /// replaces it) wants (ACL users); see
+        /// [`primary_password`](Self::primary_password).
+        primary_username(username: impl Into<String>) => username = Some(username.into());
 
-    /// The password the primary wants (its `requirepass`, or the ACL
-    /// user's password); the one `sentinel auth-pass` gives the sentinels.
-    pub fn primary_password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
-    }
+        /// The password the primary wants (its `requirepass`, or the ACL
+        /// user's password); the one `sentinel auth-pass` gives the sentinels.
+        primary_password(password: impl Into<String>) => password = Some(password.into());
 
-    /// The database on the primary (default 0).
-    pub fn primary_db(mut self, db: i64) -> Self {
-        self.db = db;
-        self
-    }
+        /// The database on the primary (default 0).
+        primary_db(db: i64) => db = db;
 
-    /// Connects to the primary with TLS: `Secure` checks its certificate
-    /// against the platform's roots, or the
-    /// `certificates` (feature `tls-rustls`) given; `Insecure` checks
-    /// nothing and needs the redis crate's `tls-rustls-insecure`. Without
-    /// TLS support compiled in, connecting fails.
-    pub fn primary_tls(mut self, mode: redis::TlsMode) -> Self {
-        self.tls = Some(mode);
-        self
-    }
+        /// Connects to the primary with TLS: `Secure` checks its certificate
+        /// against the platform's roots, or the
+        /// `certificates` (feature `tls-rustls`) given; `Insecure` checks
+        /// nothing and needs the redis crate's `tls-rustls-insecure`. Without
+        /// TLS support compiled in, connecting fails.
+        primary_tls(mode: redis::TlsMode) => tls = Some(mode);
 
-    /// Roots (and a client certificate and key for servers that ask for
-    /// one) for a private CA, trusted on every `rediss://` sentinel URL
-    /// and, with [`primary_tls`](Self::primary_tls)`(Secure)`, on the
-    /// primary (the redis crate's `SentinelClientBuilder` certificates).
-    #[cfg(feature = "tls-rustls")]
-    pub fn certificates(mut self, certificates: redis::TlsCertificates) -> Self {
-        self.certificates = Some(certificates);
-        self
+        /// Roots (and a client certificate and key for servers that ask for
+        /// one) for a private CA, trusted on every `rediss://` sentinel URL
+        /// and, with [`primary_tls`](Self::primary_tls)`(Secure)`, on the
+        /// primary (the redis crate's `SentinelClientBuilder` certificates).
+        #[cfg(feature = "tls-rustls")]
+        certificates(certificates: redis::TlsCertificates) => certificates = Some(certificates);
     }
 
     fn node(&self) -> SentinelNodeConnectionInfo {
@@ -384,10 +371,6 @@ fn with_certificates(
             _ => Ok(info),
         })
         .collect()
-}
-
-fn timed_out() -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
 }
 
 /// Whether a reply says this server is no longer (or not yet) a writable

@@ -13,9 +13,7 @@ pub(crate) const NEEDED: (u32, u32) = (7, 0);
 /// `INFO server`, which every least-privilege user the docs describe may
 /// send (lockers and observers have `+info` for the eviction check).
 pub(crate) fn info_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("server");
-    cmd
+    redis::cmd("INFO").arg("server").take()
 }
 
 /// Checks the `INFO server` reply: a `redis_version` (Valkey reports its
@@ -30,8 +28,7 @@ pub(crate) fn check_info_reply(reply: Result<Value, Failure>) -> Result<(), Erro
     let info = match reply {
         Ok(value) => redis::from_redis_value::<String>(value).unwrap_or_default(),
         Err(Failure::Sent(e)) if is_refused(&e) => return Ok(()),
-        Err(Failure::NotSent(e)) => return Err(Error::from_connect(e)),
-        Err(Failure::Sent(e)) => return Err(Error::from_command(Operation::Connect, e)),
+        Err(failure) => return Err(failure.into_error(Operation::Connect)),
     };
     match version_in(&info) {
         Some(found) if found < NEEDED => Err(too_old(found)),

@@ -112,6 +112,23 @@ struct Current {
     suspect: Option<u16>,
 }
 
+impl Current {
+    /// Forgets the connection and starts the generation of its
+    /// replacement.
+    fn replace(&mut self) -> u64 {
+        self.conn = None;
+        self.generation += 1;
+        self.generation
+    }
+
+    /// Forgets the connection of `generation`, not a replacement.
+    fn forget(&mut self, generation: u64) {
+        if self.generation == generation {
+            self.conn = None;
+        }
+    }
+}
+
 impl std::fmt::Debug for Commands {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Commands").finish_non_exhaustive()
@@ -146,10 +163,7 @@ impl Commands {
                     Next::Check(conn.clone(), slot, slots.clone(), current.generation)
                 }
                 (Some(conn), ..) => return Ok(conn.clone()),
-                (None, ..) => {
-                    current.generation += 1;
-                    Next::Open(current.generation)
-                }
+                (None, ..) => Next::Open(current.replace()),
             }
         };
         // Boxed: both are rare, and their futures (opening's about 2.7 KB)
@@ -191,11 +205,7 @@ impl Commands {
             let mut current = self.conn.lock();
             match &current.conn {
                 Some(conn) if current.generation != generation => return Ok(conn.clone()),
-                _ => {
-                    current.conn = None;
-                    current.generation += 1;
-                    current.generation
-                }
+                _ => current.replace(),
             }
         };
         self.open(generation).await
@@ -229,10 +239,7 @@ impl Commands {
         let on_push = move |push: PushInfo| -> Result<(), Infallible> {
             if push.kind == PushKind::Disconnection {
                 if let Some(current) = shared.upgrade() {
-                    let mut current = current.lock();
-                    if current.generation == generation {
-                        current.conn = None;
-                    }
+                    current.lock().forget(generation);
                 }
             }
             Ok(())
@@ -409,9 +416,7 @@ impl Commands {
                 .route_command(cmd, crate::eviction::every_primary())
                 .await
                 .map_err(Failure::Sent),
-            AnyConnection::Standalone(_) | AnyConnection::Driven(_) => {
-                Err(Failure::not_a_cluster())
-            }
+            _ => Err(Failure::not_a_cluster()),
         }
     }
 
@@ -426,10 +431,7 @@ impl Commands {
             }
         };
         if !driven.is_open() {
-            let mut current = self.conn.lock();
-            if current.generation == generation {
-                current.conn = None;
-            }
+            self.conn.lock().forget(generation);
         }
     }
 }
@@ -444,8 +446,6 @@ impl Connections for Commands {
 
     /// Drops the shared connection; its driver ends with the last clone.
     fn close(&self) {
-        let mut current = self.conn.lock();
-        current.conn = None;
-        current.generation += 1;
+        self.conn.lock().replace();
     }
 }

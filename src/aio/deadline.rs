@@ -24,6 +24,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 
 use crate::clock::now;
+use crate::error::timed_out;
 
 /// How often the watchdog looks at the deadlines while commands are in
 /// flight: the most a command's timeout can be overrun.
@@ -32,12 +33,7 @@ const TICK: Duration = Duration::from_millis(20);
 /// The deadlines of one locker's commands; clones share the watchdog.
 #[derive(Clone, Default)]
 pub(crate) struct Deadlines {
-    inner: Arc<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    queue: Mutex<Queue>,
+    queue: Arc<Mutex<Queue>>,
 }
 
 #[derive(Default)]
@@ -75,7 +71,7 @@ impl Deadlines {
     }
 
     fn watch(&self, slot: Arc<Slot>) {
-        let mut queue = self.inner.queue.lock();
+        let mut queue = self.queue.lock();
         while queue
             .entries
             .front()
@@ -89,10 +85,10 @@ impl Deadlines {
             Some(thread) if was_idle => thread.unpark(),
             Some(_) => {}
             None => {
-                let inner = Arc::downgrade(&self.inner);
+                let weak = Arc::downgrade(&self.queue);
                 let spawned = std::thread::Builder::new()
                     .name("redlease-deadlines".into())
-                    .spawn(move || watch_deadlines(&inner));
+                    .spawn(move || watch_deadlines(&weak));
                 match spawned {
                     Ok(handle) => queue.watchdog = Some(handle.thread().clone()),
                     // Without a thread no command is cut short: each still
@@ -105,11 +101,13 @@ impl Deadlines {
 }
 
 /// Wakes the commands whose deadline passed, until the locker is gone.
-fn watch_deadlines(inner: &Weak<Inner>) {
+fn watch_deadlines(queue: &Weak<Mutex<Queue>>) {
     loop {
-        let Some(inner) = inner.upgrade() else { return };
+        let Some(shared) = queue.upgrade() else {
+            return;
+        };
         let park = {
-            let mut queue = inner.queue.lock();
+            let mut queue = shared.lock();
             let at = now();
             while let Some(front) = queue.entries.front() {
                 if front.finished.load(Ordering::Acquire) {
@@ -126,7 +124,7 @@ fn watch_deadlines(inner: &Weak<Inner>) {
             !queue.idle
         };
         // Holding no reference while parked lets the locker go.
-        drop(inner);
+        drop(shared);
         if park {
             std::thread::park_timeout(TICK);
         } else {
@@ -172,10 +170,6 @@ pub(crate) struct TimedConnection<C> {
     pub(crate) conn: C,
     pub(crate) deadlines: Deadlines,
     pub(crate) timeout: Option<Duration>,
-}
-
-fn timed_out() -> redis::RedisError {
-    std::io::Error::from(std::io::ErrorKind::TimedOut).into()
 }
 
 impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for TimedConnection<C> {

@@ -262,7 +262,7 @@ impl DrivenConnection {
         };
         let socket = match select(Box::pin(open), async_io::Timer::after(timeout)).await {
             Either::Left((opened, _)) => opened?,
-            Either::Right(_) => return Err(io::Error::from(io::ErrorKind::TimedOut).into()),
+            Either::Right(_) => return Err(crate::error::timed_out()),
         };
         let state = State {
             out: Vec::new(),

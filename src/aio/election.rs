@@ -8,7 +8,7 @@ use std::pin::pin;
 use futures::future::{select, Either};
 use futures::FutureExt;
 
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
@@ -83,11 +83,8 @@ impl futures::Stream for Observer {
         let this = self.get_mut();
         loop {
             if let Some(step) = &mut this.step {
-                let Poll::Ready(watch) = step.as_mut().poll(cx) else {
-                    return Poll::Pending;
-                };
+                this.watch = Some(ready!(step.as_mut().poll(cx)));
                 this.step = None;
-                this.watch = Some(watch);
             }
             let Some(watch) = this.watch.as_mut() else {
                 return Poll::Ready(None);
@@ -102,7 +99,7 @@ impl futures::Stream for Observer {
             };
             this.step = Some(Box::pin(async move {
                 if let Next::Sleep(listener, at) = next {
-                    let _ = select(listener, async_io::Timer::at(at)).await;
+                    super::wait(Some(listener), Some(at)).await;
                 } else {
                     let reply = watch.read().await;
                     watch.handle(reply);

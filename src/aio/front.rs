@@ -9,11 +9,12 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use event_listener::EventListener;
-use futures::future::{select, Either};
+use futures::future::{select, OptionFuture};
 
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
+use crate::driver::connect::{prepare, Ask};
 use crate::driver::ops::{answer, turn, Io, Op};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
@@ -44,10 +45,7 @@ impl Front for Async {
         T: 'a,
     {
         Box::pin(async move {
-            let _serial = match serial {
-                Some(serial) => Some(serial.lock().await),
-                None => None,
-            };
+            let _serial = OptionFuture::from(serial.map(Self::Serial::lock)).await;
             let output = match start() {
                 Ok(op) => drive(shared, op).await,
                 Err(output) => output,
@@ -56,8 +54,20 @@ impl Front for Async {
         })
     }
 
+    /// Opens the shared multiplexed connection and sends the connect-time
+    /// checks (`src/driver/connect.rs`) on it.
     fn open(target: Target, config: Config) -> Self::Call<'static, Result<Locker<Async>, Error>> {
-        Box::pin(super::locker::open(target, config))
+        Box::pin(async move {
+            let (shared, mut checks) = prepare(target, config, None, Commands::new)?;
+            while let Some(ask) = checks.next() {
+                let reply = match ask {
+                    Ask::One(cmd) => shared.commands.query(&cmd).await,
+                    Ask::EveryPrimary(cmd) => shared.commands.every_primary(cmd).await,
+                };
+                checks.settle(&shared, reply)?;
+            }
+            Ok(Locker::from_shared(shared))
+        })
     }
 
     fn ready<'a, T: Send + 'a>(value: T) -> Self::Call<'a, T> {
@@ -114,11 +124,12 @@ pub(crate) async fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Out
     }
 }
 
-async fn wait(listener: Option<EventListener>, until: Option<Instant>) {
+/// Awaits `listener` or `until`, whichever comes first: how this front end
+/// waits, for an operation, a loss ([`Lost::wait`](crate::Lost::wait)) or an
+/// observer.
+pub(crate) async fn wait(listener: Option<EventListener>, until: Option<Instant>) {
     match (listener, until) {
-        (Some(listener), Some(at)) => {
-            if let Either::Right(_) = select(listener, async_io::Timer::at(at)).await {}
-        }
+        (Some(listener), Some(at)) => drop(select(listener, async_io::Timer::at(at)).await),
         (Some(listener), None) => listener.await,
         (None, Some(at)) => {
             async_io::Timer::at(at).await;

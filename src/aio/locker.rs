@@ -1,13 +1,7 @@
-//! `aio::Locker` (`Locker<Async>`) and how it opens its connection: the
-//! shared multiplexed connection, over which it sends the connect-time
-//! checks (`src/driver/connect.rs`). The constructors themselves are
-//! written once in `src/handle/connect.rs`.
+//! `aio::Locker` (`Locker<Async>`). It opens its connection in
+//! `Front::open` (`front.rs`); the constructors themselves are written
+//! once in `src/handle/connect.rs`.
 
-use super::connection::Commands;
-use crate::config::Config;
-use crate::driver::connect::{prepare, Ask};
-use crate::driver::target::Target;
-use crate::error::Error;
 use crate::front::Async;
 
 /// A lease client for async code on any executor: `Locker<Async>` (see
@@ -37,17 +31,3 @@ use crate::front::Async;
 /// # Ok(()) }
 /// ```
 pub type Locker = crate::Locker<Async>;
-
-/// Opens an async locker's connection to `target` and runs the
-/// connect-time checks (`Front::open`).
-pub(super) async fn open(target: Target, config: Config) -> Result<Locker, Error> {
-    let (shared, mut checks) = prepare(target, config, None, Commands::new)?;
-    while let Some(ask) = checks.next() {
-        let reply = match ask {
-            Ask::One(cmd) => shared.commands.query(&cmd).await,
-            Ask::EveryPrimary(cmd) => shared.commands.every_primary(cmd).await,
-        };
-        checks.settle(&shared, reply)?;
-    }
-    Ok(Locker::from_shared(shared))
-}

@@ -34,6 +34,7 @@ mod locker;
 mod tokio_reactor;
 mod with_lock;
 
+pub(crate) use front::wait;
 pub use locker::Locker;
 
 crate::front::aliases!(Async);

@@ -3,8 +3,6 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use event_listener::Listener;
-
 use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
 use crate::core::observe::Observation;
@@ -63,9 +61,7 @@ impl Iterator for Observer {
             match watch.next() {
                 Next::Yield(item) => return Some(item),
                 Next::End => return None,
-                Next::Sleep(listener, at) => {
-                    listener.wait_deadline(at);
-                }
+                Next::Sleep(listener, at) => super::wait(Some(listener), Some(at)),
                 Next::Read => {
                     let reply = watch.read();
                     watch.handle(reply);

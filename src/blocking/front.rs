@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
+use crate::driver::connect::{prepare, Ask};
 use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Io, Op};
 use crate::driver::state::Shared;
 use crate::driver::target::Target;
@@ -43,8 +44,18 @@ impl Front for Blocking {
         then(start().map_or_else(|output| output, |op| drive(shared, op)))
     }
 
+    /// Opens the connection pool and sends the connect-time checks
+    /// (`src/driver/connect.rs`), each on a fresh connection.
     fn open(target: Target, config: Config) -> Result<Locker<Blocking>, Error> {
-        super::locker::open(target, config)
+        let (shared, mut checks) = prepare(target, config, Some(0), Commands::new)?;
+        while let Some(ask) = checks.next() {
+            let reply = match ask {
+                Ask::One(cmd) => shared.commands.query_fresh(&cmd),
+                Ask::EveryPrimary(cmd) => shared.commands.every_primary(&cmd),
+            };
+            checks.settle(&shared, reply)?;
+        }
+        Ok(Locker::from_shared(shared))
     }
 
     fn ready<'a, T: Send + 'a>(value: T) -> T {
@@ -93,7 +104,10 @@ pub(crate) fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Output {
     }
 }
 
-fn wait(listener: Option<EventListener>, until: Option<Instant>) {
+/// Blocks until `listener` fires or `until` passes: how this front end
+/// waits, for an operation, a loss
+/// ([`Lost::wait_timeout`](crate::Lost::wait_timeout)) or an observer.
+pub(crate) fn wait(listener: Option<EventListener>, until: Option<Instant>) {
     let listener = listener.unwrap_or_else(|| event_listener::Event::new().listen());
     match until {
         Some(at) => {

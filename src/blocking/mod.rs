@@ -22,6 +22,7 @@ mod front;
 mod locker;
 mod with_lock;
 
+pub(crate) use front::wait;
 pub use locker::Locker;
 
 crate::front::aliases!(Blocking);

@@ -113,7 +113,7 @@ fn renewing<K: Kind, R>(lease: &Guard<K>, lost: &Lost, extend: bool, f: impl FnO
 
     let stop = StopSignal::default();
     std::thread::scope(|scope| {
-        let renewer = if extend {
+        let renewer = extend.then(|| {
             let renewer = lease.renewer(lost, &stop);
             let spawned = std::thread::Builder::new()
                 .name("redlease-renewer".into())
@@ -124,13 +124,11 @@ fn renewing<K: Kind, R>(lease: &Guard<K>, lost: &Lost, extend: bool, f: impl FnO
                 lost.fire(LostCause::DeadlinePassed);
             }
             spawned.ok()
-        } else {
-            None
-        };
+        });
         let stopping = StopOnDrop(&stop);
         let result = f();
         drop(stopping);
-        if let Some(renewer) = renewer {
+        if let Some(renewer) = renewer.flatten() {
             // The renewer catches nothing and panics only on a bug; its
             // panic is not the caller's.
             let _ = renewer.join();

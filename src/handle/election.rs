@@ -394,15 +394,14 @@ impl<F: Front> Leadership<F> {
         // Under the lease's serial lock: `last` is exact.
         let start = move || {
             let last = self.last.lock().0;
-            match state.with_core(|core| core.proclaim_call(id, &value, last)) {
-                Ok(call) => Ok(Single::new(
-                    state,
-                    Operation::Proclaim,
-                    call,
-                    classify_proclaim,
-                )),
-                Err(e) => Err(Err(e)),
-            }
+            let call = state.with_core(|core| core.proclaim_call(id, &value, last));
+            let call = call.map_err(Err)?;
+            Ok(Single::new(
+                state,
+                Operation::Proclaim,
+                call,
+                classify_proclaim,
+            ))
         };
         F::run(
             lease.shared(),

@@ -1,7 +1,7 @@
-//! `Locker<F>`: a lease client on either front end. Everything but its
-//! constructors (per front end: `src/blocking/locker.rs`,
-//! `src/aio/locker.rs`) is written here once: acquire, the kinds'
-//! handles, stats and shutdown.
+//! `Locker<F>`: a lease client on either front end. Everything but how it
+//! opens its connections (per front end: `Front::open` in
+//! `src/blocking/front.rs` and `src/aio/front.rs`) is written here once:
+//! acquire, the kinds' handles, stats and shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;

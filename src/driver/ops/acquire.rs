@@ -54,8 +54,6 @@ pub(crate) struct Acquire {
     id: WaiterId,
     wake: Arc<Event>,
     cancel: Option<CancelHandle>,
-    /// The replication `WAIT`, when configured.
-    then: Option<redis::Cmd>,
     acks: Option<redis::RedisResult<redis::Value>>,
     pending: Pending,
     /// The result, held back while a last sweep runs.
@@ -147,7 +145,6 @@ impl Acquire {
             id,
             wake,
             cancel: options.cancel,
-            then: state.replication.map(|r| r.wait_cmd()),
             acks: None,
             pending: Pending::Nothing,
             result: None,
@@ -178,10 +175,9 @@ impl Acquire {
     fn after_grant(&mut self, now: Instant, grant: Grant) -> Io<Result<Granted, Error>> {
         let hold = self.timer.hold(now);
         let acks = self.acks.take().unwrap_or(Ok(redis::Value::Int(0)));
-        let replicas = match self.state.replication.map(|r| r.verdict(acks)) {
-            None => None,
-            Some(Ok(acked)) => Some(acked),
-            Some(Err(e)) => {
+        let replicas = match self.state.replication.map(|r| r.verdict(acks)).transpose() {
+            Ok(replicas) => replicas,
+            Err(e) => {
                 // Not replicated enough to count as held: release it first.
                 let lease = grant.lease;
                 return match self.state.with_core(|core| core.release_call(lease)) {
@@ -229,7 +225,7 @@ impl Acquire {
         self.timer.attempt_sent();
         Io::Send(Request::Script {
             call,
-            then: self.then.clone(),
+            then: self.state.replication.map(|r| r.wait_cmd()),
         })
     }
 

@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use event_listener::EventListener;
-
 use super::sweep::Sweep;
 use super::{Io, Op, Reply, Request};
 use crate::core::outcome::ReleaseOutcome;
@@ -17,12 +15,14 @@ use crate::error::{Error, Operation};
 enum Phase {
     Start,
     Sweeping(Sweep),
-    Release,
-    Sent,
-    /// Redis Cluster answered `TRYAGAIN`: the release goes again with its
-    /// lease key alone declared (a plain release, no hand-over).
-    Plain,
-    PlainSent,
+    /// `plain` once Redis Cluster answered `TRYAGAIN`: the release goes
+    /// again with its lease key alone declared (no hand-over).
+    Release {
+        plain: bool,
+    },
+    Sent {
+        plain: bool,
+    },
     Finished(Result<ReleaseOutcome, Error>),
 }
 
@@ -47,12 +47,8 @@ impl<'a> Release<'a> {
 impl Op for Release<'_> {
     type Output = Result<ReleaseOutcome, Error>;
 
-    fn listener(&self) -> Option<EventListener> {
-        None
-    }
-
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
-        match std::mem::replace(&mut self.phase, Phase::Sent) {
+        match std::mem::replace(&mut self.phase, Phase::Sent { plain: false }) {
             Phase::Start => match Sweep::start(self.state, now, self.own_slot()) {
                 Some((sweep, request)) => {
                     self.phase = Phase::Sweeping(sweep);
@@ -60,10 +56,9 @@ impl Op for Release<'_> {
                 }
                 None => self.next_release(false),
             },
-            Phase::Release => self.next_release(false),
-            Phase::Plain => self.next_release(true),
+            Phase::Release { plain } => self.next_release(plain),
             Phase::Finished(result) => Io::Done(result),
-            phase @ (Phase::Sent | Phase::PlainSent | Phase::Sweeping(_)) => {
+            phase @ (Phase::Sent { .. } | Phase::Sweeping(_)) => {
                 self.phase = phase;
                 Io::Wait { until: Some(now) }
             }
@@ -75,10 +70,10 @@ impl Op for Release<'_> {
             Phase::Sweeping(sweep) => {
                 // Unanswered orphans stay for a later operation.
                 let _ = sweep.finish(self.state, now, reply);
-                Phase::Release
+                Phase::Release { plain: false }
             }
-            Phase::Sent if reply.is_try_again() => Phase::Plain,
-            Phase::Sent | Phase::PlainSent => {
+            Phase::Sent { plain: false } if reply.is_try_again() => Phase::Release { plain: true },
+            Phase::Sent { .. } => {
                 let (reply, _) = reply.into_script();
                 self.state.metrics.reply(Operation::Release, &reply);
                 let id = self.held.id;
@@ -113,7 +108,7 @@ impl Release<'_> {
         });
         match call {
             Ok(call) => {
-                self.phase = if plain { Phase::PlainSent } else { Phase::Sent };
+                self.phase = Phase::Sent { plain };
                 Io::Send(Request::Script { call, then: None })
             }
             Err(e) => {

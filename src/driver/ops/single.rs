@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use event_listener::EventListener;
 use redis::Value;
 
 use super::{Io, Op, Reply, Request};
@@ -40,10 +39,6 @@ impl<T> Single<T> {
 
 impl<T> Op for Single<T> {
     type Output = Result<T, Error>;
-
-    fn listener(&self) -> Option<EventListener> {
-        None
-    }
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
         if let Some(call) = self.call.take() {

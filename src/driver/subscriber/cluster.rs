@@ -26,7 +26,7 @@ use redis::cluster::ClusterClient;
 use redis::Value;
 
 use super::{
-    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted,
+    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss,
     send_pass_ons,
 };
 use crate::clock::now;
@@ -117,11 +117,9 @@ pub(super) fn run(
             Err(e) if is_refusal(&e) => return fail(state, &describe(&e)),
             Err(_) => {
                 // No node answered with the slot map: try again later.
-                state.with_core(|core| core.handle_subscriber_lost(now()));
-                if !pause_while_wanted(state, backoff(attempt)) {
+                if !pause_after_loss(state, &mut attempt) {
                     return;
                 }
-                attempt += 1;
                 continue;
             }
         }

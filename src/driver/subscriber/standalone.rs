@@ -8,10 +8,8 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{
-    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted,
-    send_pass_ons,
+    fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss, send_pass_ons,
 };
-use crate::clock::now;
 use crate::driver::state::LockerState;
 use crate::error::describe;
 use crate::probe::{self, Step};
@@ -34,10 +32,7 @@ pub(super) fn run(
     target: impl Fn() -> redis::RedisResult<redis::ConnectionInfo>,
 ) {
     let mut attempt = 0;
-    loop {
-        if listen_slice(state, SLICE).is_none() {
-            return;
-        }
+    while listen_slice(state, SLICE).is_some() {
         match subscribe(state, &target) {
             Ok(conn) => {
                 attempt = 0;
@@ -48,12 +43,10 @@ pub(super) fn run(
             Err(e) if is_refusal(&e) => return fail(state, &describe(&e)),
             Err(_) => {}
         }
-        // Lost or not reachable: heads poll until the subscription is back.
-        state.with_core(|core| core.handle_subscriber_lost(now()));
-        if !pause_while_wanted(state, backoff(attempt)) {
+        // Lost or not reachable.
+        if !pause_after_loss(state, &mut attempt) {
             return;
         }
-        attempt += 1;
     }
 }
 
@@ -72,18 +65,9 @@ fn subscribe(
             .get_packed_command(),
     )?;
     match conn.recv_response()?.extract_error()? {
-        Value::Push { kind, data } => {
-            if handle_push(state, &kind, &data).is_none() {
-                return Err(unexpected());
-            }
-            Ok(conn)
-        }
-        _ => Err(unexpected()),
+        Value::Push { kind, data } if handle_push(state, &kind, &data).is_some() => Ok(conn),
+        _ => Err((redis::ErrorKind::Client, "unexpected reply to SUBSCRIBE").into()),
     }
-}
-
-fn unexpected() -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Client, "unexpected reply to SUBSCRIBE"))
 }
 
 fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {

@@ -167,12 +167,10 @@ impl Held {
     /// `Debug` of a lease: what it is worth to know, never its key or token.
     /// (Also `Held`'s own `Debug`.)
     pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = if self.slot.is_some() {
-            "Permit"
-        } else {
-            "Lease"
-        };
-        self.debug_as(f, name, "fence")
+        match self.slot {
+            Some(_) => self.debug_as(f, "Permit", "fence"),
+            None => self.debug_as(f, "Lease", "fence"),
+        }
     }
 
     /// As [`debug`](Self::debug), for the type `name` whose grant number is

@@ -15,14 +15,8 @@ use crate::error::{Error, Operation};
 enum Phase {
     Start,
     Sweeping(Sweep),
-    /// `plain` once Redis Cluster answered `TRYAGAIN`: the release goes
-    /// again with its lease key alone declared (no hand-over).
-    Release {
-        plain: bool,
-    },
-    Sent {
-        plain: bool,
-    },
+    Release,
+    Sent,
     Finished(Result<ReleaseOutcome, Error>),
 }
 
@@ -32,6 +26,9 @@ pub(crate) struct Release<'a> {
     state: &'a Arc<LockerState>,
     held: &'a Held,
     phase: Phase,
+    /// Redis Cluster answered `TRYAGAIN`: the release goes again with its
+    /// lease key alone declared (a plain release, no hand-over).
+    plain: bool,
 }
 
 impl<'a> Release<'a> {
@@ -40,6 +37,7 @@ impl<'a> Release<'a> {
             state,
             held,
             phase: Phase::Start,
+            plain: false,
         }
     }
 }
@@ -48,17 +46,17 @@ impl Op for Release<'_> {
     type Output = Result<ReleaseOutcome, Error>;
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
-        match std::mem::replace(&mut self.phase, Phase::Sent { plain: false }) {
+        match std::mem::replace(&mut self.phase, Phase::Sent) {
             Phase::Start => match Sweep::start(self.state, now, self.own_slot()) {
                 Some((sweep, request)) => {
                     self.phase = Phase::Sweeping(sweep);
                     Io::Send(request)
                 }
-                None => self.next_release(false),
+                None => self.next_release(),
             },
-            Phase::Release { plain } => self.next_release(plain),
+            Phase::Release => self.next_release(),
             Phase::Finished(result) => Io::Done(result),
-            phase @ (Phase::Sent { .. } | Phase::Sweeping(_)) => {
+            phase @ (Phase::Sent | Phase::Sweeping(_)) => {
                 self.phase = phase;
                 Io::Wait { until: Some(now) }
             }
@@ -70,10 +68,13 @@ impl Op for Release<'_> {
             Phase::Sweeping(sweep) => {
                 // Unanswered orphans stay for a later operation.
                 let _ = sweep.finish(self.state, now, reply);
-                Phase::Release { plain: false }
+                Phase::Release
             }
-            Phase::Sent { plain: false } if reply.is_try_again() => Phase::Release { plain: true },
-            Phase::Sent { .. } => {
+            Phase::Sent if !self.plain && reply.is_try_again() => {
+                self.plain = true;
+                Phase::Release
+            }
+            Phase::Sent => {
                 let (reply, _) = reply.into_script();
                 self.state.metrics.reply(Operation::Release, &reply);
                 let id = self.held.id;
@@ -100,15 +101,15 @@ impl Release<'_> {
         })
     }
 
-    fn next_release(&mut self, plain: bool) -> Io<Result<ReleaseOutcome, Error>> {
+    fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
         let id = self.held.id;
-        let call = self.state.with_core(|core| match plain {
+        let call = self.state.with_core(|core| match self.plain {
             false => core.release_call(id),
             true => core.plain_release_call(id),
         });
         match call {
             Ok(call) => {
-                self.phase = Phase::Sent { plain };
+                self.phase = Phase::Sent;
                 Io::Send(Request::Script { call, then: None })
             }
             Err(e) => {

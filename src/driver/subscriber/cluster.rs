@@ -142,7 +142,8 @@ impl Subscriber<'_> {
             .with_core(|core| core.wanted_keys(now))
             .into_iter()
             .collect();
-        self.unsubscribe_unwanted(&wanted);
+        let unwanted = self.keys_where(|key, _| !wanted.contains(&key));
+        self.forget(unwanted, false);
         for key in wanted {
             if !self.channels.contains_key(&key) && !self.moved.contains_key(&key) {
                 self.subscribe(now, key)?;
@@ -319,11 +320,6 @@ impl Subscriber<'_> {
         self.down.insert(node.clone(), (retry_at, failures + 1));
         // The map may be out of date (a failover): read it again.
         self.slots_stale = true;
-    }
-
-    fn unsubscribe_unwanted(&mut self, wanted: &HashSet<KeyId>) {
-        let unwanted = self.keys_where(|key, _| !wanted.contains(&key));
-        self.forget(unwanted, false);
     }
 
     /// Closes the connections of nodes no channel is subscribed on.

@@ -251,10 +251,8 @@ impl Acquire {
                 });
             }
         }
-        match self.result.take() {
-            Some(result) => self.finish(now, result),
-            None => self.finish(now, Err(Error::Cancelled)),
-        }
+        let result = self.result.take().unwrap_or(Err(Error::Cancelled));
+        self.finish(now, result)
     }
 }
 
@@ -324,11 +322,8 @@ impl Op for Acquire {
                 }
             }
             Pending::Sweep(sweep) => {
-                if !sweep.finish(&self.state, now, reply) {
-                    self.sweep_unanswered = true;
-                }
+                self.sweep_unanswered |= !sweep.finish(&self.state, now, reply)
             }
-            Pending::Deregister => {}
             Pending::Unreplicated(e, lease) => {
                 // The release's outcome changes nothing for the caller: the
                 // lease is not held either way. A failed release stays
@@ -339,7 +334,7 @@ impl Op for Acquire {
                     .with_core(|core| core.handle_release_reply(lease, reply));
                 self.result = Some(Err(e));
             }
-            Pending::Nothing => {}
+            Pending::Deregister | Pending::Nothing => {}
         }
     }
 }

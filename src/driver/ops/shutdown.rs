@@ -130,9 +130,7 @@ impl Op for Shutdown {
                         .state
                         .with_core(|core| (core.attempts_in_flight(), core.take_cleanup()));
                     self.tally.timed_out += in_flight;
-                    if calls.is_empty() {
-                        self.phase = Phase::Stopping;
-                    } else if self.past_deadline(now) {
+                    if calls.is_empty() || self.past_deadline(now) {
                         self.tally.timed_out += calls.len();
                         self.phase = Phase::Stopping;
                     } else {

@@ -2,6 +2,7 @@
 //! dedicated RESP3 connection; every confirmation (the first, and after
 //! each reconnect) makes every head check once more.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,13 +19,6 @@ use crate::probe::{self, Step};
 /// ending or a shutdown.
 const SLICE: Duration = Duration::from_millis(100);
 
-enum Ended {
-    /// The core said stop.
-    Stopped,
-    /// The connection could not be made or broke: try again.
-    Lost,
-}
-
 /// `target` says where to connect, asked anew at every (re)connect (on
 /// Sentinel, it asks for the current primary).
 pub(super) fn run(
@@ -36,7 +30,7 @@ pub(super) fn run(
         match subscribe(state, &target) {
             Ok(conn) => {
                 attempt = 0;
-                if let Ended::Stopped = listen(state, conn) {
+                if listen(state, conn).is_break() {
                     return;
                 }
             }
@@ -70,15 +64,17 @@ fn subscribe(
     }
 }
 
-fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {
+/// Reads what arrives until the core says stop (`Break`) or the
+/// connection breaks (`Continue`: connect again).
+fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> ControlFlow<()> {
     loop {
         let Some(slice) = listen_slice(state, SLICE) else {
-            return Ended::Stopped;
+            return ControlFlow::Break(());
         };
         // A broken connection shows at the read.
         send_pass_ons(state, |_, packed| drop(conn.send_packed_command(packed)));
         if conn.set_read_timeout(Some(slice)).is_err() {
-            return Ended::Lost;
+            return ControlFlow::Continue(());
         }
         match conn.recv_response() {
             Ok(Value::Push { kind, data }) => {
@@ -88,7 +84,7 @@ fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {
             }
             Ok(_) => {}
             Err(e) if e.is_timeout() => {}
-            Err(_) => return Ended::Lost,
+            Err(_) => return ControlFlow::Continue(()),
         }
     }
 }

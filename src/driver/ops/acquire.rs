@@ -128,13 +128,7 @@ impl Acquire {
         let admitted = options
             .resolve(&state.config)
             .and_then(|resolved| state.with_core(|core| join(core, fresh_token(), resolved)));
-        let id = match admitted {
-            Ok(id) => id,
-            Err(e) => {
-                timer.done(now, Err(&e));
-                return Err(e);
-            }
-        };
+        let id = admitted.inspect_err(|e| timer.done(now, Err(e)))?;
         let wake = Arc::new(Event::new());
         if let Some(cancel) = &options.cancel {
             cancel.register(&wake);

@@ -63,11 +63,3 @@ impl<T> Op for Single<T> {
         });
     }
 }
-
-impl<T> std::fmt::Debug for Single<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Single")
-            .field("op", &self.op)
-            .finish_non_exhaustive()
-    }
-}

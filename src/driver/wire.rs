@@ -173,13 +173,10 @@ impl OneServer for Wire {
     /// A push is out of band: passed over.
     fn recv_response(&mut self) -> RedisResult<Value> {
         loop {
-            match self.parser.parse_value(&mut &self.socket) {
-                Ok(Value::Push { .. }) => {}
-                Ok(value) => return Ok(value),
-                Err(e) => {
-                    self.open = false;
-                    return Err(e);
-                }
+            let parsed = self.parser.parse_value(&mut &self.socket);
+            match parsed.inspect_err(|_| self.open = false)? {
+                Value::Push { .. } => {}
+                value => return Ok(value),
             }
         }
     }

@@ -87,9 +87,3 @@ impl CoreCell {
         self.changed.notify(usize::MAX);
     }
 }
-
-impl std::fmt::Debug for CoreCell {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CoreCell").finish_non_exhaustive()
-    }
-}

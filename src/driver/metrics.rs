@@ -184,15 +184,13 @@ mod on {
 
         /// Counts `reply` if it left the outcome of `op` unknown.
         pub(crate) fn reply(&self, op: Operation, reply: &Result<Value, Failure>) {
-            if let Err(failure) = reply {
-                if failure.is_outcome_unknown() {
-                    let i = match op {
-                        Operation::Acquire => 0,
-                        Operation::Renew => 1,
-                        _ => 2,
-                    };
-                    self.unknown[i].increment(1);
-                }
+            if reply.as_ref().is_err_and(Failure::is_outcome_unknown) {
+                let i = match op {
+                    Operation::Acquire => 0,
+                    Operation::Renew => 1,
+                    _ => 2,
+                };
+                self.unknown[i].increment(1);
             }
         }
     }

@@ -89,7 +89,8 @@ impl Wire {
                 let left = left.ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
                 set_timeouts(&socket, Some(left))?;
                 let settings = info.redis_settings();
-                setup::complete(set_up(settings, setup::Blocking(socket.try_clone()?)))?;
+                let stream = futures::io::AllowStdIo::new(socket.try_clone()?);
+                setup::complete(set_up(settings, stream))?;
                 set_timeouts(&socket, Some(timeout))?;
                 Ok(Wire::new(socket, settings.db()))
             }))
@@ -172,13 +173,10 @@ impl OneServer for Wire {
     /// A push is out of band: passed over.
     fn recv_response(&mut self) -> RedisResult<Value> {
         loop {
-            match self.parser.parse_value(&mut &self.socket) {
-                Ok(Value::Push { .. }) => {}
-                Ok(value) => return Ok(value),
-                Err(e) => {
-                    self.open = false;
-                    return Err(e);
-                }
+            let parsed = self.parser.parse_value(&mut &self.socket);
+            match parsed.inspect_err(|_| self.open = false)? {
+                Value::Push { .. } => {}
+                value => return Ok(value),
             }
         }
     }
@@ -240,15 +238,12 @@ pub(crate) use setup::set_up;
 #[cfg(feature = "aio")]
 mod setup {
     use std::future::Future;
-    use std::io::{self, Read, Write};
-    use std::pin::{pin, Pin};
+    use std::pin::pin;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
 
     use redis::{RedisConnectionInfo, RedisResult};
-
-    use super::Socket;
 
     /// Sets a connection up exactly as the redis crate does, by opening its
     /// multiplexed connection over `stream` (a second handle to the socket)
@@ -265,38 +260,6 @@ mod setup {
         Ok(())
     }
 
-    /// A second handle to a blocking socket, as the set-up's stream: every
-    /// read and write completes (or times out) before it returns.
-    pub(super) struct Blocking(pub(super) Socket);
-
-    impl futures::io::AsyncRead for Blocking {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &mut [u8],
-        ) -> Poll<io::Result<usize>> {
-            Poll::Ready((&self.0).read(buf))
-        }
-    }
-
-    impl futures::io::AsyncWrite for Blocking {
-        fn poll_write(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            Poll::Ready((&self.0).write(buf))
-        }
-
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
-
     /// Notes a wake.
     #[derive(Default)]
     struct Woken(AtomicBool);
@@ -307,8 +270,9 @@ mod setup {
         }
     }
 
-    /// Runs the set-up over a [`Blocking`] stream to its end on this
-    /// thread. Its I/O never waits for a wake, so the future ends in one
+    /// Runs the set-up over a blocking socket (`AllowStdIo`: every read
+    /// and write completes, or times out, before it returns) to its end on
+    /// this thread. Its I/O never waits for a wake, so the future ends in one
     /// poll; one that waits without having been woken is an error rather
     /// than a hang (no executor here: this may run inside another's
     /// `block_on`, which `futures`' would refuse).

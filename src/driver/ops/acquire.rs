@@ -54,8 +54,6 @@ pub(crate) struct Acquire {
     id: WaiterId,
     wake: Arc<Event>,
     cancel: Option<CancelHandle>,
-    /// The replication `WAIT`, when configured.
-    then: Option<redis::Cmd>,
     acks: Option<redis::RedisResult<redis::Value>>,
     pending: Pending,
     /// The result, held back while a last sweep runs.
@@ -130,13 +128,7 @@ impl Acquire {
         let admitted = options
             .resolve(&state.config)
             .and_then(|resolved| state.with_core(|core| join(core, fresh_token(), resolved)));
-        let id = match admitted {
-            Ok(id) => id,
-            Err(e) => {
-                timer.done(now, Err(&e));
-                return Err(e);
-            }
-        };
+        let id = admitted.inspect_err(|e| timer.done(now, Err(e)))?;
         let wake = Arc::new(Event::new());
         if let Some(cancel) = &options.cancel {
             cancel.register(&wake);
@@ -147,7 +139,6 @@ impl Acquire {
             id,
             wake,
             cancel: options.cancel,
-            then: state.replication.map(|r| r.wait_cmd()),
             acks: None,
             pending: Pending::Nothing,
             result: None,
@@ -178,10 +169,9 @@ impl Acquire {
     fn after_grant(&mut self, now: Instant, grant: Grant) -> Io<Result<Granted, Error>> {
         let hold = self.timer.hold(now);
         let acks = self.acks.take().unwrap_or(Ok(redis::Value::Int(0)));
-        let replicas = match self.state.replication.map(|r| r.verdict(acks)) {
-            None => None,
-            Some(Ok(acked)) => Some(acked),
-            Some(Err(e)) => {
+        let replicas = match self.state.replication.map(|r| r.verdict(acks)).transpose() {
+            Ok(replicas) => replicas,
+            Err(e) => {
                 // Not replicated enough to count as held: release it first.
                 let lease = grant.lease;
                 return match self.state.with_core(|core| core.release_call(lease)) {
@@ -229,7 +219,7 @@ impl Acquire {
         self.timer.attempt_sent();
         Io::Send(Request::Script {
             call,
-            then: self.then.clone(),
+            then: self.state.replication.map(|r| r.wait_cmd()),
         })
     }
 
@@ -255,10 +245,8 @@ impl Acquire {
                 });
             }
         }
-        match self.result.take() {
-            Some(result) => self.finish(now, result),
-            None => self.finish(now, Err(Error::Cancelled)),
-        }
+        let result = self.result.take().unwrap_or(Err(Error::Cancelled));
+        self.finish(now, result)
     }
 }
 
@@ -328,11 +316,8 @@ impl Op for Acquire {
                 }
             }
             Pending::Sweep(sweep) => {
-                if !sweep.finish(&self.state, now, reply) {
-                    self.sweep_unanswered = true;
-                }
+                self.sweep_unanswered |= !sweep.finish(&self.state, now, reply)
             }
-            Pending::Deregister => {}
             Pending::Unreplicated(e, lease) => {
                 // The release's outcome changes nothing for the caller: the
                 // lease is not held either way. A failed release stays
@@ -343,7 +328,7 @@ impl Op for Acquire {
                     .with_core(|core| core.handle_release_reply(lease, reply));
                 self.result = Some(Err(e));
             }
-            Pending::Nothing => {}
+            Pending::Deregister | Pending::Nothing => {}
         }
     }
 }

@@ -139,8 +139,11 @@ pub(crate) enum Reply {
 pub(crate) trait Op {
     type Output;
 
-    /// What wakes a `Wait`; register it before calling `next`.
-    fn listener(&self) -> Option<EventListener>;
+    /// What wakes a `Wait`; register it before calling `next`. None for
+    /// an operation that only waits for its own reply.
+    fn listener(&self) -> Option<EventListener> {
+        None
+    }
 
     /// The next step at `now`; `now` is also the submission instant of a
     /// `Send`.

@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use event_listener::EventListener;
-
 use super::sweep::Sweep;
 use super::{Io, Op, Reply, Request};
 use crate::core::outcome::ReleaseOutcome;
@@ -19,10 +17,6 @@ enum Phase {
     Sweeping(Sweep),
     Release,
     Sent,
-    /// Redis Cluster answered `TRYAGAIN`: the release goes again with its
-    /// lease key alone declared (a plain release, no hand-over).
-    Plain,
-    PlainSent,
     Finished(Result<ReleaseOutcome, Error>),
 }
 
@@ -32,6 +26,9 @@ pub(crate) struct Release<'a> {
     state: &'a Arc<LockerState>,
     held: &'a Held,
     phase: Phase,
+    /// Redis Cluster answered `TRYAGAIN`: the release goes again with its
+    /// lease key alone declared (a plain release, no hand-over).
+    plain: bool,
 }
 
 impl<'a> Release<'a> {
@@ -40,16 +37,13 @@ impl<'a> Release<'a> {
             state,
             held,
             phase: Phase::Start,
+            plain: false,
         }
     }
 }
 
 impl Op for Release<'_> {
     type Output = Result<ReleaseOutcome, Error>;
-
-    fn listener(&self) -> Option<EventListener> {
-        None
-    }
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
         match std::mem::replace(&mut self.phase, Phase::Sent) {
@@ -58,12 +52,11 @@ impl Op for Release<'_> {
                     self.phase = Phase::Sweeping(sweep);
                     Io::Send(request)
                 }
-                None => self.next_release(false),
+                None => self.next_release(),
             },
-            Phase::Release => self.next_release(false),
-            Phase::Plain => self.next_release(true),
+            Phase::Release => self.next_release(),
             Phase::Finished(result) => Io::Done(result),
-            phase @ (Phase::Sent | Phase::PlainSent | Phase::Sweeping(_)) => {
+            phase @ (Phase::Sent | Phase::Sweeping(_)) => {
                 self.phase = phase;
                 Io::Wait { until: Some(now) }
             }
@@ -77,8 +70,11 @@ impl Op for Release<'_> {
                 let _ = sweep.finish(self.state, now, reply);
                 Phase::Release
             }
-            Phase::Sent if reply.is_try_again() => Phase::Plain,
-            Phase::Sent | Phase::PlainSent => {
+            Phase::Sent if !self.plain && reply.is_try_again() => {
+                self.plain = true;
+                Phase::Release
+            }
+            Phase::Sent => {
                 let (reply, _) = reply.into_script();
                 self.state.metrics.reply(Operation::Release, &reply);
                 let id = self.held.id;
@@ -105,15 +101,15 @@ impl Release<'_> {
         })
     }
 
-    fn next_release(&mut self, plain: bool) -> Io<Result<ReleaseOutcome, Error>> {
+    fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
         let id = self.held.id;
-        let call = self.state.with_core(|core| match plain {
+        let call = self.state.with_core(|core| match self.plain {
             false => core.release_call(id),
             true => core.plain_release_call(id),
         });
         match call {
             Ok(call) => {
-                self.phase = if plain { Phase::PlainSent } else { Phase::Sent };
+                self.phase = Phase::Sent;
                 Io::Send(Request::Script { call, then: None })
             }
             Err(e) => {

@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use event_listener::EventListener;
-
 use super::{Io, Op, Reply, Request};
 use crate::core::outcome::RenewOutcome;
 use crate::driver::held::Held;
@@ -46,10 +44,6 @@ impl<'a> Renew<'a> {
 
 impl Op for Renew<'_> {
     type Output = Result<RenewOutcome, Error>;
-
-    fn listener(&self) -> Option<EventListener> {
-        None
-    }
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
         match std::mem::replace(&mut self.phase, Phase::Sent) {

@@ -82,21 +82,15 @@ impl<'a> Renewer<'a> {
 
     /// Takes a renewal's result; `false` when the renewer is done.
     fn handle_result(&mut self, now: Instant, result: Result<RenewOutcome, Error>) -> bool {
-        match result {
+        let cause = match result {
             Ok(RenewOutcome::Renewed) => {
                 self.lost.extend_to(self.held.valid_until().flatten());
                 self.retry = None;
                 self.failures = 0;
-                true
+                return true;
             }
-            Ok(RenewOutcome::Expired) => {
-                self.lost.fire(LostCause::Expired);
-                false
-            }
-            Ok(RenewOutcome::Conflict) => {
-                self.lost.fire(LostCause::Conflict);
-                false
-            }
+            Ok(RenewOutcome::Expired) => LostCause::Expired,
+            Ok(RenewOutcome::Conflict) => LostCause::Conflict,
             Err(
                 e @ (Error::ProviderFailed { .. }
                 | Error::OutcomeUnknown { .. }
@@ -113,13 +107,12 @@ impl<'a> Renewer<'a> {
                     e.code()
                 );
                 self.retry = Some((deadline_after(now, delay), e));
-                true
+                return true;
             }
-            Err(e) => {
-                self.lost.fire(LostCause::RenewFailed(Box::new(e)));
-                false
-            }
-        }
+            Err(e) => LostCause::RenewFailed(Box::new(e)),
+        };
+        self.lost.fire(cause);
+        false
     }
 }
 

@@ -31,7 +31,7 @@ struct Tally {
     /// Answered with a failure, or of unknown outcome.
     failed: usize,
     /// The first failure of one release.
-    failure: Option<Failure>,
+    failure: Option<redis::RedisError>,
     /// The batch as a whole could not be sent.
     batch_failure: Option<Failure>,
 }
@@ -83,22 +83,17 @@ impl Shutdown {
         if let Some(f) = tally.batch_failure {
             return Err(f.into_error(Operation::Shutdown));
         }
-        match tally.failure {
-            Some(f) => Err(Error::CleanupFailed {
-                unconfirmed,
-                source: match f {
-                    Failure::NotSent(e) | Failure::Sent(e) => Some(e),
-                },
-            }),
-            None if tally.failed > 0 => Err(Error::CleanupFailed {
-                unconfirmed,
-                source: None,
-            }),
-            None => Err(Error::CleanupTimeout {
+        // A failure is only noted with `failed` counted.
+        Err(match tally.failed {
+            0 => Error::CleanupTimeout {
                 unconfirmed,
                 timeout: self.state.config.shutdown_timeout,
-            }),
-        }
+            },
+            _ => Error::CleanupFailed {
+                unconfirmed,
+                source: tally.failure,
+            },
+        })
     }
 }
 
@@ -135,9 +130,7 @@ impl Op for Shutdown {
                         .state
                         .with_core(|core| (core.attempts_in_flight(), core.take_cleanup()));
                     self.tally.timed_out += in_flight;
-                    if calls.is_empty() {
-                        self.phase = Phase::Stopping;
-                    } else if self.past_deadline(now) {
+                    if calls.is_empty() || self.past_deadline(now) {
                         self.tally.timed_out += calls.len();
                         self.phase = Phase::Stopping;
                     } else {
@@ -170,9 +163,9 @@ impl Op for Shutdown {
                     match reply {
                         Some(Ok(value)) if classify_release(&value).is_ok() => {}
                         Some(Ok(_)) => self.tally.failed += 1,
-                        Some(Err(f)) => {
+                        Some(Err(Failure::NotSent(e) | Failure::Sent(e))) => {
                             self.tally.failed += 1;
-                            self.tally.failure.get_or_insert(f);
+                            self.tally.failure.get_or_insert(e);
                         }
                         None => self.tally.timed_out += 1,
                     }

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use event_listener::EventListener;
 use redis::Value;
 
 use super::{Io, Op, Reply, Request};
@@ -41,10 +40,6 @@ impl<T> Single<T> {
 impl<T> Op for Single<T> {
     type Output = Result<T, Error>;
 
-    fn listener(&self) -> Option<EventListener> {
-        None
-    }
-
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
         if let Some(call) = self.call.take() {
             return Io::Send(Request::Script { call, then: None });
@@ -66,13 +61,5 @@ impl<T> Op for Single<T> {
             }
             Err(failure) => Err(failure.into_error(op)),
         });
-    }
-}
-
-impl<T> std::fmt::Debug for Single<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Single")
-            .field("op", &self.op)
-            .finish_non_exhaustive()
     }
 }

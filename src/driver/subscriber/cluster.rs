@@ -26,7 +26,7 @@ use redis::cluster::ClusterClient;
 use redis::Value;
 
 use super::{
-    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted,
+    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss,
     send_pass_ons,
 };
 use crate::clock::now;
@@ -117,11 +117,9 @@ pub(super) fn run(
             Err(e) if is_refusal(&e) => return fail(state, &describe(&e)),
             Err(_) => {
                 // No node answered with the slot map: try again later.
-                state.with_core(|core| core.handle_subscriber_lost(now()));
-                if !pause_while_wanted(state, backoff(attempt)) {
+                if !pause_after_loss(state, &mut attempt) {
                     return;
                 }
-                attempt += 1;
                 continue;
             }
         }
@@ -144,7 +142,8 @@ impl Subscriber<'_> {
             .with_core(|core| core.wanted_keys(now))
             .into_iter()
             .collect();
-        self.unsubscribe_unwanted(&wanted);
+        let unwanted = self.keys_where(|key, _| !wanted.contains(&key));
+        self.forget(unwanted, false);
         for key in wanted {
             if !self.channels.contains_key(&key) && !self.moved.contains_key(&key) {
                 self.subscribe(now, key)?;
@@ -321,11 +320,6 @@ impl Subscriber<'_> {
         self.down.insert(node.clone(), (retry_at, failures + 1));
         // The map may be out of date (a failover): read it again.
         self.slots_stale = true;
-    }
-
-    fn unsubscribe_unwanted(&mut self, wanted: &HashSet<KeyId>) {
-        let unwanted = self.keys_where(|key, _| !wanted.contains(&key));
-        self.forget(unwanted, false);
     }
 
     /// Closes the connections of nodes no channel is subscribed on.

@@ -127,8 +127,13 @@ fn backoff(attempt: usize) -> Duration {
     FAILURE_BACKOFF[attempt.min(FAILURE_BACKOFF.len() - 1)]
 }
 
-/// Waits `pause` unless the subscription ends meanwhile; false when it did.
-fn pause_while_wanted(state: &Arc<LockerState>, pause: Duration) -> bool {
+/// The subscription was lost, or could not be made: heads poll until it
+/// is back. Waits the backoff of reconnect attempt number `attempt` (then
+/// counts it) unless the subscription ends meanwhile; false when it did.
+fn pause_after_loss(state: &Arc<LockerState>, attempt: &mut usize) -> bool {
+    state.with_core(|core| core.handle_subscriber_lost(now()));
+    let pause = backoff(*attempt);
+    *attempt += 1;
     let Some(until) = deadline_after(now(), pause) else {
         return false;
     };

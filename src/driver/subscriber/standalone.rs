@@ -2,16 +2,15 @@
 //! dedicated RESP3 connection; every confirmation (the first, and after
 //! each reconnect) makes every head check once more.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 
 use super::{
-    backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_while_wanted,
-    send_pass_ons,
+    fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss, send_pass_ons,
 };
-use crate::clock::now;
 use crate::driver::state::LockerState;
 use crate::error::describe;
 use crate::probe::{self, Step};
@@ -20,13 +19,6 @@ use crate::probe::{self, Step};
 /// ending or a shutdown.
 const SLICE: Duration = Duration::from_millis(100);
 
-enum Ended {
-    /// The core said stop.
-    Stopped,
-    /// The connection could not be made or broke: try again.
-    Lost,
-}
-
 /// `target` says where to connect, asked anew at every (re)connect (on
 /// Sentinel, it asks for the current primary).
 pub(super) fn run(
@@ -34,26 +26,21 @@ pub(super) fn run(
     target: impl Fn() -> redis::RedisResult<redis::ConnectionInfo>,
 ) {
     let mut attempt = 0;
-    loop {
-        if listen_slice(state, SLICE).is_none() {
-            return;
-        }
+    while listen_slice(state, SLICE).is_some() {
         match subscribe(state, &target) {
             Ok(conn) => {
                 attempt = 0;
-                if let Ended::Stopped = listen(state, conn) {
+                if listen(state, conn).is_break() {
                     return;
                 }
             }
             Err(e) if is_refusal(&e) => return fail(state, &describe(&e)),
             Err(_) => {}
         }
-        // Lost or not reachable: heads poll until the subscription is back.
-        state.with_core(|core| core.handle_subscriber_lost(now()));
-        if !pause_while_wanted(state, backoff(attempt)) {
+        // Lost or not reachable.
+        if !pause_after_loss(state, &mut attempt) {
             return;
         }
-        attempt += 1;
     }
 }
 
@@ -72,29 +59,22 @@ fn subscribe(
             .get_packed_command(),
     )?;
     match conn.recv_response()?.extract_error()? {
-        Value::Push { kind, data } => {
-            if handle_push(state, &kind, &data).is_none() {
-                return Err(unexpected());
-            }
-            Ok(conn)
-        }
-        _ => Err(unexpected()),
+        Value::Push { kind, data } if handle_push(state, &kind, &data).is_some() => Ok(conn),
+        _ => Err((redis::ErrorKind::Client, "unexpected reply to SUBSCRIBE").into()),
     }
 }
 
-fn unexpected() -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Client, "unexpected reply to SUBSCRIBE"))
-}
-
-fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {
+/// Reads what arrives until the core says stop (`Break`) or the
+/// connection breaks (`Continue`: connect again).
+fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> ControlFlow<()> {
     loop {
         let Some(slice) = listen_slice(state, SLICE) else {
-            return Ended::Stopped;
+            return ControlFlow::Break(());
         };
         // A broken connection shows at the read.
         send_pass_ons(state, |_, packed| drop(conn.send_packed_command(packed)));
         if conn.set_read_timeout(Some(slice)).is_err() {
-            return Ended::Lost;
+            return ControlFlow::Continue(());
         }
         match conn.recv_response() {
             Ok(Value::Push { kind, data }) => {
@@ -104,7 +84,7 @@ fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> Ended {
             }
             Ok(_) => {}
             Err(e) if e.is_timeout() => {}
-            Err(_) => return Ended::Lost,
+            Err(_) => return ControlFlow::Continue(()),
         }
     }
 }

@@ -33,6 +33,16 @@
 //! (§9.7): wherever a waiter's registration is live and a slot is free
 //! (no client holds it by its own clock), some run of at most k fault-free
 //! events gives that waiter a slot.
+//!
+//! With `Bounds::claimless`, the hand-over without the claim round trip,
+//! as `explore.rs`'s: a grantee takes the slot its notice names as held
+//! from the grant's server time until that time plus the claim window
+//! (the notice would carry the time and the slot: a slot's fence comes
+//! from its own counter and does not tell the slot), and extends it with
+//! the claim (SEM_ACQUIRE's own-token path) off the critical path. Before
+//! that, it releases by its grant token: RELEASE of that slot naming its
+//! own registration (which the grant popped; a failover may bring it
+//! back), then DEREGISTER and SEM_RELEASE_ANY of the grant token.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -59,6 +69,14 @@ pub(crate) enum Op {
     /// The release by grant token (SEM_RELEASE_ANY: its slot is unknown)
     /// that follows a give-up's DEREGISTER.
     GrantRelease,
+    /// Without the claim round trip: the client takes the slot its grant
+    /// notice named as held from the grant's server time on, for the
+    /// claim window (no script: a step of its own).
+    TakeGrant,
+    /// Without the claim round trip: the claim, sent after the client
+    /// returned the permit, extends it to the full lease (SEM_ACQUIRE's
+    /// own-token path, as the claim).
+    Extend,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -70,6 +88,9 @@ enum Phase {
         fence: String,
         deadline: u64,
         renewed: bool,
+        /// Held under the grant token, from a grant taken without its
+        /// claim (not extended yet).
+        by_grant: bool,
     },
     Leaving {
         deregistered: bool,
@@ -84,6 +105,11 @@ struct Client {
     /// Whether its replies said its registration is queued.
     registered: bool,
     grant_notice: bool,
+    /// The grant the last grant notice named: the server's time of the
+    /// grant, its slot and its fence (the notice carries the fence; the
+    /// time and the slot a claimless notice would carry: a slot's fence
+    /// comes from that slot's own counter, so it does not tell the slot).
+    granted: Option<(u64, u32, String)>,
     wake: bool,
     next_poll: u64,
     /// A call whose reply was lost, re-sent as it was, and the time of its
@@ -116,6 +142,14 @@ pub(crate) struct Bounds {
     pub(crate) faults: Faults,
     /// The bounded liveness check, as `explore.rs`'s, for a free slot.
     pub(crate) liveness: Option<usize>,
+    /// The hand-over without the claim round trip, as `explore.rs`'s: a
+    /// client takes a granted slot from its notice, held until the grant's
+    /// server time plus the claim window, and extends it (the claim) off
+    /// the critical path.
+    pub(crate) claimless: bool,
+    /// A deliberate client bug for the claimless mutation test: the grant
+    /// held from the notice's arrival, not from the grant's server time.
+    pub(crate) counts_from_notice: bool,
 }
 
 /// The numbers of a run.
@@ -128,6 +162,8 @@ pub(crate) struct Stats {
     pub(crate) grants: usize,
     /// Acquires that claimed a grant.
     pub(crate) claims: usize,
+    /// Grants taken without the claim (claimless mode).
+    pub(crate) takes: usize,
     /// States the liveness check searched from.
     pub(crate) live_checks: usize,
 }
@@ -140,6 +176,17 @@ fn grant(c: usize) -> String {
 }
 fn entry(c: usize) -> String {
     format!("{:016x}", 0xe0 + c)
+}
+/// The token client `c`'s hold is under: its grant token while it holds a
+/// grant it has not claimed.
+fn holder_token(c: usize, cl: &Client) -> String {
+    match cl.phase {
+        Phase::Held { by_grant: true, .. } => grant(c),
+        _ => tok(c),
+    }
+}
+fn by_grant(cl: &Client) -> bool {
+    matches!(cl.phase, Phase::Held { by_grant: true, .. })
 }
 
 /// The explorer: the scripts (maybe mutated) and the semaphore's names.
@@ -176,6 +223,7 @@ impl Explorer {
                     phase: Phase::Idle,
                     registered: false,
                     grant_notice: false,
+                    granted: None,
                     wake: false,
                     next_poll: 0,
                     lost: None,
@@ -211,12 +259,22 @@ impl Explorer {
                 };
                 Call::sem_acquire(n, PERMITS, &t, LEASE, 0, Some(&h))
             }
+            Op::Extend => self.call(s, c, Op::Acquire),
             Op::Release => {
-                let Phase::Held { slot, .. } = cl.phase else {
+                let Phase::Held { slot, by_grant, .. } = cl.phase else {
                     unreachable!("a release is sent while held")
                 };
-                Call::slot_release(n, slot, &t, 0)
+                if by_grant {
+                    // A grant's holder releases by its grant token, and
+                    // its release skips its registration (which the grant
+                    // popped: a failover, or an extend that found the
+                    // grant gone and registered again, brings it back).
+                    Call::slot_release_skipping(n, slot, &grant(c), 0, &entry(c))
+                } else {
+                    Call::slot_release(n, slot, &t, 0)
+                }
             }
+            Op::TakeGrant => unreachable!("taking a grant sends nothing"),
             Op::Renew => {
                 let Phase::Held { slot, .. } = cl.phase else {
                     unreachable!("a renew is sent while held")
@@ -237,15 +295,25 @@ impl Explorer {
         }
         match &cl.phase {
             Phase::Idle => vec![Op::Acquire],
+            Phase::Waiting
+                if self.bounds.claimless
+                    && cl.grant_notice
+                    && cl.granted.as_ref().is_some_and(|(at, ..)| now < at + CLAIM) =>
+            {
+                vec![Op::TakeGrant]
+            }
             Phase::Waiting if cl.grant_notice || cl.wake || now >= cl.next_poll => {
                 vec![Op::Acquire]
             }
             Phase::Held {
-                deadline, renewed, ..
+                deadline,
+                renewed,
+                by_grant,
+                ..
             } => {
                 let mut ops = vec![Op::Release];
                 if !renewed && now < *deadline {
-                    ops.push(Op::Renew);
+                    ops.push(if *by_grant { Op::Extend } else { Op::Renew });
                 }
                 ops
             }
@@ -291,6 +359,12 @@ impl Explorer {
                 Phase::Waiting => times.push(cl.next_poll),
                 _ => {}
             }
+            // A grant's notice may arrive late: halfway through the window.
+            if let (true, true, Some((at, ..))) =
+                (self.bounds.claimless, cl.grant_notice, &cl.granted)
+            {
+                times.push(at + CLAIM / 2);
+            }
         }
         times.into_iter().filter(|t| *t > now).min()
     }
@@ -327,10 +401,47 @@ impl Explorer {
         let mut n = s.clone();
         let now = s.db.now_ms();
         let label = match a {
+            Action::Run {
+                client,
+                op: Op::TakeGrant,
+                ..
+            } => {
+                let cl = &mut n.clients[client];
+                let (at, slot, fence) = cl.granted.take().expect("a grant notice");
+                let at = if self.bounds.counts_from_notice {
+                    now
+                } else {
+                    at
+                };
+                cl.grant_notice = false;
+                cl.wake = false;
+                cl.phase = Phase::Held {
+                    slot,
+                    fence,
+                    deadline: at + CLAIM,
+                    renewed: false,
+                    by_grant: true,
+                };
+                // A grant a restart or failover lost after its notice was
+                // published: held by its client's clock, backed by nothing
+                // (docs/PROTOCOL.md §11: fences decide). A grant still in
+                // Redis backs the hold only as long as its expiry does:
+                // that is what the invariant checks (the value alone, here).
+                n.clients[client].orphaned = !self.backed(&n.db, client, &n.clients[client], 0);
+                self.stats.takes += 1;
+                format!(
+                    "c{client} takes its grant of slot {slot} until {} (no claim sent)",
+                    at + CLAIM
+                )
+            }
             Action::Run { client, op, lose } => {
                 let call = self.call(s, client, op);
                 let before = self.slots(&s.db);
-                let queue = self.live_queue(&s.db);
+                let mut queue = self.live_queue(&s.db);
+                if op == Op::Release && by_grant(&s.clients[client]) {
+                    // Its release skips its own registration by design.
+                    queue.retain(|(reg, _)| *reg != entry(client));
+                }
                 search::record_run(&mut n.unreplicated, &s.db, &s.faults);
                 let reply;
                 (reply, n.db) = self.scripts.run(&call, n.db);
@@ -368,7 +479,7 @@ impl Explorer {
                     }
                 }
                 // 4. A replay (or claim) gets its slot and fence back.
-                if op == Op::Acquire {
+                if matches!(op, Op::Acquire | Op::Extend) {
                     let found = before.iter().enumerate().find_map(|(i, v)| {
                         let v = v.as_deref()?;
                         ours(owner_of(v))
@@ -447,7 +558,11 @@ impl Explorer {
                             Phase::Waiting | Phase::Dead => true,
                             Phase::Leaving { deregistered } => !deregistered,
                             Phase::Idle => matches!(cl.lost, Some((Op::Acquire, _))),
-                            Phase::Held { .. } | Phase::Done => false,
+                            // A grant's holder (not extended yet) passes on
+                            // what is granted to it: its release by grant
+                            // token, its DEREGISTER and SEM_RELEASE_ANY.
+                            Phase::Held { by_grant, .. } => by_grant,
+                            Phase::Done => false,
                         };
                         if !wants && !cl.revived {
                             return Err(format!(
@@ -457,13 +572,21 @@ impl Explorer {
                         }
                     }
                 }
-                // Notifications: `sem:<sha>` or `sem:<sha>:g:<reg>:…`.
+                // Notifications: `sem:<sha>` or `sem:<sha>:g:<reg>:<fence>:…`.
                 for p in std::mem::take(&mut n.db.published) {
                     let parts: Vec<&str> = p.message.split(':').collect();
                     if parts.get(2) == Some(&"g") {
                         for (i, cl) in n.clients.iter_mut().enumerate() {
                             if Some(&entry(i).as_str()) == parts.get(3) && cl.phase != Phase::Dead {
                                 cl.grant_notice = true;
+                                // The slot the grant wrote (the claimless
+                                // notice would name it).
+                                let fence = parts.get(4).copied().unwrap_or_default();
+                                let value = format!("{}:{fence}", grant(i));
+                                cl.granted = after
+                                    .iter()
+                                    .position(|v| v.as_deref() == Some(value.as_str()))
+                                    .map(|slot| (now, slot as u32, fence.to_owned()));
                             }
                         }
                     } else {
@@ -564,20 +687,21 @@ impl Explorer {
     /// with an earlier expiry): a restart or failover lost it.
     fn orphan(&self, n: &mut State) {
         for (c, cl) in n.clients.iter_mut().enumerate() {
-            if let Phase::Held {
-                slot,
-                fence,
-                deadline,
-                ..
-            } = &cl.phase
-            {
-                let ours = Value::Str(format!("{}:{fence}", tok(c)));
-                let backed = n.db.peek(&self.slot_key(*slot)).is_some_and(|e| {
-                    e.value == ours && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
-                });
-                cl.orphaned |= !backed;
+            if let Phase::Held { deadline, .. } = cl.phase {
+                cl.orphaned |= !self.backed(&n.db, c, cl, deadline);
             }
         }
+    }
+
+    /// Whether the key space backs holder `c`'s slot until `until`: its
+    /// value, with an expiry no earlier.
+    fn backed(&self, db: &Db, c: usize, cl: &Client, until: u64) -> bool {
+        let Phase::Held { slot, fence, .. } = &cl.phase else {
+            return false;
+        };
+        let ours = Value::Str(format!("{}:{fence}", holder_token(c, cl)));
+        db.peek(&self.slot_key(*slot))
+            .is_some_and(|e| e.value == ours && e.expire_at.is_none_or(|at| at + 1 >= until))
     }
 
     /// Explores every interleaving up to the depth bound.
@@ -605,7 +729,7 @@ impl Explorer {
             .filter(|v| {
                 v.as_deref().is_some_and(|v| {
                     (0..s.clients.len()).any(|c| {
-                        owner_of(v) == tok(c)
+                        owner_of(v) == holder_token(c, &s.clients[c])
                             && matches!(s.clients[c].phase, Phase::Held { deadline, .. } if now < deadline)
                     })
                 })
@@ -663,6 +787,7 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
     match op {
         Op::Acquire => {
             cl.grant_notice = false;
+            cl.granted = None;
             cl.wake = false;
             match reply {
                 Reply::Array(a) => {
@@ -677,6 +802,7 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
                         fence: fence.clone(),
                         deadline: first + LEASE,
                         renewed: false,
+                        by_grant: false,
                     };
                 }
                 Reply::Int(ms) => {
@@ -703,11 +829,51 @@ fn answer(cl: &mut Client, op: Op, reply: Reply, first: u64, now: u64) {
                 }
             }
         }
+        Op::Extend => match reply {
+            Reply::Array(a) => {
+                // Claimed: its own token's lease of the slot answered
+                // (the grant's; another, were the grant lost and a slot
+                // free), from the send on.
+                let (Some(Reply::Int(slot)), Some(Reply::Bulk(fence))) = (a.first(), a.get(1))
+                else {
+                    panic!("extend answered {a:?}");
+                };
+                (cl.registered, cl.orphaned) = (false, false);
+                cl.phase = Phase::Held {
+                    slot: *slot as u32,
+                    fence: fence.clone(),
+                    deadline: first + LEASE,
+                    renewed: true,
+                    by_grant: false,
+                };
+            }
+            Reply::Int(_) => {
+                // The grant lapsed: the permit is lost, and the attempt
+                // registered it again; it releases by its grant token.
+                cl.registered = true;
+                if let Phase::Held {
+                    deadline, renewed, ..
+                } = &mut cl.phase
+                {
+                    *renewed = true;
+                    *deadline = (*deadline).min(now);
+                }
+            }
+            other => panic!("extend answered {other:?}"),
+        },
+        // A grant's holder then takes its registration out, and passes on
+        // any grant made to it meanwhile.
+        Op::Release if by_grant(cl) => {
+            cl.phase = Phase::Leaving {
+                deregistered: false,
+            }
+        }
         Op::Release | Op::GrantRelease => {
             cl.registered = false;
             cl.orphaned = false;
             cl.phase = Phase::Done;
         }
+        Op::TakeGrant => unreachable!("taking a grant sends nothing"),
         Op::Deregister => cl.phase = Phase::Leaving { deregistered: true },
     }
 }
@@ -727,6 +893,8 @@ pub(crate) fn bounds(clients: usize, ci: usize) -> Bounds {
         depth: depth_or(ci),
         faults: Faults::one_of_each(),
         liveness: None,
+        claimless: false,
+        counts_from_notice: false,
     }
 }
 
@@ -736,13 +904,14 @@ fn explore(name: &str, sources: Sources, b: Bounds) -> Result<Stats, Counterexam
     match &result {
         Ok(st) => println!(
             "{name}: {} clients, {PERMITS} permits, depth {}: {} states, {} transitions \
-             ({} grants, {} claims{}), {:.1?}",
+             ({} grants, {} claims, {} taken without the claim{}), {:.1?}",
             b.clients,
             st.depth,
             st.states,
             st.transitions,
             st.grants,
             st.claims,
+            st.takes,
             b.liveness.map_or(String::new(), |k| format!(
                 "; {} states with a waiter and a free slot, each served within {k}",
                 st.live_checks
@@ -853,5 +1022,63 @@ fn mutation_replay_without_own_slot_is_caught() {
     ) {
         Ok(st) => panic!("not caught in {} states", st.states),
         Err(cx) => assert!(cx.invariant.contains("own slot"), "{cx}"),
+    }
+}
+
+/// The hand-over without the claim round trip, as `explore.rs`'s: a
+/// grantee holds the slot its notice names from the grant's server time
+/// until that time plus the claim window, then extends (claims) it off the
+/// critical path; its release by the grant token (RELEASE of that slot,
+/// naming its own registration, which the grant popped) is followed by its
+/// DEREGISTER and SEM_RELEASE_ANY of the grant token.
+#[test]
+fn semaphore_claimless_handover_holds_for_three_clients() {
+    let b = Bounds {
+        claimless: true,
+        ..bounds(3, DEPTH_3)
+    };
+    match explore(
+        "semaphore without the claim, real scripts",
+        Sources::real(),
+        b,
+    ) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(
+            st.grants > 0 && st.takes > 0,
+            "the claimless hand-over was never reached: {st:?}"
+        ),
+    }
+}
+
+#[test]
+fn semaphore_claimless_no_waiter_stranded_while_a_slot_is_free() {
+    let b = Bounds {
+        claimless: true,
+        liveness: Some(LIVENESS),
+        ..bounds(3, 6)
+    };
+    match explore("semaphore without the claim, liveness", Sources::real(), b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(st.live_checks > 0, "no waiter with a free slot: {st:?}"),
+    }
+}
+
+#[test]
+fn mutation_sem_claimless_counting_from_the_notice_is_caught() {
+    // A grantee that counts its hold from the notice's arrival: a notice
+    // that arrives late has it hold past the grant's expiry in Redis.
+    // Four clients, no faults, 8 steps: two hold the permits, a third
+    // waits; the first release grants its slot to the waiter, whose notice
+    // comes late, and a fourth client takes that slot once the grant
+    // lapsed.
+    let b = Bounds {
+        claimless: true,
+        counts_from_notice: true,
+        faults: Faults::default(),
+        ..bounds(4, 8)
+    };
+    match explore("mutation: a slot held from its notice", Sources::real(), b) {
+        Ok(st) => panic!("not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains("validly"), "{cx}"),
     }
 }

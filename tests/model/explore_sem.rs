@@ -1033,9 +1033,11 @@ fn mutation_replay_without_own_slot_is_caught() {
 /// DEREGISTER and SEM_RELEASE_ANY of the grant token.
 #[test]
 fn semaphore_claimless_handover_holds_for_three_clients() {
+    // One step below the plain run's depth, to stay within CI's time
+    // (depth 7: 468,489 states, no violation, about 40 s).
     let b = Bounds {
         claimless: true,
-        ..bounds(3, DEPTH_3)
+        ..bounds(3, DEPTH_3 - 1)
     };
     match explore(
         "semaphore without the claim, real scripts",

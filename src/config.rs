@@ -97,13 +97,14 @@ impl Config {
         /// Whether a waiting locker registers in the key's queue in Redis, so
         /// that a release hands the lock to the next waiting process in arrival
         /// order (docs/PROTOCOL.md §4). Default on; off: every waiting locker tries
-        /// again after a release notification, and whoever lands first wins
-        /// (the path of 0.1). Every kind: a freed permit's slot goes to the
+        /// again after a release notification, and whoever lands first wins.
+        /// Every kind: a freed permit's slot goes to the
         /// next waiting process, and a read-write lease goes to the writer
         /// first in its queue or lets the readers at its head in together; an
         /// election's candidates do not use it yet (they race as with it off). A
         /// locker whose ACL does not allow the queues' keys
-        /// (`~<ns>:lock-queue*`, `~<ns>:lock-reg:*` and the `sem-` twins)
+        /// (`~<ns>:lock-queue:{*`, `~<ns>:lock-queued:{*`, `~<ns>:lock-reg:{*`
+        /// and their `sem-` and `rw-` twins: the crate docs' ACL table)
         /// turns it off by itself at its first refusal (logged once as
         /// `LOCK_HANDOVER_UNAVAILABLE`).
         handover(on: bool) => handover = on;

@@ -529,7 +529,7 @@ impl Run<'_> {
 
     /// Writes the records of who holds `lease` beside its locks or its
     /// permit's slot (best effort: a refusal, e.g. an ACL without
-    /// `~<ns>:lock-holder:*`, only costs `status` the "who"), with the
+    /// `~<ns>:lock-holder:{*`, only costs `status` the "who"), with the
     /// lease's expiry, on a connection of its own; again at each call.
     /// Nothing for a read-write lease: readers share.
     fn holder_record<H: Held>(&self, lease: &H) -> impl FnMut() + Send + 'static {

@@ -59,24 +59,23 @@ fn main() -> ExitCode {
     let cli = parse().unwrap_or_else(|e| with_hints(e).exit());
     let out = Out::new(cli.global.quiet, cli.global.verbose);
     out.install_logger();
-    let (sub, keys) = match &cli.command {
-        Command::Run(args) => ("run", args.keys()),
-        Command::Status(args) => ("status", vec![args.key.as_str()]),
-        Command::Leader(args) => ("leader", vec![args.name.as_str()]),
-        Command::Elect(args) => ("elect", vec![args.name.as_str()]),
+    let resolve = |sub, keys: &[&str]| {
+        Target::resolve(&cli.global, keys, out).map_err(|why| usage_error(sub, why))
     };
-    let target = Target::resolve(&cli.global, &keys, out).map_err(|why| usage_error(sub, why));
-    let code = match (target, &cli.command) {
-        (Err(code), _) => code,
-        (Ok(target), Command::Run(args)) => run::run(target, args, out),
-        (Ok(target), Command::Status(args)) => status::status(target, args, out),
-        (Ok(target), Command::Leader(args)) => leader::leader(target, args, out),
-        (Ok(target), Command::Elect(args)) => match leader::value_of(args) {
-            Ok(value) => run::run(target, &args.to_run(value), out),
-            Err(why) => usage_error(sub, why),
-        },
+    let code = match &cli.command {
+        Command::Run(args) => resolve("run", &args.keys()).map(|t| run::run(t, args, out)),
+        Command::Status(args) => {
+            resolve("status", &[&args.key]).map(|t| status::status(t, args, out))
+        }
+        Command::Leader(args) => {
+            resolve("leader", &[&args.name]).map(|t| leader::leader(t, args, out))
+        }
+        Command::Elect(args) => resolve("elect", &[&args.name]).and_then(|t| {
+            let value = leader::value_of(args).map_err(|why| usage_error("elect", why))?;
+            Ok(run::run(t, &args.to_run(value), out))
+        }),
     };
-    ExitCode::from(code)
+    ExitCode::from(code.unwrap_or_else(|code| code))
 }
 
 /// The command line, as `Cli::try_parse`, and where the URL and the CA
@@ -143,20 +142,13 @@ impl Target {
     /// keys) without any network traffic; `Err` is a usage error's words.
     /// A key set's size and repeats are the library's to check.
     fn resolve(global: &Global, keys: &[&str], out: Out) -> Result<Self, String> {
-        let Some((url, url_from)) = connect::url(global)? else {
-            return Err(
-                "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); \
-                        there is no default"
-                    .to_owned(),
-            );
-        };
-        let Some(namespace) = global.namespace.as_deref() else {
-            return Err(
-                "no namespace: pass --namespace NAMESPACE or set REDLEASE_NAMESPACE \
-                        (there is no default)"
-                    .to_owned(),
-            );
-        };
+        let (url, url_from) = connect::url(global)?.ok_or(
+            "no Redis URL: pass --url URL or set REDLEASE_URL (or REDIS_URL); there is no default",
+        )?;
+        let namespace = global.namespace.as_deref().ok_or(
+            "no namespace: pass --namespace NAMESPACE or set REDLEASE_NAMESPACE \
+             (there is no default)",
+        )?;
         redlease::Config::new(namespace)
             .validate()
             .map_err(|e| describe_invalid(&e))?;

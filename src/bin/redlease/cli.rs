@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::duration;
+use crate::duration::{self, parse_lease, parse_wait};
 
 /// Exit codes of `redlease` itself. Everything else is the command's own
 /// status (or 128 + N when it was killed by signal N).
@@ -213,13 +213,7 @@ pub(crate) struct Global {
     /// redis://USER@host:6379/0 or rediss://host:6380/0 (TLS); required, no
     /// default. Taken from --url, else REDLEASE_URL, else REDIS_URL (which
     /// other programs may use for a server of their own)
-    #[arg(
-        long,
-        env = "REDLEASE_URL",
-        hide_env_values = true,
-        global = true,
-        value_name = "URL"
-    )]
+    #[arg(long, env = "REDLEASE_URL", hide_env_values = true, global = true)]
     pub(crate) url: Option<String>,
 
     /// Read the Redis password from this file (a trailing newline is not
@@ -255,8 +249,7 @@ pub(crate) struct Global {
         long,
         env = "REDLEASE_NAMESPACE",
         hide_env_values = true,
-        global = true,
-        value_name = "NAMESPACE"
+        global = true
     )]
     pub(crate) namespace: Option<String>,
 
@@ -339,13 +332,8 @@ pub(crate) struct ElectArgs {
     /// How long to campaign while someone else leads: 'forever' (the
     /// default) waits without a deadline, 0 tries once; bare seconds (5,
     /// 1.5) or units ms, s, m, h, d (1m30s)
-    #[arg(
-        short,
-        long,
-        value_name = "DURATION",
-        default_value = "forever",
-        value_parser = duration::parse_wait
-    )]
+    #[arg(short, long, value_name = "DURATION", default_value = "forever")]
+    #[arg(value_parser = parse_wait)]
     pub(crate) wait: Duration,
 
     /// Try once and do not wait; the same as --wait 0
@@ -355,13 +343,7 @@ pub(crate) struct ElectArgs {
     /// Length of the leadership's lease (at least 100ms); it is renewed
     /// every half lease while the command runs, so this bounds how long a
     /// crashed leader blocks the election
-    #[arg(
-        short,
-        long,
-        value_name = "DURATION",
-        default_value = "30s",
-        value_parser = duration::parse_lease
-    )]
+    #[arg(short, long, value_name = "DURATION", default_value = "30s", value_parser = parse_lease)]
     pub(crate) lease: Duration,
 
     /// What to do with the command when the leadership is lost
@@ -371,23 +353,13 @@ pub(crate) struct ElectArgs {
     /// How long the command gets to exit after a SIGTERM (--on-lost term)
     /// or a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT before it is sent
     /// SIGKILL
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "10s",
-        value_parser = duration::parse
-    )]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse)]
     pub(crate) kill_after: Duration,
 
     /// Exit code when someone else leads, at once (-n) or when --wait ran
     /// out
-    #[arg(
-        short = 'E',
-        long,
-        visible_alias = "busy-exit-code",
-        value_name = "N",
-        default_value_t = exit::BUSY
-    )]
+    #[arg(short = 'E', long, visible_alias = "busy-exit-code", value_name = "N")]
+    #[arg(default_value_t = exit::BUSY)]
     pub(crate) conflict_exit_code: u8,
 
     /// The command to run and its arguments (`--` before it is optional)
@@ -477,13 +449,7 @@ pub(crate) struct RunArgs {
     /// How long to wait for a lock held by someone else (like `flock -w`):
     /// 0 tries once, 'forever' waits without a deadline; bare seconds (5,
     /// 1.5) or units ms, s, m, h, d (1m30s)
-    #[arg(
-        short,
-        long,
-        value_name = "DURATION",
-        default_value = "0",
-        value_parser = duration::parse_wait
-    )]
+    #[arg(short, long, value_name = "DURATION", default_value = "0", value_parser = parse_wait)]
     pub(crate) wait: Duration,
 
     /// Try once and do not wait (like `flock -n`); the same as --wait 0,
@@ -494,13 +460,7 @@ pub(crate) struct RunArgs {
     /// Length of the lease (at least 100ms); it is renewed every half lease
     /// while the command runs, so this bounds how long a crashed holder
     /// blocks the key
-    #[arg(
-        short,
-        long,
-        value_name = "DURATION",
-        default_value = "30s",
-        value_parser = duration::parse_lease
-    )]
+    #[arg(short, long, value_name = "DURATION", default_value = "30s", value_parser = parse_lease)]
     pub(crate) lease: Duration,
 
     /// Take a shared lease of KEY's read-write lease (like `flock -s`): any
@@ -521,13 +481,8 @@ pub(crate) struct RunArgs {
     /// at most N runs of KEY at once. The command gets its permit's slot
     /// (0 to N-1) as REDLEASE_SLOT and the slot's fence as REDLEASE_FENCE.
     /// Runs of one KEY must agree on N; not with -s or -x
-    #[arg(
-        long,
-        value_name = "N",
-        value_parser = permits,
-        allow_negative_numbers = true,
-        conflicts_with_all = ["shared", "exclusive"]
-    )]
+    #[arg(long, value_name = "N", value_parser = permits, allow_negative_numbers = true)]
+    #[arg(conflicts_with_all = ["shared", "exclusive"])]
     pub(crate) permits: Option<u32>,
 
     /// Also lock this key, with KEY, as one multi-key lease (repeatable, up
@@ -535,11 +490,7 @@ pub(crate) struct RunArgs {
     /// own. The command gets KEY's fence as REDLEASE_FENCE and every key's
     /// as REDLEASE_FENCES (space-separated: KEY's, then the --also keys' in
     /// order). Not with -s, -x or --permits
-    #[arg(
-        long,
-        value_name = "KEY",
-        conflicts_with_all = ["shared", "exclusive", "permits"]
-    )]
+    #[arg(long, value_name = "KEY", conflicts_with_all = ["shared", "exclusive", "permits"])]
     pub(crate) also: Vec<String>,
 
     /// What to do with the command when the lease is lost
@@ -549,24 +500,14 @@ pub(crate) struct RunArgs {
     /// How long the command gets to exit after a SIGTERM (--on-lost term)
     /// or a passed-on SIGINT, SIGTERM, SIGHUP or SIGQUIT before it is sent
     /// SIGKILL
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "10s",
-        value_parser = duration::parse
-    )]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse)]
     pub(crate) kill_after: Duration,
 
     /// Exit code when the lock (with --permits, every permit; with --also,
     /// any of the keys) is held by someone else, at once or when --wait ran
     /// out (like `flock -E`)
-    #[arg(
-        short = 'E',
-        long,
-        visible_alias = "busy-exit-code",
-        value_name = "N",
-        default_value_t = exit::BUSY
-    )]
+    #[arg(short = 'E', long, visible_alias = "busy-exit-code", value_name = "N")]
+    #[arg(default_value_t = exit::BUSY)]
     pub(crate) conflict_exit_code: u8,
 
     /// The command to run and its arguments (`--` before it is optional)

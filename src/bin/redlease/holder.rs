@@ -79,20 +79,16 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// Printable, one line, bounded.
+/// Printable, one line, bounded (whole characters only).
 fn clean(s: &str) -> String {
-    let mut out: String = s
-        .chars()
+    let mut len = 0;
+    s.chars()
         .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if out.len() > MAX_FIELD {
-        let mut end = MAX_FIELD;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-    }
-    out
+        .take_while(|c| {
+            len += c.len_utf8();
+            len <= MAX_FIELD
+        })
+        .collect()
 }
 
 #[cfg(test)]

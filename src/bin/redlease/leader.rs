@@ -37,17 +37,16 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
     let config = Config::new(target.namespace.clone())
         .command_timeout(TIMEOUT)
         .shutdown_timeout(TIMEOUT);
-    let unavailable = |e: &redlease::Error| {
+    let unavailable = |why: &dyn std::fmt::Display| {
+        let at = target.address();
         out.fatal(format_args!(
-            "cannot read the election from Redis at {}: {}",
-            target.address(),
-            describe_error(e)
+            "cannot read the election from Redis at {at}: {why}"
         ));
         exit::UNAVAILABLE
     };
     let locker = match Locker::new(target.client.clone(), config) {
         Ok(locker) => Arc::new(locker),
-        Err(e) => return unavailable(&e),
+        Err(e) => return unavailable(&describe_error(&e)),
     };
     let election = match locker.election(&args.name) {
         Ok(election) => election,
@@ -57,19 +56,13 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
         let (version, leader) = match election.leader() {
             Ok(Some(leader)) => (leader.version, Some(leader)),
             Ok(None) => match first_state(&locker, &election) {
-                Some(Observation {
-                    version, leader, ..
-                }) => (version, leader),
+                Some(first) => (first.version, first.leader),
                 None => {
-                    out.fatal(format_args!(
-                        "cannot read the election from Redis at {}: no answer within {}",
-                        target.address(),
-                        human(FIRST_STATE_TIMEOUT)
-                    ));
-                    return exit::UNAVAILABLE;
+                    let waited = human(FIRST_STATE_TIMEOUT);
+                    return unavailable(&format_args!("no answer within {waited}"));
                 }
             },
-            Err(e) => return unavailable(&e),
+            Err(e) => return unavailable(&describe_error(&e)),
         };
         print(&[&line(leader.as_ref(), version, None, args.json), b"\n"]);
         return if leader.is_some() { 0 } else { VACANT };
@@ -88,18 +81,10 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
             let _ = stopper.shutdown();
         }
     });
-    let _probe = Probe::start(target.client.clone(), target.address(), out);
-    for Observation {
-        version,
-        leader,
-        resync,
-        ..
-    } in election.observe()
-    {
-        print(&[
-            &line(leader.as_ref(), version, Some(resync), args.json),
-            b"\n",
-        ]);
+    let _probe = probe(target.client.clone(), target.address(), out);
+    for o in election.observe() {
+        let text = line(o.leader.as_ref(), o.version, Some(o.resync), args.json);
+        print(&[&text, b"\n"]);
     }
     0
 }
@@ -126,39 +111,33 @@ fn first_state(locker: &Arc<Locker>, election: &Election) -> Option<Observation>
 /// `--watch`'s word on Redis's health: the observer retries its failed
 /// reads without a word, so a thread of its own PINGs Redis and says once
 /// when it stops answering, and once when it is back. A refused PING
-/// (NOPERM) is an answer too. Stops when dropped.
-struct Probe {
-    _stop: mpsc::Sender<()>,
-}
-
-impl Probe {
-    fn start(client: redis::Client, address: String, out: Out) -> Self {
-        let (stop, stopped) = mpsc::channel::<()>();
-        thread::spawn(move || {
-            let mut conn: Option<redis::Connection> = None;
-            let mut down = false;
-            loop {
-                match (ping(&client, &mut conn), down) {
-                    (Err(why), false) => {
-                        down = true;
-                        out.notice(format_args!(
-                            "cannot reach Redis at {address} ({why}); still watching: the \
-                             changes are shown once it answers"
-                        ));
-                    }
-                    (Ok(()), true) => {
-                        down = false;
-                        out.notice(format_args!("Redis at {address} answers again"));
-                    }
-                    _ => {}
+/// (NOPERM) is an answer too. Stops when the sender it returns is dropped.
+fn probe(client: redis::Client, address: String, out: Out) -> mpsc::Sender<()> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    thread::spawn(move || {
+        let mut conn: Option<redis::Connection> = None;
+        let mut down = false;
+        loop {
+            match (ping(&client, &mut conn), down) {
+                (Err(why), false) => {
+                    down = true;
+                    out.notice(format_args!(
+                        "cannot reach Redis at {address} ({why}); still watching: the \
+                         changes are shown once it answers"
+                    ));
                 }
-                if stopped.recv_timeout(PROBE_EVERY) != Err(RecvTimeoutError::Timeout) {
-                    return;
+                (Ok(()), true) => {
+                    down = false;
+                    out.notice(format_args!("Redis at {address} answers again"));
                 }
+                _ => {}
             }
-        });
-        Probe { _stop: stop }
-    }
+            if stopped.recv_timeout(PROBE_EVERY) != Err(RecvTimeoutError::Timeout) {
+                return;
+            }
+        }
+    });
+    stop
 }
 
 /// One PING, on `conn` or on a new connection; `conn` keeps a connection

@@ -7,7 +7,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -67,12 +67,10 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
             // The library's words for a failed connect, after the address
             // the user gave (which the library never names).
             let shown = e.to_string();
-            let cause = shown
-                .strip_prefix("could not connect to redis: ")
-                .map_or_else(
-                    || describe_error(&e),
-                    |cause| format!("{cause} ({})", e.code()),
-                );
+            let cause = match shown.strip_prefix("could not connect to redis: ") {
+                Some(cause) => format!("{cause} ({})", e.code()),
+                None => describe_error(&e),
+            };
             out.fatal(format_args!(
                 "cannot connect to Redis at {}: {cause}; the command did not run",
                 target.address(),
@@ -237,35 +235,26 @@ impl Run<'_> {
             }
         };
         let waited = now().saturating_duration_since(started);
-        match result {
+        let (why, code) = match result {
             Ok(lease) => {
+                let slot = lease
+                    .slot()
+                    .map_or_else(String::new, |s| format!("slot {s}, "));
+                let (fence, length, waited) = (lease.number(), human(args.lease), human(waited));
                 out.detail(format_args!(
-                    "acquired the {} ({}fence {}, lease {}) after {}",
-                    H::NAME,
-                    lease
-                        .slot()
-                        .map_or_else(String::new, |slot| format!("slot {slot}, ")),
-                    lease.number(),
-                    human(args.lease),
-                    human(waited)
+                    "acquired the {} ({slot}fence {fence}, lease {length}) after {waited}",
+                    H::NAME
                 ));
-                Ok(lease)
+                return Ok(lease);
             }
             Err(Error::Busy { remaining }) => {
-                out.notice(format_args!(
-                    "{}; the command did not run",
-                    self.wanted.busy(remaining)
-                ));
-                Err(args.conflict_exit_code)
+                (self.wanted.busy(remaining), args.conflict_exit_code)
             }
             Err(Error::WaitTimeout { remaining, .. }) => {
-                out.notice(format_args!(
-                    "gave up waiting for {} after {}{}; the command did not run",
-                    self.wanted.thing(),
-                    human(waited),
-                    self.wanted.holder(Said::GaveUp, remaining)
-                ));
-                Err(args.conflict_exit_code)
+                let (thing, waited) = (self.wanted.thing(), human(waited));
+                let holder = self.wanted.holder(Said::GaveUp, remaining);
+                let why = format!("gave up waiting for {thing} after {waited}{holder}");
+                (why, args.conflict_exit_code)
             }
             // The semaphore is in use with another count: held by others,
             // who must all release before this count applies.
@@ -273,23 +262,19 @@ impl Run<'_> {
                 option: "permits",
                 reason,
             }) if self.args.permits.is_some() => {
-                out.notice(format_args!(
-                    "{reason} (runs of one key must agree on --permits); the command did \
-                     not run"
-                ));
-                Err(args.conflict_exit_code)
+                let why = format!("{reason} (runs of one key must agree on --permits)");
+                (why, args.conflict_exit_code)
             }
             Err(Error::Cancelled) => {
                 let sig = self.signals.first_stop().unwrap_or(SIGINT);
-                out.notice(format_args!(
-                    "got {} while waiting for {}; the command did not run",
-                    signals::name(sig),
-                    self.wanted.thing()
-                ));
-                Err(signal_exit(sig))
+                let (name, thing) = (signals::name(sig), self.wanted.thing());
+                let why = format!("got {name} while waiting for {thing}");
+                (why, signal_exit(sig))
             }
-            Err(e) => Err(self.cannot_acquire(&e)),
-        }
+            Err(e) => return Err(self.cannot_acquire(&e)),
+        };
+        out.notice(format_args!("{why}; the command did not run"));
+        Err(code)
     }
 
     /// Reports an acquire that failed; the exit code.
@@ -415,9 +400,8 @@ impl Run<'_> {
     fn supervise<H: Held>(&self, mut child: Child, lease: &H) -> (Option<ExitStatus>, bool) {
         let out = self.out;
         let mut lost = false;
-        let mut kill_at: Option<Instant> = None;
-        // The signal that started the kill_at countdown, for the report.
-        let mut stop_signal: Option<i32> = None;
+        // When to send SIGKILL, and the signal whose countdown that ends.
+        let mut kill_at: Option<(Instant, i32)> = None;
         loop {
             match child.try_wait() {
                 Ok(Some(status)) => return (Some(status), lost),
@@ -431,37 +415,28 @@ impl Run<'_> {
             let t = now();
             if !lost && !lease.is_valid() {
                 lost = true;
-                if let Some(at) = self.on_lost(
-                    &mut child,
-                    "its time ran out on the local clock without a confirmed renewal",
-                ) {
-                    (kill_at, stop_signal) = (Some(at), None);
-                }
+                kill_at = self.on_lost(&mut child, TIME_RAN_OUT).or(kill_at);
             }
-            if kill_at.is_some_and(|at| t >= at) {
+            if let Some((_, sig)) = kill_at.filter(|&(at, _)| t >= at) {
                 kill_at = None;
                 out.fatal(format_args!(
                     "the command is still running {} after {}; sending SIGKILL",
                     human(self.args.kill_after),
-                    signals::name(stop_signal.unwrap_or(SIGTERM))
+                    signals::name(sig)
                 ));
                 let _ = child.kill();
             }
-            let mut next = t + SAFETY_POLL;
-            if let Some(at) = kill_at {
-                next = next.min(at);
-            }
-            if !lost {
-                if let Some(deadline) = t.checked_add(lease.remaining()) {
-                    next = next.min(deadline);
-                }
-            }
+            // Look again at the next poll, the SIGKILL or the lease's end.
+            let lease_ends = t.checked_add(lease.remaining()).filter(|_| !lost);
+            let next = [kill_at.map(|(at, _)| at), lease_ends]
+                .into_iter()
+                .flatten()
+                .fold(t + SAFETY_POLL, Instant::min);
             match self.events.recv_timeout(next.saturating_duration_since(t)) {
-                Ok(Event::Signal(received)) if received.sig == SIGCHLD => {}
                 // The child is not reaped yet (this loop owns its `Child`
                 // and only reaps through it), so its pid cannot have been
                 // reused.
-                Ok(Event::Signal(received)) => {
+                Ok(Event::Signal(received)) if received.sig != SIGCHLD => {
                     let sig = signals::name(received.sig);
                     if signals::terminal_sent_it(received) {
                         out.detail(format_args!(
@@ -474,27 +449,25 @@ impl Run<'_> {
                         // A command that ignores a stop request is killed
                         // after --kill-after, as after a lost lease.
                         if kill_at.is_none() && signals::is_stop(received.sig) {
-                            kill_at = now().checked_add(self.args.kill_after);
-                            stop_signal = Some(received.sig);
+                            let at = now().checked_add(self.args.kill_after);
+                            kill_at = at.map(|at| (at, received.sig));
                         }
                     }
                 }
-                Ok(Event::Lost(reason)) => {
-                    if !lost {
-                        lost = true;
-                        if let Some(at) = self.on_lost(&mut child, &reason) {
-                            (kill_at, stop_signal) = (Some(at), None);
-                        }
-                    }
+                Ok(Event::Lost(reason)) if !lost => {
+                    lost = true;
+                    kill_at = self.on_lost(&mut child, &reason).or(kill_at);
                 }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+                // SIGCHLD (the child is looked at first thing), a loss
+                // already acted on, or time to look again.
+                _ => {}
             }
         }
     }
 
     /// Reports the loss and applies `--on-lost`; returns when to send
-    /// SIGKILL, if that is still to come.
-    fn on_lost(&self, child: &mut Child, reason: &str) -> Option<Instant> {
+    /// SIGKILL after SIGTERM, if that is still to come.
+    fn on_lost(&self, child: &mut Child, reason: &str) -> Option<(Instant, i32)> {
         let out = self.out;
         let args = self.args;
         match args.on_lost {
@@ -509,7 +482,7 @@ impl Run<'_> {
                     let _ = child.kill();
                     return None;
                 }
-                now().checked_add(args.kill_after)
+                now().checked_add(args.kill_after).map(|at| (at, SIGTERM))
             }
             OnLost::Kill => {
                 out.fatal(format_args!(
@@ -646,22 +619,24 @@ fn watch<H: Held>(
     }
 }
 
+/// A loss found by the local clock, in the words of the report.
+const TIME_RAN_OUT: &str = "its time ran out on the local clock without a confirmed renewal";
+
 /// Why the loss signal fired, in the words of the report.
 fn loss_reason(loss: &Lost) -> String {
-    let time_ran_out = "its time ran out on the local clock without a confirmed renewal";
-    match loss.cause() {
-        Some(Error::LockLost { cause }) => match cause {
-            LostCause::Expired => "the lock had expired or been deleted".to_owned(),
-            LostCause::Conflict => "someone else holds the lock".to_owned(),
-            LostCause::RenewFailed(e)
-                if matches!(*e, Error::ProviderFailed { .. }) || e.is_outcome_unknown() =>
-            {
-                format!("{time_ran_out} (the last renewal: {})", describe_error(&e))
-            }
-            LostCause::RenewFailed(e) => format!("renewing it failed: {}", describe_error(&e)),
-            _ => time_ran_out.to_owned(),
-        },
-        _ => time_ran_out.to_owned(),
+    let Some(Error::LockLost { cause }) = loss.cause() else {
+        return TIME_RAN_OUT.to_owned();
+    };
+    match cause {
+        LostCause::Expired => "the lock had expired or been deleted".to_owned(),
+        LostCause::Conflict => "someone else holds the lock".to_owned(),
+        LostCause::RenewFailed(e)
+            if matches!(*e, Error::ProviderFailed { .. }) || e.is_outcome_unknown() =>
+        {
+            format!("{TIME_RAN_OUT} (the last renewal: {})", describe_error(&e))
+        }
+        LostCause::RenewFailed(e) => format!("renewing it failed: {}", describe_error(&e)),
+        _ => TIME_RAN_OUT.to_owned(),
     }
 }
 

@@ -64,12 +64,8 @@ impl SignalWatch {
         cancel: CancelHandle,
         out: Out,
     ) -> std::io::Result<Self> {
-        let mut signals = SignalsInfo::<WithOrigin>::new(
-            STOP.iter()
-                .chain(&FOR_THE_COMMAND)
-                .chain(&[SIGCHLD])
-                .copied(),
-        )?;
+        let mut signals =
+            SignalsInfo::<WithOrigin>::new([&STOP[..], &FOR_THE_COMMAND, &[SIGCHLD]].concat())?;
         let handle = signals.handle();
         let first_stop = Arc::new(AtomicI32::new(0));
         let first = first_stop.clone();

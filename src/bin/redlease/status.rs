@@ -127,29 +127,24 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
             ));
             return exit::UNAVAILABLE;
         };
-        slots.push(if reserved {
-            reserved_status(pttl, fence)
-        } else {
-            slot_status(pttl, fence, holder.as_deref())
-        });
+        slots.push(slot_status(pttl, fence, holder.as_deref(), reserved));
     }
-    let (report, held) = match args.permits {
-        None => {
-            let s = &slots[0];
-            (if args.json { json(s) + "\n" } else { text(s) }, s.held)
-        }
+    // With --permits: when any permit is held.
+    let held = slots.iter().any(|s| s.held);
+    let report = match args.permits {
+        None if args.json => json(&slots[0]) + "\n",
+        None => text(&slots[0]),
         Some(permits) => {
             let s = PermitsStatus {
                 permits,
                 in_use,
                 slots,
             };
-            let report = if args.json {
+            if args.json {
                 permits_json(&s) + "\n"
             } else {
                 permits_text(&s)
-            };
-            (report, s.held() > 0)
+            }
         }
     };
     print(&[report.as_bytes()]);
@@ -200,18 +195,21 @@ fn read_slots(
 }
 
 /// A lock's (or a slot's) status from its `PTTL`, its fence counter and
-/// its holder record: the record counts only for the latest grant.
-fn slot_status(pttl: i64, fence: Option<u64>, holder: Option<&str>) -> Status {
+/// its holder record: the record counts only for the latest grant. A key
+/// `reserved` by a waiting multi-key lease is not held (it has no fence
+/// or holder of its own): it has the reservation's time left instead.
+fn slot_status(pttl: i64, fence: Option<u64>, holder: Option<&str>, reserved: bool) -> Status {
     // PTTL: -2 no such key, -1 no expiry, otherwise milliseconds left.
-    let held = pttl != -2;
+    let held = pttl != -2 && !reserved;
+    let left = u64::try_from(pttl).ok();
     Status {
         held,
-        remaining_ms: u64::try_from(pttl).ok(),
+        remaining_ms: left.filter(|_| held),
         fence,
         holder: holder
             .and_then(Holder::decode)
             .filter(|h| held && Some(h.fence) == fence),
-        reservation: None,
+        reservation: reserved.then_some(Reservation { remaining_ms: left }),
     }
 }
 
@@ -223,20 +221,6 @@ fn is_reservation(value: &[u8]) -> bool {
         .iter()
         .position(|&b| b == b':')
         .is_some_and(|colon| value.get(colon + 1) == Some(&b'r'))
-}
-
-/// A key reserved by a waiting multi-key lease: not held (no fence, no
-/// holder), with the reservation's time left.
-fn reserved_status(pttl: i64, fence: Option<u64>) -> Status {
-    Status {
-        held: false,
-        remaining_ms: None,
-        fence,
-        holder: None,
-        reservation: Some(Reservation {
-            remaining_ms: u64::try_from(pttl).ok(),
-        }),
-    }
 }
 
 /// A lease's time left, `ms` (`None`: no expiry), with `suffix` after a
@@ -388,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_reserved_key_is_not_held_and_says_so_with_the_reservations_time() {
-        let reserved = reserved_status(612, Some(7));
+        let reserved = slot_status(612, Some(7), None, true);
         assert!(!reserved.held);
         assert_eq!(
             json(&reserved),
@@ -401,7 +385,7 @@ mod tests {
              remaining: -\n\
              fence:     7\n"
         );
-        let by_hand = reserved_status(-1, None);
+        let by_hand = slot_status(-1, None, None, true);
         assert_eq!(
             json(&by_hand),
             r#"{"held":false,"remaining_ms":null,"fence":null,"holder":null,"reserved":{"remaining_ms":null}}"#

@@ -195,13 +195,11 @@ fn line(leader: Option<&Leader>, version: Version, resync: Option<bool>, json: b
             let left = leader
                 .remaining
                 .map_or_else(String::new, |r| format!(", {} left", human(r)));
-            let mut text = format!(
+            let head = format!(
                 "leader term {}, version {version}{left}{mark}: ",
                 leader.term
-            )
-            .into_bytes();
-            text.extend_from_slice(&leader.value);
-            text
+            );
+            [head.as_bytes(), &leader.value].concat()
         }
         None => format!("no leader (version {version}){mark}").into_bytes(),
     }

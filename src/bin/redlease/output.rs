@@ -191,12 +191,6 @@ impl Wanted {
             _ => format!(" ({whose} has {} left)", human(d)),
         })
     }
-
-    /// Whether the holders' time left is the longest of the probed names'
-    /// (all keys must be free) rather than the shortest (one permit).
-    pub(crate) fn waits_for_all(self) -> bool {
-        matches!(self, Wanted::Keys(_))
-    }
 }
 
 /// Where the holder's time left is said.

@@ -71,9 +71,9 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
                 Some(cause) => format!("{cause} ({})", e.code()),
                 None => describe_error(&e),
             };
+            let at = target.address();
             out.fatal(format_args!(
-                "cannot connect to Redis at {}: {cause}; the command did not run",
-                target.address(),
+                "cannot connect to Redis at {at}: {cause}; the command did not run"
             ));
             return exit_code_of(&e);
         }
@@ -194,10 +194,9 @@ impl Run<'_> {
         while self.events.try_recv().is_ok() {}
         if !lost && loss.is_lost() {
             lost = true;
-            self.out.fatal(format_args!(
-                "lost the lease as the command exited: {}",
-                loss_reason(&loss)
-            ));
+            let why = loss_reason(&loss);
+            self.out
+                .fatal(format_args!("lost the lease as the command exited: {why}"));
         }
         let lost = self.release(lease, lost);
         match status {
@@ -279,9 +278,9 @@ impl Run<'_> {
 
     /// Reports an acquire that failed; the exit code.
     fn cannot_acquire(&self, e: &Error) -> u8 {
+        let why = describe_error(e);
         self.out.fatal(format_args!(
-            "cannot acquire the lease: {}; the command did not run",
-            describe_error(e)
+            "cannot acquire the lease: {why}; the command did not run"
         ));
         exit_code_of(e)
     }
@@ -303,15 +302,12 @@ impl Run<'_> {
                 remaining,
             });
         }
-        out.detail(format_args!(
-            "{}; waiting {}",
-            self.wanted.busy(remaining),
-            if wait == Duration::MAX {
-                "without a deadline".to_owned()
-            } else {
-                format!("up to {}", human(wait))
-            }
-        ));
+        let busy = self.wanted.busy(remaining);
+        let limit = match wait {
+            Duration::MAX => "without a deadline".to_owned(),
+            wait => format!("up to {}", human(wait)),
+        };
+        out.detail(format_args!("{busy}; waiting {limit}"));
         let progress = out.live_progress().then(|| {
             let ends = remaining.and_then(|remaining| now().checked_add(remaining));
             Progress::start(self.wanted, started, wait, ends, self.pttl_probe())
@@ -325,8 +321,8 @@ impl Run<'_> {
 
     /// Asks Redis for the holder's remaining time (a semaphore's: the
     /// least of its slots'; with --also, the most of the held keys') on a
-    /// connection of its own (opened lazily, dropped on error), for the
-    /// progress line.
+    /// connection of its own (opened lazily, kept while it answers), for
+    /// the progress line.
     fn pttl_probe(&self) -> impl FnMut() -> Option<Duration> + Send + 'static {
         let (target, keys) = (self.target, self.args.keys());
         let key = keys[0];
@@ -340,24 +336,18 @@ impl Run<'_> {
         for name in names {
             probe.cmd("PTTL").arg(name);
         }
-        let all = self.wanted.waits_for_all();
+        // Every key must be free, but only one permit.
+        let all = matches!(self.wanted, Wanted::Keys(_));
         let mut conn: Option<redis::Connection> = None;
         move || {
-            if conn.is_none() {
-                conn = open(&client, PROGRESS_QUERY_TIMEOUT).ok();
-            }
-            let c = conn.as_mut()?;
-            match probe.query::<Vec<i64>>(c) {
-                // PTTL: -2 no such key, -1 no expiry, else milliseconds.
-                Ok(ms) => {
-                    let left = ms.into_iter().filter_map(|ms| u64::try_from(ms).ok());
-                    if all { left.max() } else { left.min() }.map(Duration::from_millis)
-                }
-                Err(_) => {
-                    conn = None;
-                    None
-                }
-            }
+            let mut c = conn
+                .take()
+                .or_else(|| open(&client, PROGRESS_QUERY_TIMEOUT).ok())?;
+            // PTTL: -2 no such key, -1 no expiry, else milliseconds.
+            let ms: Vec<i64> = probe.query(&mut c).ok()?;
+            conn = Some(c);
+            let left = ms.into_iter().filter_map(|ms| u64::try_from(ms).ok());
+            if all { left.max() } else { left.min() }.map(Duration::from_millis)
         }
     }
 
@@ -419,10 +409,9 @@ impl Run<'_> {
             }
             if let Some((_, sig)) = kill_at.filter(|&(at, _)| t >= at) {
                 kill_at = None;
+                let (after, sig) = (human(self.args.kill_after), signals::name(sig));
                 out.fatal(format_args!(
-                    "the command is still running {} after {}; sending SIGKILL",
-                    human(self.args.kill_after),
-                    signals::name(sig)
+                    "the command is still running {after} after {sig}; sending SIGKILL"
                 ));
                 let _ = child.kill();
             }
@@ -468,36 +457,27 @@ impl Run<'_> {
     /// Reports the loss and applies `--on-lost`; returns when to send
     /// SIGKILL after SIGTERM, if that is still to come.
     fn on_lost(&self, child: &mut Child, reason: &str) -> Option<(Instant, i32)> {
-        let out = self.out;
-        let args = self.args;
-        match args.on_lost {
-            OnLost::Term => {
-                out.fatal(format_args!(
-                    "lost the lease: {reason}; sending SIGTERM to the command \
-                     (SIGKILL in {})",
-                    human(args.kill_after)
-                ));
-                if let Err(e) = signals::send(child, SIGTERM) {
-                    out.fatal(format_args!("could not send SIGTERM: {e}; sending SIGKILL"));
-                    let _ = child.kill();
-                    return None;
-                }
-                now().checked_add(args.kill_after).map(|at| (at, SIGTERM))
-            }
-            OnLost::Kill => {
-                out.fatal(format_args!(
-                    "lost the lease: {reason}; sending SIGKILL to the command"
-                ));
-                let _ = child.kill();
-                None
-            }
-            OnLost::Ignore => {
-                out.fatal(format_args!(
-                    "lost the lease: {reason}; letting the command finish (--on-lost ignore)"
-                ));
-                None
-            }
+        let (out, kill_after) = (self.out, self.args.kill_after);
+        let action = match self.args.on_lost {
+            OnLost::Term => format!(
+                "sending SIGTERM to the command (SIGKILL in {})",
+                human(kill_after)
+            ),
+            OnLost::Kill => "sending SIGKILL to the command".to_owned(),
+            OnLost::Ignore => "letting the command finish (--on-lost ignore)".to_owned(),
+        };
+        out.fatal(format_args!("lost the lease: {reason}; {action}"));
+        match self.args.on_lost {
+            OnLost::Ignore => return None,
+            OnLost::Term => match signals::send(child, SIGTERM) {
+                Ok(()) => return now().checked_add(kill_after).map(|at| (at, SIGTERM)),
+                Err(e) => out.fatal(format_args!("could not send SIGTERM: {e}; sending SIGKILL")),
+            },
+            OnLost::Kill => {}
         }
+        // --on-lost kill, or a SIGTERM that could not be sent.
+        let _ = child.kill();
+        None
     }
 
     /// Writes the records of who holds `lease` beside its locks or its
@@ -520,17 +500,16 @@ impl Run<'_> {
             if none {
                 return;
             }
-            if conn.is_none() {
-                conn = open(&client, timeout).ok();
-            }
-            let Some(c) = conn.as_mut() else {
+            let Some(mut c) = conn.take().or_else(|| open(&client, timeout).ok()) else {
                 out.detail("could not record the holder: no connection");
                 return;
             };
-            if let Err(e) = pipe.query::<()>(c) {
-                let why = crate::describe_redis(&e);
-                out.detail(format_args!("could not record the holder: {why}"));
-                conn = None;
+            match pipe.query::<()>(&mut c) {
+                Ok(()) => conn = Some(c),
+                Err(e) => {
+                    let why = crate::describe_redis(&e);
+                    out.detail(format_args!("could not record the holder: {why}"));
+                }
             }
         }
     }
@@ -559,18 +538,14 @@ impl Run<'_> {
             // Once a renewal found the lease gone, the library forgets it and
             // its release fails (as `ShuttingDown`); nothing is left to say.
             Err(e) if lost => {
-                out.detail(format_args!(
-                    "release after the loss: {}",
-                    describe_error(&e)
-                ));
+                let why = describe_error(&e);
+                out.detail(format_args!("release after the loss: {why}"));
                 true
             }
             Err(e) => {
+                let (why, lease) = (describe_error(&e), human(self.args.lease));
                 out.notice(format_args!(
-                    "could not confirm the release: {}; the lease ends by itself \
-                     within {}",
-                    describe_error(&e),
-                    human(self.args.lease)
+                    "could not confirm the release: {why}; the lease ends by itself within {lease}"
                 ));
                 lost
             }

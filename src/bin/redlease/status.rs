@@ -53,21 +53,43 @@ struct Reservation {
     remaining_ms: Option<u64>,
 }
 
-/// What `status --permits` found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `status --permits` found; its JSON object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct PermitsStatus {
+    /// Any permit is held.
+    held: bool,
     /// The count asked for (`--permits`).
     permits: u32,
     /// The count the semaphore is in use with (its record in Redis), when
     /// there is one.
+    #[serde(rename = "permits_in_use")]
     in_use: Option<u32>,
+    /// How many permits are held.
+    held_permits: usize,
     /// Slots `0..max(permits, in_use)`, each as a lock's status.
-    slots: Vec<Status>,
+    slots: Vec<Slot>,
+}
+
+/// A slot of a semaphore: never reserved, so its object is a lock's,
+/// after its number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct Slot {
+    slot: u32,
+    #[serde(flatten)]
+    status: Status,
 }
 
 impl PermitsStatus {
-    fn held(&self) -> usize {
-        self.slots.iter().filter(|s| s.held).count()
+    fn new(permits: u32, in_use: Option<u32>, slots: Vec<Status>) -> Self {
+        let held_permits = slots.iter().filter(|s| s.held).count();
+        let slots = (0..).zip(slots).map(|(slot, status)| Slot { slot, status });
+        PermitsStatus {
+            held: held_permits > 0,
+            permits,
+            in_use,
+            held_permits,
+            slots: slots.collect(),
+        }
     }
 }
 
@@ -111,10 +133,9 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
     let (in_use, replies, reserved) = match read() {
         Ok(reply) => reply,
         Err(e) => {
+            let (at, why) = (target.address(), describe_redis(&e));
             out.fatal(format_args!(
-                "cannot read the {what}'s status from Redis at {}: {}",
-                target.address(),
-                describe_redis(&e)
+                "cannot read the {what}'s status from Redis at {at}: {why}"
             ));
             return exit::UNAVAILABLE;
         }
@@ -134,18 +155,8 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
     let report = match args.permits {
         None if args.json => json(&slots[0]) + "\n",
         None => text(&slots[0]),
-        Some(permits) => {
-            let s = PermitsStatus {
-                permits,
-                in_use,
-                slots,
-            };
-            if args.json {
-                permits_json(&s) + "\n"
-            } else {
-                permits_text(&s)
-            }
-        }
+        Some(permits) if args.json => json(&PermitsStatus::new(permits, in_use, slots)) + "\n",
+        Some(permits) => permits_text(&PermitsStatus::new(permits, in_use, slots)),
     };
     print(&[report.as_bytes()]);
     if held {
@@ -232,24 +243,6 @@ fn left(ms: Option<u64>, suffix: &str) -> String {
     )
 }
 
-fn permits_json(s: &PermitsStatus) -> String {
-    // A slot is never reserved: its object is a lock's, after its number.
-    let slots: Vec<String> = s
-        .slots
-        .iter()
-        .enumerate()
-        .map(|(i, slot)| format!("{{\"slot\":{i},{}", &json(slot)[1..]))
-        .collect();
-    format!(
-        "{{\"held\":{},\"permits\":{},\"permits_in_use\":{},\"held_permits\":{},\"slots\":[{}]}}",
-        s.held() > 0,
-        s.permits,
-        json(&s.in_use),
-        s.held(),
-        slots.join(",")
-    )
-}
-
 /// `pid 77 on web-1 running backup`
 fn holder_text(h: &Holder) -> String {
     format!(
@@ -263,7 +256,7 @@ fn holder_text(h: &Holder) -> String {
 /// The held slots, one a line; free ones are only counted (the JSON has
 /// every slot with its fence).
 fn permits_text(s: &PermitsStatus) -> String {
-    let mut report = format!("held:      {} of {} permits\n", s.held(), s.permits);
+    let mut report = format!("held:      {} of {} permits\n", s.held_permits, s.permits);
     if let Some(in_use) = s.in_use.filter(|&n| n != s.permits) {
         report.push_str(&format!(
             "in use:    with {in_use} permits; runs with --permits {} are refused until \
@@ -271,16 +264,14 @@ fn permits_text(s: &PermitsStatus) -> String {
             s.permits
         ));
     }
-    for (i, slot) in s.slots.iter().enumerate().filter(|(_, slot)| slot.held) {
-        let remaining = left(slot.remaining_ms, " left");
-        let fence = slot
-            .fence
-            .map_or_else(|| "none".to_owned(), |f| f.to_string());
-        let holder = slot
+    for Slot { slot, status } in s.slots.iter().filter(|s| s.status.held) {
+        let remaining = left(status.remaining_ms, " left");
+        let fence = status.fence.map_or("none".into(), |f| f.to_string());
+        let holder = status
             .holder
             .as_ref()
-            .map_or_else(|| "holder not recorded".to_owned(), holder_text);
-        let label = format!("slot {i}:");
+            .map_or("holder not recorded".into(), holder_text);
+        let label = format!("slot {slot}:");
         report.push_str(&format!(
             "{label:<10} {remaining}, fence {fence}, {holder}\n"
         ));
@@ -425,10 +416,10 @@ mod tests {
             holder: None,
             reservation: None,
         };
-        PermitsStatus {
-            permits: 3,
-            in_use: Some(3),
-            slots: vec![
+        PermitsStatus::new(
+            3,
+            Some(3),
+            vec![
                 Status {
                     held: true,
                     remaining_ms: Some(4_200),
@@ -450,13 +441,13 @@ mod tests {
                     reservation: None,
                 },
             ],
-        }
+        )
     }
 
     #[test]
     fn permits_json_lists_every_slot() {
         assert_eq!(
-            permits_json(&two_of_three()),
+            json(&two_of_three()),
             concat!(
                 r#"{"held":true,"permits":3,"permits_in_use":3,"held_permits":2,"slots":["#,
                 r#"{"slot":0,"held":true,"remaining_ms":4200,"fence":9,"holder":{"host":"web-1","pid":77,"command":"backup"}},"#,
@@ -475,8 +466,11 @@ mod tests {
              slot 0:    4.2s left, fence 9, pid 77 on web-1 running backup\n\
              slot 2:    1.1s left, fence 2, holder not recorded\n"
         );
-        status.permits = 2;
-        status.slots.iter_mut().for_each(|s| s.held = false);
+        let free = status.slots.into_iter().map(|s| Status {
+            held: false,
+            ..s.status
+        });
+        status = PermitsStatus::new(2, Some(3), free.collect());
         assert_eq!(
             permits_text(&status),
             "held:      0 of 2 permits\n\

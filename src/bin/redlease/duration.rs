@@ -104,11 +104,10 @@ pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
 pub(crate) fn parse_lease(text: &str) -> Result<Duration, String> {
     let d = parse(text)?;
     if d < MIN_LEASE {
+        let (text, min) = (text.trim(), human(MIN_LEASE));
         return Err(format!(
-            "'{}' is shorter than the shortest lease, {}: a lease that short \
-             would be lost before its first renewal could be answered",
-            text.trim(),
-            human(MIN_LEASE)
+            "'{text}' is shorter than the shortest lease, {min}: a lease that short \
+             would be lost before its first renewal could be answered"
         ));
     }
     Ok(d)

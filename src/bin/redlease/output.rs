@@ -67,12 +67,10 @@ impl Out {
     /// [`SHOWN_BY_DEFAULT`], which the tool has no words of its own for.
     /// Nothing with `--quiet`.
     pub(crate) fn install_logger(&self) {
-        let level = if self.quiet {
-            log::LevelFilter::Off
-        } else if self.verbose {
-            log::LevelFilter::Debug
-        } else {
-            log::LevelFilter::Error
+        let level = match (self.quiet, self.verbose) {
+            (true, _) => log::LevelFilter::Off,
+            (false, true) => log::LevelFilter::Debug,
+            (false, false) => log::LevelFilter::Error,
         };
         if log::set_logger(&StderrLogger).is_ok() {
             log::set_max_level(level);

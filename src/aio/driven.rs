@@ -112,6 +112,7 @@ impl ArcWake for Readiness {
 }
 
 /// Requests not yet written, the parser and the reply slots.
+#[derive(Default)]
 struct State {
     out: Vec<u8>,
     parser: redis::Parser,
@@ -264,16 +265,10 @@ impl DrivenConnection {
             Either::Left((opened, _)) => opened?,
             Either::Right(_) => return Err(crate::error::timed_out()),
         };
-        let state = State {
-            out: Vec::new(),
-            parser: redis::Parser::new(),
-            drained: false,
-            replies: Replies::default(),
-        };
         Ok(DrivenConnection {
             inner: Arc::new(Inner {
                 socket,
-                state: Mutex::new(state),
+                state: Mutex::default(),
                 readiness: Arc::default(),
             }),
             db: settings.db(),

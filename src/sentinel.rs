@@ -304,14 +304,12 @@ impl Resolver {
         &self,
         timeout: Duration,
     ) -> redis::RedisResult<redis::Client> {
-        use futures::future::{select, Either};
         let mut client = self.client()?;
-        let resolve = Box::pin(async move { client.async_get_client().await });
-        match select(resolve, async_io::Timer::after(timeout)).await {
-            Either::Left((result, _)) => result,
-            Either::Right(_) => Err(timed_out()),
-        }
-        .map_err(|e| self.lookup_failed(e))
+        let until = crate::clock::now().checked_add(timeout);
+        let resolved = crate::aio::within(until, client.async_get_client()).await;
+        resolved
+            .unwrap_or_else(|| Err(timed_out()))
+            .map_err(|e| self.lookup_failed(e))
     }
 }
 

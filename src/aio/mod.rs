@@ -33,7 +33,7 @@ mod front;
 mod tokio_reactor;
 mod with_lock;
 
-pub(crate) use front::wait;
+pub(crate) use front::{wait, within};
 
 /// A lease client for async code on any executor: `Locker<Async>` (see
 /// [`Locker`](crate::Locker) for what every locker does). Each call returns

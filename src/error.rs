@@ -371,10 +371,7 @@ fn tls_reason(e: &redis::RedisError) -> Option<String> {
     if connect_cause(e) != "TLS handshake failed" {
         return None;
     }
-    let detail = e
-        .detail()
-        .map(str::to_owned)
-        .unwrap_or_else(|| e.to_string());
+    let detail = e.detail().map_or_else(|| e.to_string(), str::to_owned);
     let detail = detail.trim();
     let bytes = detail.as_bytes();
     let dotted = bytes
@@ -570,10 +567,7 @@ impl Error {
 
     /// A failure to open a connection: nothing was sent.
     pub(crate) fn from_connect(source: redis::RedisError) -> Self {
-        Error::ProviderFailed {
-            op: Operation::Connect,
-            source,
-        }
+        Failure::NotSent(source).into_error(Operation::Connect)
     }
 }
 
@@ -649,10 +643,7 @@ pub(crate) fn timed_out() -> redis::RedisError {
 
 /// Whether the error is Redis saying it does not have the script cached.
 pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-    )
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 // A hand-written Debug: the derived one would print the redis error, whose

@@ -220,8 +220,8 @@ fn provider_failed_message(op: Operation, source: &redis::RedisError) -> String 
 /// redis crate's kind, code and fixed phrases are looked at, and a fixed
 /// phrase is returned: the error's own text can name the address.
 pub(crate) fn connect_cause(e: &redis::RedisError) -> &'static str {
-    if let Some(hint) = Hint::of(e) {
-        return hint.text();
+    if let Some(hint) = hint_of(e) {
+        return hint;
     }
     let text = e.to_string().to_ascii_lowercase();
     let has = |needle: &str| text.contains(needle);
@@ -247,15 +247,16 @@ pub(crate) fn connect_cause(e: &redis::RedisError) -> &'static str {
 }
 
 /// Whether a connection was to go over TLS, as far as the locker knows:
-/// what [`connect_failed`] may add to a failed connect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// what [`connect_failed`] may add to a failed connect. Ordered so that
+/// the largest of several connections' is theirs together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Transport {
-    /// `rediss://`.
-    Tls,
     /// `redis://`.
     Plain,
     /// A unix socket, or not known (a cluster client made by the caller).
     Unknown,
+    /// `rediss://`.
+    Tls,
 }
 
 impl Transport {
@@ -269,68 +270,44 @@ impl Transport {
 
     /// `Tls` if any of `infos` is TLS, `Plain` if all are plain TCP.
     pub(crate) fn of_any<'a>(infos: impl IntoIterator<Item = &'a redis::ConnectionInfo>) -> Self {
-        let all: Vec<_> = infos.into_iter().map(|i| Transport::of(i.addr())).collect();
-        if all.contains(&Transport::Tls) {
-            Transport::Tls
-        } else if all.iter().all(|t| *t == Transport::Plain) {
-            Transport::Plain
-        } else {
-            Transport::Unknown
-        }
+        let each = infos.into_iter().map(|i| Transport::of(i.addr()));
+        each.max().unwrap_or(Transport::Plain)
     }
 }
 
-/// What a failed connect most likely met when its scheme did not match
-/// the server's port. Found by experiment: a plain Redis server
-/// reads a TLS ClientHello as an inline command and waits for its end of
-/// line, which never comes (a NUL byte comes first), so it never answers
-/// and a `rediss://` connect can only fail at its timeout; a TLS port
-/// resets the connection at once when it reads plain RESP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hint {
-    /// Over TLS, no answer to the handshake within the timeout.
-    TlsStalled,
-    /// Without TLS, the server hung up before answering.
-    ClosedMayExpectTls,
-    /// Without TLS, the server answered something that is not RESP.
-    GarbageMayExpectTls,
+// The hints: what a failed connect most likely met when its scheme did
+// not match the server's port, in the fixed words shown (naming no
+// address). Found by experiment: a plain Redis server reads a TLS
+// ClientHello as an inline command and waits for its end of line, which
+// never comes (a NUL byte comes first), so it never answers and a
+// `rediss://` connect can only fail at its timeout; a TLS port resets the
+// connection at once when it reads plain RESP.
+
+/// Over TLS, no answer to the handshake within the timeout.
+const TLS_STALLED: &str = "the TLS handshake did not complete: is the server speaking TLS?";
+/// Without TLS, the server hung up before answering.
+const CLOSED_MAY_EXPECT_TLS: &str =
+    "the server closed the connection: it may expect TLS (rediss://)";
+/// Without TLS, the server answered something that is not RESP.
+const GARBAGE_MAY_EXPECT_TLS: &str = "not a Redis server: it may expect TLS (rediss://)";
+
+/// The hint [`connect_failed`] put on `e`. The redis crate's error does
+/// not hand out its inner I/O error to downcast, so the hint is known by
+/// its fixed text.
+fn hint_of(e: &redis::RedisError) -> Option<&'static str> {
+    if e.kind() != redis::ErrorKind::Io {
+        return None;
+    }
+    let text = e.to_string();
+    let hints = [TLS_STALLED, CLOSED_MAY_EXPECT_TLS, GARBAGE_MAY_EXPECT_TLS];
+    hints.into_iter().find(|hint| text == *hint)
 }
 
-impl Hint {
-    const ALL: [Hint; 3] = [
-        Hint::TlsStalled,
-        Hint::ClosedMayExpectTls,
-        Hint::GarbageMayExpectTls,
-    ];
-
-    /// The words shown: fixed, naming no address.
-    fn text(self) -> &'static str {
-        match self {
-            Hint::TlsStalled => "the TLS handshake did not complete: is the server speaking TLS?",
-            Hint::ClosedMayExpectTls => {
-                "the server closed the connection: it may expect TLS (rediss://)"
-            }
-            Hint::GarbageMayExpectTls => "not a Redis server: it may expect TLS (rediss://)",
-        }
-    }
-
-    /// The hint [`connect_failed`] put on `e`. The redis crate's error
-    /// does not hand out its inner I/O error to downcast, so the hint is
-    /// known by its fixed text.
-    fn of(e: &redis::RedisError) -> Option<Hint> {
-        if e.kind() != redis::ErrorKind::Io {
-            return None;
-        }
-        let text = e.to_string();
-        Hint::ALL.into_iter().find(|hint| text == hint.text())
-    }
-}
-
-/// A connect error with its [`Hint`]; the redis error stays its source.
+/// A connect error with its hint; the redis error stays its source.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", hint.text())]
+#[error("{hint}")]
 struct Hinted {
-    hint: Hint,
+    hint: &'static str,
     source: redis::RedisError,
 }
 
@@ -345,7 +322,7 @@ struct Hinted {
 /// a connection is opened, so that `Locker::connect` and later reconnects
 /// say the same.
 pub(crate) fn connect_failed(transport: Transport, e: redis::RedisError) -> redis::RedisError {
-    if Hint::of(&e).is_some() || is_server_reply(&e) || is_auth_failure(&e) {
+    if hint_of(&e).is_some() || is_server_reply(&e) || is_auth_failure(&e) {
         return e;
     }
     let text = e.to_string().to_ascii_lowercase();
@@ -369,19 +346,16 @@ pub(crate) fn connect_failed(transport: Transport, e: redis::RedisError) -> redi
         || has("closed");
     let (hint, kind) = match transport {
         _ if refused_or_unresolved => return e,
-        Transport::Tls if timed_out => (Hint::TlsStalled, std::io::ErrorKind::TimedOut),
+        Transport::Tls if timed_out => (TLS_STALLED, std::io::ErrorKind::TimedOut),
         Transport::Plain if timed_out => return e,
         Transport::Plain
             if e.kind() == redis::ErrorKind::Parse
                 || has("invalid response")
                 || has("protocol") =>
         {
-            (Hint::GarbageMayExpectTls, std::io::ErrorKind::InvalidData)
+            (GARBAGE_MAY_EXPECT_TLS, std::io::ErrorKind::InvalidData)
         }
-        Transport::Plain if dropped => (
-            Hint::ClosedMayExpectTls,
-            std::io::ErrorKind::ConnectionReset,
-        ),
+        Transport::Plain if dropped => (CLOSED_MAY_EXPECT_TLS, std::io::ErrorKind::ConnectionReset),
         _ => return e,
     };
     redis::RedisError::from(std::io::Error::new(kind, Hinted { hint, source: e }))
@@ -397,10 +371,7 @@ fn tls_reason(e: &redis::RedisError) -> Option<String> {
     if connect_cause(e) != "TLS handshake failed" {
         return None;
     }
-    let detail = e
-        .detail()
-        .map(str::to_owned)
-        .unwrap_or_else(|| e.to_string());
+    let detail = e.detail().map_or_else(|| e.to_string(), str::to_owned);
     let detail = detail.trim();
     let bytes = detail.as_bytes();
     let dotted = bytes
@@ -526,10 +497,7 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         match self {
             Error::WaitTimeout { .. } | Error::CleanupTimeout { .. } => true,
-            Error::ProviderFailed { source, .. } | Error::OutcomeUnknown { source, .. } => {
-                source.is_timeout()
-            }
-            _ => false,
+            _ => self.redis_error().is_some_and(|e| e.is_timeout()),
         }
     }
 
@@ -599,10 +567,7 @@ impl Error {
 
     /// A failure to open a connection: nothing was sent.
     pub(crate) fn from_connect(source: redis::RedisError) -> Self {
-        Error::ProviderFailed {
-            op: Operation::Connect,
-            source,
-        }
+        Failure::NotSent(source).into_error(Operation::Connect)
     }
 }
 
@@ -678,10 +643,7 @@ pub(crate) fn timed_out() -> redis::RedisError {
 
 /// Whether the error is Redis saying it does not have the script cached.
 pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-    )
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 // A hand-written Debug: the derived one would print the redis error, whose

@@ -172,6 +172,43 @@ impl std::fmt::Debug for WriteError {
     }
 }
 
+/// The writes, each as a blocking call and (feature `aio`) an async one
+/// that sends the same script call: `name / name_async(&self, args) =>
+/// invocation, all`, where `all` is [`verdict`]'s.
+macro_rules! writes {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident / $name_async:ident $(<$($g:ident: $b:path),+>)?
+            (&$self:ident, $($arg:ident: $ty:ty),+) => $invocation:expr, $all:expr;
+    )+) => {$(
+        $(#[$doc])*
+        pub fn $name$(<$($g: $b),+>)?(
+            &$self,
+            conn: &mut impl redis::ConnectionLike,
+            $($arg: $ty),+
+        ) -> Result<(), WriteError> {
+            verdict($invocation.invoke(conn), $all)
+        }
+
+        #[doc = concat!(
+            "The async form of [`", stringify!($name), "`](Self::", stringify!($name), ")."
+        )]
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", stringify!($name), "`](Self::", stringify!($name), ").")]
+        #[cfg(feature = "aio")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "aio")))]
+        pub async fn $name_async$(<$($g: $b),+>)?(
+            &$self,
+            conn: &mut impl redis::aio::ConnectionLike,
+            $($arg: $ty),+
+        ) -> Result<(), WriteError> {
+            verdict($invocation.invoke_async(conn).await, $all)
+        }
+    )+};
+}
+
 /// Fenced values in Redis, one hash per resource under a namespace:
 /// `<ns>:fenced:{<sha256 of the resource>}` with fields `fence` and `value`
 /// for lease writes (and `derived`, the epoch of the last derived write),
@@ -209,123 +246,96 @@ impl FencedStore {
         format!("{}:fenced:{}", self.namespace, id.braced())
     }
 
-    /// Stores `value` for `resource` if `fence` is higher than the last
-    /// fence it accepted, or equal to it (the same holder writing again)
-    /// while no [derived write](Self::write_derived) at that number was
-    /// accepted since: a reader's epoch is `fence` only once this holder's
-    /// lease ended, so its write would overwrite data derived after it.
-    ///
-    /// # Errors
-    ///
-    /// [`WriteError::Stale`] with the accepted fence (equal to `fence` when
-    /// a derived write at `fence` refused it); [`WriteError::Redis`].
-    pub fn write(
-        &self,
-        conn: &mut impl redis::ConnectionLike,
-        resource: &str,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(HOLDER, [(resource, None, fence, value)]);
-        verdict(invocation.invoke(conn), false)
-    }
+    writes! {
+        /// Stores `value` for `resource` if `fence` is higher than the last
+        /// fence it accepted, or equal to it (the same holder writing again)
+        /// while no [derived write](Self::write_derived) at that number was
+        /// accepted since: a reader's epoch is `fence` only once this holder's
+        /// lease ended, so its write would overwrite data derived after it.
+        ///
+        /// # Errors
+        ///
+        /// [`WriteError::Stale`] with the accepted fence (equal to `fence` when
+        /// a derived write at `fence` refused it); [`WriteError::Redis`].
+        write / write_async(&self, resource: &str, fence: Fence, value: impl ToRedisArgs)
+            => self.invocation(HOLDER, [(resource, None, fence, value)]), false;
 
-    /// Stores `value` derived from a read (a cache fill, a materialised
-    /// view) for `resource` if the read's `epoch` is not lower than the
-    /// last fence `resource` accepted: a read that started before a newer
-    /// writer committed cannot overwrite that writer's data. Writers of the
-    /// same read-write lease write with [`write`](Self::write) and their
-    /// fence, which is above every epoch handed out before their grant.
-    /// Once a derived write at epoch `f` is accepted, writes with fence `f`
-    /// (a writer past its lease) are refused; derived writes at `f` are not.
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](Self::write).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn f(read: &redlease::blocking::ReadLease, conn: &mut redis::Connection) -> Result<(), Box<dyn std::error::Error>> {
-    /// use redlease::fenced::{FencedStore, WriteError};
-    ///
-    /// let cache = FencedStore::new("my-service");
-    /// match cache.write_derived(conn, "doc:7:html", read.epoch(), "<p>rendered</p>") {
-    ///     Ok(()) | Err(WriteError::Stale(_)) => {} // stale: a newer save won, drop the fill
-    ///     Err(e) => return Err(e.into()),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn write_derived(
-        &self,
-        conn: &mut impl redis::ConnectionLike,
-        resource: &str,
-        epoch: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        // epoch ≥ the high-water, whoever wrote at it.
-        let invocation = self.invocation(DERIVED, [(resource, None, epoch, value)]);
-        verdict(invocation.invoke(conn), false)
-    }
+        /// Stores `value` derived from a read (a cache fill, a materialised
+        /// view) for `resource` if the read's `epoch` is not lower than the
+        /// last fence `resource` accepted: a read that started before a newer
+        /// writer committed cannot overwrite that writer's data. Writers of the
+        /// same read-write lease write with [`write`](Self::write) and their
+        /// fence, which is above every epoch handed out before their grant.
+        /// Once a derived write at epoch `f` is accepted, writes with fence `f`
+        /// (a writer past its lease) are refused; derived writes at `f` are not.
+        ///
+        /// # Errors
+        ///
+        /// As [`write`](Self::write).
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn f(read: &redlease::blocking::ReadLease, conn: &mut redis::Connection) -> Result<(), Box<dyn std::error::Error>> {
+        /// use redlease::fenced::{FencedStore, WriteError};
+        ///
+        /// let cache = FencedStore::new("my-service");
+        /// match cache.write_derived(conn, "doc:7:html", read.epoch(), "<p>rendered</p>") {
+        ///     Ok(()) | Err(WriteError::Stale(_)) => {} // stale: a newer save won, drop the fill
+        ///     Err(e) => return Err(e.into()),
+        /// }
+        /// # Ok(()) }
+        /// ```
+        write_derived / write_derived_async(
+            &self, resource: &str, epoch: Fence, value: impl ToRedisArgs
+        ) => // epoch ≥ the high-water, whoever wrote at it.
+            self.invocation(DERIVED, [(resource, None, epoch, value)]), false;
 
-    /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
-    /// than the last fence that slot accepted: the write of a semaphore
-    /// permit, checked against the (resource, slot) high-water.
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](Self::write).
-    pub fn write_permit(
-        &self,
-        conn: &mut impl redis::ConnectionLike,
-        resource: &str,
-        slot: u32,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(HOLDER, [(resource, Some(slot), fence, value)]);
-        verdict(invocation.invoke(conn), false)
-    }
+        /// Stores `value` for slot `slot` of `resource` if `fence` is not lower
+        /// than the last fence that slot accepted: the write of a semaphore
+        /// permit, checked against the (resource, slot) high-water.
+        ///
+        /// # Errors
+        ///
+        /// As [`write`](Self::write).
+        write_permit / write_permit_async(
+            &self, resource: &str, slot: u32, fence: Fence, value: impl ToRedisArgs
+        ) => self.invocation(HOLDER, [(resource, Some(slot), fence, value)]), false;
 
-    /// Stores every write of a multi-key lease, `(resource, fence,
-    /// value)`, if each fence passes [`write`](Self::write)'s check against
-    /// its resource: one script checks them all before it stores any, so
-    /// the values are stored all or none. Typically the fences are a
-    /// [`MultiLease`](crate::blocking::MultiLease)'s, `lease.fence_of(key)`
-    /// for each resource it guards.
-    ///
-    /// On Redis Cluster the resources' hashes must share a slot: build the
-    /// store with [`key_hash_tags(true)`](Self::key_hash_tags) and give the
-    /// resources one hash tag (else Redis answers `CROSSSLOT`).
-    ///
-    /// # Errors
-    ///
-    /// [`WriteError::StaleAt`] naming the first stale write's position and
-    /// its resource's accepted fence (nothing stored);
-    /// [`WriteError::Invalid`] for no writes, more than [`MAX_WRITES`], or a
-    /// resource given twice (nothing sent); [`WriteError::Redis`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn f(lease: &redlease::blocking::MultiLease, conn: &mut redis::Connection) -> Result<(), Box<dyn std::error::Error>> {
-    /// use redlease::fenced::FencedStore;
-    ///
-    /// let store = FencedStore::new("my-service");
-    /// let fence = |key| lease.fence_of(key).ok_or("not a key of the lease");
-    /// store.write_all(conn, &[
-    ///     ("acct:7:in", fence("acct:7:in")?, "-40"),
-    ///     ("acct:9:in", fence("acct:9:in")?, "+40"),
-    /// ])?;
-    /// # Ok(()) }
-    /// ```
-    pub fn write_all<R: AsRef<str>, V: ToRedisArgs>(
-        &self,
-        conn: &mut impl redis::ConnectionLike,
-        writes: &[(R, Fence, V)],
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation_all(writes)?;
-        verdict(invocation.invoke(conn), true)
+        /// Stores every write of a multi-key lease, `(resource, fence,
+        /// value)`, if each fence passes [`write`](Self::write)'s check against
+        /// its resource: one script checks them all before it stores any, so
+        /// the values are stored all or none. Typically the fences are a
+        /// [`MultiLease`](crate::blocking::MultiLease)'s, `lease.fence_of(key)`
+        /// for each resource it guards.
+        ///
+        /// On Redis Cluster the resources' hashes must share a slot: build the
+        /// store with [`key_hash_tags(true)`](Self::key_hash_tags) and give the
+        /// resources one hash tag (else Redis answers `CROSSSLOT`).
+        ///
+        /// # Errors
+        ///
+        /// [`WriteError::StaleAt`] naming the first stale write's position and
+        /// its resource's accepted fence (nothing stored);
+        /// [`WriteError::Invalid`] for no writes, more than [`MAX_WRITES`], or a
+        /// resource given twice (nothing sent); [`WriteError::Redis`].
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn f(lease: &redlease::blocking::MultiLease, conn: &mut redis::Connection) -> Result<(), Box<dyn std::error::Error>> {
+        /// use redlease::fenced::FencedStore;
+        ///
+        /// let store = FencedStore::new("my-service");
+        /// let fence = |key| lease.fence_of(key).ok_or("not a key of the lease");
+        /// store.write_all(conn, &[
+        ///     ("acct:7:in", fence("acct:7:in")?, "-40"),
+        ///     ("acct:9:in", fence("acct:9:in")?, "+40"),
+        /// ])?;
+        /// # Ok(()) }
+        /// ```
+        write_all / write_all_async<R: AsRef<str>, V: ToRedisArgs>(&self, writes: &[(R, Fence, V)])
+            => self.invocation_all(writes)?, true;
     }
 
     /// The write script's call for `writes`, each (resource, slot, fence or
@@ -372,74 +382,6 @@ impl FencedStore {
                 .iter()
                 .map(|(resource, fence, value)| (resource.as_ref(), None, *fence, value)),
         ))
-    }
-
-    /// The async form of [`write`](Self::write).
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](Self::write).
-    #[cfg(feature = "aio")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "aio")))]
-    pub async fn write_async(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        resource: &str,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(HOLDER, [(resource, None, fence, value)]);
-        verdict(invocation.invoke_async(conn).await, false)
-    }
-
-    /// The async form of [`write_derived`](Self::write_derived).
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](Self::write).
-    #[cfg(feature = "aio")]
-    pub async fn write_derived_async(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        resource: &str,
-        epoch: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(DERIVED, [(resource, None, epoch, value)]);
-        verdict(invocation.invoke_async(conn).await, false)
-    }
-
-    /// The async form of [`write_permit`](Self::write_permit).
-    ///
-    /// # Errors
-    ///
-    /// As [`write`](Self::write).
-    #[cfg(feature = "aio")]
-    pub async fn write_permit_async(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        resource: &str,
-        slot: u32,
-        fence: Fence,
-        value: impl ToRedisArgs,
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation(HOLDER, [(resource, Some(slot), fence, value)]);
-        verdict(invocation.invoke_async(conn).await, false)
-    }
-
-    /// The async form of [`write_all`](Self::write_all).
-    ///
-    /// # Errors
-    ///
-    /// As [`write_all`](Self::write_all).
-    #[cfg(feature = "aio")]
-    pub async fn write_all_async<R: AsRef<str>, V: ToRedisArgs>(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        writes: &[(R, Fence, V)],
-    ) -> Result<(), WriteError> {
-        let invocation = self.invocation_all(writes)?;
-        verdict(invocation.invoke_async(conn).await, true)
     }
 
     /// The last accepted fence and value of `resource`, if any.

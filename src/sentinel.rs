@@ -192,42 +192,32 @@ impl Resolver {
         options: SentinelOptions,
     ) -> Result<Self, Error> {
         #[allow(unused_mut, reason = "only with feature tls-rustls")]
-        let mut sentinels = parse_sentinels(sentinels)?;
-        let master = checked_master(master)?;
+        let mut resolver = Resolver::new(sentinels, master, Some(options.node()))?;
         #[cfg(feature = "tls-rustls")]
         if let Some(certificates) = &options.certificates {
-            sentinels = with_certificates(sentinels, certificates)?;
+            resolver.sentinels = with_certificates(resolver.sentinels, certificates)?;
         }
         #[cfg(feature = "tls-rustls")]
         if options.primary_certificates().is_some() {
             // The builder takes one set of sentinel credentials.
-            let first = sentinels[0].redis_settings();
+            let first = resolver.sentinels[0].redis_settings();
             let same = |s: &redis::ConnectionInfo| {
                 let r = s.redis_settings();
                 r.username() == first.username() && r.password() == first.password()
             };
-            if !sentinels.iter().all(same) {
+            if !resolver.sentinels.iter().all(same) {
                 return Err(Error::invalid_config(
                     "sentinel_urls",
                     "with certificates for the primary, every sentinel URL must carry the same username and password",
                 ));
             }
-            let resolver = Resolver {
-                sentinels,
-                master,
-                primary: Primary::WithCertificates(options),
-            };
+            resolver.primary = Primary::WithCertificates(options);
             // Parses the certificates now rather than at every lookup.
             resolver.client().map_err(|_| {
                 Error::invalid_config("certificates", "a PEM block that does not parse")
             })?;
-            return Ok(resolver);
         }
-        Ok(Resolver {
-            sentinels,
-            master,
-            primary: Primary::Node(options.node()),
-        })
+        Ok(resolver)
     }
 
     fn client(&self) -> redis::RedisResult<SentinelClient> {
@@ -314,14 +304,12 @@ impl Resolver {
         &self,
         timeout: Duration,
     ) -> redis::RedisResult<redis::Client> {
-        use futures::future::{select, Either};
         let mut client = self.client()?;
-        let resolve = Box::pin(async move { client.async_get_client().await });
-        match select(resolve, async_io::Timer::after(timeout)).await {
-            Either::Left((result, _)) => result,
-            Either::Right(_) => Err(timed_out()),
-        }
-        .map_err(|e| self.lookup_failed(e))
+        let until = crate::clock::now().checked_add(timeout);
+        let resolved = crate::aio::within(until, client.async_get_client()).await;
+        resolved
+            .unwrap_or_else(|| Err(timed_out()))
+            .map_err(|e| self.lookup_failed(e))
     }
 }
 

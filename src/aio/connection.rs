@@ -6,7 +6,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::{select, Either};
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -390,14 +389,7 @@ impl Commands {
             }
             Ok::<(), Failure>(())
         };
-        let outcome = match until {
-            Some(until) => match select(Box::pin(work), async_io::Timer::at(until)).await {
-                Either::Left((outcome, _)) => outcome,
-                Either::Right(_) => Ok(()),
-            },
-            None => work.await,
-        };
-        outcome?;
+        super::within(until, work).await.unwrap_or(Ok(()))?;
         Ok(replies.into_inner())
     }
 

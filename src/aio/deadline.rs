@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
+use redis::{RedisFuture, Value};
 
 use crate::clock::now;
 use crate::error::timed_out;
@@ -53,13 +54,17 @@ struct Slot {
     waker: AtomicWaker,
 }
 
-/// The command took longer than its timeout.
-#[derive(Debug)]
-pub(crate) struct TimedOut;
-
 impl Deadlines {
-    /// `command`, ended with [`TimedOut`] once `timeout` has passed.
-    pub(crate) fn bound<F: Future + Unpin>(&self, timeout: Duration, command: F) -> Bounded<F> {
+    /// `command`, ended with an error like the redis crate's own timeout
+    /// (`is_timeout()`) once `timeout` has passed, where one is set.
+    fn bound<'a, T: Send + 'a>(
+        &self,
+        timeout: Option<Duration>,
+        command: RedisFuture<'a, T>,
+    ) -> RedisFuture<'a, T> {
+        let Some(timeout) = timeout else {
+            return command;
+        };
         let slot = Arc::new(Slot {
             at: now() + timeout,
             expired: AtomicBool::new(false),
@@ -67,7 +72,7 @@ impl Deadlines {
             waker: AtomicWaker::new(),
         });
         self.watch(slot.clone());
-        Bounded { command, slot }
+        Box::pin(Bounded { command, slot })
     }
 
     fn watch(&self, slot: Arc<Slot>) {
@@ -136,22 +141,22 @@ fn watch_deadlines(queue: &Weak<Mutex<Queue>>) {
 }
 
 /// A command bounded by its deadline.
-pub(crate) struct Bounded<F> {
+struct Bounded<F> {
     command: F,
     slot: Arc<Slot>,
 }
 
-impl<F: Future + Unpin> Future for Bounded<F> {
-    type Output = Result<F::Output, TimedOut>;
+impl<T, F: Future<Output = redis::RedisResult<T>> + Unpin> Future for Bounded<F> {
+    type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Poll::Ready(out) = Pin::new(&mut self.command).poll(cx) {
             self.slot.finished.store(true, Ordering::Release);
-            return Poll::Ready(Ok(out));
+            return Poll::Ready(out);
         }
         self.slot.waker.register(cx.waker());
         if self.slot.expired.load(Ordering::Acquire) {
-            return Poll::Ready(Err(TimedOut));
+            return Poll::Ready(Err(timed_out()));
         }
         Poll::Pending
     }
@@ -173,17 +178,9 @@ pub(crate) struct TimedConnection<C> {
 }
 
 impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for TimedConnection<C> {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        let Some(timeout) = self.timeout else {
-            return self.conn.req_packed_command(cmd);
-        };
-        let bounded = self
-            .deadlines
-            .bound(timeout, self.conn.req_packed_command(cmd));
-        Box::pin(async move { bounded.await.unwrap_or_else(|TimedOut| Err(timed_out())) })
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        self.deadlines
+            .bound(self.timeout, self.conn.req_packed_command(cmd))
     }
 
     fn req_packed_commands<'a>(
@@ -191,15 +188,9 @@ impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for TimedC
         pipeline: &'a redis::Pipeline,
         offset: usize,
         count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        let Some(timeout) = self.timeout else {
-            return self.conn.req_packed_commands(pipeline, offset, count);
-        };
-        let bounded = self.deadlines.bound(
-            timeout,
-            self.conn.req_packed_commands(pipeline, offset, count),
-        );
-        Box::pin(async move { bounded.await.unwrap_or_else(|TimedOut| Err(timed_out())) })
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let command = self.conn.req_packed_commands(pipeline, offset, count);
+        self.deadlines.bound(self.timeout, command)
     }
 
     fn get_db(&self) -> i64 {

@@ -34,13 +34,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::{select, Either};
 use futures::task::{ArcWake, AtomicWaker};
 use parking_lot::Mutex;
 use redis::{ConnectionInfo, RedisResult, Value};
 
+use crate::clock::now;
 use crate::driver::replies::{dropped, Outgoing, Replies};
 use crate::driver::wire::set_up;
+use crate::error::timed_out;
 
 /// One connection; clones share it.
 #[derive(Clone)]
@@ -112,6 +113,7 @@ impl ArcWake for Readiness {
 }
 
 /// Requests not yet written, the parser and the reply slots.
+#[derive(Default)]
 struct State {
     out: Vec<u8>,
     parser: redis::Parser,
@@ -260,20 +262,12 @@ impl DrivenConnection {
                 }
             })
         };
-        let socket = match select(Box::pin(open), async_io::Timer::after(timeout)).await {
-            Either::Left((opened, _)) => opened?,
-            Either::Right(_) => return Err(crate::error::timed_out()),
-        };
-        let state = State {
-            out: Vec::new(),
-            parser: redis::Parser::new(),
-            drained: false,
-            replies: Replies::default(),
-        };
+        let opened = super::within(now().checked_add(timeout), open).await;
+        let socket = opened.unwrap_or_else(|| Err(timed_out()))?;
         Ok(DrivenConnection {
             inner: Arc::new(Inner {
                 socket,
-                state: Mutex::new(state),
+                state: Mutex::default(),
                 readiness: Arc::default(),
             }),
             db: settings.db(),

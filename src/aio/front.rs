@@ -5,11 +5,11 @@
 //! dropping the future drops the operation, which abandons it.
 
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::time::Instant;
 
 use event_listener::EventListener;
-use futures::future::{select, OptionFuture};
+use futures::future::{select, Either, OptionFuture};
 
 use super::connection::Commands;
 use crate::config::Config;
@@ -129,11 +129,20 @@ pub(crate) async fn drive<O: Op>(shared: &Shared<Commands>, mut op: O) -> O::Out
 /// observer.
 pub(crate) async fn wait(listener: Option<EventListener>, until: Option<Instant>) {
     match (listener, until) {
-        (Some(listener), Some(at)) => drop(select(listener, async_io::Timer::at(at)).await),
-        (Some(listener), None) => listener.await,
-        (None, Some(at)) => {
-            async_io::Timer::at(at).await;
-        }
+        (Some(listener), until) => drop(within(until, listener).await),
+        (None, Some(at)) => drop(async_io::Timer::at(at).await),
         (None, None) => {}
+    }
+}
+
+/// `work`'s output, or `None` once `until` passed (never without it).
+pub(crate) async fn within<T>(until: Option<Instant>, work: impl Future<Output = T>) -> Option<T> {
+    let work = pin!(work);
+    match until {
+        Some(at) => match select(work, async_io::Timer::at(at)).await {
+            Either::Left((output, _)) => Some(output),
+            Either::Right(_) => None,
+        },
+        None => Some(work.await),
     }
 }

@@ -1,6 +1,5 @@
-//! The async calls that take an async closure, for every kind:
-//! `with_lock`, and through `handle::with_calls!` `with_all`,
-//! `with_permit`, `with_read`, `with_write` (acquire, await the closure,
+//! The async calls that take an async closure, for every kind: through
+//! `handle::with_calls!` `with_lock`, `with_all`, `with_permit`, `with_read`, `with_write` (acquire, await the closure,
 //! always release), and `keep_alive`; with `extend(true)` the shared
 //! renewer runs inside the same future, selected against the closure's
 //! future, never spawned.
@@ -14,7 +13,6 @@ use futures::FutureExt;
 
 use super::front::drive;
 use super::{Lease, Locker, MultiLease, Permit, ReadLease, RwLock, Semaphore, WriteLease};
-use crate::config::WithLock;
 use crate::driver::ops::StopSignal;
 use crate::error::Error;
 use crate::front::Async;
@@ -25,11 +23,11 @@ use crate::lost::Lost;
 /// A lease of kind `K` on this front end.
 type Guard<K> = crate::Lease<Async, K>;
 
-impl Locker {
+crate::handle::with_calls! {
     /// Acquires `key`, awaits `f(&lease, &lost)` and releases the lease
-    /// afterwards, whatever `f` did; with [`WithLock::extend`] this same
-    /// future renews the lease while `f` runs ([`Lost::wait`] completes on a
-    /// loss). See
+    /// afterwards, whatever `f` did; with
+    /// [`WithLock::extend`](crate::WithLock::extend) this same future renews
+    /// the lease while `f` runs ([`Lost::wait`] completes on a loss). See
     /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all)
     /// for the rules (errors, panics, renewals, `lost`).
     ///
@@ -49,16 +47,8 @@ impl Locker {
     ///     .await?;
     /// # let _ = fence; Ok(()) }
     /// ```
-    pub async fn with_lock<T, E, F>(&self, key: &str, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: AsyncFnOnce(&Lease, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.acquire_with(key, options.acquire), options.extend, f).await
-    }
+    AsyncFnOnce, "awaits", async .await
 }
-
-crate::handle::with_calls!(AsyncFnOnce, "awaits", async .await);
 
 /// Awaits `f(&guard, &lost)` on the lease `acquire` yields, of any kind,
 /// with the renewer selected against it when `extend`, then releases the

@@ -311,20 +311,17 @@ impl Commands {
         calls: &[ScriptCall],
         until: Option<Instant>,
     ) -> Result<ReleaseReplies, Failure> {
-        let timeout = match until {
-            Some(until) => until.saturating_duration_since(now()),
-            None => self.inner.timeout,
-        };
+        let timeout = until.map_or(self.inner.timeout, |at| at.saturating_duration_since(now()));
         if timeout.is_zero() {
             return Ok(calls.iter().map(|_| None).collect());
         }
+        let pipe = pipeline_loading(calls);
+        let bytes = pipe.get_packed_pipeline();
         loop {
             let (Conn::One(mut one), reused) = self.checkout().map_err(Failure::NotSent)? else {
                 return Ok(calls.iter().map(|_| None).collect());
             };
             one.set_timeout(timeout).map_err(Failure::Sent)?;
-            let pipe = pipeline_loading(calls);
-            let bytes = pipe.get_packed_pipeline();
             let probe = reused && one.needs_probe();
             match send_probed(one.as_mut(), &bytes, probe) {
                 Probe::Stale => continue,

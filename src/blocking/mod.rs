@@ -19,10 +19,14 @@
 mod connection;
 mod election;
 mod front;
-mod locker;
 mod with_lock;
 
 pub(crate) use front::wait;
-pub use locker::Locker;
+
+/// A lease client for std threads: `Locker<Blocking>` (see
+/// [`Locker`](crate::Locker) for what every locker and its examples do).
+/// Each call runs on the caller's thread and returns its result; dropping
+/// a held lease releases it at once.
+pub type Locker = crate::Locker<crate::front::Blocking>;
 
 crate::front::aliases!(Blocking);

@@ -1,5 +1,5 @@
-//! The blocking calls that take a closure, for every kind: `with_lock`,
-//! and through `handle::with_calls!` `with_all`, `with_permit`,
+//! The blocking calls that take a closure, for every kind: through
+//! `handle::with_calls!` `with_lock`, `with_all`, `with_permit`,
 //! `with_read`, `with_write` (acquire, run the closure, always release),
 //! and `keep_alive`; with `extend(true)` the shared renewer runs on a
 //! scoped thread.
@@ -8,7 +8,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::front::drive;
 use super::{Lease, Locker, MultiLease, Permit, ReadLease, RwLock, Semaphore, WriteLease};
-use crate::config::WithLock;
 use crate::driver::ops::StopSignal;
 use crate::error::{Error, LostCause};
 use crate::front::Blocking;
@@ -19,10 +18,11 @@ use crate::lost::Lost;
 /// A lease of kind `K` on this front end.
 type Guard<K> = crate::Lease<Blocking, K>;
 
-impl Locker {
+crate::handle::with_calls! {
     /// Acquires `key`, runs `f(&lease, &lost)` and releases the lease
-    /// afterwards, whatever `f` did; with [`WithLock::extend`] a scoped
-    /// thread renews the lease while `f` runs. See
+    /// afterwards, whatever `f` did; with
+    /// [`WithLock::extend`](crate::WithLock::extend) a scoped thread renews
+    /// the lease while `f` runs. See
     /// [`Locker`](crate::Locker#work-while-holding-with_lock-with_permit-with_read-with_write-with_all)
     /// for the rules (errors, panics, renewals, `lost`).
     ///
@@ -42,16 +42,8 @@ impl Locker {
     /// })?;
     /// # let _ = rows; Ok(()) }
     /// ```
-    pub fn with_lock<T, E, F>(&self, key: &str, options: WithLock, f: F) -> Result<T, E>
-    where
-        E: From<Error>,
-        F: FnOnce(&Lease, &Lost) -> Result<T, E>,
-    {
-        run_holding(self.acquire_with(key, options.acquire), options.extend, f)
-    }
+    FnOnce, "runs"
 }
-
-crate::handle::with_calls!(FnOnce, "runs");
 
 /// Runs `f(&guard, &lost)` on the `acquired` lease of any kind, with the
 /// renewer on a scoped thread when `extend`, then releases the guard

@@ -166,21 +166,14 @@ impl<F: Front> Election<F> {
             Err(e) => return F::ready(Err(e)),
         };
         keeper_threads::warm();
-        let shared = self.locker.shared();
-        let (name, for_start) = (&self.name, value.clone());
+        let (shared, name, len) = (self.locker.shared(), &self.name, value.as_bytes().len());
         let start = move || {
-            Acquire::start_valued(
-                &shared.state,
-                name,
-                Want::Leader,
-                Some(for_start),
-                options,
-                now(),
-            )
-            .map_err(Err)
+            let value = Some(value);
+            Acquire::start_valued(&shared.state, name, Want::Leader, value, options, now())
+                .map_err(Err)
         };
         F::run(shared, None, start, move |granted| {
-            granted.map(|granted| Leadership::new(Lease::new(shared.clone(), granted), &value))
+            granted.map(|granted| Leadership::new(Lease::new(shared.clone(), granted), len))
         })
     }
 
@@ -309,7 +302,7 @@ pub struct Leadership<F: Front> {
 }
 
 impl<F: Front> Leadership<F> {
-    fn new(lease: Lease<F, kind::Leader>, value: &LeaderValue) -> Self {
+    fn new(lease: Lease<F, kind::Leader>, value_len: usize) -> Self {
         let lost = lease.held().lost_signal(true);
         let keeper = Keeper::start(&lease, &lost);
         let version = Version::new(lease.fence().get(), 0);
@@ -317,7 +310,7 @@ impl<F: Front> Leadership<F> {
             lease: Some(lease),
             keeper,
             lost,
-            last: Mutex::new((version, value.as_bytes().len())),
+            last: Mutex::new((version, value_len)),
         }
     }
 
@@ -386,35 +379,24 @@ impl<F: Front> Leadership<F> {
             Ok(value) => value,
             Err(e) => return F::ready(Err(e)),
         };
-        let (state, id, len) = (
-            &lease.shared().state,
-            lease.held().id,
-            value.as_bytes().len(),
-        );
+        let (state, id) = (&lease.shared().state, lease.held().id);
+        let len = value.as_bytes().len();
         // Under the lease's serial lock: `last` is exact.
         let start = move || {
             let last = self.last.lock().0;
             let call = state.with_core(|core| core.proclaim_call(id, &value, last));
             let call = call.map_err(Err)?;
-            Ok(Single::new(
-                state,
-                Operation::Proclaim,
-                call,
-                classify_proclaim,
-            ))
+            let single = Single::new(state, Operation::Proclaim, call, classify_proclaim);
+            Ok(single)
         };
-        F::run(
-            lease.shared(),
-            Some(lease.serial()),
-            start,
-            move |reply| match reply? {
-                ProclaimReply::Proclaimed(version) => {
-                    *self.last.lock() = (version, len);
-                    Ok(version)
-                }
-                ProclaimReply::Ended(outcome) => Err(self.end(outcome)),
-            },
-        )
+        let serial = Some(lease.serial());
+        F::run(lease.shared(), serial, start, move |reply| match reply? {
+            ProclaimReply::Proclaimed(version) => {
+                *self.last.lock() = (version, len);
+                Ok(version)
+            }
+            ProclaimReply::Ended(outcome) => Err(self.end(outcome)),
+        })
     }
 
     /// Redis found the leadership over: it is never valid again, its

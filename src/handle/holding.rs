@@ -55,16 +55,27 @@ impl Lost {
     }
 }
 
-/// The calls that take a closure on every kind but a single key's lock,
-/// written once for both front ends: `with_all`, `with_permit`,
-/// `with_read` and `with_write`, each an acquire of its kind handed to the
-/// front end's own `run_holding` (`with_lock`, whose example differs per
-/// front end, is written in each). `$bound` is the closure's trait
-/// (`FnOnce`, `AsyncFnOnce`) and `$runs` the docs' verb; an async front
-/// end adds `async .await`.
+/// The calls that take a closure, written once for both front ends:
+/// `with_lock` (under the front end's own docs, `$lock_doc`: its example
+/// differs), `with_all`, `with_permit`, `with_read` and `with_write`, each
+/// an acquire of its kind handed to the front end's own `run_holding`.
+/// `$bound` is the closure's trait (`FnOnce`, `AsyncFnOnce`) and `$runs`
+/// the docs' verb; an async front end adds `async .await`.
 macro_rules! with_calls {
-    ($bound:ident, $runs:literal $(, $asyncness:ident $($await:tt)*)?) => {
+    (
+        $(#[$lock_doc:meta])*
+        $bound:ident, $runs:literal $(, $asyncness:ident $($await:tt)*)?
+    ) => {
         impl Locker {
+            $(#[$lock_doc])*
+            pub $($asyncness)? fn with_lock<T, E, F>(&self, key: &str, options: $crate::WithLock, f: F) -> Result<T, E>
+            where
+                E: From<$crate::Error>,
+                F: $bound(&Lease, &$crate::Lost) -> Result<T, E>,
+            {
+                run_holding(self.acquire_with(key, options.acquire), options.extend, f) $($($await)*)?
+            }
+
             #[doc = concat!(
                 "Acquires every key of `keys` at once ([`Locker::acquire_all`](crate::Locker::acquire_all)), ",
                 $runs, " `f(&lease, &lost)` and releases all of them afterwards, exactly as ",

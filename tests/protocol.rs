@@ -605,7 +605,7 @@ fn every_script_loads_into_redis() {
     let server = RedisServer::start();
     let names = script_names();
     assert!(names.len() >= 18, "{names:?}");
-    for name in names {
+    for name in &names {
         let source = script_source(name).unwrap_or_else(|e| panic!("{e}"));
         let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
             .arg("LOAD")

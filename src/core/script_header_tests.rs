@@ -289,7 +289,7 @@ fn every_script_header_names_the_keys_and_arguments_its_calls_send() {
         seen.push(call.kind);
     }
     for kind in ScriptKind::ALL {
-        assert!(seen.contains(&kind), "no call of {kind:?} was checked");
+        assert!(seen.contains(kind), "no call of {kind:?} was checked");
     }
 }
 

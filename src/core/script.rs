@@ -353,19 +353,20 @@ impl ScriptCall {
         }
     }
 
-    /// The release by token of `keys` with script `kind` (a lease key's
+    /// The release by `token` (its hex, or a hold's whole value) of `keys`
+    /// with script `kind` (a lease key's
     /// release, a reader's, a semaphore token's in whichever of the slots
     /// `keys` holds it), notifying `line`'s waiters.
     pub(crate) fn release(
         kind: ScriptKind,
         keys: Vec<String>,
         line: LineKey,
-        token: OwnerToken,
+        token: String,
         namespace: &str,
         channel: Channel,
     ) -> Self {
         let args = vec![
-            token.to_hex(),
+            token,
             channel.publish_command().to_owned(),
             channel.name(namespace, line.id),
             line.message(),
@@ -375,8 +376,8 @@ impl ScriptCall {
 
     /// The renew by token of the lease key `key` (a lock's, a permit's
     /// slot, a writer's: `Renew`; a reader's: `RwReadRenew`).
-    pub(crate) fn renew(kind: ScriptKind, key: String, token: OwnerToken, lease_ms: u64) -> Self {
-        let args = vec![token.to_hex(), lease_ms.to_string()];
+    pub(crate) fn renew(kind: ScriptKind, key: String, token: String, lease_ms: u64) -> Self {
+        let args = vec![token, lease_ms.to_string()];
         ScriptCall {
             kind,
             keys: vec![key],
@@ -453,6 +454,10 @@ pub(crate) enum AcquireReply {
     /// microsecond (`PTTL`'s millisecond plus where Redis's clock stood in
     /// it): a retry can be timed to reach Redis as the key expires.
     BusyFor(Duration),
+    /// Busy as [`Busy`](Self::Busy), and the attempt registered the
+    /// locker at this server time (`TIME`, ms): a lock's (docs/PROTOCOL.md
+    /// §4.3).
+    Registered(Option<Duration>, u64),
 }
 
 /// A reply whose shape none of the scripts produce. Its `Display` names the
@@ -503,6 +508,15 @@ pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError
         // -1: held without expiry; -2: gone between the checks. Neither
         // tells when the lock frees up.
         Value::Int(-2 | -1) | Value::Nil => Ok(AcquireReply::Busy(None)),
+        Value::Array(items) => match items.as_slice() {
+            [busy @ Value::Int(_), Value::Int(at)] if *at > 0 => match classify_acquire(busy)? {
+                AcquireReply::Busy(remaining) => {
+                    Ok(AcquireReply::Registered(remaining, at.unsigned_abs()))
+                }
+                _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+            },
+            _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+        },
         _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
     }
 }
@@ -591,7 +605,9 @@ pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> 
             _ => Err(unexpected()),
         },
         Value::Int(_) | Value::Nil => match classify_acquire(value) {
-            Ok(AcquireReply::Busy(remaining)) => Ok(PermitReply::Busy(remaining)),
+            Ok(AcquireReply::Busy(remaining) | AcquireReply::Registered(remaining, _)) => {
+                Ok(PermitReply::Busy(remaining))
+            }
             _ => Err(unexpected()),
         },
         _ => Err(unexpected()),
@@ -852,7 +868,7 @@ pub(crate) mod tests {
             ScriptKind::SemReleaseAny,
             names.slots(3).collect(),
             line,
-            token,
+            token.to_hex(),
             "ns",
             Channel::Standalone,
         );

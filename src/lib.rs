@@ -69,7 +69,7 @@
 //! | [`min_replicas`](Config::min_replicas) | off | `WAIT n timeout` after acquire and renew |
 //! | [`fence_counter_ttl`](Config::fence_counter_ttl) | never | let unused fence counters expire |
 //! | [`handover`](Config::handover) | on | waiting lockers register in the key's queue in Redis and a release hands the lease to the next one (`docs/PROTOCOL.md`) |
-//! | [`claim_window`](Config::claim_window) | 4 × the connect round trip, ≥ 100 ms | how long a lease handed over waits for its claim; a dead or paused grantee costs the others this long |
+//! | [`claim_window`](Config::claim_window) | 4 × the connect round trip, ≥ 100 ms | how long a lease handed over lasts before its claim or extension; a dead or paused grantee costs the others this long |
 //! | [`key_hash_tags`](Config::key_hash_tags) | off | a key's Redis hash tag decides where its names are stored, so keys of one tag share a Cluster slot (multi-key leases); one setting per namespace, checked at connect |
 //! | [`max_value_bytes`](Config::max_value_bytes) | 4 KiB | longest election value |
 //!
@@ -645,8 +645,11 @@
 //!   the lease and 20 ms after the release, for a worker loop's next
 //!   acquire, then takes it out); a
 //!   grant is published as
-//!   `sha:g:<reg>:<fence>:<claim_ms>` (older versions also published a
-//!   claim as `sha:c:<fence>`, still understood);
+//!   `sha:g:<reg>:<fence>:<claim_ms>:<server_ms>` (older versions published
+//!   no server time, and also a claim as `sha:c:<fence>`, still understood);
+//!   a waiter of another process takes a lock's grant from that notice
+//!   without a claim, the lease held as `<grant token>:<fence>` until the
+//!   locker's subscriber extends it (docs/PROTOCOL.md §4.3);
 //! - channel `ns:lock-released`: release notifications, message `sha`
 //!   (`sem:sha` for a semaphore, `rw:sha` for a read-write lease);
 //! - for a semaphore of key `k`: `ns:sem:{sha}:<slot>` (a permit, value
@@ -655,7 +658,7 @@
 //!   permit count in use, never expires), and while lockers wait the hand-over
 //!   queue as for a lock (`ns:sem-queue:{sha}`, `ns:sem-queued:{sha}`,
 //!   `ns:sem-reg:{sha}:<reg>`; a freed slot is granted as
-//!   `sem:sha:g:<reg>:<fence>:<claim_ms>`);
+//!   `sem:sha:g:<reg>:<fence>:<claim_ms>:<server_ms>`, and claimed);
 //! - for a read-write lease of key `k`: `ns:rw-write:{sha}` (the writer,
 //!   `<owner token>:<fence>`, TTL the lease), `ns:rw-read:{sha}` (the readers:
 //!   a sorted set of owner tokens scored by their expiry in server ms, expiring

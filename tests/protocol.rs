@@ -369,8 +369,90 @@ fn is_fence(v: &Value) -> bool {
     matches!(v, Value::BulkString(_))
 }
 
+/// Busy: the ms to wait, or a lock's `{ms, TIME ms}` when the attempt
+/// registered.
 fn is_busy(v: &Value) -> bool {
-    matches!(v, Value::Int(_))
+    match v {
+        Value::Int(_) => true,
+        Value::Array(items) => matches!(items[..], [Value::Int(_), Value::Int(at)] if at > 0),
+        _ => false,
+    }
+}
+
+/// A registering lock attempt answers busy with the server's time; the
+/// grant's notice carries the grant's server time, and a release or renew
+/// by the whole value of a hold `<grant token>:<fence>` matches that hold
+/// only (docs/PROTOCOL.md §4.3).
+#[test]
+fn a_grant_carries_its_time_and_a_hold_is_matched_whole() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-claimless", "k");
+    assert!(is_fence(&s.lock("holder", 10_000, None)));
+    let waiting = Handover::waiting("W", "grant-w");
+    let Value::Array(busy) = s.lock("w", 10_000, Some(waiting)) else {
+        panic!("a registering attempt answers busy with the server's time");
+    };
+    let Value::Int(registered_at) = busy[1] else {
+        panic!("{busy:?}");
+    };
+    let mut pubsub = server.conn();
+    pubsub
+        .send_packed_command(
+            &redis::cmd("SUBSCRIBE")
+                .arg(s.names.channel())
+                .get_packed_command(),
+        )
+        .expect("subscribe");
+    pubsub.recv_response().expect("the confirmation");
+    assert_eq!(s.unlock("holder"), Value::Int(3), "handed over");
+    let notice = pubsub.recv_response().expect("the grant's notice");
+    // RESP2 `message, channel, payload`, or a RESP3 push of the last two.
+    let payload = match &notice {
+        Value::Push { data, .. } => data.last(),
+        Value::Array(items) => items.last(),
+        _ => None,
+    };
+    let Some(Value::BulkString(payload)) = payload else {
+        panic!("{notice:?}");
+    };
+    let payload = String::from_utf8(payload.clone()).expect("text");
+    let parts: Vec<&str> = payload.split(':').collect();
+    // <sha>:g:<reg>:<fence>:<claim ms>:<server ms>
+    assert_eq!(parts[1..3], ["g", "W"], "{payload}");
+    let fence = parts[3];
+    let at: i64 = parts[5].parse().expect("a server time");
+    assert!(
+        at >= registered_at,
+        "granted after it registered: {payload}"
+    );
+    let lock = s.names.of("lock");
+    let hold = format!("grant-w:{fence}");
+    assert_eq!(s.get(&lock), Some(hold.clone()));
+
+    let renew = |token: &str| {
+        s.run(
+            "RENEW_LUA",
+            std::slice::from_ref(&lock),
+            &[token.to_owned(), "10000".to_owned()],
+        )
+    };
+    assert_eq!(
+        renew(&format!("grant-w:{}", fence.parse::<u64>().unwrap() - 1)),
+        Value::Int(2)
+    );
+    assert_eq!(renew(&hold), Value::Int(1), "the hold itself");
+    assert_eq!(s.unlock("grant-w:1"), Value::Int(2), "another grant's hold");
+    assert_eq!(
+        s.unlock(&hold),
+        Value::Int(3),
+        "released by its whole value, and granted to the same registration again"
+    );
+    let later = s.get(&lock).expect("the next grant");
+    assert_ne!(later, hold);
+    // A replay of the old hold's release or renew leaves the later grant.
+    assert_eq!(s.unlock(&hold), Value::Int(2));
+    assert_eq!(renew(&hold), Value::Int(2));
+    assert_eq!(s.get(&lock), Some(later));
 }
 
 /// A writer excludes every reader: a read attempt whose queue starts with a
@@ -605,7 +687,7 @@ fn every_script_loads_into_redis() {
     let server = RedisServer::start();
     let names = script_names();
     assert!(names.len() >= 18, "{names:?}");
-    for name in names {
+    for name in &names {
         let source = script_source(name).unwrap_or_else(|e| panic!("{e}"));
         let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
             .arg("LOAD")

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use super::claimless::{Anchor, Extension};
 use super::election::{campaign_call, LeaderValue};
-use super::lease::{deadline_after, LeaseClock};
+use super::lease::{deadline_after, LeaseClock, SharedClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
 use super::multi::{classify_multi, KeyFences, MultiReply};
 use super::names::{
@@ -65,6 +66,10 @@ pub(crate) struct CoreSettings {
     handover_wanted: bool,
     /// `None`: the default, tied to the round trip measured at connect.
     claim_window: Option<Duration>,
+    /// Whether a lock's grant may be taken from its notice without the
+    /// claim (`core/claimless.rs`): with one server's clock for every
+    /// reply and notice, not on Redis Cluster.
+    pub(crate) claimless: bool,
 }
 
 /// A locker's part in the lock's hand-over queues.
@@ -95,6 +100,7 @@ impl CoreSettings {
             handover: None,
             handover_wanted: config.handover,
             claim_window: config.claim_window,
+            claimless: channel == Channel::Standalone,
         }
     }
 
@@ -144,7 +150,9 @@ pub(crate) struct Grant {
     pub(crate) slot: Option<u32>,
     /// A multi-key lease's keys and their fences, in its caller's order.
     pub(crate) multi: Option<KeyFences>,
-    pub(crate) clock: LeaseClock,
+    /// Shared with the core while it extends a grant taken without its
+    /// claim (`core/claimless.rs`).
+    pub(crate) clock: SharedClock,
 }
 
 /// What a waiter must do next.
@@ -229,10 +237,7 @@ struct Waiter {
 
 impl Waiter {
     fn owned(&self) -> Owned {
-        Owned {
-            target: self.target.held(),
-            token: self.token,
-        }
+        Owned::new(self.target.held(), self.token)
     }
 
     /// Whether its attempts may have left reservations: a multi-key
@@ -297,6 +302,14 @@ pub(crate) struct Core {
     safety_polls: u64,
     pub(super) wakeups: Wakeups,
     pub(super) events: VecDeque<CoreEvent>,
+    /// The last registering attempt's send and the server's time it ran
+    /// at (`core/claimless.rs`).
+    pub(super) anchor: Option<Anchor>,
+    /// Grants taken without their claim, to extend.
+    pub(super) extensions: Vec<Extension>,
+    /// Registrations taken out whose grant token is to be released once
+    /// no hold taken without its claim is under it (`park_held`).
+    pub(super) parked: Vec<Owned>,
 }
 
 impl Core {
@@ -318,6 +331,9 @@ impl Core {
             safety_polls: 0,
             wakeups: Wakeups::default(),
             events: VecDeque::new(),
+            anchor: None,
+            extensions: Vec::new(),
+            parked: Vec::new(),
         }
     }
 
@@ -556,7 +572,12 @@ impl Core {
                     other => other,
                 };
                 let leaving = match &outcome {
-                    Ok(grant) => Leaving::Acquired(grant.clock.lease()),
+                    Ok(grant) => Leaving::Acquired(
+                        grant.clock.lock().lease(),
+                        self.leases
+                            .get(grant.lease.0)
+                            .is_some_and(|o| o.hold.is_some()),
+                    ),
                     Err(_) => Leaving::Ended,
                 };
                 self.finish(now, id, leaving);
@@ -632,6 +653,7 @@ impl Core {
                 // comes back (§13).
                 let keep = second.is_some() || self.may_linger(line_key, try_once);
                 let register = !try_once && self.hears_grants(line_key.id);
+                let holds_a_grant = self.holds_a_grant(line_key);
                 let settings = &self.settings;
                 let handover = match (settings.handover, self.lines.get_mut(&line_key)) {
                     (Some(h), Some(line)) => {
@@ -650,7 +672,9 @@ impl Core {
                             channel_name: settings.channel.name(&settings.namespace, line_key.id),
                             message: line_key.message(),
                             grant_token: line.grant_token(token),
-                            registered: line.is_registered(),
+                            // A grant this locker holds without its claim
+                            // is another waiter's, not one to claim.
+                            registered: line.is_registered() && !holds_a_grant,
                             keep,
                             refresh,
                         })
@@ -678,6 +702,82 @@ impl Core {
                 WaiterStep::Wait(earliest_of(at, deadline.filter(|d| *d > now)))
             }
         }
+    }
+
+    /// A grant to this locker's registration in `key`'s lock line, with
+    /// `fence`, window `claim` and server time `at_ms`: its head waiter
+    /// takes it without the claim where that is safe (`core/claimless.rs`),
+    /// and the grant is extended later. Returns whether it was taken.
+    pub(super) fn take_grant(
+        &mut self,
+        now: Instant,
+        key: LineKey,
+        fence: Option<Fence>,
+        claim: Duration,
+        at_ms: Option<u64>,
+    ) -> bool {
+        let (Some(fence), Some(at_ms), Some(anchor), Some(h)) =
+            (fence, at_ms, self.anchor, self.settings.handover)
+        else {
+            return false;
+        };
+        let usable = self.settings.claimless
+            && key.kind == Kind::Lock
+            && !self.shutting_down
+            && self.leases.len() < self.settings.max_tracked_leases;
+        let Some(deadline) = anchor
+            .grant_deadline(at_ms, claim)
+            .filter(|d| usable && d.saturating_duration_since(now) >= claim / 2)
+        else {
+            return false;
+        };
+        let may_linger = self.may_linger(key, false);
+        let Some(line) = self.lines.get_mut(&key) else {
+            return false;
+        };
+        let Some(id) = line.head() else {
+            return false;
+        };
+        // The claim takes the registration out or refreshes it; without
+        // it, it stays as it is: queued for the next waiter, or lingering.
+        let keeps = line.second().is_some() || may_linger;
+        let refresh = line.refresh_due(now, Duration::from_millis(h.reg_ms / 2));
+        let Some(w) = self.waiters.get_mut(id.0) else {
+            return false;
+        };
+        // No attempt of this line may be in flight, nor an earlier send
+        // of unknown outcome: run after the grant, it would claim it.
+        let quiet = !line.is_settling(now) && w.failure.is_none();
+        if !keeps || refresh || !quiet || w.cancelled || w.try_once {
+            return false;
+        }
+        if !matches!(w.phase, Phase::Queued) {
+            return false;
+        }
+        line.attempt_registers(true, false);
+        line.handle_granted(now, false);
+        let mut owned = w.owned();
+        owned.token = line.grant_token(w.token);
+        owned.hold = Some(fence);
+        let lease = LeaseId(self.leases.insert(owned));
+        let clock = LeaseClock::until(deadline, Duration::from_millis(w.lease_ms)).shared();
+        self.extensions.push(Extension {
+            lease,
+            // Halfway: time for the renew to arrive, and a release before
+            // it (a short hold) makes it moot.
+            due: now + deadline.saturating_duration_since(now) / 2,
+            lease_ms: w.lease_ms,
+            clock: clock.clone(),
+        });
+        w.phase = Phase::Finished(Ok(Grant {
+            lease,
+            fence,
+            slot: None,
+            multi: None,
+            clock,
+        }));
+        self.events.push_back(CoreEvent::Wake(id));
+        true
     }
 
     /// Reports the reply (or the failure) of waiter `id`'s attempt.
@@ -762,15 +862,18 @@ impl Core {
                         fence,
                         slot,
                         multi,
-                        clock: LeaseClock::granted(first_sent, lease_len),
+                        clock: LeaseClock::granted(first_sent, lease_len).shared(),
                     })
                 };
                 w.phase = Phase::Finished(outcome);
                 return AttemptSummary::Acquired;
             }
-            Ok(Attempted::Busy(remaining, age, precise)) => {
+            Ok(Attempted::Busy(remaining, age, precise, registered_at)) => {
                 if let (Target::Multi { since, .. }, Some(age)) = (&mut w.target, age) {
                     *since = age;
+                }
+                if let Some(server_ms) = registered_at.filter(|_| registers) {
+                    self.anchor = Some(Anchor::new(submitted, server_ms));
                 }
                 if let Some(line) = line {
                     let expiry = remaining
@@ -799,6 +902,8 @@ impl Core {
             // Settled: Redis applied nothing, and waiting cannot help.
             Ok(Attempted::Refused(e)) => (e, None),
             Err(e) => {
+                // The server may have changed (a failover): its clock too.
+                self.anchor = None;
                 // Sticky until a settled reply: an earlier attempt of this
                 // token whose outcome is unknown may hold the key.
                 let unsettled = match w.failure {
@@ -857,7 +962,7 @@ impl Core {
         };
         let key = w.target.line();
         let may_linger =
-            matches!(leaving, Leaving::Acquired(_)) && self.may_linger(key, w.try_once);
+            matches!(leaving, Leaving::Acquired(..)) && self.may_linger(key, w.try_once);
         let (mut deferred, mut idle) = (false, Vec::new());
         if let Some(line) = self.lines.get_mut(&key) {
             let in_flight_until = match leaving {
@@ -874,7 +979,7 @@ impl Core {
                         key.kind,
                         Kind::Lock | Kind::Write | Kind::Leader | Kind::Multi
                     );
-                if let (Leaving::Acquired(lease), true) = (leaving, defers) {
+                if let (Leaving::Acquired(lease, _), true) = (leaving, defers) {
                     line.defer_head(now, lease, safety);
                     deferred = true;
                 }
@@ -889,15 +994,17 @@ impl Core {
                 self.lingering.insert(key);
             } else if line.is_empty() {
                 if let Some(token) = line.take_registration() {
-                    if !matches!(leaving, Leaving::Acquired(_)) {
+                    // A claim took it out of the queue; a grant taken
+                    // without one left it there.
+                    if !matches!(leaving, Leaving::Acquired(_, false)) {
                         let target = w.target.held();
-                        self.deregistrations.push(Owned { target, token });
+                        self.deregistrations.push(Owned::new(target, token));
                     }
                 }
             }
             // A multi-key waiter's reservations stop blocking others as it
             // leaves, not at their expiry (docs/PROTOCOL.md §6).
-            if w.reserves() && !matches!(leaving, Leaving::Acquired(_)) && !self.shutting_down {
+            if w.reserves() && !matches!(leaving, Leaving::Acquired(..)) && !self.shutting_down {
                 deregister_once(&mut self.deregistrations, w.owned());
             }
             if line.is_empty() && !lingers {
@@ -995,8 +1102,9 @@ enum Attempted {
     /// says so).
     Granted(Fence, Option<u32>, Option<Box<[Fence]>>, bool),
     /// Held: the holder's remaining time if known (to the microsecond:
-    /// `true`), and for a multi-key lease the waiter's age.
-    Busy(Option<Duration>, Option<u64>, bool),
+    /// `true`), for a multi-key lease the waiter's age, and for a lock's
+    /// attempt that registered the server's time it ran at (ms).
+    Busy(Option<Duration>, Option<u64>, bool, Option<u64>),
     /// Settled, and no retry can succeed.
     Refused(Error),
     /// Nothing applied: a semaphore's record is larger than the slots the
@@ -1021,7 +1129,7 @@ impl Attempted {
                         )
                     }
                     MultiReply::Busy { remaining, since } => {
-                        Attempted::Busy(remaining, Some(since), false)
+                        Attempted::Busy(remaining, Some(since), false, None)
                     }
                 })
             }
@@ -1032,7 +1140,7 @@ impl Attempted {
                         fence,
                         next_waits,
                     } => Attempted::Granted(fence, Some(slot), None, next_waits),
-                    PermitReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
+                    PermitReply::Busy(remaining) => Attempted::Busy(remaining, None, false, None),
                     PermitReply::MoreSlots(n) => Attempted::Again { slots: n },
                     PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
                         "permits",
@@ -1047,8 +1155,11 @@ impl Attempted {
         };
         Ok(match acquire {
             AcquireReply::Acquired(fence) => Attempted::Granted(fence, None, None, false),
-            AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None, false),
-            AcquireReply::BusyFor(remaining) => Attempted::Busy(Some(remaining), None, true),
+            AcquireReply::Busy(remaining) => Attempted::Busy(remaining, None, false, None),
+            AcquireReply::BusyFor(remaining) => Attempted::Busy(Some(remaining), None, true, None),
+            AcquireReply::Registered(remaining, at) => {
+                Attempted::Busy(remaining, None, false, Some(at))
+            }
         })
     }
 }
@@ -1056,8 +1167,9 @@ impl Attempted {
 /// Why a waiter leaves its line.
 #[derive(Debug, Clone, Copy)]
 enum Leaving {
-    /// It acquired a lease of this length.
-    Acquired(Duration),
+    /// It acquired a lease of this length; by a grant taken without its
+    /// claim (`true`), which leaves the registration queued.
+    Acquired(Duration, bool),
     /// Timed out, failed, cancelled or shut down.
     Ended,
     /// Its caller went away; an attempt may still be in flight until then.

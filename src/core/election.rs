@@ -25,7 +25,7 @@ use redis::Value;
 use super::core::{Core, LeaseId};
 use super::names::{hex, opaque_debug, Channel, KeyId, OwnerToken};
 use super::outcome::{Fence, RenewOutcome};
-use super::script::{lua, ReplyError, ScriptCall, ScriptKind};
+use super::script::{ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
 /// The Redis names of one election (docs/PROTOCOL.md §2), all under the
@@ -199,22 +199,6 @@ impl fmt::Debug for Leader {
             .finish_non_exhaustive()
     }
 }
-
-/// An election's campaign.
-/// Its KEYS, ARGV and replies: `src/scripts/campaign.lua`.
-pub(crate) const CAMPAIGN_LUA: &str = lua!("fence", "election", "campaign");
-
-/// A leader's proclaim of a new value.
-/// Its KEYS, ARGV and replies: `src/scripts/proclaim.lua`.
-pub(crate) const PROCLAIM_LUA: &str = lua!("election", "proclaim");
-
-/// A leader's resign.
-/// Its KEYS, ARGV and replies: `src/scripts/resign.lua`.
-pub(crate) const RESIGN_LUA: &str = lua!("election", "resign");
-
-/// The read of an election's leader and log (read-only).
-/// Its KEYS, ARGV and replies: `src/scripts/elect_read.lua`.
-pub(crate) const READ_LUA: &str = lua!("elect_read");
 
 /// A call of election script `kind` on `keys`: its own `args`, then where
 /// it publishes (the command, the channel, the sha).

@@ -11,7 +11,10 @@
 //!     └──release─────────┴──────────────────▶ Ended (never valid again)
 //! ```
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use super::outcome::{ReleaseOutcome, RenewOutcome};
 
@@ -20,6 +23,9 @@ use super::outcome::{ReleaseOutcome, RenewOutcome};
 pub(crate) fn deadline_after(now: Instant, d: Duration) -> Option<Instant> {
     now.checked_add(d)
 }
+
+/// A lease's clock as its holder and the core share it.
+pub(crate) type SharedClock = Arc<Mutex<LeaseClock>>;
 
 /// Why a lease stopped being valid for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +75,24 @@ impl LeaseClock {
                 valid_until: deadline_after(submitted_at, lease),
             },
         }
+    }
+
+    /// A lease taken from a grant's notice without its claim
+    /// (docs/PROTOCOL.md §4.3): valid until `deadline`, the lower bound of
+    /// the grant's expiry on this clock, then `lease` from each renew.
+    pub(crate) fn until(deadline: Instant, lease: Duration) -> Self {
+        LeaseClock {
+            lease,
+            state: State::Held {
+                valid_until: Some(deadline),
+            },
+        }
+    }
+
+    /// This clock shared between the holder and the core, which extends a
+    /// grant taken without its claim.
+    pub(crate) fn shared(self) -> SharedClock {
+        Arc::new(Mutex::new(self))
     }
 
     /// `None` once ended; otherwise the deadline (`None` inside: beyond any instant).

@@ -170,6 +170,7 @@ impl Core {
     /// registration's bound and the grant's claim window).
     pub(crate) fn take_pass_ons(&mut self) -> Vec<(KeyId, Vec<ScriptCall>)> {
         let leaving = std::mem::take(&mut self.pass_ons);
+        self.park_held(&leaving);
         leaving
             .iter()
             .map(|owned| {
@@ -202,6 +203,6 @@ impl Core {
             slot: None,
             members: None,
         };
-        token.map(|token| Owned { target, token })
+        token.map(|token| Owned::new(target, token))
     }
 }

@@ -39,6 +39,7 @@
 //! A `Wait` deadline is soft: polling early is harmless, polling late only
 //! delays the retry.
 
+pub(crate) mod claimless;
 #[allow(clippy::module_inception)]
 pub(crate) mod core;
 pub(crate) mod election;

@@ -22,7 +22,7 @@ use crate::config::ResolvedOptions;
 
 use super::names::{validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId};
 use super::outcome::Fence;
-use super::script::{lua, parse_fence, ReplyError, ScriptCall, ScriptKind};
+use super::script::{parse_fence, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
 /// The most keys one multi-key lease takes: it bounds the scripts' work.
@@ -287,18 +287,6 @@ pub(crate) fn multi_release_call(
     names.extend(others.into_iter().map(|n| n.queue.list));
     ScriptCall::new(ScriptKind::MultiRelease, names, args)
 }
-
-/// A multi-key lease's acquire: every key at once, or reservations.
-/// Its KEYS, ARGV and replies: `src/scripts/multi_acquire.lua`.
-pub(crate) const MULTI_ACQUIRE_LUA: &str = lua!("fence", "handover", "multi_acquire");
-
-/// A multi-key lease's renew.
-/// Its KEYS, ARGV and replies: `src/scripts/multi_renew.lua`.
-pub(crate) const MULTI_RENEW_LUA: &str = lua!("multi_renew");
-
-/// A multi-key lease's release, handing each key over.
-/// Its KEYS, ARGV and replies: `src/scripts/multi_release.lua`.
-pub(crate) const MULTI_RELEASE_LUA: &str = lua!("fence", "handover", "multi_release");
 
 impl Core {
     /// Starts an acquire of every key of `keys` at once. The waiter joins

@@ -9,6 +9,8 @@ use sha2::{Digest, Sha256};
 
 use super::election::{ElectNames, LeaderValue};
 use super::multi::KeySet;
+use super::outcome::Fence;
+use super::script::parse_fence;
 use crate::error::Error;
 
 /// The SHA-256 of a key: identifies a key's line and its notifications
@@ -273,7 +275,7 @@ impl RegId {
 }
 
 /// What a hand-over notification says (docs/PROTOCOL.md §4.2, §4.3): the
-/// payload `<message>:g:<entry>:<fence>:<claim_ms>` for a grant to the
+/// payload `<message>:g:<entry>:<fence>:<claim_ms>:<ms>` for a grant to the
 /// queue entry `entry` ([`LineKey::queue_entry`]), `<message>:c:<fence>`
 /// for a grant that was claimed (published only by older lockers, still
 /// heard), where `<message>` is the line's release
@@ -282,7 +284,14 @@ impl RegId {
 /// line: the line is the writers').
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handover {
-    Granted { reg: RegId, claim: Duration },
+    /// A grant to `reg`'s registration, with its fence and claim window,
+    /// and the grant's server time in ms (`None` from older versions).
+    Granted {
+        reg: RegId,
+        fence: Option<Fence>,
+        claim: Duration,
+        at_ms: Option<u64>,
+    },
     Claimed,
 }
 
@@ -306,11 +315,14 @@ impl Handover {
                     entry = rest;
                 }
                 let reg = RegId::from_hex(entry)?;
-                let _fence = parts.next()?;
-                let claim = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+                let fence = parse_fence(parts.next()?);
+                let number = |part: &[u8]| std::str::from_utf8(part).ok()?.parse().ok();
+                let claim = number(parts.next()?)?;
                 Handover::Granted {
                     reg,
+                    fence,
                     claim: Duration::from_millis(claim),
+                    at_ms: parts.next().and_then(number),
                 }
             }
             b"c" => Handover::Claimed,
@@ -843,17 +855,22 @@ mod tests {
         for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Leader) {
             let line = LineKey { kind, id };
             let grant = format!("{}:g:{}:17:100", line.message(), line.queue_entry(reg));
-            assert_eq!(
-                Handover::parse(grant.as_bytes()),
+            let granted = |at_ms| {
                 Some((
                     line,
                     Handover::Granted {
                         reg,
-                        claim: Duration::from_millis(100)
-                    }
-                )),
-                "{kind:?}"
-            );
+                        fence: Some(Fence::new(17)),
+                        claim: Duration::from_millis(100),
+                        at_ms,
+                    },
+                ))
+            };
+            // Older versions publish no server time.
+            assert_eq!(Handover::parse(grant.as_bytes()), granted(None), "{kind:?}");
+            let timed = format!("{grant}:1700000000123");
+            let at = Some(1_700_000_000_123);
+            assert_eq!(Handover::parse(timed.as_bytes()), granted(at), "{kind:?}");
             let claim = format!("{}:c:17", line.message());
             let claimed_line = match kind {
                 // A claim names the lease, not the side: the writers' line

@@ -14,8 +14,6 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::election::{CAMPAIGN_LUA, PROCLAIM_LUA, READ_LUA, RESIGN_LUA};
-use super::multi::{MULTI_ACQUIRE_LUA, MULTI_RELEASE_LUA, MULTI_RENEW_LUA};
 use super::names::{Channel, LineKey, OwnerToken, QueueNames, Target};
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 
@@ -30,145 +28,86 @@ macro_rules! lua {
 }
 pub(crate) use lua;
 
-/// A lock's acquire: a grant, a replay or a claim, or busy (and a registration).
-/// Its KEYS, ARGV and replies: `src/scripts/acquire.lua`.
-pub(crate) const ACQUIRE_LUA: &str = lua!("fence", "handover", "acquire");
+/// The scripts, one line each: the variant of [`ScriptKind`], its name in
+/// errors, and the files its text is composed of (`lua!`: the fragments it
+/// uses, then its own file, whose header lists its KEYS, ARGV and replies).
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $kind:ident $name:literal = [$($file:literal),+];)+) => {
+        /// Which of the scripts.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub(crate) enum ScriptKind {
+            $($(#[$doc])* $kind,)+
+        }
 
-/// The release of a lease key by token (a lock, a permit's slot, a writer), handing the key to the next registration.
-/// Its KEYS, ARGV and replies: `src/scripts/release.lua`.
-pub(crate) const RELEASE_LUA: &str = lua!("fence", "handover", "rw_handover", "release");
+        impl ScriptKind {
+            /// Every script, in the order of the variants.
+            pub(crate) const ALL: &[ScriptKind] = &[$(ScriptKind::$kind),+];
 
-/// The renew of a lease key by token.
-/// Its KEYS, ARGV and replies: `src/scripts/renew.lua`.
-pub(crate) const RENEW_LUA: &str = lua!("renew");
+            pub(crate) fn source(self) -> &'static str {
+                match self {
+                    $(ScriptKind::$kind => lua!($($file),+),)+
+                }
+            }
 
-/// Takes a locker's registration out of a hand-over queue.
-/// Its KEYS, ARGV and replies: `src/scripts/deregister.lua`.
-pub(crate) const DEREGISTER_LUA: &str = lua!("deregister");
-
-/// A semaphore's acquire: a free slot, a replay or a claim, or busy.
-/// Its KEYS, ARGV and replies: `src/scripts/sem_acquire.lua`.
-pub(crate) const SEM_ACQUIRE_LUA: &str = lua!("fence", "handover", "sem_acquire");
-
-/// The release of a semaphore token whose slot is unknown.
-/// Its KEYS, ARGV and replies: `src/scripts/sem_release_any.lua`.
-pub(crate) const SEM_RELEASE_ANY_LUA: &str = lua!("sem_release_any");
-
-/// A read-write lease's read.
-/// Its KEYS, ARGV and replies: `src/scripts/rw_read.lua`.
-pub(crate) const RW_READ_LUA: &str = lua!("fence", "handover", "rw_handover", "rw_read");
-
-/// A read-write lease's write.
-/// Its KEYS, ARGV and replies: `src/scripts/rw_write.lua`.
-pub(crate) const RW_WRITE_LUA: &str = lua!("fence", "handover", "rw_handover", "rw_write");
-
-/// The release of a reader, handing the lease over when it was the last.
-/// Its KEYS, ARGV and replies: `src/scripts/rw_read_release.lua`.
-pub(crate) const RW_READ_RELEASE_LUA: &str =
-    lua!("fence", "handover", "rw_handover", "rw_read_release");
-
-/// The renew of a reader.
-/// Its KEYS, ARGV and replies: `src/scripts/rw_read_renew.lua`.
-pub(crate) const RW_READ_RENEW_LUA: &str = lua!("rw_read_renew");
-
-/// Which of the scripts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ScriptKind {
-    Acquire,
-    Release,
-    Renew,
-    SemAcquire,
-    SemReleaseAny,
-    RwRead,
-    RwWrite,
-    RwReadRelease,
-    RwReadRenew,
-    /// An election's campaign, proclaim, resign and read (`core/election.rs`).
-    Campaign,
-    Proclaim,
-    Resign,
-    ElectRead,
-    Deregister,
-    /// A multi-key lease's acquire, renew and release (`core/multi.rs`).
-    MultiAcquire,
-    MultiRenew,
-    MultiRelease,
+            fn name(self) -> &'static str {
+                match self {
+                    $(ScriptKind::$kind => $name,)+
+                }
+            }
+        }
+    };
 }
 
-/// Every script's text and its name in errors, in the order of
-/// [`ScriptKind`]'s variants (`kind as usize` indexes it; a test checks).
-const SCRIPTS: [(ScriptKind, &str, &str); 17] = [
-    (ScriptKind::Acquire, ACQUIRE_LUA, "acquire"),
-    (ScriptKind::Release, RELEASE_LUA, "release"),
-    (ScriptKind::Renew, RENEW_LUA, "renew"),
-    (ScriptKind::SemAcquire, SEM_ACQUIRE_LUA, "semaphore acquire"),
-    (
-        ScriptKind::SemReleaseAny,
-        SEM_RELEASE_ANY_LUA,
-        "semaphore release",
-    ),
-    (ScriptKind::RwRead, RW_READ_LUA, "read"),
-    (ScriptKind::RwWrite, RW_WRITE_LUA, "write"),
-    (
-        ScriptKind::RwReadRelease,
-        RW_READ_RELEASE_LUA,
-        "read release",
-    ),
-    (ScriptKind::RwReadRenew, RW_READ_RENEW_LUA, "read renew"),
-    (ScriptKind::Campaign, CAMPAIGN_LUA, "campaign"),
-    (ScriptKind::Proclaim, PROCLAIM_LUA, "proclaim"),
-    (ScriptKind::Resign, RESIGN_LUA, "resign"),
-    (ScriptKind::ElectRead, READ_LUA, "leader read"),
-    (ScriptKind::Deregister, DEREGISTER_LUA, "deregister"),
-    (
-        ScriptKind::MultiAcquire,
-        MULTI_ACQUIRE_LUA,
-        "multi-key acquire",
-    ),
-    (ScriptKind::MultiRenew, MULTI_RENEW_LUA, "multi-key renew"),
-    (
-        ScriptKind::MultiRelease,
-        MULTI_RELEASE_LUA,
-        "multi-key release",
-    ),
-];
+scripts! {
+    /// A lock's acquire: a grant, a replay or a claim, or busy (and a
+    /// registration).
+    Acquire "acquire" = ["fence", "handover", "acquire"];
+    /// The release of a lease key by token (a lock, a permit's slot, a
+    /// writer), handing the key to the next registration.
+    Release "release" = ["fence", "handover", "rw_handover", "release"];
+    /// The renew of a lease key by token.
+    Renew "renew" = ["renew"];
+    /// A semaphore's acquire: a free slot, a replay or a claim, or busy.
+    SemAcquire "semaphore acquire" = ["fence", "handover", "sem_acquire"];
+    /// The release of a semaphore token whose slot is unknown.
+    SemReleaseAny "semaphore release" = ["sem_release_any"];
+    /// A read-write lease's read.
+    RwRead "read" = ["fence", "handover", "rw_handover", "rw_read"];
+    /// A read-write lease's write.
+    RwWrite "write" = ["fence", "handover", "rw_handover", "rw_write"];
+    /// The release of a reader, handing the lease over when it was the last.
+    RwReadRelease "read release" = ["fence", "handover", "rw_handover", "rw_read_release"];
+    /// The renew of a reader.
+    RwReadRenew "read renew" = ["rw_read_renew"];
+    /// An election's campaign (its calls: `core/election.rs`).
+    Campaign "campaign" = ["fence", "election", "campaign"];
+    /// A leader's proclaim of a new value.
+    Proclaim "proclaim" = ["election", "proclaim"];
+    /// A leader's resign.
+    Resign "resign" = ["election", "resign"];
+    /// The read of an election's leader and log (read-only).
+    ElectRead "leader read" = ["elect_read"];
+    /// Takes a locker's registration out of a hand-over queue.
+    Deregister "deregister" = ["deregister"];
+    /// A multi-key lease's acquire: every key at once, or reservations
+    /// (its calls: `core/multi.rs`).
+    MultiAcquire "multi-key acquire" = ["fence", "handover", "multi_acquire"];
+    /// A multi-key lease's renew.
+    MultiRenew "multi-key renew" = ["multi_renew"];
+    /// A multi-key lease's release, handing each key over.
+    MultiRelease "multi-key release" = ["fence", "handover", "multi_release"];
+}
 
 impl ScriptKind {
-    /// Every script.
-    #[cfg(test)]
-    pub(crate) const ALL: [ScriptKind; 17] = [
-        ScriptKind::Acquire,
-        ScriptKind::Release,
-        ScriptKind::Renew,
-        ScriptKind::SemAcquire,
-        ScriptKind::SemReleaseAny,
-        ScriptKind::RwRead,
-        ScriptKind::RwWrite,
-        ScriptKind::RwReadRelease,
-        ScriptKind::RwReadRenew,
-        ScriptKind::Campaign,
-        ScriptKind::Proclaim,
-        ScriptKind::Resign,
-        ScriptKind::ElectRead,
-        ScriptKind::Deregister,
-        ScriptKind::MultiAcquire,
-        ScriptKind::MultiRenew,
-        ScriptKind::MultiRelease,
-    ];
-
-    pub(crate) fn source(self) -> &'static str {
-        SCRIPTS[self as usize].1
-    }
-
     /// The SHA-1 digest EVALSHA needs (computed by `redis::Script`).
     pub(crate) fn sha1(self) -> &'static str {
-        static LOADED: LazyLock<Vec<redis::Script>> =
-            LazyLock::new(|| SCRIPTS.iter().map(|s| redis::Script::new(s.1)).collect());
+        static LOADED: LazyLock<Vec<redis::Script>> = LazyLock::new(|| {
+            ScriptKind::ALL
+                .iter()
+                .map(|k| redis::Script::new(k.source()))
+                .collect()
+        });
         LOADED[self as usize].get_hash()
-    }
-
-    fn name(self) -> &'static str {
-        SCRIPTS[self as usize].2
     }
 
     /// Whether a reply to this script granted (acquire) or extended
@@ -414,19 +353,20 @@ impl ScriptCall {
         }
     }
 
-    /// The release by token of `keys` with script `kind` (a lease key's
+    /// The release by `token` (its hex, or a hold's whole value) of `keys`
+    /// with script `kind` (a lease key's
     /// release, a reader's, a semaphore token's in whichever of the slots
     /// `keys` holds it), notifying `line`'s waiters.
     pub(crate) fn release(
         kind: ScriptKind,
         keys: Vec<String>,
         line: LineKey,
-        token: OwnerToken,
+        token: String,
         namespace: &str,
         channel: Channel,
     ) -> Self {
         let args = vec![
-            token.to_hex(),
+            token,
             channel.publish_command().to_owned(),
             channel.name(namespace, line.id),
             line.message(),
@@ -436,8 +376,8 @@ impl ScriptCall {
 
     /// The renew by token of the lease key `key` (a lock's, a permit's
     /// slot, a writer's: `Renew`; a reader's: `RwReadRenew`).
-    pub(crate) fn renew(kind: ScriptKind, key: String, token: OwnerToken, lease_ms: u64) -> Self {
-        let args = vec![token.to_hex(), lease_ms.to_string()];
+    pub(crate) fn renew(kind: ScriptKind, key: String, token: String, lease_ms: u64) -> Self {
+        let args = vec![token, lease_ms.to_string()];
         ScriptCall {
             kind,
             keys: vec![key],
@@ -514,6 +454,10 @@ pub(crate) enum AcquireReply {
     /// microsecond (`PTTL`'s millisecond plus where Redis's clock stood in
     /// it): a retry can be timed to reach Redis as the key expires.
     BusyFor(Duration),
+    /// Busy as [`Busy`](Self::Busy), and the attempt registered the
+    /// locker at this server time (`TIME`, ms): a lock's (docs/PROTOCOL.md
+    /// §4.3).
+    Registered(Option<Duration>, u64),
 }
 
 /// A reply whose shape none of the scripts produce. Its `Display` names the
@@ -564,6 +508,15 @@ pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError
         // -1: held without expiry; -2: gone between the checks. Neither
         // tells when the lock frees up.
         Value::Int(-2 | -1) | Value::Nil => Ok(AcquireReply::Busy(None)),
+        Value::Array(items) => match items.as_slice() {
+            [busy @ Value::Int(_), Value::Int(at)] if *at > 0 => match classify_acquire(busy)? {
+                AcquireReply::Busy(remaining) => {
+                    Ok(AcquireReply::Registered(remaining, at.unsigned_abs()))
+                }
+                _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+            },
+            _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+        },
         _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
     }
 }
@@ -652,7 +605,9 @@ pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> 
             _ => Err(unexpected()),
         },
         Value::Int(_) | Value::Nil => match classify_acquire(value) {
-            Ok(AcquireReply::Busy(remaining)) => Ok(PermitReply::Busy(remaining)),
+            Ok(AcquireReply::Busy(remaining) | AcquireReply::Registered(remaining, _)) => {
+                Ok(PermitReply::Busy(remaining))
+            }
             _ => Err(unexpected()),
         },
         _ => Err(unexpected()),
@@ -788,8 +743,8 @@ pub(crate) mod tests {
 
     #[test]
     fn the_script_table_follows_the_kinds_order() {
-        for (i, kind) in ScriptKind::ALL.into_iter().enumerate() {
-            assert_eq!((SCRIPTS[i].0, kind as usize), (kind, i));
+        for (i, kind) in ScriptKind::ALL.iter().enumerate() {
+            assert_eq!(*kind as usize, i, "{kind:?}");
         }
     }
 
@@ -913,7 +868,7 @@ pub(crate) mod tests {
             ScriptKind::SemReleaseAny,
             names.slots(3).collect(),
             line,
-            token,
+            token.to_hex(),
             "ns",
             Channel::Standalone,
         );

@@ -142,8 +142,9 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
     let elect = ElectNames::new(ns, id);
     let line = |kind| LineKey { kind, id };
     let chan = Channel::Standalone;
-    let release_by =
-        |script, keys, kind| ScriptCall::release(script, keys, line(kind), token, ns, chan);
+    let release_by = |script, keys, kind| {
+        ScriptCall::release(script, keys, line(kind), token.to_hex(), ns, chan)
+    };
     let release = |key: &str, kind| release_by(ScriptKind::Release, vec![key.to_owned()], kind);
     let acquire = |want, h| {
         let target = Target::new(ns, want, id);
@@ -153,7 +154,7 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
         ("acquire", acquire(Want::Lock, None), 1),
         (
             "renew",
-            ScriptCall::renew(ScriptKind::Renew, lock.lock.clone(), token, 5000),
+            ScriptCall::renew(ScriptKind::Renew, lock.lock.clone(), token.to_hex(), 5000),
             1,
         ),
         (
@@ -212,7 +213,12 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
         ),
         (
             "rw_read_renew",
-            ScriptCall::renew(ScriptKind::RwReadRenew, rw.read.clone(), token, 5000),
+            ScriptCall::renew(
+                ScriptKind::RwReadRenew,
+                rw.read.clone(),
+                token.to_hex(),
+                5000,
+            ),
             1,
         ),
         (
@@ -289,7 +295,7 @@ fn every_script_header_names_the_keys_and_arguments_its_calls_send() {
         seen.push(call.kind);
     }
     for kind in ScriptKind::ALL {
-        assert!(seen.contains(&kind), "no call of {kind:?} was checked");
+        assert!(seen.contains(kind), "no call of {kind:?} was checked");
     }
 }
 

@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::core::{Core, CoreEvent};
+use super::core::{earliest_of, Core, CoreEvent};
 use super::lease::deadline_after;
 use super::line::Line;
 use super::multi::multi_reg;
@@ -140,16 +140,24 @@ impl Core {
         };
         let ours = self.settings.handover.map(|h| h.reg);
         match handover {
-            // Ours: the head claims it at once.
-            Handover::Granted { reg, .. } if Some(reg) == ours => {
-                if self.wake_head_of(line, Line::handle_our_grant) {
+            // Ours: the head takes it (`core/claimless.rs`) or claims it
+            // at once.
+            Handover::Granted {
+                reg,
+                fence,
+                claim,
+                at_ms,
+            } if Some(reg) == ours => {
+                if self.take_grant(now, line, fence, claim, at_ms)
+                    || self.wake_head_of(line, Line::handle_our_grant)
+                {
                     self.wakeups.notification += 1;
                 } else {
                     // Nobody came back for it: on to the next.
                     self.pass_on_grant(now, line);
                 }
             }
-            Handover::Granted { reg, claim } => {
+            Handover::Granted { reg, claim, .. } => {
                 // A key reserved for one of our multi-key lines: its head
                 // attempts at once (docs/PROTOCOL.md §6).
                 let sets: Vec<LineKey> = match (line.kind, ours) {
@@ -272,6 +280,8 @@ impl Core {
     /// The subscriber lost its connection and is reconnecting: heads poll
     /// at `poll_interval` until it is back.
     pub(crate) fn handle_subscriber_lost(&mut self, now: Instant) {
+        // The server may have changed (a failover): its clock too.
+        self.anchor = None;
         if self.subscription.mode == Mode::Active {
             self.subscription.mode = Mode::Starting;
             self.subscription.reconnecting = true;
@@ -312,6 +322,12 @@ impl Core {
             sub.reconnecting = false;
             return SubscriberStep::Stop;
         }
+        let extension_due = self.next_extension_due();
+        if extension_due.is_some() {
+            // A grant taken without its claim is still to extend.
+            return SubscriberStep::Listen(earliest_of(lingering_ends, extension_due));
+        }
+        let sub = &mut self.subscription;
         match sub.idle_since {
             None => SubscriberStep::Listen(lingering_ends),
             Some(t) => match deadline_after(t, SUBSCRIPTION_LINGER) {

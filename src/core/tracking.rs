@@ -12,9 +12,9 @@ use super::multi::{multi_release_call, multi_renew_call};
 #[cfg(test)]
 use super::names::KeyId;
 use super::names::{
-    HeldNames, HeldTarget, LockNames, OwnerToken, QueueNames, RwNames, SemNames, Want,
+    HeldNames, HeldTarget, LineKey, LockNames, OwnerToken, QueueNames, RwNames, SemNames, Want,
 };
-use super::outcome::{ReleaseOutcome, RenewOutcome};
+use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use super::script::{classify_release, classify_renew, ReplyError, ScriptCall, ScriptKind};
 use super::slots::SlotId;
 use crate::error::{Error, Failure, Operation};
@@ -29,6 +29,28 @@ pub(crate) struct LeaseId(pub(super) SlotId);
 pub(crate) struct Owned {
     pub(crate) target: HeldTarget,
     pub(crate) token: OwnerToken,
+    /// The fence of a grant taken without its claim: the hold is the
+    /// value `<token>:<fence>` (`token` the grant token), which its
+    /// release and renew name whole (docs/PROTOCOL.md §4.3).
+    pub(crate) hold: Option<Fence>,
+}
+
+impl Owned {
+    pub(crate) fn new(target: HeldTarget, token: OwnerToken) -> Self {
+        Owned {
+            target,
+            token,
+            hold: None,
+        }
+    }
+
+    /// What its release and renew send as the token.
+    fn token_arg(&self) -> String {
+        match self.hold {
+            Some(fence) => format!("{}:{}", self.token.to_hex(), fence.get()),
+            None => self.token.to_hex(),
+        }
+    }
 }
 
 /// The release commands of the orphans taken for one round trip; report
@@ -83,7 +105,9 @@ impl Core {
         let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
         let (line, token, id) = (owned.target.line(), owned.token, owned.target.id);
         let ttl = self.settings.fence_counter_ttl_ms;
-        let release = |kind, keys| ScriptCall::release(kind, keys, line, token, namespace, channel);
+        let release = |kind, keys| {
+            ScriptCall::release(kind, keys, line, owned.token_arg(), namespace, channel)
+        };
         match (owned.target.names(namespace), owned.target.want) {
             (HeldNames::Key(key), Want::Lock) if handover => {
                 let names = LockNames::new(namespace, id);
@@ -127,6 +151,23 @@ impl Core {
         }
     }
 
+    /// Whether a tracked lease holds a grant taken without its claim under
+    /// the grant token `token`.
+    fn holds_under(&self, token: OwnerToken) -> bool {
+        self.leases
+            .iter()
+            .any(|(_, l)| l.hold.is_some() && l.token == token)
+    }
+
+    /// Whether a tracked lease holds a grant of `line` taken without its
+    /// claim: the line's attempts must not take that hold, under the grant
+    /// token, for a grant to them.
+    pub(super) fn holds_a_grant(&self, line: LineKey) -> bool {
+        self.leases
+            .iter()
+            .any(|(_, l)| l.hold.is_some() && l.target.line() == line)
+    }
+
     /// Reports a release's reply. A settled outcome stops tracking the
     /// lease; a failure keeps its token for the cleanup at shutdown.
     pub(crate) fn handle_release_reply(
@@ -136,6 +177,7 @@ impl Core {
     ) -> Result<ReleaseOutcome, Error> {
         let outcome = classify_reply(reply, Operation::Release, classify_release)?;
         self.leases.remove(lease.0);
+        self.unpark();
         Ok(outcome)
     }
 
@@ -154,7 +196,7 @@ impl Core {
                 names.lease_key().ok_or(Error::ShuttingDown)?,
             ),
         };
-        Ok(ScriptCall::renew(kind, key, owned.token, lease_ms))
+        Ok(ScriptCall::renew(kind, key, owned.token_arg(), lease_ms))
     }
 
     /// Reports a renew's reply. The lease stays tracked whatever the
@@ -182,6 +224,7 @@ impl Core {
         if let Some(owned) = self.leases.remove(lease.0) {
             let freed = owned.target.line().freed_by_release();
             self.orphans.push(owned);
+            self.unpark();
             for key in freed {
                 if let Some(head) = self.lines.get(&key).and_then(Line::head) {
                     self.events.push_back(CoreEvent::Wake(head));
@@ -256,7 +299,27 @@ impl Core {
     /// at its claim window.
     pub(crate) fn take_deregistrations(&mut self) -> Vec<ScriptCall> {
         let leaving = std::mem::take(&mut self.deregistrations);
+        self.park_held(&leaving);
         self.leaving_calls(&leaving)
+    }
+
+    /// The registrations of `leaving` whose grant token's release
+    /// `leaving_calls` leaves out (a hold taken without its claim is under
+    /// it): that release goes once the hold is released or forgotten.
+    pub(super) fn park_held(&mut self, leaving: &[Owned]) {
+        let held = leaving.iter().filter(|o| self.holds_under(o.token));
+        let held: Vec<Owned> = held.cloned().collect();
+        self.parked.extend(held);
+    }
+
+    /// A hold taken without its claim ended: the parked releases of its
+    /// grant token go with the next deregistrations.
+    fn unpark(&mut self) {
+        let parked = std::mem::take(&mut self.parked);
+        let (held, free): (Vec<_>, Vec<_>) =
+            parked.into_iter().partition(|o| self.holds_under(o.token));
+        self.parked = held;
+        self.deregistrations.extend(free);
     }
 
     /// The commands that take `leaving`'s registrations out and release
@@ -285,7 +348,11 @@ impl Core {
                     entry,
                 )),
             }
-            calls.push(self.release_of(owned, self.settings.handover.is_some()));
+            // The grant token's release passes on a grant nobody claims; not
+            // while a grant taken without its claim holds under that token.
+            if !self.holds_under(owned.token) {
+                calls.push(self.release_of(owned, self.settings.handover.is_some()));
+            }
         }
         calls
     }
@@ -306,13 +373,24 @@ impl Core {
     /// forgotten by the core, so later releases of those leases report
     /// `ShuttingDown`.
     pub(crate) fn take_cleanup(&mut self) -> Vec<ScriptCall> {
-        let mut calls = self.take_deregistrations();
+        // What the subscriber was to pass on goes too: it may have stopped.
+        let mut leaving = std::mem::take(&mut self.deregistrations);
+        leaving.append(&mut self.pass_ons);
+        leaving.append(&mut self.parked);
+        let mut calls = self.leaving_calls(&leaving);
+        // The grant token's releases `leaving_calls` left out for a hold
+        // taken without its claim go after that hold's own release.
+        let held: Vec<Owned> = leaving
+            .into_iter()
+            .filter(|o| self.holds_under(o.token))
+            .collect();
+        let handover = self.settings.handover.is_some();
+        let leases = self.leases.drain();
         calls.extend(
-            self.leases
-                .drain()
+            leases
                 .iter()
-                .map(|o| self.release_of(o, self.settings.handover.is_some()))
-                .collect::<Vec<_>>(),
+                .chain(&held)
+                .map(|o| self.release_of(o, handover)),
         );
         calls.extend(self.take_orphans());
         calls

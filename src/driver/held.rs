@@ -6,11 +6,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
 use crate::clock::now;
 use crate::core::core::LeaseId;
-use crate::core::lease::{LeaseClock, LeaseEnd, RenewResult};
+use crate::core::lease::{LeaseEnd, RenewResult, SharedClock};
 use crate::core::multi::KeyFences;
 use crate::core::names::KeyId;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
@@ -28,7 +26,9 @@ pub(crate) struct Held {
     slot: Option<u32>,
     /// A multi-key lease's keys and fences, in its caller's order.
     multi: Option<KeyFences>,
-    clock: Mutex<LeaseClock>,
+    /// Shared with the core while it extends a grant taken without its
+    /// claim.
+    clock: SharedClock,
     replicas: AtomicU32,
     /// The hold time's metric (feature `metrics`).
     hold: HoldTimer,
@@ -43,7 +43,7 @@ impl Held {
             fence: grant.fence,
             slot: grant.slot,
             multi: grant.multi,
-            clock: Mutex::new(grant.clock),
+            clock: grant.clock,
             replicas: AtomicU32::new(NO_REPLICAS),
             hold: granted.hold,
         };
@@ -200,7 +200,7 @@ impl Held {
 /// `expired` when its local deadline had passed.
 impl Drop for Held {
     fn drop(&mut self) {
-        let clock = self.clock.get_mut();
+        let clock = self.clock.lock();
         self.hold.dropped(|now| !clock.is_valid(now));
     }
 }

@@ -4,6 +4,9 @@
 -- Reply: a fence (bulk): granted (a grant, a replay, or the claim of a
 --   grant made out to this locker); an integer: busy, the ms to wait (the
 --   holder's PTTL, or the claim window of the grant this attempt made);
+--   {ms, server ms}: busy as the integer, and the attempt registered or
+--   refreshed the locker's registration at that server time (`TIME`, in
+--   ms: what a grant's time is compared with, docs/PROTOCOL.md §4.3);
 --   error WRONGTYPE. HANDOVER is the hand-over's nine arguments
 --   (handover.lua, `handover_args`), `reg` the caller's registration key;
 --   `counter_ttl_ms` 0: no TTL.
@@ -31,7 +34,11 @@
 -- answered with that same `WRONGTYPE` error. The counter is written first,
 -- so an error never leaves a lock whose fence the counter does not cover.
 
-local H, got, queued, busy = begin(3, 3, KEYS[1], KEYS[2])
+local H, got, queued, busy_only = begin(3, 3, KEYS[1], KEYS[2])
+local function busy(ms)
+  busy_only(ms)
+  return H and H.reg ~= '' and H.grant ~= '' and {ms, now_ms()} or ms
+end
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then

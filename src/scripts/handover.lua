@@ -59,7 +59,9 @@
 --   dropped once.
 -- - `grant_to(...)` writes the lease key for that registration's owner
 --   with the next fence of its counter (docs/PROTOCOL.md §3, `next_fence`) for its
---   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>`;
+--   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>:<ms>`
+--   (`<ms>`: the grant's server time, from which a grantee counts the
+--   window when it takes the grant without claiming it, §4.3);
 --   for a waiting multi-key lease's registration (value
 --   `m<age>.<token>:<res_ms>`, docs/PROTOCOL.md §6) it reserves the key
 --   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
@@ -184,7 +186,7 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
     return nil
   end
   redis.call('SET', key, age and (token .. ':r' .. age) or (owner .. ':' .. fence), 'PX', claim)
-  redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim)
+  redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim .. ':' .. now_ms())
   return claim
 end
 local function settle(H, queued)

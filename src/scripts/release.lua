@@ -7,6 +7,8 @@
 --   2 conflict; error WRONGTYPE. `readers` is declared by a writer's
 --   release, `own_reg` is the releaser's lingering registration, never
 --   granted (docs/PROTOCOL.md §4.4), `served_once` '1' for a permit's slot.
+--   `token` may also be a whole value `<grant token>:<fence>`: the hold of
+--   a grant taken without its claim (§4.3), which matches that grant only.
 --
 -- With the key alone declared it is a plain release: the locker sends
 -- that when Redis Cluster answers `TRYAGAIN`, because a slot migration
@@ -26,7 +28,7 @@ if not held then
   return redis.call('EXISTS', KEYS[1]) == 1 and redis.error_reply(WRONGTYPE) or 0
 end
 local sep = string.find(held, ':', 1, true)
-if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
+if held ~= ARGV[1] and not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then
   return 2
 end
 if handover and got[4] and KEYS[5] then

@@ -16,7 +16,7 @@ use redlease::{ReleaseOutcome, RenewOutcome};
 
 use super::common::{
     config, connect, exists, fence_name, get, granted, key_sha, let_pass, lock_name, namespace,
-    no_wait, refused, spawn, token_of, waiting, Bounded, BOUND,
+    no_wait, pttl, refused, spawn, token_of, waiting, Bounded, BOUND,
 };
 use super::front::Front;
 use crate::support::monitor::{Monitor, Monitored};
@@ -145,14 +145,16 @@ pub(crate) fn grants_follow_the_order_in_which_lockers_registered<F: Front>() {
 }
 
 /// A hand-over to a waiter of another locker that has a second waiter
-/// behind it costs Redis ten commands (docs/PROTOCOL.md §4.3): the release
-/// that grants (`EVALSHA`, `MGET`, `TIME`, `LMOVE`, the counter's and the
-/// lock's `SET`, `PUBLISH`) and the claim (`EVALSHA`, `MGET`, `SET`). The
-/// claim writes nothing to the queue: the grant moved the locker's entry
-/// to the tail, where it stays for its second waiter, and the lease is held
-/// under the claiming waiter's own token with the grant's fence.
-pub(crate) fn a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone<F: Front>() {
-    use super::fences::Counts;
+/// behind it costs Redis seven commands on the waiter's path
+/// (docs/PROTOCOL.md §4.3): the release that grants (`EVALSHA`, `MGET`,
+/// `TIME`, `LMOVE`, the counter's and the lock's `SET`, `PUBLISH`). The
+/// waiter takes the grant from its notice, without a claim: the lease is
+/// held under the grant token with the grant's fence, and the locker's
+/// entry stays at the tail for its second waiter. The extension to the
+/// full lease follows off that path (`EVAL`, `GET`, `PEXPIRE`), and the
+/// release of the hold, by its whole value, hands the key on.
+pub(crate) fn a_hand_over_runs_seven_commands_and_the_grant_is_extended_later<F: Front>() {
+    use super::fences::{calls, lock_commands, Counts};
     let server = RedisServer::start();
     let ns = namespace("handover-cost");
     let holder: F = connect(&server, slow_polls(&ns));
@@ -189,32 +191,46 @@ pub(crate) fn a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone
             .to_owned();
         let mut counts = Counts::new(&server);
         let first = counts.step(
-            "a release that grants, and its claim",
+            "a release that grants, and no claim",
             &[
-                ("evalsha", 2),
-                ("mget", 2),
+                ("evalsha", 1),
+                ("mget", 1),
                 ("time", 1),
                 ("lmove", 1),
-                ("set", 3),
+                ("set", 2),
                 ("publish", 1),
             ],
             || {
                 assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
                 granted_to
                     .recv_timeout(BOUND)
-                    .expect("the first waiter claimed the grant")
+                    .expect("the first waiter took the grant")
             },
         );
-        counts.finish();
-        assert_eq!(queued(&server, &ns, "k"), entry, "still queued, once");
-        let value = get(&server, &lock_name(&ns, "k")).expect("the claimed lease");
-        let (owner, fence) = value.split_once(':').expect("<token>:<fence>");
+        let lock = lock_name(&ns, "k");
+        let value = get(&server, &lock).expect("the granted lease");
         assert_eq!(
-            fence,
-            F::fence(&first).get().to_string(),
-            "the grant's fence"
+            value,
+            format!("{grant_token}:{}", F::fence(&first).get()),
+            "held under the grant token, with the grant's fence"
         );
-        assert_ne!(owner, grant_token, "held under the waiter's own token");
+        assert_eq!(queued(&server, &ns, "k"), entry, "still queued, once");
+        counts.finish();
+        // Past the 100 ms claim window: the extension ran (about 50 ms in).
+        server.reset_stats();
+        wait_until(BOUND, "extended to the full lease", || {
+            pttl(&server, &lock) > 1_000
+        });
+        let extension: Vec<_> = lock_commands(&server.commandstats())
+            .into_iter()
+            .filter(|(name, _)| name != "pttl")
+            .collect();
+        assert_eq!(
+            extension,
+            calls(&[("eval", 1), ("get", 1), ("pexpire", 1)]),
+            "the extension, off the waiter's path"
+        );
+        assert_eq!(get(&server, &lock), Some(value), "the same hold");
         assert_eq!(F::release(first).unwrap(), ReleaseOutcome::Released);
         let second = granted_to.recv_timeout(BOUND).expect("the second waiter");
         assert_eq!(F::release(second).unwrap(), ReleaseOutcome::Released);
@@ -454,18 +470,17 @@ fn last_call_of(monitor: &Monitor, lock: &str, keys: usize, token: &str) -> Moni
         .unwrap_or_else(|| panic!("MONITOR saw no call with {keys} key(s) by the token"))
 }
 
-/// A release and a claim sent twice (a client library re-sending a write
-/// whose reply it did not get) grant nothing twice. The test records the
-/// library's own commands with `MONITOR` and, once the release handed the
-/// lock to the first registration and that locker claimed it, re-sends
-/// both exactly as they went out (the same `EVALSHA`, keys and
-/// arguments): the release finds the grantee's token and answers conflict
-/// (2) without touching the lock; the claim (the grantee's acquire with
-/// its token) answers the same fence. Neither moves the fence counter or
-/// grants the lock to the second registration, which stays queued; the
-/// grantee's lease is still renewed, and its release hands the key on
-/// with a higher fence.
-pub(crate) fn a_replayed_release_or_claim_grants_nothing_twice<F: Front>() {
+/// A release and an extension sent twice (a client library re-sending a
+/// write whose reply it did not get) grant nothing twice. The test records
+/// the library's own commands with `MONITOR` and, once the release handed
+/// the lock to the first registration and that locker took the grant and
+/// extended it, re-sends both exactly as they went out: the release finds
+/// the grantee's hold and answers conflict (2) without touching the lock;
+/// the extension (a renew of the hold's whole value) renews the same hold.
+/// Neither moves the fence counter or grants the lock to the second
+/// registration, which stays queued; the grantee's lease is still renewed,
+/// and its release hands the key on with a higher fence.
+pub(crate) fn a_replayed_release_or_extension_grants_nothing_twice<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("handover-replay");
     let monitor = Monitor::start(&server);
@@ -481,11 +496,14 @@ pub(crate) fn a_replayed_release_or_claim_grants_nothing_twice<F: Front>() {
     let lease = first_t.join_within(BOUND);
     let fence = F::fence(&lease).get();
     assert!(fence > held_fence, "{held_fence} then {fence}");
-    let grantee_token = token_of(&server, &ns, "k");
-    monitor.catch_up(&server);
+    // Held under the grant token until released.
+    let hold = format!("{}:{fence}", token_of(&server, &ns, "k"));
     let lock = lock_name(&ns, "k");
+    // Past the 2 s claim window: the extension ran (about 1 s in).
+    wait_until(BOUND, "the grant extended", || pttl(&server, &lock) > 2_500);
+    monitor.catch_up(&server);
     let release = last_call_of(&monitor, &lock, 4, &holder_token);
-    let claim = last_call_of(&monitor, &lock, 5, &grantee_token);
+    let extension = last_call_of(&monitor, &lock, 1, &hold);
     let value = get(&server, &lock);
     let counter = get(&server, &fence_name(&ns, "k"));
     assert_eq!(counter, Some(fence.to_string()));
@@ -497,9 +515,9 @@ pub(crate) fn a_replayed_release_or_claim_grants_nothing_twice<F: Front>() {
             "a replayed release finds the grantee's token: conflict"
         );
         assert_eq!(
-            server.query(&claim.to_cmd()),
-            Value::BulkString(fence.to_string().into_bytes()),
-            "a replayed claim answers the same fence"
+            server.query(&extension.to_cmd()),
+            Value::Int(1),
+            "a replayed extension renews the same hold"
         );
     }
     assert_eq!(get(&server, &lock), value, "the grantee's lock");

@@ -165,7 +165,7 @@ macro_rules! behaviour_suite {
             handover {
                 grants_follow_the_order_in_which_lockers_registered,
                 a_lapsed_registration_is_skipped,
-                a_hand_over_runs_ten_commands_and_the_claim_leaves_the_queue_alone,
+                a_hand_over_runs_seven_commands_and_the_grant_is_extended_later,
                 claims_keep_a_served_lockers_registration_alive,
                 an_unclaimed_grant_goes_to_the_next_registration,
                 a_free_lock_with_a_queue_goes_to_the_head_not_to_a_newcomer,
@@ -178,7 +178,7 @@ macro_rules! behaviour_suite {
                 shutdown_removes_the_lockers_registrations,
                 a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once,
                 a_released_write_lets_queued_readers_in_together_and_writers_keep_their_turn,
-                a_replayed_release_or_claim_grants_nothing_twice,
+                a_replayed_release_or_extension_grants_nothing_twice,
                 lockers_with_and_without_the_handover_share_a_key_safely,
                 lone_waiters_keep_their_registrations_and_wait_without_busy_attempts,
                 a_grant_to_a_lingering_registration_nobody_came_back_for_is_passed_on,

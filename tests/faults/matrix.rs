@@ -407,8 +407,9 @@ pub(crate) fn client_kill_of_the_subscriber_racing_a_release_strands_no_waiter<F
 // ----- SCRIPT FLUSH ------------------------------------------------------------------
 
 /// `SCRIPT FLUSH` while waiters wait and a lease is held: the renew, the
-/// release, the waiters' attempts and shutdown's cleanup each load their
-/// script again (`NOSCRIPT` never surfaces).
+/// release, the waiters' next acquire and shutdown's cleanup each load
+/// their script again (`NOSCRIPT` never surfaces). The waiters take their
+/// grants from the notices: the hand-over sends them no script.
 pub(crate) fn script_flush_mid_wait_reloads_the_scripts_and_waiters_still_acquire<F: Front>() {
     let server = RedisServer::start();
     let ns = namespace("m-flush");
@@ -428,13 +429,14 @@ pub(crate) fn script_flush_mid_wait_reloads_the_scripts_and_waiters_still_acquir
     assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
     all_served_in_order(threads, &order, fence, BOUND);
     assert!(holder.stats().noscript_reloads >= 2, "{:?}", holder.stats());
+
+    server.script_flush();
+    let lease = granted(waiters.acquire("k"), "one more");
     assert!(
         waiters.stats().noscript_reloads >= 1,
         "{:?}",
         waiters.stats()
     );
-
-    let lease = granted(waiters.acquire("k"), "one more");
     server.script_flush();
     waiters
         .shutdown()
@@ -1299,9 +1301,19 @@ pub(crate) fn sentinel_failover_while_contenders_wait_costs_only_time<F: Sentine
         assert_eq!(locker.stats().waiters, 0, "no waiter stranded");
         locker.shutdown().expect("shutdown after the failover");
     }
+    let left: Vec<String> = set
+        .server(new)
+        .keys(&format!("{ns}:lock:*"))
+        .into_iter()
+        .map(|k| {
+            let v = set.server(new).query(redis::cmd("GET").arg(&k));
+            let t = set.server(new).query(redis::cmd("PTTL").arg(&k));
+            format!("{v:?} pttl {t:?}")
+        })
+        .collect();
     assert!(
-        set.server(new).keys(&format!("{ns}:lock:*")).is_empty(),
-        "no lease left on the new primary"
+        left.is_empty(),
+        "no lease left on the new primary: {left:?}"
     );
 }
 

@@ -435,7 +435,7 @@ impl Call {
     /// `read_call`, listing the entries after `after` (`''`: none).
     pub(crate) fn elect_read(n: &Names, after: &str) -> Call {
         Call::new(
-            "READ_LUA",
+            "ELECT_READ_LUA",
             vec![n.elect(), n.elect_log()],
             vec![after.to_owned()],
         )

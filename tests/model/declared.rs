@@ -32,7 +32,7 @@ pub(crate) const SCRIPTS: &[&str] = &[
     "CAMPAIGN_LUA",
     "PROCLAIM_LUA",
     "RESIGN_LUA",
-    "READ_LUA",
+    "ELECT_READ_LUA",
 ];
 
 /// A key as a pattern: the namespace, tails, registration ids and slot

@@ -68,9 +68,9 @@ pub(crate) enum Op {
     /// notice named as held from the grant's server time on, for the
     /// claim window (no script: a step of its own).
     TakeGrant,
-    /// Without the claim round trip: the claim, sent after the client
-    /// returned the lease, extends it to the full lease (the acquire
-    /// script's own-token path, as the claim).
+    /// Without the claim round trip: the extension, sent after the client
+    /// returned the lease, renews the hold itself (`<grant token>:<fence>`,
+    /// which matches that grant only) to the full lease.
     Extend,
 }
 
@@ -177,8 +177,12 @@ fn cl_fence(cl: &Client) -> &str {
         _ => "",
     }
 }
+/// What a grant's holder releases and extends by: the hold itself.
+fn hold_of_grant(c: usize, cl: &Client) -> String {
+    format!("{}:{}", grant(c), cl_fence(cl))
+}
 /// The token client `c`'s hold is under: its grant token while it holds a
-/// grant it has not claimed.
+/// grant taken without the claim.
 fn holder_token(c: usize, cl: &Client) -> String {
     match cl.phase {
         Phase::Held { by_grant: true, .. } => grant(c),
@@ -257,11 +261,13 @@ impl Explorer {
                 };
                 Call::acquire(n, &t, LEASE, 0, Some(&h))
             }
-            Op::Extend => self.call(s, c, Op::Acquire),
+            // The hold itself, `<grant token>:<fence>`, as the locker
+            // sends it: it matches that grant only.
+            Op::Extend => Call::renew(&n.lock(), &hold_of_grant(c, cl), LEASE),
             // A grant's holder never has it granted again: its release
             // skips its registration, which it then takes out.
             Op::Release if self.by_grant(cl) => {
-                Call::lock_release(n, &grant(c), 0, Some(&entry(c)))
+                Call::lock_release(n, &hold_of_grant(c, cl), 0, Some(&entry(c)))
             }
             Op::Release => Call::lock_release(n, &t, 0, None),
             Op::TakeGrant => unreachable!("taking a grant sends nothing"),
@@ -447,9 +453,10 @@ impl Explorer {
                 if matches!(op, Op::Release) && reply == Reply::Int(3) {
                     self.handovers += 1;
                 }
-                if matches!(op, Op::Acquire | Op::Extend)
+                if (op == Op::Acquire
                     && before.as_deref().map(owner_of) == Some(grant(client).as_str())
-                    && matches!(reply, Reply::Bulk(_))
+                    && matches!(reply, Reply::Bulk(_)))
+                    || (op == Op::Extend && reply == Reply::Int(1))
                 {
                     self.claims += 1;
                 }
@@ -459,7 +466,8 @@ impl Explorer {
                 // 3. A release never changes another token's lease.
                 if matches!(op, Op::Release | Op::GrantRelease) {
                     if let Some(v0) = &before {
-                        if owner_of(v0) != t && after != before {
+                        // By token, or by the whole value (a grant's hold).
+                        if owner_of(v0) != t && *v0 != t && after != before {
                             return Err(format!(
                                 "{label}: a release by another token changed the lease"
                             ));
@@ -467,7 +475,7 @@ impl Explorer {
                     }
                 }
                 // 4. A replay gets its fence back.
-                if matches!(op, Op::Acquire | Op::Extend) {
+                if op == Op::Acquire {
                     if let Some(v0) = &before {
                         let o = owner_of(v0);
                         let registered = s.clients[client].registered;
@@ -624,6 +632,12 @@ impl Explorer {
         }
     }
 
+    fn busy(&self, cl: &mut Client, ms: i64, now: u64) {
+        cl.registered = true;
+        cl.phase = Phase::Waiting;
+        cl.next_poll = now + (ms.max(1) as u64).min(POLL);
+    }
+
     fn by_grant(&self, cl: &Client) -> bool {
         matches!(cl.phase, Phase::Held { by_grant: true, .. })
     }
@@ -656,11 +670,13 @@ impl Explorer {
                             by_grant: false,
                         };
                     }
-                    Reply::Int(ms) => {
-                        cl.registered = true;
-                        cl.phase = Phase::Waiting;
-                        cl.next_poll = now + (ms.max(1) as u64).min(POLL);
-                    }
+                    // Busy: the PTTL, with the server's time when the
+                    // attempt registered.
+                    Reply::Int(ms) => self.busy(cl, ms, now),
+                    Reply::Array(items) => match items.first() {
+                        Some(Reply::Int(ms)) => self.busy(cl, *ms, now),
+                        other => panic!("acquire answered {other:?}"),
+                    },
                     other => panic!("acquire answered {other:?}"),
                 }
             }
@@ -689,9 +705,11 @@ impl Explorer {
                 } = &mut cl.phase
                 {
                     *renewed = true;
-                    if let Reply::Bulk(_) = reply {
-                        // Claimed: its own token's lease, from the send on.
-                        (*by_grant, cl.registered, cl.orphaned) = (false, false, false);
+                    if reply == Reply::Int(1) {
+                        // Extended: the full lease from the send on, still
+                        // under the grant's value.
+                        debug_assert!(*by_grant);
+                        cl.orphaned = false;
                         *deadline = first + LEASE;
                     } else {
                         // The grant lapsed: the lease is lost.
@@ -888,7 +906,7 @@ fn mutation_release_without_token_check_is_caught() {
     let cx = mutated("mutation: release without its token check", |s| {
         s.mutate(
             "RELEASE_LUA",
-            "if not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then",
+            "if held ~= ARGV[1] and not (sep and string.sub(held, 1, sep - 1) == ARGV[1]) then",
             "if false then",
             1,
         );
@@ -1001,10 +1019,11 @@ fn mutation_grant_without_expiry_is_caught() {
     }
 }
 
-/// The hand-over without the claim round trip, as designed: a grantee
+/// The hand-over without the claim round trip, as shipped: a grantee
 /// holds from its notice until the grant's server time plus the claim
-/// window, then extends (claims) off the critical path; its release by the
-/// grant token skips its own registration, which it then takes out.
+/// window, then extends the hold itself (RENEW of `<grant token>:<fence>`)
+/// off the critical path; its release by that value skips its own
+/// registration, which it then takes out.
 #[test]
 fn lock_claimless_handover_holds_for_two_clients() {
     let b = Bounds {

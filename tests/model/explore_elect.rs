@@ -802,7 +802,7 @@ fn mutation_read_including_its_after_entry_is_caught() {
     // READ's range starts at the entry it was given, not after it: an
     // observer would see that entry twice.
     let cx = mutated("mutation: a read from its after entry on", |s| {
-        s.mutate("READ_LUA", "'(' .. ARGV[1]", "ARGV[1]", 1);
+        s.mutate("ELECT_READ_LUA", "'(' .. ARGV[1]", "ARGV[1]", 1);
     });
     assert!(cx.invariant.contains("READ after"), "{cx}");
 }

@@ -1,25 +1,49 @@
 //! The crate's Lua scripts as Redis receives them (tests and benchmarks
-//! cannot see crate-private items): a script is `const NAME: &str =
-//! lua!("fragment", ..., "file");` in one of the crate's modules, the
-//! concatenation of `src/scripts/<name>.lua` for each name, as the crate's
-//! `lua!` composes it at build time.
+//! cannot see crate-private items). A script is a line `Variant "name" =
+//! ["fragment", ..., "file"];` of the `scripts!` table in
+//! `src/core/script.rs`, named here `VARIANT_LUA` (`SemAcquire`:
+//! `SEM_ACQUIRE_LUA`), or a `const NAME_LUA: &str = lua!("file");` of
+//! another module: the concatenation of `src/scripts/<name>.lua` for each
+//! file, as the crate's `lua!` composes it at build time.
 
-/// The modules that define scripts with `lua!`.
-const SOURCES: [&str; 4] = [
-    include_str!("../../src/core/script.rs"),
-    include_str!("../../src/core/multi.rs"),
-    include_str!("../../src/core/election.rs"),
-    include_str!("../../src/fenced.rs"),
-];
+/// The `scripts!` table, and the modules with a `const … = lua!(…)`.
+const TABLE: &str = include_str!("../../src/core/script.rs");
+const SOURCES: [&str; 1] = [include_str!("../../src/fenced.rs")];
 
-/// The file names `const <name>` is composed of.
+/// `SemAcquire` → `SEM_ACQUIRE_LUA`.
+fn const_name(variant: &str) -> String {
+    let mut name = String::new();
+    for (i, c) in variant.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name + "_LUA"
+}
+
+/// Every script: its name and the list of files inside `[...]` or `lua!(...)`.
+fn scripts() -> Vec<(String, &'static str)> {
+    let table = TABLE.lines().filter_map(|line| {
+        let (head, rest) = line.trim().split_once(" = [")?;
+        let (variant, quoted) = head.split_once(' ')?;
+        let named = variant.chars().all(|c| c.is_ascii_alphanumeric()) && quoted.starts_with('"');
+        let list = rest.strip_suffix("];").filter(|_| named)?;
+        Some((const_name(variant), list))
+    });
+    let consts = SOURCES.iter().flat_map(|file| {
+        file.lines().filter_map(|line| {
+            let rest = line.trim().strip_prefix("const ")?;
+            let (name, rest) = rest.split_once(": &str = lua!(")?;
+            Some((name.to_owned(), rest.strip_suffix(");")?))
+        })
+    });
+    table.chain(consts).collect()
+}
+
+/// The file names the script `name` is composed of.
 fn parts(name: &str) -> Option<Vec<&'static str>> {
-    let marker = format!("const {name}: &str =");
-    let (file, at) = SOURCES
-        .iter()
-        .find_map(|file| Some((*file, file.find(&marker)? + marker.len())))?;
-    let start = at + file[at..].find("lua!(")? + "lua!(".len();
-    let list = &file[start..start + file[start..].find(')')?];
+    let (_, list) = scripts().into_iter().find(|(n, _)| n == name)?;
     Some(
         list.split(',')
             .map(|part| part.trim().trim_matches('"'))
@@ -44,16 +68,6 @@ pub fn script_source(name: &str) -> Result<String, String> {
     dead_code,
     reason = "the benchmarks include this file and ask by name only"
 )]
-pub fn script_names() -> Vec<&'static str> {
-    SOURCES
-        .iter()
-        .flat_map(|file| {
-            file.match_indices("_LUA: &str =")
-                .map(move |(at, _)| (file, at))
-        })
-        .filter_map(|(file, at)| {
-            let start = file[..at].rfind("const ")? + "const ".len();
-            Some(&file[start..at + "_LUA".len()])
-        })
-        .collect()
+pub fn script_names() -> Vec<String> {
+    scripts().into_iter().map(|(name, _)| name).collect()
 }

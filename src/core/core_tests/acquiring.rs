@@ -23,9 +23,9 @@ fn a_free_key_is_acquired_with_its_fence_and_a_lease_counted_from_submission() {
     core.handle_acquire_reply(replied, id, acquired(123));
     let grant = granted(&mut core, replied, id);
     assert_eq!(grant.fence, Fence::new(123));
-    assert_eq!(grant.clock.remaining(replied), LEASE - ms(400));
-    assert!(grant.clock.is_valid(submitted + LEASE - ms(1)));
-    assert!(!grant.clock.is_valid(submitted + LEASE));
+    assert_eq!(grant.clock.lock().remaining(replied), LEASE - ms(400));
+    assert!(grant.clock.lock().is_valid(submitted + LEASE - ms(1)));
+    assert!(!grant.clock.lock().is_valid(submitted + LEASE));
 
     assert_eq!(
         core.counts(),

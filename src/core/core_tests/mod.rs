@@ -11,6 +11,7 @@
 
 mod acquiring;
 mod cancel;
+mod claimless;
 mod failures;
 mod handover_props;
 mod leases;
@@ -70,6 +71,7 @@ fn settings(max_waiters: usize, max_tracked_leases: usize) -> CoreSettings {
         handover: None,
         handover_wanted: false,
         claim_window: Some(Duration::from_millis(100)),
+        claimless: true,
     }
 }
 

@@ -1086,7 +1086,7 @@ impl Harness {
             ) => {
                 assert_eq!(grant.fence, Fence::new(fence));
                 assert_eq!(
-                    grant.clock.remaining(now),
+                    grant.clock.lock().remaining(now),
                     ms(LEASE_MS).saturating_sub(now - submitted),
                     "the lease counts from the first unsettled submission"
                 );

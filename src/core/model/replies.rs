@@ -177,8 +177,9 @@ fn decimal(digits: &[u8]) -> Option<u64> {
 
 /// The reference classification of an acquire reply, from docs/PROTOCOL.md §3:
 /// *acquired(fence)* for a positive decimal string that fits `u64`,
-/// *busy(remaining)* for an integer ≥ -2, *busy(unknown)* for nil, anything
-/// else unexpected.
+/// *busy(remaining)* for an integer ≥ -2, *busy(unknown)* for nil, either
+/// with a positive server time as `[busy, ms]` (registered), anything else
+/// unexpected.
 fn spec_acquire(value: &Value) -> SpecAcquire {
     match value {
         Value::BulkString(b) if !b.is_empty() && b.iter().all(u8::is_ascii_digit) => {
@@ -192,6 +193,16 @@ fn spec_acquire(value: &Value) -> SpecAcquire {
         }
         Value::Int(n) if *n >= 0 => SpecAcquire::Is(AcquireReply::Busy(Some(ms(n.unsigned_abs())))),
         Value::Int(-1 | -2) | Value::Nil => SpecAcquire::Is(AcquireReply::Busy(None)),
+        // Busy, registered at a positive server time (ms).
+        Value::Array(items) => match items.as_slice() {
+            [busy @ Value::Int(_), Value::Int(at)] if *at > 0 => match spec_acquire(busy) {
+                SpecAcquire::Is(AcquireReply::Busy(remaining)) => {
+                    SpecAcquire::Is(AcquireReply::Registered(remaining, at.unsigned_abs()))
+                }
+                _ => SpecAcquire::Unexpected,
+            },
+            _ => SpecAcquire::Unexpected,
+        },
         _ => SpecAcquire::Unexpected,
     }
 }
@@ -385,7 +396,7 @@ fn check_through_core(acquire: &Value, renew: &Value, release: &Value) {
         (Ok(AcquireReply::Acquired(fence)), WaiterStep::Done(Ok(grant))) => {
             assert_eq!(grant.fence, fence);
             assert_eq!(
-                grant.clock.remaining(t1),
+                grant.clock.lock().remaining(t1),
                 ms(LEASE_MS) - ms(5),
                 "the lease counts from the submission"
             );
@@ -397,7 +408,10 @@ fn check_through_core(acquire: &Value, renew: &Value, release: &Value) {
                 Some(ReleaseOutcome::Released)
             );
         }
-        (Ok(AcquireReply::Busy(expected)), WaiterStep::Done(Err(Error::Busy { remaining }))) => {
+        (
+            Ok(AcquireReply::Busy(expected) | AcquireReply::Registered(expected, _)),
+            WaiterStep::Done(Err(Error::Busy { remaining })),
+        ) => {
             assert_eq!(remaining, expected);
             assert!(core.take_orphans().is_empty());
         }
@@ -433,7 +447,7 @@ fn check_through_core(acquire: &Value, renew: &Value, release: &Value) {
         other => panic!("expected a grant, got {other:?}"),
     };
     assert_eq!(grant.fence, Fence::new(42));
-    let mut clock = grant.clock;
+    let mut clock = *grant.clock.lock();
 
     let call = core.renew_call(grant.lease, LEASE_MS).expect("tracked");
     assert_eq!(call.kind, ScriptKind::Renew);

@@ -367,7 +367,7 @@ impl Subscriber<'_> {
     /// connection shows at the read.
     fn pass_on(&mut self) {
         let (channels, nodes) = (&self.channels, &mut self.nodes);
-        send_pass_ons(self.state, |key, packed| {
+        send_pass_ons(self.state, |key, packed, _| {
             if let Some(conn) = channels.get(&key).and_then(|ch| nodes.get_mut(&ch.node)) {
                 drop(conn.send_packed_command(packed));
             }

@@ -15,7 +15,7 @@ use event_listener::Listener;
 
 use crate::clock::now;
 use crate::core::core::{SubscriberStep, FAILURE_BACKOFF};
-use crate::core::lease::deadline_after;
+use crate::core::lease::{deadline_after, SharedClock};
 use crate::core::names::KeyId;
 use crate::core::notice::{decode, Notice};
 use crate::driver::state::LockerState;
@@ -90,10 +90,10 @@ fn handle_push(
 
 /// Hands `send` what the core passes on (`core/linger.rs`), packed as
 /// `EVAL`s (no script cache to miss), with the id of the key whose
-/// channel's connection should carry them. The reader skips their
-/// replies; what fails lapses at the registration's bound and the grant's
-/// claim window.
-fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8])) {
+/// channel's connection should carry them and how many calls they are.
+/// The reader skips their replies; what fails lapses at the registration's
+/// bound and the grant's claim window.
+fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8], usize)) {
     // Looked at read-only first: this runs after every push, and a call
     // that changes the core wakes everyone listening for changes.
     if !state.cell.read(|core| core.has_pass_ons()) {
@@ -104,7 +104,23 @@ fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8])) {
             .iter()
             .flat_map(|call| call.eval().get_packed_command())
             .collect();
-        send(key, &packed);
+        send(key, &packed, calls.len());
+    }
+}
+
+/// Hands `send` each extension due (`core/claimless.rs`), packed as an
+/// `EVAL`, with the clock its reply goes to
+/// ([`handle_extension_reply`](crate::core::claimless::handle_extension_reply)).
+fn send_extensions(state: &Arc<LockerState>, mut send: impl FnMut(&[u8], SharedClock)) {
+    let now = now();
+    if !state
+        .cell
+        .read(|core| core.next_extension_due().is_some_and(|due| due <= now))
+    {
+        return;
+    }
+    for (call, clock) in state.with_core(|core| core.take_due_extensions(now)) {
+        send(&call.eval().get_packed_command(), clock);
     }
 }
 

@@ -2,6 +2,7 @@
 //! dedicated RESP3 connection; every confirmation (the first, and after
 //! each reconnect) makes every head check once more.
 
+use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +10,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{
-    fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss, send_pass_ons,
+    fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss, send_extensions,
+    send_pass_ons,
 };
+use crate::core::claimless::handle_extension_reply;
+use crate::core::lease::SharedClock;
 use crate::driver::state::LockerState;
 use crate::error::describe;
 use crate::probe::{self, Step};
@@ -65,16 +69,26 @@ fn subscribe(
 }
 
 /// Reads what arrives until the core says stop (`Break`) or the
-/// connection breaks (`Continue`: connect again).
+/// connection breaks (`Continue`: connect again). Replies come in the
+/// order of the calls sent: a pass-on's is skipped, an extension's goes to
+/// its hold's clock (and one that never comes counts as unknown).
 fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> ControlFlow<()> {
-    loop {
+    let mut replies: VecDeque<Option<SharedClock>> = VecDeque::new();
+    let flow = loop {
         let Some(slice) = listen_slice(state, SLICE) else {
-            return ControlFlow::Break(());
+            break ControlFlow::Break(());
         };
         // A broken connection shows at the read.
-        send_pass_ons(state, |_, packed| drop(conn.send_packed_command(packed)));
+        send_pass_ons(state, |_, packed, calls| {
+            replies.extend((0..calls).map(|_| None));
+            drop(conn.send_packed_command(packed));
+        });
+        send_extensions(state, |packed, clock| {
+            replies.push_back(Some(clock));
+            drop(conn.send_packed_command(packed));
+        });
         if conn.set_read_timeout(Some(slice)).is_err() {
-            return ControlFlow::Continue(());
+            break ControlFlow::Continue(());
         }
         match conn.recv_response() {
             Ok(Value::Push { kind, data }) => {
@@ -82,9 +96,17 @@ fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> ControlFlow<
                 handle_push(state, &kind, &data);
                 probe::mark(Step::NoticeHandled);
             }
-            Ok(_) => {}
+            Ok(reply) => {
+                if let Some(Some(clock)) = replies.pop_front() {
+                    handle_extension_reply(&clock, Some(&reply));
+                }
+            }
             Err(e) if e.is_timeout() => {}
-            Err(_) => return ControlFlow::Continue(()),
+            Err(_) => break ControlFlow::Continue(()),
         }
+    };
+    for clock in replies.into_iter().flatten() {
+        handle_extension_reply(&clock, None);
     }
+    flow
 }

@@ -1,0 +1,270 @@
+//! A lock's grant taken from its notice without the claim round trip
+//! (`core/claimless.rs`, docs/PROTOCOL.md §4.3): held until the lower bound
+//! of the grant's expiry, extended by the subscriber, released by the hold's
+//! whole value; claimed as before wherever the bound is not known.
+
+use super::*;
+use crate::core::names::{LineKey, RegId};
+
+const REG: RegId = RegId(0x52);
+/// The server's time (ms) when the registering attempt ran.
+const SERVER_MS: u64 = 1_700_000_000_000;
+
+/// A core with the hand-over on and its subscription confirmed.
+fn handover_core(now: Instant, channel: Channel) -> Core {
+    let mut s = settings(128, 10_000);
+    s.handover = Some(HandoverSettings {
+        reg: REG,
+        reg_ms: 3_000,
+        claim_ms: 100,
+    });
+    s.claimless = channel == Channel::Standalone;
+    s.channel = channel;
+    let mut core = Core::new(s, now);
+    core.subscription_wanted_by_waiter();
+    core.handle_subscribed();
+    drain(&mut core);
+    core
+}
+
+fn line() -> LineKey {
+    LineKey {
+        kind: Kind::Lock,
+        id: KeyId::of("k"),
+    }
+}
+
+/// A lock acquire's busy reply after it registered at `SERVER_MS`.
+fn registered(remaining_ms: i64) -> Result<Value, RedisError> {
+    ok(Value::Array(vec![
+        Value::Int(remaining_ms),
+        Value::Int(SERVER_MS as i64),
+    ]))
+}
+
+/// The notice of a grant with fence 17 and a 100 ms window to this
+/// locker's registration, made at server time `at` (none: an older
+/// version's notice).
+fn our_grant(at: Option<u64>) -> String {
+    let base = format!("{}:g:{}:17:100", line().message(), line().queue_entry(REG));
+    match at {
+        Some(at) => format!("{base}:{at}"),
+        None => base,
+    }
+}
+
+/// A waiter of token `i` on "k" that registered with a busy attempt sent
+/// at `now`, and a second waiter behind it.
+fn registered_waiters(core: &mut Core, now: Instant) -> (WaiterId, WaiterId) {
+    let id = join(core, now, "k", 1, secs(10));
+    let next = join(core, now, "k", 2, secs(10));
+    attempt(core, now, id);
+    core.handle_acquire_reply(now, id, registered(5_000));
+    drain(core);
+    (id, next)
+}
+
+#[test]
+fn a_grant_is_taken_from_its_notice_and_extended_later() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, _) = registered_waiters(&mut core, now);
+
+    // Granted 40 ms (server time) after the attempt ran, heard 41 ms after
+    // it was sent.
+    let heard = now + ms(41);
+    core.handle_notice(heard, our_grant(Some(SERVER_MS + 40)).as_bytes());
+    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(id)]);
+    let grant = granted(&mut core, heard, id);
+    assert_eq!(grant.fence.get(), 17);
+    // Valid until the send + 40 + 100 ms, less the 2 ms margin and 1 ms
+    // per second between the two server times (40 µs).
+    assert_eq!(
+        grant.clock.lock().remaining(heard),
+        ms(40 + 100 - 2 - 41) - Duration::from_micros(40)
+    );
+
+    // The release and the renew name the hold whole.
+    let hold = format!("{}:17", token(1).grant_token().to_hex());
+    assert!(packed(&core.release_call(grant.lease).unwrap()).contains(&hold));
+    assert!(packed(&core.renew_call(grant.lease, LEASE_MS).unwrap()).contains(&hold));
+
+    // The extension is due halfway to the deadline: then the subscriber
+    // renews the hold to the full lease.
+    let due = core.next_extension_due().expect("an extension");
+    assert_eq!(due, heard + (ms(97) - Duration::from_micros(40)) / 2);
+    assert!(core.take_due_extensions(due - ms(1)).is_empty());
+    let mut extensions = core.take_due_extensions(due);
+    assert_eq!(extensions.len(), 1);
+    let (call, clock) = extensions.remove(0);
+    assert_eq!(call.kind, ScriptKind::Renew);
+    assert!(packed(&call).contains(&hold));
+    assert!(packed(&call).contains(&LEASE_MS.to_string()));
+    crate::core::claimless::handle_extension_reply(&clock, Some(&Value::Int(1)));
+    assert_eq!(
+        grant.clock.lock().remaining(due),
+        ms(LEASE_MS),
+        "the full lease from the extension's send"
+    );
+    assert_eq!(core.next_extension_due(), None);
+}
+
+#[test]
+fn an_extension_of_a_released_hold_is_not_sent() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, _) = registered_waiters(&mut core, now);
+    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+    let grant = granted(&mut core, now + ms(1), id);
+    grant
+        .clock
+        .lock()
+        .handle_release(Some(ReleaseOutcome::Released));
+    core.handle_release_reply(grant.lease, ok(Value::Int(3)))
+        .unwrap();
+    let due = core.next_extension_due().expect("still listed");
+    assert!(core.take_due_extensions(due).is_empty());
+    assert_eq!(core.next_extension_due(), None);
+}
+
+#[test]
+fn an_extension_ends_the_hold_when_the_grant_is_gone_and_keeps_it_when_unknown() {
+    for (reply, ended) in [(None, false), (Some(Value::Int(0)), true)] {
+        let now = t0();
+        let mut core = handover_core(now, Channel::Standalone);
+        let (id, _) = registered_waiters(&mut core, now);
+        core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+        let grant = granted(&mut core, now + ms(1), id);
+        let deadline = grant.clock.lock().valid_until();
+        let due = core.next_extension_due().unwrap();
+        let (_, clock) = core.take_due_extensions(due).remove(0);
+        crate::core::claimless::handle_extension_reply(&clock, reply.as_ref());
+        let after = grant.clock.lock().valid_until();
+        if ended {
+            assert_eq!(after, None, "the grant lapsed: the hold is over");
+        } else {
+            assert_eq!(after, deadline, "unknown: the grant's own deadline stands");
+        }
+    }
+}
+
+/// Where the bound is not known, the head claims the grant as before.
+#[test]
+fn a_grant_the_locker_cannot_place_is_claimed() {
+    let cases: [(&str, Channel, Option<u64>); 4] = [
+        ("an older version's notice", Channel::Standalone, None),
+        (
+            "made before the attempt ran",
+            Channel::Standalone,
+            Some(SERVER_MS - 1),
+        ),
+        (
+            "too late to be worth it",
+            Channel::Standalone,
+            Some(SERVER_MS),
+        ),
+        ("on Redis Cluster", Channel::Sharded, Some(SERVER_MS + 1)),
+    ];
+    for (case, channel, at) in cases {
+        let now = t0();
+        let mut core = handover_core(now, channel);
+        let (id, _) = registered_waiters(&mut core, now);
+        // The third case is heard 60 ms on: under half the window is left.
+        let heard = if at == Some(SERVER_MS) {
+            now + ms(60)
+        } else {
+            now + ms(1)
+        };
+        core.handle_notice(heard, our_grant(at).as_bytes());
+        assert_eq!(drain(&mut core), vec![CoreEvent::Wake(id)], "{case}");
+        let claim = attempt(&mut core, heard, id);
+        assert_eq!(claim.kind, ScriptKind::Acquire, "{case}");
+        assert_eq!(core.next_extension_due(), None, "{case}");
+    }
+}
+
+#[test]
+fn a_failed_attempt_or_a_lost_subscription_forgets_the_server_time() {
+    for lose in [true, false] {
+        let now = t0();
+        let mut core = handover_core(now, Channel::Standalone);
+        let (id, next) = registered_waiters(&mut core, now);
+        if lose {
+            core.handle_subscriber_lost(now);
+            core.handle_subscribed();
+        } else {
+            attempt(&mut core, now + secs(2), id);
+            core.handle_acquire_reply(now + secs(2), id, timed_out());
+        }
+        drain(&mut core);
+        core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+        assert_eq!(core.next_extension_due(), None, "lost: {lose}");
+        let _ = next;
+    }
+}
+
+/// While a grant taken without its claim holds under the grant token, the
+/// registration's leaving releases nothing by that token: it would end
+/// the hold.
+#[test]
+fn a_leaving_registration_does_not_release_a_hold_under_its_grant_token() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, next) = registered_waiters(&mut core, now);
+    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+    let grant = granted(&mut core, now + ms(1), id);
+    drain(&mut core);
+    // The next waiter gives up: its line is empty, the registration goes.
+    core.cancel(next);
+    let _ = core.poll_waiter(now + ms(2), next);
+    let leaving = core.take_deregistrations();
+    assert!(
+        leaving.iter().all(|c| c.kind == ScriptKind::Deregister),
+        "only DEREGISTER: {leaving:?}"
+    );
+    // Once the hold is released, the grant token's release goes (a grant
+    // made out to the registration before it left is passed on).
+    assert!(core.release_call(grant.lease).is_ok());
+    core.handle_release_reply(grant.lease, ok(Value::Int(1)))
+        .unwrap();
+    let later = core.take_deregistrations();
+    let grant_token = token(1).grant_token();
+    assert!(
+        later.iter().any(|c| releases(c, grant_token)),
+        "the grant token's release: {later:?}"
+    );
+}
+
+/// The hold of a grant taken without its claim is under the grant token:
+/// while it is held, the line's next attempts do not name that token as
+/// their own, or they would take the hold for a grant to them.
+#[test]
+fn the_next_waiter_does_not_take_the_hold_for_its_own_grant() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, next) = registered_waiters(&mut core, now);
+    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+    let grant = granted(&mut core, now + ms(1), id);
+    drain(&mut core);
+    let grant_token = token(1).grant_token().to_hex();
+    // The next head checks at its safety poll.
+    let later = now + secs(2);
+    let check = attempt(&mut core, later, next);
+    let own = packed(&check)
+        .split("\r\n")
+        .filter(|w| *w == grant_token)
+        .count();
+    assert_eq!(own, 1, "named only as the token to register with");
+    core.handle_acquire_reply(later, next, registered(90));
+    drain(&mut core);
+
+    // Released: a grant under that token is the next waiter's again.
+    core.handle_release_reply(grant.lease, ok(Value::Int(3)))
+        .unwrap();
+    let again = attempt(&mut core, later + secs(2), next);
+    let named = packed(&again)
+        .split("\r\n")
+        .filter(|w| *w == grant_token)
+        .count();
+    assert_eq!(named, 2, "its own grant, and the token it registers with");
+}

@@ -310,10 +310,11 @@ fn steps_line(r: &J) -> String {
             .and_then(J::as_f64)
             .unwrap_or(f64::NAN)
     };
+    let count = |name: &str| steps.get(name).and_then(J::as_f64).unwrap_or(f64::NAN);
     format!(
         "\n  hand-over steps, p50 µs: release called→sent {:.0}, sent→notice read {:.0} (releaser's \
          round trip {:.0}), notice handled {:.0}, waiter woken {:.0}, woken→claim sent {:.0}, \
-         claim round trip {:.0}, claim replied→returned {:.0}",
+         claim round trip {:.0}, claim replied→returned {:.0}; claimed {:.0} of {:.0}",
         term("release_called_to_sent"),
         term("release_sent_to_notice_read"),
         term("releaser_round_trip"),
@@ -322,6 +323,8 @@ fn steps_line(r: &J) -> String {
         term("woken_to_claim_sent"),
         term("claim_round_trip"),
         term("claim_replied_to_returned"),
+        count("claimed"),
+        count("hand_overs"),
     )
 }
 

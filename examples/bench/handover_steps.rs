@@ -6,8 +6,11 @@
 //! releaser: release called → release sent ─────────────▶ release replied
 //!                                 │ (script, notification)
 //! next:                           └▶ notice read → handled → waiter woken
-//!                                    → claim sent → claim replied → acquired
+//!                                    (→ claim sent → claim replied) → acquired
 //! ```
+//!
+//! A lock's grant taken from its notice (docs/PROTOCOL.md §4.3) sends no
+//! claim: its claim terms are 0, and `claimed` counts the others.
 
 use std::collections::BTreeMap;
 
@@ -63,10 +66,12 @@ pub(crate) fn breakdown(
 ) -> Option<J> {
     let mut terms: Vec<Vec<u64>> = vec![Vec::new(); TERMS.len()];
     let mut total = Vec::new();
+    let mut claimed = 0;
     for [prev, next] in pairs.iter().filter(|[p, n]| p.process != n.process) {
         let Some(steps) = one(prev, next, marks) else {
             continue;
         };
+        claimed += usize::from(steps[5] > 0);
         for (samples, ns) in terms.iter_mut().zip(steps) {
             samples.push(ns);
         }
@@ -82,6 +87,7 @@ pub(crate) fn breakdown(
         .count();
     let mut fields: Vec<(&str, J)> = vec![
         ("hand_overs", J::from(total.len())),
+        ("claimed", J::from(claimed)),
         (
             "waiter_wake_ups_per_acquisition",
             J::round(woken as f64 / (pairs.len() + 1) as f64, 2),
@@ -121,27 +127,43 @@ fn one(prev: &Rec, next: &Rec, marks: &BTreeMap<usize, Vec<Mark>>) -> Option<[u6
     let replied = first(from, "release_replied", sent.unix_ns, Some(sent.thread))?;
     let read = first(to, "notice_read", sent.unix_ns, None)?;
     let handled = first(to, "notice_handled", read.unix_ns, Some(read.thread))?;
-    // The claim: the next holder's last acquire script before it returned.
+    // The claim, if any: the next holder's last acquire script before it
+    // returned.
     let claim = to.iter().rev().find(|m| {
         m.step == "acquire_sent" && m.unix_ns <= acquired && m.unix_ns >= handled.unix_ns
-    })?;
-    let claimed = first(to, "acquire_replied", claim.unix_ns, Some(claim.thread))?;
-    let woken = to.iter().rev().find(|m| {
-        m.step == "waiter_woken"
-            && m.thread == claim.thread
-            && (handled.unix_ns..=claim.unix_ns).contains(&m.unix_ns)
-    })?;
-    if claimed.unix_ns > acquired {
-        return None;
-    }
+    });
+    let woken = |thread: Option<u64>, until: u64| {
+        to.iter().rev().find(|m| {
+            m.step == "waiter_woken"
+                && thread.is_none_or(|t| m.thread == t)
+                && (handled.unix_ns..=until).contains(&m.unix_ns)
+        })
+    };
+    let (woken, claim, claimed) = match claim {
+        Some(claim) => {
+            let claimed = first(to, "acquire_replied", claim.unix_ns, Some(claim.thread))?;
+            if claimed.unix_ns > acquired {
+                return None;
+            }
+            let woken = woken(Some(claim.thread), claim.unix_ns)?.unix_ns;
+            (woken, claim.unix_ns, claimed.unix_ns)
+        }
+        // Taken from the notice: the first waiter woken after it.
+        None => {
+            let woken = to.iter().find(|m| {
+                m.step == "waiter_woken" && (handled.unix_ns..=acquired).contains(&m.unix_ns)
+            })?;
+            (woken.unix_ns, woken.unix_ns, woken.unix_ns)
+        }
+    };
     Some([
         sent.unix_ns.saturating_sub(called),
         read.unix_ns - sent.unix_ns,
         handled.unix_ns - read.unix_ns,
-        woken.unix_ns - handled.unix_ns,
-        claim.unix_ns - woken.unix_ns,
-        claimed.unix_ns - claim.unix_ns,
-        acquired.saturating_sub(claimed.unix_ns),
+        woken - handled.unix_ns,
+        claim - woken,
+        claimed - claim,
+        acquired.saturating_sub(claimed),
         replied.unix_ns - sent.unix_ns,
     ])
 }
@@ -205,6 +227,29 @@ mod tests {
         let j = breakdown(&[[prev, next]], &all, 100_000).expect("one hand-over");
         assert_eq!(j.get("hand_overs").and_then(J::as_f64), Some(1.0));
         assert_eq!(j.get("total_p50_idle_rtt").and_then(J::as_f64), Some(5.0));
+    }
+
+    #[test]
+    fn a_grant_taken_from_its_notice_has_no_claim_terms() {
+        let prev = rec(0, 0, 1_000);
+        let next = rec(1, 1_400, 4_000);
+        let mut all = BTreeMap::new();
+        all.insert(
+            0,
+            marks(&[("release_sent", 1_010, 7), ("release_replied", 1_200, 7)]),
+        );
+        all.insert(
+            1,
+            marks(&[
+                ("notice_read", 1_300, 9),
+                ("notice_handled", 1_310, 9),
+                ("waiter_woken", 1_330, 3),
+            ]),
+        );
+        let steps = one(&prev, &next, &all).expect("every step is there");
+        assert_eq!(steps.map(|ns| ns / 1000), [10, 290, 10, 20, 0, 0, 70, 190]);
+        let j = breakdown(&[[prev, next]], &all, 100_000).expect("one hand-over");
+        assert_eq!(j.get("claimed").and_then(J::as_f64), Some(0.0));
     }
 
     #[test]

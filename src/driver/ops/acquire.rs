@@ -12,8 +12,7 @@ use super::sweep::Sweep;
 use super::{Io, Op, Reply, Request};
 use crate::cancel::CancelHandle;
 use crate::config::{AcquireOptions, ResolvedOptions};
-use crate::core::core::Core;
-use crate::core::core::{AttemptSummary, Grant, LeaseId, WaiterStep};
+use crate::core::core::{AttemptSummary, Core, Grant, LeaseId, WaiterStep};
 use crate::core::election::LeaderValue;
 use crate::core::lease::deadline_after;
 use crate::core::line::WaiterId;
@@ -34,7 +33,9 @@ pub(crate) struct Granted {
     pub(crate) hold: HoldTimer,
 }
 
-#[derive(Debug)]
+/// An acquire's next step.
+type Step = Io<Result<Granted, Error>>;
+
 enum Pending {
     Nothing,
     Attempt,
@@ -48,7 +49,6 @@ enum Pending {
 }
 
 /// One acquire in progress; dropping it before `Done` abandons it.
-#[derive(Debug)]
 pub(crate) struct Acquire {
     state: Arc<LockerState>,
     id: WaiterId,
@@ -149,25 +149,8 @@ impl Acquire {
         })
     }
 
-    fn finish(
-        &mut self,
-        now: Instant,
-        result: Result<Granted, Error>,
-    ) -> Io<Result<Granted, Error>> {
-        self.finished = true;
-        self.timer.done(now, result.as_ref().map(|_| ()));
-        let counters = &self.state.counters;
-        match &result {
-            Ok(_) => counters.acquired(),
-            Err(Error::WaitTimeout { .. }) => counters.wait_timeout(),
-            Err(_) => {}
-        }
-        Io::Done(result)
-    }
-
     /// The grant's replication verdict: the lease, or its release first.
-    fn after_grant(&mut self, now: Instant, grant: Grant) -> Io<Result<Granted, Error>> {
-        let hold = self.timer.hold(now);
+    fn after_grant(&mut self, now: Instant, grant: Grant) -> Step {
         let acks = self.acks.take().unwrap_or(Ok(redis::Value::Int(0)));
         let replicas = match self.state.replication.map(|r| r.verdict(acks)).transpose() {
             Ok(replicas) => replicas,
@@ -183,6 +166,7 @@ impl Acquire {
                 };
             }
         };
+        let hold = self.timer.hold(now);
         let granted = Granted {
             grant,
             replicas,
@@ -192,11 +176,7 @@ impl Acquire {
     }
 
     /// Ends with `result`, after a last sweep of late grants at shutdown.
-    fn hold_back(
-        &mut self,
-        now: Instant,
-        result: Result<Granted, Error>,
-    ) -> Io<Result<Granted, Error>> {
+    fn hold_back(&mut self, now: Instant, result: Result<Granted, Error>) -> Step {
         self.result = Some(result);
         self.next_held_back(now)
     }
@@ -204,7 +184,7 @@ impl Acquire {
     /// Releases the locker's orphans, if any, unless a sweep of this
     /// acquire already went unanswered; `own`: the cluster slot of the
     /// attempt it goes before.
-    fn sweep(&mut self, now: Instant, own: Option<u16>) -> Option<Io<Result<Granted, Error>>> {
+    fn sweep(&mut self, now: Instant, own: Option<u16>) -> Option<Step> {
         if self.sweep_unanswered {
             return None;
         }
@@ -214,16 +194,16 @@ impl Acquire {
     }
 
     /// Sends the acquire script `call`, with the replication `WAIT`.
-    fn attempt(&mut self, call: ScriptCall) -> Io<Result<Granted, Error>> {
+    fn attempt(&mut self, call: ScriptCall) -> Step {
         self.pending = Pending::Attempt;
         self.timer.attempt_sent();
-        Io::Send(Request::Script {
-            call,
-            then: self.state.replication.map(|r| r.wait_cmd()),
-        })
+        let then = self.state.replication.map(|r| r.wait_cmd());
+        Io::Send(Request::Script { call, then })
     }
 
-    fn next_held_back(&mut self, now: Instant) -> Io<Result<Granted, Error>> {
+    /// Ends with the held-back result, after what must go first: a last
+    /// sweep at shutdown, the key's deregistration after a failed wait.
+    fn next_held_back(&mut self, now: Instant) -> Step {
         // At shutdown nobody else may come to release late grants. Else
         // the next operation does: sweeping now could race this waiter's
         // own unanswered attempt on another connection.
@@ -239,14 +219,20 @@ impl Acquire {
             let calls = self.state.with_core(|core| core.take_deregistrations());
             if !calls.is_empty() {
                 self.pending = Pending::Deregister;
-                return Io::Send(Request::Releases {
-                    calls,
-                    until: deadline_after(now, self.state.config.command_timeout),
-                });
+                let until = deadline_after(now, self.state.config.command_timeout);
+                return Io::Send(Request::Releases { calls, until });
             }
         }
         let result = self.result.take().unwrap_or(Err(Error::Cancelled));
-        self.finish(now, result)
+        self.finished = true;
+        self.timer.done(now, result.as_ref().map(|_| ()));
+        let counters = &self.state.counters;
+        match &result {
+            Ok(_) => counters.acquired(),
+            Err(Error::WaitTimeout { .. }) => counters.wait_timeout(),
+            Err(_) => {}
+        }
+        Io::Done(result)
     }
 }
 
@@ -296,16 +282,16 @@ impl Op for Acquire {
     }
 
     fn handle_reply(&mut self, now: Instant, reply: Reply) {
+        let state = &self.state;
         match std::mem::replace(&mut self.pending, Pending::Nothing) {
             Pending::Attempt => {
                 let (reply, then) = reply.into_script();
-                self.state.metrics.reply(Operation::Acquire, &reply);
+                state.metrics.reply(Operation::Acquire, &reply);
                 self.acks = then;
-                let summary = self
-                    .state
-                    .with_core(|core| core.handle_acquire_reply(now, self.id, reply));
+                let summary =
+                    state.with_core(|core| core.handle_acquire_reply(now, self.id, reply));
                 if summary.is_busy() {
-                    self.state.counters.busy_reply();
+                    state.counters.busy_reply();
                 }
                 if summary == AttemptSummary::HandoverRefused {
                     log::warn!(
@@ -315,17 +301,13 @@ impl Op for Acquire {
                     );
                 }
             }
-            Pending::Sweep(sweep) => {
-                self.sweep_unanswered |= !sweep.finish(&self.state, now, reply)
-            }
+            Pending::Sweep(sweep) => self.sweep_unanswered |= !sweep.finish(state, now, reply),
             Pending::Unreplicated(e, lease) => {
                 // The release's outcome changes nothing for the caller: the
                 // lease is not held either way. A failed release stays
                 // tracked for shutdown; the TTL ends it in any case.
                 let (reply, _) = reply.into_script();
-                let _ = self
-                    .state
-                    .with_core(|core| core.handle_release_reply(lease, reply));
+                let _ = state.with_core(|core| core.handle_release_reply(lease, reply));
                 self.result = Some(Err(e));
             }
             Pending::Deregister | Pending::Nothing => {}
@@ -336,15 +318,14 @@ impl Op for Acquire {
 impl Drop for Acquire {
     fn drop(&mut self) {
         self.timer.abandoned();
-        self.state.cell.remove_waker(self.id);
+        let state = &self.state;
+        state.cell.remove_waker(self.id);
         if let Some(Ok(granted)) = self.result.take() {
             // Dropped during its last sweep: the lease nobody took.
-            self.state
-                .with_core(|core| core.abandon_lease(granted.grant.lease));
+            state.with_core(|core| core.abandon_lease(granted.grant.lease));
         }
         if !self.finished {
-            self.state
-                .with_core(|core| core.abandon(crate::clock::now(), self.id));
+            state.with_core(|core| core.abandon(crate::clock::now(), self.id));
         }
     }
 }

@@ -124,7 +124,6 @@ pub(crate) fn then_after<'a>(
 pub(crate) type ReleaseReplies = Vec<Option<Result<Value, Failure>>>;
 
 /// A front end's answer to a [`Request`].
-#[derive(Debug)]
 pub(crate) enum Reply {
     Script {
         reply: Result<Value, Failure>,
@@ -171,20 +170,15 @@ impl Reply {
     }
 
     fn into_releases(self, n: usize) -> Result<ReleaseReplies, Failure> {
-        match self {
-            Reply::Releases(Ok(mut replies)) => {
-                replies.resize_with(n, || None);
-                Ok(replies)
-            }
-            Reply::Releases(Err(f)) => Err(f),
-            Reply::Script { .. } => Err(mismatched()),
-        }
+        let Reply::Releases(replies) = self else {
+            return Err(mismatched());
+        };
+        let mut replies = replies?;
+        replies.resize_with(n, || None);
+        Ok(replies)
     }
 }
 
 fn mismatched() -> Failure {
-    Failure::Sent(redis::RedisError::from((
-        redis::ErrorKind::Client,
-        "reply of the wrong kind",
-    )))
+    Failure::Sent((redis::ErrorKind::Client, "reply of the wrong kind").into())
 }

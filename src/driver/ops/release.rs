@@ -11,7 +11,6 @@ use crate::driver::held::Held;
 use crate::driver::state::LockerState;
 use crate::error::{Error, Operation};
 
-#[derive(Debug)]
 enum Phase {
     Start,
     Sweeping(Sweep),
@@ -21,7 +20,6 @@ enum Phase {
 }
 
 /// One release of `held`.
-#[derive(Debug)]
 pub(crate) struct Release<'a> {
     state: &'a Arc<LockerState>,
     held: &'a Held,
@@ -38,6 +36,36 @@ impl<'a> Release<'a> {
             held,
             phase: Phase::Start,
             plain: false,
+        }
+    }
+
+    /// The cluster slot the release goes to, when there are orphans to
+    /// sweep before it (none on one server).
+    fn own_slot(&self) -> Option<u16> {
+        self.state.quiet.as_ref()?;
+        self.state.cell.read(|core| {
+            let orphans = core.counts().orphans > 0;
+            orphans.then(|| core.release_call(self.held.id).ok()?.slot())?
+        })
+    }
+
+    /// Sends the release, or ends with what the lease's own record says
+    /// when the core no longer tracks it.
+    fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
+        let id = self.held.id;
+        let call = self.state.with_core(|core| match self.plain {
+            false => core.release_call(id),
+            true => core.plain_release_call(id),
+        });
+        // `next` left the phase at `Sent`.
+        match call {
+            Ok(call) => Io::Send(Request::Script { call, then: None }),
+            Err(e) => {
+                let shutting_down = self.state.cell.read(|core| core.is_shutting_down());
+                let result = self.held.already_released(e, shutting_down);
+                self.held.handle_release(&result);
+                Io::Done(result)
+            }
         }
     }
 }
@@ -87,38 +115,6 @@ impl Op for Release<'_> {
             }
             other => other,
         };
-    }
-}
-
-impl Release<'_> {
-    /// The cluster slot the release goes to, when there are orphans to
-    /// sweep before it (none on one server).
-    fn own_slot(&self) -> Option<u16> {
-        self.state.quiet.as_ref()?;
-        self.state.cell.read(|core| {
-            let orphans = core.counts().orphans > 0;
-            orphans.then(|| core.release_call(self.held.id).ok()?.slot())?
-        })
-    }
-
-    fn next_release(&mut self) -> Io<Result<ReleaseOutcome, Error>> {
-        let id = self.held.id;
-        let call = self.state.with_core(|core| match self.plain {
-            false => core.release_call(id),
-            true => core.plain_release_call(id),
-        });
-        match call {
-            Ok(call) => {
-                self.phase = Phase::Sent;
-                Io::Send(Request::Script { call, then: None })
-            }
-            Err(e) => {
-                let shutting_down = self.state.cell.read(|core| core.is_shutting_down());
-                let result = self.held.already_released(e, shutting_down);
-                self.held.handle_release(&result);
-                Io::Done(result)
-            }
-        }
     }
 }
 

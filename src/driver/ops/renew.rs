@@ -10,7 +10,6 @@ use crate::driver::held::Held;
 use crate::driver::state::LockerState;
 use crate::error::{Error, Operation};
 
-#[derive(Debug)]
 enum Phase {
     Start,
     Sent,
@@ -21,7 +20,6 @@ enum Phase {
 }
 
 /// One renew of `held`.
-#[derive(Debug)]
 pub(crate) struct Renew<'a> {
     state: &'a Arc<LockerState>,
     held: &'a Held,
@@ -84,31 +82,26 @@ impl Op for Renew<'_> {
 
     fn handle_reply(&mut self, _now: Instant, reply: Reply) {
         let (reply, acks) = reply.into_script();
-        let id = self.held.id;
+        let (state, id) = (self.state, self.held.id);
         self.phase = match std::mem::replace(&mut self.phase, Phase::Start) {
             Phase::Sent => {
-                self.state.metrics.reply(Operation::Renew, &reply);
-                let (result, outcome) = self
-                    .state
-                    .with_core(|core| core.handle_renew_reply(id, reply));
+                state.metrics.reply(Operation::Renew, &reply);
+                let (result, outcome) = state.with_core(|core| core.handle_renew_reply(id, reply));
                 self.held.handle_renew(result, self.retrying);
-                match (&outcome, self.state.replication) {
-                    (Ok(RenewOutcome::Renewed), Some(replication)) => {
-                        match replication.verdict(acks.unwrap_or(Ok(redis::Value::Int(0)))) {
-                            Ok(acked) => {
-                                self.held.set_replicas(acked);
-                                Phase::Finished(outcome)
-                            }
-                            Err(e) => Phase::Unreplicated(e),
-                        }
+                let renewed = matches!(outcome, Ok(RenewOutcome::Renewed));
+                let acks = acks.unwrap_or(Ok(redis::Value::Int(0)));
+                let replication = state.replication.filter(|_| renewed);
+                match replication.map(|r| r.verdict(acks)) {
+                    Some(Err(e)) => Phase::Unreplicated(e),
+                    Some(Ok(acked)) => {
+                        self.held.set_replicas(acked);
+                        Phase::Finished(outcome)
                     }
-                    _ => Phase::Finished(outcome),
+                    None => Phase::Finished(outcome),
                 }
             }
             Phase::Releasing(e) => {
-                let result = self
-                    .state
-                    .with_core(|core| core.handle_release_reply(id, reply));
+                let result = state.with_core(|core| core.handle_release_reply(id, reply));
                 self.held.handle_release(&result);
                 Phase::Finished(Err(e))
             }

@@ -50,7 +50,6 @@ impl StopSignal {
 }
 
 /// The renewal loop of one extended lease.
-#[derive(Debug)]
 pub(crate) struct Renewer<'a> {
     state: &'a Arc<LockerState>,
     held: &'a Held,
@@ -85,8 +84,7 @@ impl<'a> Renewer<'a> {
         let cause = match result {
             Ok(RenewOutcome::Renewed) => {
                 self.lost.extend_to(self.held.valid_until().flatten());
-                self.retry = None;
-                self.failures = 0;
+                (self.retry, self.failures) = (None, 0);
                 return true;
             }
             Ok(RenewOutcome::Expired) => LostCause::Expired,
@@ -152,18 +150,16 @@ impl Op for Renewer<'_> {
                 self.lost.fire(cause);
                 return Io::Done(());
             }
-            let half = self.held.lease_length() / 2;
             let due = match &self.retry {
                 Some((at, _)) => *at,
-                None => deadline.and_then(|d| d.checked_sub(half)),
+                None => deadline.and_then(|d| d.checked_sub(self.held.lease_length() / 2)),
             };
             if due.is_some_and(|at| now >= at) {
                 self.renew = Some(Renew::new(self.state, self.held, true));
                 continue;
             }
-            return Io::Wait {
-                until: earliest_of(due, deadline),
-            };
+            let until = earliest_of(due, deadline);
+            return Io::Wait { until };
         }
     }
 

@@ -13,7 +13,6 @@ use crate::core::script::classify_release;
 use crate::driver::state::LockerState;
 use crate::error::{Error, Failure, Operation};
 
-#[derive(Debug)]
 enum Phase {
     Begin,
     /// Waiting for attempts in flight.
@@ -37,7 +36,6 @@ struct Tally {
 }
 
 /// One shutdown of a locker.
-#[derive(Debug)]
 pub(crate) struct Shutdown {
     state: Arc<LockerState>,
     deadline: Option<Instant>,
@@ -105,10 +103,12 @@ impl Op for Shutdown {
     }
 
     fn next(&mut self, now: Instant) -> Io<Self::Output> {
+        let mut until = self.deadline;
         loop {
             match self.phase {
                 Phase::Begin => {
-                    self.deadline = deadline_after(now, self.state.config.shutdown_timeout);
+                    until = deadline_after(now, self.state.config.shutdown_timeout);
+                    self.deadline = until;
                     self.first = self.state.with_core(|core| {
                         let first = !core.is_shutting_down();
                         core.begin_shutdown();
@@ -122,9 +122,7 @@ impl Op for Shutdown {
                 Phase::Draining => {
                     let in_flight = self.state.cell.read(|core| core.attempts_in_flight());
                     if in_flight > 0 && !self.past_deadline(now) {
-                        return Io::Wait {
-                            until: self.deadline,
-                        };
+                        return Io::Wait { until };
                     }
                     let (in_flight, calls) = self
                         .state
@@ -136,19 +134,14 @@ impl Op for Shutdown {
                     } else {
                         self.phase = Phase::Cleaning;
                         self.sent = calls.len();
-                        return Io::Send(Request::Releases {
-                            calls,
-                            until: self.deadline,
-                        });
+                        return Io::Send(Request::Releases { calls, until });
                     }
                 }
                 // Only `handle_reply` leaves it.
                 Phase::Cleaning => return Io::Wait { until: Some(now) },
                 Phase::Stopping => {
                     if self.state.subscribers_running() > 0 && !self.past_deadline(now) {
-                        return Io::Wait {
-                            until: self.deadline,
-                        };
+                        return Io::Wait { until };
                     }
                     return Io::Done(self.verdict());
                 }

@@ -13,7 +13,6 @@ use crate::core::tracking;
 use crate::driver::state::LockerState;
 
 /// A sweep sent and not yet answered.
-#[derive(Debug)]
 pub(super) struct Sweep {
     taken: tracking::Sweep,
     sent: usize,
@@ -38,15 +37,11 @@ impl Sweep {
             return None;
         }
         let calls = std::mem::take(&mut taken.calls);
-        let slots = calls[taken.first_orphan()..]
-            .iter()
-            .map(ScriptCall::slot)
-            .collect();
+        let orphans = &calls[taken.first_orphan()..];
+        let slots = orphans.iter().map(ScriptCall::slot).collect();
         let sent = calls.len();
-        let request = Request::Releases {
-            calls,
-            until: deadline_after(now, state.config.command_timeout),
-        };
+        let until = deadline_after(now, state.config.command_timeout);
+        let request = Request::Releases { calls, until };
         Some((Sweep { taken, sent, slots }, request))
     }
 
@@ -62,11 +57,8 @@ impl Sweep {
             Some(Some(Err(f))) => f.is_server_reply(),
             _ => false,
         };
-        let refused = (0..n)
-            .filter(|i| {
-                answered(*i) && !matches!(&replies[*i], Some(Ok(v)) if classify_release(v).is_ok())
-            })
-            .count();
+        let released = |i: usize| matches!(&replies[i], Some(Ok(v)) if classify_release(v).is_ok());
+        let refused = (0..n).filter(|i| answered(*i) && !released(*i)).count();
         if refused > 0 {
             log::warn!(
                 target: "redlease",

@@ -65,6 +65,7 @@ mod on {
     const LEASES_HELD: &str = "redlease_leases_held";
     const WAKEUPS: &str = "redlease_wakeups_total";
 
+    /// In the order of [`Kind`]'s variants (`kind as usize`).
     const KINDS: [&str; 6] = ["lease", "permit", "read", "write", "leader", "multi"];
     const OUTCOMES: [&str; 6] = [
         "acquired",
@@ -79,17 +80,6 @@ mod on {
     const OPS: [&str; 3] = ["acquire", "renew", "release"];
     const BY: [&str; 3] = ["notification", "poll", "reconnect"];
 
-    fn kind_index(kind: Kind) -> usize {
-        match kind {
-            Kind::Lock => 0,
-            Kind::Semaphore => 1,
-            Kind::Read => 2,
-            Kind::Write => 3,
-            Kind::Leader => 4,
-            Kind::Multi => 5,
-        }
-    }
-
     fn outcome_index(result: Result<(), &Error>) -> usize {
         match result {
             Ok(()) => 0,
@@ -101,7 +91,6 @@ mod on {
         }
     }
 
-    #[derive(Debug, Clone, Copy)]
     enum End {
         Released = 0,
         Expired = 1,
@@ -142,7 +131,6 @@ mod on {
     }
 
     /// Every handle of one locker.
-    #[derive(Debug)]
     pub(crate) struct LockerMetrics {
         kinds: [Arc<KindHandles>; KINDS.len()],
         unknown: [Counter; OPS.len()],
@@ -177,7 +165,7 @@ mod on {
         /// An acquire of `kind` starts at `now`.
         pub(crate) fn acquire(&self, kind: Kind, now: Instant) -> AcquireTimer {
             AcquireTimer {
-                handles: self.kinds[kind_index(kind)].clone(),
+                handles: self.kinds[kind as usize].clone(),
                 started: Some(now),
             }
         }
@@ -211,11 +199,8 @@ mod on {
             self.waiters.set(counts.waiters as f64);
             self.leases_held.set(counts.tracked_leases as f64);
             let woken = core.poll_wakeups();
-            for (counter, n) in
-                self.wakeups
-                    .iter()
-                    .zip([woken.notification, woken.poll, woken.reconnect])
-            {
+            let counts = [woken.notification, woken.poll, woken.reconnect];
+            for (counter, n) in self.wakeups.iter().zip(counts) {
                 if n > 0 {
                     counter.increment(n);
                 }
@@ -224,7 +209,6 @@ mod on {
     }
 
     /// One acquire, from its call to its result.
-    #[derive(Debug)]
     pub(crate) struct AcquireTimer {
         handles: Arc<KindHandles>,
         /// `None` once recorded.
@@ -360,6 +344,21 @@ mod on {
         describe_gauge!(LEASES_HELD, "Leases granted and not yet released.");
         describe_counter!(WAKEUPS, "Waiters woken, by what woke them.");
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn each_kind_is_labelled_with_its_own_name() {
+            use Kind::*;
+            let labels = [Lock, Semaphore, Read, Write, Leader, Multi].map(|k| KINDS[k as usize]);
+            assert_eq!(
+                labels,
+                ["lease", "permit", "read", "write", "leader", "multi"]
+            );
+        }
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -385,47 +384,40 @@ mod off {
     pub(crate) type HoldTimer = Off;
     pub(crate) type LostCounter = Off;
 
+    /// Methods that do nothing: `name(args)`, or `name(args) -> Off`
+    /// handing back an `Off`.
+    macro_rules! no_ops {
+        ($($name:ident($($arg:ty),*) $(-> $off:ident)?;)*) => {$(
+            #[inline(always)]
+            pub(crate) fn $name(&self, $(_: $arg),*) $(-> $off)? { $($off)? }
+        )*};
+    }
+
     impl Off {
+        no_ops! {
+            cell() -> Off;
+            acquire(Kind, Instant) -> Off;
+            reply(Operation, &Result<Value, Failure>);
+            attempt_sent();
+            hold(Instant) -> Off;
+            released(&Result<ReleaseOutcome, Error>);
+            renewed(RenewOutcome);
+            dropped(impl FnOnce(Instant) -> bool);
+            lost_counter() -> Off;
+            fired(&LostCause);
+        }
         #[inline(always)]
         pub(crate) fn new(_locker: &str) -> Self {
             Off
         }
-        #[inline(always)]
-        pub(crate) fn cell(&self) -> Off {
-            Off
-        }
-        #[inline(always)]
-        pub(crate) fn acquire(&self, _kind: Kind, _now: Instant) -> Off {
-            Off
-        }
-        #[inline(always)]
-        pub(crate) fn reply(&self, _op: Operation, _reply: &Result<Value, Failure>) {}
         /// Only drains the core's wake-ups (a few words).
         #[inline(always)]
         pub(crate) fn update(&self, core: &mut Core) {
             let _ = core.poll_wakeups();
         }
         #[inline(always)]
-        pub(crate) fn attempt_sent(&self) {}
-        #[inline(always)]
         pub(crate) fn done(&mut self, _now: Instant, _result: Result<(), &Error>) {}
         #[inline(always)]
         pub(crate) fn abandoned(&mut self) {}
-        #[inline(always)]
-        pub(crate) fn hold(&self, _now: Instant) -> Off {
-            Off
-        }
-        #[inline(always)]
-        pub(crate) fn released(&self, _result: &Result<ReleaseOutcome, Error>) {}
-        #[inline(always)]
-        pub(crate) fn renewed(&self, _outcome: RenewOutcome) {}
-        #[inline(always)]
-        pub(crate) fn dropped(&self, _expired_at: impl FnOnce(Instant) -> bool) {}
-        #[inline(always)]
-        pub(crate) fn lost_counter(&self) -> Off {
-            Off
-        }
-        #[inline(always)]
-        pub(crate) fn fired(&self, _cause: &LostCause) {}
     }
 }

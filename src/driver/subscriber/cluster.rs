@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use event_listener::Listener;
 use redis::cluster::ClusterClient;
-use redis::Value;
+use redis::{ConnectionInfo, RedisResult, Value};
 
 use super::{
     backoff, fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss,
@@ -41,7 +41,6 @@ use crate::error::describe;
 /// late the thread notices new waiters, the linger or a shutdown.
 const SLICE: Duration = Duration::from_millis(60);
 
-#[derive(Debug)]
 struct Subscribed {
     node: NodeAddr,
     sent_at: Instant,
@@ -51,15 +50,15 @@ struct Subscribed {
 struct Subscriber<'a> {
     state: &'a Arc<LockerState>,
     slots_client: &'a ClusterClient,
-    template: Option<&'a redis::ConnectionInfo>,
+    template: Option<&'a ConnectionInfo>,
     slots: SlotMap,
     slots_stale: bool,
     /// A slot map being read on a helper thread, and its number.
-    refreshing: Option<(u64, Receiver<redis::RedisResult<SlotMap>>)>,
+    refreshing: Option<(u64, Receiver<RedisResult<SlotMap>>)>,
     /// How many slot-map reads were started.
     reads_started: u64,
     /// Connections being opened on helper threads.
-    connecting: HashMap<NodeAddr, Receiver<redis::RedisResult<redis::Connection>>>,
+    connecting: HashMap<NodeAddr, Receiver<RedisResult<redis::Connection>>>,
     nodes: HashMap<NodeAddr, redis::Connection>,
     channels: HashMap<KeyId, Subscribed>,
     /// Keys whose node ended their subscription (the slot moved): see
@@ -76,7 +75,6 @@ struct Subscriber<'a> {
 const STALE_REREADS: u8 = 20;
 
 /// A key whose node ended its subscription.
-#[derive(Debug)]
 struct Moved {
     /// The number of the first slot-map read started after that: only a
     /// map that new tells where to subscribe it again.
@@ -93,7 +91,7 @@ struct Moved {
 pub(super) fn run(
     state: &Arc<LockerState>,
     slots_client: &ClusterClient,
-    template: Option<&redis::ConnectionInfo>,
+    template: Option<&ConnectionInfo>,
 ) {
     let mut subscriber = Subscriber {
         state,
@@ -115,33 +113,25 @@ pub(super) fn run(
             Ok(true) => attempt = 0,
             Ok(false) => {}
             Err(e) if is_refusal(&e) => return fail(state, &describe(&e)),
-            Err(_) => {
-                // No node answered with the slot map: try again later.
-                if !pause_after_loss(state, &mut attempt) {
-                    return;
-                }
-                continue;
-            }
+            // No node answered with the slot map: try again later.
+            Err(_) if pause_after_loss(state, &mut attempt) => continue,
+            Err(_) => return,
         }
-        if let Err(e) = subscriber
-            .poll_connects(now())
-            .and_then(|()| subscriber.serve_once())
-        {
+        if let Err(e) = subscriber.serve_once() {
             return fail(state, &describe(&e));
         }
     }
 }
 
 impl Subscriber<'_> {
-    /// One round: (un)subscribe what the core wants, read what arrived.
-    /// Errors are refusals only; everything else is retried.
-    fn serve_once(&mut self) -> redis::RedisResult<()> {
+    /// One round: take the connections opened meanwhile, (un)subscribe
+    /// what the core wants, read what arrived. Errors are refusals only;
+    /// everything else is retried.
+    fn serve_once(&mut self) -> RedisResult<()> {
         let now = now();
-        let wanted: HashSet<KeyId> = self
-            .state
-            .with_core(|core| core.wanted_keys(now))
-            .into_iter()
-            .collect();
+        self.poll_connects(now)?;
+        let wanted = self.state.with_core(|core| core.wanted_keys(now));
+        let wanted: HashSet<KeyId> = wanted.into_iter().collect();
         let unwanted = self.keys_where(|key, _| !wanted.contains(&key));
         self.forget(unwanted, false);
         for key in wanted {
@@ -160,54 +150,43 @@ impl Subscriber<'_> {
 
     /// Starts reading the slot map when it is stale, and takes a map that
     /// arrived. `Ok(true)` when a new map was taken.
-    fn poll_slots(&mut self) -> redis::RedisResult<bool> {
+    fn poll_slots(&mut self) -> RedisResult<bool> {
         if let Some((read, rx)) = &self.refreshing {
             let read = *read;
             let Some(taken) = helper_result(rx) else {
                 return Ok(false);
             };
             self.refreshing = None;
-            return match taken {
-                Ok(slots) => {
-                    self.slots = slots;
-                    let (slots, namespace) = (&self.slots, &self.state.config.namespace);
-                    let next_read = self.reads_started + 1;
-                    let mut reread = false;
-                    self.moved.retain(|key, moved| {
-                        if moved.first_read > read {
-                            return true;
-                        }
-                        let owner = slots.owner(slot_of(&Channel::Sharded.name(namespace, *key)));
-                        let stale = owner == Some(&moved.ended_by) && moved.rereads < STALE_REREADS;
-                        if stale {
-                            moved.first_read = next_read;
-                            moved.rereads += 1;
-                            reread = true;
-                        }
-                        stale
-                    });
-                    self.slots_stale |= reread;
-                    self.move_to_new_owners();
-                    Ok(true)
+            self.slots = taken.inspect_err(|_| self.slots_stale = true)?;
+            let (slots, namespace) = (&self.slots, &self.state.config.namespace);
+            let next_read = self.reads_started + 1;
+            let mut reread = false;
+            self.moved.retain(|key, moved| {
+                if moved.first_read > read {
+                    return true;
                 }
-                Err(e) => {
-                    self.slots_stale = true;
-                    Err(e)
+                let owner = slots.owner(slot_of(&Channel::Sharded.name(namespace, *key)));
+                let stale = owner == Some(&moved.ended_by) && moved.rereads < STALE_REREADS;
+                if stale {
+                    moved.first_read = next_read;
+                    moved.rereads += 1;
+                    reread = true;
                 }
-            };
+                stale
+            });
+            self.slots_stale |= reread;
+            self.move_to_new_owners();
+            return Ok(true);
         }
         if self.slots_stale {
             self.slots_stale = false;
-            let client = self.slots_client.clone();
             self.reads_started += 1;
-            self.refreshing = Some((
-                self.reads_started,
-                on_helper_thread(move || {
-                    let mut conn = client.get_connection()?;
-                    let reply: Value = slots_cmd().query(&mut conn)?;
-                    Ok(SlotMap::parse(&reply))
-                }),
-            ));
+            let client = self.slots_client.clone();
+            let read = on_helper_thread(move || {
+                let reply: Value = slots_cmd().query(&mut client.get_connection()?)?;
+                Ok(SlotMap::parse(&reply))
+            });
+            self.refreshing = Some((self.reads_started, read));
         }
         Ok(false)
     }
@@ -241,10 +220,8 @@ impl Subscriber<'_> {
             };
             let channel = self.channel(key);
             if let Some(conn) = self.nodes.get_mut(&ch.node) {
-                let _ = redis::cmd("SUNSUBSCRIBE")
-                    .arg(&channel)
-                    .set_no_response(true)
-                    .exec(conn);
+                let mut unsubscribe = redis::cmd("SUNSUBSCRIBE");
+                let _ = unsubscribe.arg(&channel).set_no_response(true).exec(conn);
             }
             if lost {
                 self.state.with_core(|core| core.handle_channel_lost(key));
@@ -253,7 +230,7 @@ impl Subscriber<'_> {
     }
 
     /// Takes the node connections that were opened meanwhile.
-    fn poll_connects(&mut self, now: Instant) -> redis::RedisResult<()> {
+    fn poll_connects(&mut self, now: Instant) -> RedisResult<()> {
         let done: Vec<_> = self
             .connecting
             .iter()
@@ -273,7 +250,7 @@ impl Subscriber<'_> {
         Ok(())
     }
 
-    fn subscribe(&mut self, now: Instant, key: KeyId) -> redis::RedisResult<()> {
+    fn subscribe(&mut self, now: Instant, key: KeyId) -> RedisResult<()> {
         let channel = self.channel(key);
         let Some(owner) = self.slots.owner(slot_of(&channel)).cloned() else {
             self.slots_stale = true;
@@ -291,23 +268,18 @@ impl Subscriber<'_> {
             }
             return Ok(());
         };
-        let sent = redis::cmd("SSUBSCRIBE")
-            .arg(&channel)
-            .set_no_response(true)
-            .exec(conn);
-        match sent {
-            Ok(()) => {
-                self.channels.insert(
-                    key,
-                    Subscribed {
-                        node: owner,
-                        sent_at: now,
-                        confirmed: false,
-                    },
-                );
-            }
-            Err(_) => self.drop_node(&owner),
+        let mut subscribe = redis::cmd("SSUBSCRIBE");
+        let sent = subscribe.arg(&channel).set_no_response(true).exec(conn);
+        if sent.is_err() {
+            self.drop_node(&owner);
+            return Ok(());
         }
+        let unconfirmed = Subscribed {
+            node: owner,
+            sent_at: now,
+            confirmed: false,
+        };
+        self.channels.insert(key, unconfirmed);
         Ok(())
     }
 
@@ -346,7 +318,7 @@ impl Subscriber<'_> {
 
     /// How to reach `node`: the template's credentials and settings, when
     /// known, at that address.
-    fn node_info(&self, node: &NodeAddr) -> redis::RedisResult<redis::ConnectionInfo> {
+    fn node_info(&self, node: &NodeAddr) -> RedisResult<ConnectionInfo> {
         let addr = crate::cluster::node_addr(self.template, node.host.clone(), node.port);
         match self.template {
             Some(base) => Ok(base.clone().set_addr(addr)),
@@ -375,7 +347,7 @@ impl Subscriber<'_> {
     }
 
     /// Reads what the nodes pushed, sharing one slice among them.
-    fn read_pushes(&mut self) -> redis::RedisResult<()> {
+    fn read_pushes(&mut self) -> RedisResult<()> {
         if self.nodes.is_empty() {
             let listener = self.state.cell.listen_changed();
             if let Some(until) = deadline_after(now(), SLICE) {
@@ -391,11 +363,8 @@ impl Subscriber<'_> {
         for node in addrs {
             let mut timeout = per_node;
             while let Some(conn) = self.nodes.get_mut(&node) {
-                if conn.set_read_timeout(Some(timeout)).is_err() {
-                    lost.push(node.clone());
-                    break;
-                }
-                match conn.recv_response() {
+                let read = conn.set_read_timeout(Some(timeout));
+                match read.and_then(|()| conn.recv_response()) {
                     Ok(Value::Push { kind, data }) => {
                         match handle_push(self.state, &kind, &data) {
                             Some(Notice::Subscribed(Some(key))) => {
@@ -453,8 +422,8 @@ impl Subscriber<'_> {
 /// Runs `work` on a short-lived thread and hands back where its result
 /// will arrive ([`helper_result`]).
 fn on_helper_thread<T: Send + 'static>(
-    work: impl FnOnce() -> redis::RedisResult<T> + Send + 'static,
-) -> Receiver<redis::RedisResult<T>> {
+    work: impl FnOnce() -> RedisResult<T> + Send + 'static,
+) -> Receiver<RedisResult<T>> {
     let (tx, rx) = channel();
     // The subscriber may have stopped meanwhile: nobody to tell. Without a
     // thread, `tx` is dropped with `work`.
@@ -465,13 +434,12 @@ fn on_helper_thread<T: Send + 'static>(
 
 /// A helper thread's result once it came; a thread that could not start,
 /// or died, is an I/O error.
-fn helper_result<T>(rx: &Receiver<redis::RedisResult<T>>) -> Option<redis::RedisResult<T>> {
+fn helper_result<T>(rx: &Receiver<RedisResult<T>>) -> Option<RedisResult<T>> {
     match rx.try_recv() {
         Err(TryRecvError::Empty) => None,
         Ok(result) => Some(result),
-        Err(TryRecvError::Disconnected) => Some(Err(redis::RedisError::from((
-            redis::ErrorKind::Io,
-            "a helper thread stopped",
-        )))),
+        Err(TryRecvError::Disconnected) => {
+            Some(Err((redis::ErrorKind::Io, "a helper thread stopped").into()))
+        }
     }
 }

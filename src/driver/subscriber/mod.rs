@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use event_listener::Listener;
+use redis::{Connection, ConnectionInfo, PushKind, RedisResult, Value};
 
 use crate::clock::now;
-use crate::core::core::{SubscriberStep, FAILURE_BACKOFF};
+use crate::core::core::{Core, SubscriberStep, FAILURE_BACKOFF};
 use crate::core::lease::{deadline_after, SharedClock};
 use crate::core::names::KeyId;
 use crate::core::notice::{decode, Notice};
@@ -27,31 +28,27 @@ mod standalone;
 /// Starts the thread; the caller already counted it as running.
 pub(crate) fn spawn(state: Arc<LockerState>) {
     let for_thread = state.clone();
-    let spawned = std::thread::Builder::new()
-        .name("redlease-subscriber".into())
-        .spawn(move || {
-            match &for_thread.notifications {
-                Source::Standalone(client) => {
-                    standalone::run(&for_thread, || Ok(client.get_connection_info().clone()))
-                }
-                Source::Sentinel(resolver) => standalone::run(&for_thread, || {
-                    resolver
-                        .primary(for_thread.config.command_timeout)
-                        .map(|c| c.get_connection_info().clone())
-                }),
-                Source::Cluster(slots, template) => {
-                    cluster::run(&for_thread, slots, template.as_ref())
-                }
-            }
-            for_thread.subscriber_exited();
-        });
-    if let Err(e) = spawned {
-        fail(
-            &state,
-            &format!("could not start the subscriber thread: {:?}", e.kind()),
-        );
+    let thread = std::thread::Builder::new().name("redlease-subscriber".into());
+    if let Err(e) = thread.spawn(move || run(&for_thread)) {
+        let cause = format!("could not start the subscriber thread: {:?}", e.kind());
+        fail(&state, &cause);
         state.subscriber_exited();
     }
+}
+
+/// The thread: the subscriber of the locker's kind of server, until the
+/// subscription is over.
+fn run(state: &Arc<LockerState>) {
+    let info = |client: &redis::Client| client.get_connection_info().clone();
+    let timeout = state.config.command_timeout;
+    match &state.notifications {
+        Source::Standalone(client) => standalone::run(state, || Ok(info(client))),
+        Source::Sentinel(resolver) => {
+            standalone::run(state, || resolver.primary(timeout).map(|c| info(&c)))
+        }
+        Source::Cluster(slots, template) => cluster::run(state, slots, template.as_ref()),
+    }
+    state.subscriber_exited();
 }
 
 /// Notifications cannot work (refused by the server, no thread): waiters
@@ -67,11 +64,7 @@ fn fail(state: &Arc<LockerState>, cause: &str) {
 }
 
 /// Feeds one push into the core; returns what it was.
-fn handle_push(
-    state: &Arc<LockerState>,
-    kind: &redis::PushKind,
-    data: &[redis::Value],
-) -> Option<Notice> {
+fn handle_push(state: &Arc<LockerState>, kind: &PushKind, data: &[Value]) -> Option<Notice> {
     let notice = decode(&state.channel_name, &state.config.namespace, kind, data)?;
     match &notice {
         Notice::Released(payload) => {
@@ -113,10 +106,8 @@ fn send_pass_ons(state: &Arc<LockerState>, mut send: impl FnMut(KeyId, &[u8], us
 /// ([`handle_extension_reply`](crate::core::claimless::handle_extension_reply)).
 fn send_extensions(state: &Arc<LockerState>, mut send: impl FnMut(&[u8], SharedClock)) {
     let now = now();
-    if !state
-        .cell
-        .read(|core| core.next_extension_due().is_some_and(|due| due <= now))
-    {
+    let due = |core: &Core| core.next_extension_due().is_some_and(|due| due <= now);
+    if !state.cell.read(due) {
         return;
     }
     for (call, clock) in state.with_core(|core| core.take_due_extensions(now)) {
@@ -184,10 +175,7 @@ fn is_refusal(e: &redis::RedisError) -> bool {
 }
 
 /// Opens a RESP3 connection with `timeout` on connect and writes.
-fn open_resp3(
-    info: redis::ConnectionInfo,
-    timeout: Duration,
-) -> redis::RedisResult<redis::Connection> {
+fn open_resp3(info: ConnectionInfo, timeout: Duration) -> RedisResult<Connection> {
     let conn = super::target::resp3(info)?.get_connection_with_timeout(timeout)?;
     conn.set_write_timeout(Some(timeout))?;
     Ok(conn)

@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
+use redis::{Connection, ConnectionInfo, RedisResult, Value};
 
 use super::{
     fail, handle_push, is_refusal, listen_slice, open_resp3, pause_after_loss, send_extensions,
@@ -25,10 +25,7 @@ const SLICE: Duration = Duration::from_millis(100);
 
 /// `target` says where to connect, asked anew at every (re)connect (on
 /// Sentinel, it asks for the current primary).
-pub(super) fn run(
-    state: &Arc<LockerState>,
-    target: impl Fn() -> redis::RedisResult<redis::ConnectionInfo>,
-) {
+pub(super) fn run(state: &Arc<LockerState>, target: impl Fn() -> RedisResult<ConnectionInfo>) {
     let mut attempt = 0;
     while listen_slice(state, SLICE).is_some() {
         match subscribe(state, &target) {
@@ -52,16 +49,14 @@ pub(super) fn run(
 /// `PubSub::subscribe` would take a refusal (`NOPERM`) for one.
 fn subscribe(
     state: &Arc<LockerState>,
-    target: &impl Fn() -> redis::RedisResult<redis::ConnectionInfo>,
-) -> redis::RedisResult<redis::Connection> {
+    target: &impl Fn() -> RedisResult<ConnectionInfo>,
+) -> RedisResult<Connection> {
     let timeout = state.config.command_timeout;
     let mut conn = open_resp3(target()?, timeout)?;
     conn.set_read_timeout(Some(timeout))?;
-    conn.send_packed_command(
-        &redis::cmd("SUBSCRIBE")
-            .arg(&state.channel_name)
-            .get_packed_command(),
-    )?;
+    let mut subscribe = redis::cmd("SUBSCRIBE");
+    subscribe.arg(&state.channel_name);
+    conn.send_packed_command(&subscribe.get_packed_command())?;
     match conn.recv_response()?.extract_error()? {
         Value::Push { kind, data } if handle_push(state, &kind, &data).is_some() => Ok(conn),
         _ => Err((redis::ErrorKind::Client, "unexpected reply to SUBSCRIBE").into()),
@@ -72,7 +67,7 @@ fn subscribe(
 /// connection breaks (`Continue`: connect again). Replies come in the
 /// order of the calls sent: a pass-on's is skipped, an extension's goes to
 /// its hold's clock (and one that never comes counts as unknown).
-fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> ControlFlow<()> {
+fn listen(state: &Arc<LockerState>, mut conn: Connection) -> ControlFlow<()> {
     let mut replies: VecDeque<Option<SharedClock>> = VecDeque::new();
     let flow = loop {
         let Some(slice) = listen_slice(state, SLICE) else {
@@ -87,10 +82,8 @@ fn listen(state: &Arc<LockerState>, mut conn: redis::Connection) -> ControlFlow<
             replies.push_back(Some(clock));
             drop(conn.send_packed_command(packed));
         });
-        if conn.set_read_timeout(Some(slice)).is_err() {
-            break ControlFlow::Continue(());
-        }
-        match conn.recv_response() {
+        let read = conn.set_read_timeout(Some(slice));
+        match read.and_then(|()| conn.recv_response()) {
             Ok(Value::Push { kind, data }) => {
                 probe::mark(Step::NoticeRead);
                 handle_push(state, &kind, &data);

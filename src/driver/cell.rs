@@ -27,7 +27,6 @@ struct CellState {
 
 /// Whether a call asked for the subscriber to be started.
 #[must_use]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StartSubscriber(pub(crate) bool);
 
 impl CoreCell {

@@ -54,6 +54,8 @@ pub(crate) enum Ask {
     EveryPrimary(redis::Cmd),
 }
 
+use Step::*;
+
 #[derive(Debug, Clone, Copy)]
 enum Step {
     ServerVersion,
@@ -76,13 +78,9 @@ pub(crate) struct Checks {
 impl Checks {
     pub(crate) fn new(cluster: bool, config: &Config) -> Self {
         let steps = if cluster {
-            vec![
-                Step::ShardedPubsub,
-                Step::KeyNamesGet,
-                Step::EvictionEveryPrimary,
-            ]
+            vec![ShardedPubsub, KeyNamesGet, EvictionEveryPrimary]
         } else {
-            vec![Step::ServerVersion, Step::EvictionConfig, Step::KeyNamesGet]
+            vec![ServerVersion, EvictionConfig, KeyNamesGet]
         };
         Checks {
             steps: steps.into(),
@@ -97,13 +95,13 @@ impl Checks {
         let step = self.steps.pop_front()?;
         self.current = Some(step);
         Some(match step {
-            Step::ServerVersion => Ask::One(server_version::info_cmd()),
-            Step::ShardedPubsub => Ask::One(sharded_pubsub_cmd()),
-            Step::EvictionConfig => Ask::One(eviction::config_get_cmd()),
-            Step::EvictionInfo => Ask::One(eviction::info_cmd()),
-            Step::EvictionEveryPrimary => Ask::EveryPrimary(eviction::config_get_cmd()),
-            Step::KeyNamesGet => Ask::One(self.marker.get_cmd()),
-            Step::KeyNamesSet => Ask::One(self.marker.set_cmd()),
+            ServerVersion => Ask::One(server_version::info_cmd()),
+            ShardedPubsub => Ask::One(sharded_pubsub_cmd()),
+            EvictionConfig => Ask::One(eviction::config_get_cmd()),
+            EvictionInfo => Ask::One(eviction::info_cmd()),
+            EvictionEveryPrimary => Ask::EveryPrimary(eviction::config_get_cmd()),
+            KeyNamesGet => Ask::One(self.marker.get_cmd()),
+            KeyNamesSet => Ask::One(self.marker.set_cmd()),
         })
     }
 
@@ -131,23 +129,21 @@ impl Checks {
     /// As [`settle`](Self::settle); says whether it was the first reply.
     fn handle(&mut self, reply: Result<Value, Failure>) -> Result<bool, Error> {
         let then = match self.current.take() {
-            Some(Step::ServerVersion) => server_version::check_info_reply(reply).map(|()| None)?,
-            Some(Step::ShardedPubsub) => sharded_pubsub_verdict(reply).map(|()| None)?,
-            Some(Step::EvictionConfig) => {
-                eviction::check_config_reply(reply)?.then_some(Step::EvictionInfo)
-            }
-            Some(Step::EvictionInfo) => {
+            Some(ServerVersion) => server_version::check_info_reply(reply).map(|()| None)?,
+            Some(ShardedPubsub) => sharded_pubsub_verdict(reply).map(|()| None)?,
+            Some(EvictionConfig) => eviction::check_config_reply(reply)?.then_some(EvictionInfo),
+            Some(EvictionInfo) => {
                 eviction::report_info_reply(reply);
                 None
             }
-            Some(Step::EvictionEveryPrimary) => {
+            Some(EvictionEveryPrimary) => {
                 eviction::report_cluster_reply(reply);
                 None
             }
-            Some(Step::KeyNamesGet) => {
-                (self.marker.check_get(reply)? == Verdict::Record).then_some(Step::KeyNamesSet)
+            Some(KeyNamesGet) => {
+                (self.marker.check_get(reply)? == Verdict::Record).then_some(KeyNamesSet)
             }
-            Some(Step::KeyNamesSet) => self.marker.check_set(reply).map(|()| None)?,
+            Some(KeyNamesSet) => self.marker.check_set(reply).map(|()| None)?,
             // A reply without a question: nothing to check.
             None => None,
         };

@@ -20,6 +20,11 @@ use crate::lost::Lost;
 /// `replicas` before any replication check ran.
 const NO_REPLICAS: u32 = u32::MAX;
 
+/// `n` replicas as stored: never mistaken for [`NO_REPLICAS`].
+fn counted(n: u32) -> u32 {
+    n.min(NO_REPLICAS - 1)
+}
+
 pub(crate) struct Held {
     pub(crate) id: LeaseId,
     fence: Fence,
@@ -37,20 +42,16 @@ pub(crate) struct Held {
 impl Held {
     /// A lease as an acquire handed it out, with its replication count.
     pub(crate) fn granted(granted: Granted) -> Self {
-        let grant = granted.grant;
-        let held = Held {
+        let (grant, replicas) = (granted.grant, granted.replicas);
+        Held {
             id: grant.lease,
             fence: grant.fence,
             slot: grant.slot,
             multi: grant.multi,
             clock: grant.clock,
-            replicas: AtomicU32::new(NO_REPLICAS),
+            replicas: AtomicU32::new(replicas.map_or(NO_REPLICAS, counted)),
             hold: granted.hold,
-        };
-        if let Some(n) = granted.replicas {
-            held.set_replicas(n);
         }
-        held
     }
 
     pub(crate) fn fence(&self) -> Fence {
@@ -91,8 +92,7 @@ impl Held {
     }
 
     pub(crate) fn set_replicas(&self, n: u32) {
-        self.replicas
-            .store(n.min(NO_REPLICAS - 1), Ordering::SeqCst);
+        self.replicas.store(counted(n), Ordering::SeqCst);
     }
 
     /// The local deadline; `None` once ended (`Some(None)`: beyond any instant).
@@ -125,29 +125,24 @@ impl Held {
             self.hold.renewed(outcome);
         }
         let mut clock = self.clock.lock();
-        if retrying {
-            clock.handle_renew_retrying(result);
-        } else {
-            clock.handle_renew(result);
+        match retrying {
+            true => clock.handle_renew_retrying(result),
+            false => clock.handle_renew(result),
         }
     }
 
     /// Records a release's result; the lease is never valid afterwards.
     pub(crate) fn handle_release(&self, result: &Result<ReleaseOutcome, Error>) {
         self.hold.released(result);
-        self.clock
-            .lock()
-            .handle_release(result.as_ref().ok().copied());
+        let outcome = result.as_ref().ok().copied();
+        self.clock.lock().handle_release(outcome);
     }
 
     /// The loss signal of a `with_lock` closure on this lease (armed only
     /// with `extend`).
     pub(crate) fn lost_signal(&self, armed: bool) -> Lost {
-        Lost::new(
-            armed,
-            self.valid_until().flatten(),
-            self.hold.lost_counter(),
-        )
+        let until = self.valid_until().flatten();
+        Lost::new(armed, until, self.hold.lost_counter())
     }
 
     /// What `release` reports when the core no longer tracks the lease: the
@@ -164,17 +159,9 @@ impl Held {
         }
     }
 
-    /// `Debug` of a lease: what it is worth to know, never its key or token.
-    /// (Also `Held`'s own `Debug`.)
-    pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.slot {
-            Some(_) => self.debug_as(f, "Permit", "fence"),
-            None => self.debug_as(f, "Lease", "fence"),
-        }
-    }
-
-    /// As [`debug`](Self::debug), for the type `name` whose grant number is
-    /// called `number` (a read lease's is its epoch).
+    /// `Debug` of a lease, as the type `name` whose grant number is called
+    /// `number` (a read lease's is its epoch): what it is worth to know,
+    /// never its key or token.
     pub(crate) fn debug_as(
         &self,
         f: &mut fmt::Formatter<'_>,
@@ -202,11 +189,5 @@ impl Drop for Held {
     fn drop(&mut self) {
         let clock = self.clock.lock();
         self.hold.dropped(|now| !clock.is_valid(now));
-    }
-}
-
-impl fmt::Debug for Held {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.debug(f)
     }
 }

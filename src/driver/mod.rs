@@ -26,8 +26,5 @@ pub(crate) mod replies;
 pub(crate) mod state;
 pub(crate) mod subscriber;
 pub(crate) mod target;
-#[cfg_attr(
-    not(feature = "aio"),
-    allow(dead_code, reason = "opened with aio only")
-)]
+#[cfg_attr(not(feature = "aio"), allow(dead_code, reason = "Wire is aio only"))]
 pub(crate) mod wire;

@@ -24,12 +24,10 @@ impl QuietSlots {
     /// Whether an operation on `own` leaves the orphan in `slot` for later.
     /// Nothing is left when the operation's own slot is unknown.
     pub(crate) fn skips(&self, slot: Option<u16>, own: Option<u16>, now: Instant) -> bool {
-        match (slot, own) {
-            (Some(slot), Some(own)) if slot != own => {
-                self.0.get(&slot).is_some_and(|b| now < b.retry_at)
-            }
-            _ => false,
-        }
+        let (Some(slot), Some(own)) = (slot, own) else {
+            return false;
+        };
+        slot != own && self.0.get(&slot).is_some_and(|b| now < b.retry_at)
     }
 
     /// Records whether an orphan's release to `slot` was answered: an
@@ -49,14 +47,8 @@ impl QuietSlots {
             return;
         }
         let wait = self.0.get(&slot).map_or(first, |b| b.next);
-        let next = wait.saturating_mul(2).min(cap.max(first));
-        self.0.insert(
-            slot,
-            Backoff {
-                retry_at: now + wait,
-                next,
-            },
-        );
+        let (retry_at, next) = (now + wait, wait.saturating_mul(2).min(cap.max(first)));
+        self.0.insert(slot, Backoff { retry_at, next });
     }
 }
 

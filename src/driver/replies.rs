@@ -176,9 +176,8 @@ impl Replies {
             Slot::Waiting { dropped: true, .. } => self.trim(),
             Slot::Waiting { waker, .. } => {
                 *slot = Slot::Answered(result);
-                match waker {
-                    Some(waker) if id != me => waker.wake(),
-                    _ => {}
+                if let Some(waker) = waker.filter(|_| id != me) {
+                    waker.wake();
                 }
             }
             other => *slot = other,
@@ -191,10 +190,8 @@ impl Replies {
         self.ended = true;
         let mut error = Some(error);
         while self.answered < self.slots.len() {
-            let live = matches!(
-                self.slots[self.answered],
-                Slot::Waiting { dropped: false, .. }
-            );
+            let slot = &self.slots[self.answered];
+            let live = matches!(slot, Slot::Waiting { dropped: false, .. });
             let this = if live { error.take() } else { None };
             self.answer(Err(this.unwrap_or_else(dropped)), me);
         }

@@ -137,11 +137,3 @@ impl<C> std::fmt::Debug for Shared<C> {
             .finish_non_exhaustive()
     }
 }
-
-impl std::fmt::Debug for LockerState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockerState")
-            .field("namespace", &self.config.namespace)
-            .finish_non_exhaustive()
-    }
-}

@@ -66,9 +66,7 @@ impl Source {
 /// The client for `info` over RESP3: a server-side close is then reported
 /// at once (a `Disconnection` push), and notifications are pushes.
 pub(crate) fn resp3(info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
+    let resp3 = redis::ProtocolVersion::RESP3;
+    let settings = info.redis_settings().clone().set_protocol(resp3);
     redis::Client::open(info.set_redis_settings(settings))
 }

@@ -43,11 +43,7 @@ fn set_timeouts(socket: &Socket, timeout: Option<Duration>) -> io::Result<()> {
 
 /// One blocking connection. Any I/O or protocol error ends it
 /// ([`redis::ConnectionLike::is_open`]): after a timeout its late reply would answer the
-/// next request.
-#[cfg_attr(
-    not(feature = "aio"),
-    allow(dead_code, reason = "never opened without `aio`")
-)]
+/// next request. Never opened without `aio`.
 pub(crate) struct Wire {
     socket: Socket,
     parser: redis::Parser,
@@ -70,11 +66,9 @@ impl Wire {
         {
             let started = crate::clock::now();
             let socket = match info.addr() {
-                redis::ConnectionAddr::Tcp(host, port) => connect_tcp(host, *port, timeout)
-                    .and_then(|tcp| {
-                        tcp.set_nodelay(info.tcp_settings().nodelay())?;
-                        Ok(Socket::from(tcp))
-                    }),
+                redis::ConnectionAddr::Tcp(host, port) => {
+                    connect_tcp(host, *port, timeout, info.tcp_settings().nodelay())
+                }
                 #[cfg(unix)]
                 redis::ConnectionAddr::Unix(path) => {
                     std::os::unix::net::UnixStream::connect(path).map(Socket::from)
@@ -218,13 +212,14 @@ impl redis::ConnectionLike for Wire {
     }
 }
 
-/// The first address of `host` that accepts a connection within `timeout`.
+/// The first address of `host` that accepts a connection within `timeout`,
+/// with `nodelay`.
 #[cfg(feature = "aio")]
-fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<std::net::TcpStream> {
+fn connect_tcp(host: &str, port: u16, timeout: Duration, nodelay: bool) -> io::Result<Socket> {
     let mut last = None;
     for addr in std::net::ToSocketAddrs::to_socket_addrs(&(host, port))? {
         match std::net::TcpStream::connect_timeout(&addr, timeout) {
-            Ok(stream) => return Ok(stream),
+            Ok(tcp) => return tcp.set_nodelay(nodelay).map(|()| Socket::from(tcp)),
             Err(e) => last = Some(e),
         }
     }

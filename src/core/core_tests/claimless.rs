@@ -64,6 +64,17 @@ fn registered_waiters(core: &mut Core, now: Instant) -> (WaiterId, WaiterId) {
     (id, next)
 }
 
+/// A core whose head waiter took a grant (fence 17) from its notice 1 ms
+/// after registering at `now`; the grant, and the waiter behind it.
+fn taken_without_claim(now: Instant) -> (Core, Grant, WaiterId) {
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, next) = registered_waiters(&mut core, now);
+    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+    let grant = granted(&mut core, now + ms(1), id);
+    drain(&mut core);
+    (core, grant, next)
+}
+
 #[test]
 fn a_grant_is_taken_from_its_notice_and_extended_later() {
     let now = t0();
@@ -112,10 +123,7 @@ fn a_grant_is_taken_from_its_notice_and_extended_later() {
 #[test]
 fn an_extension_of_a_released_hold_is_not_sent() {
     let now = t0();
-    let mut core = handover_core(now, Channel::Standalone);
-    let (id, _) = registered_waiters(&mut core, now);
-    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
-    let grant = granted(&mut core, now + ms(1), id);
+    let (mut core, grant, _) = taken_without_claim(now);
     grant
         .clock
         .lock()
@@ -131,10 +139,7 @@ fn an_extension_of_a_released_hold_is_not_sent() {
 fn an_extension_ends_the_hold_when_the_grant_is_gone_and_keeps_it_when_unknown() {
     for (reply, ended) in [(None, false), (Some(Value::Int(0)), true)] {
         let now = t0();
-        let mut core = handover_core(now, Channel::Standalone);
-        let (id, _) = registered_waiters(&mut core, now);
-        core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
-        let grant = granted(&mut core, now + ms(1), id);
+        let (mut core, grant, _) = taken_without_claim(now);
         let deadline = grant.clock.lock().valid_until();
         let due = core.next_extension_due().unwrap();
         let (_, clock) = core.take_due_extensions(due).remove(0);
@@ -209,11 +214,7 @@ fn a_failed_attempt_or_a_lost_subscription_forgets_the_server_time() {
 #[test]
 fn a_leaving_registration_does_not_release_a_hold_under_its_grant_token() {
     let now = t0();
-    let mut core = handover_core(now, Channel::Standalone);
-    let (id, next) = registered_waiters(&mut core, now);
-    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
-    let grant = granted(&mut core, now + ms(1), id);
-    drain(&mut core);
+    let (mut core, grant, next) = taken_without_claim(now);
     // The next waiter gives up: its line is empty, the registration goes.
     core.cancel(next);
     let _ = core.poll_waiter(now + ms(2), next);
@@ -241,11 +242,7 @@ fn a_leaving_registration_does_not_release_a_hold_under_its_grant_token() {
 #[test]
 fn the_next_waiter_does_not_take_the_hold_for_its_own_grant() {
     let now = t0();
-    let mut core = handover_core(now, Channel::Standalone);
-    let (id, next) = registered_waiters(&mut core, now);
-    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
-    let grant = granted(&mut core, now + ms(1), id);
-    drain(&mut core);
+    let (mut core, grant, next) = taken_without_claim(now);
     let grant_token = token(1).grant_token().to_hex();
     // The next head checks at its safety poll.
     let later = now + secs(2);

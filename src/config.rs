@@ -144,12 +144,15 @@ impl Config {
         /// ```
         key_hash_tags(on: bool) => key_hash_tags = on;
 
-        /// How long a lease handed over to this locker waits for its claim
-        /// (one round trip) before the next waiting process may have it, at
-        /// most the lease. It must cover the release notification's delivery
-        /// and one round trip; a paused or dead grantee costs the others this
-        /// long. Default: four times what the locker's first command took at
-        /// connect (a connect and a round trip), and at least 100 ms.
+        /// How long a lease handed over to this locker lasts before its claim
+        /// (one round trip) or its extension (sent halfway through, for a
+        /// lock's grant taken from its notice: docs/PROTOCOL.md §4.3) makes
+        /// it the full lease, at most the lease; after it, the next waiting
+        /// process may have it. It must cover the release notification's
+        /// delivery and one round trip; a paused or dead grantee costs the
+        /// others this long. Default: four times what the locker's first
+        /// command took at connect (a connect and a round trip), and at least
+        /// 100 ms.
         claim_window(window: Duration) => claim_window = Some(window);
 
         /// Default lease length for acquires: 1 ms to 999 999 999 999 999 ms,

@@ -145,7 +145,7 @@ impl Config {
         key_hash_tags(on: bool) => key_hash_tags = on;
 
         /// How long a lease handed over to this locker lasts before its claim
-        /// (one round trip) or its extension (sent halfway through, for a
+        /// (one round trip) or its extension (sent an eighth of the way, for a
         /// lock's grant taken from its notice: docs/PROTOCOL.md §4.3) makes
         /// it the full lease, at most the lease; after it, the next waiting
         /// process may have it. It must cover the release notification's

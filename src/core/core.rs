@@ -763,9 +763,10 @@ impl Core {
         let clock = LeaseClock::until(deadline, Duration::from_millis(w.lease_ms)).shared();
         self.extensions.push(Extension {
             lease,
-            // Halfway: time for the renew to arrive, and a release before
-            // it (a short hold) makes it moot.
-            due: now + deadline.saturating_duration_since(now) / 2,
+            // An eighth of the way: most of the bound is left for the renew
+            // to arrive through a pause, and a short hold's release comes
+            // before it (and makes it moot).
+            due: now + deadline.saturating_duration_since(now) / 8,
             lease_ms: w.lease_ms,
             clock: clock.clone(),
         });

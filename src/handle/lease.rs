@@ -107,7 +107,7 @@ impl<F: Front, K: Kind> Lease<F, K> {
     /// The time left by the local estimate (zero when not valid). A lock
     /// handed over by another process's release starts with less than the
     /// lease, the part of the grant's claim window left, and has the full
-    /// lease once the locker extended it, within half that window
+    /// lease once the locker extended it, an eighth of the way through
     /// (docs/PROTOCOL.md §4.3).
     pub fn remaining(&self) -> Duration {
         self.state.held.remaining()

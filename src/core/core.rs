@@ -653,7 +653,10 @@ impl Core {
                 // comes back (§13).
                 let keep = second.is_some() || self.may_linger(line_key, try_once);
                 let register = !try_once && self.hears_grants(line_key.id);
-                let holds_a_grant = self.holds_a_grant(line_key);
+                // Only a registered line names its grant token (and scans
+                // the tracked leases for a hold under it).
+                let holds_a_grant = self.lines.get(&line_key).is_some_and(Line::is_registered)
+                    && self.holds_a_grant(line_key);
                 let settings = &self.settings;
                 let handover = match (settings.handover, self.lines.get_mut(&line_key)) {
                     (Some(h), Some(line)) => {

@@ -541,8 +541,16 @@ impl Core {
                 in_flight_until = deadline_after(submitted, self.settings.command_timeout);
             }
             Phase::Finished(Ok(grant)) => {
-                self.leases.remove(grant.lease.0);
-                orphan = true;
+                // A grant taken without its claim is released as its hold.
+                if let Some(held) = self
+                    .leases
+                    .remove(grant.lease.0)
+                    .filter(|o| o.hold.is_some())
+                {
+                    self.orphans.push(held);
+                } else {
+                    orphan = true;
+                }
             }
             Phase::Finished(Err(_)) | Phase::Queued => {}
         }

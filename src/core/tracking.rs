@@ -154,18 +154,22 @@ impl Core {
     /// Whether a tracked lease holds a grant taken without its claim under
     /// the grant token `token`.
     fn holds_under(&self, token: OwnerToken) -> bool {
-        self.leases
-            .iter()
-            .any(|(_, l)| l.hold.is_some() && l.token == token)
+        self.holds_of_grants().any(|l| l.token == token)
+    }
+
+    /// The holds of grants taken without their claim, tracked or orphaned
+    /// (until their release is taken): each still holds the lease key
+    /// under its grant token.
+    fn holds_of_grants(&self) -> impl Iterator<Item = &Owned> {
+        let leases = self.leases.iter().map(|(_, l)| l);
+        leases.chain(&self.orphans).filter(|l| l.hold.is_some())
     }
 
     /// Whether a tracked lease holds a grant of `line` taken without its
     /// claim: the line's attempts must not take that hold, under the grant
     /// token, for a grant to them.
     pub(super) fn holds_a_grant(&self, line: LineKey) -> bool {
-        self.leases
-            .iter()
-            .any(|(_, l)| l.hold.is_some() && l.target.line() == line)
+        self.holds_of_grants().any(|l| l.target.line() == line)
     }
 
     /// Reports a release's reply. A settled outcome stops tracking the

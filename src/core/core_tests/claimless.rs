@@ -265,3 +265,29 @@ fn the_next_waiter_does_not_take_the_hold_for_its_own_grant() {
         .count();
     assert_eq!(named, 2, "its own grant, and the token it registers with");
 }
+
+/// A waiter dropped after its grant was taken, before it returned: the
+/// orphan's release names the hold, and until it is sent the next waiter
+/// does not take that hold for its own grant.
+#[test]
+fn a_dropped_waiters_taken_grant_is_released_as_its_hold() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, next) = registered_waiters(&mut core, now);
+    core.handle_notice(now + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+    drain(&mut core);
+    core.abandon(now + ms(2), id);
+    let grant_token = token(1).grant_token().to_hex();
+    let check = attempt(&mut core, now + secs(2), next);
+    let named = packed(&check)
+        .split("\r\n")
+        .filter(|w| *w == grant_token)
+        .count();
+    assert_eq!(named, 1, "only as the token to register with");
+    let hold = format!("{grant_token}:17");
+    let orphans = core.take_orphans();
+    assert!(
+        orphans.iter().any(|c| packed(c).contains(&hold)),
+        "the hold's release: {orphans:?}"
+    );
+}

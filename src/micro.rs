@@ -46,9 +46,10 @@ pub fn line_round(now: Instant, waiters: usize) -> usize {
         })
         .collect();
     let mut grants = 0;
-    for id in ids {
+    for (fence, id) in (1u64..).zip(ids) {
         if let WaiterStep::Attempt(_) = core.poll_waiter(now, id) {
-            let reply = Ok::<_, redis::RedisError>(Value::BulkString(b"1".to_vec()));
+            let fence = fence.to_string().into_bytes();
+            let reply = Ok::<_, redis::RedisError>(Value::BulkString(fence));
             core.handle_acquire_reply(now, id, reply);
         }
         if let WaiterStep::Done(Ok(grant)) = core.poll_waiter(now, id) {

@@ -7,6 +7,8 @@
 //! - `explore_rw`: the read-write lease's, likewise;
 //! - `explore_sem`: the semaphore's, likewise;
 //! - `explore_elect`: the leader election's, likewise;
+//! - `explore_locker`: the lock's hand-over without the claim with
+//!   lockers of two waiters;
 //! - `explore_multi`: the multi-key lease's, likewise.
 
 mod support;
@@ -18,6 +20,7 @@ mod model {
     pub(crate) mod emu;
     mod explore;
     mod explore_elect;
+    mod explore_locker;
     mod explore_multi;
     mod explore_rw;
     mod explore_sem;

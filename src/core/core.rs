@@ -762,9 +762,10 @@ impl Core {
         if !keeps || refresh || !quiet || w.cancelled || w.try_once {
             return false;
         }
-        if !matches!(w.phase, Phase::Queued) {
+        if !matches!(w.phase, Phase::Queued) || line.is_stale(fence) {
             return false;
         }
+        line.handle_given(fence);
         line.attempt_registers(true, false);
         line.handle_granted(now, false);
         let mut owned = w.owned();
@@ -844,9 +845,27 @@ impl Core {
                 return AttemptSummary::Again;
             }
             Ok(Attempted::Granted(fence, slot, fences, next_waits)) => {
+                let lock = w.target.line().kind == Kind::Lock;
+                let stale = lock && line.as_ref().is_some_and(|l| l.is_stale(fence));
                 if let Some(line) = line {
                     line.handle_attempt_done();
                     line.handle_granted(submitted, next_waits);
+                    if lock && !stale {
+                        line.handle_given(fence);
+                    }
+                }
+                if stale {
+                    // A grant a waiter of this line was given, which a
+                    // failover that lost writes brought back under the
+                    // grant token (docs/PROTOCOL.md §4.3): its fence is not
+                    // given twice. The lease goes back with the orphans; the
+                    // waiter waits on under a new token, which that lease's
+                    // release cannot meet.
+                    self.orphans.push(w.owned());
+                    w.token = w.token.successor();
+                    w.failure = None;
+                    self.events.push_back(CoreEvent::Wake(id));
+                    return AttemptSummary::Retrying;
                 }
                 // A re-sent attempt's grant may be the first send's, which
                 // Redis may have run long before this one: the lease counts

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use super::core::earliest_of;
 use super::lease::deadline_after;
 use super::names::OwnerToken;
+use super::outcome::Fence;
 use super::slots::SlotId;
 
 /// How long after a grant's claim window a registered head checks whether
@@ -96,6 +97,10 @@ pub(crate) struct Line {
     /// registration stays queued for a waiter that comes back soon
     /// (docs/PROTOCOL.md §4.4).
     lingering: Option<Linger>,
+    /// The highest fence a waiter of this line was given: a grant of a
+    /// fence not above it is one data loss brought back (docs/PROTOCOL.md
+    /// §4.3), never given twice.
+    given: Option<Fence>,
 }
 
 /// How long a registration without waiters stays queued.
@@ -277,6 +282,18 @@ impl Line {
             self.refreshed = Some(submitted);
         }
         self.next_waits = next_waits;
+    }
+
+    /// Whether a grant of `fence` is one a waiter of this line was given
+    /// before (or an older one): a failover that lost writes brought it
+    /// back under the line's grant token.
+    pub(crate) fn is_stale(&self, fence: Fence) -> bool {
+        self.given.is_some_and(|given| fence <= given)
+    }
+
+    /// A waiter of this line was given `fence`.
+    pub(crate) fn handle_given(&mut self, fence: Fence) {
+        self.given = self.given.max(Some(fence));
     }
 
     /// Whether the grant's reply said the next head is registered with

@@ -831,8 +831,20 @@ impl OwnerToken {
     /// waiter heads the line then, and nothing a holder sends (a renew, a
     /// replayed release) can ever match it.
     pub(crate) fn grant_token(self) -> OwnerToken {
+        self.derived(b"redlease grant token\0")
+    }
+
+    /// The token a waiter goes on with once a lease under this one was
+    /// handed back (a stale grant it claimed, docs/PROTOCOL.md §4.3): a
+    /// one-way function of it, so the release of that lease can never
+    /// meet the waiter's next one.
+    pub(crate) fn successor(self) -> OwnerToken {
+        self.derived(b"redlease next token\0")
+    }
+
+    fn derived(self, domain: &[u8]) -> OwnerToken {
         let digest = Sha256::new()
-            .chain_update(b"redlease grant token\0")
+            .chain_update(domain)
             .chain_update(self.0)
             .finalize();
         let mut bytes = [0u8; 16];

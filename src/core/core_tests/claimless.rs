@@ -291,3 +291,40 @@ fn a_dropped_waiters_taken_grant_is_released_as_its_hold() {
         "the hold's release: {orphans:?}"
     );
 }
+
+/// A failover to a replica that missed a released hold's release brings
+/// back the grant (fence 17) a waiter of this line was given: the line's
+/// next waiter, naming the grant token, claims it again. That fence is not
+/// given twice: the claimed lease is released, the waiter waits on, and a
+/// notice of that grant again is not taken.
+#[test]
+fn a_grant_data_loss_brought_back_is_not_given_to_the_next_waiter() {
+    let now = t0();
+    let (mut core, grant, next) = taken_without_claim(now);
+    core.handle_release_reply(grant.lease, ok(Value::Int(3)))
+        .unwrap();
+    let later = now + secs(2);
+    attempt(&mut core, later, next);
+    core.handle_acquire_reply(later, next, acquired(17));
+    // It waits on: its next attempt, under a new token, cannot meet the
+    // stale lease, which goes back with the orphans.
+    let again = match core.poll_waiter(later, next) {
+        WaiterStep::Attempt(call) => call,
+        other => panic!("fence 17 given twice: {other:?}"),
+    };
+    assert!(!packed(&again).contains(&token(2).to_hex()), "a new token");
+    let orphans = core.take_orphans();
+    assert!(
+        orphans.iter().any(|c| releases(c, token(2))),
+        "the claimed lease's release: {orphans:?}"
+    );
+
+    // A notice of a grant with fence 17 again is claimed, not taken.
+    core.handle_acquire_reply(later, next, registered(90));
+    drain(&mut core);
+    let _third = join(&mut core, later, "k", 3, secs(10));
+    core.handle_notice(later + ms(1), our_grant(Some(SERVER_MS + 1)).as_bytes());
+    drain(&mut core);
+    let step = core.poll_waiter(later + ms(1), next);
+    assert!(matches!(step, WaiterStep::Attempt(_)), "claimed: {step:?}");
+}

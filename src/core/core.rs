@@ -762,10 +762,10 @@ impl Core {
         if !keeps || refresh || !quiet || w.cancelled || w.try_once {
             return false;
         }
-        if !matches!(w.phase, Phase::Queued) || line.is_stale(fence) {
+        if !matches!(w.phase, Phase::Queued) || line.is_stale(None, fence) {
             return false;
         }
-        line.handle_given(fence);
+        line.handle_given(None, fence);
         line.attempt_registers(true, false);
         line.handle_granted(now, false);
         let mut owned = w.owned();
@@ -845,13 +845,18 @@ impl Core {
                 return AttemptSummary::Again;
             }
             Ok(Attempted::Granted(fence, slot, fences, next_waits)) => {
-                let lock = w.target.line().kind == Kind::Lock;
-                let stale = lock && line.as_ref().is_some_and(|l| l.is_stale(fence));
+                // Readers share epochs, and a multi-key lease holds no
+                // registration's grant.
+                let granted_once = matches!(
+                    w.target.line().kind,
+                    Kind::Lock | Kind::Semaphore | Kind::Write
+                );
+                let stale = granted_once && line.as_ref().is_some_and(|l| l.is_stale(slot, fence));
                 if let Some(line) = line {
                     line.handle_attempt_done();
                     line.handle_granted(submitted, next_waits);
-                    if lock && !stale {
-                        line.handle_given(fence);
+                    if granted_once && !stale {
+                        line.handle_given(slot, fence);
                     }
                 }
                 if stale {
@@ -861,7 +866,9 @@ impl Core {
                     // given twice. The lease goes back with the orphans; the
                     // waiter waits on under a new token, which that lease's
                     // release cannot meet.
-                    self.orphans.push(w.owned());
+                    let mut owned = w.owned();
+                    owned.target.slot = slot;
+                    self.orphans.push(owned);
                     w.token = w.token.successor();
                     w.failure = None;
                     self.events.push_back(CoreEvent::Wake(id));

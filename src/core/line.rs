@@ -20,7 +20,7 @@
 //! then, or until the abandoned token's release was answered on the same
 //! connection.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::core::earliest_of;
@@ -97,10 +97,11 @@ pub(crate) struct Line {
     /// registration stays queued for a waiter that comes back soon
     /// (docs/PROTOCOL.md §4.4).
     lingering: Option<Linger>,
-    /// The highest fence a waiter of this line was given: a grant of a
-    /// fence not above it is one data loss brought back (docs/PROTOCOL.md
-    /// §4.3), never given twice.
-    given: Option<Fence>,
+    /// The highest fence a waiter of this line was given, per semaphore
+    /// slot (`None` for a lock's or a writer's): a grant of a fence not
+    /// above it is one data loss brought back (docs/PROTOCOL.md §4.3),
+    /// never given twice.
+    given: HashMap<Option<u32>, Fence>,
 }
 
 /// How long a registration without waiters stays queued.
@@ -284,16 +285,17 @@ impl Line {
         self.next_waits = next_waits;
     }
 
-    /// Whether a grant of `fence` is one a waiter of this line was given
-    /// before (or an older one): a failover that lost writes brought it
-    /// back under the line's grant token.
-    pub(crate) fn is_stale(&self, fence: Fence) -> bool {
-        self.given.is_some_and(|given| fence <= given)
+    /// Whether a grant of `fence` (on semaphore slot `slot`) is one a
+    /// waiter of this line was given before, or an older one: a failover
+    /// that lost writes brought it back under the line's grant token.
+    pub(crate) fn is_stale(&self, slot: Option<u32>, fence: Fence) -> bool {
+        self.given.get(&slot).is_some_and(|given| fence <= *given)
     }
 
-    /// A waiter of this line was given `fence`.
-    pub(crate) fn handle_given(&mut self, fence: Fence) {
-        self.given = self.given.max(Some(fence));
+    /// A waiter of this line was given `fence` (on slot `slot`).
+    pub(crate) fn handle_given(&mut self, slot: Option<u32>, fence: Fence) {
+        let given = self.given.entry(slot).or_insert(fence);
+        *given = (*given).max(fence);
     }
 
     /// Whether the grant's reply said the next head is registered with

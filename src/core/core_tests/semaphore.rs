@@ -153,3 +153,29 @@ fn bad_permit_counts_are_refused_before_joining() {
     }
     assert_eq!(core.counts().waiters, 0);
 }
+
+/// A failover that lost writes may bring back a slot's grant a waiter of
+/// this line was given: the next waiter's claim of it is not a grant, while
+/// another slot's own (lower) fence is (docs/PROTOCOL.md §4.3).
+#[test]
+fn a_slots_grant_brought_back_by_data_loss_is_not_given_twice() {
+    let now = t0();
+    let mut core = core_at(now);
+    let first = join_sem(&mut core, now, "pool", 1, secs(5));
+    let next = join_sem(&mut core, now, "pool", 2, secs(5));
+    attempt(&mut core, now, first);
+    core.handle_acquire_reply(now, first, permit_granted(2, 77));
+    granted(&mut core, now, first);
+    drain(&mut core);
+    let later = now + secs(1);
+    attempt(&mut core, later, next);
+    core.handle_acquire_reply(later, next, permit_granted(2, 77));
+    let again = match core.poll_waiter(later, next) {
+        WaiterStep::Attempt(call) => call,
+        other => panic!("slot 2's fence 77 given twice: {other:?}"),
+    };
+    assert!(!packed(&again).contains(&token(2).to_hex()), "a new token");
+    assert!(core.take_orphans().iter().any(|c| releases(c, token(2))));
+    core.handle_acquire_reply(later, next, permit_granted(1, 5));
+    assert_eq!(granted(&mut core, later, next).slot, Some(1));
+}

@@ -18,7 +18,7 @@ mod model {
     mod crosscheck;
     mod declared;
     pub(crate) mod emu;
-    mod explore;
+    pub(crate) mod explore;
     mod explore_elect;
     mod explore_locker;
     mod explore_multi;

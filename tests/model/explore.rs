@@ -49,11 +49,11 @@ use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
 use super::search::{self, fence_of, owner_of, Counterexample, Faults, Keys, Scripts};
 
-const START_MS: u64 = 1_700_000_000_000;
-const LEASE: u64 = 100;
-const CLAIM: u64 = 30;
-const REG: u64 = 90;
-const POLL: u64 = 40;
+pub(crate) const START_MS: u64 = 1_700_000_000_000;
+pub(crate) const LEASE: u64 = 100;
+pub(crate) const CLAIM: u64 = 30;
+pub(crate) const REG: u64 = 90;
+pub(crate) const POLL: u64 = 40;
 
 /// Which call a client sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -624,10 +624,7 @@ impl Explorer {
             } = &cl.phase
             {
                 let ours = format!("{}:{fence}", holder_token(c, cl));
-                let backed = entry.as_ref().is_some_and(|e| {
-                    e.value == Value::Str(ours) && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
-                });
-                cl.orphaned |= !backed;
+                cl.orphaned |= !search::backs(entry.as_ref(), &ours, *deadline);
             }
         }
     }

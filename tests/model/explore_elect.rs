@@ -473,11 +473,8 @@ impl Explorer {
         let entry = n.db.peek(&self.names.elect()).cloned();
         for (c, cl) in n.clients.iter_mut().enumerate() {
             if let Phase::Leader { term, deadline, .. } = &cl.phase {
-                let ours = Value::Str(format!("{}:{term}", tok(c)));
-                let backed = entry.as_ref().is_some_and(|e| {
-                    e.value == ours && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
-                });
-                cl.orphaned |= !backed;
+                let ours = format!("{}:{term}", tok(c));
+                cl.orphaned |= !search::backs(entry.as_ref(), &ours, *deadline);
             }
         }
     }

@@ -33,11 +33,7 @@ use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
 use super::search::{self, fence_of, Counterexample, Faults, Keys, Scripts};
 
-const START_MS: u64 = 1_700_000_000_000;
-const LEASE: u64 = 100;
-const CLAIM: u64 = 30;
-const REG: u64 = 90;
-const POLL: u64 = 40;
+use super::explore::{CLAIM, LEASE, POLL, REG, START_MS};
 
 /// What a locker does next; `usize` is the waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -710,11 +706,8 @@ impl Explorer {
                     fence, deadline, ..
                 } = &x.phase
                 {
-                    let ours = Value::Str(format!("{owner}:{fence}"));
-                    let backed = entry.as_ref().is_some_and(|e| {
-                        e.value == ours && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
-                    });
-                    x.orphaned |= !backed;
+                    let ours = format!("{owner}:{fence}");
+                    x.orphaned |= !search::backs(entry.as_ref(), &ours, *deadline);
                 }
             }
         }

@@ -436,3 +436,12 @@ pub(crate) fn fence_of(value: &str) -> Option<u128> {
 pub(crate) fn owner_of(value: &str) -> &str {
     value.split_once(':').map_or(value, |(o, _)| o)
 }
+
+/// Whether a key's entry backs a hold of `value` for as long as its holder
+/// counts (until `deadline`): the value is there and lasts that long.
+pub(crate) fn backs(entry: Option<&Entry>, value: &str, deadline: u64) -> bool {
+    entry.is_some_and(|e| {
+        e.value == super::emu::Value::Str(value.to_owned())
+            && e.expire_at.is_none_or(|at| at + 1 >= deadline)
+    })
+}

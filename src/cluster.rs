@@ -75,10 +75,7 @@ pub(crate) fn is_redirect(e: &redis::RedisError) -> bool {
 
 /// Whether a cluster error is an `ASK` redirect (a slot being migrated).
 pub(crate) fn is_ask(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
-    )
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
 }
 
 /// How to reach the node an `ASK` redirect names: as the `template` node
@@ -144,14 +141,10 @@ pub(crate) struct SlotMap {
 impl SlotMap {
     /// Parses a `CLUSTER SLOTS` reply; entries it cannot read are skipped.
     pub(crate) fn parse(reply: &Value) -> SlotMap {
-        let mut ranges = Vec::new();
-        if let Value::Array(entries) = reply {
-            for entry in entries {
-                if let Some(range) = parse_range(entry) {
-                    ranges.push(range);
-                }
-            }
-        }
+        let ranges = match reply {
+            Value::Array(entries) => entries.iter().filter_map(parse_range).collect(),
+            _ => Vec::new(),
+        };
         SlotMap { ranges }
     }
 

@@ -331,12 +331,12 @@ impl Config {
     }
 }
 
-/// `InvalidConfig` for `option` with `reason` unless `ok`.
-fn ensure(ok: bool, option: &'static str, reason: impl Into<String>) -> Result<(), Error> {
+/// `InvalidConfig` for `option` with `why` unless `ok`.
+pub(crate) fn ensure(ok: bool, option: &'static str, why: impl Into<String>) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid_config(option, reason))
+        Err(Error::invalid_config(option, why))
     }
 }
 

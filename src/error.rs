@@ -223,21 +223,20 @@ pub(crate) fn connect_cause(e: &redis::RedisError) -> &'static str {
     if let Some(hint) = hint_of(e) {
         return hint;
     }
-    let text = e.to_string().to_ascii_lowercase();
-    let has = |needle: &str| text.contains(needle);
+    let has = phrases(e);
     if is_auth_failure(e) {
         "authentication failed"
     } else if e.is_connection_refusal() && !has("lookup") {
         "connection refused"
-    } else if has("lookup address") || has("name or service not known") || has("name resolution") {
+    } else if has("lookup address|name or service not known|name resolution") {
         "no such host"
-    } else if has("db index is out of range") || has("invalid db index") {
+    } else if has("db index is out of range|invalid db index") {
         "no such database"
     } else if e.is_timeout() {
         "connection timed out"
-    } else if has("tls") || has("certificate") || has("handshake") {
+    } else if has("tls|certificate|handshake") {
         "TLS handshake failed"
-    } else if e.kind() == redis::ErrorKind::Parse || has("invalid response") || has("protocol") {
+    } else if e.kind() == redis::ErrorKind::Parse || has(NOT_RESP) {
         "not a Redis server"
     } else if e.is_connection_dropped() {
         "the server closed the connection"
@@ -325,34 +324,18 @@ pub(crate) fn connect_failed(transport: Transport, e: redis::RedisError) -> redi
     if hint_of(&e).is_some() || is_server_reply(&e) || is_auth_failure(&e) {
         return e;
     }
-    let text = e.to_string().to_ascii_lowercase();
-    let has = |needle: &str| text.contains(needle);
+    let has = phrases(&e);
     // The cluster client folds its nodes' errors into one general error,
     // hence the phrases beside the kinds.
     let refused_or_unresolved = e.is_connection_refusal()
-        || has("refused")
-        || has("lookup")
-        || has("name or service not known")
-        || has("name resolution")
-        || has("resolve");
-    let timed_out = e.is_timeout()
-        || has("timed out")
-        || has("resource temporarily unavailable")
-        || has("would block");
-    let dropped = e.is_connection_dropped()
-        || has("reset by peer")
-        || has("broken pipe")
-        || has("end of file")
-        || has("closed");
+        || has("refused|lookup|name or service not known|name resolution|resolve");
+    let timed_out = e.is_timeout() || has("timed out|resource temporarily unavailable|would block");
+    let dropped = e.is_connection_dropped() || has("reset by peer|broken pipe|end of file|closed");
     let (hint, kind) = match transport {
         _ if refused_or_unresolved => return e,
         Transport::Tls if timed_out => (TLS_STALLED, std::io::ErrorKind::TimedOut),
         Transport::Plain if timed_out => return e,
-        Transport::Plain
-            if e.kind() == redis::ErrorKind::Parse
-                || has("invalid response")
-                || has("protocol") =>
-        {
+        Transport::Plain if e.kind() == redis::ErrorKind::Parse || has(NOT_RESP) => {
             (GARBAGE_MAY_EXPECT_TLS, std::io::ErrorKind::InvalidData)
         }
         Transport::Plain if dropped => (CLOSED_MAY_EXPECT_TLS, std::io::ErrorKind::ConnectionReset),
@@ -382,8 +365,7 @@ fn tls_reason(e: &redis::RedisError) -> Option<String> {
         .any(|w| w[0] == b':' && w[1].is_ascii_digit());
     let names_address = dotted
         || port
-        || detail.contains('@')
-        || detail.contains('"')
+        || detail.contains(['@', '"'])
         || detail.contains("//")
         || detail.to_ascii_lowercase().contains("localhost");
     (!detail.is_empty() && !names_address && detail.len() <= 200).then(|| detail.to_owned())
@@ -408,12 +390,21 @@ pub(crate) fn url_error(option: &'static str, what: &'static str, e: &redis::Red
 /// Whether Redis refused the connection's credentials (or wanted some):
 /// connecting fails then, since no command could run.
 pub(crate) fn is_auth_failure(e: &redis::RedisError) -> bool {
-    let text = e.to_string().to_ascii_lowercase();
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
-        || text.contains("invalid username-password")
-        || text.contains("invalid password")
+        || phrases(e)("invalid username-password|invalid password")
 }
+
+/// A test of `e`'s text, in lower case, for any of the `|`-separated
+/// phrases it is given: the redis crate's fixed words for what went wrong.
+fn phrases(e: &redis::RedisError) -> impl Fn(&str) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    move |phrases| phrases.split('|').any(|p| text.contains(p))
+}
+
+/// What the redis crate says of a reply that is not RESP (besides
+/// `ErrorKind::Parse`).
+const NOT_RESP: &str = "invalid response|protocol";
 
 fn fmt_remaining(remaining: Option<Duration>) -> String {
     match remaining {

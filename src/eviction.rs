@@ -101,12 +101,11 @@ fn report_refused(e: &redis::RedisError) {
 pub(crate) fn check_config_reply(reply: Result<redis::Value, Failure>) -> Result<bool, Error> {
     match reply {
         Ok(value) => report(policy_from_config_reply(value).as_deref()),
-        Err(Failure::NotSent(e)) => return Err(Error::from_connect(e)),
-        Err(Failure::Sent(e)) if is_auth_failure(&e) => return Err(Error::from_connect(e)),
-        Err(Failure::Sent(e)) => {
+        Err(Failure::Sent(e)) if !is_auth_failure(&e) => {
             report_refused(&e);
             return Ok(true);
         }
+        Err(Failure::NotSent(e) | Failure::Sent(e)) => return Err(Error::from_connect(e)),
     }
     Ok(false)
 }

@@ -229,16 +229,15 @@ impl FencedStore {
         }
     }
 
-    /// Whether a resource's Redis hash tag decides where its hash is
-    /// stored, as [`Config::key_hash_tags`](crate::Config::key_hash_tags)
-    /// does for a lock: `<ns>:fenced:{<sha(tag)>}:<sha(resource)>`, so the
-    /// resources of one tag share a Redis Cluster slot and one
-    /// [`write_all`](Self::write_all) can write them. Default off. It
-    /// renames tagged resources: every writer of a store must use one
-    /// setting.
-    pub fn key_hash_tags(mut self, on: bool) -> Self {
-        self.key_hash_tags = on;
-        self
+    crate::config::setters! {
+        /// Whether a resource's Redis hash tag decides where its hash is
+        /// stored, as [`Config::key_hash_tags`](crate::Config::key_hash_tags)
+        /// does for a lock: `<ns>:fenced:{<sha(tag)>}:<sha(resource)>`, so the
+        /// resources of one tag share a Redis Cluster slot and one
+        /// [`write_all`](Self::write_all) can write them. Default off. It
+        /// renames tagged resources: every writer of a store must use one
+        /// setting.
+        key_hash_tags(on: bool) => key_hash_tags = on;
     }
 
     fn name(&self, resource: &str) -> String {
@@ -432,10 +431,13 @@ fn verdict(reply: redis::RedisResult<Value>, all: bool) -> Result<(), WriteError
     let items = match reply.map_err(WriteError::Redis)? {
         Value::Int(1) => return Ok(()),
         Value::Array(items) => items,
-        _ => return Err(unexpected()),
+        _ => Vec::new(),
     };
     let [Value::Int(i @ 1..), Value::BulkString(current)] = items.as_slice() else {
-        return Err(unexpected());
+        return Err(WriteError::Redis(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected reply to the fenced write script",
+        ))));
     };
     let current = std::str::from_utf8(current)
         .ok()
@@ -450,13 +452,6 @@ fn verdict(reply: redis::RedisResult<Value>, all: bool) -> Result<(), WriteError
     } else {
         WriteError::Stale(stale)
     })
-}
-
-fn unexpected() -> WriteError {
-    WriteError::Redis(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply to the fenced write script",
-    )))
 }
 
 #[cfg(test)]

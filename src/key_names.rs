@@ -39,15 +39,6 @@ pub(crate) struct Marker {
     tagged: bool,
 }
 
-/// What the marker's first reply asks for next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// The marker agrees (or could not be checked, logged): connected.
-    Agreed,
-    /// No marker yet: record this locker's scheme ([`Marker::set_cmd`]).
-    Record,
-}
-
 impl Marker {
     pub(crate) fn new(namespace: &str, tagged: bool) -> Self {
         Marker {
@@ -80,25 +71,12 @@ impl Marker {
             .take()
     }
 
-    /// The verdict on the reply to [`get_cmd`](Self::get_cmd).
-    pub(crate) fn check_get(&self, reply: Result<Value, Failure>) -> Result<Verdict, Error> {
-        Ok(if self.is_missing(reply)? {
-            Verdict::Record
-        } else {
-            Verdict::Agreed
-        })
-    }
-
-    /// The verdict on the reply to [`set_cmd`](Self::set_cmd): `nil` (ours
-    /// is now recorded) or the scheme a racing locker recorded first.
-    pub(crate) fn check_set(&self, reply: Result<Value, Failure>) -> Result<(), Error> {
-        self.is_missing(reply).map(drop)
-    }
-
-    /// Compares a reply's recorded scheme with ours: `true` when none is
-    /// recorded, `false` when it is ours or could not be read (logged, for
-    /// a default locker), an error on a mismatch.
-    fn is_missing(&self, reply: Result<Value, Failure>) -> Result<bool, Error> {
+    /// The verdict on the reply to [`get_cmd`](Self::get_cmd), comparing
+    /// the recorded scheme with ours: `true` when none is recorded yet, so
+    /// ours is to be recorded ([`set_cmd`](Self::set_cmd)); `false` when it
+    /// is ours or could not be read (logged, for a default locker): connected;
+    /// an error on a mismatch.
+    pub(crate) fn check_get(&self, reply: Result<Value, Failure>) -> Result<bool, Error> {
         match reply {
             Ok(Value::Nil) => Ok(true),
             Ok(Value::BulkString(scheme)) if scheme == self.ours() => Ok(false),
@@ -115,6 +93,12 @@ impl Marker {
             Err(Failure::Sent(e)) if is_server_reply(&e) => self.unchecked(&e).map(|()| false),
             Err(failure) => Err(failure.into_error(Operation::Connect)),
         }
+    }
+
+    /// The verdict on the reply to [`set_cmd`](Self::set_cmd): `nil` (ours
+    /// is now recorded) or the scheme a racing locker recorded first.
+    pub(crate) fn check_set(&self, reply: Result<Value, Failure>) -> Result<(), Error> {
+        self.check_get(reply).map(drop)
     }
 
     fn mismatch(&self) -> Error {
@@ -180,8 +164,8 @@ mod tests {
         for tagged in [false, true] {
             let marker = Marker::new("ns", tagged);
             let ours = if tagged { "tagged" } else { "plain" };
-            assert_eq!(marker.check_get(Ok(Value::Nil)).unwrap(), Verdict::Record);
-            assert_eq!(marker.check_get(bulk(ours)).unwrap(), Verdict::Agreed);
+            assert!(marker.check_get(Ok(Value::Nil)).unwrap(), "to be recorded");
+            assert!(!marker.check_get(bulk(ours)).unwrap(), "agreed");
             marker.check_set(Ok(Value::Nil)).unwrap();
             marker.check_set(bulk(ours)).unwrap();
         }
@@ -205,12 +189,9 @@ mod tests {
 
     #[test]
     fn a_refused_marker_fails_only_a_tagged_locker() {
-        assert_eq!(
-            Marker::new("ns", false)
-                .check_get(refused("NOPERM"))
-                .unwrap(),
-            Verdict::Agreed
-        );
+        assert!(!Marker::new("ns", false)
+            .check_get(refused("NOPERM"))
+            .unwrap());
         let e = Marker::new("ns", true)
             .check_get(refused("NOPERM"))
             .unwrap_err();

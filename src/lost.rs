@@ -66,11 +66,6 @@ impl State {
         self.cause = Some(cause);
     }
 
-    /// Until when a waiter should sleep before checking the deadline.
-    fn wake_at(&self) -> Option<Instant> {
-        self.deadline.filter(|_| self.armed)
-    }
-
     /// The loss as [`Error::LockLost`], once lost.
     fn error(&mut self, counter: &LostCounter) -> Option<Error> {
         self.check(now(), counter);
@@ -139,7 +134,7 @@ impl Lost {
         let mut state = self.inner.state.lock();
         match state.error(&self.inner.counter) {
             Some(lost) => Err(lost),
-            None => Ok((listener, state.wake_at())),
+            None => Ok((listener, state.deadline.filter(|_| state.armed))),
         }
     }
 

@@ -3,7 +3,6 @@
 //! Recorded only with the feature `bench-hooks` and after `enable`; in
 //! any other build `mark` is empty. Hidden: not an API.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -61,7 +60,7 @@ static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
 static THREADS: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    static THREAD: Cell<u64> = const { Cell::new(0) };
+    static THREAD: u64 = THREADS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Starts recording; does nothing without the feature `bench-hooks` (the
@@ -82,12 +81,7 @@ fn record(step: Step) {
     let unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    let thread = THREAD.with(|t| {
-        if t.get() == 0 {
-            t.set(THREADS.fetch_add(1, Ordering::Relaxed));
-        }
-        t.get()
-    });
+    let thread = THREAD.with(|t| *t);
     MARKS.lock().push(Mark {
         step,
         unix_ns,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::IntoConnectionInfo;
 
+use crate::config::ensure;
 use crate::error::{connect_failed, timed_out, url_error, Error, Transport};
 
 /// How a locker behind Redis Sentinel connects to the primary, and which
@@ -179,9 +180,22 @@ impl Resolver {
         master: &str,
         node: Option<SentinelNodeConnectionInfo>,
     ) -> Result<Self, Error> {
+        // The redis error is not kept: it would echo the URL, which may
+        // carry a password.
+        let sentinels = sentinels
+            .into_iter()
+            .map(|s| s.into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| url_error("sentinel_urls", "not a valid Redis connection URL", &e))?;
+        ensure(
+            !sentinels.is_empty(),
+            "sentinel_urls",
+            "at least one sentinel is required",
+        )?;
+        ensure(!master.is_empty(), "master_name", "must not be empty")?;
         Ok(Resolver {
-            sentinels: parse_sentinels(sentinels)?,
-            master: checked_master(master)?,
+            sentinels,
+            master: master.to_owned(),
             primary: Primary::Node(node.unwrap_or_default()),
         })
     }
@@ -205,12 +219,11 @@ impl Resolver {
                 let r = s.redis_settings();
                 r.username() == first.username() && r.password() == first.password()
             };
-            if !resolver.sentinels.iter().all(same) {
-                return Err(Error::invalid_config(
-                    "sentinel_urls",
-                    "with certificates for the primary, every sentinel URL must carry the same username and password",
-                ));
-            }
+            ensure(
+                resolver.sentinels.iter().all(same),
+                "sentinel_urls",
+                "with certificates for the primary, every sentinel URL must carry the same username and password",
+            )?;
             resolver.primary = Primary::WithCertificates(options);
             // Parses the certificates now rather than at every lookup.
             resolver.client().map_err(|_| {
@@ -311,32 +324,6 @@ impl Resolver {
             .unwrap_or_else(|| Err(timed_out()))
             .map_err(|e| self.lookup_failed(e))
     }
-}
-
-/// The sentinels' connection infos; the redis error is not kept, since it
-/// would echo the URL, which may carry a password.
-fn parse_sentinels<T: IntoConnectionInfo>(
-    sentinels: impl IntoIterator<Item = T>,
-) -> Result<Vec<redis::ConnectionInfo>, Error> {
-    let sentinels = sentinels
-        .into_iter()
-        .map(|s| s.into_connection_info())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| url_error("sentinel_urls", "not a valid Redis connection URL", &e))?;
-    if sentinels.is_empty() {
-        return Err(Error::invalid_config(
-            "sentinel_urls",
-            "at least one sentinel is required",
-        ));
-    }
-    Ok(sentinels)
-}
-
-fn checked_master(master: &str) -> Result<String, Error> {
-    if master.is_empty() {
-        return Err(Error::invalid_config("master_name", "must not be empty"));
-    }
-    Ok(master.to_owned())
 }
 
 /// Every `rediss://` sentinel with the certificates (the redis crate's

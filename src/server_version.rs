@@ -5,6 +5,7 @@
 
 use redis::Value;
 
+use crate::config::ensure;
 use crate::error::{Error, Failure, Operation};
 
 /// The oldest Redis every script runs on.
@@ -30,10 +31,17 @@ pub(crate) fn check_info_reply(reply: Result<Value, Failure>) -> Result<(), Erro
         Err(Failure::Sent(e)) if is_refused(&e) => return Ok(()),
         Err(failure) => return Err(failure.into_error(Operation::Connect)),
     };
-    match version_in(&info) {
-        Some(found) if found < NEEDED => Err(too_old(found)),
-        _ => Ok(()),
-    }
+    // A version that cannot be read passes.
+    let (major, minor) = version_in(&info).unwrap_or(NEEDED);
+    let (needed_major, needed_minor) = NEEDED;
+    ensure(
+        (major, minor) >= NEEDED,
+        "url",
+        format!(
+            "the server is Redis {major}.{minor}; redlease needs Redis \
+             {needed_major}.{needed_minor} or newer"
+        ),
+    )
 }
 
 /// `major.minor` of the `redis_version:` line.
@@ -45,17 +53,6 @@ fn version_in(info: &str) -> Option<(u32, u32)> {
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;
     Some((major, minor))
-}
-
-fn too_old((major, minor): (u32, u32)) -> Error {
-    let (needed_major, needed_minor) = NEEDED;
-    Error::invalid_config(
-        "url",
-        format!(
-            "the server is Redis {major}.{minor}; redlease needs Redis \
-             {needed_major}.{needed_minor} or newer"
-        ),
-    )
 }
 
 fn is_refused(e: &redis::RedisError) -> bool {

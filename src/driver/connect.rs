@@ -28,7 +28,7 @@ use crate::driver::state::Shared;
 use crate::driver::target::{Source, Target};
 use crate::error::{Error, Failure};
 use crate::eviction;
-use crate::key_names::{Marker, Verdict};
+use crate::key_names::Marker;
 use crate::server_version;
 
 /// A new locker's shared state, over the command connections `commands`
@@ -140,9 +140,7 @@ impl Checks {
                 eviction::report_cluster_reply(reply);
                 None
             }
-            Some(KeyNamesGet) => {
-                (self.marker.check_get(reply)? == Verdict::Record).then_some(KeyNamesSet)
-            }
+            Some(KeyNamesGet) => self.marker.check_get(reply)?.then_some(KeyNamesSet),
             Some(KeyNamesSet) => self.marker.check_set(reply).map(|()| None)?,
             // A reply without a question: nothing to check.
             None => None,

@@ -14,7 +14,7 @@ use super::keeper::Keeper;
 use super::keeper_threads;
 use super::kind;
 use super::lease::Lease;
-use super::locker::Locker;
+use super::locker::{Locker, SharedOf};
 use super::observer::Observer;
 use crate::clock::now;
 use crate::config::AcquireOptions;
@@ -27,6 +27,7 @@ use crate::core::names::{validate_key, KeyId, Want};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::core::script::ReplyError;
 use crate::driver::ops::{Acquire, Single};
+
 use crate::error::{Error, LostCause, Operation};
 use crate::front::{Call, Front};
 use crate::lost::Lost;
@@ -60,7 +61,7 @@ impl<F: Front> Locker<F> {
     pub fn election(&self, name: &str) -> Result<Election<F>, Error> {
         validate_key(name, self.config().max_key_bytes)?;
         Ok(Election {
-            locker: Locker::from_shared(self.shared().clone()),
+            shared: self.shared().clone(),
             names: ElectNames::new(
                 &self.config().namespace,
                 KeyId::named(name, self.config().key_hash_tags),
@@ -89,8 +90,9 @@ impl<F: Front> Locker<F> {
 /// ...)` and `f` is not called; a failed resign does not change the result
 /// (it is logged). On a loss, a blocking `f` must stop soon after `lost`
 /// fires (it cannot be pre-empted); an async `f`'s future is dropped.
+#[derive(Clone)]
 pub struct Election<F: Front> {
-    locker: Locker<F>,
+    shared: SharedOf<F>,
     names: ElectNames,
     name: Arc<str>,
 }
@@ -160,13 +162,13 @@ impl<F: Front> Election<F> {
         value: impl AsRef<[u8]>,
         options: AcquireOptions,
     ) -> Campaign<'_, F> {
-        let max = self.locker.config().max_value_bytes;
+        let max = self.shared.state.config.max_value_bytes;
         let value = match LeaderValue::checked(value.as_ref(), max) {
             Ok(value) => value,
             Err(e) => return F::ready(Err(e)),
         };
         keeper_threads::warm();
-        let (shared, name, len) = (self.locker.shared(), &self.name, value.as_bytes().len());
+        let (shared, name, len) = (&self.shared, &self.name, value.as_bytes().len());
         let start = move || {
             let value = Some(value);
             Acquire::start_valued(&shared.state, name, Want::Leader, value, options, now())
@@ -209,7 +211,7 @@ impl<F: Front> Election<F> {
         classify: fn(&Value) -> Result<R, ReplyError>,
         then: fn(R) -> T,
     ) -> Call<'_, F, Result<T, Error>> {
-        let shared = self.locker.shared();
+        let shared = &self.shared;
         let call = read_call(&self.names, after);
         let start = move || Ok(Single::new(&shared.state, Operation::Read, call, classify));
         F::run(shared, None, start, move |read| read.map(then))
@@ -251,18 +253,8 @@ impl<F: Front> Election<F> {
         Observer::new(self.clone(), self.names.id)
     }
 
-    pub(crate) fn locker(&self) -> &Locker<F> {
-        &self.locker
-    }
-}
-
-impl<F: Front> Clone for Election<F> {
-    fn clone(&self) -> Self {
-        Election {
-            locker: Locker::from_shared(self.locker.shared().clone()),
-            names: self.names.clone(),
-            name: self.name.clone(),
-        }
+    pub(crate) fn shared(&self) -> &SharedOf<F> {
+        &self.shared
     }
 }
 

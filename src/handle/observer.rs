@@ -38,7 +38,7 @@ pub struct Observer<F: Front> {
 
 impl<F: Front> Observer<F> {
     pub(crate) fn new(election: Election<F>, id: KeyId) -> Self {
-        let state = election.locker().shared().state.clone();
+        let state = election.shared().state.clone();
         let cursor = state.with_core(|core| core.handle_observer_started(now(), id));
         Observer {
             watch: Some(Watch {
@@ -106,7 +106,7 @@ impl<F: Front> Watch<F> {
                 Some(ReaderStep::Wait(at)) => {
                     // Without a deadline, the read in flight ends by the
                     // command timeout; check again then at the latest.
-                    let bound = self.election.locker().config().command_timeout;
+                    let bound = state.config.command_timeout;
                     let at = at.unwrap_or_else(|| now + bound);
                     return Next::Sleep(listener, at);
                 }
@@ -132,7 +132,7 @@ impl<F: Front> Watch<F> {
     pub(crate) fn handle(&mut self, reply: Result<ReadReply, Error>) {
         self.reading = None;
         let (id, now) = (self.id, now());
-        let poll = self.election.locker().config().notify_poll_interval;
+        let poll = self.state.config.notify_poll_interval;
         self.state.with_core(|core| {
             core.handle_observer_read(id, now, reply.as_ref().ok(), poll);
         });

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::Value;
 
 use super::keeper::Keeper;
 use super::keeper_threads;
@@ -25,7 +24,6 @@ use crate::core::election::{
 use crate::core::lease::RenewResult;
 use crate::core::names::{validate_key, KeyId, Want};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
-use crate::core::script::ReplyError;
 use crate::driver::ops::{Acquire, Single};
 
 use crate::error::{Error, LostCause, Operation};
@@ -93,7 +91,7 @@ impl<F: Front> Locker<F> {
 #[derive(Clone)]
 pub struct Election<F: Front> {
     shared: SharedOf<F>,
-    names: ElectNames,
+    pub(super) names: ElectNames,
     name: Arc<str>,
 }
 
@@ -200,21 +198,12 @@ impl<F: Front> Election<F> {
     /// # Ok(()) }
     /// ```
     pub fn leader(&self) -> Call<'_, F, Result<Option<Leader>, Error>> {
-        self.read(None, classify_current, |current| current.leader)
-    }
-
-    /// One read of the state and of the log's entries after `after`, its
-    /// reply sorted by `classify` and handed to `then`.
-    pub(crate) fn read<R: Send + 'static, T: Send + 'static>(
-        &self,
-        after: Option<Version>,
-        classify: fn(&Value) -> Result<R, ReplyError>,
-        then: fn(R) -> T,
-    ) -> Call<'_, F, Result<T, Error>> {
-        let shared = &self.shared;
-        let call = read_call(&self.names, after);
-        let start = move || Ok(Single::new(&shared.state, Operation::Read, call, classify));
-        F::run(shared, None, start, move |read| read.map(then))
+        let (shared, call) = (&self.shared, read_call(&self.names, None));
+        let start = move || {
+            let read = Single::new(&shared.state, Operation::Read, call, classify_current);
+            Ok(read)
+        };
+        F::run(shared, None, start, |read| read.map(|now| now.leader))
     }
 }
 

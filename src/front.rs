@@ -53,7 +53,7 @@ use crate::handle::{LeaseState, Locker};
     private_bounds,
     reason = "the hidden items are how this crate's handles drive its operations; sealed, so no one else implements or calls them"
 )]
-pub trait Front: sealed::Sealed + Sized + Send + Sync + 'static {
+pub trait Front: sealed::Sealed + Sized + Clone + Send + Sync + 'static {
     /// What a call returns for a result `T`: `T` itself on [`Blocking`], a
     /// `Send` future of `T` on [`Async`].
     type Call<'a, T: 'a>;

@@ -67,13 +67,20 @@ pub(crate) enum AnyConnection {
     Cluster(ClusterConnection),
 }
 
+/// `$body` on the connection inside `$any`, whichever kind it is.
+macro_rules! on_any {
+    ($any:expr, $conn:ident => $body:expr) => {
+        match $any {
+            AnyConnection::Driven($conn) => $body,
+            AnyConnection::Standalone($conn) => $body,
+            AnyConnection::Cluster($conn) => $body,
+        }
+    };
+}
+
 impl redis::aio::ConnectionLike for AnyConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        match self {
-            AnyConnection::Driven(c) => c.req_packed_command(cmd),
-            AnyConnection::Standalone(c) => c.req_packed_command(cmd),
-            AnyConnection::Cluster(c) => c.req_packed_command(cmd),
-        }
+        on_any!(self, c => c.req_packed_command(cmd))
     }
 
     fn req_packed_commands<'a>(
@@ -82,19 +89,11 @@ impl redis::aio::ConnectionLike for AnyConnection {
         offset: usize,
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
-        match self {
-            AnyConnection::Driven(c) => c.req_packed_commands(pipeline, offset, count),
-            AnyConnection::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
-            AnyConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
+        on_any!(self, c => c.req_packed_commands(pipeline, offset, count))
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            AnyConnection::Driven(c) => c.get_db(),
-            AnyConnection::Standalone(c) => c.get_db(),
-            AnyConnection::Cluster(c) => c.get_db(),
-        }
+        on_any!(self, c => c.get_db())
     }
 }
 
@@ -249,6 +248,7 @@ impl Commands {
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(None);
         let config = config.set_push_sender(on_push);
+        let mut slots = None;
         let conn = match &self.source {
             Source::Standalone(client) => {
                 self.open_one(client.get_connection_info(), config).await?
@@ -258,19 +258,14 @@ impl Commands {
                 self.open_one(primary.get_connection_info(), config).await?
             }
             // The cluster connection reconnects to its nodes by itself.
-            Source::Cluster(client, template) => AnyConnection::Cluster(
-                client
-                    .get_async_connection()
-                    .await
-                    .map_err(|e| connect_failed(Source::cluster_transport(template.as_ref()), e))?,
-            ),
-        };
-        let slots = match &conn {
-            AnyConnection::Cluster(cluster) => {
+            Source::Cluster(client, template) => {
+                let transport = Source::cluster_transport(template.as_ref());
+                let mut cluster = (client.get_async_connection().await)
+                    .map_err(|e| connect_failed(transport, e))?;
                 let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-                read_slots(&mut cluster.clone(), any).await
+                slots = read_slots(&mut cluster, any).await;
+                AnyConnection::Cluster(cluster)
             }
-            _ => None,
         };
         let mut current = self.conn.lock();
         if current.generation == generation {

@@ -39,18 +39,18 @@ pub(crate) struct Deadlines {
 
 #[derive(Default)]
 struct Queue {
-    entries: VecDeque<Arc<Slot>>,
+    /// A command's slot lives while its future does: a dead one finished.
+    entries: VecDeque<Weak<Slot>>,
     /// The watchdog thread, once started, and whether it is parked with
     /// nothing to watch (then a new entry must unpark it).
     watchdog: Option<Thread>,
     idle: bool,
 }
 
-/// One command's deadline, shared by its future and the watchdog.
+/// One command's deadline, owned by its future and seen by the watchdog.
 struct Slot {
     at: Instant,
     expired: AtomicBool,
-    finished: AtomicBool,
     waker: AtomicWaker,
 }
 
@@ -68,20 +68,15 @@ impl Deadlines {
         let slot = Arc::new(Slot {
             at: now() + timeout,
             expired: AtomicBool::new(false),
-            finished: AtomicBool::new(false),
             waker: AtomicWaker::new(),
         });
-        self.watch(slot.clone());
+        self.watch(Arc::downgrade(&slot));
         Box::pin(Bounded { command, slot })
     }
 
-    fn watch(&self, slot: Arc<Slot>) {
+    fn watch(&self, slot: Weak<Slot>) {
         let mut queue = self.queue.lock();
-        while queue
-            .entries
-            .front()
-            .is_some_and(|s| s.finished.load(Ordering::Acquire))
-        {
+        while queue.entries.front().is_some_and(|s| s.strong_count() == 0) {
             queue.entries.pop_front();
         }
         queue.entries.push_back(slot);
@@ -115,15 +110,15 @@ fn watch_deadlines(queue: &Weak<Mutex<Queue>>) {
             let mut queue = shared.lock();
             let at = now();
             while let Some(front) = queue.entries.front() {
-                if front.finished.load(Ordering::Acquire) {
-                    queue.entries.pop_front();
-                } else if front.at <= at {
-                    front.expired.store(true, Ordering::Release);
-                    front.waker.wake();
-                    queue.entries.pop_front();
-                } else {
-                    break;
+                match front.upgrade() {
+                    Some(slot) if slot.at > at => break,
+                    Some(slot) => {
+                        slot.expired.store(true, Ordering::Release);
+                        slot.waker.wake();
+                    }
+                    None => {}
                 }
+                queue.entries.pop_front();
             }
             queue.idle = queue.entries.is_empty();
             !queue.idle
@@ -151,7 +146,6 @@ impl<T, F: Future<Output = redis::RedisResult<T>> + Unpin> Future for Bounded<F>
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Poll::Ready(out) = Pin::new(&mut self.command).poll(cx) {
-            self.slot.finished.store(true, Ordering::Release);
             return Poll::Ready(out);
         }
         self.slot.waker.register(cx.waker());
@@ -159,12 +153,6 @@ impl<T, F: Future<Output = redis::RedisResult<T>> + Unpin> Future for Bounded<F>
             return Poll::Ready(Err(timed_out()));
         }
         Poll::Pending
-    }
-}
-
-impl<F> Drop for Bounded<F> {
-    fn drop(&mut self) {
-        self.slot.finished.store(true, Ordering::Release);
     }
 }
 

@@ -10,12 +10,12 @@ use futures::FutureExt;
 
 use std::task::{ready, Context, Poll};
 
+use super::front::drive;
 use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
 use crate::core::observe::Observation;
 use crate::error::Error;
 use crate::handle::after_release;
-use crate::handle::Next;
 use crate::lost::Lost;
 
 impl Election {
@@ -81,31 +81,21 @@ impl futures::Stream for Observer {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Observation>> {
         let this = self.get_mut();
-        loop {
-            if let Some(step) = &mut this.step {
-                this.watch = Some(ready!(step.as_mut().poll(cx)));
-                this.step = None;
+        let step = match &mut this.step {
+            Some(step) => step,
+            None => {
+                let Some(mut watch) = this.watch.take() else {
+                    return Poll::Ready(None);
+                };
+                this.step.insert(Box::pin(async move {
+                    let shared = watch.shared().clone();
+                    let item = drive(&shared, &mut watch).await;
+                    (watch, item)
+                }))
             }
-            let Some(watch) = this.watch.as_mut() else {
-                return Poll::Ready(None);
-            };
-            let next = match watch.next() {
-                Next::Yield(item) => return Poll::Ready(Some(item)),
-                Next::End => return Poll::Ready(None),
-                next => next,
-            };
-            let Some(mut watch) = this.watch.take() else {
-                return Poll::Ready(None);
-            };
-            this.step = Some(Box::pin(async move {
-                if let Next::Sleep(listener, at) = next {
-                    super::wait(Some(listener), Some(at)).await;
-                } else {
-                    let reply = watch.read().await;
-                    watch.handle(reply);
-                }
-                watch
-            }));
-        }
+        };
+        let (watch, item) = ready!(step.as_mut().poll(cx));
+        (this.watch, this.step) = (Some(watch), None);
+        Poll::Ready(item)
     }
 }

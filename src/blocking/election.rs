@@ -3,12 +3,12 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use super::front::drive;
 use super::{Election, Leadership, Observer};
 use crate::config::WithLock;
 use crate::core::observe::Observation;
 use crate::error::Error;
 use crate::handle::after_release;
-use crate::handle::Next;
 use crate::lost::Lost;
 
 impl Election {
@@ -57,16 +57,7 @@ impl Iterator for Observer {
 
     fn next(&mut self) -> Option<Observation> {
         let watch = self.watch.as_mut()?;
-        loop {
-            match watch.next() {
-                Next::Yield(item) => return Some(item),
-                Next::End => return None,
-                Next::Sleep(listener, at) => super::wait(Some(listener), Some(at)),
-                Next::Read => {
-                    let reply = watch.read();
-                    watch.handle(reply);
-                }
-            }
-        }
+        let shared = watch.shared().clone();
+        drive(&shared, watch)
     }
 }

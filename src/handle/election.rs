@@ -8,13 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::Value;
 
 use super::keeper::Keeper;
 use super::keeper_threads;
 use super::kind;
 use super::lease::Lease;
-use super::locker::Locker;
+use super::locker::{Locker, SharedOf};
 use super::observer::Observer;
 use crate::clock::now;
 use crate::config::AcquireOptions;
@@ -25,8 +24,8 @@ use crate::core::election::{
 use crate::core::lease::RenewResult;
 use crate::core::names::{validate_key, KeyId, Want};
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
-use crate::core::script::ReplyError;
 use crate::driver::ops::{Acquire, Single};
+
 use crate::error::{Error, LostCause, Operation};
 use crate::front::{Call, Front};
 use crate::lost::Lost;
@@ -60,7 +59,7 @@ impl<F: Front> Locker<F> {
     pub fn election(&self, name: &str) -> Result<Election<F>, Error> {
         validate_key(name, self.config().max_key_bytes)?;
         Ok(Election {
-            locker: Locker::from_shared(self.shared().clone()),
+            shared: self.shared().clone(),
             names: ElectNames::new(
                 &self.config().namespace,
                 KeyId::named(name, self.config().key_hash_tags),
@@ -89,9 +88,10 @@ impl<F: Front> Locker<F> {
 /// ...)` and `f` is not called; a failed resign does not change the result
 /// (it is logged). On a loss, a blocking `f` must stop soon after `lost`
 /// fires (it cannot be pre-empted); an async `f`'s future is dropped.
+#[derive(Clone)]
 pub struct Election<F: Front> {
-    locker: Locker<F>,
-    names: ElectNames,
+    shared: SharedOf<F>,
+    pub(super) names: ElectNames,
     name: Arc<str>,
 }
 
@@ -160,13 +160,13 @@ impl<F: Front> Election<F> {
         value: impl AsRef<[u8]>,
         options: AcquireOptions,
     ) -> Campaign<'_, F> {
-        let max = self.locker.config().max_value_bytes;
+        let max = self.shared.state.config.max_value_bytes;
         let value = match LeaderValue::checked(value.as_ref(), max) {
             Ok(value) => value,
             Err(e) => return F::ready(Err(e)),
         };
         keeper_threads::warm();
-        let (shared, name, len) = (self.locker.shared(), &self.name, value.as_bytes().len());
+        let (shared, name, len) = (&self.shared, &self.name, value.as_bytes().len());
         let start = move || {
             let value = Some(value);
             Acquire::start_valued(&shared.state, name, Want::Leader, value, options, now())
@@ -198,21 +198,12 @@ impl<F: Front> Election<F> {
     /// # Ok(()) }
     /// ```
     pub fn leader(&self) -> Call<'_, F, Result<Option<Leader>, Error>> {
-        self.read(None, classify_current, |current| current.leader)
-    }
-
-    /// One read of the state and of the log's entries after `after`, its
-    /// reply sorted by `classify` and handed to `then`.
-    pub(crate) fn read<R: Send + 'static, T: Send + 'static>(
-        &self,
-        after: Option<Version>,
-        classify: fn(&Value) -> Result<R, ReplyError>,
-        then: fn(R) -> T,
-    ) -> Call<'_, F, Result<T, Error>> {
-        let shared = self.locker.shared();
-        let call = read_call(&self.names, after);
-        let start = move || Ok(Single::new(&shared.state, Operation::Read, call, classify));
-        F::run(shared, None, start, move |read| read.map(then))
+        let (shared, call) = (&self.shared, read_call(&self.names, None));
+        let start = move || {
+            let read = Single::new(&shared.state, Operation::Read, call, classify_current);
+            Ok(read)
+        };
+        F::run(shared, None, start, |read| read.map(|now| now.leader))
     }
 }
 
@@ -251,18 +242,8 @@ impl<F: Front> Election<F> {
         Observer::new(self.clone(), self.names.id)
     }
 
-    pub(crate) fn locker(&self) -> &Locker<F> {
-        &self.locker
-    }
-}
-
-impl<F: Front> Clone for Election<F> {
-    fn clone(&self) -> Self {
-        Election {
-            locker: Locker::from_shared(self.locker.shared().clone()),
-            names: self.names.clone(),
-            name: self.name.clone(),
-        }
+    pub(crate) fn shared(&self) -> &SharedOf<F> {
+        &self.shared
     }
 }
 

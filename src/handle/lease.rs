@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::kind::{self, Fenced, Kind};
+use super::locker::SharedOf;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use crate::driver::held::Held;
 use crate::driver::ops::{Granted, Release, Renew};
-use crate::driver::state::Shared;
+
 use crate::error::Error;
 use crate::front::{Call, Front};
 
@@ -57,7 +58,7 @@ pub struct Lease<F: Front, K: Kind = kind::Lock> {
 /// shared state, the grant's bookkeeping, the lock that serialises its
 /// renewals, and whether its release finished.
 pub(crate) struct LeaseState<F: Front> {
-    pub(crate) shared: Arc<Shared<F::Commands>>,
+    pub(crate) shared: SharedOf<F>,
     /// Shared with an election's keeper thread, which renews a leadership.
     pub(crate) held: Arc<Held>,
     pub(crate) serial: F::Serial,
@@ -85,7 +86,7 @@ impl<F: Front> Drop for LeaseState<F> {
 }
 
 impl<F: Front, K: Kind> Lease<F, K> {
-    pub(crate) fn new(shared: Arc<Shared<F::Commands>>, granted: Granted) -> Self {
+    pub(crate) fn new(shared: SharedOf<F>, granted: Granted) -> Self {
         Lease {
             state: LeaseState {
                 shared,
@@ -171,7 +172,7 @@ impl<F: Front, K: Kind> Lease<F, K> {
         &self.state.held
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared<F::Commands>> {
+    pub(crate) fn shared(&self) -> &SharedOf<F> {
         &self.state.shared
     }
 

@@ -17,6 +17,10 @@ use crate::error::Error;
 use crate::front::{Call, Front};
 use crate::stats::Stats;
 
+/// A locker's shared state on front end `F`. An alias, so that a handle
+/// holding it derives `Clone` with no bound but `F: Clone`.
+pub(crate) type SharedOf<F> = Arc<Shared<<F as Front>::Commands>>;
+
 /// A lease client for one Redis server, a Cluster or the primary Sentinel
 /// names: [`blocking::Locker`](crate::blocking::Locker) (`Locker<Blocking>`)
 /// for std threads, `aio::Locker` (`Locker<Async>`) for futures on any
@@ -103,7 +107,7 @@ use crate::stats::Stats;
 /// # Ok::<(), redlease::Error>(())
 /// ```
 pub struct Locker<F: Front> {
-    shared: Arc<Shared<F::Commands>>,
+    shared: SharedOf<F>,
 }
 
 // A panic in the caller's code never leaves a locker half-updated: the
@@ -123,11 +127,11 @@ impl<F: Front> std::fmt::Debug for Locker<F> {
 }
 
 impl<F: Front> Locker<F> {
-    pub(crate) fn from_shared(shared: Arc<Shared<F::Commands>>) -> Self {
+    pub(crate) fn from_shared(shared: SharedOf<F>) -> Self {
         Locker { shared }
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared<F::Commands>> {
+    pub(crate) fn shared(&self) -> &SharedOf<F> {
         &self.shared
     }
 
@@ -180,7 +184,7 @@ impl<F: Front> Locker<F> {
         key: &'a str,
         options: AcquireOptions,
     ) -> Call<'a, F, Result<Lease<F>, Error>> {
-        self.acquire_kind(key, Want::Lock, options)
+        acquire_kind::<F, _>(&self.shared, key, Want::Lock, options)
     }
 
     /// Tries once to acquire `key`, without waiting (like `flock -n`):
@@ -205,23 +209,6 @@ impl<F: Front> Locker<F> {
     /// ```
     pub fn try_acquire<'a>(&'a self, key: &'a str) -> Call<'a, F, Result<Lease<F>, Error>> {
         self.acquire_with(key, AcquireOptions::new().wait(Duration::ZERO))
-    }
-
-    /// The acquire of every kind: one shared operation, whose grant
-    /// becomes a lease of kind `K`.
-    pub(crate) fn acquire_kind<'a, K: Kind>(
-        &'a self,
-        key: &'a str,
-        want: Want,
-        options: AcquireOptions,
-    ) -> Call<'a, F, Result<Lease<F, K>, Error>> {
-        let shared = &self.shared;
-        // Started when the call runs: an async acquire joins its line when
-        // first polled, not when its future is made.
-        let start = move || Acquire::start(&shared.state, key, want, options, now()).map_err(Err);
-        F::run(shared, None, start, move |granted| {
-            granted.map(|granted| Lease::new(shared.clone(), granted))
-        })
     }
 
     /// A snapshot of this locker's counters.
@@ -249,4 +236,20 @@ impl<F: Front> Locker<F> {
             result
         })
     }
+}
+
+/// The acquire of every kind through `shared`: one shared operation, whose
+/// grant becomes a lease of kind `K`.
+pub(crate) fn acquire_kind<'a, F: Front, K: Kind>(
+    shared: &'a SharedOf<F>,
+    key: &'a str,
+    want: Want,
+    options: AcquireOptions,
+) -> Call<'a, F, Result<Lease<F, K>, Error>> {
+    // Started when the call runs: an async acquire joins its line when
+    // first polled, not when its future is made.
+    let start = move || Acquire::start(&shared.state, key, want, options, now()).map_err(Err);
+    F::run(shared, None, start, move |granted| {
+        granted.map(|granted| Lease::new(shared.clone(), granted))
+    })
 }

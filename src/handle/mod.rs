@@ -23,7 +23,6 @@ pub(crate) use holding::{after_release, with_calls};
 pub use lease::Lease;
 pub(crate) use lease::LeaseState;
 pub use locker::Locker;
-pub(crate) use observer::Next;
 pub use observer::Observer;
 pub use rw_lock::RwLock;
 pub use semaphore::Semaphore;

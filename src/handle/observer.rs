@@ -13,14 +13,16 @@ use std::time::Instant;
 use event_listener::EventListener;
 
 use super::election::Election;
+use super::locker::SharedOf;
 use crate::clock::now;
-use crate::core::election::{classify_read, ReadReply, Version};
+use crate::core::election::{classify_read, read_call, ReadReply};
 use crate::core::names::KeyId;
 use crate::core::observe::Observation;
 use crate::core::reader::{Cursor, ReaderStep};
+use crate::driver::ops::{Io, Op, Reply, Single};
 use crate::driver::state::LockerState;
-use crate::error::Error;
-use crate::front::{Call, Front};
+use crate::error::{Error, Operation};
+use crate::front::Front;
 
 /// The changes of an [`Election`], made by [`Election::observe`]: an
 /// `Iterator` on the blocking front end, a `Stream` on the async one, of
@@ -33,12 +35,15 @@ pub struct Observer<F: Front> {
         not(feature = "aio"),
         allow(dead_code, reason = "only the async front end steps")
     )]
-    pub(crate) step: Option<Pin<Box<dyn Future<Output = Watch<F>> + Send>>>,
+    pub(crate) step: Option<Step<F>>,
 }
+
+/// The async front end's drive of a watch to its next item, owning it.
+type Step<F> = Pin<Box<dyn Future<Output = (Watch<F>, Option<Observation>)> + Send>>;
 
 impl<F: Front> Observer<F> {
     pub(crate) fn new(election: Election<F>, id: KeyId) -> Self {
-        let state = election.locker().shared().state.clone();
+        let state = election.shared().state.clone();
         let cursor = state.with_core(|core| core.handle_observer_started(now(), id));
         Observer {
             watch: Some(Watch {
@@ -61,36 +66,38 @@ impl<F: Front> Observer<F> {
 pub(crate) struct Watch<F: Front> {
     election: Election<F>,
     cursor: Cursor,
-    /// This observer claimed the read in flight, which reads after this
-    /// version: it must answer it, or give it back when dropped.
-    reading: Option<Option<Version>>,
+    /// The read this observer claimed, in flight: it must answer it, or
+    /// give it back when dropped.
+    reading: Option<Single<ReadReply>>,
     state: Arc<LockerState>,
     id: KeyId,
 }
 
-/// What an observer's reading loop does next.
-pub(crate) enum Next {
-    /// Yield this item.
-    Yield(Observation),
-    /// End: the locker is shutting down.
-    End,
-    /// Wait until the instant, or until the listener (a change of the
-    /// locker's core: a notification for this election, a read of another
-    /// observer of it ending, a resubscription, shutdown) wakes the wait
-    /// early.
-    Sleep(EventListener, Instant),
-    /// Read now ([`Watch::read`]), then hand the reply to [`Watch::handle`].
-    Read,
-}
+/// The reading loop as an operation, which the front end drives (as any
+/// other, with its own send and wait) to the next item, or to `None` once
+/// the locker shuts down.
+impl<F: Front> Op for &mut Watch<F> {
+    type Output = Option<Observation>;
 
-impl<F: Front> Watch<F> {
-    /// What to do next, at this instant.
-    pub(crate) fn next(&mut self) -> Next {
-        let (state, id) = (&self.state, self.id);
+    /// A change of the locker's core (a notification for this election, a
+    /// read of another observer of it ending, a resubscription, shutdown)
+    /// ends a wait early. Registered before the checks: a change in
+    /// between still wakes.
+    fn listener(&self) -> Option<EventListener> {
+        Some(self.state.cell.listen_changed())
+    }
+
+    fn next(&mut self, now: Instant) -> Io<Option<Observation>> {
         loop {
-            // Registered before the checks: a change in between still wakes.
-            let listener = state.cell.listen_changed();
-            let now = now();
+            if let Some(read) = &mut self.reading {
+                match read.next(now) {
+                    Io::Send(request) => return Io::Send(request),
+                    Io::Done(reply) => self.handle(reply, now),
+                    // Never: a read's reply comes before its end.
+                    Io::Wait { until } => return Io::Wait { until },
+                }
+            }
+            let (state, id) = (&self.state, self.id);
             // Read-only: an observer that only looks wakes nobody.
             let step = state.cell.read(|core| {
                 (!core.is_shutting_down())
@@ -98,41 +105,46 @@ impl<F: Front> Watch<F> {
                     .flatten()
             });
             match step {
-                None => return Next::End,
+                None => return Io::Done(None),
                 Some(ReaderStep::Yield(item, cursor)) => {
                     self.cursor = cursor;
-                    return Next::Yield(item);
+                    return Io::Done(Some(item));
                 }
                 Some(ReaderStep::Wait(at)) => {
                     // Without a deadline, the read in flight ends by the
                     // command timeout; check again then at the latest.
-                    let bound = self.election.locker().config().command_timeout;
-                    let at = at.unwrap_or_else(|| now + bound);
-                    return Next::Sleep(listener, at);
+                    let at = at.unwrap_or_else(|| now + state.config.command_timeout);
+                    return Io::Wait { until: Some(at) };
                 }
                 Some(ReaderStep::Read) => {
+                    // None: another observer claimed it meanwhile; wait for it.
                     if let Some(after) = state.with_core(|core| core.claim_observer_read(id)) {
-                        self.reading = Some(after);
-                        return Next::Read;
+                        let call = read_call(&self.election.names, after);
+                        let read = Single::new(state, Operation::Read, call, classify_read);
+                        self.reading = Some(read);
                     }
-                    // Another observer claimed it meanwhile: wait for it.
                 }
             }
         }
     }
 
-    /// The next read (claimed by [`next`](Self::next)).
-    pub(crate) fn read(&mut self) -> Call<'_, F, Result<ReadReply, Error>> {
-        let after = self.reading.flatten();
-        self.election.read(after, classify_read, |read| read)
+    fn handle_reply(&mut self, now: Instant, reply: Reply) {
+        if let Some(read) = &mut self.reading {
+            read.handle_reply(now, reply);
+        }
+    }
+}
+
+impl<F: Front> Watch<F> {
+    pub(crate) fn shared(&self) -> &SharedOf<F> {
+        self.election.shared()
     }
 
-    /// Takes the read's reply: its items, for every observer of the name,
-    /// and when to read next.
-    pub(crate) fn handle(&mut self, reply: Result<ReadReply, Error>) {
+    /// Takes the claimed read's reply: its items, for every observer of
+    /// the name, and when to read next.
+    fn handle(&mut self, reply: Result<ReadReply, Error>, now: Instant) {
         self.reading = None;
-        let (id, now) = (self.id, now());
-        let poll = self.election.locker().config().notify_poll_interval;
+        let (id, poll) = (self.id, self.state.config.notify_poll_interval);
         self.state.with_core(|core| {
             core.handle_observer_read(id, now, reply.as_ref().ok(), poll);
         });

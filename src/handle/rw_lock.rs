@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use super::kind;
 use super::lease::Lease;
-use super::locker::Locker;
+use super::locker::{acquire_kind, Locker, SharedOf};
 use crate::config::AcquireOptions;
 use crate::core::names::{validate_key, Want};
+
 use crate::error::Error;
 use crate::front::{Call, Front};
 
@@ -46,7 +47,7 @@ impl<F: Front> Locker<F> {
     pub fn rw_lock(&self, key: &str) -> Result<RwLock<F>, Error> {
         validate_key(key, self.config().max_key_bytes)?;
         Ok(RwLock {
-            locker: Locker::from_shared(self.shared().clone()),
+            shared: self.shared().clone(),
             key: key.into(),
         })
     }
@@ -58,8 +59,9 @@ impl<F: Front> Locker<F> {
 /// Readers and writers of one locker wait in two lines of their own;
 /// readers of one locker are granted one after another at once, a
 /// writer's or the last reader's release wakes both lines.
+#[derive(Clone)]
 pub struct RwLock<F: Front> {
-    locker: Locker<F>,
+    shared: SharedOf<F>,
     key: Arc<str>,
 }
 
@@ -94,7 +96,7 @@ impl<F: Front> RwLock<F> {
     ///
     /// As [`Locker::acquire_with`].
     pub fn read_with(&self, options: AcquireOptions) -> Call<'_, F, Result<ReadLease<F>, Error>> {
-        self.locker.acquire_kind(&self.key, Want::Read, options)
+        acquire_kind::<F, _>(&self.shared, &self.key, Want::Read, options)
     }
 
     /// Acquires the write lease, waiting up to the config's `wait` while a
@@ -122,16 +124,7 @@ impl<F: Front> RwLock<F> {
     ///
     /// As [`Locker::acquire_with`].
     pub fn write_with(&self, options: AcquireOptions) -> Call<'_, F, Result<WriteLease<F>, Error>> {
-        self.locker.acquire_kind(&self.key, Want::Write, options)
-    }
-}
-
-impl<F: Front> Clone for RwLock<F> {
-    fn clone(&self) -> Self {
-        RwLock {
-            locker: Locker::from_shared(self.locker.shared().clone()),
-            key: self.key.clone(),
-        }
+        acquire_kind::<F, _>(&self.shared, &self.key, Want::Write, options)
     }
 }
 

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use super::kind;
 use super::lease::Lease;
-use super::locker::Locker;
+use super::locker::{acquire_kind, Locker, SharedOf};
 use crate::config::AcquireOptions;
 use crate::core::names::{validate_key, validate_permits, Want};
+
 use crate::error::Error;
 use crate::front::{Call, Front};
 
@@ -44,7 +45,7 @@ impl<F: Front> Locker<F> {
         validate_key(key, self.config().max_key_bytes)?;
         validate_permits(permits)?;
         Ok(Semaphore {
-            locker: Locker::from_shared(self.shared().clone()),
+            shared: self.shared().clone(),
             key: key.into(),
             permits,
         })
@@ -58,8 +59,9 @@ impl<F: Front> Locker<F> {
 /// head sends attempts; after a grant the next waiter tries at once (more
 /// permits may be free), else it waits for a release notification, the
 /// soonest permit's expiry or the safety poll.
+#[derive(Clone)]
 pub struct Semaphore<F: Front> {
-    locker: Locker<F>,
+    shared: SharedOf<F>,
     key: Arc<str>,
     permits: u32,
 }
@@ -102,17 +104,7 @@ impl<F: Front> Semaphore<F> {
         let want = Want::Permit {
             permits: self.permits,
         };
-        self.locker.acquire_kind(&self.key, want, options)
-    }
-}
-
-impl<F: Front> Clone for Semaphore<F> {
-    fn clone(&self) -> Self {
-        Semaphore {
-            locker: Locker::from_shared(self.locker.shared().clone()),
-            key: self.key.clone(),
-            permits: self.permits,
-        }
+        acquire_kind::<F, _>(&self.shared, &self.key, want, options)
     }
 }
 

@@ -25,7 +25,7 @@ use redis::Value;
 use super::core::{Core, LeaseId};
 use super::names::{hex, opaque_debug, Channel, KeyId, OwnerToken};
 use super::outcome::{Fence, RenewOutcome};
-use super::script::{ReplyError, ScriptCall, ScriptKind};
+use super::script::{parse_digits, parse_u64, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
 /// The Redis names of one election (docs/PROTOCOL.md §2), all under the
@@ -119,15 +119,10 @@ impl Version {
 
     /// Parses a stream id `<term>-<seq>`.
     fn parse(id: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(id).ok()?;
-        let (term, seq) = text.split_once('-')?;
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !digits(term) || !digits(seq) {
-            return None;
-        }
+        let (term, seq) = std::str::from_utf8(id).ok()?.split_once('-')?;
         Some(Version {
-            term: term.parse().ok()?,
-            seq: seq.parse().ok()?,
+            term: parse_digits(term.as_bytes())?,
+            seq: parse_digits(seq.as_bytes())?,
         })
     }
 
@@ -385,12 +380,7 @@ pub(crate) fn classify_read(value: &Value) -> Result<ReadReply, ReplyError> {
     };
     let lease_term = match term.as_slice() {
         b"" => None,
-        digits => Some(
-            std::str::from_utf8(digits)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-                .ok_or_else(unexpected)?,
-        ),
+        digits => Some(parse_u64(digits).ok_or_else(unexpected)?),
     };
     let top = match top {
         Value::Nil => None,

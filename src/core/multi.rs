@@ -22,7 +22,7 @@ use crate::config::ResolvedOptions;
 
 use super::names::{validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId};
 use super::outcome::Fence;
-use super::script::{parse_fence, ReplyError, ScriptCall, ScriptKind};
+use super::script::{parse_fence, parse_u64, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
 /// The most keys one multi-key lease takes: it bounds the scripts' work.
@@ -192,10 +192,7 @@ pub(crate) fn classify_multi(value: &Value, n: usize) -> Result<MultiReply, Repl
         Some((Value::BulkString(tag), [Value::Int(ms), Value::BulkString(since)]))
             if tag == b"busy" && *ms >= -2 =>
         {
-            let since = std::str::from_utf8(since)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(unexpected)?;
+            let since = parse_u64(since).ok_or_else(unexpected)?;
             Ok(MultiReply::Busy {
                 remaining: u64::try_from(*ms).ok().map(Duration::from_millis),
                 since,

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::election::{ElectNames, LeaderValue};
 use super::multi::KeySet;
 use super::outcome::Fence;
-use super::script::parse_fence;
+use super::script::{parse_fence, parse_u64};
 use crate::error::Error;
 
 /// The SHA-256 of a key: identifies a key's line and its notifications
@@ -316,13 +316,12 @@ impl Handover {
                 }
                 let reg = RegId::from_hex(entry)?;
                 let fence = parse_fence(parts.next()?);
-                let number = |part: &[u8]| std::str::from_utf8(part).ok()?.parse().ok();
-                let claim = number(parts.next()?)?;
+                let claim = parse_u64(parts.next()?)?;
                 Handover::Granted {
                     reg,
                     fence,
                     claim: Duration::from_millis(claim),
-                    at_ms: parts.next().and_then(number),
+                    at_ms: parts.next().and_then(parse_u64),
                 }
             }
             b"c" => Handover::Claimed,

@@ -535,15 +535,20 @@ pub(crate) fn classify_campaign(value: &Value) -> Result<AcquireReply, ReplyErro
     }
 }
 
+/// A positive fence, written with digits alone.
 pub(crate) fn parse_fence(bytes: &[u8]) -> Option<Fence> {
-    let digits = std::str::from_utf8(bytes).ok()?;
-    if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    match digits.parse::<u64>() {
-        Ok(0) | Err(_) => None,
-        Ok(n) => Some(Fence::new(n)),
-    }
+    parse_digits(bytes).filter(|n| *n != 0).map(Fence::new)
+}
+
+/// A `u64` written with digits alone (no sign): a fence, a version's
+/// term or sequence number.
+pub(crate) fn parse_digits(bytes: &[u8]) -> Option<u64> {
+    parse_u64(bytes).filter(|_| bytes.iter().all(u8::is_ascii_digit))
+}
+
+/// A `u64` as `str::parse` reads it (a leading `+` allowed).
+pub(crate) fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 /// What a semaphore acquire reply says.

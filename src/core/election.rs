@@ -56,16 +56,12 @@ impl ElectNames {
 opaque_debug!(ElectNames);
 
 /// A leader's value: bytes the leader publishes (an address, an id). Never
-/// shown: its `Debug` is its length.
-#[derive(Clone, PartialEq, Eq)]
+/// shown: its `Debug` is its length. The default is no value (a
+/// candidate's target before its value is set).
+#[derive(Clone, PartialEq, Eq, Default)]
 pub(crate) struct LeaderValue(Arc<[u8]>);
 
 impl LeaderValue {
-    /// No value (a candidate's target before its value is set).
-    pub(crate) fn empty() -> Self {
-        LeaderValue(Arc::from(&[][..]))
-    }
-
     /// The value, if it is at most `max` bytes long.
     pub(crate) fn checked(value: &[u8], max: usize) -> Result<Self, Error> {
         if value.len() > max {
@@ -133,10 +129,7 @@ impl Version {
 
     /// The version after this one in the same term.
     pub(crate) fn next(self) -> Self {
-        Version {
-            term: self.term,
-            seq: self.seq.saturating_add(1),
-        }
+        Version::new(self.term, self.seq.saturating_add(1))
     }
 }
 

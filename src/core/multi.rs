@@ -236,15 +236,6 @@ pub(crate) fn multi_acquire_call(
     ScriptCall::new(ScriptKind::MultiAcquire, keys, args)
 }
 
-/// The renew of every key by token (`locks`: the keys' lock names).
-pub(crate) fn multi_renew_call(locks: Vec<String>, token: OwnerToken, lease_ms: u64) -> ScriptCall {
-    ScriptCall::new(
-        ScriptKind::MultiRenew,
-        locks,
-        vec![token.to_hex(), lease_ms.to_string()],
-    )
-}
-
 /// The release of every key by token (also of a waiter's reservations),
 /// each key handed to its queue's head with the hand-over
 /// (`handover_ttl_ms`: the fence counter TTL ms), else deleted and its
@@ -344,9 +335,7 @@ impl Core {
         let sets: Vec<LineKey> = self.set_lines_with(id).collect();
         self.wake_lines(sets)
     }
-}
 
-impl Core {
     /// The attempt of the head of a multi-key line: reserving (and with
     /// the hand-over registering) unless it tries once.
     pub(super) fn multi_attempt(&self, id: WaiterId, line: LineKey, try_once: bool) -> WaiterStep {

@@ -604,7 +604,7 @@ impl Target {
             Want::Write => Target::Write(RwNames::new(namespace, id)),
             Want::Leader => Target::Leader {
                 names: ElectNames::new(namespace, id),
-                value: LeaderValue::empty(),
+                value: LeaderValue::default(),
             },
             // Built by `Target::multi`: one key's id does not name a set.
             Want::Multi => Target::multi(namespace, KeySet::single(id)),

@@ -242,14 +242,8 @@ pub(crate) fn resign_call(
     channel: Channel,
 ) -> ScriptCall {
     let keys = vec![names.lease.clone(), names.log.clone()];
-    elect_call(
-        ScriptKind::Resign,
-        names,
-        keys,
-        vec![token.to_hex()],
-        namespace,
-        channel,
-    )
+    let args = vec![token.to_hex()];
+    elect_call(ScriptKind::Resign, names, keys, args, namespace, channel)
 }
 
 /// The read of an election's current state and, with `after`, of the

@@ -382,20 +382,18 @@ impl Kind {
 }
 
 impl LineKey {
+    pub(crate) fn new(kind: Kind, id: KeyId) -> Self {
+        LineKey { kind, id }
+    }
+
     #[cfg(test)]
     pub(crate) fn lock(id: KeyId) -> Self {
-        LineKey {
-            kind: Kind::Lock,
-            id,
-        }
+        LineKey::new(Kind::Lock, id)
     }
 
     /// The line of a multi-key lease's key set `set`.
     pub(crate) fn multi(set: KeyId) -> Self {
-        LineKey {
-            kind: Kind::Multi,
-            id: set,
-        }
+        LineKey::new(Kind::Multi, set)
     }
 
     /// The entry of a locker's registration `reg` in this line's queue: the
@@ -448,10 +446,7 @@ impl LineKey {
             // or value (`v`) does not.
             return election_notice(message)
                 .filter(|(_, what)| *what == b"r")
-                .map(|(id, _)| LineKey {
-                    kind: Kind::Leader,
-                    id,
-                })
+                .map(|(id, _)| LineKey::new(Kind::Leader, id))
                 .into_iter()
                 .collect();
         }
@@ -651,10 +646,7 @@ impl Target {
 
     pub(crate) fn line(&self) -> LineKey {
         let (want, id) = self.want();
-        LineKey {
-            kind: want.kind(),
-            id,
-        }
+        LineKey::new(want.kind(), id)
     }
 }
 
@@ -677,10 +669,7 @@ pub(crate) struct HeldTarget {
 
 impl HeldTarget {
     pub(crate) fn line(&self) -> LineKey {
-        LineKey {
-            kind: self.want.kind(),
-            id: self.id,
-        }
+        LineKey::new(self.want.kind(), self.id)
     }
 
     /// The names its release or renew needs, built from the namespace.

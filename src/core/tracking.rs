@@ -218,11 +218,8 @@ impl Core {
             let freed = owned.target.line().freed_by_release();
             self.orphans.push(owned);
             self.unpark();
-            for key in freed {
-                if let Some(head) = self.lines.get(&key).and_then(Line::head) {
-                    self.events.push_back(CoreEvent::Wake(head));
-                }
-            }
+            let heads = freed.filter_map(|key| self.lines.get(&key).and_then(Line::head));
+            self.events.extend(heads.map(CoreEvent::Wake));
         }
     }
 

@@ -305,8 +305,9 @@ pub(crate) fn classify_proclaim(value: &Value) -> Result<ProclaimReply, ReplyErr
     }
 }
 
-/// An election's state as one read found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An election's state as one read found it (the default: vacant at
+/// `0.0`, no log).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Current {
     /// The version of this state: of the leader's last entry, or of the
     /// vacancy (logged, or the one the next grant will log).
@@ -336,10 +337,7 @@ impl ReadReply {
     /// version; no log is vacant at `0.0`.
     pub(crate) fn current(&self) -> Current {
         let Some(top) = &self.top else {
-            return Current {
-                version: Version::default(),
-                leader: None,
-            };
+            return Current::default();
         };
         let live = self.lease_term == Some(top.version.term);
         let remaining = u64::try_from(self.pttl).ok().map(Duration::from_millis);

@@ -123,10 +123,8 @@ impl std::fmt::Debug for KeySet {
 /// hash to the first key's slot. The error names positions only.
 fn one_slot(names: &[LockNames]) -> Result<(), Error> {
     let slot = |n: &LockNames| crate::cluster::slot_of(&n.lock);
-    let Some(first) = names.first().map(slot) else {
-        return Ok(());
-    };
-    match names.iter().position(|n| slot(n) != first) {
+    let first = names.first().map(slot);
+    match names.iter().position(|n| Some(slot(n)) != first) {
         None => Ok(()),
         Some(i) => Err(Error::InvalidKey {
             reason: format!(
@@ -287,10 +285,8 @@ impl Core {
         options: ResolvedOptions,
     ) -> Result<WaiterId, Error> {
         let target = Target::multi(&self.settings.namespace, keys);
-        if self.settings.channel == Channel::Sharded {
-            if let Target::Multi { names, .. } = &target {
-                one_slot(names)?;
-            }
+        if let (Channel::Sharded, Target::Multi { names, .. }) = (self.settings.channel, &target) {
+            one_slot(names)?;
         }
         self.join(now, target, token, options)
     }

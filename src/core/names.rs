@@ -52,11 +52,13 @@ impl Ord for KeyId {
 }
 
 impl KeyId {
+    /// The id of a digest, without a hash tag's.
+    fn untagged(digest: [u8; 32]) -> Self {
+        KeyId { digest, tag: None }
+    }
+
     pub(crate) fn of(key: &str) -> Self {
-        KeyId {
-            digest: Sha256::digest(key.as_bytes()).into(),
-            tag: None,
-        }
+        KeyId::untagged(Sha256::digest(key.as_bytes()).into())
     }
 
     /// The id of `key`, hashed by its Redis hash tag when `tags` is on and
@@ -88,10 +90,7 @@ impl KeyId {
     /// The id of this key's notification channel on Redis Cluster: the
     /// key's own, or its hash tag's (keys of one tag share a channel).
     pub(crate) fn channel_id(self) -> KeyId {
-        KeyId {
-            digest: self.tag.unwrap_or(self.digest),
-            tag: None,
-        }
+        KeyId::untagged(self.tag.unwrap_or(self.digest))
     }
 
     /// Parses the lowercase hex form carried by release notifications.
@@ -103,10 +102,7 @@ impl KeyId {
         for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
             *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
         }
-        Some(KeyId {
-            digest: out,
-            tag: None,
-        })
+        Some(KeyId::untagged(out))
     }
 
     pub(crate) fn to_hex(self) -> String {

@@ -25,7 +25,7 @@ use redis::Value;
 use super::core::{Core, LeaseId};
 use super::names::{hex, opaque_debug, Channel, KeyId, OwnerToken};
 use super::outcome::{Fence, RenewOutcome};
-use super::script::{ReplyError, ScriptCall, ScriptKind};
+use super::script::{parse_digits, parse_u64, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
 /// The Redis names of one election (docs/PROTOCOL.md §2), all under the
@@ -56,16 +56,12 @@ impl ElectNames {
 opaque_debug!(ElectNames);
 
 /// A leader's value: bytes the leader publishes (an address, an id). Never
-/// shown: its `Debug` is its length.
-#[derive(Clone, PartialEq, Eq)]
+/// shown: its `Debug` is its length. The default is no value (a
+/// candidate's target before its value is set).
+#[derive(Clone, PartialEq, Eq, Default)]
 pub(crate) struct LeaderValue(Arc<[u8]>);
 
 impl LeaderValue {
-    /// No value (a candidate's target before its value is set).
-    pub(crate) fn empty() -> Self {
-        LeaderValue(Arc::from(&[][..]))
-    }
-
     /// The value, if it is at most `max` bytes long.
     pub(crate) fn checked(value: &[u8], max: usize) -> Result<Self, Error> {
         if value.len() > max {
@@ -119,15 +115,10 @@ impl Version {
 
     /// Parses a stream id `<term>-<seq>`.
     fn parse(id: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(id).ok()?;
-        let (term, seq) = text.split_once('-')?;
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !digits(term) || !digits(seq) {
-            return None;
-        }
+        let (term, seq) = std::str::from_utf8(id).ok()?.split_once('-')?;
         Some(Version {
-            term: term.parse().ok()?,
-            seq: seq.parse().ok()?,
+            term: parse_digits(term.as_bytes())?,
+            seq: parse_digits(seq.as_bytes())?,
         })
     }
 
@@ -138,10 +129,7 @@ impl Version {
 
     /// The version after this one in the same term.
     pub(crate) fn next(self) -> Self {
-        Version {
-            term: self.term,
-            seq: self.seq.saturating_add(1),
-        }
+        Version::new(self.term, self.seq.saturating_add(1))
     }
 }
 
@@ -254,14 +242,8 @@ pub(crate) fn resign_call(
     channel: Channel,
 ) -> ScriptCall {
     let keys = vec![names.lease.clone(), names.log.clone()];
-    elect_call(
-        ScriptKind::Resign,
-        names,
-        keys,
-        vec![token.to_hex()],
-        namespace,
-        channel,
-    )
+    let args = vec![token.to_hex()];
+    elect_call(ScriptKind::Resign, names, keys, args, namespace, channel)
 }
 
 /// The read of an election's current state and, with `after`, of the
@@ -323,8 +305,9 @@ pub(crate) fn classify_proclaim(value: &Value) -> Result<ProclaimReply, ReplyErr
     }
 }
 
-/// An election's state as one read found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An election's state as one read found it (the default: vacant at
+/// `0.0`, no log).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Current {
     /// The version of this state: of the leader's last entry, or of the
     /// vacancy (logged, or the one the next grant will log).
@@ -354,10 +337,7 @@ impl ReadReply {
     /// version; no log is vacant at `0.0`.
     pub(crate) fn current(&self) -> Current {
         let Some(top) = &self.top else {
-            return Current {
-                version: Version::default(),
-                leader: None,
-            };
+            return Current::default();
         };
         let live = self.lease_term == Some(top.version.term);
         let remaining = u64::try_from(self.pttl).ok().map(Duration::from_millis);
@@ -385,12 +365,7 @@ pub(crate) fn classify_read(value: &Value) -> Result<ReadReply, ReplyError> {
     };
     let lease_term = match term.as_slice() {
         b"" => None,
-        digits => Some(
-            std::str::from_utf8(digits)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-                .ok_or_else(unexpected)?,
-        ),
+        digits => Some(parse_u64(digits).ok_or_else(unexpected)?),
     };
     let top = match top {
         Value::Nil => None,

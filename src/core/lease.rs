@@ -104,11 +104,7 @@ impl LeaseClock {
     }
 
     pub(crate) fn is_valid(&self, now: Instant) -> bool {
-        match self.valid_until() {
-            Some(Some(until)) => now < until,
-            Some(None) => true,
-            None => false,
-        }
+        !self.remaining(now).is_zero()
     }
 
     pub(crate) fn remaining(&self, now: Instant) -> Duration {

@@ -22,7 +22,7 @@ use crate::config::ResolvedOptions;
 
 use super::names::{validate_key, Channel, KeyId, LineKey, LockNames, OwnerToken, RegId};
 use super::outcome::Fence;
-use super::script::{parse_fence, ReplyError, ScriptCall, ScriptKind};
+use super::script::{parse_fence, parse_u64, ReplyError, ScriptCall, ScriptKind};
 use crate::error::Error;
 
 /// The most keys one multi-key lease takes: it bounds the scripts' work.
@@ -123,10 +123,8 @@ impl std::fmt::Debug for KeySet {
 /// hash to the first key's slot. The error names positions only.
 fn one_slot(names: &[LockNames]) -> Result<(), Error> {
     let slot = |n: &LockNames| crate::cluster::slot_of(&n.lock);
-    let Some(first) = names.first().map(slot) else {
-        return Ok(());
-    };
-    match names.iter().position(|n| slot(n) != first) {
+    let first = names.first().map(slot);
+    match names.iter().position(|n| Some(slot(n)) != first) {
         None => Ok(()),
         Some(i) => Err(Error::InvalidKey {
             reason: format!(
@@ -192,10 +190,7 @@ pub(crate) fn classify_multi(value: &Value, n: usize) -> Result<MultiReply, Repl
         Some((Value::BulkString(tag), [Value::Int(ms), Value::BulkString(since)]))
             if tag == b"busy" && *ms >= -2 =>
         {
-            let since = std::str::from_utf8(since)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(unexpected)?;
+            let since = parse_u64(since).ok_or_else(unexpected)?;
             Ok(MultiReply::Busy {
                 remaining: u64::try_from(*ms).ok().map(Duration::from_millis),
                 since,
@@ -237,15 +232,6 @@ pub(crate) fn multi_acquire_call(
         args.extend([reg, reg_ms.to_string()]);
     }
     ScriptCall::new(ScriptKind::MultiAcquire, keys, args)
-}
-
-/// The renew of every key by token (`locks`: the keys' lock names).
-pub(crate) fn multi_renew_call(locks: Vec<String>, token: OwnerToken, lease_ms: u64) -> ScriptCall {
-    ScriptCall::new(
-        ScriptKind::MultiRenew,
-        locks,
-        vec![token.to_hex(), lease_ms.to_string()],
-    )
 }
 
 /// The release of every key by token (also of a waiter's reservations),
@@ -299,10 +285,8 @@ impl Core {
         options: ResolvedOptions,
     ) -> Result<WaiterId, Error> {
         let target = Target::multi(&self.settings.namespace, keys);
-        if self.settings.channel == Channel::Sharded {
-            if let Target::Multi { names, .. } = &target {
-                one_slot(names)?;
-            }
+        if let (Channel::Sharded, Target::Multi { names, .. }) = (self.settings.channel, &target) {
+            one_slot(names)?;
         }
         self.join(now, target, token, options)
     }
@@ -347,9 +331,7 @@ impl Core {
         let sets: Vec<LineKey> = self.set_lines_with(id).collect();
         self.wake_lines(sets)
     }
-}
 
-impl Core {
     /// The attempt of the head of a multi-key line: reserving (and with
     /// the hand-over registering) unless it tries once.
     pub(super) fn multi_attempt(&self, id: WaiterId, line: LineKey, try_once: bool) -> WaiterStep {

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::election::{ElectNames, LeaderValue};
 use super::multi::KeySet;
 use super::outcome::Fence;
-use super::script::parse_fence;
+use super::script::{parse_fence, parse_u64};
 use crate::error::Error;
 
 /// The SHA-256 of a key: identifies a key's line and its notifications
@@ -52,11 +52,13 @@ impl Ord for KeyId {
 }
 
 impl KeyId {
+    /// The id of a digest, without a hash tag's.
+    fn untagged(digest: [u8; 32]) -> Self {
+        KeyId { digest, tag: None }
+    }
+
     pub(crate) fn of(key: &str) -> Self {
-        KeyId {
-            digest: Sha256::digest(key.as_bytes()).into(),
-            tag: None,
-        }
+        KeyId::untagged(Sha256::digest(key.as_bytes()).into())
     }
 
     /// The id of `key`, hashed by its Redis hash tag when `tags` is on and
@@ -88,10 +90,7 @@ impl KeyId {
     /// The id of this key's notification channel on Redis Cluster: the
     /// key's own, or its hash tag's (keys of one tag share a channel).
     pub(crate) fn channel_id(self) -> KeyId {
-        KeyId {
-            digest: self.tag.unwrap_or(self.digest),
-            tag: None,
-        }
+        KeyId::untagged(self.tag.unwrap_or(self.digest))
     }
 
     /// Parses the lowercase hex form carried by release notifications.
@@ -103,10 +102,7 @@ impl KeyId {
         for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
             *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
         }
-        Some(KeyId {
-            digest: out,
-            tag: None,
-        })
+        Some(KeyId::untagged(out))
     }
 
     pub(crate) fn to_hex(self) -> String {
@@ -316,13 +312,12 @@ impl Handover {
                 }
                 let reg = RegId::from_hex(entry)?;
                 let fence = parse_fence(parts.next()?);
-                let number = |part: &[u8]| std::str::from_utf8(part).ok()?.parse().ok();
-                let claim = number(parts.next()?)?;
+                let claim = parse_u64(parts.next()?)?;
                 Handover::Granted {
                     reg,
                     fence,
                     claim: Duration::from_millis(claim),
-                    at_ms: parts.next().and_then(number),
+                    at_ms: parts.next().and_then(parse_u64),
                 }
             }
             b"c" => Handover::Claimed,
@@ -383,20 +378,18 @@ impl Kind {
 }
 
 impl LineKey {
+    pub(crate) fn new(kind: Kind, id: KeyId) -> Self {
+        LineKey { kind, id }
+    }
+
     #[cfg(test)]
     pub(crate) fn lock(id: KeyId) -> Self {
-        LineKey {
-            kind: Kind::Lock,
-            id,
-        }
+        LineKey::new(Kind::Lock, id)
     }
 
     /// The line of a multi-key lease's key set `set`.
     pub(crate) fn multi(set: KeyId) -> Self {
-        LineKey {
-            kind: Kind::Multi,
-            id: set,
-        }
+        LineKey::new(Kind::Multi, set)
     }
 
     /// The entry of a locker's registration `reg` in this line's queue: the
@@ -449,10 +442,7 @@ impl LineKey {
             // or value (`v`) does not.
             return election_notice(message)
                 .filter(|(_, what)| *what == b"r")
-                .map(|(id, _)| LineKey {
-                    kind: Kind::Leader,
-                    id,
-                })
+                .map(|(id, _)| LineKey::new(Kind::Leader, id))
                 .into_iter()
                 .collect();
         }
@@ -605,7 +595,7 @@ impl Target {
             Want::Write => Target::Write(RwNames::new(namespace, id)),
             Want::Leader => Target::Leader {
                 names: ElectNames::new(namespace, id),
-                value: LeaderValue::empty(),
+                value: LeaderValue::default(),
             },
             // Built by `Target::multi`: one key's id does not name a set.
             Want::Multi => Target::multi(namespace, KeySet::single(id)),
@@ -652,10 +642,7 @@ impl Target {
 
     pub(crate) fn line(&self) -> LineKey {
         let (want, id) = self.want();
-        LineKey {
-            kind: want.kind(),
-            id,
-        }
+        LineKey::new(want.kind(), id)
     }
 }
 
@@ -678,10 +665,7 @@ pub(crate) struct HeldTarget {
 
 impl HeldTarget {
     pub(crate) fn line(&self) -> LineKey {
-        LineKey {
-            kind: self.want.kind(),
-            id: self.id,
-        }
+        LineKey::new(self.want.kind(), self.id)
     }
 
     /// The names its release or renew needs, built from the namespace.

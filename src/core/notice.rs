@@ -38,16 +38,14 @@ pub(crate) fn decode(
             .and_then(|rest| rest.strip_suffix(b"}"))
             .and_then(KeyId::from_hex)
     };
+    let released = || match data.get(1) {
+        Some(Value::BulkString(payload)) => Some(Notice::Released(payload.clone())),
+        _ => None,
+    };
     match kind {
-        PushKind::Message if name == channel.as_bytes() => match data.get(1) {
-            Some(Value::BulkString(payload)) => Some(Notice::Released(payload.clone())),
-            _ => None,
-        },
+        PushKind::Message if name == channel.as_bytes() => released(),
         PushKind::Subscribe if name == channel.as_bytes() => Some(Notice::Subscribed(None)),
-        PushKind::SMessage => match (sharded_key(), data.get(1)) {
-            (Some(_), Some(Value::BulkString(payload))) => Some(Notice::Released(payload.clone())),
-            _ => None,
-        },
+        PushKind::SMessage => sharded_key().and_then(|_| released()),
         PushKind::SSubscribe => sharded_key().map(|key| Notice::Subscribed(Some(key))),
         PushKind::SUnsubscribe => sharded_key().map(Notice::Unsubscribed),
         _ => None,

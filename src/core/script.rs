@@ -320,10 +320,10 @@ impl ScriptCall {
     }
 
     /// This release (of a lock, with the hand-over) by a locker whose
-    /// registration `reg` lingers in the queue (docs/PROTOCOL.md §4.4): the
-    /// release never grants the key to it.
-    pub(crate) fn skipping(mut self, reg: String) -> Self {
-        self.args.push(reg);
+    /// registration `reg`, if any, lingers in the queue (docs/PROTOCOL.md
+    /// §4.4): the release never grants the key to it.
+    pub(crate) fn skipping(mut self, reg: Option<String>) -> Self {
+        self.args.extend(reg);
         self
     }
 
@@ -374,15 +374,12 @@ impl ScriptCall {
         ScriptCall { kind, keys, args }
     }
 
-    /// The renew by token of the lease key `key` (a lock's, a permit's
-    /// slot, a writer's: `Renew`; a reader's: `RwReadRenew`).
-    pub(crate) fn renew(kind: ScriptKind, key: String, token: String, lease_ms: u64) -> Self {
+    /// The renew by token of the lease in `keys` (a lock's, a permit's
+    /// slot, a writer's: `Renew`; a reader's: `RwReadRenew`; a multi-key
+    /// lease's lock names: `MultiRenew`).
+    pub(crate) fn renew(kind: ScriptKind, keys: Vec<String>, token: String, lease_ms: u64) -> Self {
         let args = vec![token, lease_ms.to_string()];
-        ScriptCall {
-            kind,
-            keys: vec![key],
-            args,
-        }
+        ScriptCall { kind, keys, args }
     }
 
     /// `EVALSHA <sha1> <numkeys> keys.. args..`
@@ -414,13 +411,6 @@ impl ScriptCall {
     }
 }
 
-/// `SCRIPT LOAD <source>` for one script.
-pub(crate) fn load_cmd(kind: ScriptKind) -> redis::Cmd {
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(kind.source());
-    cmd
-}
-
 /// Many calls in one pipeline, each answered on its own (`ignore_errors`):
 /// first `SCRIPT LOAD` of every script they run, once each (replies
 /// ignored), then each call's `EVALSHA`, which then finds its script, so
@@ -433,7 +423,10 @@ pub(crate) fn pipeline_loading(calls: &[ScriptCall]) -> redis::Pipeline {
     for call in calls {
         if !kinds.contains(&call.kind) {
             kinds.push(call.kind);
-            pipe.add_command(load_cmd(call.kind)).ignore();
+            pipe.cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(call.kind.source())
+                .ignore();
         }
     }
     for call in calls {
@@ -535,15 +528,20 @@ pub(crate) fn classify_campaign(value: &Value) -> Result<AcquireReply, ReplyErro
     }
 }
 
+/// A positive fence, written with digits alone.
 pub(crate) fn parse_fence(bytes: &[u8]) -> Option<Fence> {
-    let digits = std::str::from_utf8(bytes).ok()?;
-    if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    match digits.parse::<u64>() {
-        Ok(0) | Err(_) => None,
-        Ok(n) => Some(Fence::new(n)),
-    }
+    parse_digits(bytes).filter(|n| *n != 0).map(Fence::new)
+}
+
+/// A `u64` written with digits alone (no sign): a fence, a version's
+/// term or sequence number.
+pub(crate) fn parse_digits(bytes: &[u8]) -> Option<u64> {
+    parse_u64(bytes).filter(|_| bytes.iter().all(u8::is_ascii_digit))
+}
+
+/// A `u64` as `str::parse` reads it (a leading `+` allowed).
+pub(crate) fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 /// What a semaphore acquire reply says.

@@ -10,7 +10,7 @@
 use super::election::{
     campaign_call, proclaim_call, read_call, resign_call, ElectNames, LeaderValue, Version,
 };
-use super::multi::{multi_acquire_call, multi_release_call, multi_renew_call, MultiHandover};
+use super::multi::{multi_acquire_call, multi_release_call, MultiHandover};
 use super::names::{
     Channel, KeyId, Kind, LineKey, LockNames, OwnerToken, RegId, RwNames, SemNames, Target, Want,
 };
@@ -154,7 +154,12 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
         ("acquire", acquire(Want::Lock, None), 1),
         (
             "renew",
-            ScriptCall::renew(ScriptKind::Renew, lock.lock.clone(), token.to_hex(), 5000),
+            ScriptCall::renew(
+                ScriptKind::Renew,
+                vec![lock.lock.clone()],
+                token.to_hex(),
+                5000,
+            ),
             1,
         ),
         (
@@ -172,7 +177,7 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
             "release",
             release(&lock.lock, Kind::Lock)
                 .handing_over(lock.fence.clone(), &lock.queue, 0)
-                .skipping("0123".to_owned()),
+                .skipping(Some("0123".to_owned())),
             1,
         ),
         (
@@ -215,7 +220,7 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
             "rw_read_renew",
             ScriptCall::renew(
                 ScriptKind::RwReadRenew,
-                rw.read.clone(),
+                vec![rw.read.clone()],
                 token.to_hex(),
                 5000,
             ),
@@ -223,14 +228,14 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
         ),
         (
             "campaign",
-            campaign_call(&elect, &LeaderValue::empty(), token, 5000, ns, chan),
+            campaign_call(&elect, &LeaderValue::default(), token, 5000, ns, chan),
             1,
         ),
         (
             "proclaim",
             proclaim_call(
                 &elect,
-                &LeaderValue::empty(),
+                &LeaderValue::default(),
                 token,
                 Version::new(1, 0),
                 ns,
@@ -275,7 +280,11 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
             multi_acquire_call(&names, token, 5000, 0, 0, 750, None),
             n,
         ));
-        calls.push(("multi_renew", multi_renew_call(locks, token, 5000), n));
+        calls.push((
+            "multi_renew",
+            ScriptCall::renew(ScriptKind::MultiRenew, locks, token.to_hex(), 5000),
+            n,
+        ));
         for ttl in [None, Some(0)] {
             calls.push((
                 "multi_release",

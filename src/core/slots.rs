@@ -87,16 +87,12 @@ impl<T> Slots<T> {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (SlotId, &T)> {
-        self.entries.iter().enumerate().filter_map(|(i, e)| {
-            e.value.as_ref().map(|v| {
-                (
-                    SlotId {
-                        index: i as u32,
-                        generation: e.generation,
-                    },
-                    v,
-                )
-            })
+        self.entries.iter().zip(0..).filter_map(|(e, index)| {
+            let id = SlotId {
+                index,
+                generation: e.generation,
+            };
+            e.value.as_ref().map(|v| (id, v))
         })
     }
 

@@ -350,17 +350,13 @@ impl Core {
     /// set are forgotten as subscribed: the subscriber unsubscribes them.
     pub(crate) fn wanted_keys(&mut self, now: Instant) -> Vec<KeyId> {
         let sub = &mut self.subscription;
-        let mut expired = Vec::new();
         sub.lingering.retain(|key, since| {
             let keep = deadline_after(*since, SUBSCRIPTION_LINGER).is_some_and(|until| now < until);
             if !keep {
-                expired.push(*key);
+                sub.channels.remove(key);
             }
             keep
         });
-        for key in expired {
-            sub.channels.remove(&key);
-        }
         let mut keys: HashSet<KeyId> = self
             .lines
             .iter()

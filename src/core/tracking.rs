@@ -8,7 +8,7 @@ use super::core::{Core, CoreEvent};
 use super::election::resign_call;
 use super::lease::RenewResult;
 use super::line::Line;
-use super::multi::{multi_release_call, multi_renew_call};
+use super::multi::multi_release_call;
 #[cfg(test)]
 use super::names::KeyId;
 use super::names::{
@@ -61,17 +61,12 @@ pub(crate) struct Sweep {
     orphans: Vec<Owned>,
     /// The index of the first orphan's release in `calls` (deregistrations
     /// come before).
-    first_orphan: usize,
+    pub(crate) first_orphan: usize,
 }
 
+#[cfg(test)]
 impl Sweep {
-    /// The index of the first orphan's release in `calls`.
-    pub(crate) fn first_orphan(&self) -> usize {
-        self.first_orphan
-    }
-
     /// The keys of the orphans, in the order of `calls`.
-    #[cfg(test)]
     pub(crate) fn keys(&self) -> Vec<KeyId> {
         self.orphans.iter().map(|o| o.target.line().id).collect()
     }
@@ -111,15 +106,9 @@ impl Core {
         match (owned.target.names(namespace), owned.target.want) {
             (HeldNames::Key(key), Want::Lock) if handover => {
                 let names = LockNames::new(namespace, id);
-                let call = release(ScriptKind::Release, vec![key]).handing_over(
-                    names.fence,
-                    &names.queue,
-                    ttl,
-                );
-                match self.lingering_registration(line) {
-                    Some(reg) => call.skipping(reg),
-                    None => call,
-                }
+                release(ScriptKind::Release, vec![key])
+                    .handing_over(names.fence, &names.queue, ttl)
+                    .skipping(self.lingering_registration(line))
             }
             (HeldNames::Key(key), Want::Permit { .. }) if handover => {
                 let names = SemNames::new(namespace, id);
@@ -188,19 +177,19 @@ impl Core {
     /// The renew command of a tracked lease.
     pub(crate) fn renew_call(&self, lease: LeaseId, lease_ms: u64) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        let (kind, key) = match owned.target.names(&self.settings.namespace) {
-            HeldNames::Reader(names) => (ScriptKind::RwReadRenew, names.read),
+        let (kind, keys) = match owned.target.names(&self.settings.namespace) {
+            HeldNames::Reader(names) => (ScriptKind::RwReadRenew, vec![names.read]),
             HeldNames::Multi(names) => {
                 let locks = names.into_iter().map(|(_, lock)| lock).collect();
-                return Ok(multi_renew_call(locks, owned.token, lease_ms));
+                (ScriptKind::MultiRenew, locks)
             }
             // Only grants are tracked, and a permit's grant names its slot.
             names => (
                 ScriptKind::Renew,
-                names.lease_key().ok_or(Error::ShuttingDown)?,
+                vec![names.lease_key().ok_or(Error::ShuttingDown)?],
             ),
         };
-        Ok(ScriptCall::renew(kind, key, owned.token_arg(), lease_ms))
+        Ok(ScriptCall::renew(kind, keys, owned.token_arg(), lease_ms))
     }
 
     /// Reports a renew's reply. The lease stays tracked whatever the
@@ -229,11 +218,8 @@ impl Core {
             let freed = owned.target.line().freed_by_release();
             self.orphans.push(owned);
             self.unpark();
-            for key in freed {
-                if let Some(head) = self.lines.get(&key).and_then(Line::head) {
-                    self.events.push_back(CoreEvent::Wake(head));
-                }
-            }
+            let heads = freed.filter_map(|key| self.lines.get(&key).and_then(Line::head));
+            self.events.extend(heads.map(CoreEvent::Wake));
         }
     }
 
@@ -334,7 +320,7 @@ impl Core {
             return leaving
                 .iter()
                 .filter(|o| o.target.want == Want::Multi)
-                .map(|o| self.release_of(o, self.settings.handover.is_some()))
+                .map(|o| self.release_of(o, false))
                 .collect();
         };
         let namespace = &self.settings.namespace;

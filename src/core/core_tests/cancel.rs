@@ -239,7 +239,7 @@ fn a_sweep_can_leave_some_orphans_for_later() {
     assert_eq!(core.counts().orphans, 2);
     let sweep = core.take_sweep_except(|call| releases(call, token(1)));
     assert_eq!(sweep.keys(), vec![KeyId::of("j")]);
-    assert_eq!(sweep.first_orphan(), 0);
+    assert_eq!(sweep.first_orphan, 0);
     assert_eq!(core.counts().orphans, 1, "k's is left");
     core.handle_sweep_answered(sweep, |_| true);
     let sweep = core.take_sweep();

@@ -37,7 +37,7 @@ impl Sweep {
             return None;
         }
         let calls = std::mem::take(&mut taken.calls);
-        let orphans = &calls[taken.first_orphan()..];
+        let orphans = &calls[taken.first_orphan..];
         let slots = orphans.iter().map(ScriptCall::slot).collect();
         let sent = calls.len();
         let until = deadline_after(now, state.config.command_timeout);
@@ -67,7 +67,7 @@ impl Sweep {
         }
         let all = (0..n).all(answered);
         if let Some(quiet) = &state.quiet {
-            let (config, first) = (&state.config, self.taken.first_orphan());
+            let (config, first) = (&state.config, self.taken.first_orphan);
             let mut quiet = quiet.lock();
             for (i, slot) in self.slots.iter().enumerate() {
                 let answered = answered(first + i);

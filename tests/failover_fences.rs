@@ -16,10 +16,14 @@ mod support;
 )]
 mod behaviour;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use redlease::fenced::{FencedStore, WriteError};
 
-use behaviour::common::{config, connect, granted, namespace, no_wait, BOUND};
+use behaviour::common::{config, connect, granted, namespace, no_wait, polls_off, spawn, BOUND};
 use behaviour::front::Front;
+use support::proxy::ReplyHoldProxy;
 use support::{wait_until, RedisServer};
 
 /// A primary and its replica.
@@ -315,6 +319,69 @@ fn a_writer_after_a_failover_that_lost_the_last_grant_is_fenced_above_every_fenc
     let _ = second.shutdown();
 }
 
+/// A grant one waiter of a locker took, brought back by a failover that
+/// lost the release that ended it (docs/PROTOCOL.md §4.3): the locker's
+/// next waiter, whose line names the same grant token, is not given that
+/// fence again. Locker A reaches the primary through a proxy that then
+/// leads to the promoted replica, as an address that moves would.
+fn a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter<F: Front>() {
+    let (primary, replica) = primary_and_replica();
+    let proxy = ReplyHoldProxy::start(primary.port());
+    let ns = namespace("stale-grant");
+    let lock = behaviour::common::lock_name(&ns, "k");
+    let queued = |server: &RedisServer| behaviour::handover::queued(server, &ns, "k").len();
+
+    let b: F = connect(&primary, config(&ns));
+    let held = granted(b.acquire_with("k", no_wait()), "B");
+    // A's two waiters (a claim window long enough for the grant to be
+    // taken from its notice), then C's registration behind A's.
+    let a_config = polls_off(&ns).claim_window(Duration::from_secs(1));
+    let a: Arc<F> = Arc::new(F::connect(&proxy.url(), a_config).expect("connect A"));
+    let a1 = Arc::clone(&a);
+    let first = spawn("A's first waiter", move || a1.acquire("k"));
+    wait_until(BOUND, "A registered", || queued(&primary) == 1);
+    let a2 = Arc::clone(&a);
+    let second = spawn("A's second waiter", move || a2.acquire("k"));
+    let c: Arc<F> = Arc::new(connect(&primary, polls_off(&ns)));
+    let c1 = Arc::clone(&c);
+    let third = spawn("C's waiter", move || c1.acquire("k"));
+    wait_until(BOUND, "C registered", || queued(&primary) == 2);
+
+    // B's release grants the lock to A, whose first waiter takes it; the
+    // replica gets that hold, extended past the claim window.
+    F::release(held).unwrap();
+    let first = granted(first.join_within(BOUND), "A's first waiter");
+    let taken = F::fence(&first);
+    wait_until(BOUND, "the replica has A's extended hold", || {
+        behaviour::common::get(&replica, &lock).is_some_and(|v| v.ends_with(&format!(":{taken}")))
+            && behaviour::common::pttl(&replica, &lock) > 1_000
+    });
+
+    // The replica is promoted; the primary then runs the release, which
+    // hands the lock to C, and dies.
+    let promoted: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .expect("promote the replica");
+    assert_eq!(promoted, "OK");
+    F::release(first).unwrap();
+    let c_lease = granted(third.join_within(BOUND), "C's waiter");
+    proxy.retarget(replica.port());
+    drop(primary);
+
+    // On the promoted replica the lock still holds A's first grant.
+    let next = granted(second.join_within(BOUND * 2), "A's second waiter");
+    assert!(
+        F::fence(&next) > taken,
+        "A's second waiter was given fence {} after its first waiter had {taken}",
+        F::fence(&next)
+    );
+    drop(next);
+    drop(c_lease);
+    let _ = a.shutdown();
+}
+
 macro_rules! suite {
     ($module:ident, $front:ty) => {
         mod $module {
@@ -332,6 +399,11 @@ macro_rules! suite {
             #[test]
             fn a_writer_after_a_failover_that_lost_the_last_grant_is_fenced_above_every_fence_and_epoch_before() {
                 super::a_writer_after_a_failover_that_lost_the_last_grant_is_fenced_above_every_fence_and_epoch_before::<$front>();
+            }
+
+            #[test]
+            fn a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter() {
+                super::a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter::<$front>();
             }
 
             #[test]

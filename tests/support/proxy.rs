@@ -3,11 +3,13 @@
 //! released, as on a network that stalls in one direction. A client then
 //! times out on commands Redis did run, and sends them again. Holding
 //! both ways stands for a client stopped (SIGSTOP) and then continued:
-//! what it sent meanwhile reaches Redis late, in order.
+//! what it sent meanwhile reaches Redis late, in order. Retargeted, it
+//! leads new connections to another server, as an address that moves to
+//! a promoted replica.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
@@ -19,6 +21,8 @@ struct Shared {
     released: Condvar,
     stopped: AtomicBool,
     streams: Mutex<Vec<TcpStream>>,
+    /// The server new connections go to.
+    target: AtomicU16,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -59,6 +63,7 @@ impl ReplyHoldProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().expect("proxy address").port();
         let shared = Arc::new(Shared::default());
+        shared.target.store(target, Ordering::SeqCst);
         let accepting = Arc::clone(&shared);
         thread::spawn(move || {
             for client in listener.incoming() {
@@ -66,6 +71,7 @@ impl ReplyHoldProxy {
                     break;
                 }
                 let Ok(client) = client else { continue };
+                let target = accepting.target.load(Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
@@ -94,6 +100,11 @@ impl ReplyHoldProxy {
             replies: true,
             commands: true,
         });
+    }
+
+    /// New connections go to `127.0.0.1:target` from now on.
+    pub fn retarget(&self, target: u16) {
+        self.shared.target.store(target, Ordering::SeqCst);
     }
 
     /// What was held so far is delivered, in order, and the rest flows.

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlease::fenced::{FencedStore, WriteError};
+use redlease::{AcquireOptions, Error, Fence};
 
 use behaviour::common::{config, connect, granted, namespace, no_wait, polls_off, spawn, BOUND};
 use behaviour::front::Front;
@@ -382,6 +383,120 @@ fn a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter<F: Front>() {
     let _ = a.shutdown();
 }
 
+/// One kind of lease, as the claimed-grant test drives it.
+struct Claimed<F: Front, L> {
+    acquire: fn(&F, AcquireOptions) -> Result<L, Error>,
+    fence: fn(&L) -> Fence,
+    release: fn(L),
+    /// The key that holds the grant, and the kind's queue.
+    lease: fn(&str) -> String,
+    queue: fn(&str) -> String,
+}
+
+/// As [`a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter`],
+/// for a grant claimed (a semaphore's slot, a writer's; or a lock's where
+/// it is not taken from its notice): A's traffic is held while the
+/// replica gets the grant and is promoted; A's first waiter then claims it
+/// on the primary and releases it there, and the primary dies. On the
+/// promoted replica the grant is back under A's grant token, and A's
+/// second waiter must not be given its fence again.
+fn a_claimed_grant_a_failover_brings_back_is_not_claimed_again<F: Front, L: Send + 'static>(
+    kind: &Claimed<F, L>,
+) {
+    let (primary, replica) = primary_and_replica();
+    let proxy = ReplyHoldProxy::start(primary.port());
+    let ns = namespace("stale-claim");
+    let lease = (kind.lease)(&ns);
+    let queue = (kind.queue)(&ns);
+    let queued = |server: &RedisServer| {
+        let entries: Vec<String> = redis::cmd("LRANGE")
+            .arg(&queue)
+            .arg(0)
+            .arg(-1)
+            .query(&mut server.conn())
+            .unwrap_or_default();
+        entries.len()
+    };
+
+    let b: F = connect(&primary, config(&ns));
+    let held = granted((kind.acquire)(&b, no_wait()), "B");
+    let a_config = polls_off(&ns).claim_window(Duration::from_secs(5));
+    let a: Arc<F> = Arc::new(F::connect(&proxy.url(), a_config).expect("connect A"));
+    let wait = || behaviour::common::waiting(BOUND);
+    let (a1, acquire) = (Arc::clone(&a), kind.acquire);
+    let first = spawn("A's first waiter", move || acquire(&a1, wait()));
+    wait_until(BOUND, "A registered", || queued(&primary) == 1);
+    let a2 = Arc::clone(&a);
+    let second = spawn("A's second waiter", move || acquire(&a2, wait()));
+    let c: Arc<F> = Arc::new(connect(&primary, polls_off(&ns)));
+    let c1 = Arc::clone(&c);
+    let third = spawn("C's waiter", move || acquire(&c1, wait()));
+    wait_until(BOUND, "C registered", || queued(&primary) == 2);
+
+    // A hears nothing and sends nothing while B's release grants to it and
+    // the replica gets the grant.
+    proxy.stop();
+    (kind.release)(held);
+    wait_until(BOUND, "the replica has the grant to A", || {
+        let on_primary = behaviour::common::get(&primary, &lease);
+        on_primary.is_some() && behaviour::common::get(&replica, &lease) == on_primary
+    });
+    let promoted: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .expect("promote the replica");
+    assert_eq!(promoted, "OK");
+    // A's first waiter claims the grant on the primary and releases it
+    // there (to C); then the primary dies.
+    proxy.release();
+    let first = granted(first.join_within(BOUND), "A's first waiter");
+    let claimed = (kind.fence)(&first);
+    (kind.release)(first);
+    let c_lease = granted(third.join_within(BOUND), "C's waiter");
+    proxy.retarget(replica.port());
+    drop(primary);
+
+    let next = granted(second.join_within(BOUND * 2), "A's second waiter");
+    assert!(
+        (kind.fence)(&next) > claimed,
+        "A's second waiter was given fence {} after its first waiter claimed {claimed}",
+        (kind.fence)(&next)
+    );
+    drop((next, c_lease));
+    let _ = a.shutdown();
+}
+
+fn claimed_lock<F: Front>() -> Claimed<F, F::Lease> {
+    Claimed {
+        acquire: |l, o| l.acquire_with("k", o),
+        fence: F::fence,
+        release: |l| drop(F::release(l)),
+        lease: |ns| behaviour::common::lock_name(ns, "k"),
+        queue: |ns| behaviour::handover::queue_name(ns, "k"),
+    }
+}
+
+fn claimed_permit<F: Front>() -> Claimed<F, F::Permit> {
+    Claimed {
+        acquire: |l, o| l.acquire_permit("pool", 1, o),
+        fence: F::permit_fence,
+        release: |p| drop(F::release_permit(p)),
+        lease: |ns| behaviour::semaphore::slot_name(ns, "pool", 0),
+        queue: |ns| format!("{ns}:sem-queue:{{{}}}", behaviour::common::key_sha("pool")),
+    }
+}
+
+fn claimed_write<F: Front>() -> Claimed<F, F::Write> {
+    Claimed {
+        acquire: |l, o| l.write_with("doc", o),
+        fence: F::write_fence,
+        release: |w| drop(F::release_write(w)),
+        lease: |ns| behaviour::rw_lock::rw_name(ns, "write", "doc"),
+        queue: |ns| behaviour::rw_lock::rw_name(ns, "queue", "doc"),
+    }
+}
+
 macro_rules! suite {
     ($module:ident, $front:ty) => {
         mod $module {
@@ -404,6 +519,24 @@ macro_rules! suite {
             #[test]
             fn a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter() {
                 super::a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter::<$front>();
+            }
+
+            #[test]
+            fn a_claimed_lock_grant_a_failover_brings_back_is_not_claimed_again() {
+                use super::*;
+                a_claimed_grant_a_failover_brings_back_is_not_claimed_again(&claimed_lock::<$front>());
+            }
+
+            #[test]
+            fn a_claimed_slot_grant_a_failover_brings_back_is_not_claimed_again() {
+                use super::*;
+                a_claimed_grant_a_failover_brings_back_is_not_claimed_again(&claimed_permit::<$front>());
+            }
+
+            #[test]
+            fn a_claimed_writer_grant_a_failover_brings_back_is_not_claimed_again() {
+                use super::*;
+                a_claimed_grant_a_failover_brings_back_is_not_claimed_again(&claimed_write::<$front>());
             }
 
             #[test]

@@ -38,7 +38,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{free_port, kill_and_reap, wait_until, RedisServer, TlsMaterial};
+use super::{
+    free_port, kill_and_reap, log_tail, ping_and_pid, wait_until, RedisServer, TlsMaterial,
+    LOG_FILE, STARTUP_POLL, STARTUP_TIMEOUT, START_ATTEMPTS,
+};
 
 /// The master name the sentinels monitor.
 pub const MASTER_NAME: &str = "redlease-primary";
@@ -93,12 +96,56 @@ pub struct SentinelNode {
 }
 
 impl SentinelNode {
+    /// Starts a sentinel on a free port, and again on another one when it
+    /// is not this sentinel that answers there: a concurrent test's server
+    /// may win the race for the port, as `RedisServer` allows for too.
     fn start(
         primary_port: u16,
         setup: &SentinelSetBuilder,
         tls: Option<&Arc<TlsMaterial>>,
     ) -> SentinelNode {
-        let port = free_port();
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let node = SentinelNode::spawn(free_port(), primary_port, setup, tls);
+            match node.wait_until_it_answers() {
+                Ok(()) => return node,
+                Err(why) => failures.push(why),
+            }
+        }
+        panic!("could not start a sentinel after {START_ATTEMPTS} attempts: {failures:?}");
+    }
+
+    /// Waits until the sentinel answers PING on its port as this process
+    /// (`INFO server`'s `process_id`).
+    fn wait_until_it_answers(&self) -> Result<(), String> {
+        let client = self.client().map_err(|e| format!("client: {e}"))?;
+        let pid = self.child.id();
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(answered) = ping_and_pid(&client) {
+                if answered == pid {
+                    return Ok(());
+                }
+                return Err(format!(
+                    "port {} is served by pid {answered}, not {pid}",
+                    self.port
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the sentinel (pid {pid}) did not answer within {STARTUP_TIMEOUT:?}"
+                ));
+            }
+            std::thread::sleep(STARTUP_POLL);
+        }
+    }
+
+    fn spawn(
+        port: u16,
+        primary_port: u16,
+        setup: &SentinelSetBuilder,
+        tls: Option<&Arc<TlsMaterial>>,
+    ) -> SentinelNode {
         let n = SENTINEL_DIRS.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
             "redlease-sentinel-{}-{n}-{port}",
@@ -127,7 +174,7 @@ impl SentinelNode {
              sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
              sentinel failover-timeout {MASTER_NAME} 3000\n",
             dir = dir.display(),
-            log = dir.join("sentinel.log").display(),
+            log = dir.join(LOG_FILE).display(),
         ));
         if let Some(password) = &setup.sentinel_password {
             text.push_str(&format!("requirepass {password}\n"));
@@ -310,10 +357,22 @@ impl SentinelSet {
                     .lines()
                     .filter(|l| l.starts_with("connected_slaves") || l.starts_with("slave0"))
                     .collect();
+                let logs: Vec<String> = self
+                    .sentinels
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "--- sentinel on port {} ---\n{}",
+                            s.port,
+                            log_tail(&s.dir, 1500)
+                        )
+                    })
+                    .collect();
                 panic!(
                     "timed out after {STARTUP:?} waiting for every sentinel to know the \
                      replica and the others; (replicas, sentinels) known per sentinel: \
-                     {known:?}; the primary: {replica:?}"
+                     {known:?}; the primary: {replica:?}\n{}",
+                    logs.join("\n")
                 );
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -34,6 +34,17 @@ fn primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// `REPLICAOF NO ONE`: the replica is a primary from now on, with what it
+/// had received.
+fn promote(replica: &RedisServer) {
+    let promoted: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .expect("promote the replica");
+    assert_eq!(promoted, "OK");
+}
+
 fn replicated(replica: &RedisServer, name: &str) -> bool {
     let value: Option<String> = redis::cmd("GET")
         .arg(name)
@@ -65,12 +76,7 @@ fn a_failover_that_lost_the_last_grants_still_hands_out_a_larger_fence<F: Front>
     // The replication link breaks (the replica is promoted now: a link cut
     // with the primary's last writes still in flight would reach it later
     // from its socket buffer), then the primary grants once more and dies.
-    let promoted: String = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.conn())
-        .expect("promote the replica");
-    assert_eq!(promoted, "OK");
+    promote(&replica);
     let stale = granted(first.acquire_with("k", no_wait()), "the last grant");
     let stale_fence = F::fence(&stale);
     store
@@ -153,12 +159,7 @@ fn a_permit_after_a_failover_that_lost_the_last_grant_has_a_larger_fence_on_its_
         replicated(&replica, &counter)
     });
 
-    let promoted: String = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.conn())
-        .expect("promote the replica");
-    assert_eq!(promoted, "OK");
+    promote(&replica);
     let stale = granted(first.acquire_permit("pool", 2, no_wait()), "the last grant");
     assert_eq!(F::slot(&stale), 0);
     let stale_fence = F::permit_fence(&stale);
@@ -229,12 +230,7 @@ fn a_writer_after_a_failover_that_lost_the_last_grant_is_fenced_above_every_fenc
         },
     );
 
-    let promoted: String = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.conn())
-        .expect("promote the replica");
-    assert_eq!(promoted, "OK");
+    promote(&replica);
     // The last writer, and a reader after it, on the primary only.
     let stale_writer = granted(first.write_with("doc", no_wait()), "the last writer");
     let stale_fence = F::write_fence(&stale_writer);
@@ -360,12 +356,7 @@ fn a_grant_a_failover_brings_back_is_not_given_to_the_next_waiter<F: Front>() {
 
     // The replica is promoted; the primary then runs the release, which
     // hands the lock to C, and dies.
-    let promoted: String = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.conn())
-        .expect("promote the replica");
-    assert_eq!(promoted, "OK");
+    promote(&replica);
     F::release(first).unwrap();
     let c_lease = granted(third.join_within(BOUND), "C's waiter");
     proxy.retarget(replica.port());
@@ -441,12 +432,7 @@ fn a_claimed_grant_a_failover_brings_back_is_not_claimed_again<F: Front, L: Send
         let on_primary = behaviour::common::get(&primary, &lease);
         on_primary.is_some() && behaviour::common::get(&replica, &lease) == on_primary
     });
-    let promoted: String = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.conn())
-        .expect("promote the replica");
-    assert_eq!(promoted, "OK");
+    promote(&replica);
     // A's first waiter claims the grant on the primary and releases it
     // there (to C); then the primary dies.
     proxy.release();

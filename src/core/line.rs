@@ -97,11 +97,13 @@ pub(crate) struct Line {
     /// registration stays queued for a waiter that comes back soon
     /// (docs/PROTOCOL.md §4.4).
     lingering: Option<Linger>,
-    /// The highest fence a waiter of this line was given, per semaphore
-    /// slot (`None` for a lock's or a writer's): a grant of a fence not
-    /// above it is one data loss brought back (docs/PROTOCOL.md §4.3),
-    /// never given twice.
-    given: HashMap<Option<u32>, Fence>,
+    /// The highest fence a waiter of this line was given (a lock's or a
+    /// writer's; per slot for a semaphore's, in `given_slots`): a grant of
+    /// a fence not above it is one data loss brought back
+    /// (docs/PROTOCOL.md §4.3), never given twice. A lock's needs no
+    /// allocation on the uncontended path.
+    given: Option<Fence>,
+    given_slots: HashMap<u32, Fence>,
 }
 
 /// How long a registration without waiters stays queued.
@@ -289,12 +291,19 @@ impl Line {
     /// waiter of this line was given before, or an older one: a failover
     /// that lost writes brought it back under the line's grant token.
     pub(crate) fn is_stale(&self, slot: Option<u32>, fence: Fence) -> bool {
-        self.given.get(&slot).is_some_and(|given| fence <= *given)
+        let given = match slot {
+            Some(slot) => self.given_slots.get(&slot).copied(),
+            None => self.given,
+        };
+        given.is_some_and(|given| fence <= given)
     }
 
     /// A waiter of this line was given `fence` (on slot `slot`).
     pub(crate) fn handle_given(&mut self, slot: Option<u32>, fence: Fence) {
-        let given = self.given.entry(slot).or_insert(fence);
+        let given = match slot {
+            Some(slot) => self.given_slots.entry(slot).or_insert(fence),
+            None => self.given.get_or_insert(fence),
+        };
         *given = (*given).max(fence);
     }
 

@@ -271,7 +271,7 @@ impl<'s> Scripts<'s> {
                 format!("sem:{}", n.sha),
                 "0".to_owned(),
                 String::new(),
-                "1".to_owned(),
+                slot.to_string(),
             ],
         )
     }

@@ -663,8 +663,11 @@ impl Core {
                 let register = !try_once && self.hears_grants(line_key.id);
                 // Only a registered line names its grant token (and scans
                 // the tracked leases for a hold under it).
-                let holds_a_grant = self.lines.get(&line_key).is_some_and(Line::is_registered)
-                    && self.holds_a_grant(line_key);
+                let holds_a_grant = self
+                    .lines
+                    .get(&line_key)
+                    .and_then(Line::registered_grant)
+                    .is_some_and(|grant| self.holds_under(grant));
                 let settings = &self.settings;
                 let handover = match (settings.handover, self.lines.get_mut(&line_key)) {
                     (Some(h), Some(line)) => {
@@ -715,10 +718,11 @@ impl Core {
         }
     }
 
-    /// A grant to this locker's registration in `key`'s lock line, with
-    /// `fence`, window `claim` and server time `at_ms`: its head waiter
-    /// takes it without the claim where that is safe (`core/claimless.rs`),
-    /// and the grant is extended later. Returns whether it was taken.
+    /// A grant to this locker's registration in `key`'s line (a lock's,
+    /// or a semaphore's whose notice names slot `slot`), with `fence`,
+    /// window `claim` and server time `at_ms`: its head waiter takes it
+    /// without the claim where that is safe (`core/claimless.rs`), and the
+    /// grant is extended later. Returns whether it was taken.
     pub(super) fn take_grant(
         &mut self,
         now: Instant,
@@ -726,14 +730,19 @@ impl Core {
         fence: Option<Fence>,
         claim: Duration,
         at_ms: Option<u64>,
+        slot: Option<u32>,
     ) -> bool {
         let (Some(fence), Some(at_ms), Some(anchor), Some(h)) =
             (fence, at_ms, self.anchor, self.settings.handover)
         else {
             return false;
         };
+        let (lock, slot) = match (key.kind, slot) {
+            (Kind::Lock, _) => (true, None),
+            (Kind::Semaphore, Some(slot)) => (false, Some(slot)),
+            _ => return false,
+        };
         let usable = self.settings.claimless
-            && key.kind == Kind::Lock
             && !self.shutting_down
             && self.leases.len() < self.settings.max_tracked_leases;
         let Some(deadline) = anchor
@@ -749,8 +758,10 @@ impl Core {
         let Some(id) = line.head() else {
             return false;
         };
-        // The claim takes the registration out or refreshes it; without
-        // it, it stays as it is: queued for the next waiter, or lingering.
+        // A lock's claim takes the registration out or refreshes it;
+        // without it, it stays as it is: queued for the next waiter, or
+        // lingering. A semaphore's grant took it out of the queue (served
+        // once): the line's next attempt queues it again.
         let keeps = line.second().is_some() || may_linger;
         let refresh = line.refresh_due(now, Duration::from_millis(h.reg_ms / 2));
         let Some(w) = self.waiters.get_mut(id.0) else {
@@ -759,18 +770,26 @@ impl Core {
         // No attempt of this line may be in flight, nor an earlier send
         // of unknown outcome: run after the grant, it would claim it.
         let quiet = !line.is_settling(now) && w.failure.is_none();
-        if !keeps || refresh || !quiet || w.cancelled || w.try_once {
+        if lock && (!keeps || refresh) || !quiet || w.cancelled || w.try_once {
             return false;
         }
-        if !matches!(w.phase, Phase::Queued) || line.is_stale(None, fence) {
+        if !matches!(w.phase, Phase::Queued) || line.is_stale(slot, fence) {
             return false;
         }
-        line.handle_given(None, fence);
-        line.attempt_registers(true, false);
-        line.handle_granted(now, false);
+        line.handle_given(slot, fence);
         let mut owned = w.owned();
         owned.token = line.grant_token(w.token);
         owned.hold = Some(fence);
+        owned.target.slot = slot;
+        if lock {
+            line.attempt_registers(true, false);
+            line.handle_granted(now, false);
+        } else {
+            // The grant token stays with this hold; the line's next
+            // registration draws a new one, which no attempt of the line
+            // can mistake for this hold (nor a release of it end it).
+            line.take_registration();
+        }
         let lease = LeaseId(self.leases.insert(owned));
         let clock = LeaseClock::until(deadline, Duration::from_millis(w.lease_ms)).shared();
         self.extensions.push(Extension {
@@ -785,7 +804,7 @@ impl Core {
         w.phase = Phase::Finished(Ok(Grant {
             lease,
             fence,
-            slot: None,
+            slot,
             multi: None,
             clock,
         }));
@@ -1178,7 +1197,7 @@ impl Attempted {
                         fence,
                         next_waits,
                     } => Attempted::Granted(fence, Some(slot), None, next_waits),
-                    PermitReply::Busy(remaining) => Attempted::Busy(remaining, None, false, None),
+                    PermitReply::Busy(remaining, at) => Attempted::Busy(remaining, None, false, at),
                     PermitReply::MoreSlots(n) => Attempted::Again { slots: n },
                     PermitReply::OtherCount(stored) => Attempted::Refused(Error::invalid_config(
                         "permits",

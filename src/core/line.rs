@@ -154,6 +154,12 @@ impl Line {
         *self.grant.get_or_insert_with(|| head.grant_token())
     }
 
+    /// The grant token the locker's registration names, while it is
+    /// registered.
+    pub(crate) fn registered_grant(&self) -> Option<OwnerToken> {
+        self.grant.filter(|_| self.registered)
+    }
+
     /// Forgets the locker's registration (its last waiter left); returns
     /// the grant token it named, if there was one to remove from Redis. A
     /// later registration draws a new one, so the release of this one can

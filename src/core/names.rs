@@ -281,12 +281,14 @@ impl RegId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handover {
     /// A grant to `reg`'s registration, with its fence and claim window,
-    /// and the grant's server time in ms (`None` from older versions).
+    /// the grant's server time in ms (`None` from older versions) and a
+    /// semaphore's slot (`None` from older versions).
     Granted {
         reg: RegId,
         fence: Option<Fence>,
         claim: Duration,
         at_ms: Option<u64>,
+        slot: Option<u32>,
     },
     Claimed,
 }
@@ -318,6 +320,11 @@ impl Handover {
                     fence,
                     claim: Duration::from_millis(claim),
                     at_ms: parts.next().and_then(parse_u64),
+                    slot: parts
+                        .next()
+                        .and_then(parse_u64)
+                        .and_then(|slot| u32::try_from(slot).ok())
+                        .filter(|slot| *slot < MAX_PERMITS),
                 }
             }
             b"c" => Handover::Claimed,
@@ -851,7 +858,7 @@ mod tests {
         for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Leader) {
             let line = LineKey { kind, id };
             let grant = format!("{}:g:{}:17:100", line.message(), line.queue_entry(reg));
-            let granted = |at_ms| {
+            let granted = |at_ms, slot| {
                 Some((
                     line,
                     Handover::Granted {
@@ -859,14 +866,26 @@ mod tests {
                         fence: Some(Fence::new(17)),
                         claim: Duration::from_millis(100),
                         at_ms,
+                        slot,
                     },
                 ))
             };
-            // Older versions publish no server time.
-            assert_eq!(Handover::parse(grant.as_bytes()), granted(None), "{kind:?}");
+            // Older versions publish no server time, nor a slot.
+            let none = granted(None, None);
+            assert_eq!(Handover::parse(grant.as_bytes()), none, "{kind:?}");
             let timed = format!("{grant}:1700000000123");
             let at = Some(1_700_000_000_123);
-            assert_eq!(Handover::parse(timed.as_bytes()), granted(at), "{kind:?}");
+            assert_eq!(
+                Handover::parse(timed.as_bytes()),
+                granted(at, None),
+                "{kind:?}"
+            );
+            let slotted = format!("{timed}:3");
+            let slot = granted(at, Some(3));
+            assert_eq!(Handover::parse(slotted.as_bytes()), slot, "{kind:?}");
+            let beyond = format!("{timed}:{MAX_PERMITS}");
+            let no_slot = granted(at, None);
+            assert_eq!(Handover::parse(beyond.as_bytes()), no_slot, "{kind:?}");
             let claim = format!("{}:c:17", line.message());
             let claimed_line = match kind {
                 // A claim names the lease, not the side: the writers' line

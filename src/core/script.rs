@@ -327,12 +327,13 @@ impl ScriptCall {
         self
     }
 
-    /// This release (of a permit's slot, with the hand-over) serves each
-    /// registration once per round: the one it grants the slot to leaves
-    /// the queue until its claim queues it again, so a second slot's
-    /// release cannot grant it twice.
-    pub(crate) fn serving_once(mut self) -> Self {
-        self.args.extend([String::new(), "1".to_owned()]);
+    /// This release (of permit slot `slot`, with the hand-over) serves
+    /// each registration once per round: the one it grants the slot to
+    /// leaves the queue until its locker's next attempt queues it again,
+    /// so a second slot's release cannot grant it twice. The grant's
+    /// notice names the slot.
+    pub(crate) fn serving_slot(mut self, slot: u32) -> Self {
+        self.args.extend([String::new(), slot.to_string()]);
         self
     }
 
@@ -555,8 +556,9 @@ pub(crate) enum PermitReply {
         fence: Fence,
         next_waits: bool,
     },
-    /// Every slot is held; the soonest to end has this remaining time.
-    Busy(Option<Duration>),
+    /// Every slot is held; the soonest to end has this remaining time,
+    /// and the attempt registered at this server time (ms), if it did.
+    Busy(Option<Duration>, Option<u64>),
     /// The semaphore is in use with another permit count.
     OtherCount(u32),
     /// The recorded count is this, more slots than the attempt declared:
@@ -600,12 +602,16 @@ pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> 
                     _ => PermitReply::MoreSlots(n),
                 })
             }
+            [Value::Int(_), Value::Int(_)] => match classify_acquire(value) {
+                Ok(AcquireReply::Registered(remaining, at)) => {
+                    Ok(PermitReply::Busy(remaining, Some(at)))
+                }
+                _ => Err(unexpected()),
+            },
             _ => Err(unexpected()),
         },
         Value::Int(_) | Value::Nil => match classify_acquire(value) {
-            Ok(AcquireReply::Busy(remaining) | AcquireReply::Registered(remaining, _)) => {
-                Ok(PermitReply::Busy(remaining))
-            }
+            Ok(AcquireReply::Busy(remaining)) => Ok(PermitReply::Busy(remaining, None)),
             _ => Err(unexpected()),
         },
         _ => Err(unexpected()),
@@ -792,13 +798,24 @@ pub(crate) mod tests {
         assert!(classify_permit(&odd).is_err());
         assert_eq!(
             classify_permit(&Value::Int(40)),
-            Ok(PermitReply::Busy(Some(Duration::from_millis(40))))
+            Ok(PermitReply::Busy(Some(Duration::from_millis(40)), None))
         );
         assert_eq!(
             classify_permit(&Value::Int(-1)),
-            Ok(PermitReply::Busy(None))
+            Ok(PermitReply::Busy(None, None))
         );
-        assert_eq!(classify_permit(&Value::Nil), Ok(PermitReply::Busy(None)));
+        assert_eq!(
+            classify_permit(&Value::Nil),
+            Ok(PermitReply::Busy(None, None))
+        );
+        let registered = Value::Array(vec![Value::Int(40), Value::Int(1_700_000_000_000)]);
+        assert_eq!(
+            classify_permit(&registered),
+            Ok(PermitReply::Busy(
+                Some(Duration::from_millis(40)),
+                Some(1_700_000_000_000)
+            ))
+        );
         let other = Value::Array(vec![bulk("permits"), Value::Int(4)]);
         assert_eq!(classify_permit(&other), Ok(PermitReply::OtherCount(4)));
     }
@@ -809,7 +826,7 @@ pub(crate) mod tests {
             Value::Array(vec![Value::Int(-1), bulk("5")]),
             Value::Array(vec![Value::Int(1024), bulk("5")]),
             Value::Array(vec![Value::Int(1), bulk("0")]),
-            Value::Array(vec![Value::Int(1), Value::Int(5)]),
+            Value::Array(vec![Value::Int(1), Value::Int(0)]),
             Value::Array(vec![Value::Int(1)]),
             Value::Array(vec![bulk("permits"), Value::Int(0)]),
             Value::Array(vec![bulk("permits"), Value::Int(1025)]),

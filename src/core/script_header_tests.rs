@@ -184,7 +184,7 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
             "release",
             release(&format!("{}0", sem.slot_prefix), Kind::Semaphore)
                 .handing_over(format!("{}0", sem.fence_prefix), &sem.queue, 0)
-                .serving_once(),
+                .serving_slot(0),
             1,
         ),
         (

@@ -147,8 +147,9 @@ impl Core {
                 fence,
                 claim,
                 at_ms,
+                slot,
             } if Some(reg) == ours => {
-                if self.take_grant(now, line, fence, claim, at_ms)
+                if self.take_grant(now, line, fence, claim, at_ms, slot)
                     || self.wake_head_of(line, Line::handle_our_grant)
                 {
                     self.wakeups.notification += 1;

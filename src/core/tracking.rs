@@ -12,7 +12,7 @@ use super::multi::multi_release_call;
 #[cfg(test)]
 use super::names::KeyId;
 use super::names::{
-    HeldNames, HeldTarget, LineKey, LockNames, OwnerToken, QueueNames, RwNames, SemNames, Want,
+    HeldNames, HeldTarget, LockNames, OwnerToken, QueueNames, RwNames, SemNames, Want,
 };
 use super::outcome::{Fence, ReleaseOutcome, RenewOutcome};
 use super::script::{classify_release, classify_renew, ReplyError, ScriptCall, ScriptKind};
@@ -115,7 +115,7 @@ impl Core {
                 let slot = owned.target.slot.unwrap_or_default();
                 release(ScriptKind::Release, vec![key])
                     .handing_over(format!("{}{slot}", names.fence_prefix), &names.queue, ttl)
-                    .serving_once()
+                    .serving_slot(slot)
             }
             (HeldNames::Key(key), Want::Write) if handover => {
                 let names = RwNames::new(namespace, id);
@@ -141,8 +141,9 @@ impl Core {
     }
 
     /// Whether a tracked lease holds a grant taken without its claim under
-    /// the grant token `token`.
-    fn holds_under(&self, token: OwnerToken) -> bool {
+    /// the grant token `token` (tracked or orphaned): the line's attempts
+    /// must not take that hold, under that token, for a grant to them.
+    pub(super) fn holds_under(&self, token: OwnerToken) -> bool {
         self.holds_of_grants().any(|l| l.token == token)
     }
 
@@ -152,13 +153,6 @@ impl Core {
     fn holds_of_grants(&self) -> impl Iterator<Item = &Owned> {
         let leases = self.leases.iter().map(|(_, l)| l);
         leases.chain(&self.orphans).filter(|l| l.hold.is_some())
-    }
-
-    /// Whether a tracked lease holds a grant of `line` taken without its
-    /// claim: the line's attempts must not take that hold, under the grant
-    /// token, for a grant to them.
-    pub(super) fn holds_a_grant(&self, line: LineKey) -> bool {
-        self.holds_of_grants().any(|l| l.target.line() == line)
     }
 
     /// Reports a release's reply. A settled outcome stops tracking the

@@ -34,11 +34,7 @@
 -- answered with that same `WRONGTYPE` error. The counter is written first,
 -- so an error never leaves a lock whose fence the counter does not cover.
 
-local H, got, queued, busy_only = begin(3, 3, KEYS[1], KEYS[2])
-local function busy(ms)
-  busy_only(ms)
-  return H and H.reg ~= '' and H.grant ~= '' and {ms, now_ms()} or ms
-end
+local H, got, queued, _, busy = begin(3, 3, KEYS[1], KEYS[2])
 if got[1] then
   local fence = our_fence(H, got[1])
   if fence then

@@ -36,8 +36,11 @@
 --   attempt makes names (the owner a grant is made out to, never a
 --   holder's token; empty: this attempt does not register, it tries once
 --   or hears no grants). Then one `MGET` of the keys `...` and the flag,
---   the flag (whether registrations may be queued), and `busy(ms)`, the
---   reply of a busy attempt, which registers a waiting caller.
+--   the flag (whether registrations may be queued), `busy(ms)`, the
+--   reply of a busy attempt, which registers a waiting caller, and
+--   `busy_at(ms)`, the same that answers `{ms, server ms}` when the
+--   attempt registered (the `TIME` a grant's time is compared with,
+--   docs/PROTOCOL.md §4.3).
 -- - `rotate_head(queue, seen, served_once)` moves the head entry to the
 --   tail (`LMOVE`: a registration keeps its place in the round, so the
 --   claim of a grant writes nothing to the queue) and returns its id and
@@ -61,7 +64,8 @@
 --   with the next fence of its counter (docs/PROTOCOL.md §3, `next_fence`) for its
 --   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>:<ms>`
 --   (`<ms>`: the grant's server time, from which a grantee counts the
---   window when it takes the grant without claiming it, §4.3);
+--   window when it takes the grant without claiming it, §4.3), followed
+--   by `:<slot>` for a semaphore's slot `slot` (its fence does not tell it);
 --   for a waiting multi-key lease's registration (value
 --   `m<age>.<token>:<res_ms>`, docs/PROTOCOL.md §6) it reserves the key
 --   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
@@ -132,7 +136,11 @@ local function begin(base, q, ...)
     end
     return ms
   end
-  return H, got, H and got[#names], busy
+  local function busy_at(ms)
+    busy(ms)
+    return H and H.reg ~= '' and H.grant ~= '' and {ms, now_ms()} or ms
+  end
+  return H, got, H and got[#names], busy, busy_at
 end
 local function rotate_head(queue, seen, served_once)
   seen = seen or {}
@@ -176,7 +184,7 @@ local function next_registration(queue, seen, served_once, flag)
   end
   return reg, value
 end
-local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message)
+local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, channel, message, slot)
   local owner, claim = string.match(value, '^([^:]*):(.*)$')
   local age, token = string.match(owner, '^m(%d+)%.(.*)$')
   -- A waiting multi-key lease, m<age>.<token>: the key is reserved for
@@ -186,7 +194,8 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
     return nil
   end
   redis.call('SET', key, age and (token .. ':r' .. age) or (owner .. ':' .. fence), 'PX', claim)
-  redis.pcall(publish, channel, message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim .. ':' .. now_ms())
+  local notice = message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim .. ':' .. now_ms()
+  redis.pcall(publish, channel, slot and (notice .. ':' .. slot) or notice)
   return claim
 end
 local function settle(H, queued)

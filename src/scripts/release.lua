@@ -6,7 +6,8 @@
 -- Reply: 1 released, 3 released and handed over, 0 expired (key gone),
 --   2 conflict; error WRONGTYPE. `readers` is declared by a writer's
 --   release, `own_reg` is the releaser's lingering registration, never
---   granted (docs/PROTOCOL.md §4.4), `served_once` '1' for a permit's slot.
+--   granted (docs/PROTOCOL.md §4.4), `served_once` a permit's slot number
+--   (its registrations are served once; the grant's notice names it).
 --   `token` may also be a whole value `<grant token>:<fence>`: the hold of
 --   a grant taken without its claim (§4.3), which matches that grant only.
 --
@@ -41,14 +42,14 @@ if handover and got[4] and KEYS[5] then
     return 1
   end
 elseif handover and got[4] then
-  local own, once = ARGV[6], ARGV[7] == '1'
-  local reg, value = next_registration(KEYS[3], nil, once, KEYS[4])
+  local own, slot = ARGV[6], ARGV[7]
+  local reg, value = next_registration(KEYS[3], nil, slot ~= nil, KEYS[4])
   if reg and reg == own then
     -- The releaser's own registration, lingering for its next waiter
     -- (docs/PROTOCOL.md §4.4): the next one's turn, if there is one.
-    reg, value = next_registration(KEYS[3], {[own] = true}, once, KEYS[4])
+    reg, value = next_registration(KEYS[3], {[own] = true}, slot ~= nil, KEYS[4])
   end
-  if reg and grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4]) then
+  if reg and grant_to(reg, value, KEYS[1], KEYS[2], got[2], ARGV[5], ARGV[2], ARGV[3], ARGV[4], slot) then
     return 3
   end
 end

@@ -3,7 +3,9 @@
 -- ARGV: token, lease_ms, counter_ttl_ms, permits [, HANDOVER]
 -- Reply: {slot, fence}: granted; {slot, fence, 1}: granted, and the
 --   locker's next waiter is registered for the next free slot; an integer:
---   busy, the ms to wait (-1: unknown); {'permits', n}: the permits are
+--   busy, the ms to wait (-1: unknown); {ms, server ms}: busy, and the
+--   attempt registered at that server time (as acquire.lua's);
+--   {'permits', n}: the permits are
 --   recorded as n while a slot is held; {'slots', n}: the record is n,
 --   more slots than declared: ask again declaring n; error WRONGTYPE.
 --   `slot...` and `counter...` are slots 0, 1, … and their counters, at
@@ -33,7 +35,7 @@
 -- and `SET NX` refuses it with `WRONGTYPE` instead of overwriting it.
 
 local n = (#KEYS - (#ARGV > 4 and 4 or 1)) / 2
-local H, got, queued, busy = begin(4, 2 * n + 2, unpack(KEYS, 1, n + 1))
+local H, got, queued, _, busy = begin(4, 2 * n + 2, unpack(KEYS, 1, n + 1))
 local queue = H and H.queue
 local permits = tonumber(ARGV[4])
 local stored = tonumber(got[1] or '0') or 0
@@ -83,7 +85,7 @@ while queued and #free > 0 do
   end
   local slot = table.remove(free, 1)
   local counter = KEYS[2 + n + slot]
-  granted = grant_to(reg, value, KEYS[2 + slot], counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message)
+  granted = grant_to(reg, value, KEYS[2 + slot], counter, redis.call('GET', counter), ARGV[3], H.publish, H.channel, H.message, slot)
   if not granted then
     return redis.error_reply(WRONGTYPE)
   end

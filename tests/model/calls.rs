@@ -200,9 +200,9 @@ impl Call {
         self
     }
 
-    /// `.serving_once()`: a permit's slot.
-    pub(crate) fn serving_once(mut self) -> Call {
-        self.args.extend([String::new(), "1".to_owned()]);
+    /// `.serving_slot(slot)`: a permit's slot.
+    pub(crate) fn serving_slot(mut self, slot: u32) -> Call {
+        self.args.extend([String::new(), slot.to_string()]);
         self
     }
 
@@ -278,7 +278,7 @@ impl Call {
             format!("{}{slot}", n.sem_fence_prefix()),
             ttl,
         )
-        .serving_once()
+        .serving_slot(slot)
     }
 
     /// The release of a permit's slot with the hand-over that names the

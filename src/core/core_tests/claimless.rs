@@ -1,10 +1,10 @@
-//! A lock's grant taken from its notice without the claim round trip
+//! A lock's or a semaphore slot's grant taken from its notice without the claim round trip
 //! (`core/claimless.rs`, docs/PROTOCOL.md §4.3): held until the lower bound
 //! of the grant's expiry, extended by the subscriber, released by the hold's
 //! whole value; claimed as before wherever the bound is not known.
 
 use super::*;
-use crate::core::names::{LineKey, RegId};
+use crate::core::names::{LineKey, RegId, Want};
 
 const REG: RegId = RegId(0x52);
 /// The server's time (ms) when the registering attempt ran.
@@ -327,4 +327,135 @@ fn a_grant_data_loss_brought_back_is_not_given_to_the_next_waiter() {
     drain(&mut core);
     let step = core.poll_waiter(later + ms(1), next);
     assert!(matches!(step, WaiterStep::Attempt(_)), "claimed: {step:?}");
+}
+
+fn sem_line() -> LineKey {
+    LineKey {
+        kind: Kind::Semaphore,
+        id: KeyId::of("pool"),
+    }
+}
+
+/// A grant of slot `slot` (none: an older version's notice) with fence 17
+/// and a 100 ms window to this locker's registration for "pool", made 1 ms
+/// after the registering attempt ran.
+fn our_slot_grant(slot: Option<u32>) -> String {
+    let line = sem_line();
+    let base = format!(
+        "{}:g:{}:17:100:{}",
+        line.message(),
+        line.queue_entry(REG),
+        SERVER_MS + 1
+    );
+    match slot {
+        Some(slot) => format!("{base}:{slot}"),
+        None => base,
+    }
+}
+
+/// Two waiters for a permit of "pool" (of 3), the head registered at
+/// `SERVER_MS` by a busy attempt sent at `now`.
+fn registered_permit_waiters(core: &mut Core, now: Instant) -> (WaiterId, WaiterId) {
+    let permit = Want::Permit { permits: 3 };
+    let mut join = |i| {
+        core.acquire_for(now, "pool", permit, token(i), waiting(secs(10)))
+            .expect("the acquire is admitted")
+    };
+    let (id, next) = (join(1), join(2));
+    let call = attempt(core, now, id);
+    assert_eq!(call.kind, ScriptKind::SemAcquire);
+    core.handle_acquire_reply(now, id, registered(5_000));
+    drain(core);
+    (id, next)
+}
+
+/// A slot's grant whose notice names the slot is taken as a lock's is: the
+/// hold is the slot's `<grant token>:<fence>`. The grant took the
+/// registration out of the queue (a semaphore serves each once), so the
+/// next waiter attempts at once and registers under a grant token of its
+/// own: the hold's token is never named again, by an attempt or a release.
+#[test]
+fn a_slots_grant_is_taken_from_its_notice_and_the_next_waiter_registers_anew() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, next) = registered_permit_waiters(&mut core, now);
+    let heard = now + ms(2);
+    core.handle_notice(heard, our_slot_grant(Some(2)).as_bytes());
+    let events = drain(&mut core);
+    assert!(events.contains(&CoreEvent::Wake(id)), "{events:?}");
+    let grant = granted(&mut core, heard, id);
+    assert_eq!((grant.slot, grant.fence.get()), (Some(2), 17));
+    // The send + 1 + 100 ms, less the margin (2 ms) and the drift (1 µs).
+    let bound = ms(1 + 100 - 2 - 2) - Duration::from_micros(1);
+    assert_eq!(grant.clock.lock().remaining(heard), bound);
+
+    let grant_token = token(1).grant_token().to_hex();
+    let hold = format!("{grant_token}:17");
+    let slot_key = format!("ns:sem:{{{}}}:2", KeyId::of("pool").to_hex());
+    for call in [
+        core.release_call(grant.lease).unwrap(),
+        core.renew_call(grant.lease, LEASE_MS).unwrap(),
+    ] {
+        assert!(packed(&call).contains(&hold), "{call:?}");
+        assert!(packed(&call).contains(&slot_key), "{call:?}");
+    }
+    let extension = core.take_due_extensions(heard + secs(1));
+    assert_eq!(extension.len(), 1);
+    assert_eq!(extension[0].0.kind, ScriptKind::Renew);
+    assert!(packed(&extension[0].0).contains(&hold));
+
+    // The next waiter tries at once, under a grant token of its own.
+    let events = drain(&mut core);
+    assert!(events.contains(&CoreEvent::Wake(next)), "{events:?}");
+    let call = attempt(&mut core, heard, next);
+    assert_eq!(call.kind, ScriptKind::SemAcquire);
+    assert!(!packed(&call).contains(&grant_token), "{call:?}");
+    assert!(packed(&call).contains(&token(2).grant_token().to_hex()));
+
+    // Registered under that token, it names it for its own grant beside
+    // the hold: no slot holds it.
+    core.handle_acquire_reply(heard, next, registered(5_000));
+    drain(&mut core);
+    let check = attempt(&mut core, heard + secs(2), next);
+    let named = packed(&check)
+        .split("\r\n")
+        .filter(|w| *w == token(2).grant_token().to_hex())
+        .count();
+    assert_eq!(named, 2, "its own grant, and the token it registers with");
+    assert!(core.take_deregistrations().is_empty());
+}
+
+/// A slot's grant whose notice does not name the slot (an older version's
+/// release) cannot be placed: the head claims it.
+#[test]
+fn a_slots_grant_without_its_slot_is_claimed() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, _) = registered_permit_waiters(&mut core, now);
+    core.handle_notice(now + ms(2), our_slot_grant(None).as_bytes());
+    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(id)]);
+    let claim = attempt(&mut core, now + ms(2), id);
+    assert_eq!(claim.kind, ScriptKind::SemAcquire);
+    assert_eq!(core.next_extension_due(), None);
+}
+
+/// A slot's grant a waiter of the line was given (fence 17 on slot 2) and
+/// a failover brought back is not taken again.
+#[test]
+fn a_slots_grant_given_before_is_not_taken_again() {
+    let now = t0();
+    let mut core = handover_core(now, Channel::Standalone);
+    let (id, next) = registered_permit_waiters(&mut core, now);
+    core.handle_notice(now + ms(2), our_slot_grant(Some(2)).as_bytes());
+    drain(&mut core);
+    let grant = granted(&mut core, now + ms(2), id);
+    core.handle_release_reply(grant.lease, ok(Value::Int(3)))
+        .unwrap();
+    attempt(&mut core, now + ms(3), next);
+    core.handle_acquire_reply(now + ms(3), next, registered(5_000));
+    drain(&mut core);
+    core.handle_notice(now + ms(4), our_slot_grant(Some(2)).as_bytes());
+    assert_eq!(drain(&mut core), vec![CoreEvent::Wake(next)]);
+    let claim = attempt(&mut core, now + ms(4), next);
+    assert_eq!(claim.kind, ScriptKind::SemAcquire, "claimed, not taken");
 }

@@ -210,7 +210,8 @@ fn spec_acquire(value: &Value) -> SpecAcquire {
 /// The reference classification of a semaphore acquire reply (docs/PROTOCOL.md §5.2):
 /// `[slot, fence]` with a slot in 0..1024 and a fence read as for a lock,
 /// and `1` after them when the next waiter waits for its grant;
-/// `['permits', n]` with n in 1..=1024; busy as for a lock.
+/// `['permits', n]` with n in 1..=1024; busy as for a lock (registered:
+/// `[ms, server ms]`).
 fn spec_permit(value: &Value) -> Option<PermitReply> {
     match value {
         Value::Array(items) => match items.as_slice() {
@@ -229,10 +230,18 @@ fn spec_permit(value: &Value) -> Option<PermitReply> {
             [Value::BulkString(tag), Value::Int(n @ 1..=1024)] if tag.as_slice() == b"permits" => {
                 Some(PermitReply::OtherCount(*n as u32))
             }
+            [Value::Int(_), Value::Int(_)] => match spec_acquire(value) {
+                SpecAcquire::Is(AcquireReply::Registered(remaining, at)) => {
+                    Some(PermitReply::Busy(remaining, Some(at)))
+                }
+                _ => None,
+            },
             _ => None,
         },
         Value::Int(_) | Value::Nil => match spec_acquire(value) {
-            SpecAcquire::Is(AcquireReply::Busy(remaining)) => Some(PermitReply::Busy(remaining)),
+            SpecAcquire::Is(AcquireReply::Busy(remaining)) => {
+                Some(PermitReply::Busy(remaining, None))
+            }
             _ => None,
         },
         _ => None,

@@ -658,7 +658,8 @@
 //!   permit count in use, never expires), and while lockers wait the hand-over
 //!   queue as for a lock (`ns:sem-queue:{sha}`, `ns:sem-queued:{sha}`,
 //!   `ns:sem-reg:{sha}:<reg>`; a freed slot is granted as
-//!   `sem:sha:g:<reg>:<fence>:<claim_ms>:<server_ms>`, and claimed);
+//!   `sem:sha:g:<reg>:<fence>:<claim_ms>:<server_ms>:<slot>`, and taken
+//!   from that notice as a lock's grant is, or claimed);
 //! - for a read-write lease of key `k`: `ns:rw-write:{sha}` (the writer,
 //!   `<owner token>:<fence>`, TTL the lease), `ns:rw-read:{sha}` (the readers:
 //!   a sorted set of owner tokens scored by their expiry in server ms, expiring

@@ -43,6 +43,22 @@ fn sem_queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
     list(server, &format!("{ns}:sem-queue:{{{}}}", key_sha(key)))
 }
 
+/// The owners (grant tokens) the semaphore's queue entries name, in order
+/// (`<reg>|<deadline ms>|<owner>:<claim ms>`).
+fn sem_owners(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
+    let entries: Vec<String> = redis::cmd("LRANGE")
+        .arg(format!("{ns}:sem-queue:{{{}}}", key_sha(key)))
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap_or_else(|e| panic!("LRANGE on the test redis: {e}"));
+    entries
+        .iter()
+        .filter_map(|e| e.rsplit('|').next()?.split(':').next())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The registration ids of the queue `name`.
 fn list(server: &RedisServer, name: &str) -> Vec<String> {
     let entries: Vec<String> = redis::cmd("LRANGE")
@@ -668,14 +684,18 @@ pub(crate) fn freed_permits_go_to_lockers_in_registration_order<F: Front>() {
     assert!(sem_queued(&server, &ns, "s").is_empty(), "all consumed");
 }
 
-/// A permit's claim registers the locker again for its next waiter and,
-/// with no other slot free, says so: that waiter waits for its own grant
-/// instead of an attempt that could only be busy. One permit, held by
-/// another locker; a locker with two waiters registered hears no busy
-/// reply after that, and both get the permit in turn through grants.
-pub(crate) fn a_permit_claim_that_registers_the_next_waiter_spares_its_busy_attempt<F: Front>() {
+/// A permit's grant to a locker with a second waiter is taken from its
+/// notice, without a claim (docs/PROTOCOL.md §4.3): the first waiter holds
+/// the slot under the grant token, with the grant's fence. The grant took
+/// the registration out of the queue (a semaphore serves each once), so
+/// the second waiter registers again, under a grant token of its own (the
+/// hold's is never named again), and the hold's release, by its whole
+/// value, grants the slot to it.
+pub(crate) fn a_permits_grant_is_taken_without_a_claim_and_the_next_waiter_registers_anew<
+    F: Front,
+>() {
     let server = RedisServer::start();
-    let ns = namespace("handover-sem-next");
+    let ns = namespace("handover-sem-take");
     let holder: F = connect(&server, slow_polls(&ns));
     let held = holder.acquire_permit("s", 1, waiting(BOUND)).unwrap();
     let locker: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
@@ -695,23 +715,26 @@ pub(crate) fn a_permit_claim_that_registers_the_next_waiter_spares_its_busy_atte
     wait_until(BOUND, "both waiters in the locker's line", || {
         locker.stats().waiters == 2
     });
-    let busy = locker.stats().busy_replies;
+    let first_owner = sem_owners(&server, &ns, "s").remove(0);
     assert_eq!(F::release_permit(held).unwrap(), ReleaseOutcome::Released);
     let p1 = first.join_within(BOUND);
+    let slot = format!("{ns}:sem:{{{}}}:0", key_sha("s"));
     assert_eq!(
-        sem_queued(&server, &ns, "s").len(),
-        1,
-        "the claim registered the next waiter"
+        get(&server, &slot),
+        Some(format!("{first_owner}:{}", F::permit_fence(&p1).get())),
+        "held under the grant token, with the grant's fence: no claim"
     );
+    wait_until(BOUND, "the second waiter registered again", || {
+        sem_queued(&server, &ns, "s").len() == 1
+    });
+    let second_owner = sem_owners(&server, &ns, "s").remove(0);
+    assert_ne!(second_owner, first_owner, "a grant token of its own");
     assert_eq!(F::release_permit(p1).unwrap(), ReleaseOutcome::Released);
     let p2 = second.join_within(BOUND);
+    assert!(F::permit_is_valid(&p2));
     assert_eq!(F::release_permit(p2).unwrap(), ReleaseOutcome::Released);
-    assert_eq!(
-        locker.stats().busy_replies,
-        busy,
-        "the second waiter waited for its grant without a busy attempt"
-    );
     assert!(sem_queued(&server, &ns, "s").is_empty(), "all consumed");
+    assert!(!exists(&server, &slot), "the slot is free");
 }
 
 /// A semaphore with a free slot and a live registration queued hands the

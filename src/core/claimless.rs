@@ -1,8 +1,11 @@
-//! The lock's hand-over without the claim round trip (docs/PROTOCOL.md
-//! §4.3): where a grant's notice names this locker, its head waiter takes
-//! the grant as held from the notice, until a lower bound of the grant's
-//! expiry on this process's clock, and the subscriber extends the hold to
-//! the full lease off the waiter's path (or its release makes that moot).
+//! The hand-over without the claim round trip (docs/PROTOCOL.md §4.3) of
+//! a lock or a semaphore's slot: where a grant's notice names this
+//! locker (and a slot's, its slot), its head waiter takes the grant as
+//! held from the notice, until a lower bound of the grant's expiry on this
+//! process's clock, and the subscriber extends the hold to the full lease
+//! off the waiter's path (or its release makes that moot). A writer still
+//! claims: its claim also deletes its intent, which would otherwise keep
+//! readers out until it lapses; readers' grants carry no server time.
 //!
 //! The bound: a registering attempt sent at `sent` ran at server time `S`
 //! (its reply says so), so `S` happened at `sent` or later here. A grant at

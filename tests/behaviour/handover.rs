@@ -549,6 +549,85 @@ pub(crate) fn a_replayed_release_or_extension_grants_nothing_twice<F: Front>() {
     );
 }
 
+/// A permit's release and the extension of the permit its grant went to,
+/// taken without the claim, each sent twice: as for a lock, the release
+/// finds the grantee's hold on the slot and answers conflict (2), the
+/// extension renews the same hold, the slot's fence counter does not move,
+/// and the next registration is not granted; it gets the slot, with a
+/// larger fence, once the grantee releases.
+pub(crate) fn a_replayed_slot_release_or_extension_grants_nothing_twice<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-sem-replay");
+    let monitor = Monitor::start(&server);
+    let holder: F = connect(&server, slow_polls(&ns));
+    let held = holder.acquire_permit("s", 1, waiting(BOUND)).unwrap();
+    let slot = format!("{ns}:sem:{{{}}}:0", key_sha("s"));
+    let counter = format!("{ns}:sem-fence:{{{}}}:0", key_sha("s"));
+    let holder_token = get(&server, &slot)
+        .and_then(|v| v.split(':').next().map(str::to_owned))
+        .expect("the holder's permit");
+    let waiter = |name: &str, position: usize| {
+        let locker: Arc<F> = Arc::new(connect(
+            &server,
+            slow_polls(&ns).claim_window(Duration::from_secs(2)),
+        ));
+        let l = locker.clone();
+        let what = format!("{name}: a registered waiter");
+        let t = spawn(name, move || {
+            l.acquire_permit("s", 1, waiting(BOUND))
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+        });
+        wait_until(BOUND, &format!("{name} registered"), || {
+            sem_queued(&server, &ns, "s").len() == position
+        });
+        (locker, t)
+    };
+    let (_first, first_t) = waiter("first", 1);
+    let first_owner = sem_owners(&server, &ns, "s").remove(0);
+    let (second, second_t) = waiter("second", 2);
+
+    assert_eq!(F::release_permit(held).unwrap(), ReleaseOutcome::Released);
+    let permit = first_t.join_within(BOUND);
+    let fence = F::permit_fence(&permit).get();
+    let hold = format!("{first_owner}:{fence}");
+    assert_eq!(
+        get(&server, &slot),
+        Some(hold.clone()),
+        "taken, not claimed"
+    );
+    // Past the 2 s claim window: the extension ran (about 250 ms in).
+    wait_until(BOUND, "the grant extended", || pttl(&server, &slot) > 2_500);
+    monitor.catch_up(&server);
+    let release = last_call_of(&monitor, &slot, 4, &holder_token);
+    let extension = last_call_of(&monitor, &slot, 1, &hold);
+    let counted = get(&server, &counter);
+    assert_eq!(counted, Some(fence.to_string()));
+    for _ in 0..2 {
+        assert_eq!(
+            server.query(&release.to_cmd()),
+            Value::Int(2),
+            "a replayed release finds the grantee's hold: conflict"
+        );
+        assert_eq!(
+            server.query(&extension.to_cmd()),
+            Value::Int(1),
+            "a replayed extension renews the same hold"
+        );
+    }
+    assert_eq!(get(&server, &slot), Some(hold), "the grantee's slot");
+    assert_eq!(get(&server, &counter), counted, "no new fence");
+    assert_eq!(sem_queued(&server, &ns, "s").len(), 1, "no second grant");
+    assert_eq!(second.stats().acquires, 0);
+    assert_eq!(F::renew_permit(&permit).unwrap(), RenewOutcome::Renewed);
+    assert_eq!(F::release_permit(permit).unwrap(), ReleaseOutcome::Released);
+    let next = second_t.join_within(BOUND);
+    assert!(
+        F::permit_fence(&next).get() > fence,
+        "fences strictly increase"
+    );
+    assert_eq!(F::release_permit(next).unwrap(), ReleaseOutcome::Released);
+}
+
 /// After a replayed release or claim: the next registration is still
 /// queued, not granted (its locker acquired nothing), the grantee's lease
 /// still renews, and once released the next registration gets the key

@@ -174,6 +174,7 @@ macro_rules! behaviour_suite {
                 freed_permits_go_to_lockers_in_registration_order,
                 a_free_permit_with_a_queue_goes_to_the_head_not_to_a_newcomer,
                 a_permits_grant_is_taken_without_a_claim_and_the_next_waiter_registers_anew,
+                a_replayed_slot_release_or_extension_grants_nothing_twice,
                 a_locker_whose_last_waiter_gave_up_leaves_the_queue,
                 shutdown_removes_the_lockers_registrations,
                 a_grant_to_a_locker_whose_last_waiter_gave_up_is_passed_on_at_once,

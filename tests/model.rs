@@ -9,6 +9,8 @@
 //! - `explore_elect`: the leader election's, likewise;
 //! - `explore_locker`: the lock's hand-over without the claim with
 //!   lockers of two waiters;
+//! - `explore_sem_locker`: the semaphore's hand-over without the claim
+//!   with lockers of two waiters;
 //! - `explore_multi`: the multi-key lease's, likewise.
 
 mod support;
@@ -24,6 +26,7 @@ mod model {
     mod explore_multi;
     mod explore_rw;
     mod explore_sem;
+    mod explore_sem_locker;
     pub(crate) mod lua;
     pub(crate) mod scenarios;
     mod search;

@@ -281,21 +281,6 @@ impl Call {
         .serving_slot(slot)
     }
 
-    /// The release of a permit's slot with the hand-over that names the
-    /// releaser's own registration (`.skipping(reg)`), never granted.
-    pub(crate) fn slot_release_skipping(
-        n: &Names,
-        slot: u32,
-        tok: &str,
-        ttl: u64,
-        reg: &str,
-    ) -> Call {
-        let mut c = Call::slot_release(n, slot, tok, ttl);
-        let own = c.args.len() - 2;
-        c.args[own] = reg.to_owned();
-        c
-    }
-
     pub(crate) fn sem_release_any(n: &Names, permits: u32, tok: &str) -> Call {
         Call::new(
             "SEM_RELEASE_ANY_LUA",

@@ -1,0 +1,1254 @@
+//! The semaphore's hand-over without the claim (docs/PROTOCOL.md §4.3,
+//! §5.2) with lockers of two waiters, after `explore_locker.rs`: the real
+//! SEM_ACQUIRE (two permits), RELEASE and RENEW of a slot, DEREGISTER and
+//! SEM_RELEASE_ANY on the emulator, driven by lockers that mirror the
+//! core's line in outline (one registration and grant token per line,
+//! shared by its waiters; the head attempts). A grant's notice names the
+//! slot; the head takes it as held under `<grant token>:<fence>`, or
+//! claims it. A take consumes the registration (the grant popped it): the
+//! line forgets it and draws a new grant token, and its next waiter
+//! attempts at once. A holder extends or releases by the whole value, or
+//! drops its hold (the orphan sweep releases it); a waiter that finishes
+//! a round joins the line at its back; a line left empty is forgotten
+//! (registration, grant token, given fences), after DEREGISTER and a
+//! release by grant token if it was registered.
+//!
+//! The line's rules (§4.3), each a `Rules` field: 1. no attempt names a
+//! grant token a hold is under (tracked or dropped), judged per token:
+//! beside an old hold it names the line's new one; 2. a leaving release by
+//! grant token waits for such a hold; 3. a dropped hold counts until its
+//! release; 4. a stale grant (its fence not above the line's on that slot)
+//! is not taken, and its claim is released; 5. a take redraws the token.
+//!
+//! Invariants, at every step: per slot at most one waiter whose lease is
+//! valid by its own clock, at most two in all (leaving out holds a restart
+//! or failover lost: §11); per slot every new fence above those before;
+//! no slot and fence given to two waiters; no grant passed over: an
+//! attempt that finds a fresh grant to its line's grant token claims one
+//! (or its own slot, a replay), else it queues the registration again
+//! beside a grant it will not claim, which is then served twice. Turning
+//! 5 off with 1 gives two holders of a slot; 5 off alone, or 1 judged per
+//! line, passes grants over.
+
+#![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
+
+use std::time::Instant;
+
+use super::calls::{token, Call, Hand, Names, QKind, Sources};
+use super::emu::{Db, Reply, Value};
+use super::search::{self, fence_of, owner_of, Counterexample, Faults, Keys, Scripts};
+
+use super::explore::{CLAIM, LEASE, POLL, REG, START_MS};
+
+const PERMITS: u32 = 2;
+
+/// What a locker does next; `usize` is the waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    Acquire(usize),
+    /// The head takes the grant its notice named (no script).
+    TakeGrant(usize),
+    /// RENEW of a hold taken without the claim, by its whole value.
+    Extend(usize),
+    Release(usize),
+    /// The holder drops its lease: its release is left to the sweep.
+    Drop(usize),
+    /// The sweep's release of a dropped hold or a stale grant claimed.
+    OrphanRelease,
+    Deregister,
+    /// The release by grant token that follows DEREGISTER.
+    GrantRelease,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    Waiting,
+    Held {
+        slot: u32,
+        fence: String,
+        deadline: u64,
+        extended: bool,
+        /// The grant token (its number) of a hold taken without the claim.
+        by_grant: Option<u8>,
+    },
+    Gone,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Waiter {
+    /// Which waiter it is (its place in `Locker::waiters` is its place in
+    /// line, among the waiting ones).
+    id: u8,
+    phase: Phase,
+    /// Acquisitions left after this one.
+    rounds_left: u8,
+    /// The slots and fences it was given.
+    got: Vec<(u32, String)>,
+    /// Its hold rests on a write a restart or failover lost.
+    orphaned: bool,
+    /// Tokens it handed a stale grant back under.
+    tokens: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Leaving {
+    No,
+    /// DEREGISTER, then the release by the grant token numbered.
+    Deregister(u8),
+    GrantRelease(u8),
+}
+
+/// A lease to release that nobody uses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Orphan {
+    slot: u32,
+    /// What its release names: a whole value, or a token.
+    names: String,
+    /// The grant token (its number) a dropped hold is under.
+    grant: Option<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Locker {
+    /// In line order, for the waiting ones.
+    waiters: Vec<Waiter>,
+    registered: bool,
+    /// The line's grant token, by number: a new one after a take and
+    /// after the line was forgotten.
+    grant: u8,
+    /// Per slot, the highest fence a waiter of the line was given.
+    given: Vec<u128>,
+    /// The last grant notice naming it: the grant's server time, its slot
+    /// and its fence.
+    notice: Option<(u64, u32, String)>,
+    wake: bool,
+    next_poll: u64,
+    /// The server time of the last registering attempt's busy reply, which
+    /// places a grant on the locker's clock (kept per locker, not per
+    /// line, as the core's; forgotten on an attempt of unknown outcome or
+    /// a lost subscription).
+    anchor: Option<u64>,
+    /// A call whose reply was lost, re-sent, and its first send's time.
+    lost: Option<(Op, u64)>,
+    orphans: Vec<Orphan>,
+    leaving: Leaving,
+    dead: bool,
+}
+
+impl Locker {
+    fn head(&self) -> Option<usize> {
+        self.waiters.iter().position(|w| w.phase == Phase::Waiting)
+    }
+
+    /// A waiter waits in line behind `w`.
+    fn behind(&self, w: usize) -> bool {
+        self.waiters[w + 1..]
+            .iter()
+            .any(|x| x.phase == Phase::Waiting)
+    }
+
+    /// The line emptied: the core forgets it (its registration, its grant
+    /// token, the fences it was given; a notice for it is dropped).
+    fn forget_line(&mut self) {
+        self.registered = false;
+        self.grant += 1;
+        self.given = vec![0; PERMITS as usize];
+        (self.notice, self.wake) = (None, false);
+    }
+
+    /// Waiter `w` left the line holding a lease (`now`): the next head
+    /// attempts at once, unless the reply said it waits for its grant;
+    /// with none, the line is forgotten.
+    fn head_left(&mut self, w: usize, now: u64, next_waits: bool) {
+        if self.behind(w) {
+            self.next_poll = if next_waits { now + POLL } else { now };
+        } else {
+            self.forget_line();
+        }
+    }
+
+    /// Waiter `w`'s lease ended: it acquires again (joining the line at
+    /// its back, attempting at once if it is the head), or it is gone.
+    fn finish(&mut self, w: usize, now: u64) {
+        let mut x = self.waiters.remove(w);
+        x.orphaned = false;
+        if x.rounds_left > 0 {
+            x.rounds_left -= 1;
+            x.phase = Phase::Waiting;
+            if self.head().is_none() {
+                self.next_poll = now;
+            }
+        } else {
+            x.phase = Phase::Gone;
+        }
+        self.waiters.push(x);
+    }
+}
+
+impl search::Waiter for Locker {
+    fn notified(&self) -> bool {
+        self.notice.is_some() || self.wake
+    }
+    fn alive(&self) -> bool {
+        !self.dead
+    }
+    fn may_give_up(&self) -> bool {
+        !self.dead && self.registered && self.lost.is_none() && self.head().is_some()
+    }
+    fn lose_notices(&mut self) {
+        (self.notice, self.wake) = (None, false);
+    }
+    fn die(&mut self) {
+        (self.dead, self.lost) = (true, None);
+    }
+    /// The last waiter in line gives up; a line left empty deregisters.
+    fn give_up(&mut self) {
+        if let Some(last) = self.waiters.iter().rposition(|w| w.phase == Phase::Waiting) {
+            self.waiters[last].phase = Phase::Gone;
+            self.waiters[last].rounds_left = 0;
+        }
+        if self.head().is_none() {
+            self.leaving = Leaving::Deregister(self.grant);
+            self.forget_line();
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct State {
+    db: Db,
+    lockers: Vec<Locker>,
+    faults: Faults,
+    drops: u8,
+    /// Per slot, the largest fence written to it.
+    max_fence: Vec<u128>,
+    unreplicated: Vec<Keys>,
+}
+
+type Action = search::Action<Op>;
+
+/// The line's rules for holds under grant tokens; `false` turns one off,
+/// for the mutation tests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// 5: a take redraws the line's grant token (and forgets the
+    /// registration the grant popped); off, the line keeps both, as a
+    /// lock's take does.
+    pub(crate) redraw_at_take: bool,
+    /// 1: no attempt names a grant token a hold is under.
+    pub(crate) no_claim_of_a_hold: bool,
+    /// 1 judged per token; off, per line: no attempt names the line's
+    /// grant token while any hold of the line is under a grant token.
+    pub(crate) per_token: bool,
+    /// 2: the leaving release by grant token waits for the hold's release.
+    pub(crate) park_leaving_release: bool,
+    /// 3: a dropped hold counts as a hold until its release.
+    pub(crate) orphans_hold: bool,
+    /// 4: a stale grant is not taken, and its claim is released.
+    pub(crate) stale_grants_refused: bool,
+}
+
+impl Rules {
+    pub(crate) const ALL: Rules = Rules {
+        redraw_at_take: true,
+        no_claim_of_a_hold: true,
+        per_token: true,
+        park_leaving_release: true,
+        orphans_hold: true,
+        stale_grants_refused: true,
+    };
+}
+
+/// What to explore: each locker's waiters, with their acquisitions.
+#[derive(Debug, Clone)]
+pub(crate) struct Bounds {
+    pub(crate) rounds: Vec<Vec<u8>>,
+    pub(crate) depth: usize,
+    pub(crate) faults: Faults,
+    pub(crate) drops: u8,
+    pub(crate) rules: Rules,
+}
+
+/// The numbers of a run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Stats {
+    pub(crate) states: usize,
+    pub(crate) transitions: usize,
+    pub(crate) depth: usize,
+    /// Grants taken without the claim, and of those with a waiter behind.
+    pub(crate) takes: usize,
+    pub(crate) takes_with_a_waiter_behind: usize,
+    /// Grants claimed by an attempt.
+    pub(crate) claims: usize,
+    /// Attempts of a line sent while a hold was under an older grant
+    /// token of the line.
+    pub(crate) attempts_beside_a_hold: usize,
+    /// Of those, attempts that named the line's (new) grant token.
+    pub(crate) named_beside_a_hold: usize,
+    /// Extensions answered `1`.
+    pub(crate) extended: usize,
+    /// Stale grants claimed and handed back (rule 4).
+    pub(crate) stale_handed_back: usize,
+    /// Steps after which a waiter's token, or a grant token, was in two
+    /// slots (a permit unused until it lapses).
+    pub(crate) tokens_in_two_slots: usize,
+    pub(crate) grant_tokens_in_two_slots: usize,
+}
+
+/// Waiter `x` of locker `c`'s token: one per acquisition, and a new one
+/// after it handed back a stale grant.
+fn tok(c: usize, x: &Waiter) -> String {
+    let n = 0x1000 * (c as u64 + 1) + 0x100 * u64::from(x.id) + 0x10 * u64::from(x.tokens);
+    token(n + u64::from(x.rounds_left))
+}
+/// Locker `c`'s grant token number `g` (the core draws it from the
+/// head's token; any value no waiter's token is will do).
+fn grant(c: usize, g: u8) -> String {
+    token(0x9000 + 0x100 * c as u64 + u64::from(g))
+}
+fn entry(c: usize) -> String {
+    format!("{:016x}", 0xe0 + c)
+}
+
+pub(crate) struct Explorer {
+    scripts: Scripts,
+    names: Names,
+    bounds: Bounds,
+    stats: Stats,
+}
+
+impl Explorer {
+    pub(crate) fn new(sources: Sources, bounds: Bounds) -> Explorer {
+        Explorer {
+            scripts: Scripts::new(sources),
+            names: Names::new("ns", 1),
+            bounds,
+            stats: Stats::default(),
+        }
+    }
+
+    fn initial(&self) -> State {
+        let lockers = self.bounds.rounds.iter().map(|waiters| Locker {
+            waiters: waiters
+                .iter()
+                .enumerate()
+                .map(|(id, r)| Waiter {
+                    id: id as u8,
+                    phase: Phase::Waiting,
+                    rounds_left: r.saturating_sub(1),
+                    got: Vec::new(),
+                    orphaned: false,
+                    tokens: 0,
+                })
+                .collect(),
+            registered: false,
+            grant: 0,
+            given: vec![0; PERMITS as usize],
+            notice: None,
+            wake: false,
+            next_poll: 0,
+            anchor: None,
+            lost: None,
+            orphans: Vec::new(),
+            leaving: Leaving::No,
+            dead: false,
+        });
+        State {
+            db: Db::at_ms(START_MS),
+            lockers: lockers.collect(),
+            faults: self.bounds.faults,
+            drops: self.bounds.drops,
+            max_fence: vec![0; PERMITS as usize],
+            unreplicated: Vec::new(),
+        }
+    }
+
+    fn slot_key(&self, i: u32) -> String {
+        format!("{}{i}", self.names.sem_slot_prefix())
+    }
+
+    /// Every slot's value (`None`: free).
+    fn slots(&self, db: &Db) -> Vec<Option<String>> {
+        (0..PERMITS)
+            .map(|i| match db.peek(&self.slot_key(i)).map(|e| &e.value) {
+                Some(Value::Str(v)) => Some(v.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether a hold of locker `l`'s is under its grant token `g`
+    /// (tracked, or dropped and not released).
+    fn holds_under(&self, l: &Locker, g: u8) -> bool {
+        let held = l
+            .waiters
+            .iter()
+            .any(|x| matches!(x.phase, Phase::Held { by_grant: Some(h), .. } if h == g));
+        held || (self.bounds.rules.orphans_hold && l.orphans.iter().any(|o| o.grant == Some(g)))
+    }
+
+    /// Whether a hold of locker `l`'s is under a grant token older than
+    /// the line's.
+    fn holds_under_older(&self, l: &Locker) -> bool {
+        (0..l.grant).any(|g| self.holds_under(l, g))
+    }
+
+    /// Whether the line's attempts name its grant token as theirs.
+    fn names_grant(&self, l: &Locker) -> bool {
+        let r = self.bounds.rules;
+        let beside = if r.per_token {
+            self.holds_under(l, l.grant)
+        } else {
+            self.holds_under(l, l.grant) || self.holds_under_older(l)
+        };
+        l.registered && !(beside && r.no_claim_of_a_hold)
+    }
+
+    fn call(&self, s: &State, c: usize, op: Op) -> Call {
+        let l = &s.lockers[c];
+        let n = &self.names;
+        let held = |w: usize| match &l.waiters[w].phase {
+            Phase::Held {
+                slot,
+                fence,
+                by_grant,
+                ..
+            } => (*slot, fence.clone(), *by_grant),
+            _ => unreachable!("a hold's call is sent while held"),
+        };
+        match op {
+            Op::Acquire(w) => {
+                let h = Hand {
+                    entry: entry(c),
+                    reg_ms: REG,
+                    claim_ms: CLAIM,
+                    grant: grant(c, l.grant),
+                    register: true,
+                    registered: self.names_grant(l),
+                    keep: if l.behind(w) { "k" } else { "d" },
+                };
+                Call::sem_acquire(n, PERMITS, &tok(c, &l.waiters[w]), LEASE, 0, Some(&h))
+            }
+            Op::Extend(w) => {
+                let (slot, fence, g) = held(w);
+                let whole = format!("{}:{fence}", grant(c, g.unwrap_or_default()));
+                Call::renew(&self.slot_key(slot), &whole, LEASE)
+            }
+            Op::Release(w) => match held(w) {
+                (slot, fence, Some(g)) => {
+                    Call::slot_release(n, slot, &format!("{}:{fence}", grant(c, g)), 0)
+                }
+                (slot, _, None) => Call::slot_release(n, slot, &tok(c, &l.waiters[w]), 0),
+            },
+            Op::OrphanRelease => Call::slot_release(n, l.orphans[0].slot, &l.orphans[0].names, 0),
+            Op::Deregister => Call::deregister(n, QKind::Sem, &entry(c)),
+            Op::GrantRelease => match l.leaving {
+                Leaving::GrantRelease(g) => Call::sem_release_any(n, PERMITS, &grant(c, g)),
+                _ => unreachable!("sent while leaving"),
+            },
+            Op::TakeGrant(_) | Op::Drop(_) => unreachable!("sends nothing"),
+        }
+    }
+
+    /// Whether locker `l`'s head may take the grant its notice names: the
+    /// anchor places it (a grant no earlier than the anchor's server time),
+    /// at most half the window gone, nothing of the line of unknown
+    /// outcome, the fence above every fence the line was given on that
+    /// slot.
+    fn may_take(&self, l: &Locker, now: u64) -> Option<usize> {
+        let (at, slot, fence) = l.notice.as_ref()?;
+        let head = l.head()?;
+        let placed = l.anchor.is_some_and(|s| *at >= s);
+        let fresh = !self.bounds.rules.stale_grants_refused || !Self::stale(l, *slot, fence);
+        (placed && now <= at + CLAIM / 2 && l.lost.is_none() && fresh).then_some(head)
+    }
+
+    /// Whether `fence` is not above every fence locker `l`'s line was
+    /// given on `slot`.
+    fn stale(l: &Locker, slot: u32, fence: &str) -> bool {
+        let top = l.given.get(slot as usize).copied().unwrap_or(0);
+        top > 0 && fence.parse::<u128>().unwrap_or(0) <= top
+    }
+
+    fn sends(&self, s: &State, c: usize) -> Vec<Op> {
+        let l = &s.lockers[c];
+        let now = s.db.now_ms();
+        if l.dead {
+            return Vec::new();
+        }
+        if let Some((op, _)) = l.lost {
+            return vec![op];
+        }
+        let mut ops = Vec::new();
+        // A head that may take the grant may also claim it (the core
+        // claims where it cannot place the grant on its clock).
+        if let Some(head) = self.may_take(l, now) {
+            ops.push(Op::TakeGrant(head));
+        }
+        // A leaving registration is taken out before the line's next
+        // attempt registers again (the same registration key).
+        let deregistering = matches!(l.leaving, Leaving::Deregister(_));
+        if let (Some(head), false) = (l.head(), deregistering) {
+            if l.notice.is_some() || l.wake || now >= l.next_poll {
+                ops.push(Op::Acquire(head));
+            }
+        }
+        for (w, x) in l.waiters.iter().enumerate() {
+            if let Phase::Held {
+                deadline,
+                extended,
+                by_grant,
+                ..
+            } = x.phase
+            {
+                ops.push(Op::Release(w));
+                if by_grant.is_some() && !extended && now < deadline {
+                    ops.push(Op::Extend(w));
+                }
+                if by_grant.is_some() && s.drops > 0 {
+                    ops.push(Op::Drop(w));
+                }
+            }
+        }
+        if !l.orphans.is_empty() {
+            ops.push(Op::OrphanRelease);
+        }
+        match l.leaving {
+            Leaving::Deregister(_) => ops.push(Op::Deregister),
+            Leaving::GrantRelease(g)
+                if !self.bounds.rules.park_leaving_release || !self.holds_under(l, g) =>
+            {
+                ops.push(Op::GrantRelease)
+            }
+            _ => {}
+        }
+        ops
+    }
+
+    fn next_deadline(&self, s: &State) -> Option<u64> {
+        let now = s.db.now_ms();
+        let mut times = Vec::new();
+        for (key, e) in &s.db.keys {
+            times.extend(e.expire_at.map(|at| at + 1));
+            if key == &self.names.queue(QKind::Sem) {
+                if let Value::List(list) = &e.value {
+                    let deadlines = list
+                        .iter()
+                        .filter_map(|v| v.split('|').nth(1)?.parse::<u64>().ok());
+                    times.extend(deadlines);
+                }
+            }
+        }
+        for l in s.lockers.iter().filter(|l| !l.dead) {
+            if l.head().is_some() {
+                times.push(l.next_poll);
+            }
+            if let Some((at, ..)) = &l.notice {
+                times.push(at + CLAIM / 2 + 1);
+            }
+            for w in &l.waiters {
+                if let Phase::Held { deadline, .. } = w.phase {
+                    times.push(deadline);
+                }
+            }
+        }
+        times.into_iter().filter(|t| *t > now).min()
+    }
+
+    /// Slot `slot` and `fence` given to waiter `w` of locker `c`: never to
+    /// another waiter before.
+    fn give(n: &mut State, c: usize, w: usize, slot: u32, fence: &str) -> Result<(), String> {
+        let id = n.lockers[c].waiters[w].id;
+        let other = n.lockers.iter().enumerate().find_map(|(c2, l)| {
+            l.waiters
+                .iter()
+                .find(|x| {
+                    (c2, x.id) != (c, id) && x.got.iter().any(|(s, f)| *s == slot && f == fence)
+                })
+                .map(|x| (c2, x.id))
+        });
+        if let Some((c2, w2)) = other {
+            return Err(format!(
+                "slot {slot} fence {fence} given to waiter {id} of c{c}, and before to waiter {w2} of c{c2}"
+            ));
+        }
+        let l = &mut n.lockers[c];
+        let f = fence.parse::<u128>().unwrap_or(0);
+        l.given[slot as usize] = l.given[slot as usize].max(f);
+        let got = &mut l.waiters[w].got;
+        if !got.iter().any(|(s, f)| *s == slot && f == fence) {
+            got.push((slot, fence.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
+        let mut n = s.clone();
+        let now = s.db.now_ms();
+        let label = match a {
+            Action::Run {
+                client: c,
+                op: Op::TakeGrant(w),
+                ..
+            } => {
+                self.stats.takes += 1;
+                let l = &mut n.lockers[c];
+                let (at, slot, fence) = l.notice.take().expect("a notice");
+                l.wake = false;
+                let g = l.grant;
+                let id = l.waiters[w].id;
+                let behind = l.behind(w);
+                if behind {
+                    self.stats.takes_with_a_waiter_behind += 1;
+                }
+                let backed = self.backed(&n.db, slot, &fence, 0);
+                let l = &mut n.lockers[c];
+                l.waiters[w].orphaned = !backed;
+                l.waiters[w].phase = Phase::Held {
+                    slot,
+                    fence: fence.clone(),
+                    deadline: at + CLAIM,
+                    extended: false,
+                    by_grant: Some(g),
+                };
+                if self.bounds.rules.redraw_at_take {
+                    // The grant popped the registration: the line forgets
+                    // it, and its next registration names a new token.
+                    l.registered = false;
+                    l.grant += 1;
+                }
+                l.head_left(w, now, false);
+                Self::give(&mut n, c, w, slot, &fence)
+                    .map_err(|e| format!("c{c} waiter {id} takes its grant: {e}"))?;
+                format!(
+                    "c{c} waiter {id} takes grant {}:{fence} of slot {slot} until {}{}",
+                    short(&grant(c, g)),
+                    at + CLAIM,
+                    if behind {
+                        ", the next waiter attempts"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Action::Run {
+                client: c,
+                op: Op::Drop(w),
+                ..
+            } => {
+                n.drops -= 1;
+                let l = &mut n.lockers[c];
+                let id = l.waiters[w].id;
+                let Phase::Held {
+                    slot,
+                    ref fence,
+                    by_grant: Some(g),
+                    ..
+                } = l.waiters[w].phase
+                else {
+                    unreachable!("a hold under a grant token is dropped")
+                };
+                let names = format!("{}:{fence}", grant(c, g));
+                let label = format!("c{c} waiter {id} drops its hold {}", short(&names));
+                l.orphans.push(Orphan {
+                    slot,
+                    names,
+                    grant: Some(g),
+                });
+                l.finish(w, now);
+                label
+            }
+            Action::Run {
+                client: c,
+                op,
+                lose,
+            } => {
+                let call = self.call(s, c, op);
+                let l = &s.lockers[c];
+                if matches!(op, Op::Acquire(_)) && self.holds_under_older(l) {
+                    self.stats.attempts_beside_a_hold += 1;
+                    if self.names_grant(l) {
+                        self.stats.named_beside_a_hold += 1;
+                    }
+                }
+                let before = self.slots(&s.db);
+                search::record_run(&mut n.unreplicated, &s.db, &s.faults);
+                let reply;
+                (reply, n.db) = self.scripts.run(&call, n.db);
+                let after = self.slots(&n.db);
+                let show = |v: &[Option<String>]| {
+                    v.iter()
+                        .map(|v| v.as_deref().map_or("free".to_owned(), short))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let who = match op {
+                    Op::Acquire(w) | Op::Extend(w) | Op::Release(w) => {
+                        format!(" waiter {}", l.waiters[w].id)
+                    }
+                    _ => String::new(),
+                };
+                let op_name = format!("{op:?}");
+                let label = format!(
+                    "c{c}{who} {} {} → {reply:?}{}; slots [{}] → [{}]",
+                    op_name.split('(').next().unwrap_or_default(),
+                    short(call.args.first().map_or("", String::as_str)),
+                    if lose { " LOST" } else { "" },
+                    show(&before),
+                    show(&after),
+                );
+                if let Reply::Error(e) = &reply {
+                    return Err(format!("{label}: script error {e}"));
+                }
+                if let Op::Acquire(w) = op {
+                    self.no_grant_passed_over(l, c, w, &before, &reply)
+                        .map_err(|e| format!("{label}: {e}"))?;
+                }
+                if let (Op::Acquire(_), Reply::Array(items)) = (op, &reply) {
+                    // A grant claimed: the slot named the line's token.
+                    let g = grant(c, l.grant);
+                    let slot = match items.first() {
+                        Some(Reply::Int(i)) if matches!(items.get(1), Some(Reply::Bulk(_))) => {
+                            before.get(*i as usize).cloned().flatten()
+                        }
+                        _ => None,
+                    };
+                    if slot.is_some_and(|v| owner_of(&v) == g) {
+                        self.stats.claims += 1;
+                    }
+                }
+                // Per slot, every new fence above every fence before it.
+                for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+                    let Some(f1) = a.as_deref().and_then(fence_of) else {
+                        continue;
+                    };
+                    if Some(f1) == b.as_deref().and_then(fence_of) {
+                        continue;
+                    }
+                    if f1 <= n.max_fence[i] {
+                        return Err(format!(
+                            "{label}: new fence {f1} of slot {i} is not above {}",
+                            n.max_fence[i]
+                        ));
+                    }
+                    n.max_fence[i] = f1;
+                }
+                let l = &mut n.lockers[c];
+                let first = l.lost.map_or(now, |(_, t)| t);
+                if lose {
+                    // As the core does: an attempt whose outcome is
+                    // unknown may have registered the line (a replay's
+                    // claim with `k` does), so the next one names the
+                    // grant token as its own; its server may have changed.
+                    if matches!(op, Op::Acquire(_)) {
+                        (l.registered, l.anchor) = (true, None);
+                    }
+                    l.lost = Some((op, first));
+                    n.faults.lose_reply -= 1;
+                } else {
+                    l.lost = None;
+                    self.answer(&mut n, c, op, &reply, first, now)
+                        .map_err(|e| format!("{label}: {e}"))?;
+                }
+                // The run's notices after its reply: a releaser that
+                // acquires again meanwhile hears its old registration's
+                // grant in its new line (the other order drops it, or
+                // gives it to a waiter already in line either way).
+                self.notify(&mut n);
+                label
+            }
+            Action::Advance => {
+                let t = self.next_deadline(s).expect("a deadline");
+                n.db.advance_ms(t - now);
+                format!("clock +{} ms", t - now)
+            }
+            fault => {
+                let label = search::apply_fault(
+                    fault,
+                    &mut n.faults,
+                    &mut n.lockers,
+                    &mut n.db,
+                    &mut n.unreplicated,
+                );
+                self.orphan(&mut n);
+                if matches!(fault, Action::Restart | Action::Failover(_)) {
+                    // The subscription is lost with the server: so are
+                    // the anchors.
+                    for l in &mut n.lockers {
+                        l.anchor = None;
+                    }
+                }
+                label
+            }
+        };
+        n.db.purge();
+        self.violation(&n).map_err(|e| format!("{label}: {e}"))?;
+        Ok((n, label))
+    }
+
+    /// An attempt of waiter `w` of locker `c` (`l`), run on `slots`, with
+    /// `reply`: where a slot held a fresh grant to the line's grant token,
+    /// it claimed one such grant, or its own slot.
+    fn no_grant_passed_over(
+        &self,
+        l: &Locker,
+        c: usize,
+        w: usize,
+        slots: &[Option<String>],
+        reply: &Reply,
+    ) -> Result<(), String> {
+        let g = grant(c, l.grant);
+        let fresh =
+            |i: usize, v: &str| owner_of(v) == g && fence_of(v).is_some_and(|f| f > l.given[i]);
+        let Some((i, v)) = slots
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| v.as_deref().filter(|v| fresh(i, v)).map(|v| (i, v)))
+        else {
+            return Ok(());
+        };
+        let t = tok(c, &l.waiters[w]);
+        let claimed = match reply {
+            Reply::Array(items) => match items.as_slice() {
+                [Reply::Int(k), Reply::Bulk(_), ..] => slots
+                    .get(*k as usize)
+                    .cloned()
+                    .flatten()
+                    .is_some_and(|u| fresh(*k as usize, &u) || owner_of(&u) == t),
+                _ => false,
+            },
+            _ => false,
+        };
+        if claimed {
+            return Ok(());
+        }
+        Err(format!(
+            "the attempt passed over the grant {} of slot {i} to its line's grant token",
+            short(v)
+        ))
+    }
+
+    /// The invariants of a state: per slot one valid holder, at most the
+    /// permits in all.
+    ///
+    /// A token in two slots is counted, not refused: a re-sent attempt of
+    /// unknown outcome can leave one. Its first send took a slot with `k`
+    /// (or the last free one: the line registered for its next waiter); a
+    /// grant to that registration follows; the re-sent attempt, which
+    /// names the grant token, either claims the grant (the script checks
+    /// the slots in order), leaving its first slot to its token, which
+    /// nobody tracks, until the lease ends; or finds its own slot first
+    /// and, as a claim with `k` does, queues the registration again beside
+    /// its grant, which the next release serves a second slot. A grant or
+    /// a lease goes unused until it lapses (a permit lost for a while, as
+    /// §10's delayed duplicate); no two waiters hold a slot.
+    fn violation(&mut self, n: &State) -> Result<(), String> {
+        let slots = self.slots(&n.db);
+        for (i, v) in slots.iter().enumerate() {
+            let Some(o) = v.as_deref().map(owner_of) else {
+                continue;
+            };
+            if slots[i + 1..]
+                .iter()
+                .any(|w| w.as_deref().map(owner_of) == Some(o))
+            {
+                if is_grant_token(o) {
+                    self.stats.grant_tokens_in_two_slots += 1;
+                } else {
+                    self.stats.tokens_in_two_slots += 1;
+                }
+            }
+        }
+        let now = n.db.now_ms();
+        let mut valid = Vec::new();
+        for (c, l) in n.lockers.iter().enumerate() {
+            for (w, x) in l.waiters.iter().enumerate() {
+                // A waiter that sent its release stops using the lease.
+                let releasing = matches!(l.lost, Some((Op::Release(v), _)) if v == w);
+                if let Phase::Held { slot, deadline, .. } = x.phase {
+                    if now < deadline && !releasing && !x.orphaned {
+                        valid.push((c, x.id, slot));
+                    }
+                }
+            }
+        }
+        for (k, (c, w, slot)) in valid.iter().enumerate() {
+            if let Some((c2, w2, _)) = valid[k + 1..].iter().find(|(.., s2)| s2 == slot) {
+                return Err(format!(
+                    "waiter {w} of c{c} and waiter {w2} of c{c2} both hold slot {slot} validly"
+                ));
+            }
+        }
+        if valid.len() > PERMITS as usize {
+            return Err(format!(
+                "{} valid holders {valid:?} for {PERMITS} permits",
+                valid.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The notices of the last run: a grant names its registration (heard
+    /// only by a line that has a head: the core drops a notice for a line
+    /// it forgot); any other wakes every locker with a waiter in line.
+    fn notify(&self, n: &mut State) {
+        for p in std::mem::take(&mut n.db.published) {
+            // `sem:<sha>` or `sem:<sha>:g:<reg>:<fence>:<claim ms>:<ms>:<slot>`.
+            let parts: Vec<&str> = p.message.split(':').collect();
+            for (c, l) in n.lockers.iter_mut().enumerate() {
+                if l.dead || l.head().is_none() {
+                    continue;
+                }
+                if parts.get(2) == Some(&"g") {
+                    if parts.get(3) == Some(&entry(c).as_str()) {
+                        l.notice = notice(&parts);
+                    }
+                } else {
+                    l.wake = true;
+                }
+            }
+        }
+    }
+
+    fn answer(
+        &mut self,
+        n: &mut State,
+        c: usize,
+        op: Op,
+        reply: &Reply,
+        first: u64,
+        now: u64,
+    ) -> Result<(), String> {
+        let rules = self.bounds.rules;
+        let l = &mut n.lockers[c];
+        match op {
+            Op::Acquire(w) => {
+                (l.notice, l.wake) = (None, false);
+                let items = match reply {
+                    Reply::Array(items) => items.as_slice(),
+                    other => return Err(format!("acquire answered {other:?}")),
+                };
+                match items {
+                    // Busy, registered at that server time.
+                    [Reply::Int(ms), Reply::Int(server_ms)] => {
+                        l.anchor = Some(*server_ms as u64);
+                        l.registered = true;
+                        l.next_poll = now + ((*ms).max(1) as u64).min(POLL);
+                    }
+                    [Reply::Int(slot), Reply::Bulk(fence), rest @ ..] => {
+                        let (slot, fence) = (*slot as u32, fence.clone());
+                        let next_waits = rest.first() == Some(&Reply::Int(1));
+                        let x = &l.waiters[w];
+                        let mine = x.got.iter().any(|(s, f)| *s == slot && *f == fence);
+                        // `k` kept the registration (or made one for the
+                        // next waiter); `d` took it out.
+                        l.registered = (l.registered || next_waits) && l.behind(w);
+                        if rules.stale_grants_refused && !mine && Self::stale(l, slot, &fence) {
+                            // A stale grant claimed: released by the sweep;
+                            // the waiter waits on under a new token.
+                            self.stats.stale_handed_back += 1;
+                            let names = tok(c, &l.waiters[w]);
+                            l.orphans.push(Orphan {
+                                slot,
+                                names,
+                                grant: None,
+                            });
+                            l.waiters[w].tokens += 1;
+                            l.next_poll = now;
+                            return Ok(());
+                        }
+                        let x = &mut l.waiters[w];
+                        x.orphaned = false;
+                        x.phase = Phase::Held {
+                            slot,
+                            fence: fence.clone(),
+                            deadline: first + LEASE,
+                            extended: true,
+                            by_grant: None,
+                        };
+                        l.head_left(w, now, next_waits);
+                        return Self::give(n, c, w, slot, &fence);
+                    }
+                    other => return Err(format!("acquire answered {other:?}")),
+                }
+            }
+            Op::Extend(w) => {
+                let x = &mut l.waiters[w];
+                if let Phase::Held {
+                    deadline, extended, ..
+                } = &mut x.phase
+                {
+                    *extended = true;
+                    if *reply == Reply::Int(1) {
+                        self.stats.extended += 1;
+                        *deadline = first + LEASE;
+                        x.orphaned = false;
+                    } else {
+                        *deadline = (*deadline).min(now);
+                    }
+                }
+            }
+            Op::Release(w) => l.finish(w, now),
+            Op::OrphanRelease => {
+                l.orphans.remove(0);
+            }
+            Op::Deregister => {
+                if let Leaving::Deregister(g) = l.leaving {
+                    l.leaving = Leaving::GrantRelease(g);
+                }
+            }
+            Op::GrantRelease => l.leaving = Leaving::No,
+            Op::TakeGrant(_) | Op::Drop(_) => unreachable!("sends nothing"),
+        }
+        Ok(())
+    }
+
+    /// Whether slot `slot` holds `fence` (a fence names one grant of its
+    /// slot, whoever's token it names) until `until`.
+    fn backed(&self, db: &Db, slot: u32, fence: &str, until: u64) -> bool {
+        db.peek(&self.slot_key(slot)).is_some_and(|e| {
+            matches!(&e.value, Value::Str(v) if v.rsplit_once(':').map(|(_, f)| f) == Some(fence))
+                && e.expire_at.is_none_or(|at| at + 1 >= until)
+        })
+    }
+
+    /// Marks every holder whose hold the key space no longer backs for as
+    /// long as its waiter counts: a restart or failover lost it.
+    fn orphan(&self, n: &mut State) {
+        let db = n.db.clone();
+        for l in &mut n.lockers {
+            for x in &mut l.waiters {
+                if let Phase::Held {
+                    slot,
+                    ref fence,
+                    deadline,
+                    ..
+                } = x.phase
+                {
+                    x.orphaned |= !self.backed(&db, slot, fence, deadline);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn run(&mut self) -> Result<Stats, Counterexample> {
+        let init = self.initial();
+        let searched = search::breadth_first(self, init, self.bounds.depth)?;
+        Ok(Stats {
+            states: searched.states,
+            transitions: searched.transitions,
+            depth: searched.depth,
+            ..self.stats
+        })
+    }
+}
+
+impl search::Model for Explorer {
+    type State = State;
+    type Op = Op;
+
+    fn actions(&self, s: &State) -> Vec<Action> {
+        search::actions(
+            &s.lockers,
+            &s.faults,
+            &s.unreplicated,
+            |c| self.sends(s, c),
+            self.next_deadline(s).is_some(),
+        )
+    }
+
+    fn apply(&mut self, s: &State, a: Action) -> Result<(State, String), String> {
+        self.apply(s, a)
+    }
+}
+
+/// The grant a notice (split at `:`) names: its server time, slot and
+/// fence; `None` without a time or a slot (claimed, not taken).
+fn notice(parts: &[&str]) -> Option<(u64, u32, String)> {
+    let at = parts.get(6)?.parse().ok()?;
+    let slot = parts.get(7)?.parse().ok()?;
+    Some((at, slot, (*parts.get(4)?).to_owned()))
+}
+
+/// Whether `o` is a grant token (`grant`), not a waiter's (`tok`).
+fn is_grant_token(o: &str) -> bool {
+    u128::from_str_radix(o, 16).is_ok_and(|t| t >= 0x9000)
+}
+
+/// A token or value, short: the token's last 4 digits, and the fence.
+fn short(v: &str) -> String {
+    let o = owner_of(v);
+    format!("{}{}", &o[o.len().saturating_sub(4)..], &v[o.len()..])
+}
+
+/// `REDLEASE_SEM_LOCKER_MODEL_DEPTH`, or `depth`: a safety run's bound.
+fn depth_or_env(depth: usize) -> usize {
+    std::env::var("REDLEASE_SEM_LOCKER_MODEL_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(depth)
+}
+
+/// Locker 0 with two waiters, the first acquiring twice (it joins the
+/// line again behind the second: a take then has a waiter behind it);
+/// locker 1 with one.
+fn bounds(depth: usize, faults: Faults, rules: Rules) -> Bounds {
+    Bounds {
+        rounds: vec![vec![2, 1], vec![1]],
+        depth,
+        faults,
+        drops: 1,
+        rules,
+    }
+}
+
+fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
+    let started = Instant::now();
+    let result = Explorer::new(Sources::real(), b.clone()).run();
+    match &result {
+        Ok(st) => println!(
+            "{name}: waiters {:?}, {PERMITS} permits, depth {}: {} states, {} transitions \
+             ({} grants taken, {} with a waiter behind, {} claimed, {} extended; {} attempts \
+             beside a hold under an older grant token, {} of them naming the new one; {} stale \
+             grants handed back; a token in two slots after {} steps, a grant token after {}), \
+             {:.1?}",
+            b.rounds,
+            st.depth,
+            st.states,
+            st.transitions,
+            st.takes,
+            st.takes_with_a_waiter_behind,
+            st.claims,
+            st.extended,
+            st.attempts_beside_a_hold,
+            st.named_beside_a_hold,
+            st.stale_handed_back,
+            st.tokens_in_two_slots,
+            st.grant_tokens_in_two_slots,
+            started.elapsed()
+        ),
+        Err(cx) => println!(
+            "{name}: depth bound {}: counterexample after {:.1?}\n{cx}",
+            b.depth,
+            started.elapsed()
+        ),
+    }
+    result
+}
+
+/// Every fault but data loss: the faults of a locker's own making.
+fn no_data_loss() -> Faults {
+    Faults {
+        restart: 0,
+        failover: 0,
+        unreplicated: 0,
+        ..Faults::one_of_each()
+    }
+}
+
+/// Data lost (a restart, a failover losing the last run), replies lost,
+/// a give-up.
+fn data_loss() -> Faults {
+    Faults {
+        lose_notice: 0,
+        kill: 0,
+        ..Faults::one_of_each()
+    }
+}
+
+#[test]
+fn a_semaphore_locker_with_two_waiters_keeps_each_slot_safe() {
+    match explore(
+        "semaphore lockers with two waiters",
+        bounds(depth_or_env(8), no_data_loss(), Rules::ALL),
+    ) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(
+            st.takes_with_a_waiter_behind > 0 && st.named_beside_a_hold > 0,
+            "a take with a waiter behind, or an attempt beside its hold, was never reached: {st:?}"
+        ),
+    }
+}
+
+#[test]
+fn a_semaphore_locker_with_two_waiters_survives_a_restart_and_a_failover() {
+    let b = bounds(depth_or_env(7), data_loss(), Rules::ALL);
+    match explore("semaphore lockers with two waiters, data lost", b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(st.takes > 0, "no grant taken: {st:?}"),
+    }
+}
+
+/// Locker 1 acquiring twice as well, ten events deep: the shipped design
+/// fails it (release build: a counterexample in about 17 s). A give-up
+/// leaves the line's registration queued (grant token G0) until its
+/// DEREGISTER and SEM_RELEASE_ANY of G0 run; a release meanwhile grants a
+/// slot to G0; the notice names only the registration, so a new line of
+/// the same locker (grant token G1), whose head has not attempted yet,
+/// takes it as held under `G1:<fence>`, with the anchor of the old line's
+/// busy reply; the release by G0 then frees the slot (no hold is under
+/// G0, so nothing parks it), and another locker takes it while the taker
+/// holds it by its clock:
+///
+/// 1. c0 waiter 0 takes slot 0 (`k`: waiter 1 is behind it);
+/// 2. c1 takes slot 1;
+/// 3. c0 waiter 1 is busy, registers G0 (9000), the anchor;
+/// 4. c0 waiter 1 gives up: the line is forgotten, G0 to deregister;
+/// 5. c0 waiter 0 releases slot 0, granted to G0; it acquires again (a
+///    new line, G1), and hears the grant before its first attempt;
+/// 6. c0 waiter 0 takes it as `9001:<fence>` until the grant's window;
+/// 7. c0 DEREGISTER (the entry is gone: popped by the grant);
+/// 8. c0 SEM_RELEASE_ANY of G0 frees slot 0;
+/// 9. c1 releases slot 1, acquires again: slot 0, beside c0 waiter 0.
+#[test]
+#[ignore = "counterexample in the shipped design: a new line takes its locker's old registration's grant"]
+fn a_new_line_beside_a_leaving_registration_keeps_each_slot_safe() {
+    let b = Bounds {
+        rounds: vec![vec![2, 1], vec![2]],
+        ..bounds(depth_or_env(10), no_data_loss(), Rules::ALL)
+    };
+    if let Err(cx) = explore("semaphore lockers, a new line beside a leaving one", b) {
+        panic!("{cx}");
+    }
+}
+
+fn broken(name: &str, depth: usize, faults: Faults, rules: Rules) -> Counterexample {
+    match explore(name, bounds(depth, faults, rules)) {
+        Ok(st) => panic!("{name}: not caught in {} states", st.states),
+        Err(cx) => cx,
+    }
+}
+
+#[test]
+fn mutation_sem_take_without_redraw_is_caught() {
+    let rules = Rules {
+        redraw_at_take: false,
+        ..Rules::ALL
+    };
+    let name = "mutation: the take keeps the line's grant token";
+    let cx = broken(name, 8, no_data_loss(), rules);
+    assert!(cx.invariant.contains("passed over"), "{cx}");
+}
+
+#[test]
+fn mutation_sem_take_without_redraw_naming_the_hold_is_caught() {
+    let rules = Rules {
+        redraw_at_take: false,
+        no_claim_of_a_hold: false,
+        ..Rules::ALL
+    };
+    let name = "mutation: the take keeps the grant token, which attempts name";
+    let cx = broken(name, 8, no_data_loss(), rules);
+    assert!(cx.invariant.contains("validly"), "{cx}");
+}
+
+#[test]
+fn mutation_sem_rule_per_line_is_caught() {
+    let rules = Rules {
+        per_token: false,
+        ..Rules::ALL
+    };
+    let name = "mutation: no attempt names the new grant token beside a hold";
+    let cx = broken(name, 8, no_data_loss(), rules);
+    assert!(cx.invariant.contains("passed over"), "{cx}");
+}

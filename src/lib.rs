@@ -645,11 +645,12 @@
 //!   the lease and 20 ms after the release, for a worker loop's next
 //!   acquire, then takes it out); a
 //!   grant is published as
-//!   `sha:g:<reg>:<fence>:<claim_ms>:<server_ms>` (older versions published
-//!   no server time, and also a claim as `sha:c:<fence>`, still understood);
-//!   a waiter of another process takes a lock's grant from that notice
-//!   without a claim, the lease held as `<grant token>:<fence>` until the
-//!   locker's subscriber extends it (docs/PROTOCOL.md §4.3);
+//!   `sha:g:<reg>:<fence>:<claim_ms>:<server_ms>::<id>` (`<id>`: 16 hex
+//!   digits of the SHA-1 of the grant token; older versions published no
+//!   server time or id, and also a claim as `sha:c:<fence>`, still
+//!   understood); a waiter of another process takes a lock's grant from
+//!   that notice without a claim, the lease held as `<grant token>:<fence>`
+//!   until the locker's subscriber extends it (docs/PROTOCOL.md §4.3);
 //! - channel `ns:lock-released`: release notifications, message `sha`
 //!   (`sem:sha` for a semaphore, `rw:sha` for a read-write lease);
 //! - for a semaphore of key `k`: `ns:sem:{sha}:<slot>` (a permit, value
@@ -658,7 +659,7 @@
 //!   permit count in use, never expires), and while lockers wait the hand-over
 //!   queue as for a lock (`ns:sem-queue:{sha}`, `ns:sem-queued:{sha}`,
 //!   `ns:sem-reg:{sha}:<reg>`; a freed slot is granted as
-//!   `sem:sha:g:<reg>:<fence>:<claim_ms>:<server_ms>:<slot>`, and taken
+//!   `sem:sha:g:<reg>:<fence>:<claim_ms>:<server_ms>:<slot>:<id>`, and taken
 //!   from that notice as a lock's grant is, or claimed);
 //! - for a read-write lease of key `k`: `ns:rw-write:{sha}` (the writer,
 //!   `<owner token>:<fence>`, TTL the lease), `ns:rw-read:{sha}` (the readers:

@@ -16,7 +16,8 @@ use super::lease::{deadline_after, LeaseClock, SharedClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
 use super::multi::{classify_multi, KeyFences, MultiReply};
 use super::names::{
-    validate_key, validate_permits, Channel, KeyId, Kind, LineKey, OwnerToken, RegId, Target, Want,
+    validate_key, validate_permits, Channel, GrantNotice, KeyId, Kind, LineKey, OwnerToken, RegId,
+    Target, Want,
 };
 use super::observed::Observed;
 use super::outcome::Fence;
@@ -719,25 +720,20 @@ impl Core {
     }
 
     /// A grant to this locker's registration in `key`'s line (a lock's,
-    /// or a semaphore's whose notice names slot `slot`), with `fence`,
-    /// window `claim` and server time `at_ms`: its head waiter takes it
-    /// without the claim where that is safe (`core/claimless.rs`), and the
-    /// grant is extended later. Returns whether it was taken.
-    pub(super) fn take_grant(
-        &mut self,
-        now: Instant,
-        key: LineKey,
-        fence: Option<Fence>,
-        claim: Duration,
-        at_ms: Option<u64>,
-        slot: Option<u32>,
-    ) -> bool {
-        let (Some(fence), Some(at_ms), Some(anchor), Some(h)) =
-            (fence, at_ms, self.anchor, self.settings.handover)
-        else {
+    /// or a semaphore's whose notice names the slot): its head waiter
+    /// takes it without the claim where that is safe (`core/claimless.rs`),
+    /// and the grant is extended later. Returns whether it was taken.
+    pub(super) fn take_grant(&mut self, now: Instant, key: LineKey, grant: &GrantNotice) -> bool {
+        let (Some(fence), Some(at_ms), Some(anchor), Some(h)) = (
+            grant.fence,
+            grant.at_ms,
+            self.anchor,
+            self.settings.handover,
+        ) else {
             return false;
         };
-        let (lock, slot) = match (key.kind, slot) {
+        let claim = grant.claim;
+        let (lock, slot) = match (key.kind, grant.slot) {
             (Kind::Lock, _) => (true, None),
             (Kind::Semaphore, Some(slot)) => (false, Some(slot)),
             _ => return false,
@@ -755,7 +751,14 @@ impl Core {
         let Some(line) = self.lines.get_mut(&key) else {
             return false;
         };
-        let Some(id) = line.head() else {
+        // Only a grant to the line's own grant token: the registration of
+        // an earlier line of this key (gone, its release by that token on
+        // its way) may have been granted the lease before it left.
+        let owner = line.grant_token_drawn();
+        let (Some(id), Some(owner)) = (
+            line.head(),
+            owner.filter(|o| Some(o.notice_id()) == grant.owner),
+        ) else {
             return false;
         };
         // A lock's claim takes the registration out or refreshes it;
@@ -778,7 +781,7 @@ impl Core {
         }
         line.handle_given(slot, fence);
         let mut owned = w.owned();
-        owned.token = line.grant_token(w.token);
+        owned.token = owner;
         owned.hold = Some(fence);
         owned.target.slot = slot;
         if lock {

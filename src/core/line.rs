@@ -154,6 +154,11 @@ impl Line {
         *self.grant.get_or_insert_with(|| head.grant_token())
     }
 
+    /// The line's grant token, if one was drawn.
+    pub(crate) fn grant_token_drawn(&self) -> Option<OwnerToken> {
+        self.grant
+    }
+
     /// The grant token the locker's registration names, while it is
     /// registered.
     pub(crate) fn registered_grant(&self) -> Option<OwnerToken> {

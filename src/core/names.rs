@@ -271,7 +271,7 @@ impl RegId {
 }
 
 /// What a hand-over notification says (docs/PROTOCOL.md §4.2, §4.3): the
-/// payload `<message>:g:<entry>:<fence>:<claim_ms>:<ms>` for a grant to the
+/// payload `<message>:g:<entry>:<fence>:<claim_ms>:<ms>:<slot>:<owner id>` for a grant to the
 /// queue entry `entry` ([`LineKey::queue_entry`]), `<message>:c:<fence>`
 /// for a grant that was claimed (published only by older lockers, still
 /// heard), where `<message>` is the line's release
@@ -280,17 +280,25 @@ impl RegId {
 /// line: the line is the writers').
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handover {
-    /// A grant to `reg`'s registration, with its fence and claim window,
-    /// the grant's server time in ms (`None` from older versions) and a
-    /// semaphore's slot (`None` from older versions).
-    Granted {
-        reg: RegId,
-        fence: Option<Fence>,
-        claim: Duration,
-        at_ms: Option<u64>,
-        slot: Option<u32>,
-    },
+    /// A grant to `reg`'s registration.
+    Granted(GrantNotice),
     Claimed,
+}
+
+/// What a grant's notice says (docs/PROTOCOL.md §8); older versions
+/// publish no server time, slot or owner id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GrantNotice {
+    pub(crate) reg: RegId,
+    pub(crate) fence: Option<Fence>,
+    /// The claim window.
+    pub(crate) claim: Duration,
+    /// The grant's server time, in ms.
+    pub(crate) at_ms: Option<u64>,
+    /// A semaphore's slot.
+    pub(crate) slot: Option<u32>,
+    /// The owner's id ([`OwnerToken::notice_id`]): whose grant it is.
+    pub(crate) owner: Option<u64>,
 }
 
 impl Handover {
@@ -315,7 +323,7 @@ impl Handover {
                 let reg = RegId::from_hex(entry)?;
                 let fence = parse_fence(parts.next()?);
                 let claim = parse_u64(parts.next()?)?;
-                Handover::Granted {
+                Handover::Granted(GrantNotice {
                     reg,
                     fence,
                     claim: Duration::from_millis(claim),
@@ -325,7 +333,8 @@ impl Handover {
                         .and_then(parse_u64)
                         .and_then(|slot| u32::try_from(slot).ok())
                         .filter(|slot| *slot < MAX_PERMITS),
-                }
+                    owner: parts.next().and_then(RegId::from_hex).map(|id| id.0),
+                })
             }
             b"c" => Handover::Claimed,
             _ => return None,
@@ -833,6 +842,16 @@ impl OwnerToken {
         self.derived(b"redlease next token\0")
     }
 
+    /// This token's id in a grant's notice: the first 16 hex digits of the
+    /// SHA-1 of its hex text, as the scripts compute it (`redis.sha1hex`),
+    /// which tells whose grant it is without publishing the token.
+    pub(crate) fn notice_id(self) -> u64 {
+        let digest = sha1_smol::Sha1::from(self.to_hex()).digest().bytes();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        u64::from_be_bytes(first)
+    }
+
     fn derived(self, domain: &[u8]) -> OwnerToken {
         let digest = Sha256::new()
             .chain_update(domain)
@@ -850,6 +869,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The owner id is what `redis.sha1hex` gives for the token's text.
+    #[test]
+    fn a_notice_id_is_the_sha1_of_the_tokens_text() {
+        let zero = OwnerToken::from_bytes([0; 16]);
+        // `echo -n 00000000000000000000000000000000 | sha1sum`
+        assert_eq!(format!("{:016x}", zero.notice_id()), "91d3d1f86024e49f");
+    }
+
     #[test]
     fn hand_over_payloads_name_their_line_and_registration() {
         let id = KeyId::of("k");
@@ -858,34 +885,36 @@ mod tests {
         for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Leader) {
             let line = LineKey { kind, id };
             let grant = format!("{}:g:{}:17:100", line.message(), line.queue_entry(reg));
-            let granted = |at_ms, slot| {
+            let granted = |at_ms, slot, owner| {
                 Some((
                     line,
-                    Handover::Granted {
+                    Handover::Granted(GrantNotice {
                         reg,
                         fence: Some(Fence::new(17)),
                         claim: Duration::from_millis(100),
                         at_ms,
                         slot,
-                    },
+                        owner,
+                    }),
                 ))
             };
-            // Older versions publish no server time, nor a slot.
-            let none = granted(None, None);
+            // Older versions publish no server time, slot or owner id.
+            let none = granted(None, None, None);
             assert_eq!(Handover::parse(grant.as_bytes()), none, "{kind:?}");
             let timed = format!("{grant}:1700000000123");
             let at = Some(1_700_000_000_123);
-            assert_eq!(
-                Handover::parse(timed.as_bytes()),
-                granted(at, None),
-                "{kind:?}"
-            );
-            let slotted = format!("{timed}:3");
-            let slot = granted(at, Some(3));
+            let only_time = granted(at, None, None);
+            assert_eq!(Handover::parse(timed.as_bytes()), only_time, "{kind:?}");
+            let owner = OwnerToken::from_bytes([5; 16]).grant_token().notice_id();
+            let owner_id = format!("{owner:016x}");
+            let slotted = format!("{timed}:3:{owner_id}");
+            let slot = granted(at, Some(3), Some(owner));
             assert_eq!(Handover::parse(slotted.as_bytes()), slot, "{kind:?}");
-            let beyond = format!("{timed}:{MAX_PERMITS}");
-            let no_slot = granted(at, None);
-            assert_eq!(Handover::parse(beyond.as_bytes()), no_slot, "{kind:?}");
+            let no_slot = format!("{timed}::{owner_id}");
+            let owned = granted(at, None, Some(owner));
+            assert_eq!(Handover::parse(no_slot.as_bytes()), owned, "{kind:?}");
+            let beyond = format!("{timed}:{MAX_PERMITS}:{owner_id}");
+            assert_eq!(Handover::parse(beyond.as_bytes()), owned, "{kind:?}");
             let claim = format!("{}:c:17", line.message());
             let claimed_line = match kind {
                 // A claim names the lease, not the side: the writers' line

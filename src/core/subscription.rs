@@ -23,7 +23,7 @@ use super::core::{earliest_of, Core, CoreEvent};
 use super::lease::deadline_after;
 use super::line::Line;
 use super::multi::multi_reg;
-use super::names::{election_notice, Channel, Handover, KeyId, Kind, LineKey};
+use super::names::{election_notice, Channel, GrantNotice, Handover, KeyId, Kind, LineKey};
 
 /// How long the subscription outlives the last waiter (the crate docs' "How it works").
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
@@ -142,14 +142,8 @@ impl Core {
         match handover {
             // Ours: the head takes it (`core/claimless.rs`) or claims it
             // at once.
-            Handover::Granted {
-                reg,
-                fence,
-                claim,
-                at_ms,
-                slot,
-            } if Some(reg) == ours => {
-                if self.take_grant(now, line, fence, claim, at_ms, slot)
+            Handover::Granted(grant) if Some(grant.reg) == ours => {
+                if self.take_grant(now, line, &grant)
                     || self.wake_head_of(line, Line::handle_our_grant)
                 {
                     self.wakeups.notification += 1;
@@ -158,7 +152,7 @@ impl Core {
                     self.pass_on_grant(now, line);
                 }
             }
-            Handover::Granted { reg, claim, .. } => {
+            Handover::Granted(GrantNotice { reg, claim, .. }) => {
                 // A key reserved for one of our multi-key lines: its head
                 // attempts at once (docs/PROTOCOL.md §6).
                 let sets: Vec<LineKey> = match (line.kind, ours) {

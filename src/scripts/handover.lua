@@ -64,8 +64,11 @@
 --   with the next fence of its counter (docs/PROTOCOL.md §3, `next_fence`) for its
 --   claim window, and publishes `<message>:g:<reg>:<fence>:<claim_ms>:<ms>`
 --   (`<ms>`: the grant's server time, from which a grantee counts the
---   window when it takes the grant without claiming it, §4.3), followed
---   by `:<slot>` for a semaphore's slot `slot` (its fence does not tell it);
+--   window when it takes the grant without claiming it, §4.3), then
+--   `:<slot>:<id>`: a semaphore's slot `slot` (empty for other keys: a
+--   slot's fence does not tell it) and the owner's id, the first 16 hex
+--   digits of its SHA-1, which says whose grant it is without publishing
+--   the grant token (a locker takes only a grant to its line's token);
 --   for a waiting multi-key lease's registration (value
 --   `m<age>.<token>:<res_ms>`, docs/PROTOCOL.md §6) it reserves the key
 --   instead (`<token>:r<age>` for `res_ms`, no fence; notice fence `0`).
@@ -194,8 +197,9 @@ local function grant_to(reg, value, key, counter_key, counter, ttl_ms, publish, 
     return nil
   end
   redis.call('SET', key, age and (token .. ':r' .. age) or (owner .. ':' .. fence), 'PX', claim)
-  local notice = message .. ':g:' .. reg .. ':' .. fence .. ':' .. claim .. ':' .. now_ms()
-  redis.pcall(publish, channel, slot and (notice .. ':' .. slot) or notice)
+  -- The owner's id: whose grant it is, without the grant token itself.
+  local id = string.sub(redis.sha1hex(owner), 1, 16)
+  redis.pcall(publish, channel, table.concat({message, 'g', reg, fence, claim, now_ms(), slot or '', id}, ':'))
   return claim
 end
 local function settle(H, queued)

@@ -1,7 +1,7 @@
 //! Scripts run as Redis 7.0 runs them, on Lua 5.1 (mlua, vendored), against
 //! the emulated key space of [`super::emu`]: the globals a script sees
 //! (`KEYS`, `ARGV`, `redis.call`, `redis.pcall`, `redis.error_reply`,
-//! `redis.status_reply`, `unpack`, globals protection) and Redis's
+//! `redis.status_reply`, `redis.sha1hex`, `unpack`, globals protection) and Redis's
 //! conversion rules both ways.
 //!
 //! Lua → Redis: a number is an integer reply (truncated), a string a bulk
@@ -69,6 +69,9 @@ function redis.error_reply(e)
 end
 function redis.status_reply(s)
   return {ok = s}
+end
+function redis.sha1hex(s)
+  return __sha1hex(s)
 end
 function __redis_run(f)
   return pcall(f)
@@ -228,6 +231,16 @@ impl Emulator {
             })
             .expect("the raw command function");
         lua.globals().raw_set("__redis_raw", raw).expect("a global");
+        let sha1hex = lua
+            .create_function(|_, text: mlua::String| {
+                Ok(sha1_smol::Sha1::from(&text.as_bytes()[..])
+                    .digest()
+                    .to_string())
+            })
+            .expect("the sha1hex function");
+        lua.globals()
+            .raw_set("__sha1hex", sha1hex)
+            .expect("a global");
         lua.load(PRELUDE).exec().expect("the prelude runs");
         lua.load(PROTECT).exec().expect("the protection runs");
         Emulator {

@@ -42,13 +42,26 @@ fn registered(remaining_ms: i64) -> Result<Value, RedisError> {
     ]))
 }
 
+/// The id a notice gives the grant token of the line whose first waiter
+/// had token `i`.
+fn owner_id(i: u8) -> String {
+    format!("{:016x}", token(i).grant_token().notice_id())
+}
+
 /// The notice of a grant with fence 17 and a 100 ms window to this
-/// locker's registration, made at server time `at` (none: an older
-/// version's notice).
+/// locker's registration under the grant token of the line token 1's
+/// waiter began, made at server time `at` (none: an older version's
+/// notice).
 fn our_grant(at: Option<u64>) -> String {
+    grant_to_owner(at, 1)
+}
+
+/// As [`our_grant`], to the grant token of the line token `i`'s waiter
+/// began.
+fn grant_to_owner(at: Option<u64>, i: u8) -> String {
     let base = format!("{}:g:{}:17:100", line().message(), line().queue_entry(REG));
     match at {
-        Some(at) => format!("{base}:{at}"),
+        Some(at) => format!("{base}:{at}::{}", owner_id(i)),
         None => base,
     }
 }
@@ -337,8 +350,9 @@ fn sem_line() -> LineKey {
 }
 
 /// A grant of slot `slot` (none: an older version's notice) with fence 17
-/// and a 100 ms window to this locker's registration for "pool", made 1 ms
-/// after the registering attempt ran.
+/// and a 100 ms window to this locker's registration for "pool" under the
+/// grant token of the line token 1's waiter began, made 1 ms after the
+/// registering attempt ran.
 fn our_slot_grant(slot: Option<u32>) -> String {
     let line = sem_line();
     let base = format!(
@@ -348,7 +362,7 @@ fn our_slot_grant(slot: Option<u32>) -> String {
         SERVER_MS + 1
     );
     match slot {
-        Some(slot) => format!("{base}:{slot}"),
+        Some(slot) => format!("{base}:{slot}:{}", owner_id(1)),
         None => base,
     }
 }
@@ -458,4 +472,61 @@ fn a_slots_grant_given_before_is_not_taken_again() {
     assert_eq!(drain(&mut core), vec![CoreEvent::Wake(next)]);
     let claim = attempt(&mut core, now + ms(4), next);
     assert_eq!(claim.kind, ScriptKind::SemAcquire, "claimed, not taken");
+}
+
+/// The waiters of a line leave (they gave up): the registration's release
+/// by its grant token is on its way. Meanwhile the holder's release granted
+/// the lease to that registration, and new waiters of the key, in a new
+/// line, hear the notice before their head's first attempt. The grant is
+/// the old line's: taken, it would be ended under the new head by that
+/// release. It is not taken; the head attempts.
+#[test]
+fn a_grant_to_a_gone_lines_token_is_not_taken() {
+    for sem in [false, true] {
+        let now = t0();
+        let mut core = handover_core(now, Channel::Standalone);
+        let (id, next) = if sem {
+            registered_permit_waiters(&mut core, now)
+        } else {
+            registered_waiters(&mut core, now)
+        };
+        for w in [next, id] {
+            core.cancel(w);
+            let _ = core.poll_waiter(now + ms(1), w);
+        }
+        let leaving = core.take_deregistrations();
+        let old = token(1).grant_token();
+        let by_old = |c: &ScriptCall| packed(c).contains(&old.to_hex());
+        assert!(
+            leaving
+                .iter()
+                .any(|c| c.kind != ScriptKind::Deregister && by_old(c)),
+            "{leaving:?}"
+        );
+        let key = if sem { "pool" } else { "k" };
+        let want = if sem {
+            Want::Permit { permits: 3 }
+        } else {
+            Want::Lock
+        };
+        let mut join = |i| {
+            core.acquire_for(now + ms(1), key, want, token(i), waiting(secs(10)))
+                .expect("the acquire is admitted")
+        };
+        let (head, _behind) = (join(3), join(4));
+        drain(&mut core);
+        let notice = if sem {
+            our_slot_grant(Some(2))
+        } else {
+            grant_to_owner(Some(SERVER_MS + 1), 1)
+        };
+        core.handle_notice(now + ms(2), notice.as_bytes());
+        drain(&mut core);
+        assert_eq!(core.next_extension_due(), None, "sem: {sem}");
+        let step = core.poll_waiter(now + ms(2), head);
+        assert!(
+            matches!(step, WaiterStep::Attempt(_)),
+            "sem {sem}: {step:?}"
+        );
+    }
 }

@@ -232,7 +232,7 @@ impl Emulator {
             .expect("the raw command function");
         lua.globals().raw_set("__redis_raw", raw).expect("a global");
         let sha1hex = lua
-            .create_function(|_, text: mlua::String| {
+            .create_function(|_, text: mlua::LuaString| {
                 Ok(sha1_smol::Sha1::from(&text.as_bytes()[..])
                     .digest()
                     .to_string())

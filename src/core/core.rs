@@ -299,6 +299,8 @@ pub(crate) struct Core {
     /// The elections this locker's observers follow.
     pub(super) observed: HashMap<KeyId, Observed>,
     pub(super) shutting_down: bool,
+    /// Shutdown took its cleanup (`take_cleanup`).
+    pub(super) cleaned_up: bool,
     attempts_in_flight: usize,
     safety_polls: u64,
     pub(super) wakeups: Wakeups,
@@ -328,6 +330,7 @@ impl Core {
             sets: HashMap::new(),
             observed: HashMap::new(),
             shutting_down: false,
+            cleaned_up: false,
             attempts_in_flight: 0,
             safety_polls: 0,
             wakeups: Wakeups::default(),
@@ -355,6 +358,12 @@ impl Core {
 
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down
+    }
+
+    /// Shutdown began and has not taken its cleanup yet: what is left to
+    /// release goes with it, whose replies it waits for.
+    pub(crate) fn awaits_cleanup(&self) -> bool {
+        self.shutting_down && !self.cleaned_up
     }
 
     pub(crate) fn attempts_in_flight(&self) -> usize {

@@ -357,6 +357,7 @@ impl Core {
     /// forgotten by the core, so later releases of those leases report
     /// `ShuttingDown`.
     pub(crate) fn take_cleanup(&mut self) -> Vec<ScriptCall> {
+        self.cleaned_up = true;
         // What the subscriber was to pass on goes too: it may have stopped.
         let mut leaving = std::mem::take(&mut self.deregistrations);
         leaving.append(&mut self.pass_ons);

@@ -204,10 +204,16 @@ impl Acquire {
     /// Ends with the held-back result, after what must go first: a last
     /// sweep at shutdown, the key's deregistration after a failed wait.
     fn next_held_back(&mut self, now: Instant) -> Step {
-        // At shutdown nobody else may come to release late grants. Else
-        // the next operation does: sweeping now could race this waiter's
-        // own unanswered attempt on another connection.
-        if self.state.cell.read(|core| core.is_shutting_down()) {
+        // Before shutdown's cleanup, what is left to release goes with it,
+        // so that shutdown returns once all is answered. After it, nobody
+        // else may come to release late grants. Else the next operation
+        // does: sweeping now could race this waiter's own unanswered
+        // attempt on another connection.
+        let (shutting_down, awaits_cleanup) = self
+            .state
+            .cell
+            .read(|core| (core.is_shutting_down(), core.awaits_cleanup()));
+        if shutting_down && !awaits_cleanup {
             if let Some(sweep) = self.sweep(now, None) {
                 return sweep;
             }
@@ -215,7 +221,7 @@ impl Acquire {
         // A wait that ended without the lease takes the locker out of the
         // key's hand-over queue when it was the last (docs/PROTOCOL.md §4.4):
         // only that, not the orphans, for the reason above.
-        if matches!(self.result, Some(Err(_))) && !self.sweep_unanswered {
+        if matches!(self.result, Some(Err(_))) && !self.sweep_unanswered && !awaits_cleanup {
             let calls = self.state.with_core(|core| core.take_deregistrations());
             if !calls.is_empty() {
                 self.pending = Pending::Deregister;

@@ -2,21 +2,27 @@
 //! more than one waiter (docs/PROTOCOL.md §4.3): the real ACQUIRE,
 //! RELEASE, RENEW and DEREGISTER scripts on the emulator, driven by lockers
 //! that mirror the core's line in outline. A locker has one registration
-//! and one grant token per line, shared by its waiters: the head attempts;
-//! a grant's notice lets the head take the grant as held (under
-//! `<grant token>:<fence>`) when a waiter stays behind it, which then
-//! becomes the head; a holder extends, releases or drops its lease (a
-//! dropped hold is released later, by the core's orphan sweep); the last
-//! waiter in line gives up, and a line left empty deregisters, then
-//! releases by its grant token.
+//! and one grant token per line, shared by its waiters; a line left empty
+//! is forgotten, and the next draws a new grant token. The head attempts;
+//! a grant's notice (naming the owner's id, SHA-1 of the grant token) lets
+//! the head take the grant as held (under `<grant token>:<fence>`) when a
+//! waiter stays behind it, which then becomes the head; a holder extends,
+//! releases or drops its lease (a dropped hold is released later, by the
+//! core's orphan sweep); the last waiter in line gives up (acquiring again
+//! at once if it has acquisitions left: in a new line if its own emptied),
+//! and a line left empty deregisters, then releases by its grant token.
 //!
 //! What `explore.rs` cannot see with one waiter per client, this checks:
 //! the locker's rules for a hold under its grant token (§4.3):
 //! 1. while a hold of the line is under the grant token (tracked or
 //!    orphaned), the line's attempts do not name that token as theirs;
-//! 2. a leaving registration's release by the grant token waits until no
-//!    hold is under it (a release by token would end that hold);
-//! 3. an orphaned hold counts as a hold of its line until its release.
+//! 2. a leaving registration's release by its grant token waits until no
+//!    hold is under that token (a release by token would end that hold);
+//! 3. an orphaned hold counts as a hold of its line until its release;
+//! 4. a stale grant is not taken, and its claim is released;
+//! 5. a grant is taken only when its notice's owner id is the line's
+//!    grant token's: a registration an earlier line left, its release by
+//!    that token on its way, may be granted first (eight events).
 //!
 //! Each rule, turned off (`Rules`), gives a counterexample.
 //!
@@ -60,7 +66,8 @@ enum Phase {
         fence: String,
         deadline: u64,
         extended: bool,
-        by_grant: bool,
+        /// The grant token (its number) of a hold taken without the claim.
+        by_grant: Option<u8>,
     },
     Gone,
 }
@@ -82,8 +89,9 @@ struct Waiter {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Leaving {
     No,
-    Deregister,
-    GrantRelease,
+    /// DEREGISTER, then the release by the grant token numbered.
+    Deregister(u8),
+    GrantRelease(u8),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -91,16 +99,20 @@ struct Locker {
     /// In line order.
     waiters: Vec<Waiter>,
     registered: bool,
-    /// The last grant notice naming it: the grant's server time, its fence.
-    notice: Option<(u64, String)>,
+    /// The line's grant token, by number: a new one after the line was
+    /// forgotten (it emptied).
+    grant: u8,
+    /// The last grant notice naming it: when it was heard, its fence, the
+    /// owner id it names.
+    notice: Option<(u64, String, Option<String>)>,
     wake: bool,
     next_poll: u64,
     /// A call whose reply was lost, re-sent, and its first send's time.
     lost: Option<(Op, u64)>,
-    /// Leases to release that nobody uses: (what the release names, whether
-    /// it is a hold under the grant token). A dropped hold; a stale grant
-    /// claimed (rule 4).
-    orphans: Vec<(String, bool)>,
+    /// Leases to release that nobody uses: (what the release names, the
+    /// grant token, by number, of a hold under one). A dropped hold; a
+    /// stale grant claimed (rule 4).
+    orphans: Vec<(String, Option<u8>)>,
     leaving: Leaving,
     dead: bool,
 }
@@ -117,7 +129,15 @@ impl Locker {
             .any(|x| x.phase == Phase::Waiting)
     }
 
-    fn hold(&self, w: usize) -> Option<(&str, bool)> {
+    /// The line emptied: the core forgets it (its registration and grant
+    /// token; a notice for it is dropped).
+    fn forget_line(&mut self) {
+        self.registered = false;
+        self.grant += 1;
+        (self.notice, self.wake) = (None, false);
+    }
+
+    fn hold(&self, w: usize) -> Option<(&str, Option<u8>)> {
         match &self.waiters[w].phase {
             Phase::Held {
                 fence, by_grant, ..
@@ -143,14 +163,22 @@ impl search::Waiter for Locker {
     fn die(&mut self) {
         (self.dead, self.lost) = (true, None);
     }
-    /// The last waiter in line gives up; a line left empty deregisters.
+    /// The last waiter in line gives up this acquisition; a line left
+    /// empty is forgotten and deregisters. A waiter with acquisitions left
+    /// acquires again at once: in a new line if its own was forgotten.
     fn give_up(&mut self) {
-        if let Some(last) = self.waiters.iter().rposition(|w| w.phase == Phase::Waiting) {
-            self.waiters[last].phase = Phase::Gone;
-            self.waiters[last].rounds_left = 0;
-        }
+        let Some(last) = self.waiters.iter().rposition(|w| w.phase == Phase::Waiting) else {
+            return;
+        };
+        self.waiters[last].phase = Phase::Gone;
         if self.head().is_none() {
-            self.leaving = Leaving::Deregister;
+            self.leaving = Leaving::Deregister(self.grant);
+            self.forget_line();
+        }
+        let x = &mut self.waiters[last];
+        if x.rounds_left > 0 {
+            x.rounds_left -= 1;
+            x.phase = Phase::Waiting;
         }
     }
 }
@@ -181,6 +209,10 @@ pub(crate) struct Rules {
     /// is stale (data loss brought it back): not taken, and claimed only
     /// to be released, its waiter waiting on.
     pub(crate) stale_grants_refused: bool,
+    /// 5: a grant is taken only when its notice's owner id is the line's
+    /// grant token's; off, any grant to the registration is taken (the
+    /// notice before the owner id).
+    pub(crate) owner_checked: bool,
 }
 
 impl Rules {
@@ -189,6 +221,7 @@ impl Rules {
         park_leaving_release: true,
         orphans_hold: true,
         stale_grants_refused: true,
+        owner_checked: true,
     };
 }
 
@@ -216,6 +249,9 @@ pub(crate) struct Stats {
     pub(crate) give_ups_beside_a_hold: usize,
     /// Stale grants claimed and handed back (rule 4).
     pub(crate) stale_handed_back: usize,
+    /// Grant notices a line's head heard whose owner id is not its grant
+    /// token's (a registration of an earlier line of the locker granted).
+    pub(crate) notices_of_another_token: usize,
 }
 
 /// Waiter `w` of locker `c`'s token: one per acquisition, and a new one
@@ -224,8 +260,22 @@ fn tok(c: usize, w: usize, x: &Waiter) -> String {
     let n = 0x1000 * (c as u64 + 1) + 0x100 * w as u64 + 0x10 * u64::from(x.tokens);
     token(n + u64::from(x.rounds_left))
 }
-fn grant(c: usize) -> String {
-    token(0x9000 + c as u64)
+/// Locker `c`'s grant token number `g` (the core draws it from the
+/// head's token; any value no waiter's token is will do).
+fn grant(c: usize, g: u8) -> String {
+    token(0x9000 + 0x100 * c as u64 + u64::from(g))
+}
+
+/// A token's id in a grant's notice, as the scripts compute it: the first
+/// 16 hex digits of `redis.sha1hex(<token>)`.
+fn owner_id(token: &str) -> String {
+    sha1_smol::Sha1::from(token).digest().to_string()[..16].to_owned()
+}
+
+/// A token or value, short: the token's last 4 digits, and the fence.
+fn short(v: &str) -> String {
+    let o = search::owner_of(v);
+    format!("{}{}", &o[o.len().saturating_sub(4)..], &v[o.len()..])
 }
 fn entry(c: usize) -> String {
     format!("{:016x}", 0xe0 + c)
@@ -261,6 +311,7 @@ impl Explorer {
                 })
                 .collect(),
             registered: false,
+            grant: 0,
             notice: None,
             wake: false,
             next_poll: 0,
@@ -279,16 +330,25 @@ impl Explorer {
         }
     }
 
-    /// Whether a hold of locker `l`'s line is under its grant token.
+    /// Whether a hold of locker `l`'s is under its grant token `g`
+    /// (tracked, or dropped and not released).
+    fn holds_under(&self, l: &Locker, g: u8) -> bool {
+        let held = (0..l.waiters.len()).any(|w| l.hold(w).is_some_and(|(_, h)| h == Some(g)));
+        held || (self.bounds.rules.orphans_hold && l.orphans.iter().any(|(_, h)| *h == Some(g)))
+    }
+
+    /// Whether a hold of locker `l`'s is under its line's grant token.
     fn holds_under_grant(&self, l: &Locker) -> bool {
-        let held = (0..l.waiters.len()).any(|w| l.hold(w).is_some_and(|(_, g)| g));
-        held || (self.bounds.rules.orphans_hold && l.orphans.iter().any(|(_, g)| *g))
+        self.holds_under(l, l.grant)
     }
 
     fn call(&self, s: &State, c: usize, op: Op) -> Call {
         let l = &s.lockers[c];
         let n = &self.names;
-        let hold = |w: usize| format!("{}:{}", grant(c), l.hold(w).map_or("", |(f, _)| f));
+        let hold = |w: usize| match l.hold(w) {
+            Some((f, g)) => format!("{}:{f}", grant(c, g.unwrap_or_default())),
+            None => unreachable!("a hold's call is sent while held"),
+        };
         let token_of = |w: usize| tok(c, w, &l.waiters[w]);
         match op {
             Op::Acquire(w) => {
@@ -297,7 +357,7 @@ impl Explorer {
                     entry: entry(c),
                     reg_ms: REG,
                     claim_ms: CLAIM,
-                    grant: grant(c),
+                    grant: grant(c, l.grant),
                     register: true,
                     registered: l.registered && !(beside && self.bounds.rules.no_claim_of_a_hold),
                     keep: if l.behind(w) { "k" } else { "d" },
@@ -306,24 +366,31 @@ impl Explorer {
             }
             Op::Extend(w) => Call::renew(&n.lock(), &hold(w), LEASE),
             Op::Release(w) => match l.hold(w) {
-                Some((_, true)) => Call::lock_release(n, &hold(w), 0, None),
+                Some((_, Some(_))) => Call::lock_release(n, &hold(w), 0, None),
                 _ => Call::lock_release(n, &token_of(w), 0, None),
             },
             Op::OrphanRelease => Call::lock_release(n, &l.orphans[0].0, 0, None),
             Op::Deregister => Call::deregister(n, QKind::Lock, &entry(c)),
-            Op::GrantRelease => Call::lock_release(n, &grant(c), 0, None),
+            Op::GrantRelease => match l.leaving {
+                Leaving::GrantRelease(g) => Call::lock_release(n, &grant(c, g), 0, None),
+                _ => unreachable!("sent while leaving"),
+            },
             Op::TakeGrant(_) | Op::Drop(_) => unreachable!("sends nothing"),
         }
     }
 
     /// Whether locker `l`'s head may take the grant its notice names: at
     /// most half the window gone, a waiter staying behind it (which keeps
-    /// the registration queued), nothing of the line of unknown outcome.
-    fn may_take(&self, l: &Locker, now: u64) -> Option<usize> {
-        let (at, fence) = l.notice.as_ref()?;
+    /// the registration queued), nothing of the line of unknown outcome,
+    /// the notice's owner id its line's grant token's (rule 5).
+    fn may_take(&self, c: usize, l: &Locker, now: u64) -> Option<usize> {
+        let (at, fence, owner) = l.notice.as_ref()?;
         let head = l.head()?;
         let fresh = !self.bounds.rules.stale_grants_refused || !self.stale(l, fence);
-        (now <= at + CLAIM / 2 && l.behind(head) && l.lost.is_none() && fresh).then_some(head)
+        let ours = !self.bounds.rules.owner_checked
+            || owner.as_deref() == Some(owner_id(&grant(c, l.grant)).as_str());
+        let free = l.lost.is_none() && fresh && ours;
+        (now <= at + CLAIM / 2 && l.behind(head) && free).then_some(head)
     }
 
     /// Whether `fence` is not above every fence the locker's line was given.
@@ -349,10 +416,13 @@ impl Explorer {
         let mut ops = Vec::new();
         // A head that may take the grant may also claim it (the core
         // claims where it cannot place the grant on its clock).
-        if let Some(head) = self.may_take(l, now) {
+        if let Some(head) = self.may_take(c, l, now) {
             ops.push(Op::TakeGrant(head));
         }
-        if let Some(head) = l.head() {
+        // A leaving registration is taken out before the line's next
+        // attempt registers again (the same registration key).
+        let deregistering = matches!(l.leaving, Leaving::Deregister(_));
+        if let (Some(head), false) = (l.head(), deregistering) {
             if l.notice.is_some() || l.wake || now >= l.next_poll {
                 ops.push(Op::Acquire(head));
             }
@@ -366,10 +436,10 @@ impl Explorer {
             } = l.waiters[w].phase
             {
                 ops.push(Op::Release(w));
-                if by_grant && !extended && now < deadline {
+                if by_grant.is_some() && !extended && now < deadline {
                     ops.push(Op::Extend(w));
                 }
-                if by_grant && s.drops > 0 {
+                if by_grant.is_some() && s.drops > 0 {
                     ops.push(Op::Drop(w));
                 }
             }
@@ -378,9 +448,9 @@ impl Explorer {
             ops.push(Op::OrphanRelease);
         }
         match l.leaving {
-            Leaving::Deregister => ops.push(Op::Deregister),
-            Leaving::GrantRelease
-                if !self.bounds.rules.park_leaving_release || !self.holds_under_grant(l) =>
+            Leaving::Deregister(_) => ops.push(Op::Deregister),
+            Leaving::GrantRelease(g)
+                if !self.bounds.rules.park_leaving_release || !self.holds_under(l, g) =>
             {
                 ops.push(Op::GrantRelease)
             }
@@ -407,7 +477,7 @@ impl Explorer {
             if l.head().is_some() {
                 times.push(l.next_poll);
             }
-            if let Some((at, _)) = &l.notice {
+            if let Some((at, ..)) = &l.notice {
                 times.push(at + CLAIM / 2 + 1);
             }
             for w in &l.waiters {
@@ -458,20 +528,28 @@ impl Explorer {
             } => {
                 self.stats.takes += 1;
                 let l = &mut n.lockers[c];
-                let (at, fence) = l.notice.take().expect("a notice");
+                let (at, fence, _) = l.notice.take().expect("a notice");
                 l.wake = false;
-                let backed = self.lock_value(&n.db) == Some(format!("{}:{fence}", grant(c)));
+                let g = l.grant;
+                // A fence names one grant of the lock, whoever's token it
+                // names.
+                let value = self.lock_value(&n.db);
+                let backed = value.as_deref().and_then(fence_of) == fence.parse().ok();
                 let waiter = &mut n.lockers[c].waiters[w];
                 waiter.orphaned = !backed;
                 waiter.phase = Phase::Held {
                     fence: fence.clone(),
                     deadline: at + CLAIM,
                     extended: false,
-                    by_grant: true,
+                    by_grant: Some(g),
                 };
                 Self::give(&mut n, c, w, &fence)
                     .map_err(|e| format!("c{c} waiter {w} takes its grant: {e}"))?;
-                format!("c{c} waiter {w} takes grant {fence} until {}", at + CLAIM)
+                format!(
+                    "c{c} waiter {w} takes grant {fence} as {}:{fence} until {}",
+                    short(&grant(c, g)),
+                    at + CLAIM
+                )
             }
             Action::Run {
                 client: c,
@@ -480,8 +558,12 @@ impl Explorer {
             } => {
                 n.drops -= 1;
                 let l = &mut n.lockers[c];
-                let fence = l.hold(w).map(|(f, _)| f.to_owned()).unwrap_or_default();
-                l.orphans.push((format!("{}:{fence}", grant(c)), true));
+                let (fence, g) = l
+                    .hold(w)
+                    .map(|(f, g)| (f.to_owned(), g.unwrap_or_default()))
+                    .unwrap_or_default();
+                l.orphans
+                    .push((format!("{}:{fence}", grant(c, g)), Some(g)));
                 self.finish(&mut n.lockers[c].waiters[w]);
                 format!("c{c} waiter {w} drops its hold {fence}")
             }
@@ -584,16 +666,22 @@ impl Explorer {
 
     /// The notices of the last run: a grant names its registration; any
     /// other wakes every locker with a waiter in line.
-    fn notify(&self, n: &mut State, now: u64) {
+    fn notify(&mut self, n: &mut State, now: u64) {
         for p in std::mem::take(&mut n.db.published) {
             let parts: Vec<&str> = p.message.split(':').collect();
             for (c, l) in n.lockers.iter_mut().enumerate() {
                 if l.dead {
                     continue;
                 }
+                // `<sha>:g:<reg>:<fence>:<claim ms>:<ms>:<slot>:<owner id>`.
                 if parts.get(1) == Some(&"g") {
                     if parts.get(2) == Some(&entry(c).as_str()) {
-                        l.notice = parts.get(3).map(|f| (now, (*f).to_owned()));
+                        let owner = parts.get(7).map(|id| (*id).to_owned());
+                        let ours = owner_id(&grant(c, l.grant));
+                        if l.head().is_some() && owner.as_ref() != Some(&ours) {
+                            self.stats.notices_of_another_token += 1;
+                        }
+                        l.notice = parts.get(3).map(|f| (now, (*f).to_owned(), owner));
                     }
                 } else if l.head().is_some() {
                     l.wake = true;
@@ -634,19 +722,23 @@ impl Explorer {
                         // A stale grant claimed: released by the sweep; the
                         // waiter waits on, registered.
                         let t = tok(c, w, &l.waiters[w]);
-                        l.orphans.push((t, false));
+                        l.orphans.push((t, None));
                         l.waiters[w].tokens += 1;
                         l.registered = true;
                     }
                     Reply::Bulk(fence) => {
-                        // `k` leaves the registration queued; `d` took it out.
+                        // `k` leaves the registration queued; `d` took it
+                        // out, and the line, left empty, is forgotten.
                         l.registered = l.behind(w);
+                        if !l.behind(w) {
+                            l.forget_line();
+                        }
                         l.waiters[w].orphaned = false;
                         l.waiters[w].phase = Phase::Held {
                             fence: fence.clone(),
                             deadline: first + LEASE,
                             extended: true,
-                            by_grant: false,
+                            by_grant: None,
                         };
                         let fence = fence.clone();
                         return Self::give(n, c, w, &fence);
@@ -678,7 +770,11 @@ impl Explorer {
             Op::OrphanRelease => {
                 l.orphans.remove(0);
             }
-            Op::Deregister => (l.leaving, l.registered) = (Leaving::GrantRelease, false),
+            Op::Deregister => {
+                if let Leaving::Deregister(g) = l.leaving {
+                    l.leaving = Leaving::GrantRelease(g);
+                }
+            }
             Op::GrantRelease => l.leaving = Leaving::No,
             Op::TakeGrant(_) | Op::Drop(_) => unreachable!("sends nothing"),
         }
@@ -696,18 +792,27 @@ impl Explorer {
         let entry = n.db.peek(&self.names.lock()).cloned();
         for (c, l) in n.lockers.iter_mut().enumerate() {
             for w in 0..l.waiters.len() {
-                let owner = match l.hold(w) {
-                    Some((_, true)) => grant(c),
-                    Some(_) => tok(c, w, &l.waiters[w]),
+                let by_grant = match l.hold(w) {
+                    Some((_, g)) => g.is_some(),
                     None => continue,
                 };
+                let owner = tok(c, w, &l.waiters[w]);
                 let x = &mut l.waiters[w];
                 if let Phase::Held {
                     fence, deadline, ..
                 } = &x.phase
                 {
-                    let ours = format!("{owner}:{fence}");
-                    x.orphaned |= !search::backs(entry.as_ref(), &ours, *deadline);
+                    // A hold under a grant token, by its fence: a fence
+                    // names one grant, whoever's token it names.
+                    let backed = if by_grant {
+                        entry.as_ref().is_some_and(|e| {
+                            matches!(&e.value, Value::Str(v) if fence_of(v) == fence.parse().ok())
+                                && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
+                        })
+                    } else {
+                        search::backs(entry.as_ref(), &format!("{owner}:{fence}"), *deadline)
+                    };
+                    x.orphaned |= !backed;
                 }
             }
         }
@@ -772,7 +877,8 @@ fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
     match &result {
         Ok(st) => println!(
             "{name}: waiters {:?}, depth {}: {} states, {} transitions ({} grants taken \
-             with a waiter behind, {} attempts and {} give-ups beside a hold, {} stale grants handed back), {:.1?}",
+             with a waiter behind, {} attempts and {} give-ups beside a hold, {} stale grants \
+             handed back, {} notices of another grant token), {:.1?}",
             b.rounds,
             st.depth,
             st.states,
@@ -781,6 +887,7 @@ fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
             st.attempts_beside_a_hold,
             st.give_ups_beside_a_hold,
             st.stale_handed_back,
+            st.notices_of_another_token,
             started.elapsed()
         ),
         Err(cx) => println!(
@@ -832,6 +939,55 @@ fn a_locker_with_two_waiters_survives_a_restart_and_a_failover() {
     match explore("lockers with two waiters, data lost", b) {
         Err(cx) => panic!("{cx}"),
         Ok(st) => assert!(st.stale_handed_back > 0, "no stale grant met: {st:?}"),
+    }
+}
+
+/// Locker 0 with two waiters that acquire twice: a give-up empties the
+/// line, whose registration (grant token G0) is queued until its
+/// DEREGISTER and release by G0 run, and the waiter acquires again in a new
+/// line (G1); the holder's release grants the lock to G0 and joins that
+/// line behind it. Taking the grant as held under `G1:<fence>`, the
+/// release by G0 would free the lock under the new head for locker 1:
+///
+/// 1. c0 waiter 0 takes the lock (`k`: waiter 1 is behind it);
+/// 2. c0 waiter 1 is busy, registers G0 (9000);
+/// 3. c0 waiter 1 gives up and acquires again: a new line, G1;
+/// 4. c0 waiter 0 releases, granted to G0; it joins the line behind
+///    waiter 1, which hears the grant before its first attempt;
+/// 5. c0 waiter 1 takes it as `9001:<fence>`;
+/// 6. c0 DEREGISTER; 7. c0 release by G0 frees the lock;
+/// 8. c1 takes the lock, beside c0 waiter 1.
+///
+/// With the owner id (rule 5), step 5 is not taken.
+fn new_line_bounds(depth: usize, rules: Rules) -> Bounds {
+    Bounds {
+        rounds: vec![vec![2, 2], vec![1]],
+        ..bounds(depth, no_data_loss(), rules)
+    }
+}
+
+#[test]
+fn a_new_line_beside_a_leaving_registration_keeps_the_lock_safe() {
+    let b = new_line_bounds(depth_or_env(8), Rules::ALL);
+    match explore("lockers, a new line beside a leaving one", b) {
+        Err(cx) => panic!("{cx}"),
+        Ok(st) => assert!(
+            st.notices_of_another_token > 0 && st.takes > 0,
+            "no line heard a grant to another grant token: {st:?}"
+        ),
+    }
+}
+
+#[test]
+fn mutation_take_of_another_tokens_grant_is_caught() {
+    let rules = Rules {
+        owner_checked: false,
+        ..Rules::ALL
+    };
+    let name = "mutation: a line takes a grant to its locker's older grant token";
+    match explore(name, new_line_bounds(8, rules)) {
+        Ok(st) => panic!("{name}: not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains("valid leases"), "{cx}"),
     }
 }
 

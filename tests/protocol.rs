@@ -696,3 +696,53 @@ fn every_script_loads_into_redis() {
         assert!(loaded.is_ok(), "{name}: {loaded:?}");
     }
 }
+
+/// A permit attempt sent again after its reply was lost, by a locker whose
+/// registration was granted a slot meanwhile: the attempt names its own
+/// token and (as its outcome is unknown, it may have registered) the grant
+/// token. It answers its own slot, the first send's, and leaves the grant
+/// for the locker's next waiter; had it claimed the grant, the first
+/// send's slot would stay held for a lease with nobody tracking it.
+#[test]
+fn a_replayed_permit_attempt_answers_its_own_slot_before_a_grant() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-f7", "pool");
+    let holder = s.sem("h", 2, None);
+    assert!(matches!(&holder, Value::Array(a) if a.first() == Some(&Value::Int(0))));
+    // The locker's waiter takes slot 1, the last free one, and registers
+    // the locker for its next waiter; the reply is lost.
+    let taking = Handover {
+        reg: "R",
+        grant: "grant-r",
+        other: "",
+        keep: "k",
+        reg_ms: 10_000,
+    };
+    let first = s.sem("w1", 2, Some(taking));
+    let Value::Array(first) = first else {
+        panic!("granted: {first:?}")
+    };
+    assert_eq!(first.first(), Some(&Value::Int(1)));
+    assert_eq!(
+        s.sem_release("h", 0),
+        Value::Int(3),
+        "slot 0 to R's registration"
+    );
+    let again = Handover {
+        other: "grant-r",
+        ..taking
+    };
+    let replay = s.sem("w1", 2, Some(again));
+    let Value::Array(replay) = replay else {
+        panic!("granted: {replay:?}")
+    };
+    assert_eq!(replay[..2], first[..2], "the first send's slot and fence");
+    let slot0: Option<String> = redis::cmd("GET")
+        .arg(format!("{}:0", s.names.of("sem")))
+        .query(&mut server.conn())
+        .expect("GET");
+    assert!(
+        slot0.is_some_and(|v| v.starts_with("grant-r:")),
+        "the grant stays for the next waiter"
+    );
+}

@@ -14,7 +14,8 @@
 -- One `MGET` reads the count record, every slot declared and the queue's
 -- flag. A token of this locker already in a slot gets that slot
 -- and fence back, with the full lease from this attempt on (a replay, or
--- the claim of a slot the hand-over granted: handover.lua `claim`).
+-- the claim of a slot the hand-over granted: handover.lua `claim`); its
+-- own token before its grant token.
 -- A permit count other than the recorded one is refused while any slot of
 -- the recorded count is held (the reply `['permits', n]`) and replaces the
 -- record when none is, so lockers that disagree never hold more than one
@@ -50,16 +51,21 @@ for i = 1, permits do
   end
 end
 local next_registers = H and H.grant ~= '' and H.keep ~= 'd'
-for i = 1, n do
-  local fence = our_fence(H, held[i])
-  if fence then
-    claim(H, KEYS[1 + i], fence)
-    if next_registers and H.keep == 'k' then
-      enqueue(H, ARGV[1])
-    end
-    -- The third value 1: the waiter registered, and no slot is free.
-    return {i - 1, fence, (next_registers and #free == 0) and 1 or nil}
+-- Its own token first (a replay: the first send's slot), then its grant
+-- token (a claim): a replay never claims a grant beside its own slot.
+local at, fence
+for j = 1, 2 * n do
+  local i = (j - 1) % n + 1
+  fence = fence or our_fence(j > n and H, held[i])
+  at = at or (fence and i)
+end
+if at then
+  claim(H, KEYS[1 + at], fence)
+  if next_registers and H.keep == 'k' then
+    enqueue(H, ARGV[1])
   end
+  -- The third value 1: the waiter registered, and no slot is free.
+  return {at - 1, fence, (next_registers and #free == 0) and 1 or nil}
 end
 if stored ~= permits then
   for i = 1, stored do

@@ -1001,8 +1001,8 @@ fn mutation_replay_without_own_slot_is_caught() {
     let mut sources = Sources::real();
     sources.mutate(
         "SEM_ACQUIRE_LUA",
-        "local fence = our_fence(H, held[i])",
-        "local fence = false",
+        "fence = fence or our_fence(j > n and H, held[i])",
+        "fence = false",
         1,
     );
     match explore(

@@ -11,29 +11,16 @@
 //! See `redlease --help` and the README's "Command-line tool" section for
 //! the options and exit codes.
 
-// The binary's root is src/bin/redlease.rs, so its modules are named with
-// their paths in src/bin/redlease/ (a directory of its own, not a target).
-#[path = "redlease/child.rs"]
 mod child;
-#[path = "redlease/cli.rs"]
 mod cli;
-#[path = "redlease/connect.rs"]
 mod connect;
-#[path = "redlease/duration.rs"]
 mod duration;
-#[path = "redlease/held.rs"]
 mod held;
-#[path = "redlease/holder.rs"]
 mod holder;
-#[path = "redlease/leader.rs"]
 mod leader;
-#[path = "redlease/output.rs"]
 mod output;
-#[path = "redlease/run.rs"]
 mod run;
-#[path = "redlease/signals.rs"]
 mod signals;
-#[path = "redlease/status.rs"]
 mod status;
 
 use std::process::ExitCode;

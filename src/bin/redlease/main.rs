@@ -157,14 +157,7 @@ impl Target {
             }
         }
         // Parsing does not connect.
-        let (client, note) = connect::client(global, &url, url_from)?;
-        if let Some(note) = note {
-            if global.tls_ca_cert_from_env {
-                out.detail(note);
-            } else {
-                out.notice(note);
-            }
-        }
+        let client = connect::client(global, &url, url_from, out)?;
         Ok(Target {
             client,
             namespace: namespace.to_owned(),

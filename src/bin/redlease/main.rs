@@ -50,16 +50,16 @@ fn main() -> ExitCode {
         Target::resolve(&cli.global, keys, out).map_err(|why| usage_error(sub, why))
     };
     let code = match &cli.command {
-        Command::Run(args) => resolve("run", &args.keys()).map(|t| run::run(t, args, out)),
+        Command::Run(args) => resolve("run", &args.keys()).and_then(|t| run::run(t, args, out)),
         Command::Status(args) => {
-            resolve("status", &[&args.key]).map(|t| status::status(t, args, out))
+            resolve("status", &[&args.key]).and_then(|t| status::status(t, args, out))
         }
         Command::Leader(args) => {
-            resolve("leader", &[&args.name]).map(|t| leader::leader(t, args, out))
+            resolve("leader", &[&args.name]).and_then(|t| leader::leader(t, args, out))
         }
         Command::Elect(args) => resolve("elect", &[&args.name]).and_then(|t| {
             let value = leader::value_of(args).map_err(|why| usage_error("elect", why))?;
-            Ok(run::run(t, &args.to_run(value), out))
+            run::run(t, &args.to_run(value), out)
         }),
     };
     ExitCode::from(code.unwrap_or_else(|code| code))

@@ -158,7 +158,7 @@ pub(crate) fn cli_rules(ns: &str) -> Vec<String> {
 }
 
 /// Every key name the library and the CLI write for namespace `ns`
-/// (src/core/names.rs, src/core/election.rs, src/bin/redlease.rs), with
+/// (src/core/names.rs, src/core/election.rs, src/bin/redlease/main.rs), with
 /// and without a key's hash tag (`key_hash_tags`): `<ns>:<kind>:{...`.
 fn written_keys(ns: &str) -> Vec<String> {
     let sha = "ab".repeat(32);

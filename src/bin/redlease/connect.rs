@@ -12,6 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 use crate::cli::Global;
+use crate::output::Out;
 
 /// The URL: `--url`, else REDLEASE_URL (both through clap), else
 /// REDIS_URL, which other programs may use for a server of their own.
@@ -41,13 +42,14 @@ fn var(name: &str) -> Result<Option<String>, String> {
 }
 
 /// The client for `url`, with the password from `--password-file` or
-/// REDISCLI_AUTH and the CA of `--tls-ca-cert`. The second item is a note
-/// for the user (a CA given for a URL without TLS).
+/// REDISCLI_AUTH and the CA of `--tls-ca-cert`; a CA given for a URL
+/// without TLS is noted to the user.
 pub(crate) fn client(
     global: &Global,
     url: &str,
     from: &str,
-) -> Result<(redis::Client, Option<String>), String> {
+    out: Out,
+) -> Result<redis::Client, String> {
     let mut info = connection_info(url, from)?;
     if let Some(password) = password(global, info.redis_settings().password().is_some())? {
         let settings = info.redis_settings().clone().set_password(password);
@@ -60,16 +62,21 @@ pub(crate) fn client(
                 client_tls: None,
                 root_cert: Some(ca_pem(path)?),
             };
-            let client = redis::Client::build_with_tls(info, certs)
-                .map_err(|_| format!("cannot use --tls-ca-cert {}", path.display()))?;
-            Ok((client, None))
+            redis::Client::build_with_tls(info, certs)
+                .map_err(|_| format!("cannot use --tls-ca-cert {}", path.display()))
         }
         ca => {
-            let note = ca
-                .as_ref()
-                .map(|_| format!("--tls-ca-cert is not used: {from} is not a rediss:// (TLS) URL"));
             let client = redis::Client::open(info).map_err(|_| invalid(from, "not a Redis URL"))?;
-            Ok((client, note))
+            if ca.is_some() {
+                let note =
+                    format!("--tls-ca-cert is not used: {from} is not a rediss:// (TLS) URL");
+                if global.tls_ca_cert_from_env {
+                    out.detail(note);
+                } else {
+                    out.notice(note);
+                }
+            }
+            Ok(client)
         }
     }
 }

@@ -23,26 +23,19 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let too_large = || format!("'{trimmed}' is too large");
     let mut rest = trimmed;
     let mut total: u128 = 0;
-    let mut parts = 0;
     while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, after) = rest.split_at(number_len);
+        let (number, after) = split_while(rest, |c| c.is_ascii_digit() || c == '.');
         if number.is_empty() {
             return Err(format!(
                 "'{trimmed}' is not a duration: expected a number before '{after}' \
                  (e.g. 10s, 1.5s, 1m30s, or 5 for seconds)"
             ));
         }
-        let unit_len = after
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(after.len());
-        let (unit, after) = after.split_at(unit_len);
+        let (unit, after) = split_while(after, |c| c.is_ascii_alphabetic());
         let nanos_per_unit: u128 = match unit {
             // A bare number is seconds, but only on its own: `1m30` is
             // more likely a typo than 1 minute 30 seconds.
-            "" if parts == 0 && after.trim().is_empty() => 1_000_000_000,
+            "" if number == trimmed => 1_000_000_000,
             "" => {
                 return Err(format!(
                     "'{trimmed}': '{number}' has no unit; use {UNITS} (e.g. 1m30s)"
@@ -63,11 +56,15 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         let nanos = scaled(number, nanos_per_unit)
             .ok_or_else(|| format!("'{trimmed}' is not a duration: '{number}' is not a number"))?;
         total = total.checked_add(nanos).ok_or_else(too_large)?;
-        parts += 1;
         rest = after.trim_start();
     }
     let secs = u64::try_from(total / 1_000_000_000).map_err(|_| too_large())?;
     Ok(Duration::new(secs, (total % 1_000_000_000) as u32))
+}
+
+/// `s` split after its longest prefix of characters that `keep`.
+fn split_while(s: &str, keep: impl Fn(char) -> bool) -> (&str, &str) {
+    s.split_at(s.find(|c| !keep(c)).unwrap_or(s.len()))
 }
 
 /// `number` (digits, at most one `.`) times `per_unit` nanoseconds,

@@ -33,7 +33,9 @@ const FIRST_STATE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often `--watch` asks whether Redis answers.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 
-pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
+/// Shows (or watches) `args.name`'s leader; `Err` is the exit code of a
+/// failure already reported.
+pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> Result<u8, u8> {
     let config = Config::new(target.namespace.clone())
         .command_timeout(TIMEOUT)
         .shutdown_timeout(TIMEOUT);
@@ -44,14 +46,12 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
         ));
         exit::UNAVAILABLE
     };
-    let locker = match Locker::new(target.client.clone(), config) {
-        Ok(locker) => Arc::new(locker),
-        Err(e) => return unavailable(&describe_error(&e)),
-    };
-    let election = match locker.election(&args.name) {
-        Ok(election) => election,
-        Err(e) => return crate::usage_error("leader", e),
-    };
+    let locker = Locker::new(target.client.clone(), config)
+        .map(Arc::new)
+        .map_err(|e| unavailable(&describe_error(&e)))?;
+    let election = locker
+        .election(&args.name)
+        .map_err(|e| crate::usage_error("leader", e))?;
     if !args.watch {
         let (version, leader) = match election.leader() {
             Ok(Some(leader)) => (leader.version, Some(leader)),
@@ -59,22 +59,17 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
                 Some(first) => (first.version, first.leader),
                 None => {
                     let waited = human(FIRST_STATE_TIMEOUT);
-                    return unavailable(&format_args!("no answer within {waited}"));
+                    return Err(unavailable(&format_args!("no answer within {waited}")));
                 }
             },
-            Err(e) => return unavailable(&describe_error(&e)),
+            Err(e) => return Err(unavailable(&describe_error(&e))),
         };
         print(&[&line(leader.as_ref(), version, None, args.json), b"\n"]);
-        return if leader.is_some() { 0 } else { VACANT };
+        return Ok(if leader.is_some() { 0 } else { VACANT });
     }
     // Until SIGINT or SIGTERM: the locker's shutdown ends the observer.
-    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
-        Ok(signals) => signals,
-        Err(e) => {
-            out.fatal(format_args!("cannot set up signal handling: {e}"));
-            return exit::SOFTWARE;
-        }
-    };
+    let mut signals =
+        Signals::new([SIGINT, SIGTERM]).map_err(|e| crate::signals::setup_failed(out, &e))?;
     let stopper = locker.clone();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
@@ -86,7 +81,7 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> u8 {
         let text = line(o.leader.as_ref(), o.version, Some(o.resync), args.json);
         print(&[&text, b"\n"]);
     }
-    0
+    Ok(0)
 }
 
 /// The election's state with its version, for a vacancy, whose version

@@ -35,7 +35,8 @@ const WATCH_POLL: Duration = Duration::from_millis(50);
 /// Connect and command timeout of the progress line's `PTTL` queries.
 const PROGRESS_QUERY_TIMEOUT: Duration = Duration::from_millis(500);
 
-pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
+/// Runs `args`; `Err` is the exit code of a failure already reported.
+pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> Result<u8, u8> {
     // Each renew must fail well within the lease (it is sent at lease/2 and
     // must be answered by 3/4), so a holder cut off from Redis learns it in
     // time from its own clock.
@@ -47,37 +48,28 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> u8 {
         .wait(args.wait())
         .command_timeout(command_timeout)
         .shutdown_timeout(command_timeout * 2);
-    if let Err(e) = config.validate() {
-        return usage_error("run", describe_invalid(&e));
-    }
+    config
+        .validate()
+        .map_err(|e| usage_error("run", describe_invalid(&e)))?;
 
     let (events_tx, events) = mpsc::channel();
     let cancel = CancelHandle::new();
-    let signals = match SignalWatch::start(events_tx.clone(), cancel.clone(), out) {
-        Ok(s) => s,
-        Err(e) => {
-            out.fatal(format_args!("cannot set up signal handling: {e}"));
-            return exit::SOFTWARE;
-        }
-    };
-
-    let locker = match Locker::new(target.client.clone(), config) {
-        Ok(l) => l,
-        Err(e) => {
-            // The library's words for a failed connect, after the address
-            // the user gave (which the library never names).
-            let shown = e.to_string();
-            let cause = match shown.strip_prefix("could not connect to redis: ") {
-                Some(cause) => format!("{cause} ({})", e.code()),
-                None => describe_error(&e),
-            };
-            let at = target.address();
-            out.fatal(format_args!(
-                "cannot connect to Redis at {at}: {cause}; the command did not run"
-            ));
-            return exit_code_of(&e);
-        }
-    };
+    let signals = SignalWatch::start(events_tx.clone(), cancel.clone(), out)
+        .map_err(|e| signals::setup_failed(out, &e))?;
+    let locker = Locker::new(target.client.clone(), config).map_err(|e| {
+        // The library's words for a failed connect, after the address the
+        // user gave (which the library never names).
+        let shown = e.to_string();
+        let cause = match shown.strip_prefix("could not connect to redis: ") {
+            Some(cause) => format!("{cause} ({})", e.code()),
+            None => describe_error(&e),
+        };
+        let at = target.address();
+        out.fatal(format_args!(
+            "cannot connect to Redis at {at}: {cause}; the command did not run"
+        ));
+        exit_code_of(&e)
+    })?;
     let wanted = match (args.permits, &args.elect) {
         (_, Some(_)) => Wanted::Leadership,
         (Some(n), None) => Wanted::Permit(n),
@@ -115,38 +107,33 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> u8 {
+    /// Acquires what `args` asks for and runs the command under it; `Err`
+    /// is the exit code of a failure already reported.
+    fn acquire_and_run(&self, locker: &Locker, cancel: &CancelHandle) -> Result<u8, u8> {
         let (key, args) = (&self.args.key, self.args);
-        let acquired = || -> Result<u8, Error> {
-            Ok(if let Some(value) = &args.elect {
-                let election = locker.election(key)?;
-                self.hold_and_run(self.acquire(cancel, |o| election.campaign_with(value, o)))
-            } else if let Some(permits) = args.permits {
-                let semaphore = locker.semaphore(key, permits)?;
-                self.hold_and_run(self.acquire(cancel, |o| semaphore.acquire_with(o)))
-            } else if args.shared {
-                let rw = locker.rw_lock(key)?;
-                self.hold_and_run(self.acquire(cancel, |o| rw.read_with(o)))
-            } else if args.exclusive {
-                let rw = locker.rw_lock(key)?;
-                self.hold_and_run(self.acquire(cancel, |o| rw.write_with(o)))
-            } else if !args.also.is_empty() {
-                let keys = args.keys();
-                self.hold_and_run(self.acquire(cancel, |o| locker.acquire_all_with(&keys, o)))
-            } else {
-                self.hold_and_run(self.acquire(cancel, |o| locker.acquire_with(key, o)))
-            })
-        };
-        acquired().unwrap_or_else(|e| self.cannot_acquire(&e))
+        let failed = |e: Error| self.cannot_acquire(&e);
+        Ok(if let Some(value) = &args.elect {
+            let election = locker.election(key).map_err(failed)?;
+            self.hold_and_run(self.acquire(cancel, |o| election.campaign_with(value, o))?)
+        } else if let Some(permits) = args.permits {
+            let semaphore = locker.semaphore(key, permits).map_err(failed)?;
+            self.hold_and_run(self.acquire(cancel, |o| semaphore.acquire_with(o))?)
+        } else if args.shared {
+            let rw = locker.rw_lock(key).map_err(failed)?;
+            self.hold_and_run(self.acquire(cancel, |o| rw.read_with(o))?)
+        } else if args.exclusive {
+            let rw = locker.rw_lock(key).map_err(failed)?;
+            self.hold_and_run(self.acquire(cancel, |o| rw.write_with(o))?)
+        } else if !args.also.is_empty() {
+            let keys = args.keys();
+            self.hold_and_run(self.acquire(cancel, |o| locker.acquire_all_with(&keys, o))?)
+        } else {
+            self.hold_and_run(self.acquire(cancel, |o| locker.acquire_with(key, o))?)
+        })
     }
 
-    /// Runs the command under the lease `acquired` holds (or returns the
-    /// exit code of the failed acquire).
-    fn hold_and_run<H: Held>(&self, acquired: Result<H, u8>) -> u8 {
-        let lease = match acquired {
-            Ok(lease) => lease,
-            Err(code) => return code,
-        };
+    /// Runs the command under `lease`; the exit code.
+    fn hold_and_run<H: Held>(&self, lease: H) -> u8 {
         // Signals seen so far are either of no interest (SIGCHLD of nobody)
         // or recorded as the first stop signal. Drain first, check next: a
         // signal arriving in between is either seen here or stays queued and

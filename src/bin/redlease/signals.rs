@@ -18,6 +18,7 @@ use signal_hook::iterator::exfiltrator::origin::WithOrigin;
 use signal_hook::iterator::{Handle, SignalsInfo};
 use signal_hook::low_level::siginfo::Cause;
 
+use crate::cli::exit;
 use crate::output::Out;
 
 /// Stop requests: passed on to the command (which gets --kill-after to
@@ -117,6 +118,12 @@ impl Drop for SignalWatch {
     fn drop(&mut self) {
         self.handle.close();
     }
+}
+
+/// Reports that signal handling could not be set up; the exit code.
+pub(crate) fn setup_failed(out: Out, e: &std::io::Error) -> u8 {
+    out.fatal(format_args!("cannot set up signal handling: {e}"));
+    exit::SOFTWARE
 }
 
 /// Whether `sig` asks redlease (and so the command) to stop: the command

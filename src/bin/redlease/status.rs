@@ -96,7 +96,9 @@ impl PermitsStatus {
 /// One lease's reply: `PTTL`, fence counter, holder record.
 type SlotReply = (i64, Option<String>, Option<String>);
 
-pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
+/// Shows `args.key`'s status; `Err` is the exit code of a failure already
+/// reported.
+pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> Result<u8, u8> {
     let key = args.key.as_str();
     // The permit count in use, the replies, and whether the lock is only
     // reserved.
@@ -130,23 +132,20 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         Some(_) => ("semaphore", "a slot's fence counter"),
         None => ("lock", "the fence counter"),
     };
-    let (in_use, replies, reserved) = match read() {
-        Ok(reply) => reply,
-        Err(e) => {
-            let (at, why) = (target.address(), describe_redis(&e));
-            out.fatal(format_args!(
-                "cannot read the {what}'s status from Redis at {at}: {why}"
-            ));
-            return exit::UNAVAILABLE;
-        }
-    };
+    let (in_use, replies, reserved) = read().map_err(|e| {
+        let (at, why) = (target.address(), describe_redis(&e));
+        out.fatal(format_args!(
+            "cannot read the {what}'s status from Redis at {at}: {why}"
+        ));
+        exit::UNAVAILABLE
+    })?;
     let mut slots = Vec::with_capacity(replies.len());
     for (pttl, fence, holder) in replies {
         let Ok(fence) = fence.map(|f| f.parse::<u64>()).transpose() else {
             out.fatal(format_args!(
                 "{fence_counter} in Redis is not a decimal integer"
             ));
-            return exit::UNAVAILABLE;
+            return Err(exit::UNAVAILABLE);
         };
         slots.push(slot_status(pttl, fence, holder.as_deref(), reserved));
     }
@@ -159,11 +158,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> u8 {
         Some(permits) => permits_text(&PermitsStatus::new(permits, in_use, slots)),
     };
     print(&[report.as_bytes()]);
-    if held {
-        0
-    } else {
-        FREE
-    }
+    Ok(if held { 0 } else { FREE })
 }
 
 /// The `PTTL` of each lease of `names` (`[lease, fence counter, holder

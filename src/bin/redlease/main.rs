@@ -11,29 +11,16 @@
 //! See `redlease --help` and the README's "Command-line tool" section for
 //! the options and exit codes.
 
-// The binary's root is src/bin/redlease.rs, so its modules are named with
-// their paths in src/bin/redlease/ (a directory of its own, not a target).
-#[path = "redlease/child.rs"]
 mod child;
-#[path = "redlease/cli.rs"]
 mod cli;
-#[path = "redlease/connect.rs"]
 mod connect;
-#[path = "redlease/duration.rs"]
 mod duration;
-#[path = "redlease/held.rs"]
 mod held;
-#[path = "redlease/holder.rs"]
 mod holder;
-#[path = "redlease/leader.rs"]
 mod leader;
-#[path = "redlease/output.rs"]
 mod output;
-#[path = "redlease/run.rs"]
 mod run;
-#[path = "redlease/signals.rs"]
 mod signals;
-#[path = "redlease/status.rs"]
 mod status;
 
 use std::process::ExitCode;
@@ -63,16 +50,16 @@ fn main() -> ExitCode {
         Target::resolve(&cli.global, keys, out).map_err(|why| usage_error(sub, why))
     };
     let code = match &cli.command {
-        Command::Run(args) => resolve("run", &args.keys()).map(|t| run::run(t, args, out)),
+        Command::Run(args) => resolve("run", &args.keys()).and_then(|t| run::run(t, args, out)),
         Command::Status(args) => {
-            resolve("status", &[&args.key]).map(|t| status::status(t, args, out))
+            resolve("status", &[&args.key]).and_then(|t| status::status(t, args, out))
         }
         Command::Leader(args) => {
-            resolve("leader", &[&args.name]).map(|t| leader::leader(t, args, out))
+            resolve("leader", &[&args.name]).and_then(|t| leader::leader(t, args, out))
         }
         Command::Elect(args) => resolve("elect", &[&args.name]).and_then(|t| {
             let value = leader::value_of(args).map_err(|why| usage_error("elect", why))?;
-            Ok(run::run(t, &args.to_run(value), out))
+            run::run(t, &args.to_run(value), out)
         }),
     };
     ExitCode::from(code.unwrap_or_else(|code| code))
@@ -170,14 +157,7 @@ impl Target {
             }
         }
         // Parsing does not connect.
-        let (client, note) = connect::client(global, &url, url_from)?;
-        if let Some(note) = note {
-            if global.tls_ca_cert_from_env {
-                out.detail(note);
-            } else {
-                out.notice(note);
-            }
-        }
+        let client = connect::client(global, &url, url_from, out)?;
         Ok(Target {
             client,
             namespace: namespace.to_owned(),

@@ -373,13 +373,11 @@ impl Commands {
         }
         drop(answer);
         for _ in 0..calls.len() {
-            let next = match until {
-                Some(until) => answers
-                    .recv_timeout(until.saturating_duration_since(now()))
-                    .ok(),
-                None => answers.recv().ok(),
+            // Without `until`, `Duration::MAX` waits as `recv` does.
+            let left = until.map_or(Duration::MAX, |at| at.saturating_duration_since(now()));
+            let Ok((i, reply)) = answers.recv_timeout(left) else {
+                break;
             };
-            let Some((i, reply)) = next else { break };
             replies[i] = Some(reply);
         }
         replies

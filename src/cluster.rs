@@ -40,7 +40,7 @@ pub(crate) fn cluster_client(
 /// The address of the node at `host:port` (from `CLUSTER SLOTS` or a
 /// redirect), over TLS with the template's TLS parameters (custom roots,
 /// client certificate, `#insecure`) when the template connects with TLS.
-pub(crate) fn node_addr(
+fn node_addr(
     template: Option<&redis::ConnectionInfo>,
     host: String,
     port: u16,
@@ -90,11 +90,20 @@ pub(crate) fn ask_node_info(
         .and_then(|(addr, _slot)| addr.rsplit_once(':'))
         .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
         .ok_or_else(|| ask.clone())?;
+    node_info(template, host, port)
+}
+
+/// How to reach the node at `host:port`: as the `template` node is reached
+/// (credentials, settings, TLS) when known.
+pub(crate) fn node_info(
+    template: Option<&redis::ConnectionInfo>,
+    host: String,
+    port: u16,
+) -> redis::RedisResult<redis::ConnectionInfo> {
+    let addr = node_addr(template, host, port);
     match template {
-        Some(template) => Ok(template
-            .clone()
-            .set_addr(node_addr(Some(template), host, port))),
-        None => redis::IntoConnectionInfo::into_connection_info((host, port)),
+        Some(template) => Ok(template.clone().set_addr(addr)),
+        None => redis::IntoConnectionInfo::into_connection_info(addr),
     }
 }
 

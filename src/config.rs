@@ -333,11 +333,8 @@ impl Config {
 
 /// `InvalidConfig` for `option` with `why` unless `ok`.
 pub(crate) fn ensure(ok: bool, option: &'static str, why: impl Into<String>) -> Result<(), Error> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_config(option, why))
-    }
+    ok.then_some(())
+        .ok_or_else(|| Error::invalid_config(option, why))
 }
 
 /// The largest `max_value_bytes` (1 MiB).

@@ -377,14 +377,10 @@ fn tls_reason(e: &redis::RedisError) -> Option<String> {
 /// support compiled in names the feature to enable.
 pub(crate) fn url_error(option: &'static str, what: &'static str, e: &redis::RedisError) -> Error {
     let text = e.to_string().to_ascii_lowercase();
-    if text.contains("can't connect with tls") || text.contains("tls") && text.contains("feature") {
-        Error::invalid_config(
-            option,
-            "rediss:// (TLS) needs the redlease feature `tls-rustls`, which is not enabled",
-        )
-    } else {
-        Error::invalid_config(option, what)
-    }
+    let no_tls =
+        text.contains("can't connect with tls") || text.contains("tls") && text.contains("feature");
+    let reason = "rediss:// (TLS) needs the redlease feature `tls-rustls`, which is not enabled";
+    Error::invalid_config(option, if no_tls { reason } else { what })
 }
 
 /// Whether Redis refused the connection's credentials (or wanted some):
@@ -407,10 +403,9 @@ fn phrases(e: &redis::RedisError) -> impl Fn(&str) -> bool {
 const NOT_RESP: &str = "invalid response|protocol";
 
 fn fmt_remaining(remaining: Option<Duration>) -> String {
-    match remaining {
-        Some(d) => format!(" (holder's lease has {} ms left)", d.as_millis()),
-        None => String::new(),
-    }
+    remaining.map_or_else(String::new, |d| {
+        format!(" (holder's lease has {} ms left)", d.as_millis())
+    })
 }
 
 impl Error {

@@ -42,7 +42,7 @@ use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
 use crate::driver::ops::Op;
 use crate::driver::state::{Connections, Shared};
-use crate::driver::target::Target;
+use crate::driver::target::Source;
 use crate::error::Error;
 use crate::handle::{LeaseState, Locker};
 
@@ -66,6 +66,11 @@ pub trait Front: sealed::Sealed + Sized + Clone + Send + Sync + 'static {
     #[doc(hidden)]
     type Serial: Default + Send + Sync + 'static;
 
+    /// The `retries` of a cluster client built from node URLs (the redis
+    /// crate's default where `None`).
+    #[doc(hidden)]
+    const CLUSTER_RETRIES: Option<u32>;
+
     /// Starts an operation when the call runs (an async call when first
     /// polled: futures do nothing until then), drives it to its end
     /// (holding `serial` when given) and hands its output, or the output
@@ -82,10 +87,10 @@ pub trait Front: sealed::Sealed + Sized + Clone + Send + Sync + 'static {
         O::Output: Send,
         T: 'a;
 
-    /// Opens a locker's connections to `target` and runs the connect-time
+    /// Opens a locker's connections to `source` and runs the connect-time
     /// checks (`config` is valid).
     #[doc(hidden)]
-    fn open(target: Target, config: Config) -> Self::Call<'static, Result<Locker<Self>, Error>>;
+    fn open(source: Source, config: Config) -> Self::Call<'static, Result<Locker<Self>, Error>>;
 
     /// A call whose result is known before anything is sent (bad input).
     #[doc(hidden)]

@@ -94,28 +94,17 @@ pub fn take() -> Vec<Mark> {
     std::mem::take(&mut *MARKS.lock())
 }
 
-/// Marks the send of a request, when it is an acquire or a release script.
-pub(crate) fn sending(request: &Request) {
-    if let Some((sent, _)) = steps_of(request) {
-        mark(sent);
-    }
-}
-
-/// Marks the reply (or failure) of such a request, back at its operation.
-pub(crate) fn replied(request: &Request) {
-    if let Some((_, replied)) = steps_of(request) {
-        mark(replied);
-    }
-}
-
-fn steps_of(request: &Request) -> Option<(Step, Step)> {
-    match request {
-        Request::Script { call, .. } => match call.kind {
-            ScriptKind::Acquire => Some((Step::AcquireSent, Step::AcquireReplied)),
-            ScriptKind::Release => Some((Step::ReleaseSent, Step::ReleaseReplied)),
-            _ => None,
-        },
-        Request::Releases { .. } => None,
+/// Marks the send of a request, or (`replied`) its reply or failure back at
+/// its operation, when it is an acquire or a release script.
+pub(crate) fn script(request: &Request, replied: bool) {
+    if let Request::Script { call, .. } = request {
+        match (call.kind, replied) {
+            (ScriptKind::Acquire, false) => mark(Step::AcquireSent),
+            (ScriptKind::Acquire, true) => mark(Step::AcquireReplied),
+            (ScriptKind::Release, false) => mark(Step::ReleaseSent),
+            (ScriptKind::Release, true) => mark(Step::ReleaseReplied),
+            _ => {}
+        }
     }
 }
 

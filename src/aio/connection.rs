@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::OptionFuture;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -328,10 +329,8 @@ impl Commands {
         if resend_as_eval(&result, counters) {
             result = call.eval().query_async::<Value>(&mut conn).await;
         }
-        let then_reply = match then_after(call, &result, then) {
-            Some(cmd) => Some(cmd.query_async::<Value>(&mut conn).await),
-            None => None,
-        };
+        let then_sent = then_after(call, &result, then).map(|cmd| cmd.query_async(&mut conn));
+        let then_reply = OptionFuture::from(then_sent).await;
         self.discard_if_broken(&result, call.slot());
         (result.map_err(Failure::Sent), then_reply)
     }

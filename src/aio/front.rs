@@ -17,7 +17,7 @@ use crate::core::outcome::ReleaseOutcome;
 use crate::driver::connect::{prepare, Ask};
 use crate::driver::ops::{answer, turn, Io, Op};
 use crate::driver::state::Shared;
-use crate::driver::target::Target;
+use crate::driver::target::Source;
 use crate::error::Error;
 use crate::front::{Async, Front};
 use crate::handle::{LeaseState, Locker};
@@ -32,6 +32,7 @@ impl Front for Async {
     type Call<'a, T: 'a> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
     type Commands = Commands;
     type Serial = futures::lock::Mutex<()>;
+    const CLUSTER_RETRIES: Option<u32> = None;
 
     fn run<'a, O, T>(
         shared: &'a Shared<Commands>,
@@ -56,9 +57,9 @@ impl Front for Async {
 
     /// Opens the shared multiplexed connection and sends the connect-time
     /// checks (`src/driver/connect.rs`) on it.
-    fn open(target: Target, config: Config) -> Self::Call<'static, Result<Locker<Async>, Error>> {
+    fn open(source: Source, config: Config) -> Self::Call<'static, Result<Locker<Async>, Error>> {
         Box::pin(async move {
-            let (shared, mut checks) = prepare(target, config, None, Commands::new)?;
+            let (shared, mut checks) = prepare(source, config, Commands::new);
             while let Some(ask) = checks.next() {
                 let reply = match ask {
                     Ask::One(cmd) => shared.commands.query(&cmd).await,

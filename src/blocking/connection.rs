@@ -188,8 +188,8 @@ impl Commands {
                 }
                 Conn::One(one) => one,
             };
-            let probe = reused && one.needs_probe();
-            if let Probe::Sent(sent) = send_probed(one.as_mut(), &cmd.get_packed_command(), probe) {
+            let packed = cmd.get_packed_command();
+            if let Probe::Sent(sent) = send_probed(one.as_mut(), &packed, reused) {
                 let result = sent.and_then(|()| one.recv_response());
                 return Ok((Conn::One(one), result.and_then(Value::extract_error)));
             }
@@ -322,8 +322,7 @@ impl Commands {
                 return Ok(calls.iter().map(|_| None).collect());
             };
             one.set_timeout(timeout).map_err(Failure::Sent)?;
-            let probe = reused && one.needs_probe();
-            match send_probed(one.as_mut(), &bytes, probe) {
+            match send_probed(one.as_mut(), &bytes, reused) {
                 Probe::Stale => continue,
                 Probe::Sent(Err(e)) => return Err(Failure::Sent(e)),
                 // The connection's timeouts were changed: it is never reused.
@@ -373,13 +372,11 @@ impl Commands {
         }
         drop(answer);
         for _ in 0..calls.len() {
-            let next = match until {
-                Some(until) => answers
-                    .recv_timeout(until.saturating_duration_since(now()))
-                    .ok(),
-                None => answers.recv().ok(),
+            // Without `until`, `Duration::MAX` waits as `recv` does.
+            let left = until.map_or(Duration::MAX, |at| at.saturating_duration_since(now()));
+            let Ok((i, reply)) = answers.recv_timeout(left) else {
+                break;
             };
-            let Some((i, reply)) = next else { break };
             replies[i] = Some(reply);
         }
         replies
@@ -458,10 +455,11 @@ enum Probe {
     Sent(redis::RedisResult<()>),
 }
 
-/// Writes `bytes`, behind a `PING` in the same write when `probe`, and
+/// Writes `bytes`, behind a `PING` in the same write on a `reused`
+/// connection that needs it ([`OneServer::needs_probe`]), and
 /// reads the PING's reply; see the module docs.
-fn send_probed(conn: &mut dyn OneServer, bytes: &[u8], probe: bool) -> Probe {
-    if !probe {
+fn send_probed(conn: &mut dyn OneServer, bytes: &[u8], reused: bool) -> Probe {
+    if !(reused && conn.needs_probe()) {
         return Probe::Sent(conn.send_packed_command(bytes));
     }
     let mut probed = redis::cmd("PING").get_packed_command();

@@ -14,7 +14,7 @@ use crate::core::outcome::ReleaseOutcome;
 use crate::driver::connect::{prepare, Ask};
 use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Io, Op};
 use crate::driver::state::Shared;
-use crate::driver::target::Target;
+use crate::driver::target::Source;
 use crate::error::Error;
 use crate::front::{Blocking, Front};
 use crate::handle::{LeaseState, Locker};
@@ -29,6 +29,8 @@ impl Front for Blocking {
     type Call<'a, T: 'a> = T;
     type Commands = Commands;
     type Serial = Mutex<()>;
+    /// `retries(0)`: the redis crate would re-send a timed-out write.
+    const CLUSTER_RETRIES: Option<u32> = Some(0);
 
     fn run<'a, O, T>(
         shared: &'a Shared<Commands>,
@@ -46,8 +48,8 @@ impl Front for Blocking {
 
     /// Opens the connection pool and sends the connect-time checks
     /// (`src/driver/connect.rs`), each on a fresh connection.
-    fn open(target: Target, config: Config) -> Result<Locker<Blocking>, Error> {
-        let (shared, mut checks) = prepare(target, config, Some(0), Commands::new)?;
+    fn open(source: Source, config: Config) -> Result<Locker<Blocking>, Error> {
+        let (shared, mut checks) = prepare(source, config, Commands::new);
         while let Some(ask) = checks.next() {
             let reply = match ask {
                 Ask::One(cmd) => shared.commands.query_fresh(&cmd),

@@ -3,7 +3,7 @@
 //! [`Ask`] and hands the reply back:
 //!
 //! ```text
-//! let (shared, mut checks) = prepare(target, config, retries, Commands::new)?;
+//! let (shared, mut checks) = prepare(source, config, Commands::new);
 //! while let Some(ask) = checks.next() {
 //!     let reply = send(ask);             // one command, or every primary
 //!     checks.settle(&shared, reply)?;    // the first reply times the connect
@@ -25,25 +25,22 @@ use redis::Value;
 use crate::cluster::{sharded_pubsub_cmd, sharded_pubsub_verdict};
 use crate::config::Config;
 use crate::driver::state::Shared;
-use crate::driver::target::{Source, Target};
+use crate::driver::target::Source;
 use crate::error::{Error, Failure};
 use crate::eviction;
 use crate::key_names::Marker;
 use crate::server_version;
 
 /// A new locker's shared state, over the command connections `commands`
-/// opens to `target` (`retries`: the connect attempts of a blocking pool,
-/// `None` for the async connection), and the checks it runs before use.
+/// opens to `source`, and the checks it runs before use.
 pub(crate) fn prepare<C>(
-    target: Target,
+    source: Source,
     config: Config,
-    retries: Option<u32>,
     commands: impl FnOnce(Source, Duration) -> C,
-) -> Result<(Arc<Shared<C>>, Checks), Error> {
-    let source = target.source(&config, retries)?;
+) -> (Arc<Shared<C>>, Checks) {
     let checks = Checks::new(source.is_cluster(), &config);
     let commands = commands(source.clone(), config.command_timeout);
-    Ok((Shared::new(commands, source, config), checks))
+    (Shared::new(commands, source, config), checks)
 }
 
 /// A command to send for the checks.

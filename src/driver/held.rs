@@ -3,8 +3,9 @@
 //! which depends on how the command is sent.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::clock::now;
 use crate::core::core::LeaseId;
@@ -17,14 +18,6 @@ use crate::driver::ops::Granted;
 use crate::error::Error;
 use crate::lost::Lost;
 
-/// `replicas` before any replication check ran.
-const NO_REPLICAS: u32 = u32::MAX;
-
-/// `n` replicas as stored: never mistaken for [`NO_REPLICAS`].
-fn counted(n: u32) -> u32 {
-    n.min(NO_REPLICAS - 1)
-}
-
 pub(crate) struct Held {
     pub(crate) id: LeaseId,
     fence: Fence,
@@ -34,7 +27,8 @@ pub(crate) struct Held {
     /// Shared with the core while it extends a grant taken without its
     /// claim.
     clock: SharedClock,
-    replicas: AtomicU32,
+    /// `None` before any replication check ran.
+    replicas: Mutex<Option<u32>>,
     /// The hold time's metric (feature `metrics`).
     hold: HoldTimer,
 }
@@ -49,7 +43,7 @@ impl Held {
             slot: grant.slot,
             multi: grant.multi,
             clock: grant.clock,
-            replicas: AtomicU32::new(replicas.map_or(NO_REPLICAS, counted)),
+            replicas: Mutex::new(replicas),
             hold: granted.hold,
         }
     }
@@ -85,14 +79,11 @@ impl Held {
     }
 
     pub(crate) fn replicas(&self) -> Option<u32> {
-        match self.replicas.load(Ordering::SeqCst) {
-            NO_REPLICAS => None,
-            n => Some(n),
-        }
+        *self.replicas.lock()
     }
 
     pub(crate) fn set_replicas(&self, n: u32) {
-        self.replicas.store(counted(n), Ordering::SeqCst);
+        *self.replicas.lock() = Some(n);
     }
 
     /// The local deadline; `None` once ended (`Some(None)`: beyond any instant).

@@ -3,53 +3,21 @@
 
 use redis::cluster::ClusterClient;
 
-use crate::cluster::cluster_client;
-use crate::config::Config;
-use crate::error::{Error, Transport};
+use crate::error::Transport;
 use crate::sentinel::Resolver;
-
-/// A locker's server(s).
-#[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
-pub(crate) enum Target {
-    /// One server.
-    Standalone(redis::Client),
-    /// The primary Sentinel names, asked for at every new connection.
-    Sentinel(Resolver),
-    /// A cluster reached through these nodes; the front end builds the
-    /// client, and the first node is the template for direct connections
-    /// (credentials, TLS).
-    ClusterNodes(Vec<redis::ConnectionInfo>),
-    /// A cluster client the caller built.
-    Cluster(ClusterClient),
-}
 
 /// Where a locker's command connections and its subscriber's come from.
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant, reason = "one per locker, built once")]
 pub(crate) enum Source {
+    /// One server.
     Standalone(redis::Client),
-    /// A cluster client (built with the front end's `retries`), and how
-    /// to reach a node directly (credentials, protocol, TLS) when known.
+    /// A cluster client (one built from node URLs gets the front end's
+    /// `Front::CLUSTER_RETRIES`), and how to reach a node directly
+    /// (credentials, protocol, TLS) when known: the first node's.
     Cluster(ClusterClient, Option<redis::ConnectionInfo>),
     /// The primary Sentinel names, asked for at every new connection.
     Sentinel(Resolver),
-}
-
-impl Target {
-    /// Where the connections come from; a cluster client built here gets
-    /// `retries` when given (the blocking front end's `0`, so that a
-    /// timed-out write is never re-sent behind the locker's back).
-    pub(crate) fn source(self, config: &Config, retries: Option<u32>) -> Result<Source, Error> {
-        Ok(match self {
-            Target::Standalone(client) => Source::Standalone(client),
-            Target::Sentinel(resolver) => Source::Sentinel(resolver),
-            Target::ClusterNodes(nodes) => {
-                let (client, template) = cluster_client(nodes, config, retries)?;
-                Source::Cluster(client, template)
-            }
-            Target::Cluster(client) => Source::Cluster(client, None),
-        })
-    }
 }
 
 impl Source {

@@ -1,10 +1,11 @@
 //! The constructors of `Locker<F>`, written once: each validates its input
-//! and names a [`Target`]; the front end opens the connections and runs the
+//! and names a [`Source`]; the front end opens the connections and runs the
 //! connect-time checks (`Front::open`).
 
 use super::locker::Locker;
-use crate::config::Config;
-use crate::driver::target::Target;
+use crate::cluster::cluster_client;
+use crate::config::{ensure, Config};
+use crate::driver::target::Source;
 use crate::error::{url_error, Error};
 use crate::front::{Call, Front};
 use crate::sentinel::{Resolver, SentinelOptions};
@@ -42,11 +43,11 @@ impl<F: Front> Locker<F> {
         url: impl IntoConnectionInfo,
         config: Config,
     ) -> Call<'static, F, Result<Self, Error>> {
-        Self::open(config, || {
+        Self::open(config, |_| {
             // The redis error would echo the URL, which may carry a password.
             url.into_connection_info()
                 .and_then(redis::Client::open)
-                .map(Target::Standalone)
+                .map(Source::Standalone)
                 .map_err(|e| url_error("url", "not a valid Redis connection URL", &e))
         })
     }
@@ -59,7 +60,7 @@ impl<F: Front> Locker<F> {
     ///
     /// As [`connect`](Self::connect).
     pub fn new(client: redis::Client, config: Config) -> Call<'static, F, Result<Self, Error>> {
-        Self::open(config, || Ok(Target::Standalone(client)))
+        Self::open(config, |_| Ok(Source::Standalone(client)))
     }
 
     /// Connects to the primary that Redis Sentinel names `master_name`,
@@ -103,8 +104,8 @@ impl<F: Front> Locker<F> {
         node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
         config: Config,
     ) -> Call<'static, F, Result<Self, Error>> {
-        Self::open(config, || {
-            Resolver::new(sentinel_urls, master_name, node).map(Target::Sentinel)
+        Self::open(config, |_| {
+            Resolver::new(sentinel_urls, master_name, node).map(Source::Sentinel)
         })
     }
 
@@ -142,8 +143,8 @@ impl<F: Front> Locker<F> {
         options: SentinelOptions,
         config: Config,
     ) -> Call<'static, F, Result<Self, Error>> {
-        Self::open(config, || {
-            Resolver::with_options(sentinel_urls, master_name, options).map(Target::Sentinel)
+        Self::open(config, |_| {
+            Resolver::with_options(sentinel_urls, master_name, options).map(Source::Sentinel)
         })
     }
 
@@ -170,13 +171,13 @@ impl<F: Front> Locker<F> {
         nodes: impl IntoIterator<Item = T>,
         config: Config,
     ) -> Call<'static, F, Result<Self, Error>> {
-        Self::open(config, || {
-            nodes
-                .into_iter()
-                .map(|node| node.into_connection_info())
+        Self::open(config, |config| {
+            let nodes = (nodes.into_iter().map(|node| node.into_connection_info()))
                 .collect::<Result<Vec<_>, _>>()
-                .map(Target::ClusterNodes)
-                .map_err(|e| url_error("nodes", "not valid Redis Cluster node URLs", &e))
+                .map_err(|e| url_error("nodes", "not valid Redis Cluster node URLs", &e))?;
+            no_replicas_on_cluster(config)?;
+            let (client, template) = cluster_client(nodes, config, F::CLUSTER_RETRIES)?;
+            Ok(Source::Cluster(client, template))
         })
     }
 
@@ -196,27 +197,26 @@ impl<F: Front> Locker<F> {
         client: redis::cluster::ClusterClient,
         config: Config,
     ) -> Call<'static, F, Result<Self, Error>> {
-        Self::open(config, || Ok(Target::Cluster(client)))
+        Self::open(config, |config| {
+            no_replicas_on_cluster(config).map(|()| Source::Cluster(client, None))
+        })
     }
 
-    /// Validates `config`, then the target, then lets the front end open
+    /// Validates `config`, then the source, then lets the front end open
     /// the connections.
     fn open(
         config: Config,
-        target: impl FnOnce() -> Result<Target, Error>,
+        source: impl FnOnce(&Config) -> Result<Source, Error>,
     ) -> Call<'static, F, Result<Self, Error>> {
-        let target = config.validate().and_then(|()| match target()? {
-            Target::ClusterNodes(_) | Target::Cluster(_) if config.min_replicas.is_some() => {
-                Err(Error::invalid_config(
-                    "min_replicas",
-                    "not supported on Redis Cluster (WAIT must run on the node of each key)",
-                ))
-            }
-            target => Ok(target),
-        });
-        match target {
-            Ok(target) => F::open(target, config),
+        match config.validate().and_then(|()| source(&config)) {
+            Ok(source) => F::open(source, config),
             Err(e) => F::ready(Err(e)),
         }
     }
+}
+
+/// A cluster refuses `min_replicas`, before its client is built.
+fn no_replicas_on_cluster(config: &Config) -> Result<(), Error> {
+    let why = "not supported on Redis Cluster (WAIT must run on the node of each key)";
+    ensure(config.min_replicas.is_none(), "min_replicas", why)
 }

@@ -198,16 +198,11 @@ impl<F: Front> Election<F> {
     /// # Ok(()) }
     /// ```
     pub fn leader(&self) -> Call<'_, F, Result<Option<Leader>, Error>> {
-        let (shared, call) = (&self.shared, read_call(&self.names, None));
-        let start = move || {
-            let read = Single::new(&shared.state, Operation::Read, call, classify_current);
-            Ok(read)
-        };
-        F::run(shared, None, start, |read| read.map(|now| now.leader))
+        let (state, call) = (&self.shared.state, read_call(&self.names, None));
+        let start = move || Ok(Single::new(state, Operation::Read, call, classify_current));
+        F::run(&self.shared, None, start, |read| read.map(|now| now.leader))
     }
-}
 
-impl<F: Front> Election<F> {
     /// Every change of this election, in order, from now on: an
     /// [`Observer`] (blocking: an `Iterator`; async: a `Stream`) of
     /// [`Observation`](crate::Observation)s. The first item is the current
@@ -366,9 +361,12 @@ impl<F: Front> Leadership<F> {
         let start = move || {
             let last = self.last.lock().0;
             let call = state.with_core(|core| core.proclaim_call(id, &value, last));
-            let call = call.map_err(Err)?;
-            let single = Single::new(state, Operation::Proclaim, call, classify_proclaim);
-            Ok(single)
+            Ok(Single::new(
+                state,
+                Operation::Proclaim,
+                call.map_err(Err)?,
+                classify_proclaim,
+            ))
         };
         let serial = Some(lease.serial());
         F::run(lease.shared(), serial, start, move |reply| match reply? {

@@ -68,14 +68,14 @@ pub(crate) fn turn<O: Op>(op: &mut O) -> (Io<O::Output>, Option<EventListener>) 
     let listener = op.listener();
     let step = op.next(now());
     if let Io::Send(request) = &step {
-        probe::sending(request);
+        probe::script(request, false);
     }
     (step, listener)
 }
 
 /// Hands the reply to `request` to `op`.
 pub(crate) fn answer<O: Op>(op: &mut O, request: &Request, reply: Reply) {
-    probe::replied(request);
+    probe::script(request, true);
     op.handle_reply(now(), reply);
 }
 

@@ -30,7 +30,7 @@ use super::{
     send_pass_ons,
 };
 use crate::clock::now;
-use crate::cluster::{slot_of, slots_cmd, NodeAddr, SlotMap};
+use crate::cluster::{node_info, slot_of, slots_cmd, NodeAddr, SlotMap};
 use crate::core::lease::deadline_after;
 use crate::core::names::{Channel, KeyId};
 use crate::core::notice::Notice;
@@ -261,7 +261,7 @@ impl Subscriber<'_> {
         }
         let Some(conn) = self.nodes.get_mut(&owner) else {
             if !self.connecting.contains_key(&owner) {
-                let info = self.node_info(&owner)?;
+                let info = node_info(self.template, owner.host.clone(), owner.port)?;
                 let timeout = self.state.config.command_timeout;
                 let rx = on_helper_thread(move || open_resp3(info, timeout));
                 self.connecting.insert(owner, rx);
@@ -313,16 +313,6 @@ impl Subscriber<'_> {
         for node in late {
             self.drop_node(&node);
             self.slots_stale = true;
-        }
-    }
-
-    /// How to reach `node`: the template's credentials and settings, when
-    /// known, at that address.
-    fn node_info(&self, node: &NodeAddr) -> RedisResult<ConnectionInfo> {
-        let addr = crate::cluster::node_addr(self.template, node.host.clone(), node.port);
-        match self.template {
-            Some(base) => Ok(base.clone().set_addr(addr)),
-            None => redis::IntoConnectionInfo::into_connection_info(addr),
         }
     }
 

@@ -95,9 +95,7 @@ impl Core {
 /// renew's, where an unknown outcome keeps the hold's deadline (a renew
 /// only ever extends it).
 pub(crate) fn handle_extension_reply(clock: &SharedClock, reply: Option<&Value>) {
-    let result = match reply.map(classify_renew) {
-        Some(Ok(outcome)) => RenewResult::Outcome(outcome),
-        _ => RenewResult::Unknown,
-    };
+    let outcome = reply.and_then(|reply| classify_renew(reply).ok());
+    let result = outcome.map_or(RenewResult::Unknown, RenewResult::Outcome);
     clock.lock().handle_renew_retrying(result);
 }

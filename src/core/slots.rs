@@ -56,27 +56,27 @@ impl<T> Slots<T> {
     }
 
     pub(crate) fn get(&self, id: SlotId) -> Option<&T> {
-        let entry = self.entries.get(id.index as usize)?;
+        let entry = self.entries.get(id.index as usize);
         entry
+            .filter(|e| e.generation == id.generation)?
             .value
             .as_ref()
-            .filter(|_| entry.generation == id.generation)
     }
 
     pub(crate) fn get_mut(&mut self, id: SlotId) -> Option<&mut T> {
-        let entry = self.entries.get_mut(id.index as usize)?;
+        let entry = self.entries.get_mut(id.index as usize);
         entry
+            .filter(|e| e.generation == id.generation)?
             .value
             .as_mut()
-            .filter(|_| entry.generation == id.generation)
     }
 
     pub(crate) fn remove(&mut self, id: SlotId) -> Option<T> {
-        let entry = self.entries.get_mut(id.index as usize)?;
-        if entry.generation != id.generation {
-            return None;
-        }
-        let value = entry.value.take()?;
+        let entry = self.entries.get_mut(id.index as usize);
+        let value = entry
+            .filter(|e| e.generation == id.generation)?
+            .value
+            .take()?;
         self.free.push(id.index);
         self.len -= 1;
         Some(value)

@@ -274,7 +274,13 @@ impl ScriptCall {
         let Some(h) = handover else {
             return;
         };
-        let grant = |named: bool| named.then(|| h.grant_token.to_hex()).unwrap_or_default();
+        let grant = |named: bool| {
+            if named {
+                h.grant_token.to_hex()
+            } else {
+                String::new()
+            }
+        };
         self.keys.extend([
             queue.list.clone(),
             queue.flag.clone(),

@@ -106,17 +106,14 @@ impl CoreSettings {
     /// Registers waiting lockers as `reg` in the hand-over queues, when the
     /// config asks for the hand-over.
     pub(crate) fn with_registration(mut self, reg: RegId) -> Self {
-        if self.handover_wanted {
-            let safety = self.notify_poll_interval.max(self.poll_interval);
-            // Both bounded by the config validation (at most 15 digits of ms).
-            self.handover = Some(HandoverSettings {
-                reg,
-                reg_ms: (safety.as_millis() as u64).saturating_mul(3).max(1),
-                claim_ms: self
-                    .claim_window
-                    .map_or(MIN_DEFAULT_CLAIM_MS, |w| w.as_millis() as u64),
-            });
-        }
+        let safety = self.notify_poll_interval.max(self.poll_interval);
+        // Both bounded by the config validation (at most 15 digits of ms).
+        let claim_ms = self.claim_window.map(|w| w.as_millis() as u64);
+        self.handover = self.handover_wanted.then(|| HandoverSettings {
+            reg,
+            reg_ms: (safety.as_millis() as u64).saturating_mul(3).max(1),
+            claim_ms: claim_ms.unwrap_or(MIN_DEFAULT_CLAIM_MS),
+        });
         self
     }
 }
@@ -310,10 +307,8 @@ impl Core {
     /// round trip): unless the config sets it, the claim window is four
     /// times that, and at least 100 ms.
     pub(crate) fn handle_connected(&mut self, took: Duration) {
-        if self.settings.claim_window.is_some() {
-            return;
-        }
-        if let Some(h) = &mut self.settings.handover {
+        let by_default = self.settings.claim_window.is_none();
+        if let Some(h) = self.settings.handover.as_mut().filter(|_| by_default) {
             let measured = u64::try_from(took.as_millis().saturating_mul(4)).unwrap_or(u64::MAX);
             // Bounded like a lease (at most 15 digits of ms).
             h.claim_ms = measured.clamp(MIN_DEFAULT_CLAIM_MS, 999_999_999_999_999);
@@ -1029,17 +1024,9 @@ impl Core {
     /// Whether any line of `id` (of any kind) has waiters, or an election
     /// of that id observers: they share the key's notification channel.
     pub(super) fn is_wanted(&self, id: KeyId) -> bool {
-        // One lookup per kind, not a scan of every line: this runs each time
-        // a line empties.
-        self.observed.contains_key(&id)
-            || Kind::ALL.iter().any(|&kind| {
-                self.lines
-                    .get(&LineKey { kind, id })
-                    .is_some_and(|line| !line.is_empty())
-            })
-            || self
-                .set_lines_with(id)
-                .any(|set| self.lines.get(&set).is_some_and(|line| !line.is_empty()))
+        // Not a scan of every line: this runs each time a line empties.
+        let waits = |key| self.lines.get(&key).is_some_and(|line| !line.is_empty());
+        self.observed.contains_key(&id) || self.lines_of(id).any(waits)
     }
 
     pub(super) fn safety_interval(&self) -> Duration {

@@ -365,19 +365,14 @@ pub(crate) fn classify_read(value: &Value) -> Result<ReadReply, ReplyError> {
     };
     let top = match top {
         Value::Nil => None,
-        Value::Array(entry) => Some(parse_entry(entry).ok_or_else(unexpected)?),
-        _ => return Err(unexpected()),
+        entry => Some(parse_entry(entry).ok_or_else(unexpected)?),
     };
     let entries = match rest {
         [] => Vec::new(),
-        [Value::Array(entries)] if entries.len() <= READ_BATCH => entries
-            .iter()
-            .map(|entry| match entry {
-                Value::Array(entry) => parse_entry(entry),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(unexpected)?,
+        [Value::Array(entries)] if entries.len() <= READ_BATCH => {
+            let entries = entries.iter().map(parse_entry);
+            entries.collect::<Option<_>>().ok_or_else(unexpected)?
+        }
         _ => return Err(unexpected()),
     };
     Ok(ReadReply {
@@ -415,8 +410,11 @@ impl Entry {
 }
 
 /// Parses `[id, [field, value, ...]]`.
-fn parse_entry(entry: &[Value]) -> Option<Entry> {
-    let [Value::BulkString(id), Value::Array(fields)] = entry else {
+fn parse_entry(entry: &Value) -> Option<Entry> {
+    let Value::Array(entry) = entry else {
+        return None;
+    };
+    let [Value::BulkString(id), Value::Array(fields)] = entry.as_slice() else {
         return None;
     };
     let version = Version::parse(id)?;

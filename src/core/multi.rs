@@ -296,6 +296,13 @@ impl Core {
             .map(|(set, _)| LineKey::multi(*set))
     }
 
+    /// Every line that waits for key `id`: one lookup per kind, and the
+    /// multi-key leases' lines of its sets.
+    pub(super) fn lines_of(&self, id: KeyId) -> impl Iterator<Item = LineKey> + '_ {
+        let own = Kind::ALL.iter().map(move |&kind| LineKey::new(kind, id));
+        own.chain(self.set_lines_with(id))
+    }
+
     /// Removes an empty line (and a set's keys with it).
     pub(super) fn forget_line(&mut self, line: LineKey) {
         self.lines.remove(&line);

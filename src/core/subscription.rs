@@ -240,10 +240,9 @@ impl Core {
             let lines = self.lines.keys().copied();
             lines.filter(|key| self.listens_on(*key, id)).collect()
         } else {
-            // One lookup per kind: on a cluster this runs for every channel
-            // confirmed, so a scan of every line would grow with the keys.
-            let own = Kind::ALL.iter().map(|&kind| LineKey { kind, id });
-            own.chain(self.set_lines_with(id)).collect()
+            // On a cluster this runs for every channel confirmed, so a scan
+            // of every line would grow with the keys.
+            self.lines_of(id).collect()
         };
         self.wake_lines(lines)
     }

@@ -972,11 +972,7 @@ impl Core {
                 // A semaphore may have more permits free, and readers share:
                 // their next head tries at once (docs/PROTOCOL.md §5.2, §5.3), unless the
                 // permit's reply said it is registered with nothing free.
-                let defers = next_waits
-                    || matches!(
-                        key.kind,
-                        Kind::Lock | Kind::Write | Kind::Leader | Kind::Multi
-                    );
+                let defers = next_waits || !matches!(key.kind, Kind::Semaphore | Kind::Read);
                 if let (Leaving::Acquired(lease, _), true) = (leaving, defers) {
                     line.defer_head(now, lease, safety);
                     deferred = true;
@@ -991,13 +987,12 @@ impl Core {
                 line.linger();
                 self.lingering.insert(key);
             } else if line.is_empty() {
-                if let Some(token) = line.take_registration() {
-                    // A claim took it out of the queue; a grant taken
-                    // without one left it there.
-                    if !matches!(leaving, Leaving::Acquired(_, false)) {
-                        let target = w.target.held();
-                        self.deregistrations.push(Owned::new(target, token));
-                    }
+                // A claim took it out of the queue; a grant taken without
+                // one left it there.
+                let claimed = !matches!(leaving, Leaving::Acquired(_, false));
+                if let Some(token) = line.take_registration().filter(|_| claimed) {
+                    self.deregistrations
+                        .push(Owned::new(w.target.held(), token));
                 }
             }
             // A multi-key waiter's reservations stop blocking others as it

@@ -140,12 +140,8 @@ impl Core {
     /// shutdown; those a lost subscription no longer hears grants for):
     /// taken out by the next cleanup or operation.
     pub(super) fn end_lingering_of(&mut self, which: impl Fn(LineKey) -> bool) {
-        let keys: Vec<LineKey> = self
-            .lingering
-            .iter()
-            .copied()
-            .filter(|k| which(*k))
-            .collect();
+        let keys = self.lingering.iter().copied().filter(|k| which(*k));
+        let keys: Vec<LineKey> = keys.collect();
         for key in keys {
             let owned = self.stop_lingering_owned(key);
             self.deregistrations.extend(owned);

@@ -237,13 +237,12 @@ impl QueueNames {
     /// The queue `line` waits in.
     pub(crate) fn of(namespace: &str, line: LineKey) -> Self {
         let kind = match line.kind {
-            Kind::Lock => "lock",
+            // A set's line waits in each of its keys' lock queues.
+            Kind::Lock | Kind::Multi => "lock",
             Kind::Semaphore => "sem",
             Kind::Read | Kind::Write => "rw",
             // Not used yet: candidates wait without the hand-over.
             Kind::Leader => "elect",
-            // A set's line waits in each of its keys' lock queues.
-            Kind::Multi => "lock",
         };
         QueueNames::new(namespace, kind, &line.id.braced())
     }

@@ -72,10 +72,7 @@ impl Core {
     /// The extensions due at `now`, each the renew of its hold, recorded as
     /// submitted now; holds released or ended meanwhile are dropped.
     pub(crate) fn take_due_extensions(&mut self, now: Instant) -> Vec<(ScriptCall, SharedClock)> {
-        let (due, later) = std::mem::take(&mut self.extensions)
-            .into_iter()
-            .partition::<Vec<_>, _>(|e| e.due <= now);
-        self.extensions = later;
+        let due: Vec<Extension> = self.extensions.extract_if(.., |e| e.due <= now).collect();
         due.into_iter()
             .filter_map(|e| {
                 let call = self.renew_call(e.lease, e.lease_ms).ok()?;

@@ -9,7 +9,7 @@ use redis::Value;
 
 use crate::config::{Config, ResolvedOptions};
 use crate::core::core::{Core, CoreSettings, WaiterStep};
-use crate::core::names::{Channel, KeyId, LockNames, OwnerToken};
+use crate::core::names::{Channel, KeyId, LockNames, OwnerToken, Want};
 use crate::core::script::{classify_acquire, classify_release, AcquireReply};
 
 /// Classifies one acquire reply; true when it grants.
@@ -42,7 +42,8 @@ pub fn line_round(now: Instant, waiters: usize) -> usize {
     let ids: Vec<_> = (0..waiters)
         .filter_map(|i| {
             let token = OwnerToken::from_bytes([(i % 251) as u8; 16]);
-            core.acquire(now, "key", token, options).ok()
+            core.acquire_valued(now, "key", Want::Lock, None, token, options)
+                .ok()
         })
         .collect();
     let mut grants = 0;

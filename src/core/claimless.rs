@@ -72,10 +72,7 @@ impl Core {
     /// The extensions due at `now`, each the renew of its hold, recorded as
     /// submitted now; holds released or ended meanwhile are dropped.
     pub(crate) fn take_due_extensions(&mut self, now: Instant) -> Vec<(ScriptCall, SharedClock)> {
-        let (due, later) = std::mem::take(&mut self.extensions)
-            .into_iter()
-            .partition::<Vec<_>, _>(|e| e.due <= now);
-        self.extensions = later;
+        let due: Vec<Extension> = self.extensions.extract_if(.., |e| e.due <= now).collect();
         due.into_iter()
             .filter_map(|e| {
                 let call = self.renew_call(e.lease, e.lease_ms).ok()?;
@@ -95,9 +92,7 @@ impl Core {
 /// renew's, where an unknown outcome keeps the hold's deadline (a renew
 /// only ever extends it).
 pub(crate) fn handle_extension_reply(clock: &SharedClock, reply: Option<&Value>) {
-    let result = match reply.map(classify_renew) {
-        Some(Ok(outcome)) => RenewResult::Outcome(outcome),
-        _ => RenewResult::Unknown,
-    };
+    let outcome = reply.and_then(|reply| classify_renew(reply).ok());
+    let result = outcome.map_or(RenewResult::Unknown, RenewResult::Outcome);
     clock.lock().handle_renew_retrying(result);
 }

@@ -14,7 +14,7 @@ use super::claimless::{Anchor, Extension};
 use super::election::{campaign_call, LeaderValue};
 use super::lease::{deadline_after, LeaseClock, SharedClock};
 use super::line::{HeadState, Line, LineStep, WaiterId};
-use super::multi::{classify_multi, KeyFences, MultiReply};
+use super::multi::{classify_multi, KeyFences};
 use super::names::{
     validate_key, validate_permits, Channel, GrantNotice, KeyId, Kind, LineKey, OwnerToken, RegId,
     Target, Want,
@@ -23,18 +23,16 @@ use super::observed::Observed;
 use super::outcome::Fence;
 use super::script::{
     classify_acquire, classify_campaign, classify_permit, AcquireHandover, AcquireReply,
-    PermitReply, ReplyError, ScriptCall, ScriptKind,
+    PermitReply, ReplyError, ScriptCall,
 };
 use super::slots::Slots;
 use super::subscription::SubscriptionState;
 pub(crate) use super::tracking::LeaseId;
-use super::tracking::Owned;
+use super::tracking::{classify_reply, Owned};
 use crate::config::{Config, ResolvedOptions};
 use crate::error::{Error, Failure, Operation};
 
 pub(crate) use super::subscription::SubscriberStep;
-#[cfg(any(test, fuzzing))]
-pub(crate) use super::subscription::{RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER};
 
 /// Pauses before a waiter retries after a failed attempt (the crate docs' "How it works": waiting
 /// survives faults); the last one repeats.
@@ -46,7 +44,7 @@ pub(crate) const FAILURE_BACKOFF: [Duration; 4] = [
 ];
 
 /// The core's fixed settings, taken from a validated [`Config`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CoreSettings {
     pub(crate) namespace: String,
     pub(crate) channel: Channel,
@@ -108,39 +106,20 @@ impl CoreSettings {
     /// Registers waiting lockers as `reg` in the hand-over queues, when the
     /// config asks for the hand-over.
     pub(crate) fn with_registration(mut self, reg: RegId) -> Self {
-        if self.handover_wanted {
-            let safety = self.notify_poll_interval.max(self.poll_interval);
-            // Both bounded by the config validation (at most 15 digits of ms).
-            self.handover = Some(HandoverSettings {
-                reg,
-                reg_ms: (safety.as_millis() as u64).saturating_mul(3).max(1),
-                claim_ms: self
-                    .claim_window
-                    .map_or(MIN_DEFAULT_CLAIM_MS, |w| w.as_millis() as u64),
-            });
-        }
+        let safety = self.notify_poll_interval.max(self.poll_interval);
+        // Both bounded by the config validation (at most 15 digits of ms).
+        let claim_ms = self.claim_window.map(|w| w.as_millis() as u64);
+        self.handover = self.handover_wanted.then(|| HandoverSettings {
+            reg,
+            reg_ms: (safety.as_millis() as u64).saturating_mul(3).max(1),
+            claim_ms: claim_ms.unwrap_or(MIN_DEFAULT_CLAIM_MS),
+        });
         self
     }
 }
 
 /// The least default claim window (`Config::claim_window`), in ms.
 const MIN_DEFAULT_CLAIM_MS: u64 = 100;
-
-impl Core {
-    /// The locker's first command at connect took `took` (a connect and a
-    /// round trip): unless the config sets it, the claim window is four
-    /// times that, and at least 100 ms.
-    pub(crate) fn handle_connected(&mut self, took: Duration) {
-        if self.settings.claim_window.is_some() {
-            return;
-        }
-        if let Some(h) = &mut self.settings.handover {
-            let measured = u64::try_from(took.as_millis().saturating_mul(4)).unwrap_or(u64::MAX);
-            // Bounded like a lease (at most 15 digits of ms).
-            h.claim_ms = measured.clamp(MIN_DEFAULT_CLAIM_MS, 999_999_999_999_999);
-        }
-    }
-}
 
 /// A granted lease as the core hands it to a front end.
 #[derive(Debug)]
@@ -276,7 +255,7 @@ pub(crate) struct Wakeups {
 }
 
 /// One locker's sans-IO state.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Core {
     pub(super) settings: CoreSettings,
     waiters: Slots<Waiter>,
@@ -319,25 +298,20 @@ impl Core {
     pub(crate) fn new(settings: CoreSettings, now: Instant) -> Self {
         Core {
             settings,
-            waiters: Slots::default(),
-            lines: HashMap::new(),
-            leases: Slots::default(),
-            orphans: Vec::new(),
-            deregistrations: Vec::new(),
-            lingering: HashSet::new(),
-            pass_ons: Vec::new(),
             subscription: SubscriptionState::new(now),
-            sets: HashMap::new(),
-            observed: HashMap::new(),
-            shutting_down: false,
-            cleaned_up: false,
-            attempts_in_flight: 0,
-            safety_polls: 0,
-            wakeups: Wakeups::default(),
-            events: VecDeque::new(),
-            anchor: None,
-            extensions: Vec::new(),
-            parked: Vec::new(),
+            ..Default::default()
+        }
+    }
+
+    /// The locker's first command at connect took `took` (a connect and a
+    /// round trip): unless the config sets it, the claim window is four
+    /// times that, and at least 100 ms.
+    pub(crate) fn handle_connected(&mut self, took: Duration) {
+        let by_default = self.settings.claim_window.is_none();
+        if let Some(h) = self.settings.handover.as_mut().filter(|_| by_default) {
+            let measured = u64::try_from(took.as_millis().saturating_mul(4)).unwrap_or(u64::MAX);
+            // Bounded like a lease (at most 15 digits of ms).
+            h.claim_ms = measured.clamp(MIN_DEFAULT_CLAIM_MS, 999_999_999_999_999);
         }
     }
 
@@ -370,6 +344,20 @@ impl Core {
         self.attempts_in_flight
     }
 
+    /// How long the intent (or a multi-key waiter's reservations) of an
+    /// attempt lives: none for a try-once attempt, else three safety
+    /// polls, so the waiting head refreshes it in time, and a dead
+    /// waiter's intent keeps others out only briefly (docs/PROTOCOL.md §5.3).
+    pub(super) fn intent_ms(&self, try_once: bool) -> u64 {
+        // Bounded by the config validation of the poll interval.
+        let polls = (self.settings.notify_poll_interval.as_millis() as u64).saturating_mul(3);
+        if try_once {
+            0
+        } else {
+            polls.max(1)
+        }
+    }
+
     /// A waiter's token, lease length and target.
     pub(super) fn waiter_target(&self, id: WaiterId) -> Option<(OwnerToken, u64, &Target)> {
         self.waiters
@@ -400,38 +388,11 @@ impl Core {
 
     // ----- application commands -------------------------------------------
 
-    /// Starts an acquire of `key`'s lock. The waiter joins the key's line;
-    /// drive it with [`poll_waiter`](Self::poll_waiter). (The operations
-    /// call [`acquire_for`](Self::acquire_for); this shorthand serves the
-    /// core's tests, the fuzz model and the micro-benchmarks.)
-    #[cfg(any(test, fuzzing, feature = "bench-hooks"))]
-    pub(crate) fn acquire(
-        &mut self,
-        now: Instant,
-        key: &str,
-        token: OwnerToken,
-        options: ResolvedOptions,
-    ) -> Result<WaiterId, Error> {
-        self.acquire_for(now, key, Want::Lock, token, options)
-    }
-
-    /// Starts an acquire of what `want` names on `key`: its lock or one
-    /// permit of its semaphore, each kind in a line of its own. (The
-    /// operations call [`acquire_valued`](Self::acquire_valued).)
-    #[cfg(any(test, fuzzing, feature = "bench-hooks"))]
-    pub(crate) fn acquire_for(
-        &mut self,
-        now: Instant,
-        key: &str,
-        want: Want,
-        token: OwnerToken,
-        options: ResolvedOptions,
-    ) -> Result<WaiterId, Error> {
-        self.acquire_valued(now, key, want, None, token, options)
-    }
-
-    /// As [`acquire_for`](Self::acquire_for), for a candidate of an
-    /// election campaigning with `value` (`None` for the other kinds).
+    /// Starts an acquire of what `want` names on `key` (its lock, one
+    /// permit of its semaphore, a side of its read-write lease, its
+    /// leadership, each kind in a line of its own), for a candidate of an
+    /// election campaigning with `value` (`None` for the other kinds). The
+    /// waiter joins the line; drive it with [`poll_waiter`](Self::poll_waiter).
     pub(crate) fn acquire_valued(
         &mut self,
         now: Instant,
@@ -565,8 +526,7 @@ impl Core {
             Phase::Finished(Err(_)) | Phase::Queued => {}
         }
         if orphan {
-            let owned = w.owned();
-            self.orphans.push(owned);
+            self.orphans.push(w.owned());
         }
         self.finish(now, id, Leaving::Abandoned { in_flight_until });
     }
@@ -622,17 +582,14 @@ impl Core {
                 Error::Cancelled
             } else if self.shutting_down {
                 Error::ShuttingDown
+            } else if let Some((e, _)) = failure {
+                // The wait ends on a failure: it is the result (the crate docs' "How it works").
+                e
             } else {
-                match failure {
-                    // The wait ends on a failure: it is the result (the crate docs' "How it works").
-                    Some((e, _)) => e,
-                    None => Error::WaitTimeout {
-                        waited: now.saturating_duration_since(w.started),
-                        remaining: self
-                            .lines
-                            .get(&line_key)
-                            .and_then(|l| l.holder_remaining(now)),
-                    },
+                let line = self.lines.get(&line_key);
+                Error::WaitTimeout {
+                    waited: now.saturating_duration_since(w.started),
+                    remaining: line.and_then(|l| l.holder_remaining(now)),
                 }
             };
             self.finish(now, id, Leaving::Ended);
@@ -706,12 +663,8 @@ impl Core {
                     _ => None,
                 };
                 // Only a writer that will wait keeps readers out
-                // (docs/PROTOCOL.md §5.3); its intent outlives a few safety polls.
-                let intent = if try_once {
-                    0
-                } else {
-                    intent_ms(settings.notify_poll_interval)
-                };
+                // (docs/PROTOCOL.md §5.3).
+                let intent = self.intent_ms(try_once);
                 let ttl = settings.fence_counter_ttl_ms;
                 self.waiters
                     .get(id.0)
@@ -731,62 +684,49 @@ impl Core {
     /// A grant to this locker's registration in `key`'s line (a lock's,
     /// or a semaphore's whose notice names the slot): its head waiter
     /// takes it without the claim where that is safe (`core/claimless.rs`),
-    /// and the grant is extended later. Returns whether it was taken.
-    pub(super) fn take_grant(&mut self, now: Instant, key: LineKey, grant: &GrantNotice) -> bool {
-        let (Some(fence), Some(at_ms), Some(anchor), Some(h)) = (
-            grant.fence,
-            grant.at_ms,
-            self.anchor,
-            self.settings.handover,
-        ) else {
-            return false;
-        };
-        let claim = grant.claim;
+    /// and the grant is extended later. Returns `Some` when it was taken.
+    pub(super) fn take_grant(
+        &mut self,
+        now: Instant,
+        key: LineKey,
+        grant: &GrantNotice,
+    ) -> Option<()> {
+        let (fence, h, claim) = (grant.fence?, self.settings.handover?, grant.claim);
         let (lock, slot) = match (key.kind, grant.slot) {
             (Kind::Lock, _) => (true, None),
             (Kind::Semaphore, Some(slot)) => (false, Some(slot)),
-            _ => return false,
+            _ => return None,
         };
         let usable = self.settings.claimless
             && !self.shutting_down
             && self.leases.len() < self.settings.max_tracked_leases;
-        let Some(deadline) = anchor
-            .grant_deadline(at_ms, claim)
-            .filter(|d| usable && d.saturating_duration_since(now) >= claim / 2)
-        else {
-            return false;
-        };
+        let deadline = self
+            .anchor?
+            .grant_deadline(grant.at_ms?, claim)
+            .filter(|d| usable && d.saturating_duration_since(now) >= claim / 2)?;
         let may_linger = self.may_linger(key, false);
-        let Some(line) = self.lines.get_mut(&key) else {
-            return false;
-        };
+        let line = self.lines.get_mut(&key)?;
         // Only a grant to the line's own grant token: the registration of
         // an earlier line of this key (gone, its release by that token on
         // its way) may have been granted the lease before it left.
         let owner = line.grant_token_drawn();
-        let (Some(id), Some(owner)) = (
-            line.head(),
-            owner.filter(|o| Some(o.notice_id()) == grant.owner),
-        ) else {
-            return false;
-        };
+        let owner = owner.filter(|o| Some(o.notice_id()) == grant.owner)?;
+        let id = line.head()?;
         // A lock's claim takes the registration out or refreshes it;
         // without it, it stays as it is: queued for the next waiter, or
         // lingering. A semaphore's grant took it out of the queue (served
         // once): the line's next attempt queues it again.
         let keeps = line.second().is_some() || may_linger;
         let refresh = line.refresh_due(now, Duration::from_millis(h.reg_ms / 2));
-        let Some(w) = self.waiters.get_mut(id.0) else {
-            return false;
-        };
+        let w = self.waiters.get_mut(id.0)?;
         // No attempt of this line may be in flight, nor an earlier send
         // of unknown outcome: run after the grant, it would claim it.
         let quiet = !line.is_settling(now) && w.failure.is_none();
         if lock && (!keeps || refresh) || !quiet || w.cancelled || w.try_once {
-            return false;
+            return None;
         }
         if !matches!(w.phase, Phase::Queued) || line.is_stale(slot, fence) {
-            return false;
+            return None;
         }
         line.handle_given(slot, fence);
         let mut owned = w.owned();
@@ -821,7 +761,7 @@ impl Core {
             clock,
         }));
         self.events.push_back(CoreEvent::Wake(id));
-        true
+        Some(())
     }
 
     /// Reports the reply (or the failure) of waiter `id`'s attempt.
@@ -840,15 +780,9 @@ impl Core {
         };
         w.phase = Phase::Queued;
         self.attempts_in_flight -= 1;
-        let result = match reply {
-            Ok(value) => {
-                Attempted::classify(&w.target, &value).map_err(|source| Error::UnexpectedReply {
-                    op: Operation::Acquire,
-                    source,
-                })
-            }
-            Err(e) => Err(e.into().into_error(Operation::Acquire)),
-        };
+        let result = classify_reply(reply, Operation::Acquire, |value| {
+            Attempted::classify(&w.target, value)
+        });
         // Candidates of an election wait without the hand-over.
         let handover =
             self.settings.handover.is_some() && !matches!(w.target, Target::Leader { .. });
@@ -908,10 +842,8 @@ impl Core {
                 // A re-sent attempt's grant may be the first send's, which
                 // Redis may have run long before this one: the lease counts
                 // from the first send whose outcome is unknown.
-                let first_sent = match w.failure.take() {
-                    Some((_, Some(since))) => since,
-                    _ => submitted,
-                };
+                let first_sent = w.failure.take().and_then(|(_, since)| since);
+                let first_sent = first_sent.unwrap_or(submitted);
                 let outcome = if self.shutting_down {
                     self.orphans.push(w.owned());
                     Err(Error::ShuttingDown)
@@ -975,19 +907,16 @@ impl Core {
                 self.anchor = None;
                 // Sticky until a settled reply: an earlier attempt of this
                 // token whose outcome is unknown may hold the key.
-                let unsettled = match w.failure {
-                    Some((_, Some(since))) => Some(since),
-                    _ => e.is_outcome_unknown().then_some(submitted),
-                };
+                let earlier = w.failure.as_ref().and_then(|(_, since)| *since);
+                let unsettled = earlier.or(e.is_outcome_unknown().then_some(submitted));
                 // An attempt whose outcome is unknown may have registered
                 // the locker: the next one names the grant token as its
                 // own, or a grant made out to it meanwhile reads as
                 // another's and the locker registers beside it (a
                 // semaphore then grants that registration a second slot).
-                if registers && e.is_outcome_unknown() {
-                    if let Some(line) = line.as_mut() {
-                        line.handle_registered(submitted);
-                    }
+                let unknown = registers && e.is_outcome_unknown();
+                if let Some(line) = line.as_mut().filter(|_| unknown) {
+                    line.handle_registered(submitted);
                 }
                 let keeps_waiting = !w.try_once
                     && !w.cancelled
@@ -1043,11 +972,7 @@ impl Core {
                 // A semaphore may have more permits free, and readers share:
                 // their next head tries at once (docs/PROTOCOL.md §5.2, §5.3), unless the
                 // permit's reply said it is registered with nothing free.
-                let defers = next_waits
-                    || matches!(
-                        key.kind,
-                        Kind::Lock | Kind::Write | Kind::Leader | Kind::Multi
-                    );
+                let defers = next_waits || !matches!(key.kind, Kind::Semaphore | Kind::Read);
                 if let (Leaving::Acquired(lease, _), true) = (leaving, defers) {
                     line.defer_head(now, lease, safety);
                     deferred = true;
@@ -1062,13 +987,12 @@ impl Core {
                 line.linger();
                 self.lingering.insert(key);
             } else if line.is_empty() {
-                if let Some(token) = line.take_registration() {
-                    // A claim took it out of the queue; a grant taken
-                    // without one left it there.
-                    if !matches!(leaving, Leaving::Acquired(_, false)) {
-                        let target = w.target.held();
-                        self.deregistrations.push(Owned::new(target, token));
-                    }
+                // A claim took it out of the queue; a grant taken without
+                // one left it there.
+                let claimed = !matches!(leaving, Leaving::Acquired(_, false));
+                if let Some(token) = line.take_registration().filter(|_| claimed) {
+                    self.deregistrations
+                        .push(Owned::new(w.target.held(), token));
                 }
             }
             // A multi-key waiter's reservations stop blocking others as it
@@ -1095,17 +1019,9 @@ impl Core {
     /// Whether any line of `id` (of any kind) has waiters, or an election
     /// of that id observers: they share the key's notification channel.
     pub(super) fn is_wanted(&self, id: KeyId) -> bool {
-        // One lookup per kind, not a scan of every line: this runs each time
-        // a line empties.
-        self.is_observed(id)
-            || Kind::ALL.iter().any(|&kind| {
-                self.lines
-                    .get(&LineKey { kind, id })
-                    .is_some_and(|line| !line.is_empty())
-            })
-            || self
-                .set_lines_with(id)
-                .any(|set| self.lines.get(&set).is_some_and(|line| !line.is_empty()))
+        // Not a scan of every line: this runs each time a line empties.
+        let waits = |key| self.lines.get(&key).is_some_and(|line| !line.is_empty());
+        self.observed.contains_key(&id) || self.lines_of(id).any(waits)
     }
 
     pub(super) fn safety_interval(&self) -> Duration {
@@ -1118,18 +1034,11 @@ impl Core {
 
     /// Wakes the heads that should check at once, as `wake` says per line;
     /// returns how many.
-    pub(super) fn wake_heads(
-        &mut self,
-        mut wake: impl FnMut(LineKey, &mut Line) -> Option<WaiterId>,
-    ) -> u64 {
-        let heads: Vec<WaiterId> = self
-            .lines
-            .iter_mut()
-            .filter_map(|(key, line)| wake(*key, line))
-            .collect();
-        let woken = heads.len() as u64;
-        self.events.extend(heads.into_iter().map(CoreEvent::Wake));
-        woken
+    pub(super) fn wake_heads(&mut self, wake: impl FnMut(&mut Line) -> Option<WaiterId>) -> u64 {
+        let before = self.events.len();
+        let heads = self.lines.values_mut().filter_map(wake);
+        self.events.extend(heads.map(CoreEvent::Wake));
+        (self.events.len() - before) as u64
     }
 
     /// Wakes the head of each of `lines` that should check at once (a
@@ -1147,13 +1056,9 @@ impl Core {
         key: LineKey,
         wake: impl FnOnce(&mut Line) -> Option<WaiterId>,
     ) -> bool {
-        match self.lines.get_mut(&key).and_then(wake) {
-            Some(head) => {
-                self.events.push_back(CoreEvent::Wake(head));
-                true
-            }
-            None => false,
-        }
+        let head = self.lines.get_mut(&key).and_then(wake);
+        self.events.extend(head.map(CoreEvent::Wake));
+        head.is_some()
     }
 
     /// The next output event, if any. Drain after every call.
@@ -1162,9 +1067,9 @@ impl Core {
     }
 }
 
-/// An acquire reply of either kind, as the waiter acts on it.
+/// An acquire reply of any kind, as the waiter acts on it.
 #[derive(Debug)]
-enum Attempted {
+pub(super) enum Attempted {
     /// The fence, a permit's slot, a multi-key lease's fences (in its
     /// keys' order), and whether the next waiter is registered with
     /// nothing else free, so it waits for its grant (a permit's reply
@@ -1185,23 +1090,7 @@ impl Attempted {
     fn classify(target: &Target, value: &Value) -> Result<Self, ReplyError> {
         let acquire = match target {
             Target::Leader { .. } => classify_campaign(value)?,
-            Target::Multi { names, .. } => {
-                return Ok(match classify_multi(value, names.len())? {
-                    MultiReply::Acquired(fences) => {
-                        let first = fences.first().copied();
-                        let unexpected = || ReplyError::new(ScriptKind::MultiAcquire, value);
-                        Attempted::Granted(
-                            first.ok_or_else(unexpected)?,
-                            None,
-                            Some(fences.into()),
-                            false,
-                        )
-                    }
-                    MultiReply::Busy { remaining, since } => {
-                        Attempted::Busy(remaining, Some(since), false, None)
-                    }
-                })
-            }
+            Target::Multi { names, .. } => return classify_multi(value, names.len()),
             Target::Permit { permits, .. } => {
                 return Ok(match classify_permit(value)? {
                     PermitReply::Acquired {
@@ -1270,16 +1159,6 @@ fn is_retryable(e: &Error) -> bool {
     )
 }
 
-/// How long a waiting writer's intent lives: three safety polls, so the
-/// waiting head refreshes it in time, and a dead writer's intent keeps
-/// readers out only briefly (docs/PROTOCOL.md §5.3).
-pub(crate) fn intent_ms(notify_poll_interval: Duration) -> u64 {
-    // Bounded by the config validation of the poll interval.
-    (notify_poll_interval.as_millis() as u64)
-        .saturating_mul(3)
-        .max(1)
-}
-
 /// When to send the retry of an attempt submitted at `submitted` and
 /// answered at `received` that found the key held for `remaining` (to the
 /// microsecond) after Redis read it. Redis read it about one way after
@@ -1306,10 +1185,7 @@ pub(crate) fn arrives_at_expiry(
 
 /// The earlier of two optional instants (`None`: no bound).
 pub(crate) fn earliest_of(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    a.into_iter().chain(b).min()
 }
 
 #[cfg(test)]

@@ -76,12 +76,6 @@ impl LeaderValue {
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }
-
-    /// The value as sent to the scripts: hex, so that any bytes travel in a
-    /// script argument; the scripts store the bytes themselves.
-    fn to_hex(&self) -> String {
-        hex(&self.0)
-    }
 }
 
 impl fmt::Debug for LeaderValue {
@@ -216,7 +210,9 @@ pub(crate) fn campaign_call(
     channel: Channel,
 ) -> ScriptCall {
     let keys = vec![names.lease.clone(), names.term.clone(), names.log.clone()];
-    let args = vec![token.to_hex(), lease_ms.to_string(), value.to_hex()];
+    // The value travels as hex, so that any bytes fit a script argument;
+    // the scripts store the bytes themselves.
+    let args = vec![token.to_hex(), lease_ms.to_string(), hex(&value.0)];
     elect_call(ScriptKind::Campaign, names, keys, args, namespace, channel)
 }
 
@@ -230,7 +226,7 @@ pub(super) fn proclaim_call(
     channel: Channel,
 ) -> ScriptCall {
     let keys = vec![names.lease.clone(), names.log.clone()];
-    let args = vec![token.to_hex(), value.to_hex(), last.to_id()];
+    let args = vec![token.to_hex(), hex(&value.0), last.to_id()];
     elect_call(ScriptKind::Proclaim, names, keys, args, namespace, channel)
 }
 
@@ -270,7 +266,7 @@ impl Core {
         last: Version,
     ) -> Result<ScriptCall, Error> {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
-        let namespace = &self.settings.namespace;
+        let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
         let names = ElectNames::new(namespace, owned.target.id);
         Ok(proclaim_call(
             &names,
@@ -278,7 +274,7 @@ impl Core {
             owned.token,
             last,
             namespace,
-            self.settings.channel,
+            channel,
         ))
     }
 }
@@ -369,19 +365,14 @@ pub(crate) fn classify_read(value: &Value) -> Result<ReadReply, ReplyError> {
     };
     let top = match top {
         Value::Nil => None,
-        Value::Array(entry) => Some(parse_entry(entry).ok_or_else(unexpected)?),
-        _ => return Err(unexpected()),
+        entry => Some(parse_entry(entry).ok_or_else(unexpected)?),
     };
     let entries = match rest {
         [] => Vec::new(),
-        [Value::Array(entries)] if entries.len() <= READ_BATCH => entries
-            .iter()
-            .map(|entry| match entry {
-                Value::Array(entry) => parse_entry(entry),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(unexpected)?,
+        [Value::Array(entries)] if entries.len() <= READ_BATCH => {
+            let entries = entries.iter().map(parse_entry);
+            entries.collect::<Option<_>>().ok_or_else(unexpected)?
+        }
         _ => return Err(unexpected()),
     };
     Ok(ReadReply {
@@ -419,8 +410,11 @@ impl Entry {
 }
 
 /// Parses `[id, [field, value, ...]]`.
-fn parse_entry(entry: &[Value]) -> Option<Entry> {
-    let [Value::BulkString(id), Value::Array(fields)] = entry else {
+fn parse_entry(entry: &Value) -> Option<Entry> {
+    let Value::Array(entry) = entry else {
+        return None;
+    };
+    let [Value::BulkString(id), Value::Array(fields)] = entry.as_slice() else {
         return None;
     };
     let version = Version::parse(id)?;

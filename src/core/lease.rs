@@ -27,16 +27,6 @@ pub(crate) fn deadline_after(now: Instant, d: Duration) -> Option<Instant> {
 /// A lease's clock as its holder and the core share it.
 pub(crate) type SharedClock = Arc<Mutex<LeaseClock>>;
 
-/// Why a lease stopped being valid for good.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LeaseEnd {
-    Released,
-    Expired,
-    Conflict,
-    /// A renew or release whose outcome is unknown.
-    Unknown,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Held {
@@ -46,7 +36,9 @@ enum State {
         valid_until: Option<Instant>,
         submitted_at: Instant,
     },
-    Ended(LeaseEnd),
+    /// Not valid for good: released, or found expired or taken by a
+    /// release or a renew (`None`: one whose outcome is unknown).
+    Ended(Option<ReleaseOutcome>),
 }
 
 /// One lease's deadline state.
@@ -119,7 +111,8 @@ impl LeaseClock {
         self.lease
     }
 
-    pub(crate) fn ended(&self) -> Option<LeaseEnd> {
+    /// `None` while not ended; once ended, what ended it ([`State::Ended`]).
+    pub(crate) fn ended(&self) -> Option<Option<ReleaseOutcome>> {
         match self.state {
             State::Ended(end) => Some(end),
             _ => None,
@@ -144,46 +137,39 @@ impl LeaseClock {
         else {
             return;
         };
+        let found = |outcome| State::Ended(Some(outcome));
         self.state = match result {
             RenewResult::Outcome(RenewOutcome::Renewed) => State::Held {
                 valid_until: deadline_after(submitted_at, self.lease),
             },
-            RenewResult::Outcome(RenewOutcome::Expired) => State::Ended(LeaseEnd::Expired),
-            RenewResult::Outcome(RenewOutcome::Conflict) => State::Ended(LeaseEnd::Conflict),
+            RenewResult::Outcome(RenewOutcome::Expired) => found(ReleaseOutcome::Expired),
+            RenewResult::Outcome(RenewOutcome::Conflict) => found(ReleaseOutcome::Conflict),
             RenewResult::NotApplied => State::Held { valid_until },
-            RenewResult::Unknown => State::Ended(LeaseEnd::Unknown),
+            RenewResult::Unknown => State::Ended(None),
         };
     }
 
-    /// What a release that already happened found, if one did.
     /// Like [`handle_renew`](Self::handle_renew), for a renewer that sends
     /// again after a failure (`with_lock`'s docs): an unknown outcome keeps the old
     /// deadline, which is conservative whether or not it was applied, since
     /// a renew only ever extends the caller's own token.
     pub(crate) fn handle_renew_retrying(&mut self, result: RenewResult) {
-        match result {
-            RenewResult::Unknown => self.handle_renew(RenewResult::NotApplied),
-            settled => self.handle_renew(settled),
-        }
+        let unknown = result == RenewResult::Unknown;
+        self.handle_renew(if unknown {
+            RenewResult::NotApplied
+        } else {
+            result
+        });
     }
 
+    /// What a release that already happened found, if one did.
     pub(crate) fn released_as(&self) -> Option<ReleaseOutcome> {
-        match self.state {
-            State::Ended(LeaseEnd::Released) => Some(ReleaseOutcome::Released),
-            State::Ended(LeaseEnd::Expired) => Some(ReleaseOutcome::Expired),
-            State::Ended(LeaseEnd::Conflict) => Some(ReleaseOutcome::Conflict),
-            _ => None,
-        }
+        self.ended().flatten()
     }
 
     /// A release ended (or failed); the lease is never valid afterwards.
     pub(crate) fn handle_release(&mut self, outcome: Option<ReleaseOutcome>) {
-        self.state = State::Ended(match outcome {
-            Some(ReleaseOutcome::Released) => LeaseEnd::Released,
-            Some(ReleaseOutcome::Expired) => LeaseEnd::Expired,
-            Some(ReleaseOutcome::Conflict) => LeaseEnd::Conflict,
-            None => LeaseEnd::Unknown,
-        });
+        self.state = State::Ended(outcome);
     }
 }
 

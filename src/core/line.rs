@@ -418,10 +418,7 @@ impl Line {
     /// Whether an abandoned attempt may still be answered: the line is kept,
     /// even empty, so that a waiter joining it does not attempt at once.
     pub(crate) fn is_settling(&self, now: Instant) -> bool {
-        match self.head {
-            HeadState::Settling { until } => until.is_none_or(|u| now < u),
-            _ => false,
-        }
+        matches!(self.head, HeadState::Settling { until } if until.is_none_or(|u| now < u))
     }
 
     /// The abandoned attempt that made the line settle is answered for (its
@@ -476,8 +473,7 @@ impl Line {
         retry_at: Option<Instant>,
         safety: Duration,
     ) {
-        let received = now;
-        self.holder_until = remaining.and_then(|r| deadline_after(received, r));
+        self.holder_until = remaining.and_then(|r| deadline_after(now, r));
         self.head = match self.head {
             HeadState::Attempting { notified: true } => HeadState::Ready,
             _ => {

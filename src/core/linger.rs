@@ -49,10 +49,8 @@ impl Core {
         deadline: Option<Instant>,
         try_once: bool,
     ) {
-        if !self.lingering.remove(&key) {
-            return;
-        }
-        let (Some(h), safety) = (self.settings.handover, self.safety_interval()) else {
+        let (lingered, safety) = (self.lingering.remove(&key), self.safety_interval());
+        let (Some(h), true) = (self.settings.handover, lingered) else {
             return;
         };
         if let Some(line) = self.lines.get_mut(&key) {
@@ -80,13 +78,10 @@ impl Core {
     ) {
         // 3: handed to another registration (`RELEASE_LUA`).
         let handed_over = matches!(reply, Some(Value::Int(3)));
-        let Some(key) = self.leases.get(lease.0).map(|o| o.target.line()) else {
-            return;
-        };
-        if self.lingering.contains(&key) {
-            if let Some(line) = self.lines.get_mut(&key) {
-                line.handle_lease_released(now, LINGER_AFTER_RELEASE, handed_over);
-            }
+        let key = self.leases.get(lease.0).map(|o| o.target.line());
+        let key = key.filter(|key| self.lingering.contains(key));
+        if let Some(line) = key.and_then(|key| self.lines.get_mut(&key)) {
+            line.handle_lease_released(now, LINGER_AFTER_RELEASE, handed_over);
         }
     }
 
@@ -145,16 +140,11 @@ impl Core {
     /// shutdown; those a lost subscription no longer hears grants for):
     /// taken out by the next cleanup or operation.
     pub(super) fn end_lingering_of(&mut self, which: impl Fn(LineKey) -> bool) {
-        let keys: Vec<LineKey> = self
-            .lingering
-            .iter()
-            .copied()
-            .filter(|k| which(*k))
-            .collect();
+        let keys = self.lingering.iter().copied().filter(|k| which(*k));
+        let keys: Vec<LineKey> = keys.collect();
         for key in keys {
-            if let Some(owned) = self.stop_lingering_owned(key) {
-                self.deregistrations.push(owned);
-            }
+            let owned = self.stop_lingering_owned(key);
+            self.deregistrations.extend(owned);
         }
     }
 
@@ -181,11 +171,8 @@ impl Core {
     }
 
     fn stop_lingering(&mut self, now: Instant, key: LineKey, queued: bool) {
-        if let Some(owned) = self.stop_lingering_owned(key) {
-            if queued {
-                self.pass_ons.push(owned);
-            }
-        }
+        let owned = self.stop_lingering_owned(key);
+        self.pass_ons.extend(owned.filter(|_| queued));
         self.handle_listeners_left(now, [key.id]);
     }
 

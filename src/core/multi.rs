@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::core::{intent_ms, Core, WaiterStep};
+use super::core::{Attempted, Core, WaiterStep};
 use super::line::WaiterId;
 use super::names::{Kind, Target};
 use crate::config::ResolvedOptions;
@@ -156,45 +156,32 @@ pub(crate) struct MultiHandover {
     pub(crate) reg_ms: u64,
 }
 
-/// What a multi-key acquire reply says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum MultiReply {
-    /// Every key is ours, each with its fence, in the caller's order.
-    Acquired(Vec<Fence>),
-    /// Some key is held: the least remaining time of the held keys when
-    /// Redis knows it, and the waiter's age (server µs) for its next
-    /// attempt.
-    Busy {
-        remaining: Option<Duration>,
-        since: u64,
-    },
-}
-
 /// Classifies the multi-key acquire script's reply: `['ok', f_1..f_n]`
-/// with exactly `n` fences, or `['busy', ms, since]`.
-pub(crate) fn classify_multi(value: &Value, n: usize) -> Result<MultiReply, ReplyError> {
+/// with exactly `n` fences (every key is ours, each with its fence, in the
+/// caller's order), or `['busy', ms, since]` (some key is held: the least
+/// remaining time of the held keys when Redis knows it, and the waiter's
+/// age in server µs for its next attempt).
+pub(super) fn classify_multi(value: &Value, n: usize) -> Result<Attempted, ReplyError> {
     let unexpected = || ReplyError::new(ScriptKind::MultiAcquire, value);
     let Value::Array(items) = value else {
         return Err(unexpected());
     };
     match items.split_first() {
-        Some((Value::BulkString(tag), fences)) if tag == b"ok" && fences.len() == n => fences
-            .iter()
-            .map(|f| match f {
+        Some((Value::BulkString(tag), fences)) if tag == b"ok" && fences.len() == n => {
+            let fences = fences.iter().map(|f| match f {
                 Value::BulkString(digits) => parse_fence(digits),
                 _ => None,
-            })
-            .collect::<Option<Vec<Fence>>>()
-            .map(MultiReply::Acquired)
-            .ok_or_else(unexpected),
+            });
+            let fences: Box<[Fence]> = fences.collect::<Option<_>>().ok_or_else(unexpected)?;
+            let first = fences.first().copied().ok_or_else(unexpected)?;
+            Ok(Attempted::Granted(first, None, Some(fences), false))
+        }
         Some((Value::BulkString(tag), [Value::Int(ms), Value::BulkString(since)]))
             if tag == b"busy" && *ms >= -2 =>
         {
             let since = parse_u64(since).ok_or_else(unexpected)?;
-            Ok(MultiReply::Busy {
-                remaining: u64::try_from(*ms).ok().map(Duration::from_millis),
-                since,
-            })
+            let remaining = u64::try_from(*ms).ok().map(Duration::from_millis);
+            Ok(Attempted::Busy(remaining, Some(since), false, None))
         }
         _ => Err(unexpected()),
     }
@@ -309,27 +296,19 @@ impl Core {
             .map(|(set, _)| LineKey::multi(*set))
     }
 
+    /// Every line that waits for key `id`: one lookup per kind, and the
+    /// multi-key leases' lines of its sets.
+    pub(super) fn lines_of(&self, id: KeyId) -> impl Iterator<Item = LineKey> + '_ {
+        let own = Kind::ALL.iter().map(move |&kind| LineKey::new(kind, id));
+        own.chain(self.set_lines_with(id))
+    }
+
     /// Removes an empty line (and a set's keys with it).
     pub(super) fn forget_line(&mut self, line: LineKey) {
         self.lines.remove(&line);
         if line.kind == Kind::Multi {
             self.sets.remove(&line.id);
         }
-    }
-
-    /// Whether a grant (here: a reservation) for any key of `line` would
-    /// reach this locker ([`hears_grants`](Core::hears_grants) of each).
-    pub(super) fn hears_grants_of(&self, line: LineKey) -> bool {
-        self.channel_keys(line)
-            .into_iter()
-            .all(|id| self.hears_grants(id))
-    }
-
-    /// Wakes the head of every multi-key line waiting for key `id` (a
-    /// release or a reservation for one of them); returns how many.
-    pub(super) fn wake_sets_of(&mut self, id: KeyId) -> u64 {
-        let sets: Vec<LineKey> = self.set_lines_with(id).collect();
-        self.wake_lines(sets)
     }
 
     /// The attempt of the head of a multi-key line: reserving (and with
@@ -339,23 +318,15 @@ impl Core {
         else {
             return WaiterStep::Wait(None);
         };
+        // A grant (here: a reservation) for any key must reach this locker.
+        let keys = self.channel_keys(line);
+        let hears = !try_once && keys.iter().all(|id| self.hears_grants(*id));
         let handover = self.settings.handover.map(|h| MultiHandover {
-            register: (!try_once && self.hears_grants_of(line)).then(|| multi_reg(h.reg, line.id)),
+            register: hears.then(|| multi_reg(h.reg, line.id)),
             reg_ms: h.reg_ms,
         });
-        let reserve_ms = if try_once {
-            0
-        } else {
-            intent_ms(self.settings.notify_poll_interval)
-        };
-        WaiterStep::Attempt(multi_acquire_call(
-            names,
-            token,
-            lease_ms,
-            self.settings.fence_counter_ttl_ms,
-            *since,
-            reserve_ms,
-            handover,
-        ))
+        let (ttl, reserve_ms) = (self.settings.fence_counter_ttl_ms, self.intent_ms(try_once));
+        let call = multi_acquire_call(names, token, lease_ms, ttl, *since, reserve_ms, handover);
+        WaiterStep::Attempt(call)
     }
 }

@@ -111,9 +111,7 @@ impl KeyId {
 
     /// The digest's first 8 bytes, as a number.
     pub(crate) fn prefix(self) -> u64 {
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&self.digest[..8]);
-        u64::from_be_bytes(first)
+        be_u64(&self.digest)
     }
 }
 
@@ -172,20 +170,17 @@ fn push_hex(s: &mut String, bytes: &[u8]) {
 
 /// Checks a key against the rules of docs/PROTOCOL.md §1.
 pub(crate) fn validate_key(key: &str, max_key_bytes: usize) -> Result<(), Error> {
-    if key.is_empty() {
-        return Err(Error::InvalidKey {
-            reason: "must not be empty".into(),
-        });
-    }
-    if key.len() > max_key_bytes {
-        return Err(Error::InvalidKey {
-            reason: format!(
-                "is {} bytes long; max_key_bytes is {max_key_bytes}",
-                key.len()
-            ),
-        });
-    }
-    Ok(())
+    let reason = if key.is_empty() {
+        "must not be empty".to_owned()
+    } else if key.len() > max_key_bytes {
+        format!(
+            "is {} bytes long; max_key_bytes is {max_key_bytes}",
+            key.len()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidKey { reason })
 }
 
 /// The Redis names of one key's lock.
@@ -242,13 +237,12 @@ impl QueueNames {
     /// The queue `line` waits in.
     pub(crate) fn of(namespace: &str, line: LineKey) -> Self {
         let kind = match line.kind {
-            Kind::Lock => "lock",
+            // A set's line waits in each of its keys' lock queues.
+            Kind::Lock | Kind::Multi => "lock",
             Kind::Semaphore => "sem",
             Kind::Read | Kind::Write => "rw",
             // Not used yet: candidates wait without the hand-over.
             Kind::Leader => "elect",
-            // A set's line waits in each of its keys' lock queues.
-            Kind::Multi => "lock",
         };
         QueueNames::new(namespace, kind, &line.id.braced())
     }
@@ -440,14 +434,12 @@ impl LineKey {
     /// and for a read-write lease both of its lines (a reader's release
     /// may let in a writer, a writer's release readers and writers).
     pub(crate) fn freed_by_release(self) -> impl Iterator<Item = LineKey> {
-        let kinds: &'static [Kind] = match self.kind {
-            Kind::Lock => &[Kind::Lock],
-            Kind::Semaphore => &[Kind::Semaphore],
-            Kind::Read | Kind::Write => &[Kind::Write, Kind::Read],
-            Kind::Leader => &[Kind::Leader],
-            Kind::Multi => &[Kind::Multi],
+        let (first, readers) = match self.kind {
+            Kind::Read | Kind::Write => (Kind::Write, Some(Kind::Read)),
+            kind => (kind, None),
         };
-        kinds.iter().map(move |&kind| LineKey { kind, id: self.id })
+        let kinds = std::iter::once(first).chain(readers);
+        kinds.map(move |kind| LineKey { kind, id: self.id })
     }
 
     /// The lines a release notification's message is for: a read-write
@@ -463,10 +455,9 @@ impl LineKey {
                 .collect();
         }
         let (kind, hex) = message_kind(message);
-        match KeyId::from_hex(hex) {
-            Some(id) => LineKey { kind, id }.freed_by_release().collect(),
-            None => Vec::new(),
-        }
+        let ids = KeyId::from_hex(hex).into_iter();
+        ids.flat_map(|id| LineKey { kind, id }.freed_by_release())
+            .collect()
     }
 }
 
@@ -784,9 +775,10 @@ pub(crate) fn validate_permits(permits: u32) -> Result<(), Error> {
 }
 
 /// Where release notifications go and what they carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Channel {
     /// One channel per namespace, `PUBLISH`ed; the message is the key's sha.
+    #[default]
     Standalone,
     /// One sharded channel per key, `SPUBLISH`ed (Redis Cluster).
     #[allow(dead_code, reason = "used by the Redis Cluster front ends")]
@@ -846,10 +838,7 @@ impl OwnerToken {
     /// SHA-1 of its hex text, as the scripts compute it (`redis.sha1hex`),
     /// which tells whose grant it is without publishing the token.
     pub(crate) fn notice_id(self) -> u64 {
-        let digest = sha1_smol::Sha1::from(self.to_hex()).digest().bytes();
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest[..8]);
-        u64::from_be_bytes(first)
+        be_u64(&sha1_smol::Sha1::from(self.to_hex()).digest().bytes())
     }
 
     fn derived(self, domain: &[u8]) -> OwnerToken {
@@ -857,10 +846,13 @@ impl OwnerToken {
             .chain_update(domain)
             .chain_update(self.0)
             .finalize();
-        let mut bytes = [0u8; 16];
-        bytes.copy_from_slice(&digest[..16]);
-        OwnerToken(bytes)
+        OwnerToken(digest[..16].try_into().unwrap_or_default())
     }
+}
+
+/// The first 8 bytes of a digest, as a big-endian number.
+fn be_u64(digest: &[u8]) -> u64 {
+    u64::from_be_bytes(digest[..8].try_into().unwrap_or_default())
 }
 
 #[cfg(test)]

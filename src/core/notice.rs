@@ -28,9 +28,8 @@ pub(crate) fn decode(
     kind: &PushKind,
     data: &[Value],
 ) -> Option<Notice> {
-    let name = match data.first() {
-        Some(Value::BulkString(name)) => name.as_slice(),
-        _ => return None,
+    let Some(Value::BulkString(name)) = data.first() else {
+        return None;
     };
     let sharded_key = || {
         let prefix = format!("{namespace}:lock-released:{{");

@@ -89,10 +89,9 @@ impl ObserveState {
         match read.entries.first() {
             Some(first) if first.prev == Some(last) => {
                 for entry in &read.entries {
-                    let remaining = match &current.leader {
-                        Some(leader) if leader.version == entry.version => leader.remaining,
-                        _ => None,
-                    };
+                    let leader = current.leader.as_ref();
+                    let leader = leader.filter(|leader| leader.version == entry.version);
+                    let remaining = leader.and_then(|leader| leader.remaining);
                     items.push(Observation {
                         version: entry.version,
                         leader: entry.value.as_ref().map(|_| entry.leader(remaining)),

@@ -22,7 +22,7 @@ pub(crate) struct Observed {
     /// Live observers of the name in this locker.
     observers: usize,
     /// Notifications (and resubscriptions) that may announce a change.
-    changes: u64,
+    pub(super) changes: u64,
     /// The reads of the name, shared by its observers.
     reader: Reader,
 }
@@ -93,18 +93,6 @@ impl Core {
             }
         }
         self.handle_listeners_left(now, [id]);
-    }
-
-    /// How many possible changes of `id` were announced so far: an
-    /// observer whose last read began at a smaller count reads again.
-    #[cfg(any(test, fuzzing))]
-    pub(crate) fn observed_changes(&self, id: KeyId) -> u64 {
-        self.observed.get(&id).map_or(0, |o| o.changes)
-    }
-
-    /// Whether `id` has observers in this locker.
-    pub(super) fn is_observed(&self, id: KeyId) -> bool {
-        self.observed.contains_key(&id)
     }
 
     /// A notification or a (re)subscription may announce a change of `id`.

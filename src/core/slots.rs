@@ -57,26 +57,22 @@ impl<T> Slots<T> {
 
     pub(crate) fn get(&self, id: SlotId) -> Option<&T> {
         let entry = self.entries.get(id.index as usize)?;
-        entry
-            .value
-            .as_ref()
-            .filter(|_| entry.generation == id.generation)
+        let live = entry.generation == id.generation;
+        entry.value.as_ref().filter(|_| live)
+    }
+
+    /// The entry `id` names, unless its slot was reused since.
+    fn entry_mut(&mut self, id: SlotId) -> Option<&mut Entry<T>> {
+        let entry = self.entries.get_mut(id.index as usize)?;
+        (entry.generation == id.generation).then_some(entry)
     }
 
     pub(crate) fn get_mut(&mut self, id: SlotId) -> Option<&mut T> {
-        let entry = self.entries.get_mut(id.index as usize)?;
-        entry
-            .value
-            .as_mut()
-            .filter(|_| entry.generation == id.generation)
+        self.entry_mut(id)?.value.as_mut()
     }
 
     pub(crate) fn remove(&mut self, id: SlotId) -> Option<T> {
-        let entry = self.entries.get_mut(id.index as usize)?;
-        if entry.generation != id.generation {
-            return None;
-        }
-        let value = entry.value.take()?;
+        let value = self.entry_mut(id)?.value.take()?;
         self.free.push(id.index);
         self.len -= 1;
         Some(value)

@@ -39,8 +39,9 @@ pub(crate) enum SubscriberStep {
     Stop,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Mode {
+    #[default]
     Off,
     /// The subscriber is connecting or reconnecting.
     Starting,
@@ -49,7 +50,7 @@ enum Mode {
     Unavailable,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct SubscriptionState {
     mode: Mode,
     /// Since when no acquire is in progress; `None` while some are.
@@ -68,11 +69,8 @@ pub(crate) struct SubscriptionState {
 impl SubscriptionState {
     pub(crate) fn new(now: Instant) -> Self {
         SubscriptionState {
-            mode: Mode::Off,
             idle_since: Some(now),
-            channels: HashSet::new(),
-            lingering: HashMap::new(),
-            reconnecting: false,
+            ..Default::default()
         }
     }
 
@@ -92,18 +90,8 @@ impl SubscriptionState {
         self.idle_since = None;
     }
 
-    pub(crate) fn handle_last_waiter_left(&mut self, now: Instant) {
-        self.idle_since = Some(now);
-    }
-
     pub(crate) fn handle_key_wanted(&mut self, key: KeyId) {
         self.lingering.remove(&key);
-    }
-
-    pub(crate) fn handle_key_idle(&mut self, now: Instant, key: KeyId) {
-        if self.channels.contains(&key) {
-            self.lingering.insert(key, now);
-        }
     }
 
     /// Entries held for the per-key channels (for tests of the bound).
@@ -143,7 +131,7 @@ impl Core {
             // Ours: the head takes it (`core/claimless.rs`) or claims it
             // at once.
             Handover::Granted(grant) if Some(grant.reg) == ours => {
-                if self.take_grant(now, line, &grant)
+                if self.take_grant(now, line, &grant).is_some()
                     || self.wake_head_of(line, Line::handle_our_grant)
                 {
                     self.wakeups.notification += 1;
@@ -191,7 +179,8 @@ impl Core {
                 self.wakeups.notification += 1;
             }
             if line.kind == Kind::Lock {
-                self.wakeups.notification += self.wake_sets_of(line.id);
+                let sets = self.set_lines_with(line.id).collect();
+                self.wakeups.notification += self.wake_lines(sets);
             }
         }
     }
@@ -206,12 +195,13 @@ impl Core {
     ) {
         for id in ids {
             let channel = id.channel_id();
-            if !self.is_channel_wanted(channel) {
-                self.subscription.handle_key_idle(now, channel);
+            // Only subscribed channels linger.
+            if self.subscription.channels.contains(&channel) && !self.is_channel_wanted(channel) {
+                self.subscription.lingering.insert(channel, now);
             }
         }
         if !self.has_listeners() {
-            self.subscription.handle_last_waiter_left(now);
+            self.subscription.idle_since = Some(now);
         }
     }
 
@@ -250,10 +240,9 @@ impl Core {
             let lines = self.lines.keys().copied();
             lines.filter(|key| self.listens_on(*key, id)).collect()
         } else {
-            // One lookup per kind: on a cluster this runs for every channel
-            // confirmed, so a scan of every line would grow with the keys.
-            let own = Kind::ALL.iter().map(|&kind| LineKey { kind, id });
-            own.chain(self.set_lines_with(id)).collect()
+            // On a cluster this runs for every channel confirmed, so a scan
+            // of every line would grow with the keys.
+            self.lines_of(id).collect()
         };
         self.wake_lines(lines)
     }
@@ -266,7 +255,7 @@ impl Core {
             self.subscription.mode = Mode::Active;
         }
         self.handle_every_observed_change();
-        let woken = self.wake_heads(|_, line| line.handle_wake());
+        let woken = self.wake_heads(Line::handle_wake);
         if std::mem::take(&mut self.subscription.reconnecting) {
             self.wakeups.reconnect += woken;
         }
@@ -302,7 +291,7 @@ impl Core {
     fn clamp_heads(&mut self, now: Instant) {
         let safety = self.settings.poll_interval;
         // Rescheduled, not woken for a reason of their own: not counted.
-        let _ = self.wake_heads(|_, line| line.clamp_retry(now, safety));
+        let _ = self.wake_heads(|line| line.clamp_retry(now, safety));
     }
 
     /// Whether the subscriber should keep listening.

@@ -141,18 +141,14 @@ impl Core {
     }
 
     /// Whether a tracked lease holds a grant taken without its claim under
-    /// the grant token `token` (tracked or orphaned): the line's attempts
-    /// must not take that hold, under that token, for a grant to them.
+    /// the grant token `token` (tracked or orphaned, until its release is
+    /// taken: it still holds the lease key under that token): the line's
+    /// attempts must not take that hold, under that token, for a grant to
+    /// them.
     pub(super) fn holds_under(&self, token: OwnerToken) -> bool {
-        self.holds_of_grants().any(|l| l.token == token)
-    }
-
-    /// The holds of grants taken without their claim, tracked or orphaned
-    /// (until their release is taken): each still holds the lease key
-    /// under its grant token.
-    fn holds_of_grants(&self) -> impl Iterator<Item = &Owned> {
         let leases = self.leases.iter().map(|(_, l)| l);
-        leases.chain(&self.orphans).filter(|l| l.hold.is_some())
+        let mut holds = leases.chain(&self.orphans).filter(|l| l.hold.is_some());
+        holds.any(|l| l.token == token)
     }
 
     /// Reports a release's reply. A settled outcome stops tracking the
@@ -335,7 +331,7 @@ impl Core {
             // The grant token's release passes on a grant nobody claims; not
             // while a grant taken without its claim holds under that token.
             if !self.holds_under(owned.token) {
-                calls.push(self.release_of(owned, self.settings.handover.is_some()));
+                calls.push(self.release_of(owned, true));
             }
         }
         calls
@@ -365,18 +361,12 @@ impl Core {
         let mut calls = self.leaving_calls(&leaving);
         // The grant token's releases `leaving_calls` left out for a hold
         // taken without its claim go after that hold's own release.
-        let held: Vec<Owned> = leaving
-            .into_iter()
-            .filter(|o| self.holds_under(o.token))
-            .collect();
+        let held = leaving.into_iter().filter(|o| self.holds_under(o.token));
+        let held: Vec<Owned> = held.collect();
         let handover = self.settings.handover.is_some();
         let leases = self.leases.drain();
-        calls.extend(
-            leases
-                .iter()
-                .chain(&held)
-                .map(|o| self.release_of(o, handover)),
-        );
+        let ending = leases.iter().chain(&held);
+        calls.extend(ending.map(|o| self.release_of(o, handover)));
         calls.extend(self.take_orphans());
         calls
     }

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use crate::clock::now;
 use crate::core::core::LeaseId;
-use crate::core::lease::{LeaseEnd, RenewResult, SharedClock};
+use crate::core::lease::{RenewResult, SharedClock};
 use crate::core::multi::KeyFences;
 use crate::core::names::KeyId;
 use crate::core::outcome::{Fence, ReleaseOutcome, RenewOutcome};
@@ -102,7 +102,7 @@ impl Held {
     pub(crate) fn begin_renew(&self, now: Instant) -> Result<u64, RenewOutcome> {
         let mut clock = self.clock.lock();
         match clock.ended() {
-            Some(LeaseEnd::Conflict) => return Err(RenewOutcome::Conflict),
+            Some(Some(ReleaseOutcome::Conflict)) => return Err(RenewOutcome::Conflict),
             Some(_) => return Err(RenewOutcome::Expired),
             None => {}
         }

@@ -36,6 +36,7 @@ use crate::core::line::HeadState;
 use crate::core::names::LockNames;
 use crate::core::outcome::{ReleaseOutcome, RenewOutcome};
 use crate::core::script::ScriptKind;
+use crate::core::subscription::RESUBSCRIBE_AFTER;
 
 const POLL: Duration = Duration::from_millis(25);
 const NOTIFY: Duration = Duration::from_millis(250);

@@ -8,7 +8,6 @@ use redis::Value;
 
 use crate::core::core::{
     AttemptSummary, Core, CoreEvent, LeaseId, SubscriberStep, WaiterStep, FAILURE_BACKOFF,
-    RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER,
 };
 use crate::core::election::ElectNames;
 use crate::core::lease::RenewResult;
@@ -16,6 +15,7 @@ use crate::core::line::WaiterId;
 use crate::core::names::{KeyId, LockNames, OwnerToken, Want};
 use crate::core::outcome::{Fence, ReleaseOutcome};
 use crate::core::script::{ScriptCall, ScriptKind};
+use crate::core::subscription::{RESUBSCRIBE_AFTER, SUBSCRIPTION_LINGER};
 use crate::error::{Error, Failure, Operation};
 
 use super::{

@@ -53,8 +53,9 @@ use redis::Value;
 use crate::config::{Config, ResolvedOptions};
 use crate::core::core::{Core, CoreSettings, WaiterStep};
 use crate::core::line::WaiterId;
-use crate::core::names::{Channel, OwnerToken};
+use crate::core::names::{Channel, KeyId, OwnerToken, Want};
 use crate::core::script::{ScriptCall, ScriptKind};
+use crate::error::Error;
 
 // ----- input decoding --------------------------------------------------------
 
@@ -149,6 +150,39 @@ pub(super) fn releases(call: &ScriptCall, token: OwnerToken) -> bool {
 }
 
 // ----- driving a core --------------------------------------------------------
+
+/// Shorthands of [`Core::acquire_valued`] for the core's tests and this
+/// model, and what they read of the core.
+impl Core {
+    /// Starts an acquire of `key`'s lock.
+    pub(crate) fn acquire(
+        &mut self,
+        now: Instant,
+        key: &str,
+        token: OwnerToken,
+        options: ResolvedOptions,
+    ) -> Result<WaiterId, Error> {
+        self.acquire_for(now, key, Want::Lock, token, options)
+    }
+
+    /// Starts an acquire of what `want` names on `key`, without a value.
+    pub(crate) fn acquire_for(
+        &mut self,
+        now: Instant,
+        key: &str,
+        want: Want,
+        token: OwnerToken,
+        options: ResolvedOptions,
+    ) -> Result<WaiterId, Error> {
+        self.acquire_valued(now, key, want, None, token, options)
+    }
+
+    /// How many possible changes of `id` were announced so far: an
+    /// observer whose last read began at a smaller count reads again.
+    pub(crate) fn observed_changes(&self, id: KeyId) -> u64 {
+        self.observed.get(&id).map_or(0, |o| o.changes)
+    }
+}
 
 pub(super) fn fuzz_config() -> Config {
     Config::new("fuzz")

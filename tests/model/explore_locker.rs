@@ -171,7 +171,7 @@ impl Kind {
     // The lock's habits of its first model (see the module's doc).
 
     /// A take is placed by the busy reply's server time (the anchor);
-    /// the lock's model places a grant by the time its notice is heard.
+    /// the lock's model takes a notice with no anchor.
     fn anchors(self) -> bool {
         self != Kind::Lock
     }
@@ -207,7 +207,11 @@ impl Kind {
 
     /// A reply lost is one fault, and a lost attempt may have registered
     /// the line (and changed its server: the anchor is forgotten); the
-    /// lock's model loses any number of replies and keeps `registered`.
+    /// lock's model loses any number of replies and keeps `registered`,
+    /// so its next attempt can pass over a grant to that registration
+    /// (four events: a busy reply lost, a release grants, the attempt
+    /// does not name the grant token); it lapses after its window, and
+    /// the lock's runs do not check for it.
     fn counts_lost_replies(self) -> bool {
         self != Kind::Lock
     }
@@ -1012,7 +1016,7 @@ impl Explorer {
         }
         if let Op::Acquire(w) = op {
             let got = self.kind.attempt(&reply);
-            if let Kind::Semaphore { .. } = self.kind {
+            if self.kind.counts_lost_replies() {
                 self.no_grant_passed_over(l, c, w, &before, got.as_ref())
                     .map_err(|e| format!("{label}: {e}"))?;
             }
@@ -1041,7 +1045,7 @@ impl Explorer {
             n.max_fence[i] = f1;
         }
         if !self.kind.hears_after_reply() {
-            self.notify(n, now);
+            self.notify(n);
         }
         let counts_lost = self.kind.counts_lost_replies();
         let l = &mut n.lockers[c];
@@ -1064,7 +1068,7 @@ impl Explorer {
                 .map_err(|e| format!("{label}: {e}"))?;
         }
         if self.kind.hears_after_reply() {
-            self.notify(n, now);
+            self.notify(n);
         }
         Ok(label)
     }
@@ -1170,9 +1174,9 @@ impl Explorer {
         Ok(())
     }
 
-    /// The notices of the last run (`now`): a grant names its
-    /// registration; any other wakes every locker with a waiter in line.
-    fn notify(&mut self, n: &mut State, now: u64) {
+    /// The notices of the last run: a grant names its registration; any
+    /// other wakes every locker with a waiter in line.
+    fn notify(&mut self, n: &mut State) {
         // `<message>:g:<reg>:<fence>:<claim ms>:<ms>:<slot>:<owner id>`,
         // the message `<sha>` or `sem:<sha>`.
         let g = self.names.message(self.kind.queue()).split(':').count();
@@ -1197,28 +1201,21 @@ impl Explorer {
                 if l.head().is_some() && owner.as_ref() != Some(&ours) {
                     self.stats.notices_of_another_token += 1;
                 }
-                l.notice = match self.kind {
-                    // Heard now; no slot.
-                    Kind::Lock => part(2).map(|f| Notice {
-                        at: now,
-                        slot: 0,
+                // `None` without a time or a slot (claimed, not taken);
+                // a lock's grant names no slot.
+                let at = part(4).and_then(|t| t.parse().ok());
+                let slot = match self.kind {
+                    Kind::Lock => Some(0),
+                    Kind::Semaphore { .. } => part(5).and_then(|i| i.parse().ok()),
+                };
+                l.notice = match (at, slot, part(2)) {
+                    (Some(at), Some(slot), Some(f)) => Some(Notice {
+                        at,
+                        slot,
                         fence: f.to_owned(),
                         owner,
                     }),
-                    // `None` without a time or a slot (claimed, not taken).
-                    Kind::Semaphore { .. } => {
-                        let at = part(4).and_then(|t| t.parse().ok());
-                        let slot = part(5).and_then(|i| i.parse().ok());
-                        match (at, slot, part(2)) {
-                            (Some(at), Some(slot), Some(f)) => Some(Notice {
-                                at,
-                                slot,
-                                fence: f.to_owned(),
-                                owner,
-                            }),
-                            _ => None,
-                        }
-                    }
+                    _ => None,
                 };
             }
         }
@@ -1440,11 +1437,12 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
     result
 }
 
-/// The run `name` of `b`, with a rule off: its counterexample.
-pub(crate) fn broken(name: &str, b: Bounds) -> Counterexample {
+/// The run `name` of `b`, with a rule off: a counterexample that breaks
+/// the invariant whose message says `invariant`.
+pub(crate) fn caught(name: &str, b: Bounds, invariant: &str) {
     match explore(name, b) {
         Ok(st) => panic!("{name}: not caught in {} states", st.states),
-        Err(cx) => cx,
+        Err(cx) => assert!(cx.invariant.contains(invariant), "{cx}"),
     }
 }
 
@@ -1550,9 +1548,11 @@ fn mutation_take_of_another_tokens_grant_is_caught() {
         owner_checked: false,
         ..Rules::ALL
     };
-    let name = "mutation: a line takes a grant to its locker's older grant token";
-    let cx = broken(name, new_line_bounds(8, rules));
-    assert!(cx.invariant.contains("valid leases"), "{cx}");
+    caught(
+        "mutation: a line takes a grant to its locker's older grant token",
+        new_line_bounds(8, rules),
+        "valid leases",
+    );
 }
 
 #[test]
@@ -1561,9 +1561,11 @@ fn mutation_next_waiter_claiming_the_hold_is_caught() {
         no_claim_of_a_hold: false,
         ..Rules::ALL
     };
-    let name = "mutation: the next waiter names the grant token beside a hold";
-    let cx = broken(name, bounds(8, no_data_loss(), rules));
-    assert!(cx.invariant.contains("valid leases"), "{cx}");
+    caught(
+        "mutation: the next waiter names the grant token beside a hold",
+        bounds(8, no_data_loss(), rules),
+        "valid leases",
+    );
 }
 
 #[test]
@@ -1572,9 +1574,11 @@ fn mutation_leaving_release_ending_the_hold_is_caught() {
         park_leaving_release: false,
         ..Rules::ALL
     };
-    let name = "mutation: the leaving release by grant token is not parked";
-    let cx = broken(name, bounds(8, no_data_loss(), rules));
-    assert!(cx.invariant.contains("valid leases"), "{cx}");
+    caught(
+        "mutation: the leaving release by grant token is not parked",
+        bounds(8, no_data_loss(), rules),
+        "valid leases",
+    );
 }
 
 #[test]
@@ -1586,9 +1590,11 @@ fn mutation_dropped_hold_claimed_again_is_caught() {
         stale_grants_refused: false,
         ..Rules::ALL
     };
-    let name = "mutation: a dropped hold is not a hold of its line";
-    let cx = broken(name, bounds(7, no_data_loss(), rules));
-    assert!(cx.invariant.contains("before to waiter"), "{cx}");
+    caught(
+        "mutation: a dropped hold is not a hold of its line",
+        bounds(7, no_data_loss(), rules),
+        "before to waiter",
+    );
 }
 
 #[test]
@@ -1599,7 +1605,9 @@ fn mutation_stale_grant_after_data_loss_is_caught() {
         stale_grants_refused: false,
         ..Rules::ALL
     };
-    let name = "mutation: a stale grant is taken or claimed";
-    let cx = broken(name, bounds(7, data_loss(), rules));
-    assert!(cx.invariant.contains("before to waiter"), "{cx}");
+    caught(
+        "mutation: a stale grant is taken or claimed",
+        bounds(7, data_loss(), rules),
+        "before to waiter",
+    );
 }

@@ -12,7 +12,7 @@
 //! for another locker).
 
 use super::explore_locker::{
-    broken, data_loss, depth_or_env, explore, no_data_loss, Bounds, Kind, Rules,
+    caught, data_loss, depth_or_env, explore, no_data_loss, Bounds, Kind, Rules,
 };
 use super::search::Faults;
 
@@ -121,9 +121,11 @@ fn mutation_sem_take_of_another_tokens_grant_is_caught() {
         owner_checked: false,
         ..Rules::ALL
     };
-    let name = "mutation: a line takes a grant to its locker's older grant token";
-    let cx = broken(name, new_line_bounds(9, rules));
-    assert!(cx.invariant.contains("validly"), "{cx}");
+    caught(
+        "mutation: a line takes a grant to its locker's older grant token",
+        new_line_bounds(9, rules),
+        "validly",
+    );
 }
 
 #[test]
@@ -132,9 +134,11 @@ fn mutation_sem_take_without_redraw_is_caught() {
         redraw_at_take: false,
         ..Rules::ALL
     };
-    let name = "mutation: the take keeps the line's grant token";
-    let cx = broken(name, bounds(8, no_data_loss(), rules));
-    assert!(cx.invariant.contains("passed over"), "{cx}");
+    caught(
+        "mutation: the take keeps the line's grant token",
+        bounds(8, no_data_loss(), rules),
+        "passed over",
+    );
 }
 
 #[test]
@@ -144,9 +148,11 @@ fn mutation_sem_take_without_redraw_naming_the_hold_is_caught() {
         no_claim_of_a_hold: false,
         ..Rules::ALL
     };
-    let name = "mutation: the take keeps the grant token, which attempts name";
-    let cx = broken(name, bounds(8, no_data_loss(), rules));
-    assert!(cx.invariant.contains("validly"), "{cx}");
+    caught(
+        "mutation: the take keeps the grant token, which attempts name",
+        bounds(8, no_data_loss(), rules),
+        "validly",
+    );
 }
 
 #[test]
@@ -155,7 +161,9 @@ fn mutation_sem_rule_per_line_is_caught() {
         per_token: false,
         ..Rules::ALL
     };
-    let name = "mutation: no attempt names the new grant token beside a hold";
-    let cx = broken(name, bounds(8, no_data_loss(), rules));
-    assert!(cx.invariant.contains("passed over"), "{cx}");
+    caught(
+        "mutation: no attempt names the new grant token beside a hold",
+        bounds(8, no_data_loss(), rules),
+        "passed over",
+    );
 }

@@ -1437,6 +1437,12 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
     result
 }
 
+/// The run `name` of `b`, with every rule: its numbers (a counterexample
+/// fails the test).
+pub(crate) fn safe(name: &str, b: Bounds) -> Stats {
+    explore(name, b).unwrap_or_else(|cx| panic!("{cx}"))
+}
+
 /// The run `name` of `b`, with a rule off: a counterexample that breaks
 /// the invariant whose message says `invariant`.
 pub(crate) fn caught(name: &str, b: Bounds, invariant: &str) {
@@ -1485,25 +1491,19 @@ fn bounds(depth: usize, faults: Faults, rules: Rules) -> Bounds {
 
 #[test]
 fn a_locker_with_two_waiters_keeps_the_lock_safe() {
-    match explore(
-        "lockers with two waiters",
-        bounds(lock_depth(8), no_data_loss(), Rules::ALL),
-    ) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(
-            st.takes > 0 && st.attempts_beside_a_hold > 0 && st.give_ups_beside_a_hold > 0,
-            "a grant taken with a waiter behind was never reached: {st:?}"
-        ),
-    }
+    let b = bounds(lock_depth(8), no_data_loss(), Rules::ALL);
+    let st = safe("lockers with two waiters", b);
+    assert!(
+        st.takes > 0 && st.attempts_beside_a_hold > 0 && st.give_ups_beside_a_hold > 0,
+        "a grant taken with a waiter behind was never reached: {st:?}"
+    );
 }
 
 #[test]
 fn a_locker_with_two_waiters_survives_a_restart_and_a_failover() {
     let b = bounds(lock_depth(7), data_loss(), Rules::ALL);
-    match explore("lockers with two waiters, data lost", b) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(st.stale_handed_back > 0, "no stale grant met: {st:?}"),
-    }
+    let st = safe("lockers with two waiters, data lost", b);
+    assert!(st.stale_handed_back > 0, "no stale grant met: {st:?}");
 }
 
 /// Locker 0 with two waiters that acquire twice: a give-up empties the
@@ -1533,13 +1533,11 @@ fn new_line_bounds(depth: usize, rules: Rules) -> Bounds {
 #[test]
 fn a_new_line_beside_a_leaving_registration_keeps_the_lock_safe() {
     let b = new_line_bounds(lock_depth(8), Rules::ALL);
-    match explore("lockers, a new line beside a leaving one", b) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(
-            st.notices_of_another_token > 0 && st.takes > 0,
-            "no line heard a grant to another grant token: {st:?}"
-        ),
-    }
+    let st = safe("lockers, a new line beside a leaving one", b);
+    assert!(
+        st.notices_of_another_token > 0 && st.takes > 0,
+        "no line heard a grant to another grant token: {st:?}"
+    );
 }
 
 #[test]

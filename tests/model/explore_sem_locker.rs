@@ -12,7 +12,7 @@
 //! for another locker).
 
 use super::explore_locker::{
-    caught, data_loss, depth_or_env, explore, no_data_loss, Bounds, Kind, Rules,
+    caught, data_loss, depth_or_env, no_data_loss, safe, Bounds, Kind, Rules,
 };
 use super::search::Faults;
 
@@ -37,25 +37,19 @@ fn bounds(depth: usize, faults: Faults, rules: Rules) -> Bounds {
 
 #[test]
 fn a_semaphore_locker_with_two_waiters_keeps_each_slot_safe() {
-    match explore(
-        "semaphore lockers with two waiters",
-        bounds(sem_depth(8), no_data_loss(), Rules::ALL),
-    ) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(
-            st.takes_with_a_waiter_behind > 0 && st.named_beside_a_hold > 0,
-            "a take with a waiter behind, or an attempt beside its hold, was never reached: {st:?}"
-        ),
-    }
+    let b = bounds(sem_depth(8), no_data_loss(), Rules::ALL);
+    let st = safe("semaphore lockers with two waiters", b);
+    assert!(
+        st.takes_with_a_waiter_behind > 0 && st.named_beside_a_hold > 0,
+        "a take with a waiter behind, or an attempt beside its hold, was never reached: {st:?}"
+    );
 }
 
 #[test]
 fn a_semaphore_locker_with_two_waiters_survives_a_restart_and_a_failover() {
     let b = bounds(sem_depth(7), data_loss(), Rules::ALL);
-    match explore("semaphore lockers with two waiters, data lost", b) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(st.takes > 0, "no grant taken: {st:?}"),
-    }
+    let st = safe("semaphore lockers with two waiters, data lost", b);
+    assert!(st.takes > 0, "no grant taken: {st:?}");
 }
 
 /// The race the owner id (rule 5) closes, with one permit: a give-up
@@ -88,13 +82,11 @@ fn new_line_bounds(depth: usize, rules: Rules) -> Bounds {
 #[test]
 fn a_new_line_beside_a_leaving_registration_keeps_the_slot_safe() {
     let b = new_line_bounds(sem_depth(9), Rules::ALL);
-    match explore("one permit, a new line beside a leaving one", b) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(
-            st.notices_of_another_token > 0,
-            "no line heard a grant to another grant token: {st:?}"
-        ),
-    }
+    let st = safe("one permit, a new line beside a leaving one", b);
+    assert!(
+        st.notices_of_another_token > 0,
+        "no line heard a grant to another grant token: {st:?}"
+    );
 }
 
 /// The ten events of the design before the owner id, with two permits
@@ -110,9 +102,7 @@ fn a_new_line_beside_a_leaving_registration_keeps_each_slot_safe() {
         rounds: vec![vec![2, 1], vec![2]],
         ..bounds(sem_depth(10), no_data_loss(), Rules::ALL)
     };
-    if let Err(cx) = explore("semaphore lockers, a new line beside a leaving one", b) {
-        panic!("{cx}");
-    }
+    safe("semaphore lockers, a new line beside a leaving one", b);
 }
 
 #[test]

@@ -215,12 +215,6 @@ impl Kind {
     fn counts_lost_replies(self) -> bool {
         self != Kind::Lock
     }
-
-    /// A claimed hold counts as backed by its fence, as one taken does;
-    /// the lock's model asks a claimed hold's whole value.
-    fn backs_claims_by_fence(self) -> bool {
-        self != Kind::Lock
-    }
 }
 
 /// What a locker does next; `usize` is the waiter.
@@ -1332,24 +1326,16 @@ impl Explorer {
     /// long as its waiter counts: a restart or failover lost it.
     fn orphan(&self, n: &mut State) {
         let db = n.db.clone();
-        for (c, l) in n.lockers.iter_mut().enumerate() {
+        for l in &mut n.lockers {
             for x in &mut l.waiters {
-                let owner = tok(c, x);
                 if let Phase::Held {
                     slot,
                     ref fence,
                     deadline,
-                    by_grant,
                     ..
                 } = x.phase
                 {
-                    let backed = if by_grant.is_none() && !self.kind.backs_claims_by_fence() {
-                        let entry = db.peek(&self.slot_key(slot));
-                        search::backs(entry, &format!("{owner}:{fence}"), deadline)
-                    } else {
-                        self.backed(&db, slot, fence, deadline)
-                    };
-                    x.orphaned |= !backed;
+                    x.orphaned |= !self.backed(&db, slot, fence, deadline);
                 }
             }
         }

@@ -7,10 +7,10 @@
 //! - `explore_rw`: the read-write lease's, likewise;
 //! - `explore_sem`: the semaphore's, likewise;
 //! - `explore_elect`: the leader election's, likewise;
-//! - `explore_locker`: the lock's hand-over without the claim with
-//!   lockers of two waiters;
-//! - `explore_sem_locker`: the semaphore's hand-over without the claim
-//!   with lockers of two waiters;
+//! - `explore_locker`: the hand-over without the claim with lockers of
+//!   two waiters, for the lock and the semaphore (by kind), and the lock's
+//!   runs;
+//! - `explore_sem_locker`: its semaphore runs;
 //! - `explore_multi`: the multi-key lease's, likewise.
 
 mod support;

@@ -1,35 +1,50 @@
-//! The lock's hand-over without the claim, explored with lockers that have
-//! more than one waiter (docs/PROTOCOL.md §4.3): the real ACQUIRE,
-//! RELEASE, RENEW and DEREGISTER scripts on the emulator, driven by lockers
-//! that mirror the core's line in outline. A locker has one registration
-//! and one grant token per line, shared by its waiters; a line left empty
-//! is forgotten, and the next draws a new grant token. The head attempts;
-//! a grant's notice (naming the owner's id, SHA-1 of the grant token) lets
-//! the head take the grant as held (under `<grant token>:<fence>`) when a
-//! waiter stays behind it, which then becomes the head; a holder extends,
-//! releases or drops its lease (a dropped hold is released later, by the
-//! core's orphan sweep); the last waiter in line gives up (acquiring again
-//! at once if it has acquisitions left: in a new line if its own emptied),
-//! and a line left empty deregisters, then releases by its grant token.
+//! The hand-over without the claim (docs/PROTOCOL.md §4.3, §5.2) explored
+//! with lockers that have more than one waiter, for a lock and for a
+//! semaphore (`Kind`; the semaphore's runs are in `explore_sem_locker.rs`):
+//! the real ACQUIRE or SEM_ACQUIRE, a release (RELEASE of the lock or of a
+//! slot), RENEW, DEREGISTER and the release by grant token (RELEASE or
+//! SEM_RELEASE_ANY) on the emulator, driven by lockers that mirror the
+//! core's line in outline. A locker has one registration and one grant
+//! token per line, shared by its waiters; the head attempts; a line left
+//! empty is forgotten, and the next draws a new grant token. A grant's
+//! notice names the owner's id (SHA-1 of the grant token), and a
+//! semaphore's its slot; the head takes the grant as held (under `<grant
+//! token>:<fence>`) or claims it. A lock's take keeps the registration
+//! queued for the waiter that stays behind it (which becomes the head); a
+//! slot's grant took it out: the line forgets it and draws a new grant
+//! token, and its next waiter attempts at once. A holder extends, releases
+//! or drops its lease (a dropped hold is released later, by the core's
+//! orphan sweep); the last waiter in line gives up; a line left empty
+//! deregisters, then releases by its grant token.
 //!
-//! What `explore.rs` cannot see with one waiter per client, this checks:
-//! the locker's rules for a hold under its grant token (§4.3):
-//! 1. while a hold of the line is under the grant token (tracked or
-//!    orphaned), the line's attempts do not name that token as theirs;
+//! The line's rules (§4.3), each a `Rules` field that, turned off, gives a
+//! counterexample:
+//! 1. while a hold of the line is under a grant token (tracked or
+//!    dropped), the line's attempts do not name that token as theirs
+//!    (judged per token: beside an old hold they name the line's new one);
 //! 2. a leaving registration's release by its grant token waits until no
 //!    hold is under that token (a release by token would end that hold);
-//! 3. an orphaned hold counts as a hold of its line until its release;
-//! 4. a stale grant is not taken, and its claim is released;
+//! 3. a dropped hold counts as a hold of its line until its release;
+//! 4. a stale grant (its fence not above the line's, on its slot) is not
+//!    taken, and its claim is released;
 //! 5. a grant is taken only when its notice's owner id is the line's
 //!    grant token's: a registration an earlier line left, its release by
-//!    that token on its way, may be granted first (eight events).
+//!    that token on its way, may be granted first;
+//! 6. a semaphore's take redraws the grant token.
 //!
-//! Each rule, turned off (`Rules`), gives a counterexample.
+//! Invariants, at every step: per slot (the lock's key is one) at most one
+//! waiter whose lease is valid by its own clock, at most the permits in
+//! all (leaving out holds a restart or failover lost: §11); per slot every
+//! new fence above those before; no slot and fence given to two waiters
+//! (no grant taken twice); for a semaphore, no grant passed over: an
+//! attempt that finds a fresh grant to its line's grant token claims one
+//! (or its own slot, a replay), else it queues the registration again
+//! beside a grant it will not claim, which is then served twice.
 //!
-//! Invariants, at every step: at most one waiter whose lease is valid by
-//! its own clock (leaving out holds a restart or failover lost: §11);
-//! every new fence above every fence before it; no fence given to two
-//! waiters (no grant taken twice).
+//! The lock's line keeps some habits of its first model where the
+//! semaphore's is finer (`Kind`'s methods below the scripts': each says
+//! which); they are kept as they were, so that each kind's runs explore
+//! the states they did.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -37,9 +52,170 @@ use std::time::Instant;
 
 use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
-use super::search::{self, fence_of, Counterexample, Faults, Keys, Scripts};
+use super::search::{self, fence_of, owner_of, Counterexample, Faults, Keys, Scripts};
 
 use super::explore::{CLAIM, LEASE, POLL, REG, START_MS};
+
+/// Which lease the lockers take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// The lock: one key.
+    Lock,
+    /// A semaphore of `permits` slots.
+    Semaphore { permits: u32 },
+}
+
+/// What an attempt's reply says.
+enum Attempt {
+    /// Busy (`server_ms`: a semaphore's registration's server time).
+    Busy { ms: i64, server_ms: Option<u64> },
+    /// The lease (`next_waits`: a semaphore's claim queued the
+    /// registration again for the waiter behind, which waits).
+    Got {
+        slot: u32,
+        fence: String,
+        next_waits: bool,
+    },
+}
+
+impl Kind {
+    /// The slots (the lock's key is one).
+    fn slots(self) -> u32 {
+        match self {
+            Kind::Lock => 1,
+            Kind::Semaphore { permits } => permits,
+        }
+    }
+
+    fn queue(self) -> QKind {
+        match self {
+            Kind::Lock => QKind::Lock,
+            Kind::Semaphore { .. } => QKind::Sem,
+        }
+    }
+
+    /// The key of slot `slot`.
+    fn key(self, n: &Names, slot: u32) -> String {
+        match self {
+            Kind::Lock => n.lock(),
+            Kind::Semaphore { .. } => format!("{}{slot}", n.sem_slot_prefix()),
+        }
+    }
+
+    fn acquire(self, n: &Names, tok: &str, h: &Hand) -> Call {
+        match self {
+            Kind::Lock => Call::acquire(n, tok, LEASE, 0, Some(h)),
+            Kind::Semaphore { permits } => Call::sem_acquire(n, permits, tok, LEASE, 0, Some(h)),
+        }
+    }
+
+    /// The release of slot `slot` by `names` (a whole value or a token).
+    fn release(self, n: &Names, slot: u32, names: &str) -> Call {
+        match self {
+            Kind::Lock => Call::lock_release(n, names, 0, None),
+            Kind::Semaphore { .. } => Call::slot_release(n, slot, names, 0),
+        }
+    }
+
+    /// The release by grant token that follows DEREGISTER.
+    fn release_by_grant(self, n: &Names, grant: &str) -> Call {
+        match self {
+            Kind::Lock => Call::lock_release(n, grant, 0, None),
+            Kind::Semaphore { permits } => Call::sem_release_any(n, permits, grant),
+        }
+    }
+
+    fn attempt(self, reply: &Reply) -> Option<Attempt> {
+        match (self, reply) {
+            (Kind::Lock, Reply::Bulk(fence)) => Some(Attempt::Got {
+                slot: 0,
+                fence: fence.clone(),
+                next_waits: false,
+            }),
+            (Kind::Lock, Reply::Int(ms)) => Some(Attempt::Busy {
+                ms: *ms,
+                server_ms: None,
+            }),
+            (Kind::Lock, Reply::Array(items)) => match items.first() {
+                Some(Reply::Int(ms)) => Some(Attempt::Busy {
+                    ms: *ms,
+                    server_ms: None,
+                }),
+                _ => None,
+            },
+            (Kind::Semaphore { .. }, Reply::Array(items)) => match items.as_slice() {
+                // Busy, registered at that server time.
+                [Reply::Int(ms), Reply::Int(server_ms)] => Some(Attempt::Busy {
+                    ms: *ms,
+                    server_ms: Some(*server_ms as u64),
+                }),
+                [Reply::Int(slot), Reply::Bulk(fence), rest @ ..] => Some(Attempt::Got {
+                    slot: *slot as u32,
+                    fence: fence.clone(),
+                    next_waits: rest.first() == Some(&Reply::Int(1)),
+                }),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A lock's take needs a waiter staying behind the head, which keeps
+    /// the registration queued (§4.3: a line left empty claims); a slot's
+    /// grant took the registration out: the take forgets it, draws a new
+    /// grant token (rule 6) and lets the next waiter attempt at once.
+    fn take_keeps_registration(self) -> bool {
+        self == Kind::Lock
+    }
+
+    // The lock's habits of its first model (see the module's doc).
+
+    /// A take is placed by the busy reply's server time (the anchor);
+    /// the lock's model takes a notice with no anchor.
+    fn anchors(self) -> bool {
+        self != Kind::Lock
+    }
+
+    /// A notice is heard only by a line with a head (the core drops one
+    /// for a line it forgot), after the run's reply: a releaser that
+    /// acquires again meanwhile hears its old registration's grant in its
+    /// new line. The lock's model hears it before the reply, in any line.
+    fn hears_after_reply(self) -> bool {
+        self != Kind::Lock
+    }
+
+    /// A waiter whose lease ends joins the line at its back, and the
+    /// next head (after a take, a lease got, or a lease ended in a line
+    /// left without a head) attempts at once; the lock's model keeps a
+    /// waiter in its place and the next head at its poll.
+    fn rejoins_at_back(self) -> bool {
+        self != Kind::Lock
+    }
+
+    /// A give-up ends all the waiter's acquisitions; the lock's model's
+    /// waiter acquires again at once (in a new line if its own emptied).
+    fn gives_up_all(self) -> bool {
+        self != Kind::Lock
+    }
+
+    /// A forgotten line forgets the fences it was given (stale is judged
+    /// per line); the lock's model judges by every fence the locker's
+    /// waiters were given.
+    fn forgets_fences(self) -> bool {
+        self != Kind::Lock
+    }
+
+    /// A reply lost is one fault, and a lost attempt may have registered
+    /// the line (and changed its server: the anchor is forgotten); the
+    /// lock's model loses any number of replies and keeps `registered`,
+    /// so its next attempt can pass over a grant to that registration
+    /// (four events: a busy reply lost, a release grants, the attempt
+    /// does not name the grant token); it lapses after its window, and
+    /// the lock's runs do not check for it.
+    fn counts_lost_replies(self) -> bool {
+        self != Kind::Lock
+    }
+}
 
 /// What a locker does next; `usize` is the waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,7 +228,7 @@ pub(crate) enum Op {
     Release(usize),
     /// The holder drops its lease: its release is left to the sweep.
     Drop(usize),
-    /// The sweep's release of a dropped hold, by its whole value.
+    /// The sweep's release of a dropped hold or a stale grant claimed.
     OrphanRelease,
     Deregister,
     /// The release by grant token that follows DEREGISTER.
@@ -63,6 +239,7 @@ pub(crate) enum Op {
 enum Phase {
     Waiting,
     Held {
+        slot: u32,
         fence: String,
         deadline: u64,
         extended: bool,
@@ -74,11 +251,14 @@ enum Phase {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Waiter {
+    /// Which waiter it is (its place in `Locker::waiters` is its place in
+    /// line, among the waiting ones).
+    id: u8,
     phase: Phase,
     /// Acquisitions left after this one.
     rounds_left: u8,
-    /// The fences it was given.
-    got: Vec<String>,
+    /// The slots and fences it was given.
+    got: Vec<(u32, String)>,
     /// Its hold rests on a write a restart or failover lost.
     orphaned: bool,
     /// Tokens it handed a stale grant back under (it goes on under a new
@@ -94,25 +274,51 @@ enum Leaving {
     GrantRelease(u8),
 }
 
+/// A lease to release that nobody uses: a dropped hold; a stale grant
+/// claimed (rule 4).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Orphan {
+    slot: u32,
+    /// What its release names: a whole value, or a token.
+    names: String,
+    /// The grant token (its number) a dropped hold is under.
+    grant: Option<u8>,
+}
+
+/// What a grant's notice says.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Notice {
+    /// The grant's server time.
+    at: u64,
+    slot: u32,
+    fence: String,
+    /// The owner's id (`None`: not published).
+    owner: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Locker {
-    /// In line order.
+    kind: Kind,
+    /// In line order, for the waiting ones.
     waiters: Vec<Waiter>,
     registered: bool,
     /// The line's grant token, by number: a new one after the line was
-    /// forgotten (it emptied).
+    /// forgotten, and after a slot's take.
     grant: u8,
-    /// The last grant notice naming it: when it was heard, its fence, the
-    /// owner id it names.
-    notice: Option<(u64, String, Option<String>)>,
+    /// Per slot, the highest fence a waiter of the line was given.
+    given: Vec<u128>,
+    /// The last grant notice naming it.
+    notice: Option<Notice>,
     wake: bool,
     next_poll: u64,
+    /// The server time of the last registering attempt's busy reply, which
+    /// places a grant on the locker's clock (kept per locker, not per
+    /// line, as the core's; forgotten on an attempt of unknown outcome or
+    /// a lost subscription).
+    anchor: Option<u64>,
     /// A call whose reply was lost, re-sent, and its first send's time.
     lost: Option<(Op, u64)>,
-    /// Leases to release that nobody uses: (what the release names, the
-    /// grant token, by number, of a hold under one). A dropped hold; a
-    /// stale grant claimed (rule 4).
-    orphans: Vec<(String, Option<u8>)>,
+    orphans: Vec<Orphan>,
     leaving: Leaving,
     dead: bool,
 }
@@ -129,21 +335,53 @@ impl Locker {
             .any(|x| x.phase == Phase::Waiting)
     }
 
-    /// The line emptied: the core forgets it (its registration and grant
-    /// token; a notice for it is dropped).
+    /// The line emptied: the core forgets it (its registration, its grant
+    /// token, the fences it was given; a notice for it is dropped).
     fn forget_line(&mut self) {
         self.registered = false;
         self.grant += 1;
+        if self.kind.forgets_fences() {
+            self.given = vec![0; self.given.len()];
+        }
         (self.notice, self.wake) = (None, false);
     }
 
-    fn hold(&self, w: usize) -> Option<(&str, Option<u8>)> {
-        match &self.waiters[w].phase {
-            Phase::Held {
-                fence, by_grant, ..
-            } => Some((fence, *by_grant)),
-            _ => None,
+    /// Waiter `w` left the line holding a lease (`now`): the next head
+    /// attempts at once, unless the reply said it waits for its grant;
+    /// with none, the line is forgotten.
+    fn head_left(&mut self, w: usize, now: u64, next_waits: bool) {
+        if !self.behind(w) {
+            self.forget_line();
+        } else if self.kind.rejoins_at_back() {
+            self.next_poll = if next_waits { now + POLL } else { now };
         }
+    }
+
+    /// Waiter `w`'s lease ended: it acquires again, or it is gone.
+    fn finish(&mut self, w: usize, now: u64) {
+        if !self.kind.rejoins_at_back() {
+            let x = &mut self.waiters[w];
+            x.orphaned = false;
+            if x.rounds_left > 0 {
+                x.rounds_left -= 1;
+                x.phase = Phase::Waiting;
+            } else {
+                x.phase = Phase::Gone;
+            }
+            return;
+        }
+        let mut x = self.waiters.remove(w);
+        x.orphaned = false;
+        if x.rounds_left > 0 {
+            x.rounds_left -= 1;
+            x.phase = Phase::Waiting;
+            if self.head().is_none() {
+                self.next_poll = now;
+            }
+        } else {
+            x.phase = Phase::Gone;
+        }
+        self.waiters.push(x);
     }
 }
 
@@ -164,13 +402,15 @@ impl search::Waiter for Locker {
         (self.dead, self.lost) = (true, None);
     }
     /// The last waiter in line gives up this acquisition; a line left
-    /// empty is forgotten and deregisters. A waiter with acquisitions left
-    /// acquires again at once: in a new line if its own was forgotten.
+    /// empty is forgotten and deregisters.
     fn give_up(&mut self) {
         let Some(last) = self.waiters.iter().rposition(|w| w.phase == Phase::Waiting) else {
             return;
         };
         self.waiters[last].phase = Phase::Gone;
+        if self.kind.gives_up_all() {
+            self.waiters[last].rounds_left = 0;
+        }
         if self.head().is_none() {
             self.leaving = Leaving::Deregister(self.grant);
             self.forget_line();
@@ -189,45 +429,56 @@ pub(crate) struct State {
     lockers: Vec<Locker>,
     faults: Faults,
     drops: u8,
-    max_fence: u128,
+    /// Per slot, the largest fence written to it.
+    max_fence: Vec<u128>,
     unreplicated: Vec<Keys>,
 }
 
 type Action = search::Action<Op>;
 
-/// The locker's rules for a hold under its grant token; `false` turns one
-/// off, for the mutation tests.
+/// The line's rules for holds under grant tokens; `false` turns one off,
+/// for the mutation tests.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rules {
-    /// 1: no attempt names the grant token while a hold is under it.
+    /// 1: no attempt names a grant token a hold is under.
     pub(crate) no_claim_of_a_hold: bool,
+    /// 1 judged per token; off, per line: no attempt names the line's
+    /// grant token while any hold of the line is under a grant token.
+    pub(crate) per_token: bool,
     /// 2: the leaving release by grant token waits for the hold's release.
     pub(crate) park_leaving_release: bool,
     /// 3: a dropped hold counts as a hold until its release.
     pub(crate) orphans_hold: bool,
     /// 4: a grant whose fence is not above every fence the line was given
-    /// is stale (data loss brought it back): not taken, and claimed only
-    /// to be released, its waiter waiting on.
+    /// (on its slot) is stale (data loss brought it back): not taken, and
+    /// claimed only to be released, its waiter waiting on.
     pub(crate) stale_grants_refused: bool,
     /// 5: a grant is taken only when its notice's owner id is the line's
     /// grant token's; off, any grant to the registration is taken (the
     /// notice before the owner id).
     pub(crate) owner_checked: bool,
+    /// 6: a semaphore's take redraws the line's grant token (and forgets
+    /// the registration the grant popped); off, the line keeps both, as a
+    /// lock's take does.
+    pub(crate) redraw_at_take: bool,
 }
 
 impl Rules {
     pub(crate) const ALL: Rules = Rules {
         no_claim_of_a_hold: true,
+        per_token: true,
         park_leaving_release: true,
         orphans_hold: true,
         stale_grants_refused: true,
         owner_checked: true,
+        redraw_at_take: true,
     };
 }
 
 /// What to explore: each locker's waiters, with their acquisitions.
 #[derive(Debug, Clone)]
 pub(crate) struct Bounds {
+    pub(crate) kind: Kind,
     pub(crate) rounds: Vec<Vec<u8>>,
     pub(crate) depth: usize,
     pub(crate) faults: Faults,
@@ -241,29 +492,51 @@ pub(crate) struct Stats {
     pub(crate) states: usize,
     pub(crate) transitions: usize,
     pub(crate) depth: usize,
-    /// Grants taken without the claim with a waiter behind.
+    /// Grants taken without the claim, and of those with a waiter behind.
     pub(crate) takes: usize,
+    pub(crate) takes_with_a_waiter_behind: usize,
+    /// Grants claimed by an attempt.
+    pub(crate) claims: usize,
     /// Attempts of a line sent while a hold was under its grant token.
     pub(crate) attempts_beside_a_hold: usize,
+    /// Attempts of a line sent while a hold was under an older grant
+    /// token of the line, and of those, attempts that named the line's
+    /// (new) grant token.
+    pub(crate) attempts_beside_an_older_hold: usize,
+    pub(crate) named_beside_a_hold: usize,
     /// Waiters that gave up while a hold was under the grant token.
     pub(crate) give_ups_beside_a_hold: usize,
+    /// Extensions answered `1`.
+    pub(crate) extended: usize,
     /// Stale grants claimed and handed back (rule 4).
     pub(crate) stale_handed_back: usize,
+    /// Steps after which a waiter's token, or a grant token, was in two
+    /// slots (a permit unused until it lapses).
+    pub(crate) tokens_in_two_slots: usize,
+    pub(crate) grant_tokens_in_two_slots: usize,
     /// Grant notices a line's head heard whose owner id is not its grant
     /// token's (a registration of an earlier line of the locker granted).
     pub(crate) notices_of_another_token: usize,
 }
 
-/// Waiter `w` of locker `c`'s token: one per acquisition, and a new one
+/// Waiter `x` of locker `c`'s token: one per acquisition, and a new one
 /// after it handed back a stale grant (`Waiter::tokens`).
-fn tok(c: usize, w: usize, x: &Waiter) -> String {
-    let n = 0x1000 * (c as u64 + 1) + 0x100 * w as u64 + 0x10 * u64::from(x.tokens);
+fn tok(c: usize, x: &Waiter) -> String {
+    let n = 0x1000 * (c as u64 + 1) + 0x100 * u64::from(x.id) + 0x10 * u64::from(x.tokens);
     token(n + u64::from(x.rounds_left))
 }
 /// Locker `c`'s grant token number `g` (the core draws it from the
 /// head's token; any value no waiter's token is will do).
 fn grant(c: usize, g: u8) -> String {
     token(0x9000 + 0x100 * c as u64 + u64::from(g))
+}
+fn entry(c: usize) -> String {
+    format!("{:016x}", 0xe0 + c)
+}
+
+/// Whether `o` is a grant token (`grant`), not a waiter's (`tok`).
+fn is_grant_token(o: &str) -> bool {
+    u128::from_str_radix(o, 16).is_ok_and(|t| t >= 0x9000)
 }
 
 /// A token's id in a grant's notice, as the scripts compute it: the first
@@ -274,16 +547,14 @@ fn owner_id(token: &str) -> String {
 
 /// A token or value, short: the token's last 4 digits, and the fence.
 fn short(v: &str) -> String {
-    let o = search::owner_of(v);
+    let o = owner_of(v);
     format!("{}{}", &o[o.len().saturating_sub(4)..], &v[o.len()..])
-}
-fn entry(c: usize) -> String {
-    format!("{:016x}", 0xe0 + c)
 }
 
 pub(crate) struct Explorer {
     scripts: Scripts,
     names: Names,
+    kind: Kind,
     bounds: Bounds,
     stats: Stats,
 }
@@ -293,16 +564,21 @@ impl Explorer {
         Explorer {
             scripts: Scripts::new(sources),
             names: Names::new("ns", 1),
+            kind: bounds.kind,
             bounds,
             stats: Stats::default(),
         }
     }
 
     fn initial(&self) -> State {
+        let slots = self.kind.slots() as usize;
         let lockers = self.bounds.rounds.iter().map(|waiters| Locker {
+            kind: self.kind,
             waiters: waiters
                 .iter()
-                .map(|r| Waiter {
+                .enumerate()
+                .map(|(id, r)| Waiter {
+                    id: id as u8,
                     phase: Phase::Waiting,
                     rounds_left: r.saturating_sub(1),
                     got: Vec::new(),
@@ -312,9 +588,11 @@ impl Explorer {
                 .collect(),
             registered: false,
             grant: 0,
+            given: vec![0; slots],
             notice: None,
             wake: false,
             next_poll: 0,
+            anchor: None,
             lost: None,
             orphans: Vec::new(),
             leaving: Leaving::No,
@@ -325,83 +603,127 @@ impl Explorer {
             lockers: lockers.collect(),
             faults: self.bounds.faults,
             drops: self.bounds.drops,
-            max_fence: 0,
+            max_fence: vec![0; slots],
             unreplicated: Vec::new(),
         }
+    }
+
+    fn slot_key(&self, slot: u32) -> String {
+        self.kind.key(&self.names, slot)
+    }
+
+    /// Every slot's value (`None`: free).
+    fn slots(&self, db: &Db) -> Vec<Option<String>> {
+        (0..self.kind.slots())
+            .map(|i| match db.peek(&self.slot_key(i)).map(|e| &e.value) {
+                Some(Value::Str(v)) => Some(v.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether a hold of locker `l`'s is under its grant token `g`
     /// (tracked, or dropped and not released).
     fn holds_under(&self, l: &Locker, g: u8) -> bool {
-        let held = (0..l.waiters.len()).any(|w| l.hold(w).is_some_and(|(_, h)| h == Some(g)));
-        held || (self.bounds.rules.orphans_hold && l.orphans.iter().any(|(_, h)| *h == Some(g)))
+        let held = l
+            .waiters
+            .iter()
+            .any(|x| matches!(x.phase, Phase::Held { by_grant: Some(h), .. } if h == g));
+        held || (self.bounds.rules.orphans_hold && l.orphans.iter().any(|o| o.grant == Some(g)))
     }
 
-    /// Whether a hold of locker `l`'s is under its line's grant token.
-    fn holds_under_grant(&self, l: &Locker) -> bool {
-        self.holds_under(l, l.grant)
+    /// Whether a hold of locker `l`'s is under a grant token older than
+    /// the line's.
+    fn holds_under_older(&self, l: &Locker) -> bool {
+        (0..l.grant).any(|g| self.holds_under(l, g))
+    }
+
+    /// Whether the line's attempts name its grant token as theirs.
+    fn names_grant(&self, l: &Locker) -> bool {
+        let r = self.bounds.rules;
+        let beside = if r.per_token {
+            self.holds_under(l, l.grant)
+        } else {
+            self.holds_under(l, l.grant) || self.holds_under_older(l)
+        };
+        l.registered && !(beside && r.no_claim_of_a_hold)
     }
 
     fn call(&self, s: &State, c: usize, op: Op) -> Call {
         let l = &s.lockers[c];
         let n = &self.names;
-        let hold = |w: usize| match l.hold(w) {
-            Some((f, g)) => format!("{}:{f}", grant(c, g.unwrap_or_default())),
-            None => unreachable!("a hold's call is sent while held"),
+        let held = |w: usize| match &l.waiters[w].phase {
+            Phase::Held {
+                slot,
+                fence,
+                by_grant,
+                ..
+            } => (*slot, fence.clone(), *by_grant),
+            _ => unreachable!("a hold's call is sent while held"),
         };
-        let token_of = |w: usize| tok(c, w, &l.waiters[w]);
         match op {
             Op::Acquire(w) => {
-                let beside = self.holds_under_grant(l);
                 let h = Hand {
                     entry: entry(c),
                     reg_ms: REG,
                     claim_ms: CLAIM,
                     grant: grant(c, l.grant),
                     register: true,
-                    registered: l.registered && !(beside && self.bounds.rules.no_claim_of_a_hold),
+                    registered: self.names_grant(l),
                     keep: if l.behind(w) { "k" } else { "d" },
                 };
-                Call::acquire(n, &token_of(w), LEASE, 0, Some(&h))
+                self.kind.acquire(n, &tok(c, &l.waiters[w]), &h)
             }
-            Op::Extend(w) => Call::renew(&n.lock(), &hold(w), LEASE),
-            Op::Release(w) => match l.hold(w) {
-                Some((_, Some(_))) => Call::lock_release(n, &hold(w), 0, None),
-                _ => Call::lock_release(n, &token_of(w), 0, None),
+            Op::Extend(w) => {
+                let (slot, fence, g) = held(w);
+                let whole = format!("{}:{fence}", grant(c, g.unwrap_or_default()));
+                Call::renew(&self.slot_key(slot), &whole, LEASE)
+            }
+            Op::Release(w) => match held(w) {
+                (slot, fence, Some(g)) => {
+                    self.kind
+                        .release(n, slot, &format!("{}:{fence}", grant(c, g)))
+                }
+                (slot, _, None) => self.kind.release(n, slot, &tok(c, &l.waiters[w])),
             },
-            Op::OrphanRelease => Call::lock_release(n, &l.orphans[0].0, 0, None),
-            Op::Deregister => Call::deregister(n, QKind::Lock, &entry(c)),
+            Op::OrphanRelease => self.kind.release(n, l.orphans[0].slot, &l.orphans[0].names),
+            Op::Deregister => Call::deregister(n, self.kind.queue(), &entry(c)),
             Op::GrantRelease => match l.leaving {
-                Leaving::GrantRelease(g) => Call::lock_release(n, &grant(c, g), 0, None),
+                Leaving::GrantRelease(g) => self.kind.release_by_grant(n, &grant(c, g)),
                 _ => unreachable!("sent while leaving"),
             },
             Op::TakeGrant(_) | Op::Drop(_) => unreachable!("sends nothing"),
         }
     }
 
-    /// Whether locker `l`'s head may take the grant its notice names: at
-    /// most half the window gone, a waiter staying behind it (which keeps
-    /// the registration queued), nothing of the line of unknown outcome,
-    /// the notice's owner id its line's grant token's (rule 5).
+    /// Whether locker `l`'s head may take the grant its notice names: the
+    /// anchor places it (a grant no earlier than the anchor's server time),
+    /// at most half the window gone, for a lock a waiter staying behind
+    /// the head, nothing of the line of unknown outcome, the fence above
+    /// every fence the line was given on that slot, the notice's owner id
+    /// its line's grant token's (rule 5).
     fn may_take(&self, c: usize, l: &Locker, now: u64) -> Option<usize> {
-        let (at, fence, owner) = l.notice.as_ref()?;
+        let Notice {
+            at,
+            slot,
+            fence,
+            owner,
+        } = l.notice.as_ref()?;
         let head = l.head()?;
-        let fresh = !self.bounds.rules.stale_grants_refused || !self.stale(l, fence);
+        let placed = !self.kind.anchors() || l.anchor.is_some_and(|s| *at >= s);
+        let kept = !self.kind.take_keeps_registration() || l.behind(head);
+        let fresh = !self.bounds.rules.stale_grants_refused || !Self::stale(l, *slot, fence);
         let ours = !self.bounds.rules.owner_checked
             || owner.as_deref() == Some(owner_id(&grant(c, l.grant)).as_str());
         let free = l.lost.is_none() && fresh && ours;
-        (now <= at + CLAIM / 2 && l.behind(head) && free).then_some(head)
+        (placed && kept && now <= at + CLAIM / 2 && free).then_some(head)
     }
 
-    /// Whether `fence` is not above every fence the locker's line was given.
-    fn stale(&self, l: &Locker, fence: &str) -> bool {
-        let given = l
-            .waiters
-            .iter()
-            .flat_map(|w| &w.got)
-            .filter_map(|f| f.parse::<u128>().ok());
-        let fence = fence.parse::<u128>().unwrap_or(0);
-        given.max().is_some_and(|top| fence <= top)
+    /// Whether `fence` is not above every fence locker `l`'s line was
+    /// given on `slot`.
+    fn stale(l: &Locker, slot: u32, fence: &str) -> bool {
+        let top = l.given.get(slot as usize).copied().unwrap_or(0);
+        top > 0 && fence.parse::<u128>().unwrap_or(0) <= top
     }
 
     fn sends(&self, s: &State, c: usize) -> Vec<Op> {
@@ -427,13 +749,13 @@ impl Explorer {
                 ops.push(Op::Acquire(head));
             }
         }
-        for w in 0..l.waiters.len() {
+        for (w, x) in l.waiters.iter().enumerate() {
             if let Phase::Held {
                 deadline,
                 extended,
                 by_grant,
                 ..
-            } = l.waiters[w].phase
+            } = x.phase
             {
                 ops.push(Op::Release(w));
                 if by_grant.is_some() && !extended && now < deadline {
@@ -464,7 +786,7 @@ impl Explorer {
         let mut times = Vec::new();
         for (key, e) in &s.db.keys {
             times.extend(e.expire_at.map(|at| at + 1));
-            if key == &self.names.queue(QKind::Lock) {
+            if key == &self.names.queue(self.kind.queue()) {
                 if let Value::List(list) = &e.value {
                     let deadlines = list
                         .iter()
@@ -477,7 +799,7 @@ impl Explorer {
             if l.head().is_some() {
                 times.push(l.next_poll);
             }
-            if let Some((at, ..)) = &l.notice {
+            if let Some(Notice { at, .. }) = &l.notice {
                 times.push(at + CLAIM / 2 + 1);
             }
             for w in &l.waiters {
@@ -489,30 +811,29 @@ impl Explorer {
         times.into_iter().filter(|t| *t > now).min()
     }
 
-    fn lock_value(&self, db: &Db) -> Option<String> {
-        match db.peek(&self.names.lock()).map(|e| &e.value) {
-            Some(Value::Str(v)) => Some(v.clone()),
-            _ => None,
-        }
-    }
-
-    /// A fence given to waiter (c, w): never one another waiter was given.
-    fn give(n: &mut State, c: usize, w: usize, fence: &str) -> Result<(), String> {
+    /// Slot `slot` and `fence` given to waiter `w` of locker `c`: never to
+    /// another waiter before.
+    fn give(n: &mut State, c: usize, w: usize, slot: u32, fence: &str) -> Result<(), String> {
+        let id = n.lockers[c].waiters[w].id;
         let other = n.lockers.iter().enumerate().find_map(|(c2, l)| {
             l.waiters
                 .iter()
-                .enumerate()
-                .find(|(w2, x)| (c2, *w2) != (c, w) && x.got.iter().any(|f| f == fence))
-                .map(|(w2, _)| (c2, w2))
+                .find(|x| {
+                    (c2, x.id) != (c, id) && x.got.iter().any(|(s, f)| *s == slot && f == fence)
+                })
+                .map(|x| (c2, x.id))
         });
         if let Some((c2, w2)) = other {
             return Err(format!(
-                "fence {fence} given to waiter {w} of c{c}, and before to waiter {w2} of c{c2}"
+                "slot {slot} fence {fence} given to waiter {id} of c{c}, and before to waiter {w2} of c{c2}"
             ));
         }
-        let got = &mut n.lockers[c].waiters[w].got;
-        if !got.iter().any(|f| f == fence) {
-            got.push(fence.to_owned());
+        let l = &mut n.lockers[c];
+        let f = fence.parse::<u128>().unwrap_or(0);
+        l.given[slot as usize] = l.given[slot as usize].max(f);
+        let got = &mut l.waiters[w].got;
+        if !got.iter().any(|(s, f)| *s == slot && f == fence) {
+            got.push((slot, fence.to_owned()));
         }
         Ok(())
     }
@@ -528,27 +849,43 @@ impl Explorer {
             } => {
                 self.stats.takes += 1;
                 let l = &mut n.lockers[c];
-                let (at, fence, _) = l.notice.take().expect("a notice");
+                let Notice {
+                    at, slot, fence, ..
+                } = l.notice.take().expect("a notice");
                 l.wake = false;
                 let g = l.grant;
-                // A fence names one grant of the lock, whoever's token it
-                // names.
-                let value = self.lock_value(&n.db);
-                let backed = value.as_deref().and_then(fence_of) == fence.parse().ok();
-                let waiter = &mut n.lockers[c].waiters[w];
-                waiter.orphaned = !backed;
-                waiter.phase = Phase::Held {
+                let id = l.waiters[w].id;
+                let behind = l.behind(w);
+                if behind {
+                    self.stats.takes_with_a_waiter_behind += 1;
+                }
+                let backed = self.backed(&n.db, slot, &fence, 0);
+                let l = &mut n.lockers[c];
+                l.waiters[w].orphaned = !backed;
+                l.waiters[w].phase = Phase::Held {
+                    slot,
                     fence: fence.clone(),
                     deadline: at + CLAIM,
                     extended: false,
                     by_grant: Some(g),
                 };
-                Self::give(&mut n, c, w, &fence)
-                    .map_err(|e| format!("c{c} waiter {w} takes its grant: {e}"))?;
+                if !self.kind.take_keeps_registration() {
+                    if self.bounds.rules.redraw_at_take {
+                        // The grant popped the registration: the line
+                        // forgets it, and its next registration names a
+                        // new token.
+                        l.registered = false;
+                        l.grant += 1;
+                    }
+                    l.head_left(w, now, false);
+                }
+                Self::give(&mut n, c, w, slot, &fence)
+                    .map_err(|e| format!("c{c} waiter {id} takes its grant: {e}"))?;
                 format!(
-                    "c{c} waiter {w} takes grant {fence} as {}:{fence} until {}",
+                    "c{c} waiter {id} takes grant {}:{fence} of slot {slot} until {}{}",
                     short(&grant(c, g)),
-                    at + CLAIM
+                    at + CLAIM,
+                    if behind { ", a waiter behind" } else { "" }
                 )
             }
             Action::Run {
@@ -558,69 +895,31 @@ impl Explorer {
             } => {
                 n.drops -= 1;
                 let l = &mut n.lockers[c];
-                let (fence, g) = l
-                    .hold(w)
-                    .map(|(f, g)| (f.to_owned(), g.unwrap_or_default()))
-                    .unwrap_or_default();
-                l.orphans
-                    .push((format!("{}:{fence}", grant(c, g)), Some(g)));
-                self.finish(&mut n.lockers[c].waiters[w]);
-                format!("c{c} waiter {w} drops its hold {fence}")
+                let id = l.waiters[w].id;
+                let Phase::Held {
+                    slot,
+                    ref fence,
+                    by_grant: Some(g),
+                    ..
+                } = l.waiters[w].phase
+                else {
+                    unreachable!("a hold under a grant token is dropped")
+                };
+                let names = format!("{}:{fence}", grant(c, g));
+                let label = format!("c{c} waiter {id} drops its hold {}", short(&names));
+                l.orphans.push(Orphan {
+                    slot,
+                    names,
+                    grant: Some(g),
+                });
+                l.finish(w, now);
+                label
             }
             Action::Run {
                 client: c,
                 op,
                 lose,
-            } => {
-                let call = self.call(s, c, op);
-                let l = &s.lockers[c];
-                if matches!(op, Op::Acquire(_)) && self.holds_under_grant(l) {
-                    self.stats.attempts_beside_a_hold += 1;
-                }
-                let before = self.lock_value(&s.db);
-                search::record_run(&mut n.unreplicated, &s.db, &s.faults);
-                let reply;
-                (reply, n.db) = self.scripts.run(&call, n.db);
-                let after = self.lock_value(&n.db);
-                let label = format!(
-                    "c{c} {op:?} → {reply:?}{}; lock {} → {}",
-                    if lose { " LOST" } else { "" },
-                    before.as_deref().unwrap_or("free"),
-                    after.as_deref().unwrap_or("free"),
-                );
-                if let Reply::Error(e) = &reply {
-                    return Err(format!("{label}: script error {e}"));
-                }
-                if let (Op::Acquire(w), Reply::Bulk(f), false) = (op, &reply, lose) {
-                    let mine = l.waiters[w].got.contains(f);
-                    if self.bounds.rules.stale_grants_refused && !mine && self.stale(l, f) {
-                        self.stats.stale_handed_back += 1;
-                    }
-                }
-                let f0 = before.as_deref().and_then(fence_of);
-                if let Some(f1) = after.as_deref().and_then(fence_of) {
-                    if Some(f1) != f0 {
-                        if f1 <= n.max_fence {
-                            return Err(format!(
-                                "{label}: new fence {f1} is not above {}",
-                                n.max_fence
-                            ));
-                        }
-                        n.max_fence = f1;
-                    }
-                }
-                self.notify(&mut n, now);
-                let l = &mut n.lockers[c];
-                let first = l.lost.map_or(now, |(_, t)| t);
-                if lose {
-                    l.lost = Some((op, first));
-                } else {
-                    l.lost = None;
-                    self.answer(&mut n, c, op, &reply, first, now)
-                        .map_err(|e| format!("{label}: {e}"))?;
-                }
-                label
-            }
+            } => self.send(s, &mut n, c, op, lose)?,
             Action::Advance => {
                 let t = self.next_deadline(s).expect("a deadline");
                 n.db.advance_ms(t - now);
@@ -628,7 +927,8 @@ impl Explorer {
             }
             fault => {
                 if let Action::GiveUp(c) = fault {
-                    if self.holds_under_grant(&s.lockers[c]) {
+                    let l = &s.lockers[c];
+                    if self.holds_under(l, l.grant) {
                         self.stats.give_ups_beside_a_hold += 1;
                     }
                 }
@@ -640,68 +940,283 @@ impl Explorer {
                     &mut n.unreplicated,
                 );
                 self.orphan(&mut n);
+                if matches!(fault, Action::Restart | Action::Failover(_)) {
+                    // The subscription is lost with the server: so are
+                    // the anchors.
+                    for l in &mut n.lockers {
+                        l.anchor = None;
+                    }
+                }
                 label
             }
         };
         n.db.purge();
+        self.violation(&n).map_err(|e| format!("{label}: {e}"))?;
+        Ok((n, label))
+    }
+
+    /// Locker `c` sends `op` from state `s` (its reply lost if `lose`),
+    /// the script's run and its reply taken into `n`; the step's label.
+    fn send(
+        &mut self,
+        s: &State,
+        n: &mut State,
+        c: usize,
+        op: Op,
+        lose: bool,
+    ) -> Result<String, String> {
+        let now = s.db.now_ms();
+        let call = self.call(s, c, op);
+        let l = &s.lockers[c];
+        if matches!(op, Op::Acquire(_)) {
+            if self.holds_under(l, l.grant) {
+                self.stats.attempts_beside_a_hold += 1;
+            }
+            if self.holds_under_older(l) {
+                self.stats.attempts_beside_an_older_hold += 1;
+                if self.names_grant(l) {
+                    self.stats.named_beside_a_hold += 1;
+                }
+            }
+        }
+        let before = self.slots(&s.db);
+        search::record_run(&mut n.unreplicated, &s.db, &s.faults);
+        let reply;
+        (reply, n.db) = self.scripts.run(&call, std::mem::take(&mut n.db));
+        let after = self.slots(&n.db);
+        let show = |v: &[Option<String>]| {
+            v.iter()
+                .map(|v| v.as_deref().map_or("free".to_owned(), short))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let who = match op {
+            Op::Acquire(w) | Op::Extend(w) | Op::Release(w) => {
+                format!(" waiter {}", l.waiters[w].id)
+            }
+            _ => String::new(),
+        };
+        let op_name = format!("{op:?}");
+        let label = format!(
+            "c{c}{who} {} {} → {reply:?}{}; slots [{}] → [{}]",
+            op_name.split('(').next().unwrap_or_default(),
+            short(call.args.first().map_or("", String::as_str)),
+            if lose { " LOST" } else { "" },
+            show(&before),
+            show(&after),
+        );
+        if let Reply::Error(e) = &reply {
+            return Err(format!("{label}: script error {e}"));
+        }
+        if let Op::Acquire(w) = op {
+            let got = self.kind.attempt(&reply);
+            if self.kind.counts_lost_replies() {
+                self.no_grant_passed_over(l, c, w, &before, got.as_ref())
+                    .map_err(|e| format!("{label}: {e}"))?;
+            }
+            // A grant claimed: the slot named the line's token.
+            if let Some(Attempt::Got { slot, .. }) = got {
+                let v = before.get(slot as usize).cloned().flatten();
+                if v.is_some_and(|v| owner_of(&v) == grant(c, l.grant)) {
+                    self.stats.claims += 1;
+                }
+            }
+        }
+        // Per slot, every new fence above every fence before it.
+        for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+            let Some(f1) = a.as_deref().and_then(fence_of) else {
+                continue;
+            };
+            if Some(f1) == b.as_deref().and_then(fence_of) {
+                continue;
+            }
+            if f1 <= n.max_fence[i] {
+                return Err(format!(
+                    "{label}: new fence {f1} of slot {i} is not above {}",
+                    n.max_fence[i]
+                ));
+            }
+            n.max_fence[i] = f1;
+        }
+        if !self.kind.hears_after_reply() {
+            self.notify(n);
+        }
+        let counts_lost = self.kind.counts_lost_replies();
+        let l = &mut n.lockers[c];
+        let first = l.lost.map_or(now, |(_, t)| t);
+        if lose {
+            // As the core does: an attempt whose outcome is unknown may
+            // have registered the line (a replay's claim with `k` does),
+            // so the next one names the grant token as its own; its
+            // server may have changed.
+            if counts_lost && matches!(op, Op::Acquire(_)) {
+                (l.registered, l.anchor) = (true, None);
+            }
+            l.lost = Some((op, first));
+            if counts_lost {
+                n.faults.lose_reply -= 1;
+            }
+        } else {
+            l.lost = None;
+            self.answer(n, c, op, &reply, first, now)
+                .map_err(|e| format!("{label}: {e}"))?;
+        }
+        if self.kind.hears_after_reply() {
+            self.notify(n);
+        }
+        Ok(label)
+    }
+
+    /// An attempt of waiter `w` of locker `c` (`l`), run on `slots`, with
+    /// the reply `got`: where a slot held a fresh grant to the line's grant
+    /// token, it claimed one such grant, or its own slot.
+    fn no_grant_passed_over(
+        &self,
+        l: &Locker,
+        c: usize,
+        w: usize,
+        slots: &[Option<String>],
+        got: Option<&Attempt>,
+    ) -> Result<(), String> {
+        let g = grant(c, l.grant);
+        let fresh =
+            |i: usize, v: &str| owner_of(v) == g && fence_of(v).is_some_and(|f| f > l.given[i]);
+        let Some((i, v)) = slots
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| v.as_deref().filter(|v| fresh(i, v)).map(|v| (i, v)))
+        else {
+            return Ok(());
+        };
+        let t = tok(c, &l.waiters[w]);
+        let claimed = match got {
+            Some(Attempt::Got { slot: k, .. }) => slots
+                .get(*k as usize)
+                .cloned()
+                .flatten()
+                .is_some_and(|u| fresh(*k as usize, &u) || owner_of(&u) == t),
+            _ => false,
+        };
+        if claimed {
+            return Ok(());
+        }
+        Err(format!(
+            "the attempt passed over the grant {} of slot {i} to its line's grant token",
+            short(v)
+        ))
+    }
+
+    /// The invariants of a state: per slot one valid holder, at most the
+    /// permits in all.
+    ///
+    /// A token in two slots is counted, not refused: a re-sent attempt of
+    /// unknown outcome can leave one. Its first send took a slot with `k`
+    /// (or the last free one: the line registered for its next waiter); a
+    /// grant to that registration follows; the re-sent attempt, which
+    /// names the grant token, either claims the grant (the script checks
+    /// the slots in order), leaving its first slot to its token, which
+    /// nobody tracks, until the lease ends; or finds its own slot first
+    /// and, as a claim with `k` does, queues the registration again beside
+    /// its grant, which the next release serves a second slot. A grant or
+    /// a lease goes unused until it lapses (a permit lost for a while, as
+    /// §10's delayed duplicate); no two waiters hold a slot.
+    fn violation(&mut self, n: &State) -> Result<(), String> {
+        let slots = self.slots(&n.db);
+        for (i, v) in slots.iter().enumerate() {
+            let Some(o) = v.as_deref().map(owner_of) else {
+                continue;
+            };
+            if slots[i + 1..]
+                .iter()
+                .any(|w| w.as_deref().map(owner_of) == Some(o))
+            {
+                if is_grant_token(o) {
+                    self.stats.grant_tokens_in_two_slots += 1;
+                } else {
+                    self.stats.tokens_in_two_slots += 1;
+                }
+            }
+        }
         let now = n.db.now_ms();
         let mut valid = Vec::new();
         for (c, l) in n.lockers.iter().enumerate() {
             for (w, x) in l.waiters.iter().enumerate() {
                 // A waiter that sent its release stops using the lease.
                 let releasing = matches!(l.lost, Some((Op::Release(v), _)) if v == w);
-                if matches!(x.phase, Phase::Held { deadline, .. } if now < deadline)
-                    && !releasing
-                    && !x.orphaned
-                {
-                    valid.push((c, w));
+                if let Phase::Held { slot, deadline, .. } = x.phase {
+                    if now < deadline && !releasing && !x.orphaned {
+                        valid.push((c, x.id, slot));
+                    }
                 }
             }
         }
-        if valid.len() > 1 {
-            return Err(format!("{label}: waiters {valid:?} all hold valid leases"));
+        for (k, (c, w, slot)) in valid.iter().enumerate() {
+            if let Some((c2, w2, _)) = valid[k + 1..].iter().find(|(.., s2)| s2 == slot) {
+                return Err(format!(
+                    "waiter {w} of c{c} and waiter {w2} of c{c2} both hold slot {slot} \
+                     validly: two valid leases"
+                ));
+            }
         }
-        Ok((n, label))
+        let permits = self.kind.slots();
+        if valid.len() > permits as usize {
+            return Err(format!(
+                "{} valid holders {valid:?} for {permits} permits",
+                valid.len()
+            ));
+        }
+        Ok(())
     }
 
     /// The notices of the last run: a grant names its registration; any
     /// other wakes every locker with a waiter in line.
-    fn notify(&mut self, n: &mut State, now: u64) {
+    fn notify(&mut self, n: &mut State) {
+        // `<message>:g:<reg>:<fence>:<claim ms>:<ms>:<slot>:<owner id>`,
+        // the message `<sha>` or `sem:<sha>`.
+        let g = self.names.message(self.kind.queue()).split(':').count();
         for p in std::mem::take(&mut n.db.published) {
             let parts: Vec<&str> = p.message.split(':').collect();
+            let part = |i: usize| parts.get(g + i).copied();
             for (c, l) in n.lockers.iter_mut().enumerate() {
-                if l.dead {
+                if l.dead || (self.kind.hears_after_reply() && l.head().is_none()) {
                     continue;
                 }
-                // `<sha>:g:<reg>:<fence>:<claim ms>:<ms>:<slot>:<owner id>`.
-                if parts.get(1) == Some(&"g") {
-                    if parts.get(2) == Some(&entry(c).as_str()) {
-                        let owner = parts.get(7).map(|id| (*id).to_owned());
-                        let ours = owner_id(&grant(c, l.grant));
-                        if l.head().is_some() && owner.as_ref() != Some(&ours) {
-                            self.stats.notices_of_another_token += 1;
-                        }
-                        l.notice = parts.get(3).map(|f| (now, (*f).to_owned(), owner));
+                if part(0) != Some("g") {
+                    if l.head().is_some() {
+                        l.wake = true;
                     }
-                } else if l.head().is_some() {
-                    l.wake = true;
+                    continue;
                 }
+                if part(1) != Some(entry(c).as_str()) {
+                    continue;
+                }
+                let owner = part(6).map(str::to_owned);
+                let ours = owner_id(&grant(c, l.grant));
+                if l.head().is_some() && owner.as_ref() != Some(&ours) {
+                    self.stats.notices_of_another_token += 1;
+                }
+                // `None` without a time or a slot (claimed, not taken);
+                // a lock's grant names no slot.
+                let at = part(4).and_then(|t| t.parse().ok());
+                let slot = match self.kind {
+                    Kind::Lock => Some(0),
+                    Kind::Semaphore { .. } => part(5).and_then(|i| i.parse().ok()),
+                };
+                l.notice = match (at, slot, part(2)) {
+                    (Some(at), Some(slot), Some(f)) => Some(Notice {
+                        at,
+                        slot,
+                        fence: f.to_owned(),
+                        owner,
+                    }),
+                    _ => None,
+                };
             }
         }
     }
 
-    fn finish(&self, w: &mut Waiter) {
-        w.orphaned = false;
-        if w.rounds_left > 0 {
-            w.rounds_left -= 1;
-            w.phase = Phase::Waiting;
-        } else {
-            w.phase = Phase::Gone;
-        }
-    }
-
     fn answer(
-        &self,
+        &mut self,
         n: &mut State,
         c: usize,
         op: Op,
@@ -709,46 +1224,62 @@ impl Explorer {
         first: u64,
         now: u64,
     ) -> Result<(), String> {
+        let rules = self.bounds.rules;
+        let kind = self.kind;
         let l = &mut n.lockers[c];
         match op {
             Op::Acquire(w) => {
                 (l.notice, l.wake) = (None, false);
-                match reply {
-                    Reply::Bulk(fence)
-                        if self.bounds.rules.stale_grants_refused
-                            && !l.waiters[w].got.contains(fence)
-                            && self.stale(l, fence) =>
-                    {
-                        // A stale grant claimed: released by the sweep; the
-                        // waiter waits on, registered.
-                        let t = tok(c, w, &l.waiters[w]);
-                        l.orphans.push((t, None));
-                        l.waiters[w].tokens += 1;
+                match kind.attempt(reply) {
+                    Some(Attempt::Busy { ms, server_ms }) => {
+                        l.anchor = server_ms;
                         l.registered = true;
+                        l.next_poll = now + (ms.max(1) as u64).min(POLL);
                     }
-                    Reply::Bulk(fence) => {
-                        // `k` leaves the registration queued; `d` took it
-                        // out, and the line, left empty, is forgotten.
-                        l.registered = l.behind(w);
-                        if !l.behind(w) {
-                            l.forget_line();
+                    Some(Attempt::Got {
+                        slot,
+                        fence,
+                        next_waits,
+                    }) => {
+                        let x = &l.waiters[w];
+                        let mine = x.got.iter().any(|(s, f)| *s == slot && *f == fence);
+                        // `k` kept the registration (a lock's acquire
+                        // leaves it queued; a semaphore's says when it
+                        // made one for the next waiter); `d` took it out.
+                        let kept = kind == Kind::Lock || l.registered || next_waits;
+                        l.registered = kept && l.behind(w);
+                        if rules.stale_grants_refused && !mine && Self::stale(l, slot, &fence) {
+                            // A stale grant claimed: released by the sweep;
+                            // the waiter waits on under a new token, still
+                            // registered (the lock's model: registered).
+                            self.stats.stale_handed_back += 1;
+                            let names = tok(c, &l.waiters[w]);
+                            l.orphans.push(Orphan {
+                                slot,
+                                names,
+                                grant: None,
+                            });
+                            l.waiters[w].tokens += 1;
+                            if kind.rejoins_at_back() {
+                                l.next_poll = now;
+                            } else {
+                                l.registered = true;
+                            }
+                            return Ok(());
                         }
-                        l.waiters[w].orphaned = false;
-                        l.waiters[w].phase = Phase::Held {
+                        let x = &mut l.waiters[w];
+                        x.orphaned = false;
+                        x.phase = Phase::Held {
+                            slot,
                             fence: fence.clone(),
                             deadline: first + LEASE,
                             extended: true,
                             by_grant: None,
                         };
-                        let fence = fence.clone();
-                        return Self::give(n, c, w, &fence);
+                        l.head_left(w, now, next_waits);
+                        return Self::give(n, c, w, slot, &fence);
                     }
-                    Reply::Int(ms) => self.busy(l, *ms, now),
-                    Reply::Array(items) => match items.first() {
-                        Some(Reply::Int(ms)) => self.busy(l, *ms, now),
-                        other => return Err(format!("acquire answered {other:?}")),
-                    },
-                    other => return Err(format!("acquire answered {other:?}")),
+                    None => return Err(format!("acquire answered {reply:?}")),
                 }
             }
             Op::Extend(w) => {
@@ -759,6 +1290,7 @@ impl Explorer {
                 {
                     *extended = true;
                     if *reply == Reply::Int(1) {
+                        self.stats.extended += 1;
                         *deadline = first + LEASE;
                         x.orphaned = false;
                     } else {
@@ -766,7 +1298,7 @@ impl Explorer {
                     }
                 }
             }
-            Op::Release(w) => self.finish(&mut l.waiters[w]),
+            Op::Release(w) => l.finish(w, now),
             Op::OrphanRelease => {
                 l.orphans.remove(0);
             }
@@ -781,38 +1313,29 @@ impl Explorer {
         Ok(())
     }
 
-    fn busy(&self, l: &mut Locker, ms: i64, now: u64) {
-        l.registered = true;
-        l.next_poll = now + (ms.max(1) as u64).min(POLL);
+    /// Whether slot `slot` holds `fence` (a fence names one grant of its
+    /// slot, whoever's token it names) until `until`.
+    fn backed(&self, db: &Db, slot: u32, fence: &str, until: u64) -> bool {
+        db.peek(&self.slot_key(slot)).is_some_and(|e| {
+            matches!(&e.value, Value::Str(v) if v.rsplit_once(':').map(|(_, f)| f) == Some(fence))
+                && e.expire_at.is_none_or(|at| at + 1 >= until)
+        })
     }
 
     /// Marks every holder whose hold the key space no longer backs for as
     /// long as its waiter counts: a restart or failover lost it.
     fn orphan(&self, n: &mut State) {
-        let entry = n.db.peek(&self.names.lock()).cloned();
-        for (c, l) in n.lockers.iter_mut().enumerate() {
-            for w in 0..l.waiters.len() {
-                let by_grant = match l.hold(w) {
-                    Some((_, g)) => g.is_some(),
-                    None => continue,
-                };
-                let owner = tok(c, w, &l.waiters[w]);
-                let x = &mut l.waiters[w];
+        let db = n.db.clone();
+        for l in &mut n.lockers {
+            for x in &mut l.waiters {
                 if let Phase::Held {
-                    fence, deadline, ..
-                } = &x.phase
+                    slot,
+                    ref fence,
+                    deadline,
+                    ..
+                } = x.phase
                 {
-                    // A hold under a grant token, by its fence: a fence
-                    // names one grant, whoever's token it names.
-                    let backed = if by_grant {
-                        entry.as_ref().is_some_and(|e| {
-                            matches!(&e.value, Value::Str(v) if fence_of(v) == fence.parse().ok())
-                                && e.expire_at.is_none_or(|at| at + 1 >= *deadline)
-                        })
-                    } else {
-                        search::backs(entry.as_ref(), &format!("{owner}:{fence}"), *deadline)
-                    };
-                    x.orphaned |= !backed;
+                    x.orphaned |= !self.backed(&db, slot, fence, deadline);
                 }
             }
         }
@@ -849,45 +1372,46 @@ impl search::Model for Explorer {
     }
 }
 
-/// `REDLEASE_LOCKER_MODEL_DEPTH`, or `depth`: a safety run's bound. Its
-/// own variable, as this explorer's states grow faster with depth than the
-/// others' (depth 9 in a release build: about 40 s for both runs; 10:
-/// 18 s without data loss, over 2 minutes with it).
-fn depth_or_env(depth: usize) -> usize {
-    std::env::var("REDLEASE_LOCKER_MODEL_DEPTH")
+/// The variable `var`, or `depth`: a safety run's bound. Each kind has its
+/// own, as these explorers' states grow faster with depth than the
+/// others' (the lock's, depth 9 in a release build: about 40 s for both
+/// runs; 10: 18 s without data loss, over 2 minutes with it).
+pub(crate) fn depth_or_env(var: &str, depth: usize) -> usize {
+    std::env::var(var)
         .ok()
         .and_then(|d| d.parse().ok())
         .unwrap_or(depth)
 }
 
-/// Locker 0 with two waiters, locker 1 with one that acquires twice.
-fn bounds(depth: usize, faults: Faults, rules: Rules) -> Bounds {
-    Bounds {
-        rounds: vec![vec![1, 1], vec![2]],
-        depth,
-        faults,
-        drops: 1,
-        rules,
-    }
-}
-
-fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
+/// The run `name` of `b`, its numbers printed.
+pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
     let started = Instant::now();
     let result = Explorer::new(Sources::real(), b.clone()).run();
     match &result {
         Ok(st) => println!(
-            "{name}: waiters {:?}, depth {}: {} states, {} transitions ({} grants taken \
-             with a waiter behind, {} attempts and {} give-ups beside a hold, {} stale grants \
-             handed back, {} notices of another grant token), {:.1?}",
+            "{name}: {:?}, waiters {:?}, depth {}: {} states, {} transitions \
+             ({} grants taken, {} with a waiter behind, {} claimed, {} extended; {} attempts \
+             and {} give-ups beside a hold under the grant token; {} attempts beside a hold \
+             under an older grant token, {} of them naming the new one; {} stale grants \
+             handed back; {} notices of another grant token; a token in two slots after {} \
+             steps, a grant token after {}), {:.1?}",
+            b.kind,
             b.rounds,
             st.depth,
             st.states,
             st.transitions,
             st.takes,
+            st.takes_with_a_waiter_behind,
+            st.claims,
+            st.extended,
             st.attempts_beside_a_hold,
             st.give_ups_beside_a_hold,
+            st.attempts_beside_an_older_hold,
+            st.named_beside_a_hold,
             st.stale_handed_back,
             st.notices_of_another_token,
+            st.tokens_in_two_slots,
+            st.grant_tokens_in_two_slots,
             started.elapsed()
         ),
         Err(cx) => println!(
@@ -899,8 +1423,23 @@ fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
     result
 }
 
+/// The run `name` of `b`, with every rule: its numbers (a counterexample
+/// fails the test).
+pub(crate) fn safe(name: &str, b: Bounds) -> Stats {
+    explore(name, b).unwrap_or_else(|cx| panic!("{cx}"))
+}
+
+/// The run `name` of `b`, with a rule off: a counterexample that breaks
+/// the invariant whose message says `invariant`.
+pub(crate) fn caught(name: &str, b: Bounds, invariant: &str) {
+    match explore(name, b) {
+        Ok(st) => panic!("{name}: not caught in {} states", st.states),
+        Err(cx) => assert!(cx.invariant.contains(invariant), "{cx}"),
+    }
+}
+
 /// Every fault but data loss: the faults of a locker's own making.
-fn no_data_loss() -> Faults {
+pub(crate) fn no_data_loss() -> Faults {
     Faults {
         restart: 0,
         failover: 0,
@@ -911,7 +1450,7 @@ fn no_data_loss() -> Faults {
 
 /// Data lost (a restart, a failover losing the last run), replies lost,
 /// a give-up.
-fn data_loss() -> Faults {
+pub(crate) fn data_loss() -> Faults {
     Faults {
         lose_notice: 0,
         kill: 0,
@@ -919,27 +1458,38 @@ fn data_loss() -> Faults {
     }
 }
 
-#[test]
-fn a_locker_with_two_waiters_keeps_the_lock_safe() {
-    match explore(
-        "lockers with two waiters",
-        bounds(depth_or_env(8), no_data_loss(), Rules::ALL),
-    ) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(
-            st.takes > 0 && st.attempts_beside_a_hold > 0 && st.give_ups_beside_a_hold > 0,
-            "a grant taken with a waiter behind was never reached: {st:?}"
-        ),
+/// `REDLEASE_LOCKER_MODEL_DEPTH`, or `depth`.
+fn lock_depth(depth: usize) -> usize {
+    depth_or_env("REDLEASE_LOCKER_MODEL_DEPTH", depth)
+}
+
+/// Locker 0 with two waiters, locker 1 with one that acquires twice.
+fn bounds(depth: usize, faults: Faults, rules: Rules) -> Bounds {
+    Bounds {
+        kind: Kind::Lock,
+        rounds: vec![vec![1, 1], vec![2]],
+        depth,
+        faults,
+        drops: 1,
+        rules,
     }
 }
 
 #[test]
+fn a_locker_with_two_waiters_keeps_the_lock_safe() {
+    let b = bounds(lock_depth(8), no_data_loss(), Rules::ALL);
+    let st = safe("lockers with two waiters", b);
+    assert!(
+        st.takes > 0 && st.attempts_beside_a_hold > 0 && st.give_ups_beside_a_hold > 0,
+        "a grant taken with a waiter behind was never reached: {st:?}"
+    );
+}
+
+#[test]
 fn a_locker_with_two_waiters_survives_a_restart_and_a_failover() {
-    let b = bounds(depth_or_env(7), data_loss(), Rules::ALL);
-    match explore("lockers with two waiters, data lost", b) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(st.stale_handed_back > 0, "no stale grant met: {st:?}"),
-    }
+    let b = bounds(lock_depth(7), data_loss(), Rules::ALL);
+    let st = safe("lockers with two waiters, data lost", b);
+    assert!(st.stale_handed_back > 0, "no stale grant met: {st:?}");
 }
 
 /// Locker 0 with two waiters that acquire twice: a give-up empties the
@@ -968,14 +1518,12 @@ fn new_line_bounds(depth: usize, rules: Rules) -> Bounds {
 
 #[test]
 fn a_new_line_beside_a_leaving_registration_keeps_the_lock_safe() {
-    let b = new_line_bounds(depth_or_env(8), Rules::ALL);
-    match explore("lockers, a new line beside a leaving one", b) {
-        Err(cx) => panic!("{cx}"),
-        Ok(st) => assert!(
-            st.notices_of_another_token > 0 && st.takes > 0,
-            "no line heard a grant to another grant token: {st:?}"
-        ),
-    }
+    let b = new_line_bounds(lock_depth(8), Rules::ALL);
+    let st = safe("lockers, a new line beside a leaving one", b);
+    assert!(
+        st.notices_of_another_token > 0 && st.takes > 0,
+        "no line heard a grant to another grant token: {st:?}"
+    );
 }
 
 #[test]
@@ -984,18 +1532,11 @@ fn mutation_take_of_another_tokens_grant_is_caught() {
         owner_checked: false,
         ..Rules::ALL
     };
-    let name = "mutation: a line takes a grant to its locker's older grant token";
-    match explore(name, new_line_bounds(8, rules)) {
-        Ok(st) => panic!("{name}: not caught in {} states", st.states),
-        Err(cx) => assert!(cx.invariant.contains("valid leases"), "{cx}"),
-    }
-}
-
-fn broken(name: &str, depth: usize, faults: Faults, rules: Rules) -> Counterexample {
-    match explore(name, bounds(depth, faults, rules)) {
-        Ok(st) => panic!("{name}: not caught in {} states", st.states),
-        Err(cx) => cx,
-    }
+    caught(
+        "mutation: a line takes a grant to its locker's older grant token",
+        new_line_bounds(8, rules),
+        "valid leases",
+    );
 }
 
 #[test]
@@ -1004,9 +1545,11 @@ fn mutation_next_waiter_claiming_the_hold_is_caught() {
         no_claim_of_a_hold: false,
         ..Rules::ALL
     };
-    let name = "mutation: the next waiter names the grant token beside a hold";
-    let cx = broken(name, 8, no_data_loss(), rules);
-    assert!(cx.invariant.contains("valid leases"), "{cx}");
+    caught(
+        "mutation: the next waiter names the grant token beside a hold",
+        bounds(8, no_data_loss(), rules),
+        "valid leases",
+    );
 }
 
 #[test]
@@ -1015,9 +1558,11 @@ fn mutation_leaving_release_ending_the_hold_is_caught() {
         park_leaving_release: false,
         ..Rules::ALL
     };
-    let name = "mutation: the leaving release by grant token is not parked";
-    let cx = broken(name, 8, no_data_loss(), rules);
-    assert!(cx.invariant.contains("valid leases"), "{cx}");
+    caught(
+        "mutation: the leaving release by grant token is not parked",
+        bounds(8, no_data_loss(), rules),
+        "valid leases",
+    );
 }
 
 #[test]
@@ -1029,9 +1574,11 @@ fn mutation_dropped_hold_claimed_again_is_caught() {
         stale_grants_refused: false,
         ..Rules::ALL
     };
-    let name = "mutation: a dropped hold is not a hold of its line";
-    let cx = broken(name, 7, no_data_loss(), rules);
-    assert!(cx.invariant.contains("before to waiter"), "{cx}");
+    caught(
+        "mutation: a dropped hold is not a hold of its line",
+        bounds(7, no_data_loss(), rules),
+        "before to waiter",
+    );
 }
 
 #[test]
@@ -1042,7 +1589,9 @@ fn mutation_stale_grant_after_data_loss_is_caught() {
         stale_grants_refused: false,
         ..Rules::ALL
     };
-    let name = "mutation: a stale grant is taken or claimed";
-    let cx = broken(name, 7, data_loss(), rules);
-    assert!(cx.invariant.contains("before to waiter"), "{cx}");
+    caught(
+        "mutation: a stale grant is taken or claimed",
+        bounds(7, data_loss(), rules),
+        "before to waiter",
+    );
 }

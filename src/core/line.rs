@@ -324,9 +324,14 @@ impl Line {
         std::mem::take(&mut self.next_waits)
     }
 
-    /// Another locker was handed the lease and has `claim` to claim it: if
-    /// it does not, the head must be ready to take over just after (the
-    /// next attempt of a registered locker hands the lapsed grant on).
+    /// Another locker was handed the lease. A head without a registration
+    /// has no grant to wait for: it attempts now, which queues it (moving
+    /// its retry past each grant's window instead would keep it out of
+    /// the queue for as long as grants come faster than the window). A
+    /// registered head waits for its grant; the grantee has `claim` to
+    /// claim it: if it does not, the head must be ready to take over just
+    /// after (the next attempt of a registered locker hands the lapsed
+    /// grant on).
     /// A grant also settles the one before it (claimed and released, or
     /// lapsed and handed on: claims publish nothing), so the retry an
     /// earlier grant brought forward goes back to the last reply's first.
@@ -338,6 +343,9 @@ impl Line {
         claim: Duration,
     ) -> Option<WaiterId> {
         if let HeadState::Backoff { retry_at } = self.head {
+            if !self.registered {
+                return self.handle_wake();
+            }
             // Just after the window, so the lapsed grant is gone.
             let after = deadline_after(now, claim + CLAIM_MARGIN);
             let sooner = earliest_of(self.scheduled, after);
@@ -697,6 +705,7 @@ mod tests {
         line.join(w[0]);
         line.poll(w[0], now);
         line.handle_busy(now, Some(Duration::from_secs(5)), None, SAFETY);
+        line.handle_registered(now);
         let regular = LineStep::WaitUntil(Some(now + SAFETY));
         let claim = Duration::from_millis(100);
         assert_eq!(line.handle_grant_elsewhere(now, claim), Some(w[0]));
@@ -729,6 +738,30 @@ mod tests {
             regular,
             "at least every safety interval"
         );
+    }
+
+    /// A head left without a registration (the waiter before it took the
+    /// lease by an attempt that kept none) attempts at the first grant to
+    /// another locker, which queues it, rather than waiting past each
+    /// grant's claim window until its safety poll.
+    #[test]
+    fn a_grant_elsewhere_makes_a_head_without_a_registration_attempt_at_once() {
+        let now = Instant::now();
+        let w = ids(2);
+        let mut line = Line::default();
+        line.join(w[0]);
+        line.join(w[1]);
+        line.poll(w[0], now);
+        line.attempt_registers(false, false);
+        line.handle_granted(now, false);
+        line.handle_attempt_done();
+        assert_eq!(line.leave(w[0]), Some(w[1]));
+        line.defer_head(now, Duration::from_secs(60), SAFETY);
+        assert!(!line.is_registered());
+        let claim = Duration::from_millis(100);
+        let later = now + Duration::from_millis(3);
+        assert_eq!(line.handle_grant_elsewhere(later, claim), Some(w[1]));
+        assert_eq!(line.poll(w[1], later), LineStep::Attempt);
     }
 
     /// The registration names one grant token for the line, whoever is

@@ -1114,3 +1114,102 @@ pub(crate) fn a_grant_to_a_lingering_registration_nobody_came_back_for_is_passed
     );
     assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
 }
+
+/// A locker whose first waiter got the key by an attempt sent while it
+/// waited alone took no registration; a second waiter that joined during
+/// that attempt heads the line without one, backing off while its own
+/// locker holds the key. Other lockers then hand the key over among
+/// themselves faster than the claim window, every grant a notice to it:
+/// having no grant to wait for, it attempts at the first one and so joins
+/// the queue, instead of moving its retry past each grant's window until
+/// its safety poll (30 s here, beyond the 10 s bound).
+pub(crate) fn a_head_without_a_registration_registers_at_the_first_grant_elsewhere<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-unregistered");
+    let locker: Arc<F> = Arc::new(connect(
+        &server,
+        slow_polls(&ns).lease(Duration::from_secs(60)),
+    ));
+    // A waiter for another key keeps the locker subscribed, as under load.
+    let holder: F = connect(&server, slow_polls(&ns));
+    let other = granted(holder.acquire("other"), "the other key's holder");
+    let waiting_other = {
+        let locker = locker.clone();
+        spawn("other", move || {
+            F::release(granted(locker.acquire("other"), "the other key")).unwrap()
+        })
+    };
+    wait_until(BOUND, "subscribed", || locker.stats().subscribed);
+    let (release_first, first_may_release) = std::sync::mpsc::channel::<()>();
+    let sent = locker.stats().scripts_sent;
+    let first = {
+        let paused = server.pause_guard();
+        let first = {
+            let locker = locker.clone();
+            spawn("first", move || {
+                let lease = granted(locker.acquire("k"), "the first waiter");
+                first_may_release.recv().unwrap();
+                F::release(lease).unwrap()
+            })
+        };
+        wait_until(BOUND, "the first attempt sent", || {
+            locker.stats().scripts_sent > sent
+        });
+        let second = {
+            let locker = locker.clone();
+            spawn("second", move || {
+                F::release(granted(locker.acquire("k"), "the second waiter")).unwrap()
+            })
+        };
+        wait_until(BOUND, "the second waiter in line", || {
+            locker.stats().waiters == 3
+        });
+        drop(paused);
+        (first, second)
+    };
+    wait_until(BOUND, "the first waiter holds", || {
+        get(&server, &lock_name(&ns, "k")).is_some()
+    });
+    let q = queued(&server, &ns, "k");
+    assert!(
+        q.is_empty(),
+        "no registration kept: {q:?} {:?}",
+        locker.stats()
+    );
+    // Two lockers of two waiters each: their registrations stay queued
+    // and every release grants the key to the other one.
+    let stop = Arc::new(AtomicBool::new(false));
+    let others: Vec<Arc<F>> = (0..2)
+        .map(|_| Arc::new(connect(&server, slow_polls(&ns))))
+        .collect();
+    let churn: Vec<_> = others
+        .iter()
+        .flat_map(|other| [other.clone(), other.clone()])
+        .enumerate()
+        .map(|(i, other)| {
+            let stop = stop.clone();
+            spawn(&format!("churn-{i}"), move || {
+                let mut served = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let lease = granted(other.acquire("k"), "a churning waiter");
+                    served += 1;
+                    let_pass(Duration::from_millis(1));
+                    assert_eq!(F::release(lease).unwrap(), ReleaseOutcome::Released);
+                }
+                served
+            })
+        })
+        .collect();
+    wait_until(BOUND, "the other lockers registered", || {
+        queued(&server, &ns, "k").len() >= 2
+    });
+    release_first.send(()).unwrap();
+    assert_eq!(first.0.join_within(BOUND), ReleaseOutcome::Released);
+    let second = first.1.join_within(BOUND);
+    stop.store(true, Ordering::SeqCst);
+    let served: usize = churn.into_iter().map(|t| t.join_within(BOUND)).sum();
+    assert_eq!(second, ReleaseOutcome::Released);
+    assert!(served > 0, "the others were served meanwhile");
+    assert_eq!(F::release(other).unwrap(), ReleaseOutcome::Released);
+    assert_eq!(waiting_other.join_within(BOUND), ReleaseOutcome::Released);
+}

@@ -183,6 +183,7 @@ macro_rules! behaviour_suite {
                 lockers_with_and_without_the_handover_share_a_key_safely,
                 lone_waiters_keep_their_registrations_and_wait_without_busy_attempts,
                 a_grant_to_a_lingering_registration_nobody_came_back_for_is_passed_on,
+                a_head_without_a_registration_registers_at_the_first_grant_elsewhere,
             }
             election {
                 one_leader_at_a_time_under_contention_and_terms_strictly_increase,

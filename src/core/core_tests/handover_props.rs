@@ -22,7 +22,8 @@
 //!    head), is done at its next poll;
 //! 5. nothing panics, and no `Wait` names an instant already past (a spin);
 //! 6. a grant to another locker wakes a waiting head exactly when it
-//!    brings its retry earlier;
+//!    brings its retry earlier, and makes one without a registration
+//!    attempt at once;
 //! 7. a grant to this locker wakes its key's backing-off head (the claim
 //!    goes out at once), and one that finds the registration lingering
 //!    with no waiter is passed on, by the subscriber's calls (the
@@ -644,7 +645,8 @@ impl Front {
     }
 
     /// Invariant 6: a grant to another locker wakes the waiting head of
-    /// its key exactly when it brings the head's retry earlier, and wakes
+    /// its key exactly when it brings the head's retry earlier, or makes
+    /// it attempt at once when its locker is not registered, and wakes
     /// nobody else.
     fn grant_elsewhere(
         &mut self,
@@ -658,6 +660,8 @@ impl Front {
         self.drain_events();
         let before = head_state(&self.core, KEYS[key]);
         let head_before = head(&self.core, KEYS[key]);
+        let registered = (self.core.lines.get(&LineKey::lock(KeyId::of(KEYS[key]))))
+            .is_some_and(Line::is_registered);
         let line = line_key(key);
         let payload = format!(
             "{}:g:{}:5:{claim_ms}",
@@ -669,6 +673,12 @@ impl Front {
         let events = drain(&mut self.core);
         let after = head_state(&self.core, KEYS[key]);
         match (before, after) {
+            (Some(HeadState::Backoff { .. }), _) if !registered => {
+                prop_assert_eq!(after, Some(HeadState::Ready), "attempts at once");
+                let expected: Vec<CoreEvent> =
+                    head_before.into_iter().map(CoreEvent::Wake).collect();
+                prop_assert_eq!(&events, &expected, "the head woken (invariant 6)");
+            }
             (
                 Some(HeadState::Backoff { retry_at: old }),
                 Some(HeadState::Backoff { retry_at: new }),

@@ -1022,22 +1022,8 @@ impl Explorer {
                 }
             }
         }
-        // Per slot, every new fence above every fence before it.
-        for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-            let Some(f1) = a.as_deref().and_then(fence_of) else {
-                continue;
-            };
-            if Some(f1) == b.as_deref().and_then(fence_of) {
-                continue;
-            }
-            if f1 <= n.max_fence[i] {
-                return Err(format!(
-                    "{label}: new fence {f1} of slot {i} is not above {}",
-                    n.max_fence[i]
-                ));
-            }
-            n.max_fence[i] = f1;
-        }
+        search::new_fences(&before, &after, &mut n.max_fence, "slot")
+            .map_err(|e| format!("{label}: {e}"))?;
         if !self.kind.hears_after_reply() {
             self.notify(n);
         }

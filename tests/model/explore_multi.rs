@@ -335,21 +335,8 @@ impl Explorer {
                     }
                 }
                 // 3. Fences per key strictly increase.
-                for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-                    let Some(f1) = a.as_deref().and_then(fence_of) else {
-                        continue;
-                    };
-                    if Some(f1) == b.as_deref().and_then(fence_of) {
-                        continue;
-                    }
-                    if f1 <= n.max_fence[i] {
-                        return Err(format!(
-                            "{label}: new fence {f1} of key {i} is not above its fence {}",
-                            n.max_fence[i]
-                        ));
-                    }
-                    n.max_fence[i] = f1;
-                }
+                search::new_fences(&before, &after, &mut n.max_fence, "key")
+                    .map_err(|e| format!("{label}: {e}"))?;
                 if role == Role::Multi && op == Op::Release {
                     self.stats.handed += after
                         .iter()

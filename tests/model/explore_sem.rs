@@ -51,7 +51,7 @@ use std::time::Instant;
 
 use super::calls::{token, Call, Hand, Names, QKind, Sources};
 use super::emu::{Db, Reply, Value};
-use super::search::{self, fence_of, owner_of, Counterexample, Faults, Keys, Scripts};
+use super::search::{self, owner_of, Counterexample, Faults, Keys, Scripts};
 
 const START_MS: u64 = 1_700_000_000_000;
 const LEASE: u64 = 100;
@@ -538,21 +538,10 @@ impl Explorer {
                 // 2. Fences per slot strictly increase.
                 let mut granted: Vec<(usize, String)> = Vec::new();
                 let mut took = false;
-                for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-                    let Some(v1) = a.as_deref() else { continue };
-                    let f1 = fence_of(v1);
-                    if f1.is_none() || f1 == b.as_deref().and_then(fence_of) {
-                        continue;
-                    }
-                    let f1 = f1.unwrap_or_default();
-                    if f1 <= n.max_fence[i] {
-                        return Err(format!(
-                            "{label}: new fence {f1} of slot {i} is not above its fence {}",
-                            n.max_fence[i]
-                        ));
-                    }
-                    n.max_fence[i] = f1;
-                    let o1 = owner_of(v1);
+                let new = search::new_fences(&before, &after, &mut n.max_fence, "slot")
+                    .map_err(|e| format!("{label}: {e}"))?;
+                for i in new {
+                    let o1 = after[i].as_deref().map_or("", owner_of);
                     if o1 == t {
                         took = true;
                     } else {

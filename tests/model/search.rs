@@ -432,6 +432,36 @@ pub(crate) fn fence_of(value: &str) -> Option<u128> {
     value.rsplit_once(':').and_then(|(_, f)| f.parse().ok())
 }
 
+/// Per key `i` (of `before` and `after`, the values of a run's keys before
+/// and after it), a fence the run wrote is above every fence the key had,
+/// `max[i]`, which it becomes; `what` names a key in the message ("slot",
+/// "key"). The keys whose fence is new.
+pub(crate) fn new_fences(
+    before: &[Option<String>],
+    after: &[Option<String>],
+    max: &mut [u128],
+    what: &str,
+) -> Result<Vec<usize>, String> {
+    let mut new = Vec::new();
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        let Some(f1) = a.as_deref().and_then(fence_of) else {
+            continue;
+        };
+        if Some(f1) == b.as_deref().and_then(fence_of) {
+            continue;
+        }
+        if f1 <= max[i] {
+            return Err(format!(
+                "new fence {f1} of {what} {i} is not above its fence {}",
+                max[i]
+            ));
+        }
+        max[i] = f1;
+        new.push(i);
+    }
+    Ok(new)
+}
+
 /// The owner of a lease value `<owner>:<fence>`.
 pub(crate) fn owner_of(value: &str) -> &str {
     value.split_once(':').map_or(value, |(o, _)| o)

@@ -14,8 +14,9 @@
 //! slot's grant took it out: the line forgets it and draws a new grant
 //! token, and its next waiter attempts at once. A holder extends, releases
 //! or drops its lease (a dropped hold is released later, by the core's
-//! orphan sweep); the last waiter in line gives up; a line left empty
-//! deregisters, then releases by its grant token.
+//! orphan sweep); the last waiter in line gives up, and may acquire
+//! again later; a line left empty deregisters, then releases by its grant
+//! token.
 //!
 //! The line's rules (§4.3), each a `Rules` field that, turned off, gives a
 //! counterexample:
@@ -36,15 +37,43 @@
 //! waiter whose lease is valid by its own clock, at most the permits in
 //! all (leaving out holds a restart or failover lost: §11); per slot every
 //! new fence above those before; no slot and fence given to two waiters
-//! (no grant taken twice); for a semaphore, no grant passed over: an
-//! attempt that finds a fresh grant to its line's grant token claims one
-//! (or its own slot, a replay), else it queues the registration again
-//! beside a grant it will not claim, which is then served twice.
+//! (no grant taken twice); no grant passed over: an attempt that finds a
+//! fresh grant to its line's grant token claims one (or its own slot, a
+//! replay), else it queues the registration again beside a grant it will
+//! not claim (a semaphore's is then served twice; a lock's grant lapses),
+//! with one exception for the lock, below.
 //!
-//! The lock's line keeps some habits of its first model where the
-//! semaphore's is finer (`Kind`'s methods below the scripts': each says
-//! which); they are kept as they were, so that each kind's runs explore
-//! the states they did.
+//! Both kinds' lines follow the core's rules alike: a take is placed by
+//! the anchor (the last registering busy reply's server time, forgotten
+//! on a reply lost or a lost subscription); a notice is heard after the
+//! run's reply, by a line with a head only; a grant to another locker
+//! makes a head without a registration attempt at once; a waiter whose
+//! lease ends joins the line at its back; a waiter that gave up may
+//! acquire again, a step of its own, which drops its line's deregistration
+//! if that was not sent yet (the core's `join`: the registration stands);
+//! a forgotten line forgets the fences it was given; a lost reply is one
+//! fault, and a lost attempt may have registered the line. Two rules
+//! differ by kind, as in the core: a lock's take keeps the registration
+//! (`Kind::take_keeps_registration`), and a lock's next head backs off
+//! after its predecessor acquired (`Kind::defers_next_head`). Not
+//! modelled: the core's refusal to take a lock's grant when the
+//! registration's refresh is due (the model has no refresh), so the
+//! lock's lines take in more states than the core does; a registered
+//! head's retry brought forward to the end of a grant's claim window when
+//! the grant goes to another locker (its polls stay at most `POLL` apart);
+//! the holder's return after a release drops no deregistration (it comes
+//! after the sweep sent it), where a give-up's return may.
+//!
+//! A known cost, the lock's only: a grant passed over beside a hold
+//! tracked under the same grant token is counted
+//! (`Stats::lapsed_beside_a_hold`), not refused. A lock's take keeps the
+//! registration under the token its hold is under; once that hold has
+//! ended in Redis (dropped and not yet swept, expired, or lost to a
+//! failover) a release grants the key to that registration, and the next
+//! head's attempt, which may not name the token beside the hold (rule 1:
+//! it could claim the hold's own value), is answered busy beside the
+//! grant. The grant lapses after its claim window, the key idle for at
+//! most that long; every other grant passed over fails the run.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -126,36 +155,32 @@ impl Kind {
     }
 
     fn attempt(self, reply: &Reply) -> Option<Attempt> {
-        match (self, reply) {
-            (Kind::Lock, Reply::Bulk(fence)) => Some(Attempt::Got {
+        let items = match reply {
+            Reply::Array(items) => items.as_slice(),
+            _ => &[],
+        };
+        match (self, reply, items) {
+            // Busy, registered at that server time (either kind's reply).
+            (_, _, [Reply::Int(ms), Reply::Int(server_ms)]) => Some(Attempt::Busy {
+                ms: *ms,
+                server_ms: Some(*server_ms as u64),
+            }),
+            (Kind::Lock, Reply::Bulk(fence), _) => Some(Attempt::Got {
                 slot: 0,
                 fence: fence.clone(),
                 next_waits: false,
             }),
-            (Kind::Lock, Reply::Int(ms)) => Some(Attempt::Busy {
+            (Kind::Lock, Reply::Int(ms), _) => Some(Attempt::Busy {
                 ms: *ms,
                 server_ms: None,
             }),
-            (Kind::Lock, Reply::Array(items)) => match items.first() {
-                Some(Reply::Int(ms)) => Some(Attempt::Busy {
-                    ms: *ms,
-                    server_ms: None,
-                }),
-                _ => None,
-            },
-            (Kind::Semaphore { .. }, Reply::Array(items)) => match items.as_slice() {
-                // Busy, registered at that server time.
-                [Reply::Int(ms), Reply::Int(server_ms)] => Some(Attempt::Busy {
-                    ms: *ms,
-                    server_ms: Some(*server_ms as u64),
-                }),
-                [Reply::Int(slot), Reply::Bulk(fence), rest @ ..] => Some(Attempt::Got {
+            (Kind::Semaphore { .. }, _, [Reply::Int(slot), Reply::Bulk(fence), rest @ ..]) => {
+                Some(Attempt::Got {
                     slot: *slot as u32,
                     fence: fence.clone(),
                     next_waits: rest.first() == Some(&Reply::Int(1)),
-                }),
-                _ => None,
-            },
+                })
+            }
             _ => None,
         }
     }
@@ -168,52 +193,13 @@ impl Kind {
         self == Kind::Lock
     }
 
-    // The lock's habits of its first model (see the module's doc).
-
-    /// A take is placed by the busy reply's server time (the anchor);
-    /// the lock's model takes a notice with no anchor.
-    fn anchors(self) -> bool {
-        self != Kind::Lock
-    }
-
-    /// A notice is heard only by a line with a head (the core drops one
-    /// for a line it forgot), after the run's reply: a releaser that
-    /// acquires again meanwhile hears its old registration's grant in its
-    /// new line. The lock's model hears it before the reply, in any line.
-    fn hears_after_reply(self) -> bool {
-        self != Kind::Lock
-    }
-
-    /// A waiter whose lease ends joins the line at its back, and the
-    /// next head (after a take, a lease got, or a lease ended in a line
-    /// left without a head) attempts at once; the lock's model keeps a
-    /// waiter in its place and the next head at its poll.
-    fn rejoins_at_back(self) -> bool {
-        self != Kind::Lock
-    }
-
-    /// A give-up ends all the waiter's acquisitions; the lock's model's
-    /// waiter acquires again at once (in a new line if its own emptied).
-    fn gives_up_all(self) -> bool {
-        self != Kind::Lock
-    }
-
-    /// A forgotten line forgets the fences it was given (stale is judged
-    /// per line); the lock's model judges by every fence the locker's
-    /// waiters were given.
-    fn forgets_fences(self) -> bool {
-        self != Kind::Lock
-    }
-
-    /// A reply lost is one fault, and a lost attempt may have registered
-    /// the line (and changed its server: the anchor is forgotten); the
-    /// lock's model loses any number of replies and keeps `registered`,
-    /// so its next attempt can pass over a grant to that registration
-    /// (four events: a busy reply lost, a release grants, the attempt
-    /// does not name the grant token); it lapses after its window, and
-    /// the lock's runs do not check for it.
-    fn counts_lost_replies(self) -> bool {
-        self != Kind::Lock
+    /// After a head left its line holding the lease, a lock's next head
+    /// backs off as after a busy reply (the locker itself holds the key:
+    /// only the release's notice or its poll wakes it); a semaphore's
+    /// attempts at once (a permit may be free), unless the reply said it
+    /// waits for its grant. The core's `finish` defers the lock's only.
+    fn defers_next_head(self) -> bool {
+        self == Kind::Lock
     }
 }
 
@@ -233,6 +219,8 @@ pub(crate) enum Op {
     Deregister,
     /// The release by grant token that follows DEREGISTER.
     GrantRelease,
+    /// A waiter that gave up acquires again (no script).
+    Rejoin(usize),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -340,36 +328,40 @@ impl Locker {
     fn forget_line(&mut self) {
         self.registered = false;
         self.grant += 1;
-        if self.kind.forgets_fences() {
-            self.given = vec![0; self.given.len()];
-        }
+        self.given = vec![0; self.given.len()];
         (self.notice, self.wake) = (None, false);
     }
 
     /// Waiter `w` left the line holding a lease (`now`): the next head
-    /// attempts at once, unless the reply said it waits for its grant;
-    /// with none, the line is forgotten.
+    /// attempts at once, unless it defers (a lock's, or the reply said it
+    /// waits for its grant: it polls after the lease or the safety
+    /// interval, the shorter); with none, the line is forgotten.
     fn head_left(&mut self, w: usize, now: u64, next_waits: bool) {
         if !self.behind(w) {
             self.forget_line();
-        } else if self.kind.rejoins_at_back() {
-            self.next_poll = if next_waits { now + POLL } else { now };
+        } else if next_waits || self.kind.defers_next_head() {
+            self.next_poll = now + LEASE.min(POLL);
+        } else {
+            self.next_poll = now;
         }
     }
 
-    /// Waiter `w`'s lease ended: it acquires again, or it is gone.
-    fn finish(&mut self, w: usize, now: u64) {
-        if !self.kind.rejoins_at_back() {
-            let x = &mut self.waiters[w];
-            x.orphaned = false;
-            if x.rounds_left > 0 {
-                x.rounds_left -= 1;
-                x.phase = Phase::Waiting;
-            } else {
-                x.phase = Phase::Gone;
-            }
-            return;
+    /// Waiter `w`, which gave up, acquires again, joining the line at its
+    /// back: as the core's `join`, it drops the line's deregistration not
+    /// sent yet (the registration stands; the line is a new one, with a
+    /// new grant token). Returns whether it dropped one.
+    fn rejoin(&mut self, w: usize, now: u64) -> bool {
+        let dropped = matches!(self.leaving, Leaving::Deregister(_));
+        if dropped {
+            self.leaving = Leaving::No;
         }
+        self.finish(w, now);
+        dropped
+    }
+
+    /// Waiter `w`'s lease ended: it acquires again, joining the line at
+    /// its back (a line without a head: at once), or it is gone.
+    fn finish(&mut self, w: usize, now: u64) {
         let mut x = self.waiters.remove(w);
         x.orphaned = false;
         if x.rounds_left > 0 {
@@ -407,18 +399,11 @@ impl search::Waiter for Locker {
         let Some(last) = self.waiters.iter().rposition(|w| w.phase == Phase::Waiting) else {
             return;
         };
+        // This acquisition ends; one left may start later (`Op::Rejoin`).
         self.waiters[last].phase = Phase::Gone;
-        if self.kind.gives_up_all() {
-            self.waiters[last].rounds_left = 0;
-        }
         if self.head().is_none() {
             self.leaving = Leaving::Deregister(self.grant);
             self.forget_line();
-        }
-        let x = &mut self.waiters[last];
-        if x.rounds_left > 0 {
-            x.rounds_left -= 1;
-            x.phase = Phase::Waiting;
         }
     }
 }
@@ -504,6 +489,12 @@ pub(crate) struct Stats {
     /// (new) grant token.
     pub(crate) attempts_beside_an_older_hold: usize,
     pub(crate) named_beside_a_hold: usize,
+    /// A lock's grants to the line's grant token that an attempt passed
+    /// over while a hold under that token was tracked (they lapse).
+    pub(crate) lapsed_beside_a_hold: usize,
+    /// Waiters that gave up and acquired again before their line's
+    /// deregistration was sent, which they dropped.
+    pub(crate) deregistrations_dropped: usize,
     /// Waiters that gave up while a hold was under the grant token.
     pub(crate) give_ups_beside_a_hold: usize,
     /// Extensions answered `1`.
@@ -692,7 +683,7 @@ impl Explorer {
                 Leaving::GrantRelease(g) => self.kind.release_by_grant(n, &grant(c, g)),
                 _ => unreachable!("sent while leaving"),
             },
-            Op::TakeGrant(_) | Op::Drop(_) => unreachable!("sends nothing"),
+            Op::TakeGrant(_) | Op::Drop(_) | Op::Rejoin(_) => unreachable!("sends nothing"),
         }
     }
 
@@ -710,7 +701,7 @@ impl Explorer {
             owner,
         } = l.notice.as_ref()?;
         let head = l.head()?;
-        let placed = !self.kind.anchors() || l.anchor.is_some_and(|s| *at >= s);
+        let placed = l.anchor.is_some_and(|s| *at >= s);
         let kept = !self.kind.take_keeps_registration() || l.behind(head);
         let fresh = !self.bounds.rules.stale_grants_refused || !Self::stale(l, *slot, fence);
         let ours = !self.bounds.rules.owner_checked
@@ -764,6 +755,11 @@ impl Explorer {
                 if by_grant.is_some() && s.drops > 0 {
                     ops.push(Op::Drop(w));
                 }
+            }
+        }
+        for (w, x) in l.waiters.iter().enumerate() {
+            if x.phase == Phase::Gone && x.rounds_left > 0 {
+                ops.push(Op::Rejoin(w));
             }
         }
         if !l.orphans.is_empty() {
@@ -869,16 +865,13 @@ impl Explorer {
                     extended: false,
                     by_grant: Some(g),
                 };
-                if !self.kind.take_keeps_registration() {
-                    if self.bounds.rules.redraw_at_take {
-                        // The grant popped the registration: the line
-                        // forgets it, and its next registration names a
-                        // new token.
-                        l.registered = false;
-                        l.grant += 1;
-                    }
-                    l.head_left(w, now, false);
+                if !self.kind.take_keeps_registration() && self.bounds.rules.redraw_at_take {
+                    // The grant popped the registration: the line forgets
+                    // it, and its next registration names a new token.
+                    l.registered = false;
+                    l.grant += 1;
                 }
+                l.head_left(w, now, false);
                 Self::give(&mut n, c, w, slot, &fence)
                     .map_err(|e| format!("c{c} waiter {id} takes its grant: {e}"))?;
                 format!(
@@ -914,6 +907,20 @@ impl Explorer {
                 });
                 l.finish(w, now);
                 label
+            }
+            Action::Run {
+                client: c,
+                op: Op::Rejoin(w),
+                ..
+            } => {
+                let l = &mut n.lockers[c];
+                let id = l.waiters[w].id;
+                if l.rejoin(w, now) {
+                    self.stats.deregistrations_dropped += 1;
+                    format!("c{c} waiter {id} acquires again: the deregistration is dropped")
+                } else {
+                    format!("c{c} waiter {id} acquires again")
+                }
             }
             Action::Run {
                 client: c,
@@ -1010,10 +1017,8 @@ impl Explorer {
         }
         if let Op::Acquire(w) = op {
             let got = self.kind.attempt(&reply);
-            if self.kind.counts_lost_replies() {
-                self.no_grant_passed_over(l, c, w, &before, got.as_ref())
-                    .map_err(|e| format!("{label}: {e}"))?;
-            }
+            self.no_grant_passed_over(l, c, w, &before, got.as_ref())
+                .map_err(|e| format!("{label}: {e}"))?;
             // A grant claimed: the slot named the line's token.
             if let Some(Attempt::Got { slot, .. }) = got {
                 let v = before.get(slot as usize).cloned().flatten();
@@ -1024,10 +1029,6 @@ impl Explorer {
         }
         search::new_fences(&before, &after, &mut n.max_fence, "slot")
             .map_err(|e| format!("{label}: {e}"))?;
-        if !self.kind.hears_after_reply() {
-            self.notify(n);
-        }
-        let counts_lost = self.kind.counts_lost_replies();
         let l = &mut n.lockers[c];
         let first = l.lost.map_or(now, |(_, t)| t);
         if lose {
@@ -1035,21 +1036,17 @@ impl Explorer {
             // have registered the line (a replay's claim with `k` does),
             // so the next one names the grant token as its own; its
             // server may have changed.
-            if counts_lost && matches!(op, Op::Acquire(_)) {
+            if matches!(op, Op::Acquire(_)) {
                 (l.registered, l.anchor) = (true, None);
             }
             l.lost = Some((op, first));
-            if counts_lost {
-                n.faults.lose_reply -= 1;
-            }
+            n.faults.lose_reply -= 1;
         } else {
             l.lost = None;
             self.answer(n, c, op, &reply, first, now)
                 .map_err(|e| format!("{label}: {e}"))?;
         }
-        if self.kind.hears_after_reply() {
-            self.notify(n);
-        }
+        self.notify(n);
         Ok(label)
     }
 
@@ -1057,7 +1054,7 @@ impl Explorer {
     /// the reply `got`: where a slot held a fresh grant to the line's grant
     /// token, it claimed one such grant, or its own slot.
     fn no_grant_passed_over(
-        &self,
+        &mut self,
         l: &Locker,
         c: usize,
         w: usize,
@@ -1084,6 +1081,12 @@ impl Explorer {
             _ => false,
         };
         if claimed {
+            return Ok(());
+        }
+        if self.kind == Kind::Lock && self.holds_under(l, l.grant) {
+            // The known cost (module docs): the attempt may not name the
+            // token beside the hold (rule 1), so the grant lapses.
+            self.stats.lapsed_beside_a_hold += 1;
             return Ok(());
         }
         Err(format!(
@@ -1164,7 +1167,7 @@ impl Explorer {
             let parts: Vec<&str> = p.message.split(':').collect();
             let part = |i: usize| parts.get(g + i).copied();
             for (c, l) in n.lockers.iter_mut().enumerate() {
-                if l.dead || (self.kind.hears_after_reply() && l.head().is_none()) {
+                if l.dead || l.head().is_none() {
                     continue;
                 }
                 if part(0) != Some("g") {
@@ -1174,6 +1177,10 @@ impl Explorer {
                     continue;
                 }
                 if part(1) != Some(entry(c).as_str()) {
+                    // A grant elsewhere: a head without a registration has
+                    // no grant to wait for and attempts at once (the
+                    // core's `handle_grant_elsewhere`).
+                    l.wake |= !l.registered;
                     continue;
                 }
                 let owner = part(6).map(str::to_owned);
@@ -1218,7 +1225,10 @@ impl Explorer {
                 (l.notice, l.wake) = (None, false);
                 match kind.attempt(reply) {
                     Some(Attempt::Busy { ms, server_ms }) => {
-                        l.anchor = server_ms;
+                        // A reply that did not register leaves the anchor.
+                        if server_ms.is_some() {
+                            l.anchor = server_ms;
+                        }
                         l.registered = true;
                         l.next_poll = now + (ms.max(1) as u64).min(POLL);
                     }
@@ -1229,15 +1239,15 @@ impl Explorer {
                     }) => {
                         let x = &l.waiters[w];
                         let mine = x.got.iter().any(|(s, f)| *s == slot && *f == fence);
-                        // `k` kept the registration (a lock's acquire
-                        // leaves it queued; a semaphore's says when it
-                        // made one for the next waiter); `d` took it out.
-                        let kept = kind == Kind::Lock || l.registered || next_waits;
+                        // `k` kept a registration that was queued (a
+                        // semaphore's reply says when it made one for the
+                        // next waiter); `d` took it out.
+                        let kept = l.registered || next_waits;
                         l.registered = kept && l.behind(w);
                         if rules.stale_grants_refused && !mine && Self::stale(l, slot, &fence) {
                             // A stale grant claimed: released by the sweep;
-                            // the waiter waits on under a new token, still
-                            // registered (the lock's model: registered).
+                            // the waiter waits on under a new token and
+                            // attempts again at once.
                             self.stats.stale_handed_back += 1;
                             let names = tok(c, &l.waiters[w]);
                             l.orphans.push(Orphan {
@@ -1246,11 +1256,7 @@ impl Explorer {
                                 grant: None,
                             });
                             l.waiters[w].tokens += 1;
-                            if kind.rejoins_at_back() {
-                                l.next_poll = now;
-                            } else {
-                                l.registered = true;
-                            }
+                            l.next_poll = now;
                             return Ok(());
                         }
                         let x = &mut l.waiters[w];
@@ -1294,7 +1300,7 @@ impl Explorer {
                 }
             }
             Op::GrantRelease => l.leaving = Leaving::No,
-            Op::TakeGrant(_) | Op::Drop(_) => unreachable!("sends nothing"),
+            Op::TakeGrant(_) | Op::Drop(_) | Op::Rejoin(_) => unreachable!("sends nothing"),
         }
         Ok(())
     }
@@ -1379,8 +1385,9 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
              ({} grants taken, {} with a waiter behind, {} claimed, {} extended; {} attempts \
              and {} give-ups beside a hold under the grant token; {} attempts beside a hold \
              under an older grant token, {} of them naming the new one; {} stale grants \
-             handed back; {} notices of another grant token; a token in two slots after {} \
-             steps, a grant token after {}), {:.1?}",
+             handed back; {} notices of another grant token; {} deregistrations dropped; {} grants lapsed beside a hold \
+             under their grant token; a token in two slots after {} steps, a grant token \
+             after {}), {:.1?}",
             b.kind,
             b.rounds,
             st.depth,
@@ -1396,6 +1403,8 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
             st.named_beside_a_hold,
             st.stale_handed_back,
             st.notices_of_another_token,
+            st.deregistrations_dropped,
+            st.lapsed_beside_a_hold,
             st.tokens_in_two_slots,
             st.grant_tokens_in_two_slots,
             started.elapsed()
@@ -1480,21 +1489,26 @@ fn a_locker_with_two_waiters_survives_a_restart_and_a_failover() {
 
 /// Locker 0 with two waiters that acquire twice: a give-up empties the
 /// line, whose registration (grant token G0) is queued until its
-/// DEREGISTER and release by G0 run, and the waiter acquires again in a new
-/// line (G1); the holder's release grants the lock to G0 and joins that
-/// line behind it. Taking the grant as held under `G1:<fence>`, the
-/// release by G0 would free the lock under the new head for locker 1:
+/// DEREGISTER and release by G0 run; the holder's release grants the lock
+/// to G0, and the holder acquires again in a new line (G1), which the
+/// waiter that gave up joins after the DEREGISTER was sent (before, its
+/// return would drop the deregistration). Taking the grant as held under
+/// `G1:<fence>`, the release by G0 frees the lock under the new head (ten
+/// events):
 ///
 /// 1. c0 waiter 0 takes the lock (`k`: waiter 1 is behind it);
-/// 2. c0 waiter 1 is busy, registers G0 (9000);
-/// 3. c0 waiter 1 gives up and acquires again: a new line, G1;
-/// 4. c0 waiter 0 releases, granted to G0; it joins the line behind
-///    waiter 1, which hears the grant before its first attempt;
-/// 5. c0 waiter 1 takes it as `9001:<fence>`;
-/// 6. c0 DEREGISTER; 7. c0 release by G0 frees the lock;
-/// 8. c1 takes the lock, beside c0 waiter 1.
+/// 2. the clock moves to waiter 1's poll (its head backs off);
+/// 3. c0 waiter 1 is busy, registers G0 (9000), the anchor;
+/// 4. c0 waiter 1 gives up: the line is forgotten, G0 to deregister;
+/// 5. c0 waiter 0 releases, granted to G0; it acquires again (a new
+///    line, G1), and hears the grant before its first attempt;
+/// 6. c0 DEREGISTER;
+/// 7. c0 waiter 1 acquires again, behind waiter 0;
+/// 8. c0 waiter 0 takes the grant as `9001:<fence>`;
+/// 9. c0 release by G0 frees the lock;
+/// 10. c0 waiter 1 takes the lock, beside waiter 0.
 ///
-/// With the owner id (rule 5), step 5 is not taken.
+/// With the owner id (rule 5), step 8 is not taken.
 fn new_line_bounds(depth: usize, rules: Rules) -> Bounds {
     Bounds {
         rounds: vec![vec![2, 2], vec![1]],
@@ -1520,7 +1534,7 @@ fn mutation_take_of_another_tokens_grant_is_caught() {
     };
     caught(
         "mutation: a line takes a grant to its locker's older grant token",
-        new_line_bounds(8, rules),
+        new_line_bounds(10, rules),
         "valid leases",
     );
 }
@@ -1533,7 +1547,7 @@ fn mutation_next_waiter_claiming_the_hold_is_caught() {
     };
     caught(
         "mutation: the next waiter names the grant token beside a hold",
-        bounds(8, no_data_loss(), rules),
+        bounds(9, no_data_loss(), rules),
         "valid leases",
     );
 }
@@ -1562,7 +1576,7 @@ fn mutation_dropped_hold_claimed_again_is_caught() {
     };
     caught(
         "mutation: a dropped hold is not a hold of its line",
-        bounds(7, no_data_loss(), rules),
+        bounds(8, no_data_loss(), rules),
         "before to waiter",
     );
 }

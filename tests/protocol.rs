@@ -276,6 +276,14 @@ impl<'s> Scripts<'s> {
         )
     }
 
+    /// Takes registration `reg` of the grant token `owner` out of the
+    /// queue of kind `kind` (what a locker sends when its line emptied).
+    fn deregister(&self, kind: &str, reg: &str, owner: &str) -> Value {
+        let n = &self.names;
+        let keys = [n.queue(kind), n.reg(kind, reg)];
+        self.run("DEREGISTER_LUA", &keys, &[owner.to_owned()])
+    }
+
     /// Appends a registration of a locker that is gone: its bound has
     /// passed (as a killed locker's does), and its key has expired.
     fn dead_registration(&self, kind: &str, reg: &str) {
@@ -745,4 +753,32 @@ fn a_replayed_permit_attempt_answers_its_own_slot_before_a_grant() {
         slot0.is_some_and(|v| v.starts_with("grant-r:")),
         "the grant stays for the next waiter"
     );
+}
+
+/// A line's removal of its registration runs late: it went out on one
+/// connection as the line emptied, and the same locker's next line of the
+/// key, with a grant token of its own, registered on another connection
+/// first (the same registration key: one per locker and key). The removal
+/// takes out only the registration that named its grant token, so the
+/// next line stays queued instead of waiting, registered as far as it
+/// knows, for a grant that cannot come until its safety poll.
+#[test]
+fn a_late_deregistration_leaves_the_next_lines_registration_queued() {
+    let server = RedisServer::start();
+    let s = Scripts::new(&server, "proto-late-dereg", "k");
+    assert!(is_fence(&s.lock("holder", 10_000, None)));
+    let first = Handover {
+        other: "",
+        ..Handover::waiting("r1", "g-first")
+    };
+    assert!(is_busy(&s.lock("w1", 10_000, Some(first))));
+    let next = Handover {
+        other: "",
+        ..Handover::waiting("r1", "g-next")
+    };
+    assert!(is_busy(&s.lock("w2", 10_000, Some(next))));
+    s.deregister("lock", "r1", "g-first");
+    assert_eq!(s.queued("lock"), vec!["r1"], "the next line stays queued");
+    s.deregister("lock", "r1", "g-next");
+    assert!(s.queued("lock").is_empty(), "its own removal takes it out");
 }

@@ -346,11 +346,11 @@ impl ScriptCall {
     }
 
     /// Removes the locker's registration, queued as `reg`, from `queue`.
-    pub(crate) fn deregister(queue: &QueueNames, reg: String) -> Self {
+    pub(crate) fn deregister(queue: &QueueNames, reg: String, owner: String) -> Self {
         ScriptCall {
             kind: ScriptKind::Deregister,
             keys: vec![queue.list.clone(), queue.reg_key(&reg)],
-            args: Vec::new(),
+            args: vec![owner],
         }
     }
 

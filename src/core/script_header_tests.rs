@@ -164,7 +164,7 @@ fn calls() -> Vec<(&'static str, ScriptCall, usize)> {
         ),
         (
             "deregister",
-            ScriptCall::deregister(&lock.queue, "0123".to_owned()),
+            ScriptCall::deregister(&lock.queue, "0123".to_owned(), token.to_hex()),
             1,
         ),
         ("release", release(&lock.lock, Kind::Lock), 1),

@@ -317,16 +317,17 @@ impl Core {
         let mut calls = Vec::with_capacity(2 * leaving.len());
         for owned in leaving {
             let line = owned.target.line();
-            let entry = line.queue_entry(h.reg);
+            let (entry, owner) = (line.queue_entry(h.reg), owned.token.to_hex());
+            let deregister =
+                |queue: &QueueNames| ScriptCall::deregister(queue, entry.clone(), owner.clone());
             match &owned.target.members {
                 // A set's registration may stand in each of its keys' queues.
-                Some(members) => calls.extend(members.iter().map(|id| {
-                    ScriptCall::deregister(&LockNames::new(namespace, *id).queue, entry.clone())
-                })),
-                None => calls.push(ScriptCall::deregister(
-                    &QueueNames::of(namespace, line),
-                    entry,
-                )),
+                Some(members) => calls.extend(
+                    members
+                        .iter()
+                        .map(|id| deregister(&LockNames::new(namespace, *id).queue)),
+                ),
+                None => calls.push(deregister(&QueueNames::of(namespace, line))),
             }
             // The grant token's release passes on a grant nobody claims; not
             // while a grant taken without its claim holds under that token.

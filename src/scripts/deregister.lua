@@ -1,11 +1,24 @@
 -- deregister.lua: a locker whose last waiter for a key left takes its
 -- registration out of the queue (docs/PROTOCOL.md §4.4).
 -- KEYS: queue, reg
--- ARGV: (none)
+-- ARGV: owner
 -- Reply: 1.
+--
+-- Only the registration that names `owner` (the line's grant token; a
+-- multi-key lease's token, in `m<age>.<token>`): a removal that runs late
+-- must leave the registration the locker's next line of the key made
+-- meanwhile under a grant token of its own (the registration key is one
+-- per locker and key). An empty `owner` takes out any.
 
-local entry = redis.call('GETDEL', KEYS[2])
-if entry then
+local entry = redis.call('GET', KEYS[2])
+if not entry then
+  return 1
+end
+local owner = string.match(entry, '^[^|]*|[^|]*|(.*):[^:]*$')
+owner = owner and (string.match(owner, '^m%d+%.(.*)$') or owner)
+local want = ARGV[1] or ''
+if want == '' or owner == want then
+  redis.call('DEL', KEYS[2])
   redis.call('LREM', KEYS[1], 0, entry)
 end
 return 1

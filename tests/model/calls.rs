@@ -235,8 +235,14 @@ impl Call {
         )
     }
 
-    pub(crate) fn deregister(n: &Names, k: QKind, entry: &str) -> Call {
-        Call::new("DEREGISTER_LUA", vec![n.queue(k), n.reg(k, entry)], vec![])
+    /// The removal of registration `entry`, the one that names `owner`
+    /// (empty: whichever is there).
+    pub(crate) fn deregister(n: &Names, k: QKind, entry: &str, owner: &str) -> Call {
+        Call::new(
+            "DEREGISTER_LUA",
+            vec![n.queue(k), n.reg(k, entry)],
+            vec![owner.to_owned()],
+        )
     }
 
     pub(crate) fn sem_acquire(

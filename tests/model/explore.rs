@@ -272,7 +272,7 @@ impl Explorer {
             Op::Release => Call::lock_release(n, &t, 0, None),
             Op::TakeGrant => unreachable!("taking a grant sends nothing"),
             Op::Renew => Call::renew(&n.lock(), &t, LEASE),
-            Op::Deregister => Call::deregister(n, QKind::Lock, &entry(c)),
+            Op::Deregister => Call::deregister(n, QKind::Lock, &entry(c), &grant(c)),
             Op::GrantRelease => Call::lock_release(n, &grant(c), 0, None),
         }
     }

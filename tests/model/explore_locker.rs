@@ -678,7 +678,12 @@ impl Explorer {
                 (slot, _, None) => self.kind.release(n, slot, &tok(c, &l.waiters[w])),
             },
             Op::OrphanRelease => self.kind.release(n, l.orphans[0].slot, &l.orphans[0].names),
-            Op::Deregister => Call::deregister(n, self.kind.queue(), &entry(c)),
+            Op::Deregister => match l.leaving {
+                Leaving::Deregister(g) => {
+                    Call::deregister(n, self.kind.queue(), &entry(c), &grant(c, g))
+                }
+                _ => unreachable!("sent while leaving"),
+            },
             Op::GrantRelease => match l.leaving {
                 Leaving::GrantRelease(g) => self.kind.release_by_grant(n, &grant(c, g)),
                 _ => unreachable!("sent while leaving"),

@@ -201,7 +201,7 @@ impl Explorer {
             (Role::Multi, Op::Renew) => Call::multi_renew(n, &t, LEASE),
             (Role::Multi, Op::Release) => Call::multi_release(n, &t, Some(0)),
             (Role::Multi, Op::Deregister(i)) => {
-                Call::deregister(&n[usize::from(i)], QKind::Lock, &entry(c))
+                Call::deregister(&n[usize::from(i)], QKind::Lock, &entry(c), &t)
             }
             (Role::Single, Op::Deregister(_)) => {
                 unreachable!("a single-key locker never registers")

@@ -310,13 +310,15 @@ impl Explorer {
             Op::Release if by_grant(cl) && self.bounds.release_first => {
                 self.call(s, c, Op::GrantRelease)
             }
-            Op::Release if by_grant(cl) => Call::deregister(n, QKind::Rw, &entry(c, cl.role)),
+            Op::Release if by_grant(cl) => {
+                Call::deregister(n, QKind::Rw, &entry(c, cl.role), &grant(c))
+            }
             Op::TakeGrant => unreachable!("taking a grant sends nothing"),
             Op::Release if reader => Call::read_release(n, &t, cl.hand.then_some(0)),
             Op::Release => Call::write_release(n, &t, 0),
             Op::Renew if reader => Call::read_renew(n, &t, LEASE),
             Op::Renew => Call::renew(&n.rw("write"), &t, LEASE),
-            Op::Deregister => Call::deregister(n, QKind::Rw, &entry(c, cl.role)),
+            Op::Deregister => Call::deregister(n, QKind::Rw, &entry(c, cl.role), &grant(c)),
             Op::GrantRelease if reader => Call::read_release(n, &grant(c), Some(0)),
             Op::GrantRelease => Call::write_release(n, &grant(c), 0),
         }

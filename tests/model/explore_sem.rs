@@ -304,7 +304,7 @@ impl Explorer {
                 };
                 Call::renew(&self.slot_key(slot), &t, LEASE)
             }
-            Op::Deregister => Call::deregister(n, QKind::Sem, &entry(c)),
+            Op::Deregister => Call::deregister(n, QKind::Sem, &entry(c), &grant(c)),
             Op::GrantRelease => Call::sem_release_any(n, PERMITS, &grant(c)),
         }
     }

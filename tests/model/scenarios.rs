@@ -180,8 +180,10 @@ pub(crate) fn lock() -> Scenario {
         acq(&c, LEASE, hc(true, "d")),
         acq(&b, LEASE, hb(true, "k")),
         acq(&b, LEASE, hb(true, "r")),
-        Step::Eval(Call::deregister(&n, QKind::Lock, "00000000000000c1")),
-        Step::Eval(Call::deregister(&n, QKind::Lock, "00000000000000c1")),
+        // Another grant token's removal leaves it; its own takes it out.
+        Step::Eval(Call::deregister(&n, QKind::Lock, "00000000000000c1", &gb)),
+        Step::Eval(Call::deregister(&n, QKind::Lock, "00000000000000c1", &gc)),
+        Step::Eval(Call::deregister(&n, QKind::Lock, "00000000000000c1", &gc)),
         // B's registration lingers: its release never grants it.
         rel(&b, Some("00000000000000b1")),
         acq(&a, SHORT, ha(false, "d")),

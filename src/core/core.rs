@@ -188,8 +188,10 @@ impl AttemptSummary {
 enum Phase {
     /// In its line; the line's head state says when it may attempt.
     Queued,
-    /// An attempt submitted at this instant is unanswered.
-    Attempting { submitted: Instant },
+    /// An attempt submitted at this instant is unanswered; `registers`:
+    /// it asked to register the locker (only one sent while the locker
+    /// hears the key's grants does), so a busy reply means it is queued.
+    Attempting { submitted: Instant, registers: bool },
     /// Over; the result waits for `poll_waiter`.
     Finished(Result<Grant, Error>),
 }
@@ -504,7 +506,7 @@ impl Core {
         let mut orphan = matches!(w.failure, Some((_, Some(_))));
         let mut in_flight_until = None;
         match std::mem::replace(&mut w.phase, Phase::Queued) {
-            Phase::Attempting { submitted } => {
+            Phase::Attempting { submitted, .. } => {
                 self.attempts_in_flight -= 1;
                 orphan = true;
                 // `Some(None)` (beyond any instant) cannot happen for a
@@ -606,14 +608,21 @@ impl Core {
                     self.safety_polls += 1;
                     self.wakeups.poll += 1;
                 }
-                w.phase = Phase::Attempting { submitted: now };
+                w.phase = Phase::Attempting {
+                    submitted: now,
+                    registers: false,
+                };
                 w.attempts += 1;
                 self.attempts_in_flight += 1;
                 let (try_once, token, lease_ms) = (w.try_once, w.token, w.lease_ms);
                 let second = line.second();
                 let settings = &self.settings;
                 match &w.target {
-                    Target::Multi { .. } => return self.multi_attempt(id, line_key, try_once),
+                    Target::Multi { .. } => {
+                        let registers = self.hears_set_grants(line_key, try_once);
+                        self.mark_registering(id, registers);
+                        return self.multi_attempt(id, line_key, try_once);
+                    }
                     // Candidates of an election wait without the hand-over
                     // (docs/PROTOCOL.md §7).
                     Target::Leader { names, value } => {
@@ -628,6 +637,7 @@ impl Core {
                 // comes back (§13).
                 let keep = second.is_some() || self.may_linger(line_key, try_once);
                 let register = !try_once && self.hears_grants(line_key.id);
+                self.mark_registering(id, register);
                 // Only a registered line names its grant token (and scans
                 // the tracked leases for a hold under it).
                 let holds_a_grant = self
@@ -775,7 +785,11 @@ impl Core {
         let Some(w) = self.waiters.get_mut(id.0) else {
             return AttemptSummary::Ignored;
         };
-        let Phase::Attempting { submitted } = w.phase else {
+        let Phase::Attempting {
+            submitted,
+            registers,
+        } = w.phase
+        else {
             return AttemptSummary::Ignored;
         };
         w.phase = Phase::Queued;
@@ -786,7 +800,7 @@ impl Core {
         // Candidates of an election wait without the hand-over.
         let handover =
             self.settings.handover.is_some() && !matches!(w.target, Target::Leader { .. });
-        let registers = handover && !w.try_once;
+        let registers = handover && registers;
         if handover && matches!(&result, Err(e) if is_refusal_of_handover(e)) {
             // An ACL written before the hand-over: wait as without it from
             // now on, and send this attempt again at once that way.
@@ -1051,6 +1065,17 @@ impl Core {
     }
 
     /// Wakes the head of `key`'s line if `wake` says so; returns whether.
+    /// Records whether waiter `id`'s attempt in flight registers.
+    fn mark_registering(&mut self, id: WaiterId, registers: bool) {
+        if let Some(Waiter {
+            phase: Phase::Attempting { registers: r, .. },
+            ..
+        }) = self.waiters.get_mut(id.0)
+        {
+            *r = registers;
+        }
+    }
+
     pub(super) fn wake_head_of(
         &mut self,
         key: LineKey,

@@ -311,6 +311,13 @@ impl Core {
         }
     }
 
+    /// Whether a multi-key line's attempt registers: a grant (here: a
+    /// reservation) for any of its keys must reach this locker.
+    pub(super) fn hears_set_grants(&self, line: LineKey, try_once: bool) -> bool {
+        let keys = self.channel_keys(line);
+        !try_once && keys.iter().all(|id| self.hears_grants(*id))
+    }
+
     /// The attempt of the head of a multi-key line: reserving (and with
     /// the hand-over registering) unless it tries once.
     pub(super) fn multi_attempt(&self, id: WaiterId, line: LineKey, try_once: bool) -> WaiterStep {
@@ -318,9 +325,7 @@ impl Core {
         else {
             return WaiterStep::Wait(None);
         };
-        // A grant (here: a reservation) for any key must reach this locker.
-        let keys = self.channel_keys(line);
-        let hears = !try_once && keys.iter().all(|id| self.hears_grants(*id));
+        let hears = self.hears_set_grants(line, try_once);
         let handover = self.settings.handover.map(|h| MultiHandover {
             register: hears.then(|| multi_reg(h.reg, line.id)),
             reg_ms: h.reg_ms,

@@ -530,3 +530,31 @@ fn a_grant_to_a_gone_lines_token_is_not_taken() {
         );
     }
 }
+
+/// An attempt sent before the subscription is confirmed does not register
+/// (the locker would not hear its grant): its busy reply leaves the line
+/// unregistered, even when the subscription was confirmed meanwhile, so
+/// the next attempt registers. Counted as registered, the line once took
+/// the free key with its next attempt, which keeps a registration rather
+/// than making one, and its next waiter then waited for a grant that
+/// could not come until its safety poll.
+#[test]
+fn a_busy_reply_to_an_attempt_that_did_not_register_leaves_the_line_unregistered() {
+    let now = t0();
+    let mut s = settings(128, 10_000);
+    s.handover = Some(HandoverSettings {
+        reg: REG,
+        reg_ms: 3_000,
+        claim_ms: 100,
+    });
+    let mut core = Core::new(s, now);
+    let id = join(&mut core, now, "k", 1, secs(10));
+    join(&mut core, now, "k", 2, secs(10));
+    attempt(&mut core, now, id);
+    core.subscription_wanted_by_waiter();
+    core.handle_subscribed();
+    core.handle_acquire_reply(now, id, busy(5_000));
+    drain(&mut core);
+    let line = core.lines.get(&line()).expect("the line");
+    assert!(!line.is_registered(), "the attempt did not register");
+}

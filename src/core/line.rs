@@ -552,6 +552,17 @@ mod tests {
     use super::*;
     use crate::core::slots::Slots;
 
+    /// A line of `n` waiters whose head polled at `now` (attempting).
+    fn polled_line(n: usize, now: Instant) -> (Vec<WaiterId>, Line) {
+        let w = ids(n);
+        let mut line = Line::default();
+        for id in &w {
+            line.join(*id);
+        }
+        line.poll(w[0], now);
+        (w, line)
+    }
+
     fn ids(n: usize) -> Vec<WaiterId> {
         let mut slots = Slots::default();
         (0..n).map(|i| WaiterId(slots.insert(i))).collect()
@@ -673,11 +684,7 @@ mod tests {
     #[test]
     fn a_settling_line_lets_the_next_head_attempt_once_the_reply_can_no_longer_come() {
         let now = Instant::now();
-        let w = ids(2);
-        let mut line = Line::default();
-        line.join(w[0]);
-        line.join(w[1]);
-        line.poll(w[0], now);
+        let (w, mut line) = polled_line(2, now);
         let until = now + Duration::from_secs(2);
         line.leave_settling(w[0], Some(until));
         assert_eq!(line.poll(w[1], until), LineStep::Attempt);
@@ -747,11 +754,7 @@ mod tests {
     #[test]
     fn a_grant_elsewhere_makes_a_head_without_a_registration_attempt_at_once() {
         let now = Instant::now();
-        let w = ids(2);
-        let mut line = Line::default();
-        line.join(w[0]);
-        line.join(w[1]);
-        line.poll(w[0], now);
+        let (w, mut line) = polled_line(2, now);
         line.attempt_registers(false, false);
         line.handle_granted(now, false);
         line.handle_attempt_done();

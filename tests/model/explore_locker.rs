@@ -1647,3 +1647,53 @@ fn mutation_stale_grant_after_data_loss_is_caught() {
         "before to waiter",
     );
 }
+
+/// The floor compares fences as decimal numbers of any size, past 2^53
+/// and 2^64: a value under the grant token is claimed only above it; a
+/// missing floor is none.
+#[test]
+fn the_floor_compares_fences_as_numbers() {
+    let n = Names::new("ns", 1);
+    let mut scripts = Scripts::new(Sources::real());
+    let g = grant(0, 0);
+    let cases: [(&str, Option<u128>, bool); 9] = [
+        ("18", Some(17), true),
+        ("17", Some(17), false),
+        ("9", Some(17), false),
+        ("100", Some(99), true),
+        ("9007199254740993", Some(9_007_199_254_740_992), true),
+        ("9007199254740992", Some(9_007_199_254_740_993), false),
+        (
+            "100000000000000000000",
+            Some(99_999_999_999_999_999_999),
+            true,
+        ),
+        (
+            "99999999999999999999",
+            Some(100_000_000_000_000_000_000),
+            false,
+        ),
+        ("17", None, true),
+    ];
+    for (fence, floor, claimed) in cases {
+        let mut db = Db::at_ms(START_MS);
+        db.command(&["SET".to_owned(), n.lock(), format!("{g}:{fence}")]);
+        let h = Hand {
+            entry: entry(0),
+            reg_ms: REG,
+            claim_ms: CLAIM,
+            grant: g.clone(),
+            register: true,
+            registered: true,
+            keep: "k",
+            floor,
+        };
+        let call = Call::acquire(&n, &token(0x42), LEASE, 0, Some(&h));
+        let (reply, _) = scripts.run(&call, db);
+        assert_eq!(
+            reply == Reply::Bulk(fence.to_owned()),
+            claimed,
+            "{fence} over the floor {floor:?}: {reply:?}"
+        );
+    }
+}

@@ -638,13 +638,6 @@ impl Core {
                 let keep = second.is_some() || self.may_linger(line_key, try_once);
                 let register = !try_once && self.hears_grants(line_key.id);
                 self.mark_registering(id, register);
-                // Only a registered line names its grant token (and scans
-                // the tracked leases for a hold under it).
-                let holds_a_grant = self
-                    .lines
-                    .get(&line_key)
-                    .and_then(Line::registered_grant)
-                    .is_some_and(|grant| self.holds_under(grant));
                 let settings = &self.settings;
                 let handover = match (settings.handover, self.lines.get_mut(&line_key)) {
                     (Some(h), Some(line)) => {
@@ -663,9 +656,12 @@ impl Core {
                             channel_name: settings.channel.name(&settings.namespace, line_key.id),
                             message: line_key.message(),
                             grant_token: line.grant_token(token),
-                            // A grant this locker holds without its claim
-                            // is another waiter's, not one to claim.
-                            registered: line.is_registered() && !holds_a_grant,
+                            registered: line.is_registered(),
+                            // A lock's take leaves its hold under the grant
+                            // token, still registered: the floor tells that
+                            // hold from a later grant (a slot's take draws
+                            // a new token, a writer's is always claimed).
+                            floor: line.given().filter(|_| line_key.kind == Kind::Lock),
                             keep,
                             refresh,
                         })

@@ -159,12 +159,6 @@ impl Line {
         self.grant
     }
 
-    /// The grant token the locker's registration names, while it is
-    /// registered.
-    pub(crate) fn registered_grant(&self) -> Option<OwnerToken> {
-        self.grant.filter(|_| self.registered)
-    }
-
     /// Forgets the locker's registration (its last waiter left); returns
     /// the grant token it named, if there was one to remove from Redis. A
     /// later registration draws a new one, so the release of this one can
@@ -307,6 +301,12 @@ impl Line {
             None => self.given,
         };
         given.is_some_and(|given| fence <= given)
+    }
+
+    /// The highest fence a waiter of this line was given (a lock's or a
+    /// writer's).
+    pub(crate) fn given(&self) -> Option<Fence> {
+        self.given
     }
 
     /// A waiter of this line was given `fence` (on slot `slot`).

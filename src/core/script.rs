@@ -167,6 +167,11 @@ pub(crate) struct AcquireHandover {
     /// Whether the locker's registration is queued (as far as the replies
     /// told): only then is a grant to the grant token looked for.
     pub(crate) registered: bool,
+    /// The highest fence a waiter of the line was given (a lock's): a
+    /// value under the grant token is this attempt's only above it, so a
+    /// hold taken under that token, or a grant data loss brought back, is
+    /// never claimed (docs/PROTOCOL.md §4.3).
+    pub(crate) floor: Option<Fence>,
     /// Whether the locker still has waiters once this attempt holds the
     /// lease: its registration then stays queued; else the attempt that
     /// gets the lease takes it out.
@@ -301,6 +306,7 @@ impl ScriptCall {
             }
             .to_owned(),
             grant(h.register),
+            h.floor.map(|f| f.get().to_string()).unwrap_or_default(),
         ]);
     }
 

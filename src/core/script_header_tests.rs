@@ -2,7 +2,7 @@
 //! ARGV:` lines) against the calls the Rust side builds: a header that
 //! names more or fewer keys or arguments than some call sends fails here.
 //!
-//! A header item is one name; `HANDOVER`, the hand-over's nine arguments;
+//! A header item is one name; `HANDOVER`, the hand-over's ten arguments;
 //! `name...`, one per key of a multi-key call; `name+`, one, or one per
 //! key; `{a, b}...`, that group once per key; `[, …]`, an optional tail,
 //! which may nest.
@@ -14,6 +14,7 @@ use super::multi::{multi_acquire_call, multi_release_call, MultiHandover};
 use super::names::{
     Channel, KeyId, Kind, LineKey, LockNames, OwnerToken, RegId, RwNames, SemNames, Target, Want,
 };
+use super::outcome::Fence;
 use super::script::{AcquireHandover, ScriptCall, ScriptKind};
 
 /// The `KEYS:` or `ARGV:` list of a script file, its continuation lines
@@ -58,7 +59,7 @@ fn allowed(list: &str, n: usize) -> Vec<usize> {
     let mut base = vec![0usize];
     for item in top_level_items(head) {
         let counts: Vec<usize> = if item == "HANDOVER" {
-            vec![9]
+            vec![10]
         } else if item.starts_with('{') {
             let group = item.matches(',').count() + 1;
             vec![group * n]
@@ -127,6 +128,7 @@ fn handover(keep: bool, refresh: bool, register: bool) -> AcquireHandover {
         message: "m".to_owned(),
         grant_token: OwnerToken::from_bytes([2; 16]),
         registered: true,
+        floor: Some(Fence::new(17)),
         keep,
         refresh,
     }
@@ -311,7 +313,7 @@ fn every_script_header_names_the_keys_and_arguments_its_calls_send() {
 #[test]
 fn header_lists_count_optional_tails_and_per_key_items() {
     assert_eq!(allowed("a, b [, c, d]", 1), [2, 4]);
-    assert_eq!(allowed("a [, HANDOVER]", 1), [1, 10]);
+    assert_eq!(allowed("a [, HANDOVER]", 1), [1, 11]);
     assert_eq!(allowed("a, b [, c [, d [, e]]]", 1), [2, 3, 4, 5]);
     assert_eq!(
         allowed("lock..., counter... [, queue..., flag...]", 3),

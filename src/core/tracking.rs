@@ -142,9 +142,8 @@ impl Core {
 
     /// Whether a tracked lease holds a grant taken without its claim under
     /// the grant token `token` (tracked or orphaned, until its release is
-    /// taken: it still holds the lease key under that token): the line's
-    /// attempts must not take that hold, under that token, for a grant to
-    /// them.
+    /// taken: it still holds the lease key under that token): a release by
+    /// that token, which matches its token part, would end that hold.
     pub(super) fn holds_under(&self, token: OwnerToken) -> bool {
         let leases = self.leases.iter().map(|(_, l)| l);
         let mut holds = leases.chain(&self.orphans).filter(|l| l.hold.is_some());

@@ -7,9 +7,10 @@
 --   {ms, server ms}: busy as the integer, and the attempt registered or
 --   refreshed the locker's registration at that server time (`TIME`, in
 --   ms: what a grant's time is compared with, docs/PROTOCOL.md §4.3);
---   error WRONGTYPE. HANDOVER is the hand-over's nine arguments
---   (handover.lua, `handover_args`), `reg` the caller's registration key;
---   `counter_ttl_ms` 0: no TTL.
+--   error WRONGTYPE. HANDOVER is the hand-over's ten arguments
+--   (handover.lua, `handover_args`), `reg` the caller's registration key,
+--   `floor` the line's highest fence given (the grant token's value is
+--   the caller's only above it); `counter_ttl_ms` 0: no TTL.
 --
 -- The lock's value is `<token>:<fence>`, so an acquire replayed by a client
 -- library after a timeout finds its own token and returns the same fence

@@ -35,7 +35,9 @@
 --   takes the registration out), and the grant token a registration this
 --   attempt makes names (the owner a grant is made out to, never a
 --   holder's token; empty: this attempt does not register, it tries once
---   or hears no grants). Then one `MGET` of the keys `...` and the flag,
+--   or hears no grants), and `floor`: the highest fence a waiter of the
+--   line was given (a lock's; empty or missing: none, as from an older
+--   caller). Then one `MGET` of the keys `...` and the flag,
 --   the flag (whether registrations may be queued), `busy(ms)`, the
 --   reply of a busy attempt, which registers a waiting caller, and
 --   `busy_at(ms)`, the same that answers `{ms, server ms}` when the
@@ -85,7 +87,13 @@
 --   built"), so a claim wakes no subscriber.
 -- - `is_ours(H, owner)`, `our_fence(H, value)`: whether a token is this
 --   locker's (the caller's, or its grant token), and the fence of a lease
---   value `<token>:<fence>` that is.
+--   value `<token>:<fence>` that is: under the grant token, only a fence
+--   above `floor` (`above`: decimal text compared by length, then digit
+--   by digit, exact at any size). A lock's take of a grant leaves its
+--   hold under the grant token, which stays registered for the line's
+--   next waiter: that hold, and a grant data loss brought back, are not
+--   the next waiter's to claim; a later grant to the registration is
+--   (docs/PROTOCOL.md §4.3).
 -- - `take(key, counter_key, counter, ttl_ms, H, queued)`: sets the free
 --   lease key for the caller with the next fence (`NX`, the lease's `PX`),
 --   then settles `H` (`false`: nothing to settle); `nil` when the key or the
@@ -124,7 +132,7 @@ local function enqueue(H, owner)
     redis.call('PEXPIRE', H.flag, H.reg_ms, 'NX')
   end
 end
-local handover_args = {'reg', 'reg_ms', 'claim', 'publish', 'channel', 'message', 'other', 'keep', 'grant'}
+local handover_args = {'reg', 'reg_ms', 'claim', 'publish', 'channel', 'message', 'other', 'keep', 'grant', 'floor'}
 local function begin(base, q, ...)
   local H = #KEYS == q + 2 and {queue = KEYS[q], flag = KEYS[q + 1], reg_key = KEYS[q + 2]}
   for i, name in ipairs(H and handover_args or {}) do
@@ -223,10 +231,29 @@ end
 local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
 end
+local function above(fence, floor)
+  if not floor or floor == '' then
+    return true
+  end
+  if #fence ~= #floor or not string.find(fence, '^%d+$') then
+    return #fence > #floor and string.find(fence, '^[1-9]%d*$') ~= nil
+  end
+  for i = 1, #fence do
+    local a, b = string.byte(fence, i), string.byte(floor, i)
+    if a ~= b then
+      return a > b
+    end
+  end
+  return false
+end
 local function our_fence(H, value)
   local sep = value and string.find(value, ':', 1, true)
-  if sep and is_ours(H, string.sub(value, 1, sep - 1)) then
-    return string.sub(value, sep + 1)
+  if not sep then
+    return nil
+  end
+  local owner, fence = string.sub(value, 1, sep - 1), string.sub(value, sep + 1)
+  if is_ours(H, owner) and (owner == ARGV[1] or above(fence, H.floor)) then
+    return fence
   end
 end
 local function take(key, counter_key, counter, ttl_ms, H, queued)

@@ -1213,3 +1213,91 @@ pub(crate) fn a_head_without_a_registration_registers_at_the_first_grant_elsewhe
     assert_eq!(F::release(other).unwrap(), ReleaseOutcome::Released);
     assert_eq!(waiting_other.join_within(BOUND), ReleaseOutcome::Released);
 }
+
+/// A lock's take leaves its hold under the grant token, which stays
+/// registered for the locker's next waiter (docs/PROTOCOL.md §4.3). The
+/// hold is gone from Redis while its waiter still holds it (evicted, or
+/// lost: `DEL` here), and another locker's attempt grants the key to that
+/// registration; the locker's subscriber, killed just before, misses the
+/// grant's notice, so the next waiter meets the grant at its attempt after
+/// the resubscription. Its attempt names the grant token above the floor
+/// of the hold's fence and claims the grant: with a 30 s claim window and
+/// 30 s polls, it is served within the bound, not when the grant lapses.
+pub(crate) fn a_grant_beside_a_hold_gone_from_redis_goes_to_the_next_waiter<F: Front>() {
+    let server = RedisServer::start();
+    let ns = namespace("handover-floor");
+    let config = slow_polls(&ns)
+        .lease(Duration::from_secs(60))
+        .claim_window(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(30));
+    let locker: Arc<F> = Arc::new(connect(&server, config));
+    let other: Arc<F> = Arc::new(connect(&server, slow_polls(&ns)));
+    let held = granted(other.acquire("k"), "the holder");
+    let (leases, taken) = std::sync::mpsc::channel();
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let (l, leases) = (locker.clone(), leases.clone());
+        waiters.push(spawn(&format!("waiter-{i}"), move || {
+            let lease = granted(l.acquire("k"), &format!("waiter {i}"));
+            leases.send(lease).expect("the test takes the lease");
+        }));
+        wait_until(BOUND, &format!("waiter {i} queued"), || {
+            locker.stats().waiters == i + 1
+        });
+    }
+    wait_until(BOUND, "the locker registered", || {
+        queued(&server, &ns, "k").len() == 1
+    });
+    let entry = queued(&server, &ns, "k");
+    let registration = get(&server, &reg_name(&ns, "k", &entry[0])).expect("registered");
+    let grant_token = registration
+        .rsplit('|')
+        .next()
+        .and_then(|owner| owner.split(':').next())
+        .expect("an owner")
+        .to_owned();
+    assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
+    let first = taken
+        .recv_timeout(BOUND)
+        .expect("the first waiter took the grant");
+    let lock = lock_name(&ns, "k");
+    assert_eq!(
+        get(&server, &lock),
+        Some(format!("{grant_token}:{}", F::fence(&first).get())),
+        "held under the grant token"
+    );
+    // Gone from Redis, still held by the first waiter.
+    let _ = server.query(redis::cmd("DEL").arg(&lock));
+    // With the server stopped: the subscriber is killed, then the other
+    // locker's try grants the free key to the registration at the head
+    // (its notice goes out to no subscriber of the locker).
+    let mut raw = server.conn();
+    let paused = server.pause_guard();
+    let kill = spawn("kill", move || {
+        let killed: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut raw)
+            .expect("CLIENT KILL");
+        killed
+    });
+    let_pass(Duration::from_millis(50));
+    let attempt = {
+        let other = other.clone();
+        spawn("try", move || other.acquire_with("k", no_wait()).is_err())
+    };
+    let_pass(Duration::from_millis(50));
+    drop(paused);
+    assert_eq!(kill.join_within(BOUND), 1, "the locker's subscriber");
+    assert!(attempt.join_within(BOUND), "busy: it granted the key");
+    let second = taken
+        .recv_timeout(BOUND)
+        .expect("the next waiter claimed the grant within the bound");
+    assert!(F::fence(&second) > F::fence(&first));
+    assert_eq!(F::release(second).unwrap(), ReleaseOutcome::Released);
+    let _ = F::release(first);
+    for w in waiters {
+        w.join_within(BOUND);
+    }
+}

@@ -184,6 +184,7 @@ macro_rules! behaviour_suite {
                 lone_waiters_keep_their_registrations_and_wait_without_busy_attempts,
                 a_grant_to_a_lingering_registration_nobody_came_back_for_is_passed_on,
                 a_head_without_a_registration_registers_at_the_first_grant_elsewhere,
+                a_grant_beside_a_hold_gone_from_redis_goes_to_the_next_waiter,
             }
             election {
                 one_leader_at_a_time_under_contention_and_terms_strictly_increase,

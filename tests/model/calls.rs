@@ -124,6 +124,8 @@ pub(crate) struct Hand {
     pub(crate) registered: bool,
     /// `d`, `k` or `r`.
     pub(crate) keep: &'static str,
+    /// The line's highest fence given (a lock's; `None`: empty, no floor).
+    pub(crate) floor: Option<u128>,
 }
 
 impl Hand {
@@ -146,6 +148,7 @@ impl Hand {
             } else {
                 String::new()
             },
+            self.floor.map(|f| f.to_string()).unwrap_or_default(),
         ]
     }
 }

@@ -258,6 +258,7 @@ impl Explorer {
                     register: true,
                     registered: cl.registered,
                     keep: "d",
+                    floor: None,
                 };
                 Call::acquire(n, &t, LEASE, 0, Some(&h))
             }

@@ -20,9 +20,10 @@
 //!
 //! The line's rules (§4.3), each a `Rules` field that, turned off, gives a
 //! counterexample:
-//! 1. while a hold of the line is under a grant token (tracked or
-//!    dropped), the line's attempts do not name that token as theirs
-//!    (judged per token: beside an old hold they name the line's new one);
+//! 1. a lock's attempts name the line's grant token with a floor, the
+//!    highest fence the line was given: the script claims a value under
+//!    that token only above it, so never a hold a take left under it, and
+//!    a later grant to the registration beside that hold is claimed;
 //! 2. a leaving registration's release by its grant token waits until no
 //!    hold is under that token (a release by token would end that hold);
 //! 3. a dropped hold counts as a hold of its line until its release;
@@ -33,6 +34,12 @@
 //!    that token on its way, may be granted first;
 //! 6. a semaphore's take redraws the grant token.
 //!
+//! The rule the floor replaced, that no attempt names a grant token a hold
+//! is under (judged per token), is a `Rules` field too: turned on, a
+//! lock's grant to the registration beside a hold that ended in Redis
+//! (dropped and not yet swept, expired, lost to a failover) is passed
+//! over and lapses, which fails the run.
+//!
 //! Invariants, at every step: per slot (the lock's key is one) at most one
 //! waiter whose lease is valid by its own clock, at most the permits in
 //! all (leaving out holds a restart or failover lost: §11); per slot every
@@ -40,8 +47,7 @@
 //! (no grant taken twice); no grant passed over: an attempt that finds a
 //! fresh grant to its line's grant token claims one (or its own slot, a
 //! replay), else it queues the registration again beside a grant it will
-//! not claim (a semaphore's is then served twice; a lock's grant lapses),
-//! with one exception for the lock, below.
+//! not claim (a semaphore's is then served twice; a lock's grant lapses).
 //!
 //! Both kinds' lines follow the core's rules alike: a take is placed by
 //! the anchor (the last registering busy reply's server time, forgotten
@@ -63,17 +69,6 @@
 //! the grant goes to another locker (its polls stay at most `POLL` apart);
 //! the holder's return after a release drops no deregistration (it comes
 //! after the sweep sent it), where a give-up's return may.
-//!
-//! A known cost, the lock's only: a grant passed over beside a hold
-//! tracked under the same grant token is counted
-//! (`Stats::lapsed_beside_a_hold`), not refused. A lock's take keeps the
-//! registration under the token its hold is under; once that hold has
-//! ended in Redis (dropped and not yet swept, expired, or lost to a
-//! failover) a release grants the key to that registration, and the next
-//! head's attempt, which may not name the token beside the hold (rule 1:
-//! it could claim the hold's own value), is answered busy beside the
-//! grant. The grant lapses after its claim window, the key idle for at
-//! most that long; every other grant passed over fails the run.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -425,10 +420,15 @@ type Action = search::Action<Op>;
 /// for the mutation tests.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rules {
-    /// 1: no attempt names a grant token a hold is under.
+    /// 1: a lock's attempts send the line's highest fence given as the
+    /// floor.
+    pub(crate) floor: bool,
+    /// The rule the floor replaced (off in [`Rules::ALL`]): no attempt
+    /// names a grant token a hold is under.
     pub(crate) no_claim_of_a_hold: bool,
-    /// 1 judged per token; off, per line: no attempt names the line's
-    /// grant token while any hold of the line is under a grant token.
+    /// That rule judged per token; off, per line: no attempt names the
+    /// line's grant token while any hold of the line is under a grant
+    /// token.
     pub(crate) per_token: bool,
     /// 2: the leaving release by grant token waits for the hold's release.
     pub(crate) park_leaving_release: bool,
@@ -450,7 +450,8 @@ pub(crate) struct Rules {
 
 impl Rules {
     pub(crate) const ALL: Rules = Rules {
-        no_claim_of_a_hold: true,
+        floor: true,
+        no_claim_of_a_hold: false,
         per_token: true,
         park_leaving_release: true,
         orphans_hold: true,
@@ -489,9 +490,11 @@ pub(crate) struct Stats {
     /// (new) grant token.
     pub(crate) attempts_beside_an_older_hold: usize,
     pub(crate) named_beside_a_hold: usize,
-    /// A lock's grants to the line's grant token that an attempt passed
-    /// over while a hold under that token was tracked (they lapse).
-    pub(crate) lapsed_beside_a_hold: usize,
+    /// Attempts of a lock's line that found a grant to its grant token
+    /// (or a hold under it) at a fence not above the floor they sent, and
+    /// of those, a value no hold of the line is (a stale grant).
+    pub(crate) below_the_floor: usize,
+    pub(crate) stale_below_the_floor: usize,
     /// Waiters that gave up and acquired again before their line's
     /// deregistration was sent, which they dropped.
     pub(crate) deregistrations_dropped: usize,
@@ -629,6 +632,12 @@ impl Explorer {
         (0..l.grant).any(|g| self.holds_under(l, g))
     }
 
+    /// The floor the line's attempts send: a lock's highest fence given.
+    fn floor(&self, l: &Locker) -> Option<u128> {
+        let floor = self.kind == Kind::Lock && self.bounds.rules.floor;
+        l.given.first().copied().filter(|f| floor && *f > 0)
+    }
+
     /// Whether the line's attempts name its grant token as theirs.
     fn names_grant(&self, l: &Locker) -> bool {
         let r = self.bounds.rules;
@@ -662,6 +671,7 @@ impl Explorer {
                     register: true,
                     registered: self.names_grant(l),
                     keep: if l.behind(w) { "k" } else { "d" },
+                    floor: self.floor(l),
                 };
                 self.kind.acquire(n, &tok(c, &l.waiters[w]), &h)
             }
@@ -984,6 +994,25 @@ impl Explorer {
             if self.holds_under(l, l.grant) {
                 self.stats.attempts_beside_a_hold += 1;
             }
+            let g = grant(c, l.grant);
+            let floor = self.floor(l);
+            let below = |v: &String| {
+                owner_of(v) == g && fence_of(v).is_some_and(|f| floor.is_some_and(|t| f <= t))
+            };
+            let held = |v: &String| {
+                let by_waiter = l.waiters.iter().any(|x| {
+                    matches!(&x.phase, Phase::Held { fence, by_grant: Some(h), .. }
+                        if *h == l.grant && v == &format!("{g}:{fence}"))
+                });
+                by_waiter || l.orphans.iter().any(|o| &o.names == v)
+            };
+            let slots = self.slots(&s.db);
+            if slots.iter().flatten().any(below) {
+                self.stats.below_the_floor += 1;
+            }
+            if slots.iter().flatten().any(|v| below(v) && !held(v)) {
+                self.stats.stale_below_the_floor += 1;
+            }
             if self.holds_under_older(l) {
                 self.stats.attempts_beside_an_older_hold += 1;
                 if self.names_grant(l) {
@@ -1086,12 +1115,6 @@ impl Explorer {
             _ => false,
         };
         if claimed {
-            return Ok(());
-        }
-        if self.kind == Kind::Lock && self.holds_under(l, l.grant) {
-            // The known cost (module docs): the attempt may not name the
-            // token beside the hold (rule 1), so the grant lapses.
-            self.stats.lapsed_beside_a_hold += 1;
             return Ok(());
         }
         Err(format!(
@@ -1390,8 +1413,8 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
              ({} grants taken, {} with a waiter behind, {} claimed, {} extended; {} attempts \
              and {} give-ups beside a hold under the grant token; {} attempts beside a hold \
              under an older grant token, {} of them naming the new one; {} stale grants \
-             handed back; {} notices of another grant token; {} deregistrations dropped; {} grants lapsed beside a hold \
-             under their grant token; a token in two slots after {} steps, a grant token \
+             handed back; {} notices of another grant token; {} deregistrations dropped; {} attempts \
+             beside a grant or hold below their floor ({} a stale grant); a token in two slots after {} steps, a grant token \
              after {}), {:.1?}",
             b.kind,
             b.rounds,
@@ -1409,7 +1432,8 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
             st.stale_handed_back,
             st.notices_of_another_token,
             st.deregistrations_dropped,
-            st.lapsed_beside_a_hold,
+            st.below_the_floor,
+            st.stale_below_the_floor,
             st.tokens_in_two_slots,
             st.grant_tokens_in_two_slots,
             started.elapsed()
@@ -1483,13 +1507,15 @@ fn a_locker_with_two_waiters_keeps_the_lock_safe() {
         st.takes > 0 && st.attempts_beside_a_hold > 0 && st.give_ups_beside_a_hold > 0,
         "a grant taken with a waiter behind was never reached: {st:?}"
     );
+    assert!(st.below_the_floor > 0, "no attempt beside its hold: {st:?}");
 }
 
 #[test]
 fn a_locker_with_two_waiters_survives_a_restart_and_a_failover() {
     let b = bounds(lock_depth(7), data_loss(), Rules::ALL);
     let st = safe("lockers with two waiters, data lost", b);
-    assert!(st.stale_handed_back > 0, "no stale grant met: {st:?}");
+    // The floor keeps a lock's attempts from claiming a stale grant.
+    assert!(st.stale_below_the_floor > 0, "no stale grant met: {st:?}");
 }
 
 /// Locker 0 with two waiters that acquire twice: a give-up empties the
@@ -1545,15 +1571,31 @@ fn mutation_take_of_another_tokens_grant_is_caught() {
 }
 
 #[test]
-fn mutation_next_waiter_claiming_the_hold_is_caught() {
+fn mutation_floor_dropped_is_caught() {
     let rules = Rules {
-        no_claim_of_a_hold: false,
+        floor: false,
         ..Rules::ALL
     };
     caught(
-        "mutation: the next waiter names the grant token beside a hold",
+        "mutation: the floor dropped",
         bounds(9, no_data_loss(), rules),
         "valid leases",
+    );
+}
+
+/// The rule the floor replaced: no attempt names a grant token a hold is
+/// under. A grant to the registration beside a hold that ended in Redis
+/// is passed over, and lapses.
+#[test]
+fn mutation_no_claim_beside_a_hold_is_caught() {
+    let rules = Rules {
+        no_claim_of_a_hold: true,
+        ..Rules::ALL
+    };
+    caught(
+        "mutation: the next waiter does not name the grant token beside a hold",
+        bounds(9, no_data_loss(), rules),
+        "passed over",
     );
 }
 
@@ -1572,9 +1614,14 @@ fn mutation_leaving_release_ending_the_hold_is_caught() {
 
 #[test]
 fn mutation_dropped_hold_claimed_again_is_caught() {
-    // Rule 4 alone keeps this safe too (the claim of the dropped hold is
+    // Under the floor a dropped hold is below it, never claimed: rule 3
+    // then only parks the leaving release (off, the floor's runs stay
+    // safe). It guarded the rule the floor replaced, which this restores;
+    // rule 4 alone keeps this safe too (the claim of the dropped hold is
     // stale, and released): both are off.
     let rules = Rules {
+        floor: false,
+        no_claim_of_a_hold: true,
         orphans_hold: false,
         stale_grants_refused: false,
         ..Rules::ALL
@@ -1590,7 +1637,12 @@ fn mutation_dropped_hold_claimed_again_is_caught() {
 fn mutation_stale_grant_after_data_loss_is_caught() {
     // A failover that lost a release (or a claim) brings back a grant this
     // locker's waiter was given: the next waiter would be given its fence.
+    // Under the floor a lock's attempts never claim it (rule 4 off alone:
+    // no counterexample in 659,854 states at depth 9), so the floor is off
+    // too, and the rule it replaced on.
     let rules = Rules {
+        floor: false,
+        no_claim_of_a_hold: true,
         stale_grants_refused: false,
         ..Rules::ALL
     };
@@ -1599,4 +1651,54 @@ fn mutation_stale_grant_after_data_loss_is_caught() {
         bounds(7, data_loss(), rules),
         "before to waiter",
     );
+}
+
+/// The floor compares fences as decimal numbers of any size, past 2^53
+/// and 2^64: a value under the grant token is claimed only above it; a
+/// missing floor is none.
+#[test]
+fn the_floor_compares_fences_as_numbers() {
+    let n = Names::new("ns", 1);
+    let mut scripts = Scripts::new(Sources::real());
+    let g = grant(0, 0);
+    let cases: [(&str, Option<u128>, bool); 9] = [
+        ("18", Some(17), true),
+        ("17", Some(17), false),
+        ("9", Some(17), false),
+        ("100", Some(99), true),
+        ("9007199254740993", Some(9_007_199_254_740_992), true),
+        ("9007199254740992", Some(9_007_199_254_740_993), false),
+        (
+            "100000000000000000000",
+            Some(99_999_999_999_999_999_999),
+            true,
+        ),
+        (
+            "99999999999999999999",
+            Some(100_000_000_000_000_000_000),
+            false,
+        ),
+        ("17", None, true),
+    ];
+    for (fence, floor, claimed) in cases {
+        let mut db = Db::at_ms(START_MS);
+        db.command(&["SET".to_owned(), n.lock(), format!("{g}:{fence}")]);
+        let h = Hand {
+            entry: entry(0),
+            reg_ms: REG,
+            claim_ms: CLAIM,
+            grant: g.clone(),
+            register: true,
+            registered: true,
+            keep: "k",
+            floor,
+        };
+        let call = Call::acquire(&n, &token(0x42), LEASE, 0, Some(&h));
+        let (reply, _) = scripts.run(&call, db);
+        assert_eq!(
+            reply == Reply::Bulk(fence.to_owned()),
+            claimed,
+            "{fence} over the floor {floor:?}: {reply:?}"
+        );
+    }
 }

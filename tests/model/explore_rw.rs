@@ -296,6 +296,7 @@ impl Explorer {
                     register: true,
                     registered: cl.registered,
                     keep: "d",
+                    floor: None,
                 };
                 let intent = (!reader).then_some(INTENT);
                 Call::rw_acquire(n, &t, LEASE, 0, intent, cl.hand.then_some(&h))

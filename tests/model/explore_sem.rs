@@ -262,6 +262,7 @@ impl Explorer {
                     register: true,
                     registered: cl.registered,
                     keep: "d",
+                    floor: None,
                 };
                 Call::sem_acquire(n, PERMITS, &t, LEASE, 0, Some(&h))
             }

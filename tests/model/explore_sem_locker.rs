@@ -4,9 +4,11 @@
 //! and RENEW; DEREGISTER and SEM_RELEASE_ANY), its runs and mutations.
 //!
 //! A slot's take consumes the registration, so the line draws a new grant
-//! token (rule 6), which the rule against naming a hold's token (rule 1)
-//! judges per token. Turning 6 off with 1 gives two holders of a slot; 6
-//! off alone, or 1 judged per line, passes grants over; 5 off gives two
+//! token (rule 6), and its attempts need no floor (a lock's rule 1): no
+//! hold is ever under the token they name. Turning 6 off gives two
+//! holders of a slot; 6 off with the rule the lock's floor replaced (no
+//! attempt names a hold's token), or that rule judged per line, passes
+//! grants over; 5 off gives two
 //! holders of a slot (one permit, nine events: a new line takes the
 //! leaving one's grant, whose release by the old token then frees the slot
 //! for another locker).
@@ -120,8 +122,11 @@ fn mutation_sem_take_of_another_tokens_grant_is_caught() {
 
 #[test]
 fn mutation_sem_take_without_redraw_is_caught() {
+    // As the core did before the lock's floor: no attempt names a grant
+    // token a hold is under.
     let rules = Rules {
         redraw_at_take: false,
+        no_claim_of_a_hold: true,
         ..Rules::ALL
     };
     caught(
@@ -148,6 +153,7 @@ fn mutation_sem_take_without_redraw_naming_the_hold_is_caught() {
 #[test]
 fn mutation_sem_rule_per_line_is_caught() {
     let rules = Rules {
+        no_claim_of_a_hold: true,
         per_token: false,
         ..Rules::ALL
     };
@@ -155,5 +161,21 @@ fn mutation_sem_rule_per_line_is_caught() {
         "mutation: no attempt names the new grant token beside a hold",
         bounds(8, no_data_loss(), rules),
         "passed over",
+    );
+}
+
+/// A failover that lost a slot's release brings back a grant this
+/// locker's waiter was given (a semaphore's attempts send no floor): the
+/// next waiter would be given its fence.
+#[test]
+fn mutation_sem_stale_grant_after_data_loss_is_caught() {
+    let rules = Rules {
+        stale_grants_refused: false,
+        ..Rules::ALL
+    };
+    caught(
+        "mutation: a stale slot grant is taken or claimed",
+        bounds(7, data_loss(), rules),
+        "before to waiter",
     );
 }

@@ -47,6 +47,7 @@ fn hand(entry: &str, grant: &str, registered: bool, keep: &'static str) -> Hand 
         register: true,
         registered,
         keep,
+        floor: None,
     }
 }
 

@@ -11,13 +11,8 @@
 -- per locker and key). An empty `owner` takes out any.
 
 local entry = redis.call('GET', KEYS[2])
-if not entry then
-  return 1
-end
-local owner = string.match(entry, '^[^|]*|[^|]*|(.*):[^:]*$')
-owner = owner and (string.match(owner, '^m%d+%.(.*)$') or owner)
-local want = ARGV[1] or ''
-if want == '' or owner == want then
+local owner = entry and string.match(entry, '([^|.]*):%d*$')
+if entry and ((ARGV[1] or '') == '' or owner == ARGV[1]) then
   redis.call('DEL', KEYS[2])
   redis.call('LREM', KEYS[1], 0, entry)
 end

@@ -36,13 +36,10 @@ local function log_leader(log, top, t, value, publish, channel, sha)
   if top and tonumber(top.term) >= tonumber(t) then
     return
   end
-  local prev = '0-0'
-  if top then
-    prev = top.id
-    if top.leader then
-      prev = redis.call('XADD', log, 'MAXLEN', '~', '64', top.term .. '-' .. (top.seq + 1),
-        'prev', prev, 'leader', '0')
-    end
+  local prev = top and top.id or '0-0'
+  if top and top.leader then
+    prev = redis.call('XADD', log, 'MAXLEN', '~', '64', top.term .. '-' .. (top.seq + 1),
+      'prev', prev, 'leader', '0')
   end
   redis.call('XADD', log, 'MAXLEN', '~', '64', t .. '-0', 'prev', prev, 'leader', '1', 'value', value)
   redis.pcall(publish, channel, 'e:' .. sha .. ':' .. t .. '-0:l')

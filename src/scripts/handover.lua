@@ -232,11 +232,9 @@ local function is_ours(H, owner)
   return owner == ARGV[1] or (H and H.other ~= '' and owner == H.other)
 end
 local function above(fence, floor)
-  if not floor or floor == '' then
-    return true
-  end
-  if #fence ~= #floor or not string.find(fence, '^%d+$') then
-    return #fence > #floor and string.find(fence, '^[1-9]%d*$') ~= nil
+  floor = floor or ''
+  if floor == '' or #fence ~= #floor then
+    return #fence > #floor
   end
   for i = 1, #fence do
     local a, b = string.byte(fence, i), string.byte(floor, i)
@@ -247,12 +245,8 @@ local function above(fence, floor)
   return false
 end
 local function our_fence(H, value)
-  local sep = value and string.find(value, ':', 1, true)
-  if not sep then
-    return nil
-  end
-  local owner, fence = string.sub(value, 1, sep - 1), string.sub(value, sep + 1)
-  if is_ours(H, owner) and (owner == ARGV[1] or above(fence, H.floor)) then
+  local owner, fence = string.match(value or '', '^([^:]*):(.*)$')
+  if owner and is_ours(H, owner) and (owner == ARGV[1] or above(fence, H.floor)) then
     return fence
   end
 end

@@ -124,9 +124,7 @@ if not busy then
   end
   return fences
 end
-local res_ms = ARGV[5]
-local age_text = string.format('%d', age)
-local wait = nil
+local res_ms, age_text, wait = ARGV[5], string.format('%d', age)
 for i = 1, n do
   local s = state[i]
   if s == 'busy' then

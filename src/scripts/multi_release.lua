@@ -51,7 +51,4 @@ for _, i in ipairs(published) do
     nobody[channel] = redis.pcall(ARGV[2], channel, message_of(i)) == 0 and ARGV[2] == 'PUBLISH'
   end
 end
-if mine == n then
-  return 1
-end
-return present == mine and 0 or 2
+return mine == n and 1 or (present == mine and 0 or 2)

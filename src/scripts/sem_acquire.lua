@@ -37,7 +37,6 @@
 
 local n = (#KEYS - (#ARGV > 4 and 4 or 1)) / 2
 local H, got, queued, _, busy = begin(4, 2 * n + 2, unpack(KEYS, 1, n + 1))
-local queue = H and H.queue
 local permits = tonumber(ARGV[4])
 local stored = tonumber(got[1] or '0') or 0
 if stored > n then
@@ -75,18 +74,14 @@ if stored ~= permits then
   end
   redis.call('SET', KEYS[1], permits)
 end
-local granted
-local seen = {}
+local granted, seen = nil, {}
 while queued and #free > 0 do
   -- A registration is served once per round: popped, not rotated, or it
   -- could be handed a second free slot before it claimed the first (its
   -- claim queues it again).
-  local reg, value = next_registration(queue, seen, true)
-  if not reg or reg == H.reg then
-    if reg == nil then
-      redis.call('DEL', H.flag)
-      queued = false
-    end
+  local reg, value = next_registration(H.queue, seen, true, H.flag)
+  queued = reg ~= nil
+  if not queued or reg == H.reg then
     break
   end
   local slot = table.remove(free, 1)

@@ -773,8 +773,8 @@ fn mutation_campaign_without_the_lapsed_vacancy_is_caught() {
     let cx = mutated("mutation: a grant past a lapsed leader", |s| {
         s.mutate(
             "CAMPAIGN_LUA",
-            "    if top.leader then",
-            "    if false then",
+            "  if top and top.leader then",
+            "  if false then",
             1,
         );
     });

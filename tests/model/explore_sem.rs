@@ -970,8 +970,8 @@ fn mutation_served_registration_rotated_is_caught() {
     sources.mutate("RELEASE_LUA", "slot ~= nil", "false", 2);
     sources.mutate(
         "SEM_ACQUIRE_LUA",
-        "next_registration(queue, seen, true)",
-        "next_registration(queue, seen, false)",
+        "next_registration(H.queue, seen, true, H.flag)",
+        "next_registration(H.queue, seen, false, H.flag)",
         1,
     );
     let b = Bounds {

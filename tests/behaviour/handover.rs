@@ -38,6 +38,15 @@ pub(crate) fn queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
     list(server, &queue_name(ns, key))
 }
 
+/// The grant token the first registration queued for `key` names (its
+/// entry is `<reg>|<deadline ms>|<grant token>:<claim ms>`).
+fn first_grant_token(server: &RedisServer, ns: &str, key: &str) -> String {
+    let entry = queued(server, ns, key);
+    let registration = get(server, &reg_name(ns, key, &entry[0])).expect("registered");
+    let owner = registration.rsplit('|').next().expect("an entry");
+    owner.split(':').next().expect("an owner").to_owned()
+}
+
 /// The semaphore's queue: `<ns>:sem-queue:{<sha>}`.
 fn sem_queued(server: &RedisServer, ns: &str, key: &str) -> Vec<String> {
     list(server, &format!("{ns}:sem-queue:{{{}}}", key_sha(key)))
@@ -197,14 +206,7 @@ pub(crate) fn a_hand_over_runs_seven_commands_and_the_grant_is_extended_later<F:
             queued(&server, &ns, "k").len() == 1
         });
         let entry = queued(&server, &ns, "k");
-        let registration = get(&server, &reg_name(&ns, "k", &entry[0])).expect("registered");
-        // `<reg>|<deadline ms>|<grant token>:<claim ms>`
-        let grant_token = registration
-            .rsplit('|')
-            .next()
-            .and_then(|owner| owner.split(':').next())
-            .expect("an owner")
-            .to_owned();
+        let grant_token = first_grant_token(&server, &ns, "k");
         let mut counts = Counts::new(&server);
         let first = counts.step(
             "a release that grants, and no claim",
@@ -1248,14 +1250,7 @@ pub(crate) fn a_grant_beside_a_hold_gone_from_redis_goes_to_the_next_waiter<F: F
     wait_until(BOUND, "the locker registered", || {
         queued(&server, &ns, "k").len() == 1
     });
-    let entry = queued(&server, &ns, "k");
-    let registration = get(&server, &reg_name(&ns, "k", &entry[0])).expect("registered");
-    let grant_token = registration
-        .rsplit('|')
-        .next()
-        .and_then(|owner| owner.split(':').next())
-        .expect("an owner")
-        .to_owned();
+    let grant_token = first_grant_token(&server, &ns, "k");
     assert_eq!(F::release(held).unwrap(), ReleaseOutcome::Released);
     let first = taken
         .recv_timeout(BOUND)

@@ -61,24 +61,16 @@ pub(crate) enum RenewResult {
 impl LeaseClock {
     /// A lease granted by a command submitted at `submitted_at`.
     pub(crate) fn granted(submitted_at: Instant, lease: Duration) -> Self {
-        LeaseClock {
-            lease,
-            state: State::Held {
-                valid_until: deadline_after(submitted_at, lease),
-            },
-        }
+        LeaseClock::until(deadline_after(submitted_at, lease), lease)
     }
 
-    /// A lease taken from a grant's notice without its claim
-    /// (docs/PROTOCOL.md §4.3): valid until `deadline`, the lower bound of
-    /// the grant's expiry on this clock, then `lease` from each renew.
-    pub(crate) fn until(deadline: Instant, lease: Duration) -> Self {
-        LeaseClock {
-            lease,
-            state: State::Held {
-                valid_until: Some(deadline),
-            },
-        }
+    /// A lease valid until `valid_until` (`None`: beyond any instant), then
+    /// `lease` from each renew: for one taken from a grant's notice without
+    /// its claim (docs/PROTOCOL.md §4.3), the lower bound of the grant's
+    /// expiry on this clock.
+    pub(crate) fn until(valid_until: Option<Instant>, lease: Duration) -> Self {
+        let state = State::Held { valid_until };
+        LeaseClock { lease, state }
     }
 
     /// This clock shared between the holder and the core, which extends a
@@ -154,11 +146,9 @@ impl LeaseClock {
     /// deadline, which is conservative whether or not it was applied, since
     /// a renew only ever extends the caller's own token.
     pub(crate) fn handle_renew_retrying(&mut self, result: RenewResult) {
-        let unknown = result == RenewResult::Unknown;
-        self.handle_renew(if unknown {
-            RenewResult::NotApplied
-        } else {
-            result
+        self.handle_renew(match result {
+            RenewResult::Unknown => RenewResult::NotApplied,
+            other => other,
         });
     }
 

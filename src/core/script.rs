@@ -498,10 +498,11 @@ fn shape_of(value: &Value) -> String {
 /// Classifies the acquire script's reply (docs/PROTOCOL.md §3): a positive decimal
 /// string that fits `u64` is a fence, an integer ≥ -2 or nil means busy.
 pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError> {
+    let unexpected = || ReplyError::new(ScriptKind::Acquire, value);
     match value {
         Value::BulkString(bytes) => parse_fence(bytes)
             .map(AcquireReply::Acquired)
-            .ok_or_else(|| ReplyError::new(ScriptKind::Acquire, value)),
+            .ok_or_else(unexpected),
         Value::Int(ms) if *ms >= 0 => Ok(AcquireReply::Busy(Some(Duration::from_millis(
             ms.unsigned_abs(),
         )))),
@@ -513,11 +514,11 @@ pub(crate) fn classify_acquire(value: &Value) -> Result<AcquireReply, ReplyError
                 AcquireReply::Busy(remaining) => {
                     Ok(AcquireReply::Registered(remaining, at.unsigned_abs()))
                 }
-                _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+                _ => Err(unexpected()),
             },
-            _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+            _ => Err(unexpected()),
         },
-        _ => Err(ReplyError::new(ScriptKind::Acquire, value)),
+        _ => Err(unexpected()),
     }
 }
 
@@ -580,6 +581,12 @@ pub(crate) enum PermitReply {
 /// declare.
 pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> {
     let unexpected = || ReplyError::new(ScriptKind::SemAcquire, value);
+    // Busy as a lock's acquire is, registered or not.
+    let busy = || match classify_acquire(value) {
+        Ok(AcquireReply::Busy(remaining)) => Ok(PermitReply::Busy(remaining, None)),
+        Ok(AcquireReply::Registered(remaining, at)) => Ok(PermitReply::Busy(remaining, Some(at))),
+        _ => Err(unexpected()),
+    };
     match value {
         Value::Array(items) => match items.as_slice() {
             [Value::Int(slot), Value::BulkString(fence), rest @ ..]
@@ -608,19 +615,9 @@ pub(crate) fn classify_permit(value: &Value) -> Result<PermitReply, ReplyError> 
                     _ => PermitReply::MoreSlots(n),
                 })
             }
-            [Value::Int(_), Value::Int(_)] => match classify_acquire(value) {
-                Ok(AcquireReply::Registered(remaining, at)) => {
-                    Ok(PermitReply::Busy(remaining, Some(at)))
-                }
-                _ => Err(unexpected()),
-            },
-            _ => Err(unexpected()),
+            _ => busy(),
         },
-        Value::Int(_) | Value::Nil => match classify_acquire(value) {
-            Ok(AcquireReply::Busy(remaining)) => Ok(PermitReply::Busy(remaining, None)),
-            _ => Err(unexpected()),
-        },
-        _ => Err(unexpected()),
+        _ => busy(),
     }
 }
 

@@ -351,13 +351,12 @@ impl Core {
     /// polls, so the waiting head refreshes it in time, and a dead
     /// waiter's intent keeps others out only briefly (docs/PROTOCOL.md §5.3).
     pub(super) fn intent_ms(&self, try_once: bool) -> u64 {
+        if try_once {
+            return 0;
+        }
         // Bounded by the config validation of the poll interval.
         let polls = (self.settings.notify_poll_interval.as_millis() as u64).saturating_mul(3);
-        if try_once {
-            0
-        } else {
-            polls.max(1)
-        }
+        polls.max(1)
     }
 
     /// A waiter's token, lease length and target.
@@ -542,23 +541,18 @@ impl Core {
         };
         match std::mem::replace(&mut w.phase, Phase::Queued) {
             Phase::Finished(outcome) => {
-                // Shutdown's cleanup may have released a grant before its
-                // waiter took it: the waiter ends with `ShuttingDown`, not a
-                // lost lease.
-                let outcome = match outcome {
-                    Ok(grant) if self.leases.get(grant.lease.0).is_none() => {
-                        Err(Error::ShuttingDown)
-                    }
-                    other => other,
-                };
-                let leaving = match &outcome {
-                    Ok(grant) => Leaving::Acquired(
-                        grant.clock.lock().lease(),
-                        self.leases
-                            .get(grant.lease.0)
-                            .is_some_and(|o| o.hold.is_some()),
-                    ),
-                    Err(_) => Leaving::Ended,
+                let (outcome, leaving) = match outcome {
+                    Ok(grant) => match self.leases.get(grant.lease.0) {
+                        Some(o) => {
+                            let lease = grant.clock.lock().lease();
+                            (Ok(grant), Leaving::Acquired(lease, o.hold.is_some()))
+                        }
+                        // Shutdown's cleanup may have released a grant before
+                        // its waiter took it: the waiter ends with
+                        // `ShuttingDown`, not a lost lease.
+                        None => (Err(Error::ShuttingDown), Leaving::Ended),
+                    },
+                    Err(e) => (Err(e), Leaving::Ended),
                 };
                 self.finish(now, id, leaving);
                 return WaiterStep::Done(outcome);
@@ -749,7 +743,7 @@ impl Core {
             line.take_registration();
         }
         let lease = LeaseId(self.leases.insert(owned));
-        let clock = LeaseClock::until(deadline, Duration::from_millis(w.lease_ms)).shared();
+        let clock = LeaseClock::until(Some(deadline), Duration::from_millis(w.lease_ms)).shared();
         self.extensions.push(Extension {
             lease,
             // An eighth of the way: most of the bound is left for the renew
@@ -797,18 +791,19 @@ impl Core {
         let handover =
             self.settings.handover.is_some() && !matches!(w.target, Target::Leader { .. });
         let registers = handover && registers;
-        if handover && matches!(&result, Err(e) if is_refusal_of_handover(e)) {
-            // An ACL written before the hand-over: wait as without it from
-            // now on, and send this attempt again at once that way.
-            self.settings.handover = None;
-            if let Some(line) = self.lines.get_mut(&w.target.line()) {
-                line.handle_attempt_done();
-            }
-            self.events.push_back(CoreEvent::Wake(id));
-            return AttemptSummary::HandoverRefused;
-        }
-        let mut line = self.lines.get_mut(&w.target.line());
+        let line_key = w.target.line();
+        let mut line = self.lines.get_mut(&line_key);
         let (e, unsettled) = match result {
+            Err(e) if handover && is_refusal_of_handover(&e) => {
+                // An ACL written before the hand-over: wait as without it
+                // from now on, and send this attempt again at once that way.
+                self.settings.handover = None;
+                if let Some(line) = line {
+                    line.handle_attempt_done();
+                }
+                self.events.push_back(CoreEvent::Wake(id));
+                return AttemptSummary::HandoverRefused;
+            }
             Ok(Attempted::Again { slots: more }) => {
                 if let Target::Permit { slots, .. } = &mut w.target {
                     *slots = more;
@@ -822,10 +817,8 @@ impl Core {
             Ok(Attempted::Granted(fence, slot, fences, next_waits)) => {
                 // Readers share epochs, and a multi-key lease holds no
                 // registration's grant.
-                let granted_once = matches!(
-                    w.target.line().kind,
-                    Kind::Lock | Kind::Semaphore | Kind::Write
-                );
+                let granted_once =
+                    matches!(line_key.kind, Kind::Lock | Kind::Semaphore | Kind::Write);
                 let stale = granted_once && line.as_ref().is_some_and(|l| l.is_stale(slot, fence));
                 if let Some(line) = line {
                     line.handle_attempt_done();
@@ -945,7 +938,7 @@ impl Core {
                 (e, unsettled)
             }
         };
-        if let Some(line) = self.lines.get_mut(&w.target.line()) {
+        if let Some(line) = line {
             line.handle_attempt_done();
         }
         if unsettled.is_some() {
@@ -1060,7 +1053,6 @@ impl Core {
         woken.count() as u64
     }
 
-    /// Wakes the head of `key`'s line if `wake` says so; returns whether.
     /// Records whether waiter `id`'s attempt in flight registers.
     fn mark_registering(&mut self, id: WaiterId, registers: bool) {
         if let Some(Waiter {
@@ -1072,6 +1064,7 @@ impl Core {
         }
     }
 
+    /// Wakes the head of `key`'s line if `wake` says so; returns whether.
     pub(super) fn wake_head_of(
         &mut self,
         key: LineKey,

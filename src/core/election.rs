@@ -268,14 +268,8 @@ impl Core {
         let owned = self.leases.get(lease.0).ok_or(Error::ShuttingDown)?;
         let (namespace, channel) = (&self.settings.namespace, self.settings.channel);
         let names = ElectNames::new(namespace, owned.target.id);
-        Ok(proclaim_call(
-            &names,
-            value,
-            owned.token,
-            last,
-            namespace,
-            channel,
-        ))
+        let call = proclaim_call(&names, value, owned.token, last, namespace, channel);
+        Ok(call)
     }
 }
 

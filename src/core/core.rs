@@ -425,18 +425,16 @@ impl Core {
         token: OwnerToken,
         options: ResolvedOptions,
     ) -> Result<WaiterId, Error> {
+        let (max_waiters, max_leases) =
+            (self.settings.max_waiters, self.settings.max_tracked_leases);
         if self.shutting_down {
             return Err(Error::ShuttingDown);
         }
-        if self.waiters.len() >= self.settings.max_waiters {
-            return Err(Error::QueueFull {
-                limit: self.settings.max_waiters,
-            });
+        if self.waiters.len() >= max_waiters {
+            return Err(Error::QueueFull { limit: max_waiters });
         }
-        if self.leases.len() >= self.settings.max_tracked_leases {
-            return Err(Error::TooManyLeases {
-                limit: self.settings.max_tracked_leases,
-            });
+        if self.leases.len() >= max_leases {
+            return Err(Error::TooManyLeases { limit: max_leases });
         }
         let line_key = target.line();
         let try_once = options.wait.is_zero();

@@ -248,7 +248,7 @@ pub(crate) fn acquire_kind<'a, F: Front, K: Kind>(
 ) -> Call<'a, F, Result<Lease<F, K>, Error>> {
     // Started when the call runs: an async acquire joins its line when
     // first polled, not when its future is made.
-    let start = move || Acquire::start(&shared.state, key, want, options, now()).map_err(Err);
+    let start = move || Acquire::start(&shared.state, key, want, None, options, now()).map_err(Err);
     F::run(shared, None, start, move |granted| {
         granted.map(|granted| Lease::new(shared.clone(), granted))
     })

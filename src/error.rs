@@ -266,12 +266,6 @@ impl Transport {
             _ => Transport::Unknown,
         }
     }
-
-    /// `Tls` if any of `infos` is TLS, `Plain` if all are plain TCP.
-    pub(crate) fn of_any<'a>(infos: impl IntoIterator<Item = &'a redis::ConnectionInfo>) -> Self {
-        let each = infos.into_iter().map(|i| Transport::of(i.addr()));
-        each.max().unwrap_or(Transport::Plain)
-    }
 }
 
 // The hints: what a failed connect most likely met when its scheme did

@@ -38,14 +38,11 @@ impl Replication {
             Ok(_) => 0,
             Err(e) => return Err(Error::from_command(Operation::Replication, e)),
         };
-        if acked >= self.required {
-            Ok(acked)
-        } else {
-            Err(Error::ReplicationFailed {
-                acked,
-                required: self.required,
-            })
+        let required = self.required;
+        if acked < required {
+            return Err(Error::ReplicationFailed { acked, required });
         }
+        Ok(acked)
     }
 }
 

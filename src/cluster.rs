@@ -152,8 +152,7 @@ impl SlotMap {
     pub(crate) fn owner(&self, slot: u16) -> Option<&NodeAddr> {
         self.ranges
             .iter()
-            .find(|(start, end, _)| (*start..=*end).contains(&slot))
-            .map(|(_, _, node)| node)
+            .find_map(|(start, end, node)| (*start..=*end).contains(&slot).then_some(node))
     }
 
     /// A slot served by a primary other than `node`: where to ask about
@@ -162,8 +161,7 @@ impl SlotMap {
     pub(crate) fn slot_away_from(&self, node: &NodeAddr) -> Option<u16> {
         self.ranges
             .iter()
-            .find(|(_, _, owner)| owner != node)
-            .map(|(start, _, _)| *start)
+            .find_map(|(start, _, owner)| (owner != node).then_some(*start))
     }
 }
 

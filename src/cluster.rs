@@ -17,7 +17,6 @@ pub(crate) fn cluster_client(
     config: &Config,
     retries: Option<u32>,
 ) -> Result<(ClusterClient, Option<redis::ConnectionInfo>), Error> {
-    let bad = || Error::invalid_config("nodes", "not valid Redis Cluster node URLs");
     let template = infos.first().cloned();
     // `TRYAGAIN` and the like are waited out within a tenth of the command
     // timeout over the 16 retries rather than the crate's default of
@@ -34,30 +33,8 @@ pub(crate) fn cluster_client(
     if let Some(retries) = retries {
         builder = builder.retries(retries);
     }
-    Ok((builder.build().map_err(|_| bad())?, template))
-}
-
-/// The address of the node at `host:port` (from `CLUSTER SLOTS` or a
-/// redirect), over TLS with the template's TLS parameters (custom roots,
-/// client certificate, `#insecure`) when the template connects with TLS.
-fn node_addr(
-    template: Option<&redis::ConnectionInfo>,
-    host: String,
-    port: u16,
-) -> redis::ConnectionAddr {
-    match template.map(redis::ConnectionInfo::addr) {
-        Some(redis::ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        }) => redis::ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => redis::ConnectionAddr::Tcp(host, port),
-    }
+    let bad = |_| Error::invalid_config("nodes", "not valid Redis Cluster node URLs");
+    Ok((builder.build().map_err(bad)?, template))
 }
 
 /// Whether a cluster error means the command was not executed because the
@@ -93,18 +70,33 @@ pub(crate) fn ask_node_info(
     node_info(template, host, port)
 }
 
-/// How to reach the node at `host:port`: as the `template` node is reached
-/// (credentials, settings, TLS) when known.
+/// How to reach the node at `host:port` (from `CLUSTER SLOTS` or a
+/// redirect): as the `template` node is reached (credentials, settings,
+/// and over TLS its TLS parameters: custom roots, client certificate,
+/// `#insecure`) when known.
 pub(crate) fn node_info(
     template: Option<&redis::ConnectionInfo>,
     host: String,
     port: u16,
 ) -> redis::RedisResult<redis::ConnectionInfo> {
-    let addr = node_addr(template, host, port);
-    match template {
-        Some(template) => Ok(template.clone().set_addr(addr)),
-        None => redis::IntoConnectionInfo::into_connection_info(addr),
-    }
+    use redis::ConnectionAddr::{Tcp, TcpTls};
+    let Some(template) = template else {
+        return redis::IntoConnectionInfo::into_connection_info(Tcp(host, port));
+    };
+    let addr = match template.addr() {
+        TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => Tcp(host, port),
+    };
+    Ok(template.clone().set_addr(addr))
 }
 
 /// `COMMAND INFO SPUBLISH`: whether the cluster has sharded pub/sub.
@@ -160,8 +152,7 @@ impl SlotMap {
     pub(crate) fn owner(&self, slot: u16) -> Option<&NodeAddr> {
         self.ranges
             .iter()
-            .find(|(start, end, _)| (*start..=*end).contains(&slot))
-            .map(|(_, _, node)| node)
+            .find_map(|(start, end, node)| (*start..=*end).contains(&slot).then_some(node))
     }
 
     /// A slot served by a primary other than `node`: where to ask about
@@ -170,8 +161,7 @@ impl SlotMap {
     pub(crate) fn slot_away_from(&self, node: &NodeAddr) -> Option<u16> {
         self.ranges
             .iter()
-            .find(|(_, _, owner)| owner != node)
-            .map(|(start, _, _)| *start)
+            .find_map(|(start, _, owner)| (owner != node).then_some(*start))
     }
 }
 

@@ -266,12 +266,6 @@ impl Transport {
             _ => Transport::Unknown,
         }
     }
-
-    /// `Tls` if any of `infos` is TLS, `Plain` if all are plain TCP.
-    pub(crate) fn of_any<'a>(infos: impl IntoIterator<Item = &'a redis::ConnectionInfo>) -> Self {
-        let each = infos.into_iter().map(|i| Transport::of(i.addr()));
-        each.max().unwrap_or(Transport::Plain)
-    }
 }
 
 // The hints: what a failed connect most likely met when its scheme did
@@ -538,19 +532,6 @@ impl Error {
         }
     }
 
-    /// Sorts a failure of a command sent on an established connection.
-    ///
-    /// A server error reply means Redis processed and rejected the command;
-    /// every other failure (timeout, dropped connection, parse error) leaves
-    /// the outcome unknown, because the command may have been applied.
-    pub(crate) fn from_command(op: Operation, source: redis::RedisError) -> Self {
-        if is_server_reply(&source) {
-            Error::ProviderFailed { op, source }
-        } else {
-            Error::OutcomeUnknown { op, source }
-        }
-    }
-
     /// A failure to open a connection: nothing was sent.
     pub(crate) fn from_connect(source: redis::RedisError) -> Self {
         Failure::NotSent(source).into_error(Operation::Connect)
@@ -585,10 +566,18 @@ impl Failure {
         matches!(self, Failure::Sent(e) if !is_server_reply(e))
     }
 
+    /// The error of `op`. A server error reply means Redis processed and
+    /// rejected the command; every other failure of a sent command
+    /// (timeout, dropped connection, parse error) leaves the outcome
+    /// unknown, because the command may have been applied.
     pub(crate) fn into_error(self, op: Operation) -> Error {
         match self {
-            Failure::NotSent(source) => Error::ProviderFailed { op, source },
-            Failure::Sent(source) => Error::from_command(op, source),
+            Failure::Sent(source) if !is_server_reply(&source) => {
+                Error::OutcomeUnknown { op, source }
+            }
+            Failure::NotSent(source) | Failure::Sent(source) => {
+                Error::ProviderFailed { op, source }
+            }
         }
     }
 
@@ -767,7 +756,7 @@ mod tests {
 
     #[test]
     fn timeout_is_outcome_unknown_and_keeps_the_redis_error_as_source() {
-        let e = Error::from_command(Operation::Acquire, io_timeout());
+        let e = Failure::Sent(io_timeout()).into_error(Operation::Acquire);
         assert_eq!(e.code(), "OUTCOME_UNKNOWN");
         assert!(e.is_outcome_unknown());
         assert!(std::error::Error::source(&e).is_some());
@@ -776,7 +765,7 @@ mod tests {
     #[test]
     fn server_error_reply_is_provider_failed() {
         let src = redis::RedisError::from((redis::ErrorKind::Extension, "OOM", "oom".into()));
-        let e = Error::from_command(Operation::Acquire, src);
+        let e = Failure::Sent(src).into_error(Operation::Acquire);
         assert_eq!(e.code(), "PROVIDER_FAILED");
     }
 
@@ -792,7 +781,7 @@ mod tests {
             Error::Cancelled,
             Error::ShuttingDown,
             Error::from_connect(io_timeout()),
-            Error::from_command(Operation::Release, io_timeout()),
+            Failure::Sent(io_timeout()).into_error(Operation::Release),
             Error::CleanupTimeout {
                 unconfirmed: 1,
                 timeout: Duration::ZERO,
@@ -820,12 +809,10 @@ mod tests {
             remaining: None,
         };
         assert!(waited.is_timeout() && waited.is_retryable() && !waited.is_busy());
-        let unknown = Error::from_command(Operation::Renew, io_timeout());
+        let unknown = Failure::Sent(io_timeout()).into_error(Operation::Renew);
         assert!(unknown.is_outcome_unknown() && unknown.is_timeout() && unknown.is_retryable());
-        let refused = Error::from_command(
-            Operation::Acquire,
-            redis::RedisError::from((redis::ErrorKind::Extension, "OOM", "oom".into())),
-        );
+        let oom = redis::RedisError::from((redis::ErrorKind::Extension, "OOM", "oom".into()));
+        let refused = Failure::Sent(oom).into_error(Operation::Acquire);
         assert!(refused.is_retryable() && !refused.is_timeout() && !refused.is_outcome_unknown());
         let auth = Error::from_connect(redis::RedisError::from((
             redis::ErrorKind::AuthenticationFailed,

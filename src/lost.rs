@@ -69,8 +69,7 @@ impl State {
     /// The loss as [`Error::LockLost`], once lost.
     fn error(&mut self, counter: &LostCounter) -> Option<Error> {
         self.check(now(), counter);
-        let cause = self.cause.clone()?;
-        Some(Error::LockLost { cause })
+        self.cause.clone().map(|cause| Error::LockLost { cause })
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::config::Config;
-use crate::error::{Error, Operation};
+use crate::error::{Error, Failure, Operation};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replication {
@@ -36,16 +36,13 @@ impl Replication {
         let acked = match reply {
             Ok(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
             Ok(_) => 0,
-            Err(e) => return Err(Error::from_command(Operation::Replication, e)),
+            Err(e) => return Err(Failure::Sent(e).into_error(Operation::Replication)),
         };
-        if acked >= self.required {
-            Ok(acked)
-        } else {
-            Err(Error::ReplicationFailed {
-                acked,
-                required: self.required,
-            })
+        let required = self.required;
+        if acked < required {
+            return Err(Error::ReplicationFailed { acked, required });
         }
+        Ok(acked)
     }
 }
 

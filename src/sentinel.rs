@@ -305,9 +305,10 @@ impl Resolver {
     }
 
     /// A failed lookup, with a hint where the sentinels' scheme may not
-    /// match their ports ([`connect_failed`]).
+    /// match their ports ([`connect_failed`]; over TLS if any sentinel is).
     fn lookup_failed(&self, e: redis::RedisError) -> redis::RedisError {
-        connect_failed(Transport::of_any(&self.sentinels), e)
+        let each = self.sentinels.iter().map(|s| Transport::of(s.addr()));
+        connect_failed(each.max().unwrap_or(Transport::Plain), e)
     }
 
     /// As [`primary`](Self::primary), without blocking the executor, and

@@ -20,8 +20,9 @@ use crate::lost::Lost;
 
 pub(crate) struct Held {
     pub(crate) id: LeaseId,
-    fence: Fence,
-    slot: Option<u32>,
+    pub(crate) fence: Fence,
+    /// The semaphore slot of a permit; `None` for a lock.
+    pub(crate) slot: Option<u32>,
     /// A multi-key lease's keys and fences, in its caller's order.
     multi: Option<KeyFences>,
     /// Shared with the core while it extends a grant taken without its
@@ -48,10 +49,6 @@ impl Held {
         }
     }
 
-    pub(crate) fn fence(&self) -> Fence {
-        self.fence
-    }
-
     /// A multi-key lease's fences, in its caller's order (empty for the
     /// other kinds).
     pub(crate) fn fences(&self) -> &[Fence] {
@@ -63,11 +60,6 @@ impl Held {
         let (members, fences) = self.multi.as_ref()?;
         let i = members.iter().position(|m| *m == id)?;
         fences.get(i).copied()
-    }
-
-    /// The semaphore slot of a permit; `None` for a lock.
-    pub(crate) fn slot(&self) -> Option<u32> {
-        self.slot
     }
 
     pub(crate) fn is_valid(&self) -> bool {

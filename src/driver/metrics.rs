@@ -238,21 +238,20 @@ mod on {
 
         /// The hold of a lease this acquire was granted at `now`.
         pub(crate) fn hold(&self, now: Instant) -> HoldTimer {
-            HoldTimer(Arc::new(Hold {
+            Arc::new(Hold {
                 handles: self.handles.clone(),
                 granted: now,
                 ended: AtomicBool::new(false),
-            }))
+            })
         }
     }
 
     /// One lease, from its grant to its first known end; shared with its
     /// `Lost` signal, whose firing ends it as `lost`.
-    #[derive(Debug)]
-    pub(crate) struct HoldTimer(Arc<Hold>);
+    pub(crate) type HoldTimer = Arc<Hold>;
 
     #[derive(Debug)]
-    struct Hold {
+    pub(crate) struct Hold {
         handles: Arc<KindHandles>,
         granted: Instant,
         ended: AtomicBool,
@@ -265,12 +264,10 @@ mod on {
                 self.handles.hold[end as usize].record(held);
             }
         }
-    }
 
-    impl HoldTimer {
         /// A release ended it (a failed one leaves it to its TTL).
         pub(crate) fn released(&self, result: &Result<ReleaseOutcome, Error>) {
-            self.0.end(match result {
+            self.end(match result {
                 Ok(ReleaseOutcome::Released) => End::Released,
                 Ok(ReleaseOutcome::Conflict) => End::Conflict,
                 Ok(ReleaseOutcome::Expired) | Err(_) => End::Expired,
@@ -281,24 +278,23 @@ mod on {
         pub(crate) fn renewed(&self, outcome: RenewOutcome) {
             match outcome {
                 RenewOutcome::Renewed => {}
-                RenewOutcome::Expired => self.0.end(End::Expired),
-                RenewOutcome::Conflict => self.0.end(End::Conflict),
+                RenewOutcome::Expired => self.end(End::Expired),
+                RenewOutcome::Conflict => self.end(End::Conflict),
             }
         }
 
         /// The lease was dropped: `expired` if `expired_at(now)` says its
         /// deadline had passed, else `dropped`.
         pub(crate) fn dropped(&self, expired_at: impl FnOnce(Instant) -> bool) {
-            if !self.0.ended.load(Ordering::Relaxed) {
+            if !self.ended.load(Ordering::Relaxed) {
                 let expired = expired_at(now());
-                self.0
-                    .end(if expired { End::Expired } else { End::Dropped });
+                self.end(if expired { End::Expired } else { End::Dropped });
             }
         }
 
         /// What a `Lost` signal of this lease records when it fires.
-        pub(crate) fn lost_counter(&self) -> LostCounter {
-            LostCounter(Some(self.0.clone()))
+        pub(crate) fn lost_counter(self: &Arc<Self>) -> LostCounter {
+            LostCounter(Some(self.clone()))
         }
     }
 

@@ -189,14 +189,10 @@ impl redis::ConnectionLike for Wire {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         self.send_packed_command(cmd)?;
-        let mut replies = Vec::with_capacity(count);
-        for i in 0..offset + count {
-            let reply = self.recv_response()?;
-            if i >= offset {
-                replies.push(reply);
-            }
+        for _ in 0..offset {
+            self.recv_response()?;
         }
-        Ok(replies)
+        (0..count).map(|_| self.recv_response()).collect()
     }
 
     fn get_db(&self) -> i64 {

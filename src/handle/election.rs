@@ -169,8 +169,7 @@ impl<F: Front> Election<F> {
         let (shared, name, len) = (&self.shared, &self.name, value.as_bytes().len());
         let start = move || {
             let value = Some(value);
-            Acquire::start_valued(&shared.state, name, Want::Leader, value, options, now())
-                .map_err(Err)
+            Acquire::start(&shared.state, name, Want::Leader, value, options, now()).map_err(Err)
         };
         F::run(shared, None, start, move |granted| {
             granted.map(|granted| Leadership::new(Lease::new(shared.clone(), granted), len))
@@ -361,12 +360,8 @@ impl<F: Front> Leadership<F> {
         let start = move || {
             let last = self.last.lock().0;
             let call = state.with_core(|core| core.proclaim_call(id, &value, last));
-            Ok(Single::new(
-                state,
-                Operation::Proclaim,
-                call.map_err(Err)?,
-                classify_proclaim,
-            ))
+            let proclaim = |call| Single::new(state, Operation::Proclaim, call, classify_proclaim);
+            call.map(proclaim).map_err(Err)
         };
         let serial = Some(lease.serial());
         F::run(lease.shared(), serial, start, move |reply| match reply? {

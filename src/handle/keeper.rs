@@ -61,13 +61,11 @@ impl<F: Front> Keeper<F> {
                 log_failed_release_on_drop(F::block(lease.release()));
             }
         }));
-        match started {
-            Ok(_) => Some(keeper),
-            Err(_) => {
-                lost.fire(LostCause::DeadlinePassed);
-                None
-            }
+        if started.is_err() {
+            lost.fire(LostCause::DeadlinePassed);
+            return None;
         }
+        Some(keeper)
     }
 
     /// Stops the renewals (a resign, or a loss seen by a proclaim).

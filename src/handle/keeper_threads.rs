@@ -67,33 +67,32 @@ fn spawn(first: Option<Job>) -> io::Result<()> {
     started.map(drop)
 }
 
+/// Runs `first` (if any), then each job handed to this thread, listing
+/// it as waiting after each.
 fn serve(id: u64, first: Option<Job>, sender: &Sender<Job>, receiver: &Receiver<Job>) {
-    if let Some(job) = first {
+    let next = std::iter::from_fn(|| next_job(id, receiver));
+    for job in first.into_iter().chain(next) {
         job();
         WAITING.lock().push((id, sender.clone()));
     }
-    loop {
-        let job = match receiver.recv_timeout(IDLE) {
-            Ok(job) => job,
-            Err(_) => {
-                let mut waiting = WAITING.lock();
-                let listed = waiting.len();
-                waiting.retain(|(listed_id, _)| *listed_id != id);
-                if waiting.len() < listed {
-                    return;
-                }
-                drop(waiting);
-                // `run` took this thread off the list after the timeout:
-                // its job is on the way (or here already).
-                match receiver.recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                }
-            }
-        };
-        job();
-        WAITING.lock().push((id, sender.clone()));
+}
+
+/// The next job of waiting thread `id`; `None` once it waited [`IDLE`]
+/// and took itself off the list.
+fn next_job(id: u64, receiver: &Receiver<Job>) -> Option<Job> {
+    if let Ok(job) = receiver.recv_timeout(IDLE) {
+        return Some(job);
     }
+    let mut waiting = WAITING.lock();
+    let listed = waiting.len();
+    waiting.retain(|(listed_id, _)| *listed_id != id);
+    if waiting.len() < listed {
+        return None;
+    }
+    drop(waiting);
+    // `run` took this thread off the list after the timeout: its job is on
+    // the way (or here already).
+    receiver.recv().ok()
 }
 
 #[cfg(test)]

@@ -187,7 +187,7 @@ impl<F: Front, K: Fenced> Lease<F, K> {
     /// The fencing token of this grant: strictly increasing per key (per
     /// slot for a permit).
     pub fn fence(&self) -> Fence {
-        self.state.held.fence()
+        self.state.held.fence
     }
 }
 
@@ -197,7 +197,7 @@ impl<F: Front> Lease<F, kind::Permit> {
     /// per slot (see [`fenced`](crate::fenced)).
     pub fn slot(&self) -> u32 {
         // Every permit grant names its slot (the core's classification).
-        self.state.held.slot().unwrap_or_default()
+        self.state.held.slot.unwrap_or_default()
     }
 }
 
@@ -206,7 +206,7 @@ impl<F: Front> Lease<F, kind::Read> {
     /// write derived from this read is current only while no newer writer
     /// committed (see [`fenced`](crate::fenced)).
     pub fn epoch(&self) -> Fence {
-        self.state.held.fence()
+        self.state.held.fence
     }
 }
 

@@ -106,6 +106,8 @@ pub(crate) type SharedOf<F> = Arc<Shared<<F as Front>::Commands>>;
 /// locker.shutdown()?;
 /// # Ok::<(), redlease::Error>(())
 /// ```
+// `Debug` shows the shared state's: the namespace, never an address.
+#[derive(Debug)]
 pub struct Locker<F: Front> {
     shared: SharedOf<F>,
 }
@@ -116,15 +118,6 @@ pub struct Locker<F: Front> {
 // `catch_unwind`, as `std::sync::Mutex` may (`tests/api_conveniences.rs`).
 impl<F: Front> std::panic::UnwindSafe for Locker<F> {}
 impl<F: Front> std::panic::RefUnwindSafe for Locker<F> {}
-
-/// A locker's `Debug`: its namespace, never an address.
-impl<F: Front> std::fmt::Debug for Locker<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Locker")
-            .field("shared", &self.shared)
-            .finish()
-    }
-}
 
 impl<F: Front> Locker<F> {
     pub(crate) fn from_shared(shared: SharedOf<F>) -> Self {
@@ -248,7 +241,7 @@ pub(crate) fn acquire_kind<'a, F: Front, K: Kind>(
 ) -> Call<'a, F, Result<Lease<F, K>, Error>> {
     // Started when the call runs: an async acquire joins its line when
     // first polled, not when its future is made.
-    let start = move || Acquire::start(&shared.state, key, want, options, now()).map_err(Err);
+    let start = move || Acquire::start(&shared.state, key, want, None, options, now()).map_err(Err);
     F::run(shared, None, start, move |granted| {
         granted.map(|granted| Lease::new(shared.clone(), granted))
     })

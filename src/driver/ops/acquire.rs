@@ -71,7 +71,7 @@ pub(crate) struct Acquire {
 
 impl Acquire {
     /// Joins the line of what `want` names on `key` (its lock, or a permit
-    /// of its semaphore).
+    /// of its semaphore; an election's candidate campaigns with `value`).
     ///
     /// # Errors
     ///
@@ -79,18 +79,6 @@ impl Acquire {
     /// `ShuttingDown`, and `Busy` for a try-once acquire behind a waiter of
     /// this locker.
     pub(crate) fn start(
-        state: &Arc<LockerState>,
-        key: &str,
-        want: Want,
-        options: AcquireOptions,
-        now: Instant,
-    ) -> Result<Self, Error> {
-        Self::start_valued(state, key, want, None, options, now)
-    }
-
-    /// As [`start`](Self::start), for an election's candidate campaigning
-    /// with `value`.
-    pub(crate) fn start_valued(
         state: &Arc<LockerState>,
         key: &str,
         want: Want,

@@ -43,10 +43,6 @@ impl StopSignal {
     pub(crate) fn wake(&self) {
         self.event.notify(usize::MAX);
     }
-
-    fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::SeqCst)
-    }
 }
 
 /// The renewal loop of one extended lease.
@@ -135,7 +131,7 @@ impl Op for Renewer<'_> {
                     Io::Wait { until } => return Io::Wait { until },
                 }
             }
-            if self.stop.is_stopped() {
+            if self.stop.stopped.load(Ordering::SeqCst) {
                 return Io::Done(());
             }
             // `None`: the lease ended (released, or seen gone).
@@ -198,6 +194,7 @@ mod tests {
             state,
             "k",
             crate::core::names::Want::Lock,
+            None,
             AcquireOptions::new(),
             t0,
         )

@@ -43,8 +43,6 @@ pub(crate) struct Shutdown {
     tally: Tally,
     /// How many releases the cleanup sent.
     sent: usize,
-    /// Later calls find the locker already shut down and return `Ok`.
-    first: bool,
 }
 
 impl Shutdown {
@@ -55,7 +53,6 @@ impl Shutdown {
             phase: Phase::Begin,
             tally: Tally::default(),
             sent: 0,
-            first: false,
         }
     }
 
@@ -70,7 +67,7 @@ impl Shutdown {
     fn verdict(&mut self) -> Result<(), Error> {
         let tally = std::mem::take(&mut self.tally);
         let unconfirmed = tally.timed_out + tally.failed;
-        if !self.first || unconfirmed == 0 {
+        if unconfirmed == 0 {
             return Ok(());
         }
         log::error!(
@@ -109,12 +106,13 @@ impl Op for Shutdown {
                 Phase::Begin => {
                     until = deadline_after(now, self.state.config.shutdown_timeout);
                     self.deadline = until;
-                    self.first = self.state.with_core(|core| {
+                    let first = self.state.with_core(|core| {
                         let first = !core.is_shutting_down();
                         core.begin_shutdown();
                         first
                     });
-                    if !self.first {
+                    // Later calls find the locker already shut down.
+                    if !first {
                         return Io::Done(Ok(()));
                     }
                     self.phase = Phase::Draining;

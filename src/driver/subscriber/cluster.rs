@@ -159,8 +159,6 @@ impl Subscriber<'_> {
             self.refreshing = None;
             self.slots = taken.inspect_err(|_| self.slots_stale = true)?;
             let (slots, namespace) = (&self.slots, &self.state.config.namespace);
-            let next_read = self.reads_started + 1;
-            let mut reread = false;
             self.moved.retain(|key, moved| {
                 if moved.first_read > read {
                     return true;
@@ -168,13 +166,12 @@ impl Subscriber<'_> {
                 let owner = slots.owner(slot_of(&Channel::Sharded.name(namespace, *key)));
                 let stale = owner == Some(&moved.ended_by) && moved.rereads < STALE_REREADS;
                 if stale {
-                    moved.first_read = next_read;
+                    moved.first_read = self.reads_started + 1;
                     moved.rereads += 1;
-                    reread = true;
+                    self.slots_stale = true;
                 }
                 stale
             });
-            self.slots_stale |= reread;
             self.move_to_new_owners();
             return Ok(true);
         }

@@ -333,7 +333,7 @@ pub(crate) struct ElectArgs {
     /// default) waits without a deadline, 0 tries once; bare seconds (5,
     /// 1.5) or units ms, s, m, h, d (1m30s)
     #[arg(short, long, value_name = "DURATION", default_value = "forever")]
-    #[arg(value_parser = parse_wait)]
+    #[arg(value_parser = parse_wait, default_value_if("nonblock", "true", "0"))]
     pub(crate) wait: Duration,
 
     /// Try once and do not wait; the same as --wait 0
@@ -450,6 +450,7 @@ pub(crate) struct RunArgs {
     /// 0 tries once, 'forever' waits without a deadline; bare seconds (5,
     /// 1.5) or units ms, s, m, h, d (1m30s)
     #[arg(short, long, value_name = "DURATION", default_value = "0", value_parser = parse_wait)]
+    #[arg(default_value_if("nonblock", "true", "0"))]
     pub(crate) wait: Duration,
 
     /// Try once and do not wait (like `flock -n`); the same as --wait 0,
@@ -520,15 +521,6 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
-    /// How long to wait for the lock (`-n` is zero, as is the default).
-    pub(crate) fn wait(&self) -> Duration {
-        if self.nonblock {
-            Duration::ZERO
-        } else {
-            self.wait
-        }
-    }
-
     /// The keys `run` locks: KEY, then every `--also` key.
     pub(crate) fn keys(&self) -> Vec<&str> {
         std::iter::once(self.key.as_str())

@@ -14,7 +14,7 @@ use futures::future::{select, Either, OptionFuture};
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::connect::{prepare, Ask};
+use crate::driver::connect::prepare;
 use crate::driver::ops::{answer, turn, Io, Op};
 use crate::driver::state::Shared;
 use crate::driver::target::Source;
@@ -61,11 +61,7 @@ impl Front for Async {
         Box::pin(async move {
             let (shared, mut checks) = prepare(source, config, Commands::new);
             while let Some(ask) = checks.next() {
-                let reply = match ask {
-                    Ask::One(cmd) => shared.commands.query(&cmd).await,
-                    Ask::EveryPrimary(cmd) => shared.commands.every_primary(cmd).await,
-                };
-                checks.settle(&shared, reply)?;
+                checks.settle(&shared, shared.commands.ask(ask).await)?;
             }
             Ok(Locker::from_shared(shared))
         })

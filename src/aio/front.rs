@@ -134,12 +134,9 @@ pub(crate) async fn wait(listener: Option<EventListener>, until: Option<Instant>
 
 /// `work`'s output, or `None` once `until` passed (never without it).
 pub(crate) async fn within<T>(until: Option<Instant>, work: impl Future<Output = T>) -> Option<T> {
-    let work = pin!(work);
-    match until {
-        Some(at) => match select(work, async_io::Timer::at(at)).await {
-            Either::Left((output, _)) => Some(output),
-            Either::Right(_) => None,
-        },
-        None => Some(work.await),
+    let timer = until.map_or_else(async_io::Timer::never, async_io::Timer::at);
+    match select(pin!(work), timer).await {
+        Either::Left((output, _)) => Some(output),
+        Either::Right(_) => None,
     }
 }

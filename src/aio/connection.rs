@@ -238,8 +238,8 @@ impl Commands {
         // command (deadline.rs).
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(None);
-        let config = config.set_push_sender(on_push);
+            .set_response_timeout(None)
+            .set_push_sender(on_push);
         let mut slots = None;
         let conn = match &self.source {
             Source::Standalone(client) => {

@@ -559,12 +559,9 @@ const MAX_PERMITS: u32 = 1024;
 /// Parses `--permits` (and the count a semaphore is in use with, as
 /// `status` reads it): a whole number from 1 to [`MAX_PERMITS`].
 pub(crate) fn permits(s: &str) -> Result<u32, String> {
-    let bad = || format!("must be a whole number from 1 to {MAX_PERMITS}");
-    let n: u64 = s.trim().parse().map_err(|_| bad())?;
-    u32::try_from(n)
-        .ok()
+    (s.trim().parse().ok())
         .filter(|n| (1..=MAX_PERMITS).contains(n))
-        .ok_or_else(bad)
+        .ok_or_else(|| format!("must be a whole number from 1 to {MAX_PERMITS}"))
 }
 
 #[cfg(test)]

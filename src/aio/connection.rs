@@ -6,7 +6,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::OptionFuture;
+use futures::future::{BoxFuture, OptionFuture};
+use futures::FutureExt;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -17,6 +18,7 @@ use super::deadline::{Deadlines, TimedConnection};
 use super::driven::DrivenConnection;
 use crate::cluster::{slots_cmd, SlotMap};
 use crate::core::script::{pipeline_loading, ScriptCall};
+use crate::driver::connect::Ask;
 use crate::driver::ops::{resend_as_eval, then_after, ReleaseReplies, Reply, Request};
 use crate::driver::state::Connections;
 use crate::driver::target::{resp3, Source};
@@ -41,13 +43,6 @@ async fn eval_again_on_noscript(
 async fn read_slots(conn: &mut ClusterConnection, routing: RoutingInfo) -> Option<Arc<SlotMap>> {
     let reply = conn.route_command(slots_cmd(), routing).await.ok()?;
     Some(Arc::new(SlotMap::parse(&reply)))
-}
-
-/// What the next operation does before it uses the shared connection.
-enum Next {
-    /// Asks whether the slot moved away from the connection's map.
-    Check(ClusterConnection, u16, Arc<SlotMap>, u64),
-    Open(u64),
 }
 
 /// The shared connection with the command timeout applied.
@@ -154,25 +149,21 @@ impl Commands {
     pub(crate) async fn connection(&self) -> Result<AnyConnection, redis::RedisError> {
         // A driven connection learns of its end only when read.
         self.forget_if_ended();
-        let next = {
+        // Boxed: both are rare, and their futures (opening's about 2.7 KB)
+        // would otherwise be part of every operation's future.
+        let next: BoxFuture<'_, _> = {
             let mut guard = self.conn.lock();
             let current = &mut *guard;
             match (&current.conn, current.suspect.take(), &current.slots) {
-                (Some(AnyConnection::Cluster(conn)), Some(slot), Some(slots)) => {
-                    Next::Check(conn.clone(), slot, slots.clone(), current.generation)
-                }
+                // Asks first whether the slot moved away from the map.
+                (Some(AnyConnection::Cluster(conn)), Some(slot), Some(slots)) => self
+                    .checked(conn.clone(), slot, slots.clone(), current.generation)
+                    .boxed(),
                 (Some(conn), ..) => return Ok(conn.clone()),
-                (None, ..) => Next::Open(current.replace()),
+                (None, ..) => self.open(current.replace()).boxed(),
             }
         };
-        // Boxed: both are rare, and their futures (opening's about 2.7 KB)
-        // would otherwise be part of every operation's future.
-        match next {
-            Next::Open(generation) => Box::pin(self.open(generation)).await,
-            Next::Check(conn, slot, slots, generation) => {
-                Box::pin(self.checked(conn, slot, &slots, generation)).await
-            }
-        }
+        next.await
     }
 
     /// The cluster connection if `slot` is still served by the primary
@@ -188,7 +179,7 @@ impl Commands {
         &self,
         mut conn: ClusterConnection,
         slot: u16,
-        slots: &SlotMap,
+        slots: Arc<SlotMap>,
         generation: u64,
     ) -> Result<AnyConnection, redis::RedisError> {
         if let Some(owner) = slots.owner(slot) {
@@ -247,8 +238,8 @@ impl Commands {
         // command (deadline.rs).
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(None);
-        let config = config.set_push_sender(on_push);
+            .set_response_timeout(None)
+            .set_push_sender(on_push);
         let mut slots = None;
         let conn = match &self.source {
             Source::Standalone(client) => {
@@ -387,22 +378,19 @@ impl Commands {
         Ok(replies.into_inner())
     }
 
-    /// Runs a plain command on the shared connection.
-    pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
-        let mut conn = self.timed(self.connection().await.map_err(Failure::NotSent)?);
-        let result = cmd.query_async::<Value>(&mut conn).await;
-        self.discard_if_broken(&result, None);
-        result.map_err(Failure::Sent)
-    }
-
-    /// Runs a plain command on every primary of a cluster.
-    pub(crate) async fn every_primary(&self, cmd: redis::Cmd) -> Result<Value, Failure> {
-        match self.connection().await.map_err(Failure::NotSent)? {
-            AnyConnection::Cluster(mut conn) => conn
+    /// Sends a connect-time check on the shared connection.
+    pub(crate) async fn ask(&self, ask: Ask) -> Result<Value, Failure> {
+        match (ask, self.connection().await.map_err(Failure::NotSent)?) {
+            (Ask::EveryPrimary(cmd), AnyConnection::Cluster(mut conn)) => conn
                 .route_command(cmd, crate::eviction::every_primary())
                 .await
                 .map_err(Failure::Sent),
-            _ => Err(Failure::not_a_cluster()),
+            (Ask::EveryPrimary(_), _) => Err(Failure::not_a_cluster()),
+            (Ask::One(cmd), conn) => {
+                let result = cmd.query_async::<Value>(&mut self.timed(conn)).await;
+                self.discard_if_broken(&result, None);
+                result.map_err(Failure::Sent)
+            }
         }
     }
 

@@ -123,15 +123,11 @@ fn watch_deadlines(queue: &Weak<Mutex<Queue>>) {
             queue.idle = queue.entries.is_empty();
             !queue.idle
         };
-        // Holding no reference while parked lets the locker go.
+        // Holding no reference while parked lets the locker go. Idle, it is
+        // unparked by the next command; the timeout is only so that a
+        // dropped locker's thread ends.
         drop(shared);
-        if park {
-            std::thread::park_timeout(TICK);
-        } else {
-            // Unparked by the next command; the timeout is only so that a
-            // dropped locker's thread ends.
-            std::thread::park_timeout(Duration::from_secs(1));
-        }
+        std::thread::park_timeout(if park { TICK } else { Duration::from_secs(1) });
     }
 }
 

@@ -14,7 +14,7 @@ use futures::future::{select, Either, OptionFuture};
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::connect::{prepare, Ask};
+use crate::driver::connect::prepare;
 use crate::driver::ops::{answer, turn, Io, Op};
 use crate::driver::state::Shared;
 use crate::driver::target::Source;
@@ -61,11 +61,7 @@ impl Front for Async {
         Box::pin(async move {
             let (shared, mut checks) = prepare(source, config, Commands::new);
             while let Some(ask) = checks.next() {
-                let reply = match ask {
-                    Ask::One(cmd) => shared.commands.query(&cmd).await,
-                    Ask::EveryPrimary(cmd) => shared.commands.every_primary(cmd).await,
-                };
-                checks.settle(&shared, reply)?;
+                checks.settle(&shared, shared.commands.ask(ask).await)?;
             }
             Ok(Locker::from_shared(shared))
         })
@@ -138,12 +134,9 @@ pub(crate) async fn wait(listener: Option<EventListener>, until: Option<Instant>
 
 /// `work`'s output, or `None` once `until` passed (never without it).
 pub(crate) async fn within<T>(until: Option<Instant>, work: impl Future<Output = T>) -> Option<T> {
-    let work = pin!(work);
-    match until {
-        Some(at) => match select(work, async_io::Timer::at(at)).await {
-            Either::Left((output, _)) => Some(output),
-            Either::Right(_) => None,
-        },
-        None => Some(work.await),
+    let timer = until.map_or_else(async_io::Timer::never, async_io::Timer::at);
+    match select(pin!(work), timer).await {
+        Either::Left((output, _)) => Some(output),
+        Either::Right(_) => None,
     }
 }

@@ -31,6 +31,7 @@ use redis::{ConnectionLike, Value};
 use crate::clock::now;
 use crate::cluster::{is_ask, is_redirect};
 use crate::core::script::{pipeline_loading, ScriptCall};
+use crate::driver::connect::Ask;
 use crate::driver::ops::{resend_as_eval, then_after, ReleaseReplies, Reply, Request};
 use crate::driver::state::Connections;
 use crate::driver::target::Source;
@@ -49,14 +50,10 @@ const PARALLEL_RELEASES: usize = 8;
 
 #[derive(Clone)]
 pub struct Commands {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
     source: Source,
     timeout: Duration,
-    idle: Mutex<Vec<Conn>>,
-    closed: AtomicBool,
+    idle: Arc<Mutex<Vec<Conn>>>,
+    closed: Arc<AtomicBool>,
 }
 
 /// A pooled connection: to one server (ours over plain TCP or a unix
@@ -73,19 +70,12 @@ impl Conn {
             Conn::Cluster(c) => c.as_mut(),
         }
     }
-
-    fn is_open(&self) -> bool {
-        match self {
-            Conn::One(c) => c.is_open(),
-            Conn::Cluster(c) => c.is_open(),
-        }
-    }
 }
 
 impl std::fmt::Debug for Commands {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Commands")
-            .field("idle", &self.inner.idle.lock().len())
+            .field("idle", &self.idle.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -93,12 +83,10 @@ impl std::fmt::Debug for Commands {
 impl Commands {
     pub(crate) fn new(source: Source, timeout: Duration) -> Self {
         Commands {
-            inner: Arc::new(Inner {
-                source,
-                timeout,
-                idle: Mutex::new(Vec::new()),
-                closed: AtomicBool::new(false),
-            }),
+            source,
+            timeout,
+            idle: Arc::default(),
+            closed: Arc::default(),
         }
     }
 
@@ -109,24 +97,20 @@ impl Commands {
                 let (reply, then) = self.run_then(call, counters, then.as_ref());
                 Reply::Script { reply, then }
             }
-            Request::Releases { calls, until } => {
-                Reply::Releases(if self.inner.source.is_cluster() {
-                    Ok(self.releases_in_parallel(calls, *until))
-                } else {
-                    self.releases_in_one_pipeline(calls, *until)
-                })
-            }
+            Request::Releases { calls, until } => Reply::Releases(if self.source.is_cluster() {
+                Ok(self.releases_in_parallel(calls, *until))
+            } else {
+                self.releases_in_one_pipeline(calls, *until)
+            }),
         }
     }
 
     /// Opens a connection with the command timeout on connect, reads and
     /// writes, retrying a failed connect twice within that timeout.
     fn connect(&self) -> Result<Conn, redis::RedisError> {
-        match &self.inner.source {
-            Source::Standalone(client) => open(client, self.inner.timeout),
-            Source::Sentinel(resolver) => {
-                open(&resolver.primary(self.inner.timeout)?, self.inner.timeout)
-            }
+        match &self.source {
+            Source::Standalone(client) => open(client, self.timeout),
+            Source::Sentinel(resolver) => open(&resolver.primary(self.timeout)?, self.timeout),
             Source::Cluster(client, template) => {
                 let transport = Source::cluster_transport(template.as_ref());
                 client
@@ -137,23 +121,22 @@ impl Commands {
         }
     }
 
-    /// Runs a plain command on every primary of a cluster (connect-time
-    /// checks).
-    pub(crate) fn every_primary(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
-        let Source::Cluster(client, _) = &self.inner.source else {
-            return Err(Failure::not_a_cluster());
-        };
-        let mut conn = client.get_connection().map_err(Failure::NotSent)?;
-        conn.route_command(cmd, crate::eviction::every_primary())
-            .map_err(Failure::Sent)
-    }
-
-    /// Runs one plain command on a fresh connection (connect-time checks).
-    pub(crate) fn query_fresh(&self, cmd: &redis::Cmd) -> Result<Value, Failure> {
-        let mut conn = self.connect().map_err(Failure::NotSent)?;
-        let result = cmd.query::<Value>(conn.as_like());
-        self.finish(conn, &result);
-        result.map_err(Failure::Sent)
+    /// Sends a connect-time check on a fresh connection.
+    pub(crate) fn ask(&self, ask: &Ask) -> Result<Value, Failure> {
+        match (ask, &self.source) {
+            (Ask::EveryPrimary(cmd), Source::Cluster(client, _)) => {
+                let mut conn = client.get_connection().map_err(Failure::NotSent)?;
+                conn.route_command(cmd, crate::eviction::every_primary())
+                    .map_err(Failure::Sent)
+            }
+            (Ask::EveryPrimary(_), _) => Err(Failure::not_a_cluster()),
+            (Ask::One(cmd), _) => {
+                let mut conn = self.connect().map_err(Failure::NotSent)?;
+                let result = cmd.query::<Value>(conn.as_like());
+                self.finish(conn, &result);
+                result.map_err(Failure::Sent)
+            }
+        }
     }
 
     /// An idle connection (flagged as reused) or a new one. An idle one
@@ -161,7 +144,7 @@ impl Commands {
     /// sent on it.
     fn checkout(&self) -> Result<(Conn, bool), redis::RedisError> {
         loop {
-            let idle = self.inner.idle.lock().pop();
+            let idle = self.idle.lock().pop();
             match idle {
                 Some(Conn::One(one)) if one.closed_while_idle() => {}
                 Some(conn) => return Ok((conn, true)),
@@ -222,7 +205,7 @@ impl Commands {
                 _ => false,
             };
             let elapsed = now().saturating_duration_since(started);
-            if !again || elapsed + pause >= self.inner.timeout {
+            if !again || elapsed + pause >= self.timeout {
                 return Ok((Conn::Cluster(conn), result));
             }
             if !reused {
@@ -246,12 +229,12 @@ impl Commands {
         noscript: Option<&ScriptCall>,
         ask: &redis::RedisError,
     ) -> redis::RedisResult<Value> {
-        let template = match &self.inner.source {
+        let template = match &self.source {
             Source::Cluster(_, template) => template.as_ref(),
             _ => None,
         };
         let info = crate::cluster::ask_node_info(ask, template)?;
-        let mut conn = open(&redis::Client::open(info)?, self.inner.timeout)?;
+        let mut conn = open(&redis::Client::open(info)?, self.timeout)?;
         let asking = |conn: &mut Conn, cmd: &redis::Cmd| {
             let mut pipe = redis::pipe();
             pipe.cmd("ASKING").ignore().add_command(cmd.clone());
@@ -264,11 +247,11 @@ impl Commands {
         }
     }
 
-    fn checkin(&self, conn: Conn) {
-        if self.inner.closed.load(Ordering::SeqCst) || !conn.is_open() {
+    fn checkin(&self, mut conn: Conn) {
+        if self.closed.load(Ordering::SeqCst) || !conn.as_like().is_open() {
             return;
         }
-        let mut idle = self.inner.idle.lock();
+        let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE {
             idle.push(conn);
         }
@@ -311,7 +294,7 @@ impl Commands {
         calls: &[ScriptCall],
         until: Option<Instant>,
     ) -> Result<ReleaseReplies, Failure> {
-        let timeout = until.map_or(self.inner.timeout, |at| at.saturating_duration_since(now()));
+        let timeout = until.map_or(self.timeout, |at| at.saturating_duration_since(now()));
         if timeout.is_zero() {
             return Ok(calls.iter().map(|_| None).collect());
         }
@@ -394,7 +377,7 @@ impl Commands {
     fn finish(&self, conn: Conn, result: &redis::RedisResult<Value>) {
         match result {
             Ok(_) => self.checkin(conn),
-            Err(e) if is_failover_reply(e) => self.inner.idle.lock().clear(),
+            Err(e) if is_failover_reply(e) => self.idle.lock().clear(),
             Err(e) if is_server_reply(e) => self.checkin(conn),
             Err(_) => {}
         }
@@ -406,15 +389,15 @@ impl Connections for Commands {
     /// server closed as far as that can be seen without sending (over TLS
     /// it is only learnt by use).
     fn is_connected(&self) -> bool {
-        let mut idle = self.inner.idle.lock();
+        let mut idle = self.idle.lock();
         idle.retain(|conn| !matches!(conn, Conn::One(one) if one.closed_while_idle()));
         !idle.is_empty()
     }
 
     /// Closes the idle connections and stops keeping new ones.
     fn close(&self) {
-        self.inner.closed.store(true, Ordering::SeqCst);
-        self.inner.idle.lock().clear();
+        self.closed.store(true, Ordering::SeqCst);
+        self.idle.lock().clear();
     }
 }
 

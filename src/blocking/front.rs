@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::connection::Commands;
 use crate::config::Config;
 use crate::core::outcome::ReleaseOutcome;
-use crate::driver::connect::{prepare, Ask};
+use crate::driver::connect::prepare;
 use crate::driver::ops::{answer, log_failed_release_on_drop, turn, Io, Op};
 use crate::driver::state::Shared;
 use crate::driver::target::Source;
@@ -51,11 +51,7 @@ impl Front for Blocking {
     fn open(source: Source, config: Config) -> Result<Locker<Blocking>, Error> {
         let (shared, mut checks) = prepare(source, config, Commands::new);
         while let Some(ask) = checks.next() {
-            let reply = match ask {
-                Ask::One(cmd) => shared.commands.query_fresh(&cmd),
-                Ask::EveryPrimary(cmd) => shared.commands.every_primary(&cmd),
-            };
-            checks.settle(&shared, reply)?;
+            checks.settle(&shared, shared.commands.ask(&ask))?;
         }
         Ok(Locker::from_shared(shared))
     }

@@ -333,7 +333,7 @@ pub(crate) struct ElectArgs {
     /// default) waits without a deadline, 0 tries once; bare seconds (5,
     /// 1.5) or units ms, s, m, h, d (1m30s)
     #[arg(short, long, value_name = "DURATION", default_value = "forever")]
-    #[arg(value_parser = parse_wait)]
+    #[arg(value_parser = parse_wait, default_value_if("nonblock", "true", "0"))]
     pub(crate) wait: Duration,
 
     /// Try once and do not wait; the same as --wait 0
@@ -450,6 +450,7 @@ pub(crate) struct RunArgs {
     /// 0 tries once, 'forever' waits without a deadline; bare seconds (5,
     /// 1.5) or units ms, s, m, h, d (1m30s)
     #[arg(short, long, value_name = "DURATION", default_value = "0", value_parser = parse_wait)]
+    #[arg(default_value_if("nonblock", "true", "0"))]
     pub(crate) wait: Duration,
 
     /// Try once and do not wait (like `flock -n`); the same as --wait 0,
@@ -520,15 +521,6 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
-    /// How long to wait for the lock (`-n` is zero, as is the default).
-    pub(crate) fn wait(&self) -> Duration {
-        if self.nonblock {
-            Duration::ZERO
-        } else {
-            self.wait
-        }
-    }
-
     /// The keys `run` locks: KEY, then every `--also` key.
     pub(crate) fn keys(&self) -> Vec<&str> {
         std::iter::once(self.key.as_str())
@@ -567,12 +559,9 @@ const MAX_PERMITS: u32 = 1024;
 /// Parses `--permits` (and the count a semaphore is in use with, as
 /// `status` reads it): a whole number from 1 to [`MAX_PERMITS`].
 pub(crate) fn permits(s: &str) -> Result<u32, String> {
-    let bad = || format!("must be a whole number from 1 to {MAX_PERMITS}");
-    let n: u64 = s.trim().parse().map_err(|_| bad())?;
-    u32::try_from(n)
-        .ok()
+    (s.trim().parse().ok())
         .filter(|n| (1..=MAX_PERMITS).contains(n))
-        .ok_or_else(bad)
+        .ok_or_else(|| format!("must be a whole number from 1 to {MAX_PERMITS}"))
 }
 
 #[cfg(test)]

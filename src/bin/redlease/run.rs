@@ -45,7 +45,7 @@ pub(crate) fn run(target: Target, args: &RunArgs, out: Out) -> Result<u8, u8> {
         .max(Duration::from_millis(1));
     let config = Config::new(target.namespace.clone())
         .lease(args.lease)
-        .wait(args.wait())
+        .wait(args.wait)
         .command_timeout(command_timeout)
         .shutdown_timeout(command_timeout * 2);
     config
@@ -205,8 +205,8 @@ impl Run<'_> {
         let started = now();
         let options = |wait: Duration| AcquireOptions::new().wait(wait).cancel(cancel.clone());
         let show_progress = out.live_progress() || out.is_verbose();
-        let result = if args.wait().is_zero() || !show_progress {
-            get(options(args.wait()))
+        let result = if args.wait.is_zero() || !show_progress {
+            get(options(args.wait))
         } else {
             // Try once first: a free lock needs no progress line, and a busy
             // one tells the holder's remaining time.
@@ -215,7 +215,7 @@ impl Run<'_> {
                     &get,
                     started,
                     remaining,
-                    options(wait_left(args.wait(), started)),
+                    options(wait_left(args.wait, started)),
                 ),
                 other => other,
             }
@@ -282,7 +282,7 @@ impl Run<'_> {
         options: AcquireOptions,
     ) -> Result<H, Error> {
         let out = self.out;
-        let wait = self.args.wait();
+        let wait = self.args.wait;
         if wait_left(wait, started).is_zero() {
             return Err(Error::WaitTimeout {
                 waited: now().saturating_duration_since(started),
@@ -566,11 +566,10 @@ fn watch<H: Held>(
         let now_until = until(lease);
         // A renewal moves the deadline by about half a lease; reading the
         // clock twice moves it by microseconds.
-        let renewed = match (now_until, last) {
-            (Some(new), Some(old)) => new > old + lease_len / 8,
-            _ => false,
-        };
-        if renewed {
+        if now_until
+            .zip(last)
+            .is_some_and(|(new, old)| new > old + lease_len / 8)
+        {
             last = now_until;
             out.detail(format_args!(
                 "renewed the lease ({} left)",

@@ -4,6 +4,7 @@
 //! or file at fault but never echo the URL (it may carry a password) or a
 //! password.
 
+use std::env::VarError;
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,25 +20,19 @@ use crate::output::Out;
 /// An empty value counts as unset. `Ok(None)`: none; else the URL and
 /// where it came from, as messages name it.
 pub(crate) fn url(global: &Global) -> Result<Option<(String, &'static str)>, String> {
-    if let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) {
-        let from = if global.url_from_env {
-            "REDLEASE_URL"
-        } else {
-            "--url"
-        };
-        return Ok(Some((url.to_owned(), from)));
+    match global.url.as_deref().filter(|u| !u.is_empty()) {
+        Some(url) if global.url_from_env => Ok(Some((url.to_owned(), "REDLEASE_URL"))),
+        Some(url) => Ok(Some((url.to_owned(), "--url"))),
+        None => Ok(var("REDIS_URL")?.map(|url| (url, "REDIS_URL"))),
     }
-    Ok(var("REDIS_URL")?.map(|url| (url, "REDIS_URL")))
 }
 
 /// The variable `name`, unset when empty; `Err` when it is not UTF-8.
 fn var(name: &str) -> Result<Option<String>, String> {
-    match std::env::var_os(name) {
-        Some(value) if !value.is_empty() => value
-            .into_string()
-            .map(Some)
-            .map_err(|_| format!("invalid {name}: not valid UTF-8")),
-        _ => Ok(None),
+    match std::env::var(name) {
+        Ok(value) => Ok(Some(value).filter(|v| !v.is_empty())),
+        Err(VarError::NotPresent) => Ok(None),
+        Err(VarError::NotUnicode(_)) => Err(format!("invalid {name}: not valid UTF-8")),
     }
 }
 

@@ -118,11 +118,7 @@ impl Target {
     /// Where the user pointed the tool, as `host:port` (or the socket
     /// path): what error messages may show. Never the user or password.
     pub(crate) fn address(&self) -> String {
-        match &self.client.get_connection_info().addr() {
-            redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-            redis::ConnectionAddr::Unix(path) => path.display().to_string(),
-            other => format!("{other}"),
-        }
+        self.client.get_connection_info().addr().to_string()
     }
 
     /// Checks the URL, namespace and keys (KEY, then `run`'s `--also`

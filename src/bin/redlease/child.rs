@@ -60,10 +60,7 @@ pub(crate) fn direct(program: &OsStr, args: &[OsString]) -> Command {
 /// command runs), `None` in every other case.
 pub(crate) fn exec_if_asked() -> Option<u8> {
     let mut args = std::env::args_os().skip(1);
-    if args.next()? != EXEC_MODE {
-        return None;
-    }
-    Some(exec(args))
+    (args.next()? == EXEC_MODE).then(|| exec(args))
 }
 
 #[cfg(target_os = "linux")]

@@ -67,11 +67,12 @@ impl SignalWatch {
     ) -> std::io::Result<Self> {
         let mut signals =
             SignalsInfo::<WithOrigin>::new([&STOP[..], &FOR_THE_COMMAND, &[SIGCHLD]].concat())?;
-        let handle = signals.handle();
-        let first_stop = Arc::new(AtomicI32::new(0));
-        let first = first_stop.clone();
-        let command_started = Arc::new(AtomicBool::new(false));
-        let started = command_started.clone();
+        let watch = SignalWatch {
+            handle: signals.handle(),
+            first_stop: Arc::default(),
+            command_started: Arc::default(),
+        };
+        let (first, started) = (watch.first_stop.clone(), watch.command_started.clone());
         thread::Builder::new()
             .name("redlease-signals".to_owned())
             .spawn(move || {
@@ -95,11 +96,7 @@ impl SignalWatch {
                     }
                 }
             })?;
-        Ok(SignalWatch {
-            handle,
-            first_stop,
-            command_started,
-        })
+        Ok(watch)
     }
 
     /// From now on, signals for the command are passed on to it (queued

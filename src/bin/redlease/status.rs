@@ -24,8 +24,6 @@ use crate::{describe_redis, Target};
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// Exit code of `status` for a free key (0 is held).
 const FREE: u8 = 1;
-/// A lease's time left when it has no expiry.
-const NO_EXPIRY: &str = "no expiry (not set by redlease)";
 
 /// What `status` found; its JSON object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -187,17 +185,14 @@ fn read_slots(
         Some(fences) => redis::from_redis_value(fences?)?,
         None => Vec::new(),
     };
-    let pttls = replies
+    let (mut fences, mut holders) = (fences.into_iter(), holders.into_iter());
+    replies
         .into_iter()
-        .map(|pttl| Ok(redis::from_redis_value(pttl?)?))
-        .collect::<redis::RedisResult<Vec<i64>>>()?;
-    let none = || std::iter::repeat(None);
-    Ok(pttls
-        .into_iter()
-        .zip(fences.into_iter().chain(none()))
-        .zip(holders.into_iter().chain(none()))
-        .map(|((pttl, fence), holder)| (pttl, fence, holder))
-        .collect())
+        .map(|pttl| {
+            let (fence, holder) = (fences.next().flatten(), holders.next().flatten());
+            Ok((redis::from_redis_value(pttl?)?, fence, holder))
+        })
+        .collect()
 }
 
 /// A lock's (or a slot's) status from its `PTTL`, its fence counter and
@@ -233,7 +228,7 @@ fn is_reservation(value: &[u8]) -> bool {
 /// time.
 fn left(ms: Option<u64>, suffix: &str) -> String {
     ms.map_or_else(
-        || NO_EXPIRY.to_owned(),
+        || "no expiry (not set by redlease)".to_owned(),
         |ms| format!("{}{suffix}", human(Duration::from_millis(ms))),
     )
 }
@@ -267,19 +262,15 @@ fn permits_text(s: &PermitsStatus) -> String {
             .as_ref()
             .map_or("holder not recorded".into(), holder_text);
         let label = format!("slot {slot}:");
-        report.push_str(&format!(
-            "{label:<10} {remaining}, fence {fence}, {holder}\n"
-        ));
+        report += &format!("{label:<10} {remaining}, fence {fence}, {holder}\n");
     }
     report
 }
 
 fn text(s: &Status) -> String {
-    let held = if s.held { "yes" } else { "no" };
-    let remaining = if s.held {
-        left(s.remaining_ms, "")
-    } else {
-        "-".to_owned()
+    let (held, remaining) = match s.held {
+        true => ("yes", left(s.remaining_ms, "")),
+        false => ("no", "-".to_owned()),
     };
     let fence = s
         .fence
@@ -288,14 +279,12 @@ fn text(s: &Status) -> String {
         let left = left(r.remaining_ms, " left unless renewed");
         format!("reserved:  by a waiting multi-key lease, {left}\n")
     });
-    let mut report =
-        format!("held:      {held}\n{reserved}remaining: {remaining}\nfence:     {fence}\n");
-    match (&s.holder, s.held) {
-        (Some(h), _) => report.push_str(&format!("holder:    {}\n", holder_text(h))),
-        (None, true) => report.push_str("holder:    not recorded\n"),
-        (None, false) => {}
-    }
-    report
+    let holder = match (&s.holder, s.held) {
+        (Some(h), _) => format!("holder:    {}\n", holder_text(h)),
+        (None, true) => "holder:    not recorded\n".to_owned(),
+        (None, false) => String::new(),
+    };
+    format!("held:      {held}\n{reserved}remaining: {remaining}\nfence:     {fence}\n{holder}")
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! password.
 
 use std::env::VarError;
+use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
@@ -157,25 +158,21 @@ fn password(global: &Global, url_has_one: bool) -> Result<Option<String>, String
 fn ca_pem(path: &Path) -> Result<Vec<u8>, String> {
     let shown = path.display();
     let pem = std::fs::read(path).map_err(|e| format!("cannot read --tls-ca-cert {shown}: {e}"))?;
+    let invalid = |why: &dyn Display| format!("invalid --tls-ca-cert {shown}: {why}");
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| {
-            format!("invalid --tls-ca-cert {shown}: a PEM certificate in it is malformed")
-        })?;
+        .map_err(|_| invalid(&"a PEM certificate in it is malformed"))?;
     if certs.is_empty() {
-        return Err(format!(
-            "invalid --tls-ca-cert {shown}: no PEM certificate in it (-----BEGIN \
-             CERTIFICATE-----); a DER file converts with `openssl x509 -inform der -in \
-             FILE -out FILE.pem`"
+        return Err(invalid(
+            &"no PEM certificate in it (-----BEGIN CERTIFICATE-----); a DER file converts with \
+              `openssl x509 -inform der -in FILE -out FILE.pem`",
         ));
     }
     let mut roots = rustls::RootCertStore::empty();
     for cert in certs {
-        roots.add(cert).map_err(|e| {
-            format!(
-                "invalid --tls-ca-cert {shown}: a certificate in it is not usable as a CA ({e})"
-            )
-        })?;
+        roots
+            .add(cert)
+            .map_err(|e| invalid(&format!("a certificate in it is not usable as a CA ({e})")))?;
     }
     Ok(pem)
 }

@@ -244,8 +244,7 @@ impl Progress {
                 let left = ends.map(|ends| ends.saturating_duration_since(t));
                 let held = wanted.holder(Said::Progress, left);
                 let elapsed = human(t.saturating_duration_since(started));
-                let thing = wanted.thing();
-                let line = format!("waited {elapsed}{limit} for {thing}{held}");
+                let line = format!("waited {elapsed}{limit} for {}{held}", wanted.thing());
                 let _ = write!(std::io::stderr(), "\r\x1b[Kredlease: {line}");
                 if stopped.recv_timeout(REDRAW) != Err(RecvTimeoutError::Timeout) {
                     break;

@@ -113,20 +113,16 @@ fn probe(client: redis::Client, address: String, out: Out) -> mpsc::Sender<()> {
         let mut conn: Option<redis::Connection> = None;
         let mut down = false;
         loop {
-            match (ping(&client, &mut conn), down) {
-                (Err(why), false) => {
-                    down = true;
-                    out.notice(format_args!(
-                        "cannot reach Redis at {address} ({why}); still watching: the \
-                         changes are shown once it answers"
-                    ));
-                }
-                (Ok(()), true) => {
-                    down = false;
-                    out.notice(format_args!("Redis at {address} answers again"));
-                }
+            let answer = ping(&client, &mut conn);
+            match (&answer, down) {
+                (Err(why), false) => out.notice(format_args!(
+                    "cannot reach Redis at {address} ({why}); still watching: the changes are \
+                     shown once it answers"
+                )),
+                (Ok(()), true) => out.notice(format_args!("Redis at {address} answers again")),
                 _ => {}
             }
+            down = answer.is_err();
             if stopped.recv_timeout(PROBE_EVERY) != Err(RecvTimeoutError::Timeout) {
                 return;
             }
@@ -186,15 +182,15 @@ fn line(leader: Option<&Leader>, version: Version, resync: Option<bool>, json: b
         _ => "",
     };
     match leader {
-        Some(leader) => {
-            let left = leader
-                .remaining
-                .map_or_else(String::new, |r| format!(", {} left", human(r)));
-            let head = format!(
-                "leader term {}, version {version}{left}{mark}: ",
-                leader.term
-            );
-            [head.as_bytes(), &leader.value].concat()
+        Some(Leader {
+            term,
+            value,
+            remaining,
+            ..
+        }) => {
+            let left = remaining.map_or_else(String::new, |r| format!(", {} left", human(r)));
+            let head = format!("leader term {term}, version {version}{left}{mark}: ");
+            [head.as_bytes(), value].concat()
         }
         None => format!("no leader (version {version}){mark}").into_bytes(),
     }

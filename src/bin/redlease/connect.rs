@@ -51,9 +51,8 @@ pub(crate) fn client(
         let settings = info.redis_settings().clone().set_password(password);
         info = info.set_redis_settings(settings);
     }
-    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
     match &global.tls_ca_cert {
-        Some(path) if tls => {
+        Some(path) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
             let certs = redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(ca_pem(path)?),

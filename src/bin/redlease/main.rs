@@ -137,10 +137,9 @@ impl Target {
             .map_err(|e| describe_invalid(&e))?;
         for (i, key) in keys.iter().enumerate() {
             // KEY alone is "key"; with --also keys each is named by position.
-            let which = if keys.len() == 1 {
-                "key".to_owned()
-            } else {
-                format!("key {}", i + 1)
+            let which = match keys.len() {
+                1 => "key".to_owned(),
+                _ => format!("key {}", i + 1),
             };
             if key.is_empty() {
                 return Err(format!("invalid {which}: must not be empty"));

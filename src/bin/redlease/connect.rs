@@ -83,6 +83,10 @@ fn invalid(from: &str, why: &str) -> String {
     )
 }
 
+/// Connect and command timeout of `status` and `leader` (connect, each
+/// read and write, the library's commands).
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A connection of its own to `client`'s server, with `timeout` for the
 /// connect and for each read and write.
 pub(crate) fn open(

@@ -17,14 +17,12 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::cli::{exit, ElectArgs, LeaderArgs};
-use crate::connect::open;
+use crate::connect::{open, TIMEOUT};
 use crate::duration::human;
 use crate::holder::hostname;
 use crate::output::{json, print, Out};
 use crate::{describe_error, describe_redis, is_auth_failure, Target};
 
-/// Connect and command timeout.
-const TIMEOUT: Duration = Duration::from_secs(2);
 /// Exit code of `leader` when nobody leads (0: someone does).
 const VACANT: u8 = 1;
 /// How long the one-shot `leader` waits for the observer's first item

@@ -14,14 +14,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cli::{self, exit, StatusArgs};
-use crate::connect::open;
+use crate::connect::{open, TIMEOUT};
 use crate::duration::human;
 use crate::holder::Holder;
 use crate::output::{json, print, Out};
 use crate::{describe_redis, Target};
 
-/// Connect, read and write timeout of the status query.
-const TIMEOUT: Duration = Duration::from_secs(2);
 /// Exit code of `status` for a free key (0 is held).
 const FREE: u8 = 1;
 
@@ -60,8 +58,7 @@ struct PermitsStatus {
     permits: u32,
     /// The count the semaphore is in use with (its record in Redis), when
     /// there is one.
-    #[serde(rename = "permits_in_use")]
-    in_use: Option<u32>,
+    permits_in_use: Option<u32>,
     /// How many permits are held.
     held_permits: usize,
     /// Slots `0..max(permits, in_use)`, each as a lock's status.
@@ -84,7 +81,7 @@ impl PermitsStatus {
         PermitsStatus {
             held: held_permits > 0,
             permits,
-            in_use,
+            permits_in_use: in_use,
             held_permits,
             slots: slots.collect(),
         }
@@ -247,7 +244,7 @@ fn holder_text(h: &Holder) -> String {
 /// every slot with its fence).
 fn permits_text(s: &PermitsStatus) -> String {
     let mut report = format!("held:      {} of {} permits\n", s.held_permits, s.permits);
-    if let Some(in_use) = s.in_use.filter(|&n| n != s.permits) {
+    if let Some(in_use) = s.permits_in_use.filter(|&n| n != s.permits) {
         report.push_str(&format!(
             "in use:    with {in_use} permits; runs with --permits {} are refused until \
              every permit is released\n",

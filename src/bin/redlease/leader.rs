@@ -16,7 +16,7 @@ use redlease::{Config, Leader, Observation, Version};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::cli::{exit, ElectArgs, LeaderArgs};
+use crate::cli::{ElectArgs, LeaderArgs};
 use crate::connect::{open, TIMEOUT};
 use crate::duration::human;
 use crate::holder::hostname;
@@ -37,13 +37,7 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> Result<u8, 
     let config = Config::new(target.namespace.clone())
         .command_timeout(TIMEOUT)
         .shutdown_timeout(TIMEOUT);
-    let unavailable = |why: &dyn std::fmt::Display| {
-        let at = target.address();
-        out.fatal(format_args!(
-            "cannot read the election from Redis at {at}: {why}"
-        ));
-        exit::UNAVAILABLE
-    };
+    let unavailable = |why: &dyn std::fmt::Display| target.unreadable(out, "election", why);
     let locker = Locker::new(target.client.clone(), config)
         .map(Arc::new)
         .map_err(|e| unavailable(&describe_error(&e)))?;

@@ -121,6 +121,16 @@ impl Target {
         self.client.get_connection_info().addr().to_string()
     }
 
+    /// Reports that the `what` could not be read from Redis, and `why`;
+    /// the exit code.
+    pub(crate) fn unreadable(&self, out: Out, what: &str, why: impl std::fmt::Display) -> u8 {
+        let at = self.address();
+        out.fatal(format_args!(
+            "cannot read the {what} from Redis at {at}: {why}"
+        ));
+        exit::UNAVAILABLE
+    }
+
     /// Checks the URL, namespace and keys (KEY, then `run`'s `--also`
     /// keys) without any network traffic; `Err` is a usage error's words.
     /// A key set's size and repeats are the library's to check.

@@ -124,16 +124,11 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> Result<u8, 
         Ok((in_use, read_slots(&mut conn, &names)?, false))
     };
     let (what, fence_counter) = match args.permits {
-        Some(_) => ("semaphore", "a slot's fence counter"),
-        None => ("lock", "the fence counter"),
+        Some(_) => ("semaphore's status", "a slot's fence counter"),
+        None => ("lock's status", "the fence counter"),
     };
-    let (in_use, replies, reserved) = read().map_err(|e| {
-        let (at, why) = (target.address(), describe_redis(&e));
-        out.fatal(format_args!(
-            "cannot read the {what}'s status from Redis at {at}: {why}"
-        ));
-        exit::UNAVAILABLE
-    })?;
+    let (in_use, replies, reserved) =
+        read().map_err(|e| target.unreadable(out, what, describe_redis(&e)))?;
     let mut slots = Vec::with_capacity(replies.len());
     for (pttl, fence, holder) in replies {
         let Ok(fence) = fence.map(|f| f.parse::<u64>()).transpose() else {

@@ -230,10 +230,9 @@ impl Progress {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = thread::spawn(move || {
             let mut refreshed = now();
-            let limit = if wait == Duration::MAX {
-                " (no deadline)".to_owned()
-            } else {
-                format!(" of {}", human(wait))
+            let limit = match wait {
+                Duration::MAX => " (no deadline)".to_owned(),
+                wait => format!(" of {}", human(wait)),
             };
             loop {
                 let t = now();

@@ -151,15 +151,12 @@ impl Target {
                 1 => "key".to_owned(),
                 _ => format!("key {}", i + 1),
             };
-            if key.is_empty() {
-                return Err(format!("invalid {which}: must not be empty"));
-            }
-            if key.len() > MAX_KEY_BYTES {
-                return Err(format!(
-                    "invalid {which}: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
-                    key.len()
-                ));
-            }
+            let why = match key.len() {
+                0 => "must not be empty".to_owned(),
+                n if n <= MAX_KEY_BYTES => continue,
+                n => format!("is {n} bytes long; at most {MAX_KEY_BYTES} are allowed"),
+            };
+            return Err(format!("invalid {which}: {why}"));
         }
         // Parsing does not connect.
         let client = connect::client(global, &url, url_from, out)?;

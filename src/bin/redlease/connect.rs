@@ -9,7 +9,7 @@ use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::{Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
@@ -40,12 +40,7 @@ fn var(name: &str) -> Result<Option<String>, String> {
 /// The client for `url`, with the password from `--password-file` or
 /// REDISCLI_AUTH and the CA of `--tls-ca-cert`; a CA given for a URL
 /// without TLS is noted to the user.
-pub(crate) fn client(
-    global: &Global,
-    url: &str,
-    from: &str,
-    out: Out,
-) -> Result<redis::Client, String> {
+pub(crate) fn client(global: &Global, url: &str, from: &str, out: Out) -> Result<Client, String> {
     let mut info = connection_info(url, from)?;
     if let Some(password) = password(global, info.redis_settings().password().is_some())? {
         let settings = info.redis_settings().clone().set_password(password);
@@ -57,11 +52,11 @@ pub(crate) fn client(
                 client_tls: None,
                 root_cert: Some(ca_pem(path)?),
             };
-            redis::Client::build_with_tls(info, certs)
+            Client::build_with_tls(info, certs)
                 .map_err(|_| format!("cannot use --tls-ca-cert {}", path.display()))
         }
         ca => {
-            let client = redis::Client::open(info).map_err(|_| invalid(from, "not a Redis URL"))?;
+            let client = Client::open(info).map_err(|_| invalid(from, "not a Redis URL"))?;
             if ca.is_some() {
                 let note =
                     format!("--tls-ca-cert is not used: {from} is not a rediss:// (TLS) URL");
@@ -89,10 +84,7 @@ pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A connection of its own to `client`'s server, with `timeout` for the
 /// connect and for each read and write.
-pub(crate) fn open(
-    client: &redis::Client,
-    timeout: Duration,
-) -> redis::RedisResult<redis::Connection> {
+pub(crate) fn open(client: &Client, timeout: Duration) -> RedisResult<Connection> {
     let conn = client.get_connection_with_timeout(timeout)?;
     conn.set_read_timeout(Some(timeout))?;
     conn.set_write_timeout(Some(timeout))?;

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use redis::{Connection, RedisResult, Value};
 use serde::Serialize;
 
 use crate::cli::{self, exit, StatusArgs};
@@ -97,7 +98,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> Result<u8, 
     let key = args.key.as_str();
     // The permit count in use, the replies, and whether the lock is only
     // reserved.
-    let read = || -> redis::RedisResult<(Option<u32>, Vec<SlotReply>, bool)> {
+    let read = || -> RedisResult<(Option<u32>, Vec<SlotReply>, bool)> {
         let mut conn = open(&target.client, TIMEOUT)?;
         let Some(permits) = args.permits else {
             let names = ["lock", "lock-fence", "lock-holder"].map(|kind| target.name(kind, key));
@@ -157,10 +158,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> Result<u8, 
 /// record's fence check tolerates). The records are optional: a user
 /// whose ACL lacks their names still gets the rest (the pipeline's errors
 /// come one a command). A free lease's record is read too, and not shown.
-fn read_slots(
-    conn: &mut redis::Connection,
-    names: &[[String; 3]],
-) -> redis::RedisResult<Vec<SlotReply>> {
+fn read_slots(conn: &mut Connection, names: &[[String; 3]]) -> RedisResult<Vec<SlotReply>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for [lease, _, _] in names {
@@ -168,7 +166,7 @@ fn read_slots(
     }
     let [fences, records] = [1, 2].map(|i| names.iter().map(|n| &n[i]).collect::<Vec<_>>());
     pipe.cmd("MGET").arg(fences).cmd("MGET").arg(records);
-    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query(conn)?;
+    let mut replies: Vec<RedisResult<Value>> = pipe.query(conn)?;
     let holders: Vec<Option<String>> = match replies.pop() {
         Some(Ok(records)) => redis::from_redis_value(records).unwrap_or_default(),
         _ => Vec::new(),
@@ -227,12 +225,8 @@ fn left(ms: Option<u64>, suffix: &str) -> String {
 
 /// `pid 77 on web-1 running backup`
 fn holder_text(h: &Holder) -> String {
-    format!(
-        "pid {} on {} running {}",
-        h.pid,
-        if h.host.is_empty() { "?" } else { &h.host },
-        h.command
-    )
+    let host = if h.host.is_empty() { "?" } else { &h.host };
+    format!("pid {} on {host} running {}", h.pid, h.command)
 }
 
 /// The held slots, one a line; free ones are only counted (the JSON has

@@ -60,10 +60,7 @@ pub(crate) fn direct(program: &OsStr, args: &[OsString]) -> Command {
 /// command runs), `None` in every other case.
 pub(crate) fn exec_if_asked() -> Option<u8> {
     let mut args = std::env::args_os().skip(1);
-    if args.next()? != EXEC_MODE {
-        return None;
-    }
-    Some(exec(args))
+    (args.next()? == EXEC_MODE).then(|| exec(args))
 }
 
 #[cfg(target_os = "linux")]
@@ -94,10 +91,9 @@ fn exec(mut args: impl Iterator<Item = OsString>) -> u8 {
 /// Reports that `program` could not be started; the exit code.
 pub(crate) fn cannot_run(program: &OsStr, e: &std::io::Error) -> u8 {
     eprintln!("redlease: cannot run {}: {e}", program.to_string_lossy());
-    if e.kind() == std::io::ErrorKind::NotFound {
-        exit::NOT_FOUND
-    } else {
-        exit::CANNOT_EXECUTE
+    match e.kind() {
+        std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+        _ => exit::CANNOT_EXECUTE,
     }
 }
 

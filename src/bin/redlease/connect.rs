@@ -4,10 +4,12 @@
 //! or file at fault but never echo the URL (it may carry a password) or a
 //! password.
 
+use std::env::VarError;
+use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::{Client, Connection, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
@@ -19,54 +21,42 @@ use crate::output::Out;
 /// An empty value counts as unset. `Ok(None)`: none; else the URL and
 /// where it came from, as messages name it.
 pub(crate) fn url(global: &Global) -> Result<Option<(String, &'static str)>, String> {
-    if let Some(url) = global.url.as_deref().filter(|u| !u.is_empty()) {
-        let from = if global.url_from_env {
-            "REDLEASE_URL"
-        } else {
-            "--url"
-        };
-        return Ok(Some((url.to_owned(), from)));
+    match global.url.as_deref().filter(|u| !u.is_empty()) {
+        Some(url) if global.url_from_env => Ok(Some((url.to_owned(), "REDLEASE_URL"))),
+        Some(url) => Ok(Some((url.to_owned(), "--url"))),
+        None => Ok(var("REDIS_URL")?.map(|url| (url, "REDIS_URL"))),
     }
-    Ok(var("REDIS_URL")?.map(|url| (url, "REDIS_URL")))
 }
 
 /// The variable `name`, unset when empty; `Err` when it is not UTF-8.
 fn var(name: &str) -> Result<Option<String>, String> {
-    match std::env::var_os(name) {
-        Some(value) if !value.is_empty() => value
-            .into_string()
-            .map(Some)
-            .map_err(|_| format!("invalid {name}: not valid UTF-8")),
-        _ => Ok(None),
+    match std::env::var(name) {
+        Ok(value) => Ok(Some(value).filter(|v| !v.is_empty())),
+        Err(VarError::NotPresent) => Ok(None),
+        Err(VarError::NotUnicode(_)) => Err(format!("invalid {name}: not valid UTF-8")),
     }
 }
 
 /// The client for `url`, with the password from `--password-file` or
 /// REDISCLI_AUTH and the CA of `--tls-ca-cert`; a CA given for a URL
 /// without TLS is noted to the user.
-pub(crate) fn client(
-    global: &Global,
-    url: &str,
-    from: &str,
-    out: Out,
-) -> Result<redis::Client, String> {
+pub(crate) fn client(global: &Global, url: &str, from: &str, out: Out) -> Result<Client, String> {
     let mut info = connection_info(url, from)?;
     if let Some(password) = password(global, info.redis_settings().password().is_some())? {
         let settings = info.redis_settings().clone().set_password(password);
         info = info.set_redis_settings(settings);
     }
-    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
     match &global.tls_ca_cert {
-        Some(path) if tls => {
+        Some(path) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
             let certs = redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(ca_pem(path)?),
             };
-            redis::Client::build_with_tls(info, certs)
+            Client::build_with_tls(info, certs)
                 .map_err(|_| format!("cannot use --tls-ca-cert {}", path.display()))
         }
         ca => {
-            let client = redis::Client::open(info).map_err(|_| invalid(from, "not a Redis URL"))?;
+            let client = Client::open(info).map_err(|_| invalid(from, "not a Redis URL"))?;
             if ca.is_some() {
                 let note =
                     format!("--tls-ca-cert is not used: {from} is not a rediss:// (TLS) URL");
@@ -88,12 +78,13 @@ fn invalid(from: &str, why: &str) -> String {
     )
 }
 
+/// Connect and command timeout of `status` and `leader` (connect, each
+/// read and write, the library's commands).
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A connection of its own to `client`'s server, with `timeout` for the
 /// connect and for each read and write.
-pub(crate) fn open(
-    client: &redis::Client,
-    timeout: Duration,
-) -> redis::RedisResult<redis::Connection> {
+pub(crate) fn open(client: &Client, timeout: Duration) -> RedisResult<Connection> {
     let conn = client.get_connection_with_timeout(timeout)?;
     conn.set_read_timeout(Some(timeout))?;
     conn.set_write_timeout(Some(timeout))?;
@@ -162,25 +153,21 @@ fn password(global: &Global, url_has_one: bool) -> Result<Option<String>, String
 fn ca_pem(path: &Path) -> Result<Vec<u8>, String> {
     let shown = path.display();
     let pem = std::fs::read(path).map_err(|e| format!("cannot read --tls-ca-cert {shown}: {e}"))?;
+    let invalid = |why: &dyn Display| format!("invalid --tls-ca-cert {shown}: {why}");
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| {
-            format!("invalid --tls-ca-cert {shown}: a PEM certificate in it is malformed")
-        })?;
+        .map_err(|_| invalid(&"a PEM certificate in it is malformed"))?;
     if certs.is_empty() {
-        return Err(format!(
-            "invalid --tls-ca-cert {shown}: no PEM certificate in it (-----BEGIN \
-             CERTIFICATE-----); a DER file converts with `openssl x509 -inform der -in \
-             FILE -out FILE.pem`"
+        return Err(invalid(
+            &"no PEM certificate in it (-----BEGIN CERTIFICATE-----); a DER file converts with \
+              `openssl x509 -inform der -in FILE -out FILE.pem`",
         ));
     }
     let mut roots = rustls::RootCertStore::empty();
     for cert in certs {
-        roots.add(cert).map_err(|e| {
-            format!(
-                "invalid --tls-ca-cert {shown}: a certificate in it is not usable as a CA ({e})"
-            )
-        })?;
+        roots
+            .add(cert)
+            .map_err(|e| invalid(&format!("a certificate in it is not usable as a CA ({e})")))?;
     }
     Ok(pem)
 }

@@ -55,19 +55,14 @@ impl Holder {
 
     /// The stored form read back; `None` for anything else.
     pub(crate) fn decode(text: &str) -> Option<Self> {
-        let mut lines = text.split('\n');
-        if lines.next()? != VERSION {
+        let [VERSION, fence, host, pid, command] = text.split('\n').collect::<Vec<_>>()[..] else {
             return None;
-        }
-        let fence = lines.next()?.parse().ok()?;
-        let host = clean(lines.next()?);
-        let pid = lines.next()?.parse().ok()?;
-        let command = clean(lines.next()?);
-        lines.next().is_none().then_some(Holder {
-            fence,
-            host,
-            pid,
-            command,
+        };
+        Some(Holder {
+            fence: fence.parse().ok()?,
+            host: clean(host),
+            pid: pid.parse().ok()?,
+            command: clean(command),
         })
     }
 }

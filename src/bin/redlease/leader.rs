@@ -16,15 +16,13 @@ use redlease::{Config, Leader, Observation, Version};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::cli::{exit, ElectArgs, LeaderArgs};
-use crate::connect::open;
+use crate::cli::{ElectArgs, LeaderArgs};
+use crate::connect::{open, TIMEOUT};
 use crate::duration::human;
 use crate::holder::hostname;
 use crate::output::{json, print, Out};
 use crate::{describe_error, describe_redis, is_auth_failure, Target};
 
-/// Connect and command timeout.
-const TIMEOUT: Duration = Duration::from_secs(2);
 /// Exit code of `leader` when nobody leads (0: someone does).
 const VACANT: u8 = 1;
 /// How long the one-shot `leader` waits for the observer's first item
@@ -39,13 +37,7 @@ pub(crate) fn leader(target: Target, args: &LeaderArgs, out: Out) -> Result<u8, 
     let config = Config::new(target.namespace.clone())
         .command_timeout(TIMEOUT)
         .shutdown_timeout(TIMEOUT);
-    let unavailable = |why: &dyn std::fmt::Display| {
-        let at = target.address();
-        out.fatal(format_args!(
-            "cannot read the election from Redis at {at}: {why}"
-        ));
-        exit::UNAVAILABLE
-    };
+    let unavailable = |why: &dyn std::fmt::Display| target.unreadable(out, "election", why);
     let locker = Locker::new(target.client.clone(), config)
         .map(Arc::new)
         .map_err(|e| unavailable(&describe_error(&e)))?;
@@ -113,20 +105,16 @@ fn probe(client: redis::Client, address: String, out: Out) -> mpsc::Sender<()> {
         let mut conn: Option<redis::Connection> = None;
         let mut down = false;
         loop {
-            match (ping(&client, &mut conn), down) {
-                (Err(why), false) => {
-                    down = true;
-                    out.notice(format_args!(
-                        "cannot reach Redis at {address} ({why}); still watching: the \
-                         changes are shown once it answers"
-                    ));
-                }
-                (Ok(()), true) => {
-                    down = false;
-                    out.notice(format_args!("Redis at {address} answers again"));
-                }
+            let answer = ping(&client, &mut conn);
+            match (&answer, down) {
+                (Err(why), false) => out.notice(format_args!(
+                    "cannot reach Redis at {address} ({why}); still watching: the changes are \
+                     shown once it answers"
+                )),
+                (Ok(()), true) => out.notice(format_args!("Redis at {address} answers again")),
                 _ => {}
             }
+            down = answer.is_err();
             if stopped.recv_timeout(PROBE_EVERY) != Err(RecvTimeoutError::Timeout) {
                 return;
             }
@@ -186,15 +174,15 @@ fn line(leader: Option<&Leader>, version: Version, resync: Option<bool>, json: b
         _ => "",
     };
     match leader {
-        Some(leader) => {
-            let left = leader
-                .remaining
-                .map_or_else(String::new, |r| format!(", {} left", human(r)));
-            let head = format!(
-                "leader term {}, version {version}{left}{mark}: ",
-                leader.term
-            );
-            [head.as_bytes(), &leader.value].concat()
+        Some(Leader {
+            term,
+            value,
+            remaining,
+            ..
+        }) => {
+            let left = remaining.map_or_else(String::new, |r| format!(", {} left", human(r)));
+            let head = format!("leader term {term}, version {version}{left}{mark}: ");
+            [head.as_bytes(), value].concat()
         }
         None => format!("no leader (version {version}){mark}").into_bytes(),
     }

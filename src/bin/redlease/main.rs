@@ -118,11 +118,17 @@ impl Target {
     /// Where the user pointed the tool, as `host:port` (or the socket
     /// path): what error messages may show. Never the user or password.
     pub(crate) fn address(&self) -> String {
-        match &self.client.get_connection_info().addr() {
-            redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-            redis::ConnectionAddr::Unix(path) => path.display().to_string(),
-            other => format!("{other}"),
-        }
+        self.client.get_connection_info().addr().to_string()
+    }
+
+    /// Reports that the `what` could not be read from Redis, and `why`;
+    /// the exit code.
+    pub(crate) fn unreadable(&self, out: Out, what: &str, why: impl std::fmt::Display) -> u8 {
+        let at = self.address();
+        out.fatal(format_args!(
+            "cannot read the {what} from Redis at {at}: {why}"
+        ));
+        exit::UNAVAILABLE
     }
 
     /// Checks the URL, namespace and keys (KEY, then `run`'s `--also`
@@ -141,20 +147,16 @@ impl Target {
             .map_err(|e| describe_invalid(&e))?;
         for (i, key) in keys.iter().enumerate() {
             // KEY alone is "key"; with --also keys each is named by position.
-            let which = if keys.len() == 1 {
-                "key".to_owned()
-            } else {
-                format!("key {}", i + 1)
+            let which = match keys.len() {
+                1 => "key".to_owned(),
+                _ => format!("key {}", i + 1),
             };
-            if key.is_empty() {
-                return Err(format!("invalid {which}: must not be empty"));
-            }
-            if key.len() > MAX_KEY_BYTES {
-                return Err(format!(
-                    "invalid {which}: is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
-                    key.len()
-                ));
-            }
+            let why = match key.len() {
+                0 => "must not be empty".to_owned(),
+                n if n <= MAX_KEY_BYTES => continue,
+                n => format!("is {n} bytes long; at most {MAX_KEY_BYTES} are allowed"),
+            };
+            return Err(format!("invalid {which}: {why}"));
         }
         // Parsing does not connect.
         let client = connect::client(global, &url, url_from, out)?;

@@ -230,10 +230,9 @@ impl Progress {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = thread::spawn(move || {
             let mut refreshed = now();
-            let limit = if wait == Duration::MAX {
-                " (no deadline)".to_owned()
-            } else {
-                format!(" of {}", human(wait))
+            let limit = match wait {
+                Duration::MAX => " (no deadline)".to_owned(),
+                wait => format!(" of {}", human(wait)),
             };
             loop {
                 let t = now();
@@ -244,8 +243,7 @@ impl Progress {
                 let left = ends.map(|ends| ends.saturating_duration_since(t));
                 let held = wanted.holder(Said::Progress, left);
                 let elapsed = human(t.saturating_duration_since(started));
-                let thing = wanted.thing();
-                let line = format!("waited {elapsed}{limit} for {thing}{held}");
+                let line = format!("waited {elapsed}{limit} for {}{held}", wanted.thing());
                 let _ = write!(std::io::stderr(), "\r\x1b[Kredlease: {line}");
                 if stopped.recv_timeout(REDRAW) != Err(RecvTimeoutError::Timeout) {
                     break;

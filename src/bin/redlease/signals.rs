@@ -4,6 +4,7 @@
 //! (`siginfo_t`'s `si_code` and `si_pid`), into messages on a channel, read
 //! by a thread; `nix` sends signals to the child.
 
+use std::io;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc::Sender;
@@ -60,18 +61,15 @@ pub(crate) struct SignalWatch {
 }
 
 impl SignalWatch {
-    pub(crate) fn start(
-        events: Sender<Event>,
-        cancel: CancelHandle,
-        out: Out,
-    ) -> std::io::Result<Self> {
+    pub(crate) fn start(events: Sender<Event>, cancel: CancelHandle, out: Out) -> io::Result<Self> {
         let mut signals =
             SignalsInfo::<WithOrigin>::new([&STOP[..], &FOR_THE_COMMAND, &[SIGCHLD]].concat())?;
-        let handle = signals.handle();
-        let first_stop = Arc::new(AtomicI32::new(0));
-        let first = first_stop.clone();
-        let command_started = Arc::new(AtomicBool::new(false));
-        let started = command_started.clone();
+        let watch = SignalWatch {
+            handle: signals.handle(),
+            first_stop: Arc::default(),
+            command_started: Arc::default(),
+        };
+        let (first, started) = (watch.first_stop.clone(), watch.command_started.clone());
         thread::Builder::new()
             .name("redlease-signals".to_owned())
             .spawn(move || {
@@ -95,11 +93,7 @@ impl SignalWatch {
                     }
                 }
             })?;
-        Ok(SignalWatch {
-            handle,
-            first_stop,
-            command_started,
-        })
+        Ok(watch)
     }
 
     /// From now on, signals for the command are passed on to it (queued
@@ -121,7 +115,7 @@ impl Drop for SignalWatch {
 }
 
 /// Reports that signal handling could not be set up; the exit code.
-pub(crate) fn setup_failed(out: Out, e: &std::io::Error) -> u8 {
+pub(crate) fn setup_failed(out: Out, e: &io::Error) -> u8 {
     out.fatal(format_args!("cannot set up signal handling: {e}"));
     exit::SOFTWARE
 }

@@ -11,21 +11,18 @@
 
 use std::time::Duration;
 
+use redis::{Connection, RedisResult, Value};
 use serde::Serialize;
 
 use crate::cli::{self, exit, StatusArgs};
-use crate::connect::open;
+use crate::connect::{open, TIMEOUT};
 use crate::duration::human;
 use crate::holder::Holder;
 use crate::output::{json, print, Out};
 use crate::{describe_redis, Target};
 
-/// Connect, read and write timeout of the status query.
-const TIMEOUT: Duration = Duration::from_secs(2);
 /// Exit code of `status` for a free key (0 is held).
 const FREE: u8 = 1;
-/// A lease's time left when it has no expiry.
-const NO_EXPIRY: &str = "no expiry (not set by redlease)";
 
 /// What `status` found; its JSON object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -62,8 +59,7 @@ struct PermitsStatus {
     permits: u32,
     /// The count the semaphore is in use with (its record in Redis), when
     /// there is one.
-    #[serde(rename = "permits_in_use")]
-    in_use: Option<u32>,
+    permits_in_use: Option<u32>,
     /// How many permits are held.
     held_permits: usize,
     /// Slots `0..max(permits, in_use)`, each as a lock's status.
@@ -86,7 +82,7 @@ impl PermitsStatus {
         PermitsStatus {
             held: held_permits > 0,
             permits,
-            in_use,
+            permits_in_use: in_use,
             held_permits,
             slots: slots.collect(),
         }
@@ -102,7 +98,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> Result<u8, 
     let key = args.key.as_str();
     // The permit count in use, the replies, and whether the lock is only
     // reserved.
-    let read = || -> redis::RedisResult<(Option<u32>, Vec<SlotReply>, bool)> {
+    let read = || -> RedisResult<(Option<u32>, Vec<SlotReply>, bool)> {
         let mut conn = open(&target.client, TIMEOUT)?;
         let Some(permits) = args.permits else {
             let names = ["lock", "lock-fence", "lock-holder"].map(|kind| target.name(kind, key));
@@ -129,16 +125,11 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> Result<u8, 
         Ok((in_use, read_slots(&mut conn, &names)?, false))
     };
     let (what, fence_counter) = match args.permits {
-        Some(_) => ("semaphore", "a slot's fence counter"),
-        None => ("lock", "the fence counter"),
+        Some(_) => ("semaphore's status", "a slot's fence counter"),
+        None => ("lock's status", "the fence counter"),
     };
-    let (in_use, replies, reserved) = read().map_err(|e| {
-        let (at, why) = (target.address(), describe_redis(&e));
-        out.fatal(format_args!(
-            "cannot read the {what}'s status from Redis at {at}: {why}"
-        ));
-        exit::UNAVAILABLE
-    })?;
+    let (in_use, replies, reserved) =
+        read().map_err(|e| target.unreadable(out, what, describe_redis(&e)))?;
     let mut slots = Vec::with_capacity(replies.len());
     for (pttl, fence, holder) in replies {
         let Ok(fence) = fence.map(|f| f.parse::<u64>()).transpose() else {
@@ -167,10 +158,7 @@ pub(crate) fn status(target: Target, args: &StatusArgs, out: Out) -> Result<u8, 
 /// record's fence check tolerates). The records are optional: a user
 /// whose ACL lacks their names still gets the rest (the pipeline's errors
 /// come one a command). A free lease's record is read too, and not shown.
-fn read_slots(
-    conn: &mut redis::Connection,
-    names: &[[String; 3]],
-) -> redis::RedisResult<Vec<SlotReply>> {
+fn read_slots(conn: &mut Connection, names: &[[String; 3]]) -> RedisResult<Vec<SlotReply>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for [lease, _, _] in names {
@@ -178,7 +166,7 @@ fn read_slots(
     }
     let [fences, records] = [1, 2].map(|i| names.iter().map(|n| &n[i]).collect::<Vec<_>>());
     pipe.cmd("MGET").arg(fences).cmd("MGET").arg(records);
-    let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe.query(conn)?;
+    let mut replies: Vec<RedisResult<Value>> = pipe.query(conn)?;
     let holders: Vec<Option<String>> = match replies.pop() {
         Some(Ok(records)) => redis::from_redis_value(records).unwrap_or_default(),
         _ => Vec::new(),
@@ -187,17 +175,14 @@ fn read_slots(
         Some(fences) => redis::from_redis_value(fences?)?,
         None => Vec::new(),
     };
-    let pttls = replies
+    let (mut fences, mut holders) = (fences.into_iter(), holders.into_iter());
+    replies
         .into_iter()
-        .map(|pttl| Ok(redis::from_redis_value(pttl?)?))
-        .collect::<redis::RedisResult<Vec<i64>>>()?;
-    let none = || std::iter::repeat(None);
-    Ok(pttls
-        .into_iter()
-        .zip(fences.into_iter().chain(none()))
-        .zip(holders.into_iter().chain(none()))
-        .map(|((pttl, fence), holder)| (pttl, fence, holder))
-        .collect())
+        .map(|pttl| {
+            let (fence, holder) = (fences.next().flatten(), holders.next().flatten());
+            Ok((redis::from_redis_value(pttl?)?, fence, holder))
+        })
+        .collect()
 }
 
 /// A lock's (or a slot's) status from its `PTTL`, its fence counter and
@@ -233,26 +218,22 @@ fn is_reservation(value: &[u8]) -> bool {
 /// time.
 fn left(ms: Option<u64>, suffix: &str) -> String {
     ms.map_or_else(
-        || NO_EXPIRY.to_owned(),
+        || "no expiry (not set by redlease)".to_owned(),
         |ms| format!("{}{suffix}", human(Duration::from_millis(ms))),
     )
 }
 
 /// `pid 77 on web-1 running backup`
 fn holder_text(h: &Holder) -> String {
-    format!(
-        "pid {} on {} running {}",
-        h.pid,
-        if h.host.is_empty() { "?" } else { &h.host },
-        h.command
-    )
+    let host = if h.host.is_empty() { "?" } else { &h.host };
+    format!("pid {} on {host} running {}", h.pid, h.command)
 }
 
 /// The held slots, one a line; free ones are only counted (the JSON has
 /// every slot with its fence).
 fn permits_text(s: &PermitsStatus) -> String {
     let mut report = format!("held:      {} of {} permits\n", s.held_permits, s.permits);
-    if let Some(in_use) = s.in_use.filter(|&n| n != s.permits) {
+    if let Some(in_use) = s.permits_in_use.filter(|&n| n != s.permits) {
         report.push_str(&format!(
             "in use:    with {in_use} permits; runs with --permits {} are refused until \
              every permit is released\n",
@@ -267,19 +248,15 @@ fn permits_text(s: &PermitsStatus) -> String {
             .as_ref()
             .map_or("holder not recorded".into(), holder_text);
         let label = format!("slot {slot}:");
-        report.push_str(&format!(
-            "{label:<10} {remaining}, fence {fence}, {holder}\n"
-        ));
+        report += &format!("{label:<10} {remaining}, fence {fence}, {holder}\n");
     }
     report
 }
 
 fn text(s: &Status) -> String {
-    let held = if s.held { "yes" } else { "no" };
-    let remaining = if s.held {
-        left(s.remaining_ms, "")
-    } else {
-        "-".to_owned()
+    let (held, remaining) = match s.held {
+        true => ("yes", left(s.remaining_ms, "")),
+        false => ("no", "-".to_owned()),
     };
     let fence = s
         .fence
@@ -288,14 +265,12 @@ fn text(s: &Status) -> String {
         let left = left(r.remaining_ms, " left unless renewed");
         format!("reserved:  by a waiting multi-key lease, {left}\n")
     });
-    let mut report =
-        format!("held:      {held}\n{reserved}remaining: {remaining}\nfence:     {fence}\n");
-    match (&s.holder, s.held) {
-        (Some(h), _) => report.push_str(&format!("holder:    {}\n", holder_text(h))),
-        (None, true) => report.push_str("holder:    not recorded\n"),
-        (None, false) => {}
-    }
-    report
+    let holder = match (&s.holder, s.held) {
+        (Some(h), _) => format!("holder:    {}\n", holder_text(h)),
+        (None, true) => "holder:    not recorded\n".to_owned(),
+        (None, false) => String::new(),
+    };
+    format!("held:      {held}\n{reserved}remaining: {remaining}\nfence:     {fence}\n{holder}")
 }
 
 #[cfg(test)]

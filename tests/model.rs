@@ -9,7 +9,7 @@
 //! - `explore_elect`: the leader election's, likewise;
 //! - `explore_locker`: the hand-over without the claim with lockers of
 //!   two waiters, for the lock and the semaphore (by kind), and the lock's
-//!   runs;
+//!   runs, lingering registrations among them;
 //! - `explore_sem_locker`: its semaphore runs;
 //! - `explore_multi`: the multi-key lease's, likewise.
 

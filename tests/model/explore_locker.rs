@@ -6,15 +6,15 @@
 //! SEM_RELEASE_ANY) on the emulator, driven by lockers that mirror the
 //! core's line in outline. A locker has one registration and one grant
 //! token per line, shared by its waiters; the head attempts; a line left
-//! empty is forgotten, and the next draws a new grant token. A grant's
-//! notice names the owner's id (SHA-1 of the grant token), and a
-//! semaphore's its slot; the head takes the grant as held (under `<grant
-//! token>:<fence>`) or claims it. A lock's take keeps the registration
-//! queued for the waiter that stays behind it (which becomes the head); a
-//! slot's grant took it out: the line forgets it and draws a new grant
-//! token, and its next waiter attempts at once. A holder extends, releases
-//! or drops its lease (a dropped hold is released later, by the core's
-//! orphan sweep); the last waiter in line gives up, and may acquire
+//! empty is forgotten (unless a lock's lingers), and the next draws a new
+//! grant token. A grant's notice names the owner's id (SHA-1 of the grant
+//! token), and a semaphore's its slot; the head takes the grant as held
+//! (under `<grant token>:<fence>`) or claims it. A lock's take keeps the
+//! registration queued for the waiter that stays behind it (which becomes
+//! the head); a slot's grant took it out: the line forgets it and draws a
+//! new grant token, and its next waiter attempts at once. A holder extends,
+//! releases or drops its lease (a dropped hold is released later, by the
+//! core's orphan sweep); the last waiter in line gives up, and may acquire
 //! again later; a line left empty deregisters, then releases by its grant
 //! token.
 //!
@@ -32,7 +32,26 @@
 //! 5. a grant is taken only when its notice's owner id is the line's
 //!    grant token's: a registration an earlier line left, its release by
 //!    that token on its way, may be granted first;
-//! 6. a semaphore's take redraws the grant token.
+//! 6. a semaphore's take redraws the grant token;
+//! 7. the release of a lease a lock's line lingers on names its
+//!    registration (RELEASE's last argument), which it never grants;
+//! 8. a lingering registration's release by grant token waits, as rule
+//!    2's, until no hold is under that token.
+//!
+//! A lock's registration lingers (§4.4, `core/linger.rs`; `Rules::linger`):
+//! a line's lone head keeps it (`k`) and may take a grant without a waiter
+//! behind; when the line's last waiter takes the lease with the
+//! registration queued, the line is kept (its grant token, its fences) and
+//! lingers while that lease is held, then `LINGER_WINDOW` after its
+//! release (the clock's deadline). A waiter that comes back meanwhile (a
+//! holder's next acquire, a give-up's return) waits for the grant, at most
+//! the claim window, unless the release left the key free: then it
+//! attempts at once. A grant notice naming the registration with no
+//! waiter, or the window's end (a step of its own once the clock reached
+//! it), passes it on: DEREGISTER and the release by grant token, which a
+//! return does not drop and the line's next attempt does not wait for (the
+//! subscriber sends them). A restart or failover, which loses the
+//! subscription, ends it: the registration deregisters as a give-up's.
 //!
 //! The rule the floor replaced, that no attempt names a grant token a hold
 //! is under (judged per token), is a `Rules` field too: turned on, a
@@ -40,7 +59,9 @@
 //! (dropped and not yet swept, expired, lost to a failover) is passed
 //! over and lapses, which fails the run.
 //!
-//! Invariants, at every step: per slot (the lock's key is one) at most one
+//! Invariants, at every step: a lingering registration is never granted
+//! by its own line's release (rule 7's point: a worker loop's release
+//! hands the lock on); per slot (the lock's key is one) at most one
 //! waiter whose lease is valid by its own clock, at most the permits in
 //! all (leaving out holds a restart or failover lost: §11); per slot every
 //! new fence above those before; no slot and fence given to two waiters
@@ -49,26 +70,33 @@
 //! replay), else it queues the registration again beside a grant it will
 //! not claim (a semaphore's is then served twice; a lock's grant lapses).
 //!
-//! Both kinds' lines follow the core's rules alike: a take is placed by
-//! the anchor (the last registering busy reply's server time, forgotten
-//! on a reply lost or a lost subscription); a notice is heard after the
-//! run's reply, by a line with a head only; a grant to another locker
-//! makes a head without a registration attempt at once; a waiter whose
-//! lease ends joins the line at its back; a waiter that gave up may
-//! acquire again, a step of its own, which drops its line's deregistration
-//! if that was not sent yet (the core's `join`: the registration stands);
-//! a forgotten line forgets the fences it was given; a lost reply is one
-//! fault, and a lost attempt may have registered the line. Two rules
-//! differ by kind, as in the core: a lock's take keeps the registration
-//! (`Kind::take_keeps_registration`), and a lock's next head backs off
-//! after its predecessor acquired (`Kind::defers_next_head`). Not
-//! modelled: the core's refusal to take a lock's grant when the
-//! registration's refresh is due (the model has no refresh), so the
-//! lock's lines take in more states than the core does; a registered
-//! head's retry brought forward to the end of a grant's claim window when
-//! the grant goes to another locker (its polls stay at most `POLL` apart);
-//! the holder's return after a release drops no deregistration (it comes
-//! after the sweep sent it), where a give-up's return may.
+//! Both kinds' lines follow the core's rules alike: a take is placed by the
+//! anchor (the last registering busy reply's server time, forgotten on a
+//! reply lost or a lost subscription); a notice is heard after the run's
+//! reply, by a line with a head only (a lingering line hears its grant to
+//! pass it on); a grant to another locker makes a head without a
+//! registration attempt at once; a waiter whose lease ends joins the line
+//! at its back; a waiter that gave up may acquire again, a step of its own,
+//! which drops its line's deregistration if that was not sent yet (the
+//! core's `join`: the registration stands); a forgotten line forgets the
+//! fences it was given; a lost reply is one fault, and a lost attempt may
+//! have registered the line. Two rules differ by kind, as in the core: a
+//! lock's take keeps the registration (`Kind::take_keeps_registration`),
+//! and a lock's next head backs off after its predecessor acquired
+//! (`Kind::defers_next_head`). Not modelled: the core's refusal to take a
+//! lock's grant when the registration's refresh is due (the model has no
+//! refresh), so the lock's lines take in more states than the core does; a
+//! registered head's retry brought forward to the end of a grant's claim
+//! window when the grant goes to another locker (its polls stay at most
+//! `POLL` apart); the holder's return after a release drops no
+//! deregistration (it comes after the sweep sent it), where a give-up's
+//! return may. Of lingering: its end when the registration's entry is past
+//! its bound (the core forgets it, and checks that bound before a return
+//! waits), so a line lingers on a dropped hold until a return, a grant or a
+//! lost subscription; a lost notice of a grant to a lingering registration
+//! (the pass-on is heard with the run); the subscription's reconnection (a
+//! restart or failover's loss is over at once, and lines linger again); a
+//! try-once acquire.
 
 #![allow(clippy::disallowed_methods)] // Instant::now: the runs print their time
 
@@ -79,6 +107,14 @@ use super::emu::{Db, Reply, Value};
 use super::search::{self, fence_of, owner_of, Counterexample, Faults, Keys, Scripts};
 
 use super::explore::{CLAIM, LEASE, POLL, REG, START_MS};
+
+/// How long after its lease's release a lingering registration stays (the
+/// core's `LINGER_AFTER_RELEASE`).
+const LINGER_WINDOW: u64 = 20;
+/// How long a waiter that joined a lingering line waits for the grant
+/// before it checks: the claim window and the core's 2 ms margin (below
+/// the safety interval, `POLL`).
+const AWAIT_GRANT: u64 = CLAIM + 2;
 
 /// Which lease the lockers take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,10 +169,11 @@ impl Kind {
         }
     }
 
-    /// The release of slot `slot` by `names` (a whole value or a token).
-    fn release(self, n: &Names, slot: u32, names: &str) -> Call {
+    /// The release of slot `slot` by `names` (a whole value or a token),
+    /// naming the lock's lingering registration `own`, if any.
+    fn release(self, n: &Names, slot: u32, names: &str, own: Option<&str>) -> Call {
         match self {
-            Kind::Lock => Call::lock_release(n, names, 0, None),
+            Kind::Lock => Call::lock_release(n, names, 0, own),
             Kind::Semaphore { .. } => Call::slot_release(n, slot, names, 0),
         }
     }
@@ -211,11 +248,16 @@ pub(crate) enum Op {
     Drop(usize),
     /// The sweep's release of a dropped hold or a stale grant claimed.
     OrphanRelease,
-    Deregister,
-    /// The release by grant token that follows DEREGISTER.
-    GrantRelease,
+    /// DEREGISTER of the leaving registration that names the grant token
+    /// numbered.
+    Deregister(u8),
+    /// The release by that grant token that follows DEREGISTER.
+    GrantRelease(u8),
     /// A waiter that gave up acquires again (no script).
     Rejoin(usize),
+    /// The lingering registration's window ends (no script): it is passed
+    /// on.
+    LingerEnds,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -249,12 +291,32 @@ struct Waiter {
     tokens: u8,
 }
 
+/// A registration leaving the queue: DEREGISTER, then the release by the
+/// grant token it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Leaving {
-    No,
-    /// DEREGISTER, then the release by the grant token numbered.
-    Deregister(u8),
-    GrantRelease(u8),
+struct Leaving {
+    /// The grant token, by number (a line's own: no two leave alike).
+    grant: u8,
+    /// DEREGISTER was answered: the release by the grant token is next.
+    deregistered: bool,
+    /// A lingering registration's pass-on, which the subscriber sends on
+    /// its own connection (the core's `pass_ons`): a waiter's return does
+    /// not drop it, nor does the line's next attempt wait for it.
+    pass_on: bool,
+    /// The registration lingered (a pass-on, or its end by a lost
+    /// subscription).
+    lingered: bool,
+}
+
+/// How a registration without waiters stays queued (the core's
+/// `Linger`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Linger {
+    /// While the lease its last waiter took is held.
+    Holding,
+    /// Until `until`, after that lease's release, which handed the key to
+    /// another registration (`handed_over`) or freed it.
+    Until { until: u64, handed_over: bool },
 }
 
 /// A lease to release that nobody uses: a dropped hold; a stale grant
@@ -302,7 +364,11 @@ struct Locker {
     /// A call whose reply was lost, re-sent, and its first send's time.
     lost: Option<(Op, u64)>,
     orphans: Vec<Orphan>,
-    leaving: Leaving,
+    /// The registrations leaving the queue.
+    leaving: Vec<Leaving>,
+    /// The line emptied as its last waiter took the lease, and its
+    /// registration lingers.
+    linger: Option<Linger>,
     dead: bool,
 }
 
@@ -330,9 +396,12 @@ impl Locker {
     /// Waiter `w` left the line holding a lease (`now`): the next head
     /// attempts at once, unless it defers (a lock's, or the reply said it
     /// waits for its grant: it polls after the lease or the safety
-    /// interval, the shorter); with none, the line is forgotten.
-    fn head_left(&mut self, w: usize, now: u64, next_waits: bool) {
-        if !self.behind(w) {
+    /// interval, the shorter); with none, the registration lingers if it
+    /// may (`may_linger`) and is queued, else the line is forgotten.
+    fn head_left(&mut self, w: usize, now: u64, next_waits: bool, may_linger: bool) {
+        if !self.behind(w) && may_linger && self.registered {
+            self.linger = Some(Linger::Holding);
+        } else if !self.behind(w) {
             self.forget_line();
         } else if next_waits || self.kind.defers_next_head() {
             self.next_poll = now + LEASE.min(POLL);
@@ -344,18 +413,20 @@ impl Locker {
     /// Waiter `w`, which gave up, acquires again, joining the line at its
     /// back: as the core's `join`, it drops the line's deregistration not
     /// sent yet (the registration stands; the line is a new one, with a
-    /// new grant token). Returns whether it dropped one.
+    /// new grant token), not a pass-on. Returns whether it dropped one.
     fn rejoin(&mut self, w: usize, now: u64) -> bool {
-        let dropped = matches!(self.leaving, Leaving::Deregister(_));
-        if dropped {
-            self.leaving = Leaving::No;
-        }
+        let before = self.leaving.len();
+        self.leaving.retain(|x| x.pass_on || x.deregistered);
+        let dropped = self.leaving.len() < before;
         self.finish(w, now);
         dropped
     }
 
     /// Waiter `w`'s lease ended: it acquires again, joining the line at
-    /// its back (a line without a head: at once), or it is gone.
+    /// its back (a line without a head: at once), or it is gone. Joining a
+    /// lingering line (the core's `handle_rejoin`), it waits for the grant
+    /// to the registration that stayed, unless the lease's release left
+    /// the key free.
     fn finish(&mut self, w: usize, now: u64) {
         let mut x = self.waiters.remove(w);
         x.orphaned = false;
@@ -365,10 +436,45 @@ impl Locker {
             if self.head().is_none() {
                 self.next_poll = now;
             }
+            match self.linger.take() {
+                Some(Linger::Until {
+                    handed_over: false, ..
+                })
+                | None => {}
+                Some(_) => self.next_poll = now + AWAIT_GRANT,
+            }
         } else {
             x.phase = Phase::Gone;
         }
         self.waiters.push(x);
+    }
+
+    /// A lease of the line was released (`handed_over`: RELEASE answered
+    /// `3`): a lingering registration stays [`LINGER_WINDOW`] longer.
+    fn lease_released(&mut self, now: u64, handed_over: bool) {
+        if self.linger == Some(Linger::Holding) {
+            self.linger = Some(Linger::Until {
+                until: now + LINGER_WINDOW,
+                handed_over,
+            });
+        }
+    }
+
+    /// The lingering registration ends: it leaves the queue (`pass_on`:
+    /// the subscriber's pass-on; else a deregistration, as a lost
+    /// subscription makes), and the line, empty, is forgotten.
+    fn end_lingering(&mut self, pass_on: bool) {
+        if self.linger.take().is_some() {
+            if self.registered {
+                self.leaving.push(Leaving {
+                    grant: self.grant,
+                    deregistered: false,
+                    pass_on,
+                    lingered: true,
+                });
+            }
+            self.forget_line();
+        }
     }
 }
 
@@ -397,7 +503,12 @@ impl search::Waiter for Locker {
         // This acquisition ends; one left may start later (`Op::Rejoin`).
         self.waiters[last].phase = Phase::Gone;
         if self.head().is_none() {
-            self.leaving = Leaving::Deregister(self.grant);
+            self.leaving.push(Leaving {
+                grant: self.grant,
+                deregistered: false,
+                pass_on: false,
+                lingered: false,
+            });
             self.forget_line();
         }
     }
@@ -446,6 +557,17 @@ pub(crate) struct Rules {
     /// the registration the grant popped); off, the line keeps both, as a
     /// lock's take does.
     pub(crate) redraw_at_take: bool,
+    /// A lock's registration lingers when the line's last waiter takes
+    /// the lease (docs/PROTOCOL.md §4.4); off, the line is forgotten and
+    /// its lone head's attempt takes the registration out (`d`).
+    pub(crate) linger: bool,
+    /// 7: the release of a lease its line lingers on names the
+    /// registration, which it never grants.
+    pub(crate) release_names_lingering: bool,
+    /// 8: a lingering registration's release by grant token (its pass-on,
+    /// or its end by a lost subscription) waits, as rule 2's, for the
+    /// hold under that token.
+    pub(crate) park_pass_on: bool,
 }
 
 impl Rules {
@@ -458,6 +580,9 @@ impl Rules {
         stale_grants_refused: true,
         owner_checked: true,
         redraw_at_take: true,
+        linger: true,
+        release_names_lingering: true,
+        park_pass_on: true,
     };
 }
 
@@ -511,6 +636,17 @@ pub(crate) struct Stats {
     /// Grant notices a line's head heard whose owner id is not its grant
     /// token's (a registration of an earlier line of the locker granted).
     pub(crate) notices_of_another_token: usize,
+    /// Lines whose registration lingered; waiters that joined a lingering
+    /// line and waited for the grant, or attempted (the key left free);
+    /// lingering registrations passed on at a grant, at the window's end,
+    /// and ended by a lost subscription; releases that named one.
+    pub(crate) lingered: usize,
+    pub(crate) linger_awaits: usize,
+    pub(crate) linger_returns_to_a_free_key: usize,
+    pub(crate) pass_ons_at_a_grant: usize,
+    pub(crate) pass_ons_at_the_window_end: usize,
+    pub(crate) lingering_lost: usize,
+    pub(crate) releases_naming_it: usize,
 }
 
 /// Waiter `x` of locker `c`'s token: one per acquisition, and a new one
@@ -589,7 +725,8 @@ impl Explorer {
             anchor: None,
             lost: None,
             orphans: Vec::new(),
-            leaving: Leaving::No,
+            leaving: Vec::new(),
+            linger: None,
             dead: false,
         });
         State {
@@ -638,6 +775,19 @@ impl Explorer {
         l.given.first().copied().filter(|f| floor && *f > 0)
     }
 
+    /// Whether a line of this run's lockers lingers (the core's
+    /// `may_linger`: a lock's, with its subscription live).
+    fn may_linger(&self) -> bool {
+        self.bounds.rules.linger && self.kind == Kind::Lock
+    }
+
+    /// The registration the release of a lease of locker `l`'s line names:
+    /// its own while it lingers on that lease (rule 7).
+    fn own_registration(&self, c: usize, l: &Locker) -> Option<String> {
+        let lingers = l.linger == Some(Linger::Holding);
+        (lingers && self.bounds.rules.release_names_lingering).then(|| entry(c))
+    }
+
     /// Whether the line's attempts name its grant token as theirs.
     fn names_grant(&self, l: &Locker) -> bool {
         let r = self.bounds.rules;
@@ -670,7 +820,11 @@ impl Explorer {
                     grant: grant(c, l.grant),
                     register: true,
                     registered: self.names_grant(l),
-                    keep: if l.behind(w) { "k" } else { "d" },
+                    keep: if l.behind(w) || self.may_linger() {
+                        "k"
+                    } else {
+                        "d"
+                    },
                     floor: self.floor(l),
                 };
                 self.kind.acquire(n, &tok(c, &l.waiters[w]), &h)
@@ -680,25 +834,24 @@ impl Explorer {
                 let whole = format!("{}:{fence}", grant(c, g.unwrap_or_default()));
                 Call::renew(&self.slot_key(slot), &whole, LEASE)
             }
-            Op::Release(w) => match held(w) {
-                (slot, fence, Some(g)) => {
-                    self.kind
-                        .release(n, slot, &format!("{}:{fence}", grant(c, g)))
-                }
-                (slot, _, None) => self.kind.release(n, slot, &tok(c, &l.waiters[w])),
-            },
-            Op::OrphanRelease => self.kind.release(n, l.orphans[0].slot, &l.orphans[0].names),
-            Op::Deregister => match l.leaving {
-                Leaving::Deregister(g) => {
-                    Call::deregister(n, self.kind.queue(), &entry(c), &grant(c, g))
-                }
-                _ => unreachable!("sent while leaving"),
-            },
-            Op::GrantRelease => match l.leaving {
-                Leaving::GrantRelease(g) => self.kind.release_by_grant(n, &grant(c, g)),
-                _ => unreachable!("sent while leaving"),
-            },
-            Op::TakeGrant(_) | Op::Drop(_) | Op::Rejoin(_) => unreachable!("sends nothing"),
+            Op::Release(w) => {
+                let own = self.own_registration(c, l);
+                let (slot, names) = match held(w) {
+                    (slot, fence, Some(g)) => (slot, format!("{}:{fence}", grant(c, g))),
+                    (slot, _, None) => (slot, tok(c, &l.waiters[w])),
+                };
+                self.kind.release(n, slot, &names, own.as_deref())
+            }
+            Op::OrphanRelease => {
+                let own = self.own_registration(c, l);
+                let o = &l.orphans[0];
+                self.kind.release(n, o.slot, &o.names, own.as_deref())
+            }
+            Op::Deregister(g) => Call::deregister(n, self.kind.queue(), &entry(c), &grant(c, g)),
+            Op::GrantRelease(g) => self.kind.release_by_grant(n, &grant(c, g)),
+            Op::TakeGrant(_) | Op::Drop(_) | Op::Rejoin(_) | Op::LingerEnds => {
+                unreachable!("sends nothing")
+            }
         }
     }
 
@@ -717,7 +870,7 @@ impl Explorer {
         } = l.notice.as_ref()?;
         let head = l.head()?;
         let placed = l.anchor.is_some_and(|s| *at >= s);
-        let kept = !self.kind.take_keeps_registration() || l.behind(head);
+        let kept = !self.kind.take_keeps_registration() || l.behind(head) || self.may_linger();
         let fresh = !self.bounds.rules.stale_grants_refused || !Self::stale(l, *slot, fence);
         let ours = !self.bounds.rules.owner_checked
             || owner.as_deref() == Some(owner_id(&grant(c, l.grant)).as_str());
@@ -748,8 +901,9 @@ impl Explorer {
             ops.push(Op::TakeGrant(head));
         }
         // A leaving registration is taken out before the line's next
-        // attempt registers again (the same registration key).
-        let deregistering = matches!(l.leaving, Leaving::Deregister(_));
+        // attempt registers again (the same registration key); a pass-on
+        // goes on the subscriber's connection, in its own time.
+        let deregistering = l.leaving.iter().any(|x| !x.deregistered && !x.pass_on);
         if let (Some(head), false) = (l.head(), deregistering) {
             if l.notice.is_some() || l.wake || now >= l.next_poll {
                 ops.push(Op::Acquire(head));
@@ -780,14 +934,21 @@ impl Explorer {
         if !l.orphans.is_empty() {
             ops.push(Op::OrphanRelease);
         }
-        match l.leaving {
-            Leaving::Deregister(_) => ops.push(Op::Deregister),
-            Leaving::GrantRelease(g)
-                if !self.bounds.rules.park_leaving_release || !self.holds_under(l, g) =>
-            {
-                ops.push(Op::GrantRelease)
+        let r = self.bounds.rules;
+        for x in &l.leaving {
+            let parks = if x.lingered {
+                r.park_pass_on
+            } else {
+                r.park_leaving_release
+            };
+            if !x.deregistered {
+                ops.push(Op::Deregister(x.grant));
+            } else if !parks || !self.holds_under(l, x.grant) {
+                ops.push(Op::GrantRelease(x.grant));
             }
-            _ => {}
+        }
+        if matches!(l.linger, Some(Linger::Until { until, .. }) if now >= until) {
+            ops.push(Op::LingerEnds);
         }
         ops
     }
@@ -812,6 +973,9 @@ impl Explorer {
             }
             if let Some(Notice { at, .. }) = &l.notice {
                 times.push(at + CLAIM / 2 + 1);
+            }
+            if let Some(Linger::Until { until, .. }) = l.linger {
+                times.push(until);
             }
             for w in &l.waiters {
                 if let Phase::Held { deadline, .. } = w.phase {
@@ -886,7 +1050,7 @@ impl Explorer {
                     l.registered = false;
                     l.grant += 1;
                 }
-                l.head_left(w, now, false);
+                l.head_left(w, now, false, self.may_linger());
                 Self::give(&mut n, c, w, slot, &fence)
                     .map_err(|e| format!("c{c} waiter {id} takes its grant: {e}"))?;
                 format!(
@@ -939,6 +1103,15 @@ impl Explorer {
             }
             Action::Run {
                 client: c,
+                op: Op::LingerEnds,
+                ..
+            } => {
+                n.lockers[c].end_lingering(true);
+                self.stats.pass_ons_at_the_window_end += 1;
+                format!("c{c}'s lingering registration's window ends: it is passed on")
+            }
+            Action::Run {
+                client: c,
                 op,
                 lose,
             } => self.send(s, &mut n, c, op, lose)?,
@@ -964,17 +1137,42 @@ impl Explorer {
                 self.orphan(&mut n);
                 if matches!(fault, Action::Restart | Action::Failover(_)) {
                     // The subscription is lost with the server: so are
-                    // the anchors.
+                    // the anchors, and lingering ends (its grants could go
+                    // unheard): the registration deregisters.
                     for l in &mut n.lockers {
                         l.anchor = None;
+                        if l.linger.is_some() && !l.dead {
+                            self.stats.lingering_lost += 1;
+                            l.end_lingering(false);
+                        }
                     }
                 }
                 label
             }
         };
         n.db.purge();
+        self.count_lingering(s, &n);
         self.violation(&n).map_err(|e| format!("{label}: {e}"))?;
         Ok((n, label))
+    }
+
+    /// Counts the lines that began to linger from `s` to `n`, and the
+    /// waiters that joined a lingering line.
+    fn count_lingering(&mut self, s: &State, n: &State) {
+        for (l, m) in s.lockers.iter().zip(&n.lockers) {
+            match (l.linger, m.linger) {
+                (None, Some(_)) => self.stats.lingered += 1,
+                // The head that joined polls at once, unless it waits.
+                (Some(_), None) if m.head().is_some() && l.head().is_none() => {
+                    if m.next_poll > n.db.now_ms() {
+                        self.stats.linger_awaits += 1;
+                    } else {
+                        self.stats.linger_returns_to_a_free_key += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Locker `c` sends `op` from state `s` (its reply lost if `lose`),
@@ -1048,6 +1246,16 @@ impl Explorer {
         );
         if let Reply::Error(e) = &reply {
             return Err(format!("{label}: script error {e}"));
+        }
+        if matches!(op, Op::Release(_) | Op::OrphanRelease) && l.linger == Some(Linger::Holding) {
+            self.stats.releases_naming_it += 1;
+            let g = grant(c, l.grant);
+            let granted = |v: &Option<String>| v.as_deref().is_some_and(|v| owner_of(v) == g);
+            if after.iter().zip(&before).any(|(a, b)| a != b && granted(a)) {
+                return Err(format!(
+                    "{label}: the release granted its line's lingering registration"
+                ));
+            }
         }
         if let Op::Acquire(w) = op {
             let got = self.kind.attempt(&reply);
@@ -1195,6 +1403,13 @@ impl Explorer {
             let parts: Vec<&str> = p.message.split(':').collect();
             let part = |i: usize| parts.get(g + i).copied();
             for (c, l) in n.lockers.iter_mut().enumerate() {
+                let ours = part(0) == Some("g") && part(1) == Some(entry(c).as_str());
+                if !l.dead && l.head().is_none() && l.linger.is_some() && ours {
+                    // Nobody came back for it: on to the next (the core's
+                    // `pass_on_grant`).
+                    self.stats.pass_ons_at_a_grant += 1;
+                    l.end_lingering(true);
+                }
                 if l.dead || l.head().is_none() {
                     continue;
                 }
@@ -1247,6 +1462,7 @@ impl Explorer {
     ) -> Result<(), String> {
         let rules = self.bounds.rules;
         let kind = self.kind;
+        let may_linger = self.may_linger();
         let l = &mut n.lockers[c];
         match op {
             Op::Acquire(w) => {
@@ -1271,7 +1487,7 @@ impl Explorer {
                         // semaphore's reply says when it made one for the
                         // next waiter); `d` took it out.
                         let kept = l.registered || next_waits;
-                        l.registered = kept && l.behind(w);
+                        l.registered = kept && (l.behind(w) || may_linger);
                         if rules.stale_grants_refused && !mine && Self::stale(l, slot, &fence) {
                             // A stale grant claimed: released by the sweep;
                             // the waiter waits on under a new token and
@@ -1296,7 +1512,7 @@ impl Explorer {
                             extended: true,
                             by_grant: None,
                         };
-                        l.head_left(w, now, next_waits);
+                        l.head_left(w, now, next_waits, may_linger);
                         return Self::give(n, c, w, slot, &fence);
                     }
                     None => return Err(format!("acquire answered {reply:?}")),
@@ -1318,17 +1534,24 @@ impl Explorer {
                     }
                 }
             }
-            Op::Release(w) => l.finish(w, now),
+            Op::Release(w) => {
+                // The core's `handle_lease_released`, then the waiter's
+                // return.
+                l.lease_released(now, *reply == Reply::Int(3));
+                l.finish(w, now);
+            }
             Op::OrphanRelease => {
                 l.orphans.remove(0);
             }
-            Op::Deregister => {
-                if let Leaving::Deregister(g) = l.leaving {
-                    l.leaving = Leaving::GrantRelease(g);
+            Op::Deregister(g) => {
+                for x in l.leaving.iter_mut().filter(|x| x.grant == g) {
+                    x.deregistered = true;
                 }
             }
-            Op::GrantRelease => l.leaving = Leaving::No,
-            Op::TakeGrant(_) | Op::Drop(_) | Op::Rejoin(_) => unreachable!("sends nothing"),
+            Op::GrantRelease(g) => l.leaving.retain(|x| x.grant != g),
+            Op::TakeGrant(_) | Op::Drop(_) | Op::Rejoin(_) | Op::LingerEnds => {
+                unreachable!("sends nothing")
+            }
         }
         Ok(())
     }
@@ -1415,7 +1638,8 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
              under an older grant token, {} of them naming the new one; {} stale grants \
              handed back; {} notices of another grant token; {} deregistrations dropped; {} attempts \
              beside a grant or hold below their floor ({} a stale grant); a token in two slots after {} steps, a grant token \
-             after {}), {:.1?}",
+             after {}; {} lines lingered, {} returns waited for the grant, {} attempted a free key, {} pass-ons \
+             at a grant, {} at the window's end, {} ended by a lost subscription, {} releases named it), {:.1?}",
             b.kind,
             b.rounds,
             st.depth,
@@ -1436,6 +1660,13 @@ pub(crate) fn explore(name: &str, b: Bounds) -> Result<Stats, Counterexample> {
             st.stale_below_the_floor,
             st.tokens_in_two_slots,
             st.grant_tokens_in_two_slots,
+            st.lingered,
+            st.linger_awaits,
+            st.linger_returns_to_a_free_key,
+            st.pass_ons_at_a_grant,
+            st.pass_ons_at_the_window_end,
+            st.lingering_lost,
+            st.releases_naming_it,
             started.elapsed()
         ),
         Err(cx) => println!(
@@ -1701,4 +1932,85 @@ fn the_floor_compares_fences_as_numbers() {
             "{fence} over the floor {floor:?}: {reply:?}"
         );
     }
+}
+
+/// Lingering (docs/PROTOCOL.md §4.4): two worker loops, one waiter each,
+/// locker 0 acquiring three times, locker 1 twice. A loop's line lingers
+/// when its waiter takes the lease after a busy attempt registered it;
+/// its release names the registration, and its next acquire waits for the
+/// grant, or attempts a key left free; a grant with no waiter, or the
+/// window's end, passes it on.
+fn linger_bounds(depth: usize, faults: Faults, rules: Rules) -> Bounds {
+    Bounds {
+        rounds: vec![vec![3], vec![2]],
+        ..bounds(depth, faults, rules)
+    }
+}
+
+#[test]
+fn lingering_registrations_keep_the_lock_safe() {
+    let b = linger_bounds(lock_depth(9), no_data_loss(), Rules::ALL);
+    let st = safe("worker loops, lingering", b);
+    assert!(
+        st.lingered > 0 && st.linger_awaits > 0 && st.pass_ons_at_a_grant > 0,
+        "lingering was not reached: {st:?}"
+    );
+}
+
+#[test]
+fn lingering_registrations_survive_a_restart_and_a_failover() {
+    let b = linger_bounds(lock_depth(8), data_loss(), Rules::ALL);
+    let st = safe("worker loops, lingering, data lost", b);
+    assert!(
+        st.lingering_lost > 0,
+        "no lingering ended by a lost subscription: {st:?}"
+    );
+}
+
+#[test]
+fn mutation_release_granting_its_lingering_registration_is_caught() {
+    let rules = Rules {
+        release_names_lingering: false,
+        ..Rules::ALL
+    };
+    caught(
+        "mutation: the release does not name its lingering registration",
+        linger_bounds(9, no_data_loss(), rules),
+        "lingering registration",
+    );
+}
+
+/// A failover that lost a later run keeps a hold taken without the claim
+/// under the grant token of a lingering registration, and ends the
+/// lingering (the subscription is lost): its release by that grant token,
+/// not parked, frees the lock under the holder, and the other locker takes
+/// it (nine events):
+///
+/// 1. c0 takes the lock;
+/// 2. c1 is busy and registers (G, 9100);
+/// 3. c0 releases, granted to G;
+/// 4. c0 is busy (its next acquire) and registers;
+/// 5. c1 takes the grant as `9100:<fence>`, its line empty: the
+///    registration lingers;
+/// 6. a failover loses step 4: the hold stays, the lingering ends;
+/// 7. c1 DEREGISTER;
+/// 8. c1 release by G frees the lock;
+/// 9. c0 takes it, beside c1.
+#[test]
+fn mutation_pass_on_ending_the_hold_is_caught() {
+    let rules = Rules {
+        park_pass_on: false,
+        ..Rules::ALL
+    };
+    // The failover alone: the other faults only widen the search.
+    let faults = Faults {
+        failover: 1,
+        unreplicated: 1,
+        ..Faults::default()
+    };
+    caught(
+        "mutation: the lingering registration's release by grant token is not parked",
+        linger_bounds(9, faults, rules),
+        "valid leases",
+    );
 }
